@@ -1,0 +1,52 @@
+// Package event holds the domain of the system: events, their states and the errors that the
+// edges (HTTP, SQS) translate for callers. It imports only the standard library.
+package event
+
+import "time"
+
+// State is where an event is in its life. It is stored as a TINYINT and it is the key the events
+// table is partitioned by, so that pending events sit apart from processed history.
+type State int8
+
+const (
+	// Pending events have no value yet; the processor or a sweeper will give them one.
+	// Open states are below 10 (room is left for leased or retrying states).
+	Pending State = 0
+	// Processed events have their value. An event is processed exactly once.
+	// Settled states are 10 and above (room is left for a failed state).
+	Processed State = 10
+)
+
+func (s State) String() string {
+	switch s {
+	case Pending:
+		return "pending"
+	case Processed:
+		return "processed"
+	default:
+		return "unknown"
+	}
+}
+
+// Event is one stored event.
+type Event struct {
+	ID    int64
+	Value *string // nil while pending
+	State State
+	// CreatedAt and ProcessedAt are the database's clock (UTC).
+	CreatedAt   time.Time
+	ProcessedAt *time.Time
+	// ProcessedBy names the path that processed the event: "api" (synchronous create),
+	// "processor" (the SQS consumer) or "sweeper".
+	ProcessedBy string
+	// ProcessCount counts the writes that processed the event. Exactly-once means it is 1 for
+	// every processed event and 0 for every pending one; it exists so that a violation is visible.
+	ProcessCount int
+}
+
+// Who processed an event.
+const (
+	ByAPI       = "api"
+	ByProcessor = "processor"
+	BySweeper   = "sweeper"
+)

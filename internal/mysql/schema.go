@@ -1,0 +1,209 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+type migration struct {
+	version    int
+	name       string
+	statements []string
+}
+
+func loadMigrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, e := range entries {
+		prefix, _, ok := strings.Cut(e.Name(), "_")
+		if !ok {
+			return nil, fmt.Errorf("migration %s: name must be NNNN_description.sql", e.Name())
+		}
+		v, err := strconv.Atoi(prefix)
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: %w", e.Name(), err)
+		}
+		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: e.Name(), statements: splitStatements(string(b))})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+// splitStatements splits a migration on semicolons that end a line, dropping comment lines.
+func splitStatements(s string) []string {
+	var out, cur []string
+	for _, line := range strings.Split(s, "\n") {
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		cur = append(cur, line)
+		if strings.HasSuffix(t, ";") {
+			out = append(out, strings.TrimSuffix(strings.TrimSpace(strings.Join(cur, "\n")), ";"))
+			cur = nil
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, strings.TrimSpace(strings.Join(cur, "\n")))
+	}
+	return out
+}
+
+// LatestVersion is the version of the newest embedded migration.
+func LatestVersion() int {
+	ms, err := loadMigrations()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
+}
+
+// Migrate brings the database's schema up to the embedded migrations. It is idempotent and safe to
+// run from many processes at once (ten Lambdas cold-starting against an empty database): a process
+// that finds the schema current returns after one read; the others serialise on a named lock
+// (GET_LOCK, per database), and each migration is recorded in schema_migrations after it runs.
+// After migrating it verifies the schema rules and fails if any is broken.
+func Migrate(ctx context.Context, db *sql.DB) error {
+	ms, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	latest := ms[len(ms)-1].version
+	if v, err := currentVersion(ctx, db); err == nil && v >= latest {
+		return nil
+	}
+
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	// GET_LOCK pins the session on RDS Proxy until the client connection closes, so this
+	// connection is discarded rather than returned to the pool.
+	defer func() {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		_ = conn.Close()
+	}()
+
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx,
+		"SELECT GET_LOCK(CONCAT('exactlyonce.migrate.', DATABASE()), 60)").Scan(&got); err != nil {
+		return fmt.Errorf("migrate: take lock: %w", err)
+	}
+	if !got.Valid || got.Int64 != 1 {
+		return errors.New("migrate: another process held the migration lock for 60 s")
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), //nolint:errcheck // the connection is discarded anyway
+		"SELECT RELEASE_LOCK(CONCAT('exactlyonce.migrate.', DATABASE()))")
+
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+  version    INT         NOT NULL,
+  applied_at DATETIME(6) NOT NULL
+) ENGINE=InnoDB`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	applied := map[int]bool{}
+	rows, err := conn.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return err
+		}
+		applied[v] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	for _, m := range ms {
+		if applied[m.version] {
+			continue
+		}
+		// MySQL commits DDL implicitly, so a migration is not atomic: its statements are written to be
+		// idempotent (IF NOT EXISTS, guarded inserts) and a failed one is rerun whole next time.
+		for _, stmt := range m.statements {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("migrate %s: %w", m.name, err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx,
+			"INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)", m.version, time.Now().UTC()); err != nil {
+			return fmt.Errorf("migrate %s: record: %w", m.name, err)
+		}
+	}
+	if violations, err := CheckRules(ctx, db); err != nil {
+		return err
+	} else if len(violations) > 0 {
+		return fmt.Errorf("schema rules broken: %s", strings.Join(violations, "; "))
+	}
+	return nil
+}
+
+func currentVersion(ctx context.Context, db *sql.DB) (int, error) {
+	var v sql.NullInt64
+	err := db.QueryRowContext(ctx, "SELECT MAX(version) FROM schema_migrations").Scan(&v)
+	return int(v.Int64), err
+}
+
+// CheckRules lists every breach of the schema rules in the current database: primary keys, unique
+// keys, foreign keys, indexes of any kind, auto-increment columns, triggers and stored routines.
+// An empty list means the rules hold.
+func CheckRules(ctx context.Context, db *sql.DB) ([]string, error) {
+	checks := []struct{ what, query string }{
+		{"index", `SELECT CONCAT(TABLE_NAME, '.', INDEX_NAME) FROM information_schema.STATISTICS
+			WHERE TABLE_SCHEMA = DATABASE()`},
+		{"constraint", `SELECT CONCAT(TABLE_NAME, '.', CONSTRAINT_NAME, ' (', CONSTRAINT_TYPE, ')')
+			FROM information_schema.TABLE_CONSTRAINTS
+			WHERE TABLE_SCHEMA = DATABASE() AND CONSTRAINT_TYPE IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY')`},
+		{"foreign key", `SELECT CONCAT(TABLE_NAME, '.', CONSTRAINT_NAME) FROM information_schema.REFERENTIAL_CONSTRAINTS
+			WHERE CONSTRAINT_SCHEMA = DATABASE()`},
+		{"auto-increment", `SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME) FROM information_schema.COLUMNS
+			WHERE TABLE_SCHEMA = DATABASE() AND EXTRA LIKE '%auto_increment%'`},
+		{"trigger", `SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE()`},
+		{"stored routine", `SELECT CONCAT(ROUTINE_TYPE, ' ', ROUTINE_NAME) FROM information_schema.ROUTINES
+			WHERE ROUTINE_SCHEMA = DATABASE()`},
+	}
+	var out []string
+	for _, c := range checks {
+		rows, err := db.QueryContext(ctx, c.query)
+		if err != nil {
+			return nil, fmt.Errorf("check rules (%s): %w", c.what, err)
+		}
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, c.what+" "+name)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

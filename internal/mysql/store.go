@@ -1,0 +1,311 @@
+package mysql
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/go-sql-driver/mysql"
+)
+
+// StoreConfig configures a Store.
+type StoreConfig struct {
+	// Allocator is AllocatorBlock (default) or AllocatorLiteral.
+	Allocator string
+	// BlockSize is the number of ids AllocatorBlock reserves per status-row transaction. Default 128.
+	BlockSize int
+	// Retry bounds the retries of deadlocked or timed-out transactions.
+	Retry RetryPolicy
+}
+
+// Store reads and writes events. Safe for concurrent use; build one per process.
+type Store struct {
+	db    *sql.DB
+	alloc allocator
+	stats *Stats
+	retry RetryPolicy
+}
+
+// NewStore returns a Store on db, which must be migrated (see Migrate).
+func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
+	s := &Store{db: db, stats: &Stats{}, retry: cfg.Retry.withDefaults()}
+	switch cmp.Or(cfg.Allocator, AllocatorBlock) {
+	case AllocatorBlock:
+		size := cmp.Or(cfg.BlockSize, 128)
+		if size < 1 {
+			return nil, fmt.Errorf("allocator block size must be positive, got %d", size)
+		}
+		s.alloc = &blockAllocator{db: db, stats: s.stats, retry: s.retry, size: int64(size)}
+	case AllocatorLiteral:
+		s.alloc = &literalAllocator{db: db, stats: s.stats, retry: s.retry}
+	default:
+		return nil, fmt.Errorf("unknown allocator %q (want %q or %q)", cfg.Allocator, AllocatorBlock, AllocatorLiteral)
+	}
+	return s, nil
+}
+
+// DB returns the pool the store uses.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Stats returns the retry counters of this store's transactions.
+func (s *Store) Stats() StatsSnapshot { return s.stats.Snapshot() }
+
+// CreateProcessed stores a new event that is processed from birth, with the given value.
+func (s *Store) CreateProcessed(ctx context.Context, value string) (event.Event, error) {
+	id, err := s.alloc.create(ctx, func(ctx context.Context, ex execer, id int64) error {
+		_, err := ex.ExecContext(ctx, query("InsertProcessed"), id, value)
+		return err
+	})
+	if err != nil {
+		return event.Event{}, interpret("create event", err)
+	}
+	return event.Event{ID: id, Value: &value, State: event.Processed, ProcessedBy: event.ByAPI, ProcessCount: 1}, nil
+}
+
+// CreatePending stores a new pending event and returns its id. Once this returns, the event is
+// committed: a queue message naming it may be sent.
+func (s *Store) CreatePending(ctx context.Context) (int64, error) {
+	id, err := s.alloc.create(ctx, func(ctx context.Context, ex execer, id int64) error {
+		_, err := ex.ExecContext(ctx, query("InsertPending"), id)
+		return err
+	})
+	if err != nil {
+		return 0, interpret("create pending event", err)
+	}
+	return id, nil
+}
+
+// Get returns one event, or an ENOTFOUND error.
+func (s *Store) Get(ctx context.Context, id int64) (event.Event, error) {
+	var (
+		e           event.Event
+		value, by   sql.NullString
+		processedAt sql.NullTime
+	)
+	err := s.db.QueryRowContext(ctx, query("Get"), id).
+		Scan(&e.ID, &value, &e.State, &e.CreatedAt, &processedAt, &by, &e.ProcessCount)
+	if errors.Is(err, sql.ErrNoRows) {
+		return event.Event{}, event.Errorf(event.ENOTFOUND, "event %d not found", id)
+	}
+	if err != nil {
+		return event.Event{}, interpret("get event", err)
+	}
+	if value.Valid {
+		e.Value = &value.String
+	}
+	if processedAt.Valid {
+		e.ProcessedAt = &processedAt.Time
+	}
+	e.ProcessedBy = by.String
+	return e, nil
+}
+
+// Count returns the number of events, pending and processed.
+func (s *Store) Count(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, query("Count")).Scan(&n); err != nil {
+		return 0, interpret("count events", err)
+	}
+	return n, nil
+}
+
+// Outcome is what processing did for one id.
+type Outcome int
+
+const (
+	// Processed: this call gave the event its value.
+	Processed Outcome = iota + 1
+	// AlreadyProcessed: the event had its value before; nothing was written.
+	AlreadyProcessed
+	// Busy: the event is pending but another worker holds it right now; nothing was written.
+	Busy
+	// Unknown: no event has this id.
+	Unknown
+)
+
+func (o Outcome) String() string {
+	return [...]string{"", "processed", "already processed", "busy", "unknown"}[o]
+}
+
+// ProcessIDs processes the named pending events that nobody else holds, in one transaction, giving
+// each the value newValue returns, and says for every id what happened. An id may appear more than
+// once; it is processed at most once. The error is for the transaction as a whole: when it is not
+// nil, nothing was written.
+func (s *Store) ProcessIDs(ctx context.Context, ids []int64, by string, newValue func(int64) string) (map[int64]Outcome, error) {
+	ids = unique(ids)
+	out := make(map[int64]Outcome, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var claimed []int64
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		q, args := expandIDs(query("ClaimIDs"), ids)
+		var err error
+		if claimed, err = scanIDs(tx.QueryContext(ctx, q, args...)); err != nil {
+			return err
+		}
+		return markProcessed(ctx, tx, claimed, by, newValue)
+	})
+	if err != nil {
+		return nil, interpret("process events", err)
+	}
+	for _, id := range claimed {
+		out[id] = Processed
+	}
+	var rest []int64
+	for _, id := range ids {
+		if _, ok := out[id]; !ok {
+			rest = append(rest, id)
+		}
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	q, args := expandIDs(query("States"), rest)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		// The processing committed; only the classification of the others failed. Treat them as busy:
+		// their messages are retried and will find them settled or claimable.
+		for _, id := range rest {
+			out[id] = Busy
+		}
+		return out, nil
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var st event.State
+		if err := rows.Scan(&id, &st); err != nil {
+			return nil, interpret("process events", err)
+		}
+		if st >= event.Processed {
+			out[id] = AlreadyProcessed
+		} else {
+			out[id] = Busy
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpret("process events", err)
+	}
+	for _, id := range rest {
+		if _, ok := out[id]; !ok {
+			out[id] = Unknown
+		}
+	}
+	return out, nil
+}
+
+// ProcessDue claims up to limit pending events older than grace that nobody else holds, processes
+// them and commits, in one transaction. It returns how many it processed; fewer than limit means
+// no more were due when it looked.
+func (s *Store) ProcessDue(ctx context.Context, grace time.Duration, limit int, by string, newValue func(int64) string) (int, error) {
+	var n int
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		claimed, err := scanIDs(tx.QueryContext(ctx, query("ClaimDue"), grace.Microseconds(), limit))
+		if err != nil {
+			return err
+		}
+		n = len(claimed)
+		return markProcessed(ctx, tx, claimed, by, newValue)
+	})
+	if err != nil {
+		return 0, interpret("sweep events", err)
+	}
+	return n, nil
+}
+
+// markProcessed writes the values of events claimed in tx. It fails, rolling everything back, if the
+// update does not touch exactly the claimed rows: that would mean a lock did not hold.
+func markProcessed(ctx context.Context, tx *sql.Tx, ids []int64, by string, newValue func(int64) string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	var cases strings.Builder
+	args := make([]any, 0, 3*len(ids)+1)
+	for _, id := range ids {
+		cases.WriteString("WHEN ? THEN ? ")
+		args = append(args, id, newValue(id))
+	}
+	args = append(args, by)
+	q, idArgs := expandIDs(strings.Replace(query("MarkProcessed"), "/*cases*/", cases.String(), 1), ids)
+	res, err := tx.ExecContext(ctx, q, append(args, idArgs...)...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n != int64(len(ids)) {
+		return fmt.Errorf("processed %d rows for %d claimed events", n, len(ids))
+	}
+	return nil
+}
+
+func scanIDs(rows *sql.Rows, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+func unique(ids []int64) []int64 {
+	seen := make(map[int64]bool, len(ids))
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// interpret maps a driver error to a domain error once, here: a database that cannot be reached
+// becomes EUNAVAILABLE (the caller may retry); anything else stays internal. The original error is
+// kept for logs; event.ErrorMessage never shows it to a caller.
+func interpret(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var de *event.Error
+	if errors.As(err, &de) {
+		return err
+	}
+	var ne net.Error
+	var me *mysql.MySQLError
+	switch {
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, mysql.ErrInvalidConn), errors.As(err, &ne),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, sql.ErrConnDone):
+		return &unavailableError{op: op, err: err}
+	case errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWaitTimeout ||
+		me.Number == 1040 /* too many connections */ || me.Number == 1053 /* server shutdown */):
+		return &unavailableError{op: op, err: err}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// unavailableError is an EUNAVAILABLE domain error that keeps the driver error for logs.
+type unavailableError struct {
+	op  string
+	err error
+}
+
+func (e *unavailableError) Error() string { return e.op + ": database unavailable: " + e.err.Error() }
+func (e *unavailableError) Unwrap() []error {
+	return []error{e.err, event.Errorf(event.EUNAVAILABLE, "the database is unavailable; try again")}
+}

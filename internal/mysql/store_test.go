@@ -1,0 +1,372 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/stretchr/testify/require"
+)
+
+func fixedValue(id int64) string { return fmt.Sprintf("v%d", id) }
+
+func TestSchemaRulesHoldAfterMigration(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.DB(t, 2)
+	ctx := context.Background()
+
+	violations, err := mysql.CheckRules(ctx, db)
+	require.NoError(t, err)
+	require.Empty(t, violations)
+
+	// The check itself must be able to fail: break each rule once and see it reported.
+	for _, stmt := range []string{
+		"CREATE TABLE scratch_pk (id INT NOT NULL PRIMARY KEY)",
+		"CREATE TABLE scratch_idx (id INT NOT NULL, KEY by_id (id))",
+		"CREATE TABLE scratch_ai (id INT NOT NULL AUTO_INCREMENT, KEY (id))",
+		"CREATE TRIGGER scratch_trg BEFORE INSERT ON status FOR EACH ROW SET NEW.id = NEW.id",
+		"CREATE PROCEDURE scratch_proc() SELECT 1",
+	} {
+		_, err := db.ExecContext(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	violations, err = mysql.CheckRules(ctx, db)
+	require.NoError(t, err)
+	joined := fmt.Sprint(violations)
+	for _, want := range []string{"scratch_pk.PRIMARY", "scratch_idx.by_id", "auto-increment scratch_ai.id", "trigger scratch_trg", "PROCEDURE scratch_proc"} {
+		require.Contains(t, joined, want)
+	}
+}
+
+func TestMigrateConcurrentlyOnEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.NewDatabase(t)
+	ctx := context.Background()
+
+	// Ten "cold starts" at once, each with its own pool, as ten Lambda environments would.
+	const processes = 10
+	var wg sync.WaitGroup
+	errs := make(chan error, processes)
+	start := make(chan struct{})
+	for range processes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db, err := mysql.Open(mysql.ConnConfig{DSN: dsn, MaxOpenConns: 2})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer db.Close()
+			<-start
+			errs <- mysql.Migrate(ctx, db)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn})
+	require.NoError(t, err)
+	defer db.Close()
+	var statusRows, versions, distinctVersions int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM status").Scan(&statusRows))
+	require.NoError(t, db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT version) FROM schema_migrations").Scan(&versions, &distinctVersions))
+	require.Equal(t, 1, statusRows, "the counter must have exactly one row")
+	require.Equal(t, mysql.LatestVersion(), versions)
+	require.Equal(t, versions, distinctVersions, "each migration recorded once")
+
+	// Migrating again is a no-op.
+	require.NoError(t, mysql.Migrate(ctx, db))
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM status").Scan(&statusRows))
+	require.Equal(t, 1, statusRows)
+}
+
+func TestAllocatorsGiveUniqueIDsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		allocator string
+		stores    int // processes sharing the database, each with its own allocator
+		perStore  int // concurrent clients per process
+		each      int // events each client creates
+	}{
+		{mysql.AllocatorLiteral, 1, 64, 8},
+		{mysql.AllocatorBlock, 1, 64, 40},
+		{mysql.AllocatorBlock, 8, 8, 40}, // blocks reserved by several processes interleave
+	} {
+		t.Run(fmt.Sprintf("%s/%dx%d", tc.allocator, tc.stores, tc.perStore), func(t *testing.T) {
+			t.Parallel()
+			db, _ := testenv.DB(t, 70)
+			ctx := context.Background()
+			var (
+				mu  sync.Mutex
+				ids = map[int64]int{}
+				wg  sync.WaitGroup
+			)
+			errs := make(chan error, tc.stores*tc.perStore)
+			start := make(chan struct{})
+			for range tc.stores {
+				// BlockSize 16 makes blocks run out often, so reservations race too.
+				store, err := mysql.NewStore(db, mysql.StoreConfig{Allocator: tc.allocator, BlockSize: 16})
+				require.NoError(t, err)
+				for c := range tc.perStore {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						for i := range tc.each {
+							var id int64
+							var err error
+							if (c+i)%2 == 0 {
+								var e event.Event
+								e, err = store.CreateProcessed(ctx, "x")
+								id = e.ID
+							} else {
+								id, err = store.CreatePending(ctx)
+							}
+							if err != nil {
+								errs <- err
+								return
+							}
+							mu.Lock()
+							ids[id]++
+							mu.Unlock()
+						}
+					}()
+				}
+			}
+			close(start)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			total := tc.stores * tc.perStore * tc.each
+			require.Len(t, ids, total, "every create got a distinct id")
+			for id, n := range ids {
+				require.Equal(t, 1, n, "id %d handed out %d times", id, n)
+				require.Positive(t, id)
+			}
+			var rows, distinct int
+			require.NoError(t, db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT id) FROM events").Scan(&rows, &distinct))
+			require.Equal(t, total, rows)
+			require.Equal(t, total, distinct, "no id stored twice")
+		})
+	}
+}
+
+func TestGetAndCount(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	ctx := context.Background()
+
+	created, err := store.CreateProcessed(ctx, "hello")
+	require.NoError(t, err)
+	pendingID, err := store.CreatePending(ctx)
+	require.NoError(t, err)
+
+	got, err := store.Get(ctx, created.ID)
+	require.NoError(t, err)
+	require.Equal(t, "hello", *got.Value)
+	require.Equal(t, event.Processed, got.State)
+	require.Equal(t, event.ByAPI, got.ProcessedBy)
+	require.Equal(t, 1, got.ProcessCount)
+	require.NotNil(t, got.ProcessedAt)
+	require.WithinDuration(t, time.Now(), got.CreatedAt, time.Minute)
+
+	pending, err := store.Get(ctx, pendingID)
+	require.NoError(t, err)
+	require.Nil(t, pending.Value)
+	require.Equal(t, event.Pending, pending.State)
+	require.Nil(t, pending.ProcessedAt)
+
+	_, err = store.Get(ctx, 1<<40)
+	require.Equal(t, event.ENOTFOUND, event.ErrorCode(err))
+
+	n, err := store.Count(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+}
+
+func TestProcessIDsOutcomes(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	ctx := context.Background()
+
+	fresh, err := store.CreatePending(ctx)
+	require.NoError(t, err)
+	held, err := store.CreatePending(ctx)
+	require.NoError(t, err)
+	done, err := store.CreateProcessed(ctx, "before")
+	require.NoError(t, err)
+
+	// Another worker holds `held`.
+	tx, err := store.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer tx.Rollback()
+	var got int64
+	require.NoError(t, tx.QueryRowContext(ctx, "SELECT id FROM events WHERE id = ? FOR UPDATE", held).Scan(&got))
+
+	ctxTimeout, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := store.ProcessIDs(ctxTimeout, []int64{fresh, fresh, held, done.ID, 999999}, event.ByProcessor, fixedValue)
+	require.NoError(t, err)
+	require.Equal(t, map[int64]mysql.Outcome{
+		fresh:   mysql.Processed,
+		held:    mysql.Busy,
+		done.ID: mysql.AlreadyProcessed,
+		999999:  mysql.Unknown,
+	}, out)
+
+	e, err := store.Get(ctx, fresh)
+	require.NoError(t, err)
+	require.Equal(t, fixedValue(fresh), *e.Value)
+	require.Equal(t, event.ByProcessor, e.ProcessedBy)
+	require.Equal(t, 1, e.ProcessCount)
+	e, err = store.Get(ctx, done.ID)
+	require.NoError(t, err)
+	require.Equal(t, "before", *e.Value, "an already processed event is not written again")
+	require.Equal(t, 1, e.ProcessCount)
+
+	// Once the holder lets go, the held event can be processed, exactly once.
+	require.NoError(t, tx.Rollback())
+	out, err = store.ProcessIDs(ctx, []int64{held, fresh}, event.ByProcessor, fixedValue)
+	require.NoError(t, err)
+	require.Equal(t, map[int64]mysql.Outcome{held: mysql.Processed, fresh: mysql.AlreadyProcessed}, out)
+}
+
+// The server runs at its default REPEATABLE READ. A sweep must not wait for a row another worker
+// holds: that only holds if the store runs its transactions at READ COMMITTED.
+func TestSweepDoesNotWaitForRowsOthersHold(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	ctx := context.Background()
+	var isolation string
+	require.NoError(t, store.DB().QueryRow("SELECT @@GLOBAL.tx_isolation").Scan(&isolation))
+	t.Logf("server default isolation: %s", isolation)
+
+	var ids []int64
+	for range 20 {
+		id, err := store.CreatePending(ctx)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	tx, err := store.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer tx.Rollback()
+	var held int64
+	require.NoError(t, tx.QueryRowContext(ctx,
+		"SELECT id FROM events WHERE state = 0 AND id = ? FOR UPDATE", ids[7]).Scan(&held))
+
+	// innodb_lock_wait_timeout is 50 s by default: waiting would blow this deadline.
+	ctxTimeout, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := store.ProcessDue(ctxTimeout, 0, 100, event.BySweeper, fixedValue)
+	require.NoError(t, err)
+	require.Equal(t, 19, n, "every pending event but the held one")
+}
+
+func TestProcessDueLeavesYoungEventsToTheQueue(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	ctx := context.Background()
+	_, err := store.CreatePending(ctx)
+	require.NoError(t, err)
+	n, err := store.ProcessDue(ctx, time.Hour, 10, event.BySweeper, fixedValue)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	n, err = store.ProcessDue(ctx, 0, 10, event.BySweeper, fixedValue)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
+
+// Sweepers and processors racing over the same pending events, through separate stores as separate
+// processes would: every event ends processed, and processed once.
+func TestConcurrentWorkersProcessEachEventOnce(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.DB(t, 40)
+	ctx := context.Background()
+	setup, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	const total = 600
+	var ids []int64
+	for range total {
+		id, err := setup.CreatePending(ctx)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+
+	var (
+		mu        sync.Mutex
+		processed = map[int64]int{}
+		wg        sync.WaitGroup
+		deadlocks int64
+	)
+	errs := make(chan error, 16)
+	start := make(chan struct{})
+	for w := range 8 { // 4 sweepers
+		store, err := mysql.NewStore(db, mysql.StoreConfig{})
+		require.NoError(t, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { mu.Lock(); deadlocks += store.Stats().Deadlocks; mu.Unlock() }()
+			<-start
+			if w%2 == 0 { // a sweeper drains in batches of 25
+				for {
+					n, err := store.ProcessDue(ctx, 0, 25, event.BySweeper, fixedValue)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if n == 0 {
+						return
+					}
+				}
+			}
+			// a processor handles "messages" for every id, in batches of 10, in its own order
+			for i := w * 10 % total; i < total+w*10%total; i += 10 {
+				batch := make([]int64, 0, 10)
+				for j := i; j < i+10; j++ {
+					batch = append(batch, ids[j%total])
+				}
+				out, err := store.ProcessIDs(ctx, batch, event.ByProcessor, fixedValue)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for id, o := range out {
+					if o == mysql.Processed {
+						processed[id]++
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for id, n := range processed {
+		require.Equal(t, 1, n, "event %d reported processed by %d processor calls", id, n)
+	}
+	var pending, wrong int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM events WHERE state = 0").Scan(&pending))
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM events WHERE process_count <> 1").Scan(&wrong))
+	require.Zero(t, pending)
+	require.Zero(t, wrong, "every event written exactly once")
+	t.Logf("deadlocks retried: %d", deadlocks)
+}
