@@ -3,6 +3,7 @@
 #
 #   scripts/mariadb.sh ensure   install if missing, start if stopped, create the user; prints the DSN
 #   scripts/mariadb.sh stop     stop the server if this script can find it running
+#   scripts/mariadb.sh running  exit 0 if a local server answers
 #
 # It does nothing when DB_DSN points elsewhere than 127.0.0.1/localhost: then the database is the user's.
 # Environment: DB_USER_LOCAL / DB_PASSWORD_LOCAL (default exactlyonce / exactlyonce).
@@ -55,6 +56,9 @@ SQL
 }
 
 case "${1:-ensure}" in
+  running)
+    answering
+    ;;
   ensure)
     if [ -n "${DB_DSN:-}" ] && ! echo "$DB_DSN" | grep -Eq '@(tcp\()?(127\.0\.0\.1|localhost)'; then
       log "DB_DSN points at another server; not managing a local one"; exit 0

@@ -1,0 +1,40 @@
+# The two commands a newcomer needs: `make run` and `make test`. Both install and start what they need.
+SHELL := bash
+GO ?= go
+PKGS := ./cmd/... ./functions/... ./internal/...
+FUNCTIONS := api processor sweeper migrate
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+
+.PHONY: help run test test-go db sqslocal local lambdas fmt vet clean
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+run: db sqslocal local ## run the whole system locally (MariaDB, local SQS, API on :8080, processor, sweeper)
+	scripts/run.sh
+
+test: db sqslocal ## every test: unit, integration (MariaDB + SQS protocol), infrastructure
+	$(MAKE) test-go
+	$(if $(wildcard infra.mk),$(MAKE) test-infra)
+
+test-go: ## the Go tests of the application (needs `make db`)
+	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal $(GO) test -count=1 -race -timeout 20m $(PKGS)
+
+db: ## install and start MariaDB if needed, and create the project's user
+	scripts/mariadb.sh ensure
+
+sqslocal: ## build the local SQS endpoint (goaws as a library, its own module)
+	cd tools/sqslocal && $(GO) build -o ../../bin/sqslocal .
+
+local: ## build the local runner
+	$(GO) build -o bin/local ./cmd/local
+
+vet: ## static checks
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l cmd functions internal tools)" || { gofmt -l cmd functions internal tools; exit 1; }
+
+clean: ## remove build output
+	rm -rf bin build cdk.out
+
+-include infra.mk

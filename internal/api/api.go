@@ -1,0 +1,243 @@
+// Package api is the HTTP API, one net/http handler served locally as a plain HTTP server and on
+// Lambda behind API Gateway (REST API proxy integration) through aws-lambda-go-api-proxy.
+//
+//	POST /events        201 {"id", "value", ...}   create an event, processed synchronously
+//	POST /events/async  202 {"id"}                 create a pending event and queue it
+//	GET  /events        200 {"count"}              count events
+//	GET  /events/{id}   200 {"id", "value", ...}   one event; 404 unknown; 400 not a positive integer
+//
+// Every error is JSON {"error": "..."}, with a status from one table (statusOf); internal error text
+// never reaches the caller.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+)
+
+// Store is what the API needs of the store.
+type Store interface {
+	CreateProcessed(ctx context.Context, value string) (event.Event, error)
+	CreatePending(ctx context.Context) (int64, error)
+	Get(ctx context.Context, id int64) (event.Event, error)
+	Count(ctx context.Context) (int64, error)
+}
+
+// DefaultMaxBodyBytes caps request bodies. The API takes no input today beyond an optional empty
+// JSON object; the cap leaves room for the task payloads to come.
+const DefaultMaxBodyBytes = 64 << 10
+
+// Server is the API handler.
+type Server struct {
+	Store Store
+	// Queue receives a message for each async event. Nil: async events are left to the sweeper.
+	Queue        queue.Sender
+	Logger       *slog.Logger
+	MaxBodyBytes int64         // default DefaultMaxBodyBytes
+	NewValue     func() string // default event.NewValue
+}
+
+// statusOf maps domain error codes to HTTP statuses, once.
+var statusOf = map[string]int{
+	event.EINVALID:     http.StatusBadRequest,
+	event.ENOTFOUND:    http.StatusNotFound,
+	event.EMETHOD:      http.StatusMethodNotAllowed,
+	event.ETOOLARGE:    http.StatusRequestEntityTooLarge,
+	event.EUNAVAILABLE: http.StatusServiceUnavailable,
+	event.EINTERNAL:    http.StatusInternalServerError,
+}
+
+// EventJSON is an event as the API shows it.
+type EventJSON struct {
+	ID           int64      `json:"id"`
+	Value        *string    `json:"value"`
+	State        string     `json:"state"`
+	CreatedAt    *time.Time `json:"createdAt,omitempty"`
+	ProcessedAt  *time.Time `json:"processedAt,omitempty"`
+	ProcessedBy  string     `json:"processedBy,omitempty"`
+	ProcessCount int        `json:"processCount"`
+}
+
+func toJSON(e event.Event) EventJSON {
+	j := EventJSON{ID: e.ID, Value: e.Value, State: e.State.String(), ProcessedAt: e.ProcessedAt,
+		ProcessedBy: e.ProcessedBy, ProcessCount: e.ProcessCount}
+	if !e.CreatedAt.IsZero() {
+		j.CreatedAt = &e.CreatedAt
+	}
+	return j
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	switch {
+	case path == "/events":
+		switch r.Method {
+		case http.MethodGet:
+			s.count(w, r)
+		case http.MethodPost:
+			s.create(w, r)
+		default:
+			s.methodNotAllowed(w, "GET, POST")
+		}
+	case path == "/events/async":
+		if r.Method != http.MethodPost {
+			s.methodNotAllowed(w, "POST")
+			return
+		}
+		s.createAsync(w, r)
+	case strings.HasPrefix(path, "/events/") && !strings.Contains(path[len("/events/"):], "/"):
+		if r.Method != http.MethodGet {
+			s.methodNotAllowed(w, "GET")
+			return
+		}
+		s.get(w, r, path[len("/events/"):])
+	default:
+		s.error(w, r, event.Errorf(event.ENOTFOUND, "no route for %s %s", r.Method, sanitize(path)))
+	}
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	if err := s.readEmptyObject(w, r); err != nil {
+		s.error(w, r, err)
+		return
+	}
+	newValue := s.NewValue
+	if newValue == nil {
+		newValue = event.NewValue
+	}
+	e, err := s.Store.CreateProcessed(r.Context(), newValue())
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, toJSON(e))
+}
+
+func (s *Server) createAsync(w http.ResponseWriter, r *http.Request) {
+	if err := s.readEmptyObject(w, r); err != nil {
+		s.error(w, r, err)
+		return
+	}
+	id, err := s.Store.CreatePending(r.Context())
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	// The event is committed. If the message cannot be sent, the event stays pending and the sweeper
+	// processes it after its grace period; the client still gets its id.
+	if s.Queue != nil {
+		// Not the request's context: a client that hangs up must not cancel a send for a committed event.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+		err := s.Queue.Send(ctx, id)
+		cancel()
+		if err != nil {
+			s.logger().Warn("api: queue send failed; the sweeper will process the event", "id", id, "err", err)
+		}
+	}
+	writeJSON(w, http.StatusAccepted, map[string]int64{"id": id})
+}
+
+func (s *Server) count(w http.ResponseWriter, r *http.Request) {
+	n, err := s.Store.Count(r.Context())
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{"count": n})
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, raw string) {
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != raw {
+		s.error(w, r, event.Errorf(event.EINVALID, "event id must be a positive integer, got %q", sanitize(raw)))
+		return
+	}
+	e, err := s.Store.Get(r.Context(), id)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toJSON(e))
+}
+
+// readEmptyObject accepts no body, or a JSON object with no fields, within the size limit. Fields
+// are refused rather than ignored, so that a client expecting them to be used is told they are not.
+func (s *Server) readEmptyObject(w http.ResponseWriter, r *http.Request) error {
+	limit := s.MaxBodyBytes
+	if limit <= 0 {
+		limit = DefaultMaxBodyBytes
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return event.Errorf(event.ETOOLARGE, "request body is larger than %d bytes", limit)
+	}
+	if err != nil {
+		return event.Errorf(event.EINVALID, "could not read the request body")
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return event.Errorf(event.EINVALID, "request body must be a JSON object")
+	}
+	for k := range fields {
+		return event.Errorf(event.EINVALID, "unknown field %q: the value is generated by the service", sanitize(k))
+	}
+	return nil
+}
+
+func (s *Server) methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed; use " + allow})
+}
+
+func (s *Server) error(w http.ResponseWriter, r *http.Request, err error) {
+	code := event.ErrorCode(err)
+	status, ok := statusOf[code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	if status >= 500 {
+		s.logger().Error("api: request failed", "method", r.Method, "path", sanitize(r.URL.Path), "status", status, "err", err)
+	}
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, map[string]string{"error": event.ErrorMessage(err)})
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// sanitize bounds caller-supplied text echoed in messages.
+func sanitize(s string) string {
+	const max = 64
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) > max {
+		s = s[:max] + "..."
+	}
+	return strings.ToValidUTF8(s, "")
+}

@@ -1,0 +1,182 @@
+// Package config reads the configuration every entrypoint shares from the environment, once, with
+// defaults and validation, and builds the dependencies from it. docs/contract.md and the README
+// list the variables.
+package config
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+)
+
+// Config is the configuration of one process.
+type Config struct {
+	// DB says how to reach the database (DB_DSN, or DB_HOST/DB_PORT/DB_NAME/DB_USER/DB_PASSWORD,
+	// DB_IAM_AUTH, DB_TLS, DB_MAX_OPEN_CONNS).
+	DB mysql.ConnConfig
+	// Migrate applies the embedded schema at start (DB_MIGRATE, default true).
+	Migrate bool
+	// Store picks the id allocator (ALLOCATOR, ALLOCATOR_BLOCK_SIZE).
+	Store mysql.StoreConfig
+	// QueueURL is where POST /events/async sends messages (QUEUE_URL). Empty: async events are left
+	// to the sweeper.
+	QueueURL string
+	// SweepBatchSize and SweepGrace tune the sweeper (SWEEP_BATCH_SIZE, default 100; SWEEP_GRACE,
+	// default 10s).
+	SweepBatchSize int
+	SweepGrace     time.Duration
+	// LogLevel is LOG_LEVEL: debug, info (default), warn or error.
+	LogLevel slog.Level
+}
+
+// Load reads the configuration with getenv (os.Getenv in production).
+func Load(getenv func(string) string) (Config, error) {
+	var errs []string
+	str := func(k, def string) string {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			return v
+		}
+		return def
+	}
+	integer := func(k string, def, min int) int {
+		v := str(k, "")
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < min {
+			errs = append(errs, fmt.Sprintf("%s must be an integer >= %d, got %q", k, min, v))
+			return def
+		}
+		return n
+	}
+	boolean := func(k string, def bool) bool {
+		v := str(k, "")
+		if v == "" {
+			return def
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s must be true or false, got %q", k, v))
+			return def
+		}
+		return b
+	}
+	duration := func(k string, def time.Duration) time.Duration {
+		v := str(k, "")
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Sprintf("%s must be a duration such as 10s, got %q", k, v))
+			return def
+		}
+		return d
+	}
+
+	c := Config{
+		DB: mysql.ConnConfig{
+			DSN:          str("DB_DSN", ""),
+			Host:         str("DB_HOST", ""),
+			Port:         integer("DB_PORT", 3306, 1),
+			Name:         str("DB_NAME", "events"),
+			User:         str("DB_USER", ""),
+			Password:     str("DB_PASSWORD", ""),
+			IAMAuth:      boolean("DB_IAM_AUTH", false),
+			TLS:          boolean("DB_TLS", false),
+			Region:       str("AWS_REGION", str("AWS_DEFAULT_REGION", "")),
+			MaxOpenConns: integer("DB_MAX_OPEN_CONNS", 4, 1),
+		},
+		Migrate: boolean("DB_MIGRATE", true),
+		Store: mysql.StoreConfig{
+			Allocator: str("ALLOCATOR", mysql.AllocatorBlock),
+			BlockSize: integer("ALLOCATOR_BLOCK_SIZE", 128, 1),
+		},
+		QueueURL:       str("QUEUE_URL", ""),
+		SweepBatchSize: integer("SWEEP_BATCH_SIZE", 100, 1),
+		SweepGrace:     duration("SWEEP_GRACE", 10*time.Second),
+	}
+	if c.DB.DSN == "" && (c.DB.Host == "" || c.DB.User == "") {
+		errs = append(errs, "set DB_DSN, or DB_HOST and DB_USER")
+	}
+	if a := c.Store.Allocator; a != mysql.AllocatorBlock && a != mysql.AllocatorLiteral {
+		errs = append(errs, fmt.Sprintf("ALLOCATOR must be %q or %q, got %q", mysql.AllocatorBlock, mysql.AllocatorLiteral, a))
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(str("LOG_LEVEL", "info"))); err != nil {
+		errs = append(errs, fmt.Sprintf("LOG_LEVEL must be debug, info, warn or error, got %q", getenv("LOG_LEVEL")))
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("configuration: %s", strings.Join(errs, "; "))
+	}
+	return c, nil
+}
+
+// Logger returns the process's JSON logger on stdout (CloudWatch parses it as structured logs).
+func (c Config) Logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: c.LogLevel}))
+}
+
+// AWS loads the SDK's configuration: region, credentials and the standard AWS_ENDPOINT_URL* overrides.
+func AWS(ctx context.Context) (aws.Config, error) {
+	return awsconfig.LoadDefaultConfig(ctx)
+}
+
+// OpenStore opens the database, migrates it if configured to, and returns the store.
+func (c Config) OpenStore(ctx context.Context) (*mysql.Store, error) {
+	dbc := c.DB
+	if dbc.IAMAuth {
+		awsCfg, err := AWS(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("AWS configuration for IAM database auth: %w", err)
+		}
+		dbc.Credentials = awsCfg.Credentials
+		if dbc.Region == "" {
+			dbc.Region = awsCfg.Region
+		}
+	}
+	db, err := mysql.Open(dbc)
+	if err != nil {
+		return nil, err
+	}
+	if c.Migrate {
+		if err := mysql.Migrate(ctx, db); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	store, err := mysql.NewStore(db, c.Store)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return store, nil
+}
+
+// SQS returns an SQS client, honouring AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL.
+func SQS(ctx context.Context) (*sqs.Client, error) {
+	awsCfg, err := AWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sqs.NewFromConfig(awsCfg), nil
+}
+
+// Must logs err and exits. For entrypoints, before any handler runs: a Lambda whose init fails is
+// reported by the runtime as an init error and retried on the next invocation.
+func Must[T any](v T, err error) T {
+	if err != nil {
+		slog.Error("startup failed", "err", err)
+		os.Exit(1)
+	}
+	return v
+}

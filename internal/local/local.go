@@ -1,0 +1,165 @@
+// Package local runs the whole system in one process, with the same handlers the Lambdas run: the
+// API as a plain HTTP server, the processor behind a local stand-in for the SQS event source
+// mapping, and the sweeper on a schedule, as the EventBridge rule would invoke it.
+package local
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/mapping"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+)
+
+// Options configures a local run. Zero values take the defaults shown.
+type Options struct {
+	// HTTPAddr is where the API listens (HTTP_ADDR). Default 127.0.0.1:8080; port 0 picks one.
+	HTTPAddr string
+	// Queues are the queue and DLQ the API sends to and the mapping polls.
+	Queues queue.Queues
+	// MappingConcurrency and MappingBatchSize shape the local event source mapping
+	// (MAPPING_CONCURRENCY, default 2; MAPPING_BATCH_SIZE, default 10).
+	MappingConcurrency, MappingBatchSize int
+	// ProcessorTimeout is each processor invocation's deadline (PROCESSOR_TIMEOUT, default 30s).
+	ProcessorTimeout time.Duration
+	// SweepInterval is how often the sweeper is invoked (SWEEP_INTERVAL, default 5s), and
+	// SweepTimeout each invocation's deadline (default 30s).
+	SweepInterval, SweepTimeout time.Duration
+	Sweep                       sweeping.Config
+}
+
+// System is a running local system.
+type System struct {
+	// URL is the API's base URL.
+	URL     string
+	Mapping *mapping.Mapping
+	done    chan error
+}
+
+// Wait blocks until the system has stopped after its context was cancelled.
+func (s *System) Wait() error { return <-s.done }
+
+// Start starts every part and returns once the API is listening. Cancel ctx to stop them all; Wait
+// returns when they have stopped.
+func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Options, log *slog.Logger) (*System, error) {
+	opt.HTTPAddr = cmp.Or(opt.HTTPAddr, "127.0.0.1:8080")
+	opt.SweepInterval = cmp.Or(opt.SweepInterval, 5*time.Second)
+	opt.SweepTimeout = cmp.Or(opt.SweepTimeout, 30*time.Second)
+	opt.Sweep.Logger = cmp.Or(opt.Sweep.Logger, log)
+
+	ln, err := net.Listen("tcp", opt.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("api: listen on %s: %w", opt.HTTPAddr, err)
+	}
+	server := &http.Server{
+		Handler:           &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log},
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	processor := &processing.Processor{Store: store, Logger: log}
+	m := mapping.New(client, processor.Handle, mapping.Config{
+		QueueURL: opt.Queues.URL, QueueARN: opt.Queues.ARN,
+		BatchSize: opt.MappingBatchSize, Concurrency: opt.MappingConcurrency,
+		Timeout: opt.ProcessorTimeout, Logger: log,
+	})
+	sweeper := sweeping.New(store, opt.Sweep)
+
+	sys := &System{URL: "http://" + ln.Addr().String(), Mapping: m, done: make(chan error, 1)}
+	log.Info("local: api listening", "url", sys.URL)
+	log.Info("local: processor polling", "queue", opt.Queues.URL, "dlq", opt.Queues.DLQURL,
+		"concurrency", cmp.Or(opt.MappingConcurrency, 2))
+	log.Info("local: sweeper scheduled", "every", opt.SweepInterval.String())
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if err := server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("api: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = server.Shutdown(sctx)
+	}()
+	go func() {
+		defer wg.Done()
+		_ = m.Run(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(opt.SweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				ictx, cancel := context.WithTimeout(ctx, opt.SweepTimeout)
+				_, _ = sweeper.Handle(ictx, events.CloudWatchEvent{DetailType: "Scheduled Event", Source: "aws.events"})
+				cancel()
+			}
+		}
+	}()
+	go func() {
+		wg.Wait()
+		close(errs)
+		var all []error
+		for err := range errs {
+			all = append(all, err)
+		}
+		sys.done <- errors.Join(all...)
+	}()
+	return sys, nil
+}
+
+// Env reads Options from the environment.
+func Env(getenv func(string) string) (Options, error) {
+	var errs []error
+	num := func(k string, def int) int {
+		if v := getenv(k); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				errs = append(errs, fmt.Errorf("%s must be a positive integer, got %q", k, v))
+			}
+			return n
+		}
+		return def
+	}
+	dur := func(k string, def time.Duration) time.Duration {
+		if v := getenv(k); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				errs = append(errs, fmt.Errorf("%s must be a positive duration such as 5s, got %q", k, v))
+			}
+			return d
+		}
+		return def
+	}
+	o := Options{
+		HTTPAddr:           cmp.Or(getenv("HTTP_ADDR"), "127.0.0.1:8080"),
+		MappingConcurrency: num("MAPPING_CONCURRENCY", 2),
+		MappingBatchSize:   num("MAPPING_BATCH_SIZE", 10),
+		ProcessorTimeout:   dur("PROCESSOR_TIMEOUT", 30*time.Second),
+		SweepInterval:      dur("SWEEP_INTERVAL", 5*time.Second),
+	}
+	return o, errors.Join(errs...)
+}

@@ -1,0 +1,99 @@
+// Package processing is the SQS-triggered processor: it gives pending events their values, exactly
+// once, and tells the queue which messages failed so that only those are delivered again.
+package processing
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+)
+
+// Store is what the processor needs of the store.
+type Store interface {
+	ProcessIDs(ctx context.Context, ids []int64, by string, newValue func(int64) string) (map[int64]mysql.Outcome, error)
+}
+
+// Processor handles batches of queue messages.
+type Processor struct {
+	Store    Store
+	Logger   *slog.Logger
+	NewValue func(id int64) string // default: event.NewValue
+}
+
+// Handle is the Lambda handler. It never returns an error (which would fail the whole batch): it
+// names exactly the messages that must come back.
+//
+//   - a message that does not decode (malformed, corrupted) fails, every time, so the queue moves it
+//     to the dead-letter queue after its receive limit; it never holds up the rest of the batch;
+//   - an event this call processed, or that was processed before (a duplicate or redelivered
+//     message), succeeds: one effect, every delivery acknowledged;
+//   - an event another worker holds right now fails, so its message comes back after the visibility
+//     timeout and finds it processed (or, if that worker rolled back, processes it);
+//   - an id that names no event fails (it ends in the dead-letter queue, where someone can look);
+//   - if the database transaction fails, every message fails: nothing was committed.
+func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	log := p.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	newValue := p.NewValue
+	if newValue == nil {
+		newValue = func(int64) string { return event.NewValue() }
+	}
+
+	var resp events.SQSEventResponse
+	fail := func(messageID string) {
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: messageID})
+	}
+	idOf := make(map[string]int64, len(ev.Records))
+	ids := make([]int64, 0, len(ev.Records))
+	malformed := 0
+	for _, r := range ev.Records {
+		id, err := queue.Decode(r.Body)
+		if err != nil {
+			malformed++
+			log.Warn("processor: malformed message", "messageId", r.MessageId,
+				"receiveCount", r.Attributes["ApproximateReceiveCount"], "err", err)
+			fail(r.MessageId)
+			continue
+		}
+		idOf[r.MessageId] = id
+		ids = append(ids, id)
+	}
+
+	outcomes, err := p.Store.ProcessIDs(ctx, ids, event.ByProcessor, newValue)
+	if err != nil {
+		log.Error("processor: processing transaction failed; the batch will be retried",
+			"messages", len(ids), "err", err)
+	}
+	counts := map[mysql.Outcome]int{}
+	for _, r := range ev.Records {
+		id, ok := idOf[r.MessageId]
+		if !ok {
+			continue // already failed as malformed
+		}
+		if err != nil {
+			fail(r.MessageId)
+			continue
+		}
+		o := outcomes[id]
+		counts[o]++
+		switch o {
+		case mysql.Processed, mysql.AlreadyProcessed:
+		case mysql.Unknown:
+			log.Warn("processor: message names no event", "messageId", r.MessageId, "id", id)
+			fail(r.MessageId)
+		default: // Busy
+			fail(r.MessageId)
+		}
+	}
+	log.Info("processor: batch done", "messages", len(ev.Records),
+		"processed", counts[mysql.Processed], "alreadyProcessed", counts[mysql.AlreadyProcessed],
+		"busy", counts[mysql.Busy], "unknown", counts[mysql.Unknown], "malformed", malformed,
+		"failed", len(resp.BatchItemFailures))
+	return resp, nil
+}

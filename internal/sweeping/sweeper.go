@@ -1,0 +1,129 @@
+// Package sweeping is the safety net: it finds pending events that the queue path did not process
+// (a send that failed, a message that died in the DLQ, a crash) and processes them, claiming them
+// with SELECT ... FOR UPDATE SKIP LOCKED so that any number of sweepers and processors can run at
+// once without processing an event twice.
+package sweeping
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/exactlyonce/exactlyonce/internal/event"
+)
+
+// Store is what the sweeper needs of the store.
+type Store interface {
+	ProcessDue(ctx context.Context, grace time.Duration, limit int, by string, newValue func(int64) string) (int, error)
+}
+
+// Config configures a Sweeper. Zero values take the defaults shown.
+type Config struct {
+	// BatchSize is the number of events claimed and processed per transaction. Default 100.
+	BatchSize int
+	// Grace leaves pending events younger than this to the queue path. Default 10 s. Zero would
+	// race the processor for every fresh event (harmless, but wasted work), so 0 means the default;
+	// use a negative value for "no grace".
+	Grace time.Duration
+	// StopBefore is how long before the context's deadline a sweep stops starting batches. Default 2 s.
+	StopBefore time.Duration
+	// IdleSleep and IdleJitter set the standalone loop's pause when nothing is due: IdleSleep plus a
+	// random duration up to IdleJitter. Defaults 1 s and 0.5 s.
+	IdleSleep, IdleJitter time.Duration
+	Logger                *slog.Logger
+	NewValue              func(id int64) string // default: event.NewValue
+}
+
+// Sweeper processes due pending events.
+type Sweeper struct {
+	store Store
+	cfg   Config
+}
+
+// New returns a Sweeper.
+func New(store Store, cfg Config) *Sweeper {
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 100)
+	if cfg.Grace == 0 {
+		cfg.Grace = 10 * time.Second
+	} else if cfg.Grace < 0 {
+		cfg.Grace = 0
+	}
+	cfg.StopBefore = cmp.Or(cfg.StopBefore, 2*time.Second)
+	cfg.IdleSleep = cmp.Or(cfg.IdleSleep, time.Second)
+	cfg.IdleJitter = cmp.Or(cfg.IdleJitter, 500*time.Millisecond)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.NewValue == nil {
+		cfg.NewValue = func(int64) string { return event.NewValue() }
+	}
+	return &Sweeper{store: store, cfg: cfg}
+}
+
+// Result says what one sweep did.
+type Result struct {
+	Processed int  `json:"processed"`
+	Batches   int  `json:"batches"`
+	Stopped   bool `json:"stoppedForDeadline"` // true if it stopped for the deadline with work possibly left
+}
+
+// Sweep processes due events in batches until a batch comes back short (nothing more is due) or the
+// context's deadline is near. Each batch commits on its own, so a sweep cut short loses nothing.
+func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
+	var res Result
+	for {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < s.cfg.StopBefore {
+			res.Stopped = true
+			return res, nil
+		}
+		n, err := s.store.ProcessDue(ctx, s.cfg.Grace, s.cfg.BatchSize, event.BySweeper, s.cfg.NewValue)
+		if err != nil {
+			return res, err
+		}
+		res.Batches++
+		res.Processed += n
+		if n < s.cfg.BatchSize {
+			return res, nil
+		}
+	}
+}
+
+// Handle is the Lambda handler for the scheduled EventBridge rule.
+func (s *Sweeper) Handle(ctx context.Context, _ events.CloudWatchEvent) (Result, error) {
+	start := time.Now()
+	res, err := s.Sweep(ctx)
+	if err != nil {
+		s.cfg.Logger.Error("sweeper: sweep failed", "processed", res.Processed, "err", err)
+		return res, err
+	}
+	s.cfg.Logger.Info("sweeper: sweep done", "processed", res.Processed, "batches", res.Batches,
+		"stoppedForDeadline", res.Stopped, "ms", time.Since(start).Milliseconds())
+	return res, nil
+}
+
+// Run is the standalone worker loop: sweep, and when nothing was due sleep IdleSleep plus jitter (so
+// that many workers do not poll in step). It returns when ctx is cancelled. Errors are logged and
+// retried after the same pause: a database restart must not stop the worker.
+func (s *Sweeper) Run(ctx context.Context) error {
+	for {
+		res, err := s.Sweep(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			s.cfg.Logger.Warn("sweeper: sweep failed; retrying", "err", err)
+		} else if res.Processed > 0 {
+			s.cfg.Logger.Info("sweeper: processed", "events", res.Processed, "batches", res.Batches)
+			continue // there may be more
+		}
+		pause := s.cfg.IdleSleep + time.Duration(rand.Int64N(int64(s.cfg.IdleJitter)+1))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pause):
+		}
+	}
+}
