@@ -25,14 +25,13 @@ type Message struct {
 // Encode returns the body of the message naming event id.
 func Encode(id int64) string { return `{"id":` + strconv.FormatInt(id, 10) + `}` }
 
-// Decode parses a message body. It rejects anything but a JSON object with a positive integer id,
-// so a corrupted message is reported as failed rather than processed wrongly.
+// Decode parses a message body. It accepts only a JSON object whose one field, id, is a positive
+// integer literal, so that a corrupted message is reported as failed rather than processed wrongly.
 func Decode(body string) (int64, error) {
 	var m struct {
-		ID *json.Number `json:"id"`
+		ID json.RawMessage `json:"id"`
 	}
 	dec := json.NewDecoder(strings.NewReader(body))
-	dec.UseNumber()
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
 		return 0, fmt.Errorf("message body is not {\"id\": <positive integer>}: %w", err)
@@ -40,12 +39,16 @@ func Decode(body string) (int64, error) {
 	if dec.More() {
 		return 0, errors.New("message body has trailing data")
 	}
-	if m.ID == nil {
+	raw := string(m.ID)
+	if raw == "" || raw == "null" {
 		return 0, errors.New("message body has no id")
 	}
-	id, err := strconv.ParseInt(m.ID.String(), 10, 64)
-	if err != nil || id <= 0 {
-		return 0, fmt.Errorf("message id %q is not a positive integer", m.ID.String())
+	if raw[0] < '1' || raw[0] > '9' || strings.Trim(raw, "0123456789") != "" {
+		return 0, fmt.Errorf("message id %.20s is not a positive integer", raw)
+	}
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("message id %.20s is out of range", raw)
 	}
 	return id, nil
 }

@@ -1,0 +1,181 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/stretchr/testify/require"
+)
+
+// recordingQueue records the ids sent, or fails every send.
+type recordingQueue struct {
+	mu   sync.Mutex
+	ids  []int64
+	fail bool
+}
+
+func (q *recordingQueue) Send(_ context.Context, id int64) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.fail {
+		return errors.New("queue down")
+	}
+	q.ids = append(q.ids, id)
+	return nil
+}
+
+type testBundle struct {
+	store *mysql.Store
+	queue *recordingQueue
+	srv   *httptest.Server
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	b := &testBundle{store: testenv.Store(t, mysql.StoreConfig{}, 4), queue: &recordingQueue{}}
+	b.srv = httptest.NewServer(&api.Server{Store: b.store, Queue: b.queue, MaxBodyBytes: 1024})
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+func (b *testBundle) do(t *testing.T, method, path, body string) (int, map[string]any, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "body: %s", raw)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(raw, &m), "body: %s", raw)
+	return resp.StatusCode, m, resp.Header
+}
+
+func TestCreateGetCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	status, body, _ := b.do(t, "POST", "/events", "")
+	require.Equal(t, http.StatusCreated, status)
+	id := int64(body["id"].(float64))
+	require.Positive(t, id)
+	value := body["value"].(string)
+	require.NotEmpty(t, value)
+
+	status, body, _ = b.do(t, "POST", "/events", "{}")
+	require.Equal(t, http.StatusCreated, status)
+	require.NotEqual(t, id, int64(body["id"].(float64)))
+
+	status, body, _ = b.do(t, "GET", "/events/"+jsonID(id), "")
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, value, body["value"])
+	require.Equal(t, "processed", body["state"])
+
+	status, body, _ = b.do(t, "GET", "/events", "")
+	require.Equal(t, http.StatusOK, status)
+	require.EqualValues(t, 2, body["count"])
+}
+
+func TestCreateAsyncQueuesAfterInsert(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	status, body, _ := b.do(t, "POST", "/events/async", "")
+	require.Equal(t, http.StatusAccepted, status)
+	id := int64(body["id"].(float64))
+	require.Equal(t, []int64{id}, b.queue.ids)
+	require.Len(t, body, 1, "the async answer is just the id")
+
+	status, body, _ = b.do(t, "GET", "/events/"+jsonID(id), "")
+	require.Equal(t, http.StatusOK, status)
+	require.Nil(t, body["value"])
+	require.Equal(t, "pending", body["state"])
+}
+
+func TestCreateAsyncWhenTheQueueIsDownStillStoresAndAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.queue.fail = true
+	status, body, _ := b.do(t, "POST", "/events/async", "")
+	require.Equal(t, http.StatusAccepted, status)
+	e, err := b.store.Get(context.Background(), int64(body["id"].(float64)))
+	require.NoError(t, err)
+	require.Equal(t, event.Pending, e.State, "left pending for the sweeper")
+}
+
+func TestErrorsAreJSONAndWriteNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{"GET", "/events/0", "", 400},
+		{"GET", "/events/-1", "", 400},
+		{"GET", "/events/abc", "", 400},
+		{"GET", "/events/1.5", "", 400},
+		{"GET", "/events/007", "", 400},
+		{"GET", "/events/99999999999999999999999", "", 400},
+		{"GET", "/events/1%27%20OR%201=1", "", 400},
+		{"GET", "/events/123456", "", 404},
+		{"GET", "/nope", "", 404},
+		{"GET", "/events/1/x", "", 404},
+		{"DELETE", "/events", "", 405},
+		{"PUT", "/events/1", "", 405},
+		{"GET", "/events/async", "", 405}, // the resource exists, for POST
+		{"PATCH", "/events/async", "", 405},
+		{"POST", "/events", "not json", 400},
+		{"POST", "/events", "[1,2]", 400},
+		{"POST", "/events", `{"value":"mine"}`, 400},
+		{"POST", "/events/async", `{"id": 5}`, 400},
+		{"POST", "/events", `{"a":"` + strings.Repeat("x", 2048) + `"}`, 413},
+	} {
+		status, body, hdr := b.do(t, tc.method, tc.path, tc.body)
+		require.Equal(t, tc.status, status, "%s %s", tc.method, tc.path)
+		msg, ok := body["error"].(string)
+		require.True(t, ok && msg != "", "%s %s: error message in %v", tc.method, tc.path, body)
+		if status == 405 {
+			require.NotEmpty(t, hdr.Get("Allow"))
+		}
+	}
+	n, err := b.store.Count(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n, "no request above may write")
+	require.Empty(t, b.queue.ids)
+}
+
+func TestDatabaseUnreachableIs503WithoutInternalText(t *testing.T) {
+	t.Parallel()
+	// Nothing listens on port 1: every connection attempt is refused, as when the server is down.
+	db, err := mysql.Open(mysql.ConnConfig{DSN: "u:p@tcp(127.0.0.1:1)/x?timeout=1s"})
+	require.NoError(t, err)
+	defer db.Close()
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	srv := httptest.NewServer(&api.Server{Store: store})
+	defer srv.Close()
+	b := &testBundle{srv: srv}
+	for _, path := range []string{"/events", "/events/async"} {
+		status, body, hdr := b.do(t, "POST", path, "")
+		require.Equal(t, http.StatusServiceUnavailable, status)
+		require.Equal(t, "the database is unavailable; try again", body["error"])
+		require.NotContains(t, body["error"], "127.0.0.1")
+		require.Equal(t, "1", hdr.Get("Retry-After"))
+	}
+	status, _, _ := b.do(t, "GET", "/events/1", "")
+	require.Equal(t, http.StatusServiceUnavailable, status)
+}
+
+func jsonID(id int64) string { b, _ := json.Marshal(id); return string(b) }

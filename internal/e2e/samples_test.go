@@ -1,0 +1,110 @@
+// Package e2e tests the system end to end: the events/ samples through the handlers the Lambdas run,
+// and the whole local system through HTTP and the SQS protocol, on a real database.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
+	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce/internal/migration"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/stretchr/testify/require"
+)
+
+func sample[T any](t *testing.T, name string) T {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "events", name))
+	require.NoError(t, err)
+	var v T
+	require.NoError(t, json.Unmarshal(raw, &v), name)
+	return v
+}
+
+func body(t *testing.T, resp events.APIGatewayProxyResponse) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(resp.Body), &m), resp.Body)
+	return m
+}
+
+// Every sample in events/ is valid input for the handler it belongs to, and gets the answer the
+// contract promises. The samples are what `sam local invoke -e` and `make invoke` feed the functions.
+func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	client := testenv.SQS(t)
+	q := testenv.Queues(t, client, 30, 5)
+	ctx := context.Background()
+	apiHandler := httpadapter.New(&api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}}).ProxyWithContext
+
+	resp, err := apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-post-events.json"))
+	require.NoError(t, err)
+	require.Equal(t, 201, resp.StatusCode, resp.Body)
+	require.EqualValues(t, 1, body(t, resp)["id"], "a fresh database hands out id 1 first")
+
+	resp, err = apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-post-events-async.json"))
+	require.NoError(t, err)
+	require.Equal(t, 202, resp.StatusCode, resp.Body)
+	require.EqualValues(t, 2, body(t, resp)["id"])
+
+	resp, err = apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-get-events.json"))
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	require.EqualValues(t, 2, body(t, resp)["count"])
+
+	resp, err = apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-get-event.json"))
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	require.EqualValues(t, 1, body(t, resp)["id"])
+	require.Equal(t, "application/json", resp.MultiValueHeaders["Content-Type"][0])
+
+	// The SQS sample names event 2 (pending) and carries one corrupted message.
+	sqsEvent := sample[events.SQSEvent](t, "sqs-batch.json")
+	presp, err := (&processing.Processor{Store: store}).Handle(ctx, sqsEvent)
+	require.NoError(t, err)
+	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: sqsEvent.Records[1].MessageId}}, presp.BatchItemFailures)
+	e, err := store.Get(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, event.Processed, e.State)
+
+	pendingID, err := store.CreatePending(ctx)
+	require.NoError(t, err)
+	sresp, err := sweeping.New(store, sweeping.Config{Grace: -1}).Handle(ctx, sample[events.CloudWatchEvent](t, "scheduled.json"))
+	require.NoError(t, err)
+	require.Equal(t, 1, sresp.Processed)
+	e, err = store.Get(ctx, pendingID)
+	require.NoError(t, err)
+	require.Equal(t, event.BySweeper, e.ProcessedBy)
+
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "events", "migrate.json"))
+	require.NoError(t, err)
+	mres, err := (&migration.Handler{Open: func(context.Context) (*mysql.Store, error) { return store, nil }, Logger: testLogger()}).
+		Handle(ctx, raw)
+	require.NoError(t, err)
+	require.Equal(t, mysql.LatestVersion(), mres.Version)
+}
+
+func TestMigrateHandlerFailsTheDeployWhenARuleIsBroken(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := store.DB().ExecContext(ctx, "ALTER TABLE status ADD PRIMARY KEY (id)")
+	require.NoError(t, err)
+	_, err = (&migration.Handler{Open: func(context.Context) (*mysql.Store, error) { return store, nil }, Logger: testLogger()}).
+		Handle(ctx, json.RawMessage(`{}`))
+	require.ErrorContains(t, err, "schema rules broken")
+	require.ErrorContains(t, err, "status.PRIMARY")
+}

@@ -1,0 +1,92 @@
+package sweeping_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/stretchr/testify/require"
+)
+
+func pending(t *testing.T, store *mysql.Store, n int) {
+	t.Helper()
+	for range n {
+		_, err := store.CreatePending(context.Background())
+		require.NoError(t, err)
+	}
+}
+
+func countPending(t *testing.T, store *mysql.Store) int {
+	t.Helper()
+	var n int
+	require.NoError(t, store.DB().QueryRow("SELECT COUNT(*) FROM events WHERE state = 0").Scan(&n))
+	return n
+}
+
+func TestSweepDrainsInBatchesAndStopsOnAShortBatch(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	pending(t, store, 25)
+	s := sweeping.New(store, sweeping.Config{BatchSize: 10, Grace: -1})
+	res, err := s.Handle(context.Background(), events.CloudWatchEvent{})
+	require.NoError(t, err)
+	require.Equal(t, sweeping.Result{Processed: 25, Batches: 3}, res)
+	require.Zero(t, countPending(t, store))
+
+	var wrong int
+	require.NoError(t, store.DB().QueryRow(
+		"SELECT COUNT(*) FROM events WHERE processed_by <> ? OR process_count <> 1 OR value IS NULL", event.BySweeper).Scan(&wrong))
+	require.Zero(t, wrong)
+}
+
+func TestSweepRespectsTheGracePeriod(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	pending(t, store, 3)
+	res, err := sweeping.New(store, sweeping.Config{Grace: time.Hour}).Sweep(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, res.Processed)
+	require.Equal(t, 3, countPending(t, store))
+}
+
+func TestSweepStopsBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	pending(t, store, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	// Less than StopBefore remains: the sweep must not start a batch.
+	res, err := sweeping.New(store, sweeping.Config{Grace: -1, StopBefore: 5 * time.Second}).Sweep(ctx)
+	require.NoError(t, err)
+	require.True(t, res.Stopped)
+	require.Zero(t, res.Batches)
+	require.Equal(t, 5, countPending(t, store))
+}
+
+func TestRunKeepsSweepingUntilCancelled(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	s := sweeping.New(store, sweeping.Config{Grace: -1, IdleSleep: 10 * time.Millisecond, IdleJitter: 5 * time.Millisecond})
+	go func() { done <- s.Run(ctx) }()
+	// Events that arrive while the loop idles are picked up on a later pass.
+	for range 3 {
+		pending(t, store, 4)
+		testenv.Eventually(t, 10*time.Second, "the worker loop processed the new events", func() bool {
+			return countPending(t, store) == 0
+		})
+	}
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
