@@ -1,0 +1,69 @@
+package main
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// APIStageName is the stage of the REST API; the URL is https://<id>.execute-api.<region>.amazonaws.com/v1/.
+const APIStageName = "v1"
+
+// NewEventsAPI creates the REST API (v1) with Lambda proxy integrations for the four routes of
+// docs/contract.md. Every method requires SigV4-signed requests (AuthorizationType AWS_IAM) unless
+// public is true.
+func NewEventsAPI(scope constructs.Construct, id string, handler awslambda.IFunction, public bool) awsapigateway.RestApi {
+	accessLogs := awslogs.NewLogGroup(scope, jsii.String(id+"AccessLogs"), &awslogs.LogGroupProps{
+		Retention:     logRetention,
+		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
+	})
+
+	auth := awsapigateway.AuthorizationType_IAM
+	if public {
+		auth = awsapigateway.AuthorizationType_NONE
+	}
+
+	api := awsapigateway.NewRestApi(scope, &id, &awsapigateway.RestApiProps{
+		Description:   jsii.String("exactlyonce events API"),
+		EndpointTypes: &[]awsapigateway.EndpointType{awsapigateway.EndpointType_REGIONAL},
+		// The account-wide API Gateway CloudWatch role is not this stack's to own (see docs/deploy.md).
+		CloudWatchRole: jsii.Bool(false),
+		DeployOptions: &awsapigateway.StageOptions{
+			StageName:            jsii.String(APIStageName),
+			ThrottlingRateLimit:  jsii.Number(apiRateLimit),
+			ThrottlingBurstLimit: jsii.Number(apiBurstLimit),
+			MetricsEnabled:       jsii.Bool(true),
+			AccessLogDestination: awsapigateway.NewLogGroupLogDestination(accessLogs),
+			AccessLogFormat: awsapigateway.AccessLogFormat_JsonWithStandardFields(&awsapigateway.JsonWithStandardFieldProps{
+				Caller: jsii.Bool(true), HttpMethod: jsii.Bool(true), Ip: jsii.Bool(true),
+				Protocol: jsii.Bool(true), RequestTime: jsii.Bool(true), ResourcePath: jsii.Bool(true),
+				ResponseLength: jsii.Bool(true), Status: jsii.Bool(true), User: jsii.Bool(true),
+			}),
+		},
+		DefaultIntegration: awsapigateway.NewLambdaIntegration(handler, &awsapigateway.LambdaIntegrationOptions{
+			Proxy:           jsii.Bool(true),
+			AllowTestInvoke: jsii.Bool(false),
+		}),
+		DefaultMethodOptions: &awsapigateway.MethodOptions{AuthorizationType: auth},
+	})
+
+	validator := api.AddRequestValidator(jsii.String("RequestValidator"), &awsapigateway.RequestValidatorOptions{
+		ValidateRequestParameters: jsii.Bool(true),
+		ValidateRequestBody:       jsii.Bool(false), // the api validates bodies and answers with its own errors
+	})
+	withValidator := &awsapigateway.MethodOptions{AuthorizationType: auth, RequestValidator: validator}
+
+	events := api.Root().AddResource(jsii.String("events"), nil)
+	events.AddMethod(jsii.String("GET"), nil, withValidator)
+	events.AddMethod(jsii.String("POST"), nil, withValidator)
+	events.AddResource(jsii.String("async"), nil).AddMethod(jsii.String("POST"), nil, withValidator)
+	events.AddResource(jsii.String("{id}"), nil).AddMethod(jsii.String("GET"), nil, &awsapigateway.MethodOptions{
+		AuthorizationType: auth,
+		RequestValidator:  validator,
+		RequestParameters: &map[string]*bool{"method.request.path.id": jsii.Bool(true)},
+	})
+	return api
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/aws/constructs-go/constructs/v10"
+)
+
+// StackName is the CloudFormation stack name, so `cdk synth` writes cdk.out/ExactlyOnce.template.json.
+const StackName = "ExactlyOnce"
+
+// Context keys accepted on the command line (`cdk synth -c key=value`) or in cdk.json.
+const (
+	// ctxAssetDir is the folder holding <function>/bootstrap for each function (default build/lambda).
+	ctxAssetDir = "assetDir"
+	// ctxPublicAPI set to true opens the API without authorisation (demo only).
+	ctxPublicAPI = "publicApi"
+	// ctxLocalStack set to true builds the LocalStack variant: no VPC, Aurora or RDS Proxy;
+	// the functions get DB_DSN instead.
+	ctxLocalStack = "localstack"
+	// ctxDBDSN is the DSN the LocalStack variant passes to every function as DB_DSN.
+	ctxDBDSN = "dbDsn"
+	// ctxAWSEndpointURL is the AWS_ENDPOINT_URL the LocalStack variant passes to every function.
+	ctxAWSEndpointURL = "awsEndpointUrl"
+	// ctxLambdaArch is arm64 (default, what AWS runs) or x86_64 (LocalStack on an x86 host without emulation).
+	ctxLambdaArch = "lambdaArch"
+)
+
+// Defaults for the LocalStack variant: the MySQL and LocalStack services of localstack/docker-compose.yml,
+// reached by name from Lambda containers attached to the compose network.
+const (
+	DefaultLocalDSN         = "app:app@tcp(mysql:3306)/events?parseTime=true&interpolateParams=true"
+	DefaultLocalEndpointURL = "http://localstack:4566"
+)
+
+// Config is what the command line may change about the stack. Everything else is fixed in code,
+// where the tests can see it.
+type Config struct {
+	// AssetDir holds one folder per function, each with its `bootstrap` executable.
+	AssetDir string
+	// PublicAPI turns off authorisation on the API methods (AuthorizationType NONE).
+	PublicAPI bool
+	// LocalStack builds the variant for LocalStack's free plan.
+	LocalStack bool
+	// DBDSN is passed as DB_DSN in the LocalStack variant.
+	DBDSN string
+	// AWSEndpointURL is passed as AWS_ENDPOINT_URL in the LocalStack variant.
+	AWSEndpointURL string
+	// LambdaArch is "arm64" or "x86_64".
+	LambdaArch string
+}
+
+// ConfigFromContext reads Config from the construct tree's context (cdk.json and -c flags).
+func ConfigFromContext(node constructs.Node) (Config, error) {
+	cfg := Config{
+		AssetDir:       "build/lambda",
+		DBDSN:          DefaultLocalDSN,
+		AWSEndpointURL: DefaultLocalEndpointURL,
+		LambdaArch:     "arm64",
+	}
+	var err error
+	if v, ok := contextString(node, ctxAssetDir); ok {
+		cfg.AssetDir = v
+	}
+	if cfg.PublicAPI, err = contextBool(node, ctxPublicAPI); err != nil {
+		return cfg, err
+	}
+	if cfg.LocalStack, err = contextBool(node, ctxLocalStack); err != nil {
+		return cfg, err
+	}
+	if v, ok := contextString(node, ctxDBDSN); ok {
+		cfg.DBDSN = v
+	}
+	if v, ok := contextString(node, ctxAWSEndpointURL); ok {
+		cfg.AWSEndpointURL = v
+	}
+	if v, ok := contextString(node, ctxLambdaArch); ok {
+		cfg.LambdaArch = v
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate reports settings that cannot produce a working stack.
+func (c Config) Validate() error {
+	if c.AssetDir == "" {
+		return fmt.Errorf("context %s must not be empty", ctxAssetDir)
+	}
+	switch c.LambdaArch {
+	case "arm64", "x86_64":
+	default:
+		return fmt.Errorf("context %s=%q: want arm64 or x86_64", ctxLambdaArch, c.LambdaArch)
+	}
+	if c.LocalStack && c.DBDSN == "" {
+		return fmt.Errorf("context %s=true needs %s", ctxLocalStack, ctxDBDSN)
+	}
+	if !c.LocalStack && c.DBDSN != DefaultLocalDSN {
+		return fmt.Errorf("context %s is only used with %s=true; in AWS the functions reach Aurora through RDS Proxy", ctxDBDSN, ctxLocalStack)
+	}
+	return nil
+}
+
+// contextString returns a context value as a string; the CLI passes -c values as strings,
+// cdk.json may hold any JSON value.
+func contextString(node constructs.Node, key string) (string, bool) {
+	v := node.TryGetContext(&key)
+	if v == nil {
+		return "", false
+	}
+	switch t := v.(type) {
+	case string:
+		return t, true
+	default:
+		return fmt.Sprint(t), true
+	}
+}
+
+func contextBool(node constructs.Node, key string) (bool, error) {
+	s, ok := contextString(node, key)
+	if !ok || s == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(s))
+	if err != nil {
+		return false, fmt.Errorf("context %s=%q: want true or false", key, s)
+	}
+	return b, nil
+}

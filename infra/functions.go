@@ -1,0 +1,198 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// FunctionNames are the function folders of docs/contract.md: functions/<name>, built to
+// <assetDir>/<name>/bootstrap.
+var FunctionNames = []string{"api", "processor", "sweeper", "migrate"}
+
+// DatabaseAccess says how the functions reach the database: through the proxy inside the VPC
+// (Network and Database set), or with a DSN (LocalStack variant).
+type DatabaseAccess struct {
+	Network  *Network
+	Database *Database
+
+	DSN            string
+	AWSEndpointURL string
+}
+
+// FunctionsProps configures NewFunctions.
+type FunctionsProps struct {
+	AssetDir     string
+	Architecture awslambda.Architecture
+	Access       DatabaseAccess
+	Queue        awssqs.IQueue // the api sends to it
+}
+
+// Functions are the four Lambda functions of the application. They sit directly in the stack as
+// ApiFunction, ProcessorFunction, SweeperFunction and MigrateFunction: the names `sam local invoke`
+// takes (SAM derives them from the CDK construct path).
+type Functions struct {
+	API       awslambda.Function
+	Processor awslambda.Function
+	Sweeper   awslambda.Function
+	Migrate   awslambda.Function
+}
+
+type functionSpec struct {
+	name         string
+	description  string
+	timeout      time.Duration
+	maxOpenConns int
+	// migrateOnStart leaves DB_MIGRATE at its default (true); the others skip it because the
+	// migrate trigger has applied the schema before they can run.
+	migrateOnStart bool
+}
+
+// NewFunctions creates the functions, each with its own role, log group and (in AWS) security group.
+func NewFunctions(scope constructs.Construct, props FunctionsProps) *Functions {
+	f := &Functions{}
+	f.API = newFunction(scope, props, functionSpec{
+		name: "api", description: "Events REST API (API Gateway proxy integration)",
+		timeout: apiTimeout, maxOpenConns: apiMaxOpenConns,
+	})
+	f.Processor = newFunction(scope, props, functionSpec{
+		name: "processor", description: "Processes events from the SQS queue, reporting per-message failures",
+		timeout: processorTimeout, maxOpenConns: processorMaxOpenConns,
+	})
+	f.Sweeper = newFunction(scope, props, functionSpec{
+		name: "sweeper", description: "Scheduled sweep of pending events the queue path missed",
+		timeout: sweeperTimeout, maxOpenConns: sweeperMaxOpenConns,
+	})
+	f.Migrate = newFunction(scope, props, functionSpec{
+		name: "migrate", description: "Applies and verifies the schema; invoked by a CDK Trigger on deploy",
+		timeout: migrateTimeout, maxOpenConns: migrateMaxOpenConns, migrateOnStart: true,
+	})
+
+	// The api alone sends to SQS, and only to this queue.
+	props.Queue.GrantSendMessages(f.API)
+	f.API.AddEnvironment(jsii.String("QUEUE_URL"), props.Queue.QueueUrl(), nil)
+	if n := props.Access.Network; n != nil {
+		f.API.Connections().AllowTo(n.SqsEndpoint, awsec2.Port_Tcp(jsii.Number(443)), jsii.String("api to the SQS endpoint"))
+		// The processor extends the visibility of slow batches (sqs:ChangeMessageVisibility, granted
+		// with the mapping's consume permissions); it finds the queue URL from the records' ARN.
+		f.Processor.Connections().AllowTo(n.SqsEndpoint, awsec2.Port_Tcp(jsii.Number(443)), jsii.String("processor to the SQS endpoint"))
+	}
+
+	// The sweeper runs again next minute: a failed or stale tick is not worth a retry.
+	f.Sweeper.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{
+		RetryAttempts: jsii.Number(0),
+		MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(sweepRate.Seconds())),
+	})
+	return f
+}
+
+// constructID is the construct ID of a function: api -> ApiFunction.
+func constructID(name string) string {
+	return strings.ToUpper(name[:1]) + name[1:] + "Function"
+}
+
+func newFunction(scope constructs.Construct, props FunctionsProps, spec functionSpec) awslambda.Function {
+	id := constructID(spec.name)
+	logs := awslogs.NewLogGroup(scope, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
+		Retention:     logRetention,
+		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
+	})
+
+	// A role of its own, without AWSLambdaBasicExecutionRole: writing to its own log group is all the
+	// logging it needs (the log group exists, so no logs:CreateLogGroup).
+	role := awsiam.NewRole(scope, jsii.String(id+"Role"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+		Description: jsii.String(fmt.Sprintf("exactlyonce %s function", spec.name)),
+	})
+	logs.GrantWrite(role)
+
+	env := map[string]*string{
+		"DB_MAX_OPEN_CONNS": jsii.String(fmt.Sprint(spec.maxOpenConns)),
+		"LOG_LEVEL":         jsii.String("info"),
+	}
+	if !spec.migrateOnStart {
+		env["DB_MIGRATE"] = jsii.String("false")
+	}
+
+	fnProps := &awslambda.FunctionProps{
+		Description:   jsii.String(spec.description),
+		Runtime:       awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture:  props.Architecture,
+		Handler:       jsii.String("bootstrap"),
+		Code:          awslambda.Code_FromAsset(jsii.String(filepath.Join(props.AssetDir, spec.name)), nil),
+		Timeout:       awscdk.Duration_Seconds(jsii.Number(spec.timeout.Seconds())),
+		MemorySize:    jsii.Number(functionMemoryMB),
+		Role:          role,
+		LogGroup:      logs,
+		LoggingFormat: awslambda.LoggingFormat_JSON,
+		Environment:   &env,
+	}
+
+	access := props.Access
+	if access.Network != nil {
+		db := access.Database
+		env["DB_HOST"] = db.Proxy.Endpoint()
+		env["DB_PORT"] = jsii.String(fmt.Sprint(databasePort))
+		env["DB_NAME"] = jsii.String(databaseName)
+		env["DB_USER"] = jsii.String(databaseAdminUsername)
+		env["DB_IAM_AUTH"] = jsii.String("true")
+
+		fnProps.Vpc = access.Network.Vpc
+		fnProps.VpcSubnets = access.Network.FunctionSubnets()
+		// Egress is opened rule by rule below (proxy; the api also the SQS endpoint).
+		fnProps.AllowAllOutbound = jsii.Bool(false)
+		// What the Lambda service needs to attach the function to the VPC. These EC2 actions do not
+		// support resource-level permissions, hence "*" (the same statement as the AWS managed policy
+		// AWSLambdaVPCAccessExecutionRole, without its logs:* on every log group).
+		role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions: jsii.Strings(
+				"ec2:CreateNetworkInterface",
+				"ec2:DescribeNetworkInterfaces",
+				"ec2:DescribeSubnets",
+				"ec2:DeleteNetworkInterface",
+				"ec2:AssignPrivateIpAddresses",
+				"ec2:UnassignPrivateIpAddresses",
+			),
+			Resources: jsii.Strings("*"),
+		}))
+	} else {
+		env["DB_DSN"] = jsii.String(access.DSN)
+		env["AWS_ENDPOINT_URL"] = jsii.String(access.AWSEndpointURL)
+	}
+
+	fn := awslambda.NewFunction(scope, jsii.String(id), fnProps)
+
+	if access.Network != nil {
+		db := access.Database
+		fn.Connections().AllowTo(db.Proxy, awsec2.Port_Tcp(jsii.Number(databasePort)), jsii.String(spec.name+" to RDS Proxy"))
+		// rds-db:connect on this proxy as the admin user; no access to the secret itself.
+		db.Proxy.GrantConnect(fn, jsii.String(databaseAdminUsername))
+	}
+	return fn
+}
+
+// wireProcessor subscribes the processor to the queue. The mapping grants the processor
+// sqs:ReceiveMessage/DeleteMessage/ChangeMessageVisibility/GetQueueAttributes on this queue only.
+// LocalStack does not implement ScalingConfig, so the cap is left out there.
+func wireProcessor(processor awslambda.Function, queue awssqs.IQueue, capConcurrency bool) {
+	props := &awslambdaeventsources.SqsEventSourceProps{
+		BatchSize:               jsii.Number(batchSize),
+		MaxBatchingWindow:       awscdk.Duration_Seconds(jsii.Number(maxBatchingWindow.Seconds())),
+		ReportBatchItemFailures: jsii.Bool(true),
+	}
+	if capConcurrency {
+		props.MaxConcurrency = jsii.Number(processorConcurrency)
+	}
+	processor.AddEventSource(awslambdaeventsources.NewSqsEventSource(queue, props))
+}

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// The tests synthesise each variant of the app once and share it: a synthesis costs seconds of jsii
+// round trips, and the tests only read the result.
+
+var (
+	testRoot string // everything the tests write goes under it; removed at the end
+	assetDir string // fake build/lambda: <fn>/bootstrap files, created in TestMain
+)
+
+func TestMain(m *testing.M) {
+	root, err := os.MkdirTemp("", "infra-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testRoot = root
+	dir := filepath.Join(root, "lambda")
+	for _, fn := range FunctionNames {
+		if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err == nil {
+			// Distinct content per function, so each gets its own asset like the real binaries.
+			err = os.WriteFile(filepath.Join(dir, fn, "bootstrap"), []byte("#!/bin/sh\n# fake "+fn+"\n"), 0o755)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	assetDir = dir
+	code := m.Run()
+	jsii.Close()
+	os.RemoveAll(root)
+	os.Exit(code)
+}
+
+// newApp returns an App that synthesises under testRoot (by default each App would leave a
+// cdk.outXXXX folder in the system temp directory).
+func newApp(t *testing.T, context map[string]any) awscdk.App {
+	t.Helper()
+	out, err := os.MkdirTemp(testRoot, "cdk.out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := &awscdk.AppProps{Outdir: jsii.String(out)}
+	if context != nil {
+		props.Context = &context
+	}
+	return awscdk.NewApp(props)
+}
+
+type variant string
+
+const (
+	variantAWS        variant = "aws"
+	variantPublic     variant = "public"
+	variantLocalStack variant = "localstack"
+)
+
+// Settings of the LocalStack variant under test; deliberately not the defaults, to see them passed through.
+const (
+	testDSN         = "tester:secret@tcp(db.example:3306)/events?interpolateParams=true"
+	testEndpointURL = "http://localstack.example:4566"
+)
+
+func (v variant) config() Config {
+	cfg := Config{AssetDir: assetDir, DBDSN: DefaultLocalDSN, AWSEndpointURL: DefaultLocalEndpointURL, LambdaArch: "arm64"}
+	switch v {
+	case variantPublic:
+		cfg.PublicAPI = true
+	case variantLocalStack:
+		cfg.LocalStack = true
+		cfg.DBDSN = testDSN
+		cfg.AWSEndpointURL = testEndpointURL
+		cfg.LambdaArch = "x86_64"
+	}
+	return cfg
+}
+
+type synthesized struct {
+	stack       *ExactlyOnceStack
+	template    assertions.Template
+	json        map[string]any
+	annotations assertions.Annotations
+	missing     int // context lookups the app asked for
+}
+
+var (
+	synthMu    sync.Mutex
+	synthCache = map[variant]*synthesized{}
+)
+
+func synth(t *testing.T, v variant) *synthesized {
+	t.Helper()
+	synthMu.Lock()
+	defer synthMu.Unlock()
+	if s, ok := synthCache[v]; ok {
+		return s
+	}
+	app := newApp(t, nil)
+	stack, err := Build(app, v.config())
+	if err != nil {
+		t.Fatalf("Build(%s): %v", v, err)
+	}
+	asm := app.Synth(nil)
+	missing := 0
+	if m := asm.Manifest().Missing; m != nil {
+		missing = len(*m)
+	}
+	tpl := assertions.Template_FromStack(stack.Stack, nil)
+	raw, err := json.Marshal(tpl.ToJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	s := &synthesized{
+		stack:       stack,
+		template:    tpl,
+		json:        doc,
+		annotations: assertions.Annotations_FromStack(stack.Stack),
+		missing:     missing,
+	}
+	synthCache[v] = s
+	return s
+}
+
+// check runs one assertions.Template call; those report a mismatch by panicking.
+func check(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%s:\n%v", what, r)
+		}
+	}()
+	f()
+}
+
+// ref returns the logical ID behind a token that resolves to {"Ref": id}, e.g. fn.FunctionName().
+func (s *synthesized) ref(t *testing.T, token *string) string {
+	t.Helper()
+	resolved := s.stack.Resolve(token)
+	m, ok := resolved.(map[string]any)
+	if !ok {
+		t.Fatalf("token resolves to %#v, want a Ref", resolved)
+	}
+	id, ok := m["Ref"].(string)
+	if !ok {
+		t.Fatalf("token resolves to %#v, want a Ref", resolved)
+	}
+	return id
+}
+
+// getAttID returns the logical ID behind a token that resolves to {"Fn::GetAtt": [id, attr]}.
+func (s *synthesized) getAttID(t *testing.T, token *string) string {
+	t.Helper()
+	resolved := s.stack.Resolve(token)
+	if m, ok := resolved.(map[string]any); ok {
+		if ga, ok := m["Fn::GetAtt"].([]any); ok && len(ga) == 2 {
+			if id, ok := ga[0].(string); ok {
+				return id
+			}
+		}
+	}
+	t.Fatalf("token resolves to %#v, want Fn::GetAtt", resolved)
+	return ""
+}
+
+func (s *synthesized) resources() map[string]any {
+	return s.json["Resources"].(map[string]any)
+}
+
+// resource returns the template entry of a logical ID.
+func (s *synthesized) resource(t *testing.T, id string) map[string]any {
+	t.Helper()
+	r, ok := s.resources()[id].(map[string]any)
+	if !ok {
+		t.Fatalf("no resource %s in the template", id)
+	}
+	return r
+}
+
+func props(r map[string]any) map[string]any {
+	p, _ := r["Properties"].(map[string]any)
+	return p
+}
+
+// idsOfType lists the logical IDs of every resource of a type, sorted.
+func (s *synthesized) idsOfType(typ string) []string {
+	var ids []string
+	for id, r := range s.resources() {
+		if r.(map[string]any)["Type"] == typ {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// statement is one IAM policy statement with Action and Resource normalised to lists.
+type statement struct {
+	Effect    string
+	Actions   []string
+	Resources []any
+	Principal any
+	Condition any
+}
+
+func asList(v any) []any {
+	switch t := v.(type) {
+	case nil:
+		return nil
+	case []any:
+		return t
+	default:
+		return []any{t}
+	}
+}
+
+func statementsOf(doc any) []statement {
+	d, _ := doc.(map[string]any)
+	var out []statement
+	for _, raw := range asList(d["Statement"]) {
+		m := raw.(map[string]any)
+		st := statement{Resources: asList(m["Resource"]), Principal: m["Principal"], Condition: m["Condition"]}
+		st.Effect, _ = m["Effect"].(string)
+		for _, a := range asList(m["Action"]) {
+			st.Actions = append(st.Actions, a.(string))
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// policiesOfRole returns every statement of the AWS::IAM::Policy resources attached to a role.
+func (s *synthesized) policiesOfRole(t *testing.T, roleID string) []statement {
+	t.Helper()
+	var out []statement
+	for _, id := range s.idsOfType("AWS::IAM::Policy") {
+		p := props(s.resource(t, id))
+		for _, r := range asList(p["Roles"]) {
+			if m, ok := r.(map[string]any); ok && m["Ref"] == roleID {
+				out = append(out, statementsOf(p["PolicyDocument"])...)
+			}
+		}
+	}
+	// Inline policies on the role itself.
+	if rp := props(s.resource(t, roleID))["Policies"]; rp != nil {
+		for _, pol := range asList(rp) {
+			out = append(out, statementsOf(pol.(map[string]any)["PolicyDocument"])...)
+		}
+	}
+	return out
+}
+
+// allows reports whether any Allow statement grants action on a resource whose JSON contains resourceHint.
+func allows(stmts []statement, action, resourceHint string) bool {
+	for _, st := range stmts {
+		if st.Effect != "Allow" || !hasAction(st.Actions, action) {
+			continue
+		}
+		for _, r := range st.Resources {
+			raw, _ := json.Marshal(r)
+			if strings.Contains(string(raw), resourceHint) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasAction(actions []string, action string) bool {
+	for _, a := range actions {
+		if a == action || a == "*" {
+			return true
+		}
+		if strings.HasSuffix(a, "*") && strings.HasPrefix(action, strings.TrimSuffix(a, "*")) {
+			return true
+		}
+	}
+	return false
+}
+
+// grantsAnywhere reports whether any Allow statement grants action at all.
+func grantsAnywhere(stmts []statement, action string) bool {
+	for _, st := range stmts {
+		if st.Effect == "Allow" && hasAction(st.Actions, action) {
+			return true
+		}
+	}
+	return false
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func obj(m map[string]any) *map[string]any { return &m }
+
+func arr(v ...any) *[]any { return &v }

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+)
+
+// The numbers that shape the stack, in one place. docs/deploy.md ("Design decisions") explains each;
+// the tests read these constants so a change here is a change of the asserted template too.
+
+// Lambda timeouts and memory. 256 MB gives a Go binary ample heap and a proportionate CPU share;
+// these functions wait on the database, not on CPU.
+const (
+	apiTimeout       = 10 * time.Second // API Gateway's own limit is 29 s; a request that needs more is broken.
+	processorTimeout = 30 * time.Second // a batch of batchSize events, each one short transaction.
+	sweeperTimeout   = 60 * time.Second // one scheduled tick; the sweeper stops before its deadline.
+	migrateTimeout   = 5 * time.Minute  // first deploy: waits for the proxy target to become available.
+	triggerTimeout   = migrateTimeout + time.Minute
+	functionMemoryMB = 256
+)
+
+// Connection pool per execution environment (DB_MAX_OPEN_CONNS). One environment serves one
+// invocation at a time, so the api needs few; the batch workers keep the contract's default.
+const (
+	apiMaxOpenConns       = 2
+	processorMaxOpenConns = 4
+	sweeperMaxOpenConns   = 4
+	migrateMaxOpenConns   = 2
+)
+
+// Queue and event source mapping.
+const (
+	visibilityTimeout    = 6 * processorTimeout // AWS guidance: at least 6x the function timeout.
+	maxReceiveCount      = 5                    // AWS guidance: at least 5 before the DLQ.
+	queueRetention       = 4 * 24 * time.Hour
+	dlqRetention         = 14 * 24 * time.Hour // the SQS maximum: time to investigate and redrive.
+	batchSize            = 10
+	maxBatchingWindow    = 1 * time.Second
+	processorConcurrency = 5 // ScalingConfig.MaximumConcurrency (minimum allowed is 2).
+)
+
+// Sweeper schedule: rate(1 minute) is the shortest rate() expression EventBridge accepts.
+const sweepRate = 1 * time.Minute
+
+// Aurora Serverless v2 capacity range and RDS Proxy pool settings.
+const (
+	minACU                = 0.5 // auto-pause (0 ACU) cannot work with RDS Proxy and a per-minute sweeper.
+	maxACU                = 4   // max_connections is derived from the maximum ACU (about 135 at 4 ACU).
+	proxyMaxConnsPercent  = 90  // leave 10% of max_connections for administration.
+	proxyBorrowTimeout    = 5 * time.Second
+	lockWaitTimeoutSecs   = 5
+	backupRetentionDays   = 7
+	databaseName          = "events"
+	databaseAdminUsername = "admin"
+	databasePort          = 3306
+)
+
+// API Gateway stage throttling (requests per second, steady and burst).
+const (
+	apiRateLimit  = 50
+	apiBurstLimit = 100
+)
+
+// Log retention for every log group the stack creates (functions, API access, flow log, database).
+var logRetention = awslogs.RetentionDays_ONE_MONTH
+
+const logRetentionDays = 30 // what logRetention means in the template (RetentionInDays)
+
+// Alarm thresholds.
+const (
+	queueAgeAlarmSeconds = 300  // a healthy queue drains in seconds; 5 minutes means the processor is stuck.
+	api5xxRateThreshold  = 0.05 // 5% of requests over 5 minutes.
+)
