@@ -5,7 +5,7 @@ PKGS := ./cmd/... ./functions/... ./internal/...
 FUNCTIONS := api processor sweeper migrate
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: help run test test-go db sqslocal local lambdas fmt vet clean
+.PHONY: help run test test-go db sqslocal local vet clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -14,8 +14,10 @@ help: ## list the targets
 run: db sqslocal local ## run the whole system locally (MariaDB, local SQS, API on :8080, processor, sweeper)
 	scripts/run.sh
 
-test: db sqslocal ## every test: unit, integration (MariaDB + SQS protocol), infrastructure
+test: db sqslocal ## every test: unit, integration (MariaDB + SQS protocol), failure scenarios, infrastructure, bench smoke
 	$(MAKE) test-go
+	$(if $(wildcard chaos.mk),$(MAKE) chaos-short)
+	$(if $(wildcard bench.mk),$(MAKE) bench-smoke BENCH_OUT=build/bench-smoke.json)
 	$(if $(wildcard infra.mk),$(MAKE) test-infra)
 
 test-go: ## the Go tests of the application (needs `make db`)
@@ -38,3 +40,5 @@ clean: ## remove build output
 	rm -rf bin build cdk.out
 
 -include infra.mk
+-include bench.mk
+-include chaos.mk
