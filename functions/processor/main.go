@@ -13,6 +13,10 @@ import (
 
 func main() {
 	cfg := config.Must(config.Load(os.Getenv))
-	p := &processing.Processor{Store: config.Must(cfg.OpenStore(context.Background())), Logger: cfg.Logger()}
+	ctx := context.Background()
+	p := &processing.Processor{Store: config.Must(cfg.OpenStore(ctx)), Logger: cfg.Logger(),
+		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
+		// each record's eventSourceARN.
+		Visibility: &processing.Visibility{Client: config.Must(config.SQS(ctx)), QueueURL: cfg.QueueURL}}
 	lambda.Start(p.Handle)
 }

@@ -40,6 +40,9 @@ type Options struct {
 	// SweepTimeout each invocation's deadline (default 30s).
 	SweepInterval, SweepTimeout time.Duration
 	Sweep                       sweeping.Config
+	// VisibilityHeartbeat and VisibilityExtension shape the processor's visibility extension
+	// (see processing.Visibility; defaults 10s and 60s).
+	VisibilityHeartbeat, VisibilityExtension time.Duration
 }
 
 // System is a running local system.
@@ -69,7 +72,9 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		Handler:           &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	processor := &processing.Processor{Store: store, Logger: log}
+	processor := &processing.Processor{Store: store, Logger: log,
+		Visibility: &processing.Visibility{Client: client, QueueURL: opt.Queues.URL,
+			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}}
 	m := mapping.New(client, processor.Handle, mapping.Config{
 		QueueURL: opt.Queues.URL, QueueARN: opt.Queues.ARN,
 		BatchSize: opt.MappingBatchSize, Concurrency: opt.MappingConcurrency,

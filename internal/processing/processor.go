@@ -5,6 +5,7 @@ package processing
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce/internal/event"
@@ -22,6 +23,10 @@ type Processor struct {
 	Store    Store
 	Logger   *slog.Logger
 	NewValue func(id int64) string // default: event.NewValue
+	// Visibility, when set, keeps a batch's messages invisible for as long as the batch is being
+	// processed, so that a batch slower than the queue's visibility timeout is not delivered to a
+	// second worker meanwhile (see visibility.go). Nil: no extension.
+	Visibility *Visibility
 }
 
 // Handle is the Lambda handler. It never returns an error (which would fail the whole batch): it
@@ -49,6 +54,13 @@ func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 	fail := func(messageID string) {
 		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: messageID})
 	}
+	if p.Visibility != nil && len(ev.Records) > 0 {
+		var wg sync.WaitGroup
+		stop := p.Visibility.keep(ctx, ev.Records, log, &wg)
+		defer wg.Wait() // no extension outlives the handler: the mapping deletes next
+		defer stop()
+	}
+
 	idOf := make(map[string]int64, len(ev.Records))
 	ids := make([]int64, 0, len(ev.Records))
 	malformed := 0

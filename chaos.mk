@@ -1,0 +1,27 @@
+# Failure testing: the chaos run, the real bootstraps through a local Lambda Runtime API, LocalStack,
+# fuzzing. Included by the root Makefile (`-include chaos.mk`). docs/guarantees.md explains each.
+GO ?= go
+CHAOS_DURATION ?= 3m
+CHAOS_FLAGS ?=
+FN ?= api
+EVENT ?= events/api-post-events.json
+FUZZTIME ?= 60s
+
+.PHONY: chaos chaos-short invoke test-localstack fuzz-api
+
+chaos: db sqslocal ## the long chaos run (CHAOS_DURATION=3m): kills, database restarts, poison; checks the invariants, prints the figures
+	$(GO) build -o bin/chaos ./cmd/chaos
+	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal bin/chaos -duration $(CHAOS_DURATION) -clients 8 -processors 3 -sweepers 2 -db-restarts 4 -poison 10 $(CHAOS_FLAGS)
+
+chaos-short: db sqslocal ## the short chaos run (30 s of creates); `make test` runs the same as TestChaosShort
+	$(GO) build -o bin/chaos ./cmd/chaos
+	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal bin/chaos -duration 30s -clients 6 -processors 2 -sweepers 1 -kill-every 1s -poison 4 -visibility 2 -max-receive 8 $(CHAOS_FLAGS)
+
+invoke: db sqslocal ## run a function's real bootstrap on a local Lambda Runtime API: make invoke FN=api EVENT=events/api-post-events.json
+	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal $(GO) run ./cmd/invoke -fn $(FN) -event $(EVENT)
+
+test-localstack: ## the end-to-end flows through LocalStack and the compose MySQL; skips when they are not running (localstack/TESTING.md)
+	$(GO) test -count=1 -v -timeout 30m ./localstack/
+
+fuzz-api: db ## fuzz the API handler for FUZZTIME (default 60s); the corpus in internal/api/testdata/fuzz runs in every `make test`
+	$(GO) test -run '^$$' -fuzz FuzzAPI -fuzztime $(FUZZTIME) ./internal/api

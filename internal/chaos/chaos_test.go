@@ -1,0 +1,102 @@
+package chaos_test
+
+import (
+	"context"
+	"database/sql"
+	"io"
+	stdlog "log"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/chaos"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	drv "github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMain runs the tests, or a worker process when the run starts this binary again as one.
+func TestMain(m *testing.M) {
+	_ = drv.SetLogger(stdlog.New(io.Discard, "", 0)) // connections the run cuts are expected
+	if role := os.Getenv(testenv.ChildRoleEnv); role != "" {
+		os.Exit(chaos.RunWorker(role))
+	}
+	os.Exit(m.Run())
+}
+
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// The checker must be able to fail: a short run (with kills and a database restart, under the
+// race detector), then the invariants broken on purpose after the system settled, one of each
+// kind; the report must name exactly those.
+func TestChaosCheckerReportsEveryViolation(t *testing.T) {
+	t.Parallel()
+	rep, err := chaos.Run(context.Background(), chaos.Config{
+		Duration: 6 * time.Second, Clients: 4, Processors: 1, Sweepers: 1, KillEvery: 2 * time.Second,
+		DBRestarts: 1, Poison: 2, SweepGrace: time.Second, Visibility: 1, MaxReceive: 8, SQSEndpoint: testenv.SQSEndpoint(t), Log: logWriter{t},
+		BeforeCheck: func(ctx context.Context, db *sql.DB, client *sqs.Client, q queue.Queues) error {
+			for _, stmt := range []string{
+				// an async event processed twice
+				"UPDATE events SET process_count = 2 WHERE processed_by IN ('processor', 'sweeper') LIMIT 1",
+				// an acknowledged event lost
+				"DELETE FROM events WHERE processed_by = 'api' LIMIT 1",
+				// an id stored twice (and GET /events back to the acknowledged number)
+				"INSERT INTO events SELECT * FROM events WHERE processed_by = 'api' LIMIT 1",
+			} {
+				if _, err := db.ExecContext(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			// a good message in the DLQ
+			_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.DLQURL), MessageBody: aws.String(queue.Encode(1))})
+			return err
+		},
+	})
+	require.NoError(t, err)
+	t.Log("\n" + rep.String())
+	require.False(t, rep.OK())
+	require.Equal(t, 1, rep.Duplicates)
+	require.Equal(t, 1, rep.Lost)
+	require.Equal(t, 1, rep.DuplicateIDs)
+	want := []string{"processed 2 times", "does not exist", "is stored twice", "the DLQ holds"}
+	require.Len(t, rep.Violations, len(want), "only the violations made on purpose: %q", rep.Violations)
+	for i, w := range want {
+		require.True(t, strings.Contains(strings.Join(rep.Violations, "\n"), w), "violation %d %q reported in %q", i, w, rep.Violations)
+	}
+	require.Positive(t, rep.DBStops+rep.DBKills, "the database was restarted")
+	require.Positive(t, rep.AsyncCreates)
+}
+
+// The short chaos run, in a Go test (under the race detector): `make chaos-short` runs the same
+// with bin/chaos as part of `make test`, so this one runs only when CHAOS_DURATION is set, e.g.
+// CHAOS_DURATION=30s go test -run TestChaosShort ./internal/chaos
+func TestChaosShort(t *testing.T) {
+	t.Parallel()
+	v := os.Getenv("CHAOS_DURATION")
+	if v == "" {
+		t.Skip("`make chaos-short` runs the short chaos run; set CHAOS_DURATION to run it here")
+	}
+	duration, err := time.ParseDuration(v)
+	require.NoError(t, err)
+	rep, err := chaos.Run(context.Background(), chaos.Config{
+		Duration: duration, Clients: 6, Processors: 2, Sweepers: 1, KillEvery: time.Second, DBRestarts: 2, Poison: 4,
+		SQSEndpoint: testenv.SQSEndpoint(t), Log: logWriter{t},
+	})
+	require.NoError(t, err)
+	t.Log("\n" + rep.String())
+	require.True(t, rep.OK(), rep.String())
+	require.Positive(t, rep.ProcessorKills+rep.SweeperKills, "workers were killed")
+	require.Positive(t, rep.DBStops+rep.DBKills, "the database was restarted")
+	require.Positive(t, rep.AsyncCreates)
+	require.Positive(t, rep.SyncCreates)
+	require.Equal(t, rep.PoisonInjected, rep.PoisonInDLQ)
+}

@@ -1,0 +1,132 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	stdlog "log"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/mapping"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	drv "github.com/go-sql-driver/mysql"
+)
+
+// Worker roles: the processes the chaos run starts, kills and starts again.
+const (
+	RoleProcessor = "processor" // the local event source mapping with the processor's handler
+	RoleSweeper   = "sweeper"   // the sweeper's worker loop
+)
+
+// WorkerStats is what a worker reports on stdout, as a line "stats {json}", every 200 ms: its
+// counters since it started. A killed worker's last line is what the run counts for it.
+type WorkerStats struct {
+	Deadlocks        int64 `json:"deadlocks"`
+	LockWaitTimeouts int64 `json:"lockWaitTimeouts"`
+	Retries          int64 `json:"retries"`
+	GaveUp           int64 `json:"gaveUp"`
+	Received         int64 `json:"received"`
+	Deleted          int64 `json:"deleted"`
+	Failed           int64 `json:"failed"`
+	Swept            int64 `json:"swept"`
+	Extended         int64 `json:"extended"`
+}
+
+func (s *WorkerStats) add(o WorkerStats) {
+	s.Deadlocks += o.Deadlocks
+	s.LockWaitTimeouts += o.LockWaitTimeouts
+	s.Retries += o.Retries
+	s.GaveUp += o.GaveUp
+	s.Received += o.Received
+	s.Deleted += o.Deleted
+	s.Failed += o.Failed
+	s.Swept += o.Swept
+	s.Extended += o.Extended
+}
+
+// RunWorker is a worker process's main: it runs role until SIGTERM (or until it is killed, which is
+// the point). Configuration comes from the environment: DB_DSN, QUEUE_URL, AWS_ENDPOINT_URL_SQS,
+// CHAOS_VISIBILITY (the queue's visibility timeout in seconds), CHAOS_SWEEP_GRACE.
+func RunWorker(role string) int {
+	_ = drv.SetLogger(stdlog.New(io.Discard, "", 0))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	db, err := mysql.Open(mysql.ConnConfig{DSN: os.Getenv("DB_DSN"), MaxOpenConns: 4})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	visibility, _ := strconv.Atoi(os.Getenv("CHAOS_VISIBILITY"))
+	visibility = max(visibility, 1)
+	grace, err := time.ParseDuration(os.Getenv("CHAOS_SWEEP_GRACE"))
+	if err != nil {
+		grace = 3 * time.Second
+	}
+
+	var stats func() WorkerStats
+	var run func(context.Context)
+	switch role {
+	case RoleProcessor:
+		client := testenv.NewSQSClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
+		queueURL := os.Getenv("QUEUE_URL")
+		vis := &processing.Visibility{Client: client, QueueURL: queueURL,
+			Heartbeat: time.Duration(visibility) * time.Second / 2, Extension: time.Duration(visibility) * time.Second}
+		p := &processing.Processor{Store: store, Logger: log, Visibility: vis}
+		m := mapping.New(client, p.Handle, mapping.Config{QueueURL: queueURL, Concurrency: 2, BatchSize: 10,
+			WaitTime: time.Second, Timeout: 30 * time.Second, Logger: log})
+		stats = func() WorkerStats {
+			st := store.Stats()
+			_, received, deleted, failed, _ := m.Stats.Snapshot()
+			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
+				GaveUp: st.GaveUp, Received: received, Deleted: deleted, Failed: failed, Extended: vis.Extended.Load()}
+		}
+		run = func(ctx context.Context) { _ = m.Run(ctx) }
+	case RoleSweeper:
+		counting := &countingStore{Store: store}
+		s := sweeping.New(counting, sweeping.Config{Grace: grace, BatchSize: 20, IdleSleep: 200 * time.Millisecond,
+			IdleJitter: 200 * time.Millisecond, Logger: log})
+		stats = func() WorkerStats {
+			st := store.Stats()
+			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
+				GaveUp: st.GaveUp, Swept: counting.swept.Load()}
+		}
+		run = func(ctx context.Context) { _ = s.Run(ctx) }
+	default:
+		fmt.Fprintf(os.Stderr, "unknown worker role %q\n", role)
+		return 2
+	}
+
+	report := func() {
+		b, _ := json.Marshal(stats())
+		fmt.Printf("stats %s\n", b)
+	}
+	fmt.Println("started")
+	done := make(chan struct{})
+	go func() { run(ctx); close(done) }()
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			report()
+			return 0
+		case <-t.C:
+			report()
+		}
+	}
+}

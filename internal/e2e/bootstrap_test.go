@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/stretchr/testify/require"
+)
+
+// The real binaries: each function's bootstrap, built as it is deployed (GOOS=linux,
+// CGO_ENABLED=0, -tags lambda.norpc; for this machine's architecture), runs against the Lambda
+// Runtime API and answers the events/ samples as the contract says. `make invoke` does the same
+// by hand.
+func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds four binaries")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	functions := []string{"api", "processor", "sweeper", "migrate"}
+	bootstraps := map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, len(functions))
+	start := time.Now()
+	for _, fn := range functions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := runtimeapi.BuildBootstrap(ctx, testenv.RepoRoot(), fn, dir)
+			errs <- err
+			mu.Lock()
+			bootstraps[fn] = p
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	t.Logf("built %d bootstraps in %s", len(functions), time.Since(start).Round(time.Millisecond))
+
+	// An empty database, not migrated: the migrate function does it, as the deploy's Trigger.
+	dsn := testenv.NewDatabase(t)
+	client := testenv.SQS(t)
+	q := testenv.Queues(t, client, 30, 5)
+	env := []string{"DB_DSN=" + dsn, "DB_MIGRATE=false", "QUEUE_URL=" + q.URL,
+		"AWS_ENDPOINT_URL_SQS=" + testenv.SQSEndpoint(t), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+		"SWEEP_GRACE=1ms", "LOG_LEVEL=warn"}
+	start1 := func(fn string, timeout time.Duration, env []string) *runtimeapi.Process {
+		p, err := runtimeapi.StartProcess(runtimeapi.ProcessConfig{Bootstrap: bootstraps[fn], Function: fn,
+			Env: env, Timeout: timeout, Output: testLogWriterFor(t, fn)})
+		require.NoError(t, err)
+		t.Cleanup(p.Stop)
+		return p
+	}
+	invoke := func(p *runtimeapi.Process, sample string) runtimeapi.Result {
+		t.Helper()
+		raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "events", sample))
+		require.NoError(t, err)
+		ictx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		res, err := p.Invoke(ictx, raw)
+		require.NoError(t, err)
+		require.Nil(t, res.Error, "%s: %v", sample, res.Error)
+		return res
+	}
+
+	res := invoke(start1("migrate", 30*time.Second, env), "migrate.json")
+	var migrated struct {
+		Version int `json:"version"`
+	}
+	require.NoError(t, json.Unmarshal(res.Payload, &migrated), string(res.Payload))
+	require.Equal(t, mysql.LatestVersion(), migrated.Version)
+
+	api := start1("api", 30*time.Second, env) // one execution environment, invoked four times (warm)
+	for _, c := range []struct {
+		sample string
+		status int
+		body   string
+	}{
+		{"api-post-events.json", 201, `"id":1`},
+		{"api-post-events-async.json", 202, `{"id":2}`},
+		{"api-get-events.json", 200, `{"count":2}`},
+		{"api-get-event.json", 200, `"id":1`},
+	} {
+		var resp events.APIGatewayProxyResponse
+		require.NoError(t, json.Unmarshal(invoke(api, c.sample).Payload, &resp))
+		require.Equal(t, c.status, resp.StatusCode, c.sample)
+		require.Contains(t, resp.Body, c.body, c.sample)
+	}
+	require.Positive(t, api.InitDuration())
+	t.Logf("api init duration %s", api.InitDuration().Round(time.Microsecond))
+
+	// The SQS sample names event 2 (now pending, queued by the async create) and one corrupted message.
+	var sqsResp events.SQSEventResponse
+	require.NoError(t, json.Unmarshal(invoke(start1("processor", 30*time.Second, env), "sqs-batch.json").Payload, &sqsResp))
+	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: "2e1424d4-f796-459a-8184-9c92662be6da"}}, sqsResp.BatchItemFailures)
+
+	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	e, err := store.Get(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, event.ByProcessor, e.ProcessedBy)
+
+	pendingID, err := store.CreatePending(ctx)
+	require.NoError(t, err)
+	res = invoke(start1("sweeper", 30*time.Second, env), "scheduled.json")
+	require.JSONEq(t, `{"processed":1,"batches":1,"stoppedForDeadline":false}`, string(res.Payload))
+	requireProcessedOnce(t, db, []int64{1, 2, pendingID})
+
+	// The deadline header is honoured: with a 1 s function timeout, less than the sweeper's 2 s
+	// safety margin remains, so it starts no batch.
+	res = invoke(start1("sweeper", time.Second, env), "scheduled.json")
+	require.JSONEq(t, `{"processed":0,"batches":0,"stoppedForDeadline":true}`, string(res.Payload))
+
+	// A function that cannot start (no database configured) is reported as Lambda does.
+	var noDB []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "DB_DSN=") {
+			noDB = append(noDB, kv)
+		}
+	}
+	broken := start1("api", 30*time.Second, noDB)
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "events", "api-get-events.json"))
+	require.NoError(t, err)
+	res, err = broken.Invoke(ctx, raw)
+	require.NoError(t, err)
+	require.NotNil(t, res.Error)
+	require.Equal(t, "Runtime.ExitError", res.Error.Type)
+}
+
+func testLogWriterFor(t *testing.T, fn string) *lineLogger { return &lineLogger{t: t, prefix: fn} }
+
+// lineLogger sends a function's output to the test log.
+type lineLogger struct {
+	t      *testing.T
+	prefix string
+	mu     sync.Mutex
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.t.Logf("%s | %s", l.prefix, strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,25 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+)
+
+// The end-to-end flows of flows.go against the local system (the API over HTTP, the processor
+// behind the local event source mapping, the sweeper), on goaws and MariaDB. The LocalStack tests
+// (localstack/e2e_test.go) run the same flows through LocalStack.
+func TestFlowsAgainstTheLocalSystem(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 8)
+	client := testenv.SQS(t)
+	q := testenv.Queues(t, client, 1, 2)
+	sys := startSystem(t, q, store, 2*time.Second)
+	tg := Target{APIURL: sys.URL, SQS: client, QueueURL: q.URL, DLQURL: q.DLQURL,
+		Settle: 30 * time.Second, PoisonSettle: 30 * time.Second, Exclusive: true}
+	t.Run("creates", func(t *testing.T) { FlowCreates(t, tg, 8, 10) })
+	t.Run("duplicate messages", func(t *testing.T) { FlowDuplicateMessages(t, tg) })
+	t.Run("poison", func(t *testing.T) { FlowPoison(t, tg) })
+}

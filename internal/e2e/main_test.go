@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	stdlog "log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/mapping"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	drv "github.com/go-sql-driver/mysql"
+)
+
+// TestMain runs the tests, or, when the test binary is started again by a test in a child role, a
+// real process that the test can kill: a processor or an API server.
+func TestMain(m *testing.M) {
+	// The driver logs every connection the tests cut or kill; the tests assert on what matters.
+	_ = drv.SetLogger(stdlog.New(io.Discard, "", 0))
+	if role := os.Getenv(testenv.ChildRoleEnv); role != "" {
+		os.Exit(runChild(role))
+	}
+	os.Exit(m.Run())
+}
+
+// Child processes are configured by the environment:
+//
+//	DB_DSN                 the test's database
+//	AWS_ENDPOINT_URL_SQS   the SQS endpoint
+//	QUEUE_URL              the queue to poll (processor) or send to (api)
+//	CHILD_HANG             processor only: "claimed" hangs inside the processing transaction, after
+//	                       the claim and before the commit; "handled" hangs after the handler has
+//	                       returned (committed) and before the mapping acknowledges (deletes)
+//
+// A child says what it does on stdout, one line per step, for the test to await.
+func runChild(role string) int {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := mysql.Open(mysql.ConnConfig{DSN: os.Getenv("DB_DSN"), MaxOpenConns: 4})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	client := testenv.NewSQSClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
+	queueURL := os.Getenv("QUEUE_URL")
+	hang := func() { time.Sleep(time.Hour) } // until the test kills this process
+
+	switch role {
+	case "processor":
+		p := &processing.Processor{Store: store, Logger: log}
+		mode := os.Getenv("CHILD_HANG")
+		if mode == "claimed" {
+			p.NewValue = func(id int64) string {
+				fmt.Printf("claimed %d\n", id)
+				hang()
+				return ""
+			}
+		}
+		handler := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+			for _, r := range ev.Records {
+				fmt.Printf("received %s\n", r.MessageId)
+			}
+			resp, err := p.Handle(ctx, ev)
+			if mode == "handled" {
+				fmt.Printf("handled failures=%d\n", len(resp.BatchItemFailures))
+				hang()
+			}
+			return resp, err
+		}
+		m := mapping.New(client, handler, mapping.Config{QueueURL: queueURL, Concurrency: 1, BatchSize: 1, Logger: log})
+		fmt.Println("polling")
+		_ = m.Run(context.Background())
+		return 0
+	case "api":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		srv := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: queueURL}, Logger: log}
+		fmt.Printf("listening http://%s\n", ln.Addr())
+		_ = http.Serve(ln, srv)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
+	return 2
+}

@@ -1,0 +1,124 @@
+package processing
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// VisibilityClient is the one SQS call the extension makes (an *sqs.Client has it).
+// ChangeMessageVisibility, one message at a time, rather than the batch call: local emulators
+// (goaws) implement only this one, and a batch has at most a handful of messages.
+type VisibilityClient interface {
+	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+}
+
+// Visibility extends the visibility timeout of a batch's messages while the batch is being
+// processed (AWS's advice for slow work: see ../shared/notes/aws.md). After Heartbeat, and every
+// Heartbeat after that until the handler returns, each message of the batch is made invisible for
+// another Extension from that moment. A batch that finishes within Heartbeat makes no call at all.
+//
+// Correctness never depends on it: an event is processed once whatever the queue does (the
+// claim is a row lock, the write is guarded by state = 0). It saves the second delivery, and with
+// it a busy failure and a wasted receive on the way to the DLQ.
+//
+// Extension must be longer than Heartbeat, and Heartbeat shorter than the queue's visibility
+// timeout; in AWS the function's timeout is also below it (the mapping requires that), so the
+// extension matters for slow batches on queues whose timeout is close to the function's.
+type Visibility struct {
+	// Client makes the calls. Required.
+	Client VisibilityClient
+	// QueueURL is the queue the messages come from. Empty: derived from each record's
+	// eventSourceARN (arn:aws:sqs:region:account:name). The SDK sends the call to its own endpoint
+	// (AWS_ENDPOINT_URL_SQS), whatever host the URL names.
+	QueueURL string
+	// Heartbeat is how long after the batch starts, and then how often, visibility is extended.
+	// Default 10 s.
+	Heartbeat time.Duration
+	// Extension is the visibility timeout each heartbeat sets, counted from that moment. Default
+	// 60 s; at least twice Heartbeat is sensible, so one lost call does not let a message go.
+	Extension time.Duration
+	// Extended counts the successful extensions (one per message per heartbeat), for tests and
+	// metrics. Safe for concurrent use.
+	Extended atomic.Int64
+}
+
+// keep starts extending the records' visibility and returns the function that stops it. wg is
+// done once no call is in flight.
+func (v *Visibility) keep(ctx context.Context, records []events.SQSMessage, log *slog.Logger, wg *sync.WaitGroup) (stop func()) {
+	heartbeat := cmp.Or(v.Heartbeat, 10*time.Second)
+	extension := cmp.Or(v.Extension, 60*time.Second)
+	done := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for _, r := range records {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				url := v.QueueURL
+				if url == "" {
+					var err error
+					if url, err = QueueURLFromARN(r.EventSourceARN); err != nil {
+						log.Warn("processor: cannot extend visibility", "messageId", r.MessageId, "err", err)
+						continue
+					}
+				}
+				// Not the handler's context: a call started just before the deadline still ends
+				// cleanly, and is bounded on its own.
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				_, err := v.Client.ChangeMessageVisibility(cctx, &sqs.ChangeMessageVisibilityInput{
+					QueueUrl:          aws.String(url),
+					ReceiptHandle:     aws.String(r.ReceiptHandle),
+					VisibilityTimeout: int32(max(extension/time.Second, 1)),
+				})
+				cancel()
+				if err != nil {
+					// The message may come back early; its event is still processed once.
+					log.Warn("processor: visibility extension failed", "messageId", r.MessageId, "err", err)
+					continue
+				}
+				v.Extended.Add(1)
+			}
+			log.Debug("processor: extended visibility", "messages", len(records), "for", extension.String())
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
+}
+
+// QueueURLFromARN returns the URL of the SQS queue an ARN names: arn:aws:sqs:REGION:ACCOUNT:NAME
+// is https://sqs.REGION.amazonaws.com/ACCOUNT/NAME.
+func QueueURLFromARN(arn string) (string, error) {
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[4] == "" || parts[5] == "" {
+		return "", fmt.Errorf("not an SQS queue ARN: %q", arn)
+	}
+	region := cmp.Or(parts[3], "us-east-1")
+	host := "sqs." + region + ".amazonaws.com"
+	if strings.HasPrefix(parts[1], "aws-cn") {
+		host += ".cn"
+	}
+	return "https://" + host + "/" + parts[4] + "/" + parts[5], nil
+}

@@ -1,0 +1,155 @@
+// Integration tests through LocalStack: the end-to-end flows of internal/e2e/flows.go (the same
+// flows CI runs against goaws and MariaDB) against LocalStack's SQS and the compose MySQL, and
+// against the stack deployed into LocalStack (API Gateway, Lambda, the SQS event source mapping,
+// EventBridge). Each test skips, saying why and what to start, when LocalStack (or the database,
+// or the deployed stack) is not reachable. See TESTING.md.
+//
+//	docker compose -f localstack/docker-compose.yml up -d --wait
+//	make test-localstack
+package localstack_test
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/e2e"
+	"github.com/exactlyonce/exactlyonce/internal/local"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	drv "github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+)
+
+const howToStart = "start it with `docker compose -f localstack/docker-compose.yml up -d --wait` (see localstack/TESTING.md)"
+
+// endpoint is LocalStack's edge endpoint: LOCALSTACK_ENDPOINT, default http://127.0.0.1:4566.
+func endpoint() string { return cmp.Or(os.Getenv("LOCALSTACK_ENDPOINT"), "http://127.0.0.1:4566") }
+
+// requireLocalStack returns an SQS client for LocalStack, or skips the test if it does not answer.
+func requireLocalStack(t *testing.T) *sqs.Client {
+	t.Helper()
+	client := testenv.NewSQSClient(endpoint())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := client.ListQueues(ctx, &sqs.ListQueuesInput{}); err != nil {
+		t.Skipf("LocalStack is not reachable at %s (%v): %s", endpoint(), err, howToStart)
+	}
+	return client
+}
+
+// database creates a database for the test on the compose MySQL (LOCALSTACK_DB_ADMIN_DSN, default
+// its root user on 127.0.0.1:3306), migrated, or skips if the server does not answer.
+func database(t *testing.T) *mysql.Store {
+	t.Helper()
+	cfg, err := drv.ParseDSN(cmp.Or(os.Getenv("LOCALSTACK_DB_ADMIN_DSN"), "root:root@tcp(127.0.0.1:3306)/"))
+	require.NoError(t, err)
+	cfg.DBName = ""
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := admin.PingContext(ctx); err != nil {
+		t.Skipf("the compose MySQL is not reachable at %s (%v): %s", cfg.Addr, err, howToStart)
+	}
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	name := "ls_" + hex.EncodeToString(b)
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + name) })
+	cfg.DBName = name
+	db, err := mysql.Open(mysql.ConnConfig{DSN: cfg.FormatDSN(), MaxOpenConns: 8})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	require.NoError(t, mysql.Migrate(context.Background(), db))
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	return store
+}
+
+// The local system (API, processor behind the local event source mapping, sweeper) on LocalStack's
+// SQS and the compose MySQL: the flows CI runs on goaws and MariaDB, on the other implementations.
+func TestFlowsOnLocalStackServices(t *testing.T) {
+	client := requireLocalStack(t)
+	store := database(t)
+	ctx := context.Background()
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	q, err := queue.Ensure(ctx, client, queue.QueueSpec{Name: "e2e-" + hex.EncodeToString(b), VisibilityTimeout: 2, MaxReceiveCount: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = client.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(q.URL)})
+		_, _ = client.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(q.DLQURL)})
+	})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sctx, cancel := context.WithCancel(ctx)
+	sys, err := local.Start(sctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: q,
+		SweepInterval: 500 * time.Millisecond, Sweep: sweeping.Config{Grace: 5 * time.Second, Logger: quiet}}, quiet)
+	require.NoError(t, err)
+	t.Cleanup(func() { cancel(); _ = sys.Wait() })
+
+	tg := e2e.Target{APIURL: sys.URL, SQS: client, QueueURL: q.URL, DLQURL: q.DLQURL,
+		Settle: 60 * time.Second, PoisonSettle: 90 * time.Second, Exclusive: true}
+	t.Run("creates", func(t *testing.T) { e2e.FlowCreates(t, tg, 8, 10) })
+	t.Run("duplicate messages", func(t *testing.T) { e2e.FlowDuplicateMessages(t, tg) })
+	t.Run("poison", func(t *testing.T) { e2e.FlowPoison(t, tg) })
+}
+
+// outputs are the stack outputs `make deploy-localstack` writes (cdk deploy --outputs-file).
+type outputs struct {
+	APIURL, QueueURL, DLQURL string
+}
+
+func deployed(t *testing.T) outputs {
+	t.Helper()
+	path := cmp.Or(os.Getenv("LOCALSTACK_OUTPUTS"), filepath.Join("..", "build", "cdk-outputs.localstack.json"))
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Skipf("no deployed stack: %v (deploy it with `make deploy-localstack`, see localstack/README.md)", err)
+	}
+	var stacks map[string]map[string]string
+	require.NoError(t, json.Unmarshal(raw, &stacks), path)
+	for _, o := range stacks {
+		if o["ApiUrl"] != "" {
+			return outputs{APIURL: cmp.Or(os.Getenv("LOCALSTACK_API_URL"), strings.TrimSuffix(o["ApiUrl"], "/")),
+				QueueURL: o["QueueUrl"], DLQURL: o["DeadLetterQueueUrl"]}
+		}
+	}
+	t.Skipf("%s names no stack with an ApiUrl output", path)
+	return outputs{}
+}
+
+// The deployed stack: API Gateway (REST) and the api Lambda, the processor Lambda behind the SQS
+// event source mapping with ReportBatchItemFailures, the sweeper on its EventBridge rule, the
+// compose MySQL. Async events may wait for the sweeper's next minute, hence the long settle.
+func TestFlowsOnTheDeployedStack(t *testing.T) {
+	client := requireLocalStack(t)
+	out := deployed(t)
+	tg := e2e.Target{APIURL: out.APIURL, SQS: client, QueueURL: out.QueueURL, DLQURL: out.DLQURL,
+		Settle: 3 * time.Minute}
+	// The stack's receive limit times its visibility timeout is many minutes: opt in.
+	if v := os.Getenv("LOCALSTACK_POISON_SETTLE"); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err)
+		tg.PoisonSettle = d
+	}
+	t.Run("creates", func(t *testing.T) { e2e.FlowCreates(t, tg, 4, 5) })
+	t.Run("duplicate messages", func(t *testing.T) { e2e.FlowDuplicateMessages(t, tg) })
+	t.Run("poison", func(t *testing.T) { e2e.FlowPoison(t, tg) })
+}
