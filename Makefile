@@ -33,7 +33,7 @@ local: ## build the local runner
 	$(GO) build -o bin/local ./cmd/local
 
 vet: ## static checks
-	$(GO) vet $(PKGS)
+	$(GO) vet $(PKGS) ./localstack/
 	@test -z "$$(gofmt -l cmd functions internal tools)" || { gofmt -l cmd functions internal tools; exit 1; }
 
 clean: ## remove build output
