@@ -33,11 +33,15 @@ start() {
   log "starting mariadbd"
   as_root mkdir -p /run/mysqld
   as_root chown mysql:mysql /run/mysqld
+  # Its own temporary directory: internal temporary tables (information_schema queries) live there,
+  # and nothing else on the machine should be able to delete them from under the server.
+  as_root mkdir -p /var/tmp/mariadb
+  as_root chown mysql:mysql /var/tmp/mariadb
   # No systemd here: start the daemon directly. max_connections is raised because tests race
   # many clients; the isolation level is deliberately left at the server default (REPEATABLE READ):
   # the code sets READ COMMITTED per transaction and the tests prove it does not depend on the default.
   as_root start-stop-daemon --start --oknodo --background --chuid mysql \
-    --exec /usr/sbin/mariadbd -- --max-connections=1000 --bind-address=127.0.0.1
+    --exec /usr/sbin/mariadbd -- --max-connections=1000 --bind-address=127.0.0.1 --tmpdir=/var/tmp/mariadb
   for _ in $(seq 1 120); do
     if answering; then return 0; fi
     sleep 0.25
