@@ -7,12 +7,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -30,8 +32,10 @@ type Config struct {
 	// QueueURL is where POST /events/async sends messages (QUEUE_URL). Empty: async events are left
 	// to the sweeper.
 	QueueURL string
-	// SweepBatchSize and SweepGrace tune the sweeper (SWEEP_BATCH_SIZE, default 100; SWEEP_GRACE,
-	// default 10s).
+	// SweepBatchSize and SweepGrace tune the sweeper (SWEEP_BATCH_SIZE, default 500; SWEEP_GRACE,
+	// default 10s). 500 drained 100,000 pending events about 1.5x faster than 100 here
+	// (docs/performance.md); the statements stay under RDS Proxy's 16 KB pinning limit because the
+	// store writes a batch in chunks.
 	SweepBatchSize int
 	SweepGrace     time.Duration
 	// LogLevel is LOG_LEVEL: debug, info (default), warn or error.
@@ -100,10 +104,10 @@ func Load(getenv func(string) string) (Config, error) {
 		Migrate: boolean("DB_MIGRATE", true),
 		Store: mysql.StoreConfig{
 			Allocator: str("ALLOCATOR", mysql.AllocatorBlock),
-			BlockSize: integer("ALLOCATOR_BLOCK_SIZE", 128, 1),
+			BlockSize: integer("ALLOCATOR_BLOCK_SIZE", mysql.DefaultBlockSize, 1),
 		},
 		QueueURL:       str("QUEUE_URL", ""),
-		SweepBatchSize: integer("SWEEP_BATCH_SIZE", 100, 1),
+		SweepBatchSize: integer("SWEEP_BATCH_SIZE", 500, 1),
 		SweepGrace:     duration("SWEEP_GRACE", 10*time.Second),
 	}
 	if c.DB.DSN == "" && (c.DB.Host == "" || c.DB.User == "") {
@@ -162,13 +166,28 @@ func (c Config) OpenStore(ctx context.Context) (*mysql.Store, error) {
 	return store, nil
 }
 
+// SQSIdleConns is how many idle connections to the SQS endpoint a process keeps. The SDK keeps 10
+// per host: a process with more concurrent senders and pollers than that (the local runner) opens
+// and closes a connection for most calls. Measured against goaws with 16 concurrent senders: about
+// 2,600 sends/s with the SDK's default, 4,300 with this (docs/performance.md).
+const SQSIdleConns = 64
+
+// SQSHTTPClient is the HTTP client of every SQS client: the SDK's, keeping SQSIdleConns idle
+// connections per host.
+func SQSHTTPClient() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConns = max(t.MaxIdleConns, SQSIdleConns)
+		t.MaxIdleConnsPerHost = SQSIdleConns
+	})
+}
+
 // SQS returns an SQS client, honouring AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL.
 func SQS(ctx context.Context) (*sqs.Client, error) {
 	awsCfg, err := AWS(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return sqs.NewFromConfig(awsCfg), nil
+	return sqs.NewFromConfig(awsCfg, func(o *sqs.Options) { o.HTTPClient = SQSHTTPClient() }), nil
 }
 
 // Must logs err and exits. For entrypoints, before any handler runs: a Lambda whose init fails is

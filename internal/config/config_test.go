@@ -17,7 +17,7 @@ func TestDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, c.Migrate)
 	require.Equal(t, "block", c.Store.Allocator)
-	require.Equal(t, 128, c.Store.BlockSize)
+	require.Equal(t, 1024, c.Store.BlockSize)
 	require.Equal(t, 4, c.DB.MaxOpenConns)
 	require.Equal(t, 10*time.Second, c.SweepGrace)
 	require.Equal(t, slog.LevelInfo, c.LogLevel)

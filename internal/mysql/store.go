@@ -19,7 +19,8 @@ import (
 type StoreConfig struct {
 	// Allocator is AllocatorBlock (default) or AllocatorLiteral.
 	Allocator string
-	// BlockSize is the number of ids AllocatorBlock reserves per status-row transaction. Default 128.
+	// BlockSize is the number of ids AllocatorBlock reserves per status-row transaction. Default
+	// DefaultBlockSize.
 	BlockSize int
 	// Retry bounds the retries of deadlocked or timed-out transactions.
 	Retry RetryPolicy
@@ -38,7 +39,7 @@ func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 	s := &Store{db: db, stats: &Stats{}, retry: cfg.Retry.withDefaults()}
 	switch cmp.Or(cfg.Allocator, AllocatorBlock) {
 	case AllocatorBlock:
-		size := cmp.Or(cfg.BlockSize, 128)
+		size := cmp.Or(cfg.BlockSize, DefaultBlockSize)
 		if size < 1 {
 			return nil, fmt.Errorf("allocator block size must be positive, got %d", size)
 		}
@@ -146,9 +147,8 @@ func (s *Store) ProcessIDs(ctx context.Context, ids []int64, by string, newValue
 	}
 	var claimed []int64
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
-		q, args := expandIDs(query("ClaimIDs"), ids)
 		var err error
-		if claimed, err = scanIDs(tx.QueryContext(ctx, q, args...)); err != nil {
+		if claimed, err = claimIDs(ctx, tx, ids); err != nil {
 			return err
 		}
 		return markProcessed(ctx, tx, claimed, by, newValue)
@@ -221,21 +221,93 @@ func (s *Store) ProcessDue(ctx context.Context, grace time.Duration, limit int, 
 	return n, nil
 }
 
-// markProcessed writes the values of events claimed in tx. It fails, rolling everything back, if the
-// update does not touch exactly the claimed rows: that would mean a lock did not hold.
-func markProcessed(ctx context.Context, tx *sql.Tx, ids []int64, by string, newValue func(int64) string) error {
-	if len(ids) == 0 {
-		return nil
+// claimAgain are the pauses before claimIDs asks again for pending events its claim skipped: at
+// most len(claimAgain) more claims, about 30 ms in all. A row that another worker really holds
+// stays locked through them (and costs its batch that much); a row that a scan held for an instant
+// is claimed. Under CPU contention an instant can be a few milliseconds: a thread holding a row's
+// lock for the length of one comparison can be descheduled.
+var claimAgain = []time.Duration{0, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond}
+
+// claimIDs locks those of ids that are pending and that no other transaction holds, in tx, and
+// returns them. A locking scan by another worker holds each row it passes for an instant, so SKIP
+// LOCKED may skip a row that nobody is processing; such a false "busy" would cost the event a
+// whole visibility timeout on the queue (and count towards its dead-letter limit). So the ids the
+// claim skipped that a consistent read still finds pending are claimed again, a bounded number of
+// times; a row another worker really holds stays locked through them and is reported busy.
+func claimIDs(ctx context.Context, tx *sql.Tx, ids []int64) ([]int64, error) {
+	var claimed []int64
+	want := ids
+	for try := 0; ; try++ {
+		q, args := expandIDs(query("ClaimIDs"), want)
+		got, err := scanIDs(tx.QueryContext(ctx, q, append(args, len(want))...))
+		if err != nil {
+			return nil, err
+		}
+		claimed = append(claimed, got...)
+		if len(got) == len(want) || try == len(claimAgain) {
+			return claimed, nil
+		}
+		// Of the rest, only those still pending can be claimed: the others are processed or unknown.
+		q, args = expandIDs(query("PendingIDs"), without(want, got))
+		if want, err = scanIDs(tx.QueryContext(ctx, q, args...)); err != nil {
+			return nil, err
+		}
+		if len(want) == 0 {
+			return claimed, nil
+		}
+		if pause := claimAgain[try]; pause > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(pause):
+			}
+		}
 	}
+}
+
+// without returns the ids in all that are not in some.
+func without(all, some []int64) []int64 {
+	skip := make(map[int64]bool, len(some))
+	for _, id := range some {
+		skip[id] = true
+	}
+	var out []int64
+	for _, id := range all {
+		if !skip[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// markChunk is the most events one MarkProcessed statement names: about 50 bytes of SQL each, so a
+// statement stays well under 16 KB, beyond which RDS Proxy pins the client's session.
+const markChunk = 200
+
+// markProcessed writes the values of events claimed in tx, in statements of at most markChunk
+// events. It fails, rolling everything back, if an update does not touch exactly the claimed rows
+// it names: that would mean a lock did not hold.
+func markProcessed(ctx context.Context, tx *sql.Tx, ids []int64, by string, newValue func(int64) string) error {
+	for len(ids) > 0 {
+		n := min(len(ids), markChunk)
+		if err := markChunkProcessed(ctx, tx, ids[:n], by, newValue); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+func markChunkProcessed(ctx context.Context, tx *sql.Tx, ids []int64, by string, newValue func(int64) string) error {
 	var cases strings.Builder
-	args := make([]any, 0, 3*len(ids)+1)
+	args := make([]any, 0, 3*len(ids)+2)
 	for _, id := range ids {
 		cases.WriteString("WHEN ? THEN ? ")
 		args = append(args, id, newValue(id))
 	}
 	args = append(args, by)
 	q, idArgs := expandIDs(strings.Replace(query("MarkProcessed"), "/*cases*/", cases.String(), 1), ids)
-	res, err := tx.ExecContext(ctx, q, append(args, idArgs...)...)
+	res, err := tx.ExecContext(ctx, q, append(append(args, idArgs...), len(ids))...)
 	if err != nil {
 		return err
 	}

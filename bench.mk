@@ -1,0 +1,18 @@
+# Benchmarks (docs/performance.md). Included by the root Makefile (`-include bench.mk`).
+#
+#   make bench                 the full run: minutes; prints a table, writes $(BENCH_OUT)
+#   make bench BENCH=smoke     seconds; every group at toy sizes, targets not judged (CI runs it)
+#   make bench-smoke           the same as BENCH=smoke
+#
+# BENCH_OUT names the JSON file (default bench-results.json, git-ignored); BENCH_GROUPS=alloc,claim
+# runs only some groups. Needs MariaDB (`make db`) and goaws (`make sqslocal`), which it builds.
+BENCH ?= full
+BENCH_OUT ?= bench-results.json
+
+.PHONY: bench bench-smoke
+
+bench: db sqslocal ## measure every hot path side by side (BENCH=smoke|full, BENCH_OUT=file.json)
+	BENCH=$(BENCH) BENCH_OUT=$(BENCH_OUT) SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal $(GO) run ./cmd/bench
+
+bench-smoke: db sqslocal ## the seconds-long benchmark CI runs so the harness never rots
+	BENCH=smoke BENCH_OUT=$(BENCH_OUT) SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal $(GO) run ./cmd/bench

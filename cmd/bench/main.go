@@ -1,0 +1,139 @@
+// Command bench measures the hot paths side by side against the real database and goaws, prints a
+// table and writes the same figures as JSON. `make bench` runs it; see docs/performance.md.
+//
+//	BENCH=full|smoke     how long (default full; smoke takes seconds and judges no targets)
+//	BENCH_OUT=file.json  where the JSON goes (default bench-results.json)
+//	BENCH_GROUPS=a,b     run only these groups (alloc, claim, drain, async, api, lambda)
+//	BENCH_DB_DSN=dsn     the server to create scratch databases on (default: the `make db` server)
+//	SQSLOCAL_BIN=path    the goaws binary (default bin/sqslocal)
+//	BENCH_CPUPROFILE=f   write this process's CPU profile (the API, processor and load generator) to f
+//	BENCH_MARKDOWN=f     also write the table as Markdown to f (for docs/performance.md)
+//
+// It exits 1 if a group failed or a correctness check failed; missed targets are reported, not fatal.
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+
+	"github.com/exactlyonce/exactlyonce/internal/bench"
+)
+
+const defaultDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	cfg := bench.Config{
+		Mode:      bench.Mode(cmp.Or(os.Getenv("BENCH"), string(bench.Full))),
+		ServerDSN: cmp.Or(os.Getenv("BENCH_DB_DSN"), defaultDSN),
+		SQSLocal:  cmp.Or(os.Getenv("SQSLOCAL_BIN"), filepath.Join(root, "bin", "sqslocal")),
+		RepoRoot:  root,
+	}
+	if g := os.Getenv("BENCH_GROUPS"); g != "" {
+		cfg.Groups = strings.Split(g, ",")
+	}
+	out := cmp.Or(os.Getenv("BENCH_OUT"), "bench-results.json")
+	if p := os.Getenv("BENCH_CPUPROFILE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	report, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	if err := report.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if err := report.WriteJSON(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s\n", out)
+	if md := os.Getenv("BENCH_MARKDOWN"); md != "" {
+		f, err := os.Create(md)
+		if err != nil {
+			return err
+		}
+		if err := report.WriteMarkdown(f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s\n", md)
+	}
+	if report.Failed() {
+		return fmt.Errorf("%d errors or failed checks (see above)", len(report.Errors)+failedChecks(report))
+	}
+	return nil
+}
+
+func failedChecks(r *bench.Report) int {
+	n := 0
+	for _, c := range r.Checks {
+		if !c.OK {
+			n++
+		}
+	}
+	return n
+}
+
+// repoRoot finds the module's root from the working directory upwards (go.mod with this module).
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for range 64 {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/exactlyonce/exactlyonce\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if ok {
+		return filepath.Join(filepath.Dir(file), "..", ".."), nil
+	}
+	return "", fmt.Errorf("run bench inside the repository (no go.mod of github.com/exactlyonce/exactlyonce above %s)", dir)
+}

@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The JSON is what CI and people read: every row has name, value and unit, and a ratio names its
+// reference; targets are judged in full mode only; a ratio without a reference is null, not NaN.
+func TestReportJSONShape(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []Mode{Full, Smoke} {
+		r := &run{cfg: Config{Mode: mode, Progress: &bytes.Buffer{}}, report: &Report{Mode: mode}, start: time.Now()}
+		ref := Row{Group: "g", Name: "ref_eps", Value: 1000, Unit: "events/s"}
+		num := Row{Group: "g", Name: "num_eps", Value: 950, Unit: "events/s"}
+		r.add(ref, num, ratio("g", "num_ratio", num, ref, atLeast(0.9), ""),
+			ratio("g", "broken_ratio", num, Row{Name: "zero"}, atLeast(0.9), ""))
+		var buf bytes.Buffer
+		require.NoError(t, r.report.WriteJSON(&buf))
+		var out struct {
+			Rows []map[string]any `json:"rows"`
+		}
+		require.NoError(t, json.Unmarshal(buf.Bytes(), &out))
+		require.Len(t, out.Rows, 4)
+		for _, row := range out.Rows {
+			require.Contains(t, row, "name")
+			require.Contains(t, row, "value")
+			require.Contains(t, row, "unit")
+		}
+		ratioRow := out.Rows[2]
+		require.Equal(t, "num_ratio", ratioRow["name"])
+		require.Equal(t, "ref_eps", ratioRow["reference"])
+		require.InDelta(t, 0.95, ratioRow["value"], 1e-9)
+		require.Equal(t, ">= 0.9", ratioRow["target"])
+		if mode == Full {
+			require.Equal(t, true, ratioRow["met"])
+			require.Equal(t, false, out.Rows[3]["met"], "a ratio with no reference is not met")
+		} else {
+			require.NotContains(t, ratioRow, "met", "smoke judges no target")
+		}
+		require.Nil(t, out.Rows[3]["value"])
+		var table, md bytes.Buffer
+		require.NoError(t, r.report.WriteTable(&table))
+		require.Contains(t, table.String(), "num_ratio")
+		require.NoError(t, r.report.WriteMarkdown(&md))
+		require.Contains(t, md.String(), "| g | `num_ratio` | 0.95 | x | ref_eps (1,000) | >= 0.9 |")
+	}
+}
+
+func TestPercentileAndRounding(t *testing.T) {
+	t.Parallel()
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	require.Equal(t, 50*time.Millisecond, percentile(ds, 50))
+	require.Equal(t, 99*time.Millisecond, percentile(ds, 99))
+	require.Equal(t, 100*time.Millisecond, percentile(ds, 100))
+	require.Zero(t, percentile(nil, 50))
+	require.Equal(t, 12350.0, round(12345.678))
+	require.Equal(t, 0.9512, round(0.951234))
+	require.True(t, math.IsNaN(round(math.NaN())))
+	require.Equal(t, "12,346", format(12345.678))
+}

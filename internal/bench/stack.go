@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/local"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+)
+
+// startSQSLocal starts goaws (tools/sqslocal) on a free loopback port and returns its URL and a
+// function that stops it. The child dies with this process too.
+func (r *run) startSQSLocal() (string, func(), error) {
+	url, stop, _, err := r.startSQSLocalPID()
+	return url, stop, err
+}
+
+func (r *run) startSQSLocalPID() (string, func(), int, error) {
+	if r.cfg.SQSLocal == "" {
+		return "", nil, 0, errors.New("no sqslocal binary: run `make sqslocal`, or set SQSLOCAL_BIN")
+	}
+	cmd := exec.Command(r.cfg.SQSLocal, "-addr", "127.0.0.1:0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, 0, fmt.Errorf("start %s: %w", r.cfg.SQSLocal, err)
+	}
+	stop := func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	br := bufio.NewReader(stdout)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		stop()
+		return "", nil, 0, fmt.Errorf("sqslocal did not say where it listens: %w", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, br) }()
+	url := strings.TrimSpace(line[strings.LastIndex(line, " ")+1:])
+	if !strings.HasPrefix(url, "http://127.0.0.1:") {
+		stop()
+		return "", nil, 0, fmt.Errorf("sqslocal said %q", line)
+	}
+	return url, stop, cmd.Process.Pid, nil
+}
+
+// stack is the local system (internal/local) on a scratch database and goaws.
+type stack struct {
+	// url is the local system's API (internal/local.Start, wired as the product is); batchedURL is
+	// the same API handler sending through sqsbatch instead, beside it on the same store and queue.
+	url, batchedURL string
+	db              *sql.DB
+	store           *mysql.Store
+	scratch         *scratch
+	stop            func()
+	// MappingConcurrency and MappingBatchSize are the event source mapping's knobs used.
+	mappingConcurrency, mappingBatchSize int
+	poolSize                             int
+	// goawsPID is the local SQS process, for CPU accounting.
+	goawsPID int
+}
+
+// Knobs of the local stack under load. The pool is larger than the Lambda default (4 per execution
+// environment): here one process plays every environment at once. Mapping concurrency 4 with
+// batches of 10 kept up with the async load here with fuller batches than 8 (each receive, delete
+// and processing transaction is shared by more events) and a lower latency than 2, which let a
+// backlog build (docs/performance.md).
+const (
+	stackPoolSize           = 32
+	stackMappingConcurrency = 4
+	stackMappingBatchSize   = 10
+)
+
+// startStack starts the local system with a quiet logger (warnings and errors only, to stderr).
+func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
+	s, err := r.newScratch(ctx, label, true)
+	if err != nil {
+		return nil, err
+	}
+	st := &stack{scratch: s, poolSize: stackPoolSize,
+		mappingConcurrency: stackMappingConcurrency, mappingBatchSize: stackMappingBatchSize}
+	var stops []func()
+	st.stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	stops = append(stops, s.drop)
+	fail := func(err error) (*stack, error) {
+		st.stop()
+		return nil, err
+	}
+	if st.db, err = s.open(stackPoolSize); err != nil {
+		return fail(err)
+	}
+	stops = append(stops, func() { st.db.Close() })
+	if st.store, err = mysql.NewStore(st.db, defaults().Store); err != nil {
+		return fail(err)
+	}
+	endpoint, stopSQS, goawsPID, err := r.startSQSLocalPID()
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, stopSQS)
+	st.goawsPID = goawsPID
+	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint), HTTPClient: config.SQSHTTPClient(),
+		Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", "")})
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	queues, err := queue.Ensure(qctx, client, queue.QueueSpec{Name: "bench-" + hex.EncodeToString(b), VisibilityTimeout: 30, MaxReceiveCount: 5})
+	if err != nil {
+		return fail(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	sctx, cancelSys := context.WithCancel(context.WithoutCancel(ctx))
+	sys, err := local.Start(sctx, st.store, client, local.Options{
+		HTTPAddr: "127.0.0.1:0", Queues: queues,
+		MappingConcurrency: st.mappingConcurrency, MappingBatchSize: st.mappingBatchSize,
+		// Everything async must come through the queue: the sweeper stays out of the measurement.
+		SweepInterval: time.Hour, Sweep: sweeping.Config{Grace: time.Hour, Logger: log},
+	}, log)
+	if err != nil {
+		cancelSys()
+		return fail(err)
+	}
+	stops = append(stops, func() {
+		cancelSys()
+		_ = sys.Wait()
+	})
+	st.url = sys.URL
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail(err)
+	}
+	batched := &http.Server{ReadHeaderTimeout: 10 * time.Second,
+		Handler: &api.Server{Store: st.store, Queue: sqsbatch.New(client, queues.URL, sqsbatch.Config{}), Logger: log}}
+	go func() { _ = batched.Serve(ln) }()
+	stops = append(stops, func() { _ = batched.Close() })
+	st.batchedURL = "http://" + ln.Addr().String()
+	return st, nil
+}
+
+// awaitProcessed waits until no event is pending, polling, with progress; bounded by timeout.
+func (r *run) awaitProcessed(ctx context.Context, group string, db *sql.DB, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	last := time.Now()
+	for {
+		var pending int64
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE state = 0").Scan(&pending); err != nil {
+			return err
+		}
+		if pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d events still pending after %s: %w", pending, timeout, errTimeout)
+		}
+		if time.Since(last) > 2*time.Second {
+			last = time.Now()
+			r.progress(group, "  waiting for the queue path: %d pending", pending)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// dbClockOffset estimates how far the database's NOW(6) is ahead of this process's clock, so that
+// timestamps the database wrote can be compared with times taken here.
+func dbClockOffset(ctx context.Context, db *sql.DB) (time.Duration, error) {
+	best := time.Duration(1 << 62)
+	var offset time.Duration
+	for range 5 {
+		before := time.Now()
+		var now time.Time
+		if err := db.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&now); err != nil {
+			return 0, err
+		}
+		after := time.Now()
+		if rtt := after.Sub(before); rtt < best {
+			best = rtt
+			offset = now.Sub(before.Add(rtt / 2))
+		}
+	}
+	return offset, nil
+}
