@@ -22,6 +22,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 )
 
@@ -32,7 +33,7 @@ type Options struct {
 	// Queues are the queue and DLQ the API sends to and the mapping polls.
 	Queues queue.Queues
 	// MappingConcurrency and MappingBatchSize shape the local event source mapping
-	// (MAPPING_CONCURRENCY, default 2; MAPPING_BATCH_SIZE, default 10).
+	// (MAPPING_CONCURRENCY, default 4; MAPPING_BATCH_SIZE, default 10).
 	MappingConcurrency, MappingBatchSize int
 	// ProcessorTimeout is each processor invocation's deadline (PROCESSOR_TIMEOUT, default 30s).
 	ProcessorTimeout time.Duration
@@ -69,7 +70,9 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		return nil, fmt.Errorf("api: listen on %s: %w", opt.HTTPAddr, err)
 	}
 	server := &http.Server{
-		Handler:           &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log},
+		// One process serving many requests: the batching sender groups concurrent sends into
+		// SendMessageBatch calls (a Lambda serves one request at a time and sends one by one).
+		Handler:           &api.Server{Store: store, Queue: sqsbatch.New(client, opt.Queues.URL, sqsbatch.Config{}), Logger: log},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	processor := &processing.Processor{Store: store, Logger: log,
@@ -85,7 +88,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	sys := &System{URL: "http://" + ln.Addr().String(), Mapping: m, done: make(chan error, 1)}
 	log.Info("local: api listening", "url", sys.URL)
 	log.Info("local: processor polling", "queue", opt.Queues.URL, "dlq", opt.Queues.DLQURL,
-		"concurrency", cmp.Or(opt.MappingConcurrency, 2))
+		"concurrency", cmp.Or(opt.MappingConcurrency, 4))
 	log.Info("local: sweeper scheduled", "every", opt.SweepInterval.String())
 
 	var wg sync.WaitGroup
@@ -161,7 +164,7 @@ func Env(getenv func(string) string) (Options, error) {
 	}
 	o := Options{
 		HTTPAddr:           cmp.Or(getenv("HTTP_ADDR"), "127.0.0.1:8080"),
-		MappingConcurrency: num("MAPPING_CONCURRENCY", 2),
+		MappingConcurrency: num("MAPPING_CONCURRENCY", 4),
 		MappingBatchSize:   num("MAPPING_BATCH_SIZE", 10),
 		ProcessorTimeout:   dur("PROCESSOR_TIMEOUT", 30*time.Second),
 		SweepInterval:      dur("SWEEP_INTERVAL", 5*time.Second),

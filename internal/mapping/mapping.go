@@ -34,7 +34,7 @@ type Config struct {
 	// BatchSize is the most messages handed to one invocation; SQS returns at most 10 per receive.
 	BatchSize int // default 10
 	// Concurrency is the number of pollers, each invoking the handler with its own batches, like
-	// the mapping's maximum concurrency. Default 2.
+	// the mapping's maximum concurrency. Default 4.
 	Concurrency int
 	// WaitTime is the long-poll wait of each receive. Default 1 s: short enough to stop promptly.
 	WaitTime time.Duration
@@ -79,7 +79,7 @@ type Mapping struct {
 // New returns a Mapping; Run starts it.
 func New(client *sqs.Client, handler Handler, cfg Config) *Mapping {
 	cfg.BatchSize = min(cmp.Or(cfg.BatchSize, 10), 10)
-	cfg.Concurrency = cmp.Or(cfg.Concurrency, 2)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 4)
 	cfg.WaitTime = cmp.Or(cfg.WaitTime, time.Second)
 	cfg.Timeout = cmp.Or(cfg.Timeout, 30*time.Second)
 	cfg.Region = cmp.Or(cfg.Region, "us-east-1")
