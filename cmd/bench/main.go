@@ -72,6 +72,11 @@ func run(ctx context.Context) error {
 	if err := report.WriteTable(os.Stdout); err != nil {
 		return err
 	}
+	// The figures are the point of a run that may have taken minutes: create the directory they go
+	// to rather than fail at the end.
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
 	f, err := os.Create(out)
 	if err != nil {
 		return err
