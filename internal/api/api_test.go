@@ -158,13 +158,7 @@ func TestErrorsAreJSONAndWriteNothing(t *testing.T) {
 
 func TestDatabaseUnreachableIs503WithoutInternalText(t *testing.T) {
 	t.Parallel()
-	// Nothing listens on port 1: every connection attempt is refused, as when the server is down.
-	db, err := mysql.Open(mysql.ConnConfig{DSN: "u:p@tcp(127.0.0.1:1)/x?timeout=1s"})
-	require.NoError(t, err)
-	defer db.Close()
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
-	require.NoError(t, err)
-	srv := httptest.NewServer(&api.Server{Store: store})
+	srv := httptest.NewServer(&api.Server{Store: testenv.UnreachableStore(t)})
 	defer srv.Close()
 	b := &testBundle{srv: srv}
 	for _, path := range []string{"/events", "/events/async"} {

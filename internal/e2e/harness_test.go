@@ -12,7 +12,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
@@ -228,15 +227,7 @@ func queueEmpty(t *testing.T, client *sqs.Client, url string) bool {
 
 func depth(t *testing.T, client *sqs.Client, url string) (visible, inFlight int) {
 	t.Helper()
-	out, err := client.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url),
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible},
-	})
-	require.NoError(t, err)
-	visible, _ = strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)])
-	inFlight, _ = strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
-	return visible, inFlight
+	return testenv.QueueDepth(t, client, url)
 }
 
 // drain receives every message visible in a queue (the DLQ) and returns their bodies.

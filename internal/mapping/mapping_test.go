@@ -3,7 +3,6 @@ package mapping_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -24,19 +23,6 @@ func send(t *testing.T, client *sqs.Client, url string, bodies ...string) {
 		_, err := client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(b)})
 		require.NoError(t, err)
 	}
-}
-
-func approximate(t *testing.T, client *sqs.Client, url string) (visible, inFlight int) {
-	t.Helper()
-	out, err := client.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url),
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible},
-	})
-	require.NoError(t, err)
-	visible, _ = strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)])
-	inFlight, _ = strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
-	return visible, inFlight
 }
 
 // bodies records the bodies the handler saw, with how often.
@@ -82,7 +68,7 @@ func TestFailedMessagesComeBackAndEndInTheDLQ(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- m.Run(ctx) }()
 	testenv.Eventually(t, 30*time.Second, "the poison message is in the DLQ", func() bool {
-		visible, _ := approximate(t, client, q.DLQURL)
+		visible, _ := testenv.QueueDepth(t, client, q.DLQURL)
 		return visible == 1
 	})
 	cancel()
@@ -91,7 +77,7 @@ func TestFailedMessagesComeBackAndEndInTheDLQ(t *testing.T) {
 	require.Equal(t, 1, seen.count("a"), "a success is deleted, never delivered again")
 	require.Equal(t, 1, seen.count("b"))
 	require.Equal(t, 2, seen.count("poison"), "delivered up to maxReceiveCount, then moved")
-	visible, inFlight := approximate(t, client, q.URL)
+	visible, inFlight := testenv.QueueDepth(t, client, q.URL)
 	require.Zero(t, visible+inFlight, "the main queue is empty")
 	_, received, deleted, failed, _ := m.Stats.Snapshot()
 	require.EqualValues(t, 4, received)
@@ -128,7 +114,7 @@ func TestHandlerErrorOrBadIdentifierFailsTheWholeBatch(t *testing.T) {
 			require.Zero(t, deleted)
 			require.EqualValues(t, 2, failed)
 			require.Positive(t, errored)
-			_, inFlight := approximate(t, client, q.URL)
+			_, inFlight := testenv.QueueDepth(t, client, q.URL)
 			require.Equal(t, 2, inFlight, "both messages wait for their visibility timeout")
 		})
 	}

@@ -80,12 +80,7 @@ func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 
 func TestDatabaseFailureFailsEveryDecodableMessage(t *testing.T) {
 	t.Parallel()
-	db, err := mysql.Open(mysql.ConnConfig{DSN: "u:p@tcp(127.0.0.1:1)/x?timeout=1s"})
-	require.NoError(t, err)
-	defer db.Close()
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
-	require.NoError(t, err)
-	p := &processing.Processor{Store: store}
+	p := &processing.Processor{Store: testenv.UnreachableStore(t)}
 	var recs []events.SQSMessage
 	for i := 1; i <= 3; i++ {
 		recs = append(recs, record("m"+strconv.Itoa(i), queue.Encode(int64(i))))

@@ -91,3 +91,19 @@ func Store(t testing.TB, cfg mysql.StoreConfig, maxOpen int) *mysql.Store {
 	}
 	return s
 }
+
+// UnreachableStore returns a Store whose database refuses every connection, as when the server is
+// down: nothing listens on port 1 of the loopback address.
+func UnreachableStore(t testing.TB) *mysql.Store {
+	t.Helper()
+	db, err := mysql.Open(mysql.ConnConfig{DSN: "u:p@tcp(127.0.0.1:1)/x?timeout=1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := mysql.NewStore(db, mysql.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 )
 
@@ -149,4 +151,20 @@ func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() boo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// QueueDepth returns the approximate numbers of visible and in-flight messages of a queue.
+func QueueDepth(t testing.TB, client *sqs.Client, url string) (visible, inFlight int) {
+	t.Helper()
+	out, err := client.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
+			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible},
+	})
+	if err != nil {
+		t.Fatalf("queue attributes of %s: %v", url, err)
+	}
+	visible, _ = strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)])
+	inFlight, _ = strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
+	return visible, inFlight
 }
