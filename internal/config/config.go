@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -130,16 +131,18 @@ func (c Config) Logger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: c.LogLevel}))
 }
 
-// AWS loads the SDK's configuration: region, credentials and the standard AWS_ENDPOINT_URL* overrides.
-func AWS(ctx context.Context) (aws.Config, error) {
-	return awsconfig.LoadDefaultConfig(ctx)
-}
+// AWS returns the SDK's configuration: region, credentials and the standard AWS_ENDPOINT_URL*
+// overrides. It is loaded once per process (the environment and shared files are read at the first
+// call) and shared by the database's IAM auth and the SQS client, which both need it at start-up.
+var AWS = sync.OnceValues(func() (aws.Config, error) {
+	return awsconfig.LoadDefaultConfig(context.Background())
+})
 
 // OpenStore opens the database, migrates it if configured to, and returns the store.
 func (c Config) OpenStore(ctx context.Context) (*mysql.Store, error) {
 	dbc := c.DB
 	if dbc.IAMAuth {
-		awsCfg, err := AWS(ctx)
+		awsCfg, err := AWS()
 		if err != nil {
 			return nil, fmt.Errorf("AWS configuration for IAM database auth: %w", err)
 		}
@@ -183,7 +186,7 @@ func SQSHTTPClient() *awshttp.BuildableClient {
 
 // SQS returns an SQS client, honouring AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL.
 func SQS(ctx context.Context) (*sqs.Client, error) {
-	awsCfg, err := AWS(ctx)
+	awsCfg, err := AWS()
 	if err != nil {
 		return nil, err
 	}
