@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
@@ -61,12 +60,7 @@ func RunWorker(role string) int {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	db, err := mysql.Open(mysql.ConnConfig{DSN: os.Getenv("DB_DSN"), MaxOpenConns: 4})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := testenv.ChildStore()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

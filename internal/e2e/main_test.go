@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
@@ -45,12 +44,7 @@ func TestMain(m *testing.M) {
 // A child says what it does on stdout, one line per step, for the test to await.
 func runChild(role string) int {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := mysql.Open(mysql.ConnConfig{DSN: os.Getenv("DB_DSN"), MaxOpenConns: 4})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := testenv.ChildStore()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

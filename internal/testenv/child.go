@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
 // ChildRoleEnv names the environment variable that starts a test binary in a child role instead of
@@ -140,6 +143,18 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 // StartSQSLocal starts a local goaws (bin/sqslocal) on a free loopback port, killed when this
 // process dies, and returns its URL. For commands (cmd/chaos); tests use SQSEndpoint.
 func StartSQSLocal() (string, error) { return startSQSLocal() }
+
+// ChildStore opens the store a child process works on, from the environment the functions read
+// (DB_DSN, ALLOCATOR, ...), without migrating: the parent has migrated the database, and it may be
+// down when the child starts (the child then fails its work, not its start).
+func ChildStore() (*mysql.Store, error) {
+	cfg, err := config.Load(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Migrate = false
+	return cfg.OpenStore(context.Background())
+}
 
 // NewSQSClient returns an SQS client for endpoint with the environment's credentials and region,
 // or dummies (goaws does not check them). For child processes and commands, which have no testing.TB.

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
@@ -106,16 +105,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // (for LocalStack or AWS) and are dummies otherwise.
 func SQS(t testing.TB) *sqs.Client {
 	t.Helper()
-	endpoint := SQSEndpoint(t)
-	region := os.Getenv("AWS_REGION")
-	if region == "" {
-		region = "us-east-1"
-	}
-	var creds aws.CredentialsProvider = credentials.NewStaticCredentialsProvider("test", "test", "")
-	if os.Getenv("AWS_ACCESS_KEY_ID") != "" {
-		creds = credentials.NewStaticCredentialsProvider(os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN"))
-	}
-	return sqs.New(sqs.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(endpoint)})
+	return NewSQSClient(SQSEndpoint(t))
 }
 
 // Queues creates a queue with a unique name and its DLQ, for one test.
