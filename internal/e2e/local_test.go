@@ -3,10 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,21 +18,7 @@ import (
 )
 
 func testLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct{}
-
-func (testWriter) Write(p []byte) (int, error) { return len(p), nil }
-
-func getJSON(t *testing.T, url string) (int, map[string]any) {
-	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var m map[string]any
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
-	return resp.StatusCode, m
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 func postJSON(url string) (int, map[string]any, error) {
@@ -63,8 +48,9 @@ func startSystem(t *testing.T, queues queue.Queues, store *mysql.Store, grace ti
 	return sys
 }
 
-// The contract, over HTTP, with the real queue path: concurrent sync and async creates; every async
-// event gets its value within seconds, processed once; the count is exact.
+// The contract, over HTTP, with the real queue path: concurrent sync and async creates; every id
+// unique; every async event gets its value within seconds through the queue, processed once; the
+// count is exact.
 func TestLocalSystemEndToEnd(t *testing.T) {
 	t.Parallel()
 	store := testenv.Store(t, mysql.StoreConfig{}, 16)
@@ -72,61 +58,9 @@ func TestLocalSystemEndToEnd(t *testing.T) {
 	q := testenv.Queues(t, client, 30, 5)
 	// A long grace keeps the sweeper out of it: every async event must come through the queue.
 	sys := startSystem(t, q, store, time.Hour)
-
-	const clients, each = 8, 10
-	var (
-		mu       sync.Mutex
-		asyncIDs []int64
-		all      = map[int64]bool{}
-		wg       sync.WaitGroup
-	)
-	errs := make(chan error, clients)
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				path, want := "/events", http.StatusCreated
-				if (c+i)%2 == 1 {
-					path, want = "/events/async", http.StatusAccepted
-				}
-				status, m, err := postJSON(sys.URL + path)
-				if err == nil && status != want {
-					err = fmt.Errorf("POST %s: %d %v", path, status, m)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-				id := int64(m["id"].(float64))
-				mu.Lock()
-				all[id] = true
-				if want == http.StatusAccepted {
-					asyncIDs = append(asyncIDs, id)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.Len(t, all, clients*each, "every id unique")
-
-	for _, id := range asyncIDs {
-		testenv.Eventually(t, 20*time.Second, fmt.Sprintf("event %d has its value", id), func() bool {
-			_, m := getJSON(t, fmt.Sprintf("%s/events/%d", sys.URL, id))
-			return m["value"] != nil
-		})
-		_, m := getJSON(t, fmt.Sprintf("%s/events/%d", sys.URL, id))
-		require.Equal(t, "processor", m["processedBy"])
-		require.EqualValues(t, 1, m["processCount"])
-	}
-	status, m := getJSON(t, sys.URL+"/events")
-	require.Equal(t, http.StatusOK, status)
-	require.EqualValues(t, clients*each, m["count"])
+	tg := Target{APIURL: sys.URL, SQS: client, QueueURL: q.URL, DLQURL: q.DLQURL,
+		Settle: 20 * time.Second, Exclusive: true, AsyncBy: []string{"processor"}}
+	FlowCreates(t, tg, 8, 10)
 }
 
 // If the queue send fails after the insert commits, the client still has its id and the sweeper
@@ -140,12 +74,10 @@ func TestQueueSendFailureIsCoveredByTheSweeper(t *testing.T) {
 	broken.URL = good.URL + "-does-not-exist" // every SendMessage fails
 	sys := startSystem(t, broken, store, 200*time.Millisecond)
 
-	status, m, err := postJSON(sys.URL + "/events/async")
-	require.NoError(t, err)
+	tg := Target{APIURL: sys.URL}
+	status, id := tg.post(t, "/events/async")
 	require.Equal(t, http.StatusAccepted, status)
-	id := int64(m["id"].(float64))
 	testenv.Eventually(t, 20*time.Second, "the sweeper processed the event", func() bool {
-		_, m := getJSON(t, fmt.Sprintf("%s/events/%d", sys.URL, id))
-		return m["processedBy"] == "sweeper"
+		return tg.Get(t, id).ProcessedBy == "sweeper"
 	})
 }
