@@ -49,9 +49,8 @@ type Options struct {
 // System is a running local system.
 type System struct {
 	// URL is the API's base URL.
-	URL     string
-	Mapping *mapping.Mapping
-	done    chan error
+	URL  string
+	done chan error
 }
 
 // Wait blocks until the system has stopped after its context was cancelled.
@@ -85,10 +84,10 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	})
 	sweeper := sweeping.New(store, opt.Sweep)
 
-	sys := &System{URL: "http://" + ln.Addr().String(), Mapping: m, done: make(chan error, 1)}
+	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1)}
 	log.Info("local: api listening", "url", sys.URL)
 	log.Info("local: processor polling", "queue", opt.Queues.URL, "dlq", opt.Queues.DLQURL,
-		"concurrency", cmp.Or(opt.MappingConcurrency, 4))
+		"concurrency", m.Config().Concurrency)
 	log.Info("local: sweeper scheduled", "every", opt.SweepInterval.String())
 
 	var wg sync.WaitGroup

@@ -89,6 +89,9 @@ func New(client *sqs.Client, handler Handler, cfg Config) *Mapping {
 	return &Mapping{client: client, handler: handler, cfg: cfg}
 }
 
+// Config returns the configuration in effect, defaults filled in.
+func (m *Mapping) Config() Config { return m.cfg }
+
 // Run polls until ctx is cancelled. A batch being handled when ctx is cancelled is finished first.
 func (m *Mapping) Run(ctx context.Context) error {
 	var wg sync.WaitGroup

@@ -17,12 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// Message is the body of a queue message: it names one pending event.
-type Message struct {
-	ID int64 `json:"id"`
-}
-
-// Encode returns the body of the message naming event id.
+// Encode returns the body of the message naming one pending event: {"id": N}.
 func Encode(id int64) string { return `{"id":` + strconv.FormatInt(id, 10) + `}` }
 
 // Decode parses a message body. It accepts only a JSON object whose one field, id, is a positive
