@@ -14,6 +14,11 @@ VALUES (?, ?, 10, NOW(6), NOW(6), 'api', 1);
 -- only after this commits (autocommit), so a message never names an event that does not exist.
 INSERT INTO events (id, value, state, created_at) VALUES (?, NULL, 0, NOW(6));
 
+-- name: InsertPendingRows
+-- The same for several events at once, from one process's concurrent async requests: one statement,
+-- so they are committed together or not at all. /*rows*/ is one (?, NULL, 0, NOW(6)) per event.
+INSERT INTO events (id, value, state, created_at) VALUES /*rows*/;
+
 -- name: Get
 -- A consistent (non-locking) read of one event: one subpartition of each state partition.
 SELECT id, value, state, created_at, processed_at, processed_by, process_count
