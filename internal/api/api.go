@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/event"
@@ -28,7 +29,7 @@ import (
 // Store is what the API needs of the store.
 type Store interface {
 	CreateProcessed(ctx context.Context, value string) (event.Event, error)
-	CreatePending(ctx context.Context) (int64, error)
+	CreatePendingBatch(ctx context.Context, n int) ([]int64, error)
 	Get(ctx context.Context, id int64) (event.Event, error)
 	Count(ctx context.Context) (int64, error)
 }
@@ -40,11 +41,17 @@ const DefaultMaxBodyBytes = 64 << 10
 // Server is the API handler.
 type Server struct {
 	Store Store
-	// Queue receives a message for each async event. Nil: async events are left to the sweeper.
-	Queue        queue.Sender
+	// Queue receives a message naming each async event. Nil: async events are left to the sweeper.
+	Queue queue.Sender
+	// AsyncGroup groups the async events of concurrent requests into one INSERT and one message
+	// (group.go).
+	AsyncGroup   AsyncGroup
 	Logger       *slog.Logger
 	MaxBodyBytes int64         // default DefaultMaxBodyBytes
 	NewValue     func() string // default event.NewValue
+
+	groupsOnce sync.Once
+	groups     *asyncGroups
 }
 
 // statusOf maps domain error codes to HTTP statuses, once.
@@ -128,21 +135,11 @@ func (s *Server) createAsync(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	id, err := s.Store.CreatePending(r.Context())
+	s.groupsOnce.Do(func() { s.groups = newAsyncGroups(s) })
+	id, err := s.groups.create(r.Context())
 	if err != nil {
 		s.error(w, r, err)
 		return
-	}
-	// The event is committed. If the message cannot be sent, the event stays pending and the sweeper
-	// processes it after its grace period; the client still gets its id.
-	if s.Queue != nil {
-		// Not the request's context: a client that hangs up must not cancel a send for a committed event.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-		err := s.Queue.Send(ctx, id)
-		cancel()
-		if err != nil {
-			s.logger().Warn("api: queue send failed; the sweeper will process the event", "id", id, "err", err)
-		}
 	}
 	writeJSON(w, http.StatusAccepted, map[string]int64{"id": id})
 }

@@ -20,18 +20,20 @@ import (
 
 // recordingQueue records the ids sent, or fails every send.
 type recordingQueue struct {
-	mu   sync.Mutex
-	ids  []int64
-	fail bool
+	mu       sync.Mutex
+	ids      []int64
+	messages int
+	fail     bool
 }
 
-func (q *recordingQueue) Send(_ context.Context, id int64) error {
+func (q *recordingQueue) Send(_ context.Context, ids []int64) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.fail {
 		return errors.New("queue down")
 	}
-	q.ids = append(q.ids, id)
+	q.ids = append(q.ids, ids...)
+	q.messages++
 	return nil
 }
 

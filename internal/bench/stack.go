@@ -26,7 +26,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 )
 
@@ -72,18 +71,20 @@ func (r *run) startSQSLocalPID() (string, func(), int, error) {
 
 // stack is the local system (internal/local) on a scratch database and goaws.
 type stack struct {
-	// url is the local system's API (internal/local.Start, wired as the product is); batchedURL is
-	// the same API handler sending through sqsbatch instead, beside it on the same store and queue.
-	url, batchedURL string
-	db              *sql.DB
-	store           *mysql.Store
-	scratch         *scratch
-	stop            func()
+	// url is the local system's API (internal/local.Start, wired as the product is); lambdaURL is
+	// the same API handler storing and queueing each request on its own, as a Lambda execution
+	// environment does (it serves one request at a time), beside it on the same store and queue.
+	url, lambdaURL string
+	db             *sql.DB
+	store          *mysql.Store
+	scratch        *scratch
+	stop           func()
 	// MappingConcurrency and MappingBatchSize are the event source mapping's knobs used.
 	mappingConcurrency, mappingBatchSize int
 	poolSize                             int
 	// goawsPID is the local SQS process, for CPU accounting.
 	goawsPID int
+	sys      *local.System
 }
 
 // Knobs of the local stack under load. The pool is larger than the Lambda default (4 per execution
@@ -105,6 +106,7 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	}
 	st := &stack{scratch: s, poolSize: stackPoolSize,
 		mappingConcurrency: stackMappingConcurrency, mappingBatchSize: stackMappingBatchSize}
+
 	var stops []func()
 	st.stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -157,16 +159,18 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 		_ = sys.Wait()
 	})
 	st.url = sys.URL
+	st.sys = sys
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fail(err)
 	}
-	batched := &http.Server{ReadHeaderTimeout: 10 * time.Second,
-		Handler: &api.Server{Store: st.store, Queue: sqsbatch.New(client, queues.URL, sqsbatch.Config{}), Logger: log}}
-	go func() { _ = batched.Serve(ln) }()
-	stops = append(stops, func() { _ = batched.Close() })
-	st.batchedURL = "http://" + ln.Addr().String()
+	lambdaShape := &http.Server{ReadHeaderTimeout: 10 * time.Second,
+		Handler: &api.Server{Store: st.store, Queue: &queue.SQSSender{Client: client, QueueURL: queues.URL}, Logger: log,
+			AsyncGroup: api.AsyncGroup{Max: 1, Flushers: 1 << 10}}}
+	go func() { _ = lambdaShape.Serve(ln) }()
+	stops = append(stops, func() { _ = lambdaShape.Close() })
+	st.lambdaURL = "http://" + ln.Addr().String()
 	return st, nil
 }
 

@@ -88,23 +88,25 @@ func (r *recorder) verify(acked []events.SQSMessage) {
 		bad = append(bad, fmt.Sprintf("%d messages acknowledged while the database was down", len(acked)))
 	}
 	for _, m := range acked {
-		id, err := queue.Decode(m.Body)
+		ids, err := queue.Decode(m.Body)
 		if err != nil {
 			bad = append(bad, "malformed message acknowledged: "+strconv.Quote(m.Body))
 			continue
 		}
-		var state, count int
-		var qerr error
-		// The database may be going away or coming back: retry the read, never the verdict.
-		for attempt := 0; attempt < 300; attempt++ {
-			qerr = r.check.QueryRow("SELECT state, process_count FROM events WHERE id = ?", id).Scan(&state, &count)
-			if qerr == nil || qerr == sql.ErrNoRows {
-				break
+		for _, id := range ids {
+			var state, count int
+			var qerr error
+			// The database may be going away or coming back: retry the read, never the verdict.
+			for attempt := 0; attempt < 300; attempt++ {
+				qerr = r.check.QueryRow("SELECT state, process_count FROM events WHERE id = ?", id).Scan(&state, &count)
+				if qerr == nil || qerr == sql.ErrNoRows {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if qerr != nil || state != 10 || count != 1 {
-			bad = append(bad, fmt.Sprintf("message %s acknowledged; event %d state=%d count=%d err=%v", m.MessageId, id, state, count, qerr))
+			if qerr != nil || state != 10 || count != 1 {
+				bad = append(bad, fmt.Sprintf("message %s acknowledged; event %d state=%d count=%d err=%v", m.MessageId, id, state, count, qerr))
+			}
 		}
 	}
 	if len(bad) > 0 {

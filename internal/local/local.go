@@ -22,7 +22,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 )
 
@@ -49,8 +48,14 @@ type Options struct {
 // System is a running local system.
 type System struct {
 	// URL is the API's base URL.
-	URL  string
-	done chan error
+	URL     string
+	done    chan error
+	mapping *mapping.Mapping
+}
+
+// MappingStats returns what the local event source mapping has done so far.
+func (s *System) MappingStats() (batches, received, deleted, failed, errored int64) {
+	return s.mapping.Stats.Snapshot()
 }
 
 // Wait blocks until the system has stopped after its context was cancelled.
@@ -69,9 +74,9 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		return nil, fmt.Errorf("api: listen on %s: %w", opt.HTTPAddr, err)
 	}
 	server := &http.Server{
-		// One process serving many requests: the batching sender groups concurrent sends into
-		// SendMessageBatch calls (a Lambda serves one request at a time and sends one by one).
-		Handler:           &api.Server{Store: store, Queue: sqsbatch.New(client, opt.Queues.URL, sqsbatch.Config{}), Logger: log},
+		// One process serving many requests: the API groups the async events of concurrent requests
+		// into one INSERT and one message (api.AsyncGroup); a Lambda serves one request at a time.
+		Handler:           &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	processor := &processing.Processor{Store: store, Logger: log,
@@ -84,7 +89,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	})
 	sweeper := sweeping.New(store, opt.Sweep)
 
-	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1)}
+	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1), mapping: m}
 	log.Info("local: api listening", "url", sys.URL)
 	log.Info("local: processor polling", "queue", opt.Queues.URL, "dlq", opt.Queues.DLQURL,
 		"concurrency", m.Config().Concurrency)

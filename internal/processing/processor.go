@@ -39,6 +39,7 @@ type Processor struct {
 //   - an event another worker holds right now fails, so its message comes back after the visibility
 //     timeout and finds it processed (or, if that worker rolled back, processes it);
 //   - an id that names no event fails (it ends in the dead-letter queue, where someone can look);
+//   - a message naming several events ({"ids": [...]}) succeeds only when every one of them does;
 //   - if the database transaction fails, every message fails: nothing was committed.
 func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	log := p.Logger
@@ -61,11 +62,11 @@ func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 		defer stop()
 	}
 
-	idOf := make(map[string]int64, len(ev.Records))
+	idsOf := make(map[string][]int64, len(ev.Records))
 	ids := make([]int64, 0, len(ev.Records))
 	malformed := 0
 	for _, r := range ev.Records {
-		id, err := queue.Decode(r.Body)
+		named, err := queue.Decode(r.Body)
 		if err != nil {
 			malformed++
 			log.Warn("processor: malformed message", "messageId", r.MessageId,
@@ -73,18 +74,23 @@ func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 			fail(r.MessageId)
 			continue
 		}
-		idOf[r.MessageId] = id
-		ids = append(ids, id)
+		idsOf[r.MessageId] = named
+		ids = append(ids, named...)
 	}
 
 	outcomes, err := p.Store.ProcessIDs(ctx, ids, event.ByProcessor, newValue)
 	if err != nil {
 		log.Error("processor: processing transaction failed; the batch will be retried",
-			"messages", len(ids), "err", err)
+			"messages", len(idsOf), "events", len(ids), "err", err)
 	}
 	counts := map[mysql.Outcome]int{}
+	for _, o := range outcomes {
+		counts[o]++
+	}
+	// A message succeeds when every event it names is settled; otherwise it comes back, and the
+	// events it names that were settled meanwhile are acknowledged as already processed.
 	for _, r := range ev.Records {
-		id, ok := idOf[r.MessageId]
+		named, ok := idsOf[r.MessageId]
 		if !ok {
 			continue // already failed as malformed
 		}
@@ -92,18 +98,19 @@ func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 			fail(r.MessageId)
 			continue
 		}
-		o := outcomes[id]
-		counts[o]++
-		switch o {
-		case mysql.Processed, mysql.AlreadyProcessed:
-		case mysql.Unknown:
-			log.Warn("processor: message names no event", "messageId", r.MessageId, "id", id)
-			fail(r.MessageId)
-		default: // Busy
-			fail(r.MessageId)
+		for _, id := range named {
+			o := outcomes[id]
+			if o == mysql.Processed || o == mysql.AlreadyProcessed {
+				continue
+			}
+			if o == mysql.Unknown {
+				log.Warn("processor: message names no event", "messageId", r.MessageId, "id", id)
+			}
+			fail(r.MessageId) // Unknown, or Busy: another worker holds the event
+			break
 		}
 	}
-	log.Info("processor: batch done", "messages", len(ev.Records),
+	log.Info("processor: batch done", "messages", len(ev.Records), "events", len(outcomes),
 		"processed", counts[mysql.Processed], "alreadyProcessed", counts[mysql.AlreadyProcessed],
 		"busy", counts[mysql.Busy], "unknown", counts[mysql.Unknown], "malformed", malformed,
 		"failed", len(resp.BatchItemFailures))

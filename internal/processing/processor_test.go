@@ -78,6 +78,53 @@ func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 	require.Empty(t, resp.BatchItemFailures)
 }
 
+// A message naming several events succeeds only when all of them are settled; the events it
+// names are processed whatever happens to the message, and once only.
+func TestMessageNamingSeveralEvents(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	ctx := context.Background()
+	p := &processing.Processor{Store: store}
+	pending := func() int64 {
+		id, err := store.CreatePending(ctx)
+		require.NoError(t, err)
+		return id
+	}
+	a, b, c, d, held := pending(), pending(), pending(), pending(), pending()
+	done, err := store.CreateProcessed(ctx, "earlier")
+	require.NoError(t, err)
+
+	tx, err := store.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, "SELECT id FROM events WHERE id = ? FOR UPDATE", held)
+	require.NoError(t, err)
+
+	resp, err := p.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{
+		record("m-all", queue.EncodeIDs([]int64{a, b, done.ID})),
+		record("m-held", queue.EncodeIDs([]int64{c, held})),
+		record("m-unknown", queue.EncodeIDs([]int64{d, 987654})),
+		record("m-overlap", queue.EncodeIDs([]int64{b, a})),
+	}})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"m-held", "m-unknown"}, failedIDs(resp))
+	for _, id := range []int64{a, b, c, d} {
+		e, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, event.Processed, e.State, "event %d", id)
+		require.Equal(t, 1, e.ProcessCount, "event %d", id)
+	}
+
+	// m-held comes back after the holder lets go and succeeds: c is already processed, held now is.
+	require.NoError(t, tx.Rollback())
+	resp, err = p.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{record("m-held", queue.EncodeIDs([]int64{c, held}))}})
+	require.NoError(t, err)
+	require.Empty(t, resp.BatchItemFailures)
+	e, err := store.Get(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, 1, e.ProcessCount)
+}
+
 func TestDatabaseFailureFailsEveryDecodableMessage(t *testing.T) {
 	t.Parallel()
 	p := &processing.Processor{Store: testenv.UnreachableStore(t)}
@@ -91,16 +138,23 @@ func TestDatabaseFailureFailsEveryDecodableMessage(t *testing.T) {
 	require.ElementsMatch(t, []string{"m1", "m2", "m3", "bad"}, failedIDs(resp))
 }
 
-func TestDecodeRejectsAnythingButAPositiveID(t *testing.T) {
+func TestDecodeRejectsAnythingButPositiveIDs(t *testing.T) {
 	t.Parallel()
+	tooMany := make([]int64, queue.MaxIDs+1)
+	for i := range tooMany {
+		tooMany[i] = int64(i + 1)
+	}
 	for _, body := range []string{"", "null", "{}", `{"id":0}`, `{"id":"5"}`, `{"id":1.5}`, `{"id":1e3}`,
-		`{"id":99999999999999999999}`, `{"id":1}{"id":2}`, `[{"id":1}]`, `{"id":null}`} {
+		`{"id":99999999999999999999}`, `{"id":1}{"id":2}`, `[{"id":1}]`, `{"id":null}`,
+		`{"ids":[]}`, `{"ids":null}`, `{"ids":[1,0]}`, `{"ids":[1,"2"]}`, `{"ids":[1,-2]}`, `{"ids":[1,null]}`,
+		`{"id":1,"ids":[2]}`, `{"ids":3}`, queue.EncodeIDs(tooMany)} {
 		_, err := queue.Decode(body)
 		require.Error(t, err, body)
 	}
-	for _, id := range []int64{1, 42, 1 << 62} {
-		got, err := queue.Decode(queue.Encode(id))
+	for _, ids := range [][]int64{{1}, {42}, {1 << 62}, {3, 1, 2}, tooMany[:queue.MaxIDs]} {
+		got, err := queue.Decode(queue.EncodeIDs(ids))
 		require.NoError(t, err)
-		require.Equal(t, id, got)
+		require.Equal(t, ids, got)
 	}
+	require.Equal(t, `{"id":7}`, queue.EncodeIDs([]int64{7}), "one id keeps the one-event shape")
 }

@@ -17,26 +17,82 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
+// Message bodies. A message names one pending event, {"id": N}, or several, {"ids": [N, ...]}: a
+// process that creates events for many concurrent requests (internal/coalesce) stores them with one
+// INSERT and names them all in one message, where one message each would cost a queue call each.
+
+// MaxIDs is the most events one message may name: about 2 KB of body, far below SQS's 256 KB, and
+// few enough that one processing transaction takes the ids of a whole batch of such messages.
+const MaxIDs = 100
+
 // Encode returns the body of the message naming one pending event: {"id": N}.
 func Encode(id int64) string { return `{"id":` + strconv.FormatInt(id, 10) + `}` }
 
-// Decode parses a message body. It accepts only a JSON object whose one field, id, is a positive
-// integer literal, so that a corrupted message is reported as failed rather than processed wrongly.
-func Decode(body string) (int64, error) {
+// EncodeIDs returns the body of the message naming the given pending events: {"id": N} for one,
+// {"ids": [N, ...]} for more. It is for at most MaxIDs ids.
+func EncodeIDs(ids []int64) string {
+	if len(ids) == 1 {
+		return Encode(ids[0])
+	}
+	b := make([]byte, 0, 8+12*len(ids))
+	b = append(b, `{"ids":[`...)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, "]}"...))
+}
+
+// Decode parses a message body into the ids it names. It accepts only a JSON object with exactly
+// one field: id, a positive integer literal, or ids, a list of 1 to MaxIDs of them, so that a
+// corrupted message is reported as failed rather than processed wrongly.
+func Decode(body string) ([]int64, error) {
 	var m struct {
-		ID json.RawMessage `json:"id"`
+		ID  json.RawMessage   `json:"id"`
+		IDs []json.RawMessage `json:"ids"`
 	}
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
-		return 0, fmt.Errorf("message body is not {\"id\": <positive integer>}: %w", err)
+		return nil, fmt.Errorf("message body is not {\"id\": <positive integer>} or {\"ids\": [...]}: %w", err)
 	}
 	if dec.More() {
-		return 0, errors.New("message body has trailing data")
+		return nil, errors.New("message body has trailing data")
 	}
-	raw := string(m.ID)
+	hasID, hasIDs := m.ID != nil && string(m.ID) != "null", m.IDs != nil
+	switch {
+	case hasID && hasIDs:
+		return nil, errors.New("message body has both id and ids")
+	case hasID:
+		id, err := parseID(m.ID)
+		if err != nil {
+			return nil, err
+		}
+		return []int64{id}, nil
+	case !hasIDs:
+		return nil, errors.New("message body has no id")
+	case len(m.IDs) == 0 || len(m.IDs) > MaxIDs:
+		return nil, fmt.Errorf("message names %d ids; it must name 1 to %d", len(m.IDs), MaxIDs)
+	}
+	ids := make([]int64, len(m.IDs))
+	for i, raw := range m.IDs {
+		id, err := parseID(raw)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
+
+// parseID accepts a positive integer literal that fits an int64: no sign, exponent, fraction,
+// leading zero or quotes.
+func parseID(r json.RawMessage) (int64, error) {
+	raw := string(r)
 	if raw == "" || raw == "null" {
-		return 0, errors.New("message body has no id")
+		return 0, errors.New("message body has a null id")
 	}
 	if raw[0] < '1' || raw[0] > '9' || strings.Trim(raw, "0123456789") != "" {
 		return 0, fmt.Errorf("message id %.20s is not a positive integer", raw)
@@ -48,9 +104,9 @@ func Decode(body string) (int64, error) {
 	return id, nil
 }
 
-// Sender sends messages naming pending events.
+// Sender sends a message naming pending events (1 to MaxIDs of them).
 type Sender interface {
-	Send(ctx context.Context, id int64) error
+	Send(ctx context.Context, ids []int64) error
 }
 
 // SQSSender sends to one SQS queue.
@@ -59,10 +115,10 @@ type SQSSender struct {
 	QueueURL string
 }
 
-func (s *SQSSender) Send(ctx context.Context, id int64) error {
+func (s *SQSSender) Send(ctx context.Context, ids []int64) error {
 	_, err := s.Client.SendMessage(ctx, &sqs.SendMessageInput{
 		QueueUrl:    aws.String(s.QueueURL),
-		MessageBody: aws.String(Encode(id)),
+		MessageBody: aws.String(EncodeIDs(ids)),
 	})
 	return err
 }

@@ -1,0 +1,128 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/stretchr/testify/require"
+)
+
+// gateStore hands out ids from memory, records each batch, and holds its first batch until
+// released, so that a test can line requests up behind it.
+type gateStore struct {
+	Store     // only CreatePendingBatch is used
+	mu        sync.Mutex
+	next      int64
+	batches   [][]int64
+	entered   chan struct{}
+	release   chan struct{}
+	failAfter int // fail every batch after this many; 0: never
+}
+
+func (s *gateStore) CreatePendingBatch(ctx context.Context, n int) ([]int64, error) {
+	s.mu.Lock()
+	first := len(s.batches) == 0
+	if s.failAfter > 0 && len(s.batches) >= s.failAfter {
+		s.mu.Unlock()
+		return nil, event.Errorf(event.EUNAVAILABLE, "down")
+	}
+	ids := make([]int64, n)
+	for i := range ids {
+		s.next++
+		ids[i] = s.next
+	}
+	s.batches = append(s.batches, ids)
+	s.mu.Unlock()
+	if first {
+		close(s.entered)
+		<-s.release
+	}
+	return ids, nil
+}
+
+type messages struct {
+	mu   sync.Mutex
+	sent [][]int64
+}
+
+func (m *messages) Send(_ context.Context, ids []int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sent = append(m.sent, append([]int64(nil), ids...))
+	return nil
+}
+
+func (g *asyncGroups) waitingNow() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiting)
+}
+
+// Requests that arrive while a group is being stored share the next group: one INSERT and one
+// message for all of them, each request with its own id.
+func TestAsyncRequestsArrivingTogetherShareOneInsertAndOneMessage(t *testing.T) {
+	t.Parallel()
+	store := &gateStore{entered: make(chan struct{}), release: make(chan struct{})}
+	q := &messages{}
+	s := &Server{Store: store, Queue: q, AsyncGroup: AsyncGroup{Max: 5}}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+
+	post := func() (int, int64) {
+		resp, err := http.Post(srv.URL+"/events/async", "application/json", nil)
+		if err != nil {
+			return 0, 0
+		}
+		defer resp.Body.Close()
+		var m map[string]int64
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m["id"]
+	}
+	type answer struct {
+		status int
+		id     int64
+	}
+	answers := make(chan answer, 8)
+	go func() { st, id := post(); answers <- answer{st, id} }()
+	<-store.entered // the first request is being stored, alone
+	for range 7 {
+		go func() { st, id := post(); answers <- answer{st, id} }()
+	}
+	testenv.Eventually(t, 10*time.Second, "7 requests wait behind the first group", func() bool { return s.groups.waitingNow() == 7 })
+	close(store.release)
+
+	seen := map[int64]bool{}
+	for range 8 {
+		a := <-answers
+		require.Equal(t, http.StatusAccepted, a.status)
+		require.False(t, seen[a.id], "id %d answered twice", a.id)
+		seen[a.id] = true
+	}
+	// Max 5: the 7 waiting requests make a group of 5 and a group of 2.
+	require.Equal(t, [][]int64{{1}, {2, 3, 4, 5, 6}, {7, 8}}, store.batches)
+	require.Equal(t, store.batches, q.sent, "one message per group, naming exactly its events")
+}
+
+// A group that cannot be stored fails every request in it, with the store's error, and sends nothing.
+func TestAsyncGroupThatCannotBeStoredFailsEachRequest(t *testing.T) {
+	t.Parallel()
+	store := &gateStore{entered: make(chan struct{}), release: make(chan struct{}), failAfter: 1}
+	close(store.release)
+	q := &messages{}
+	s := &Server{Store: store, Queue: q}
+	g := newAsyncGroups(s)
+	_, err := g.create(context.Background())
+	require.NoError(t, err)
+	_, err = g.create(context.Background())
+	var de *event.Error
+	require.True(t, errors.As(err, &de) && de.Code == event.EUNAVAILABLE, "got %v", err)
+	require.Len(t, q.sent, 1, "nothing sent for the group that failed")
+}
