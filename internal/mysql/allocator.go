@@ -72,10 +72,7 @@ func (a *literalAllocator) create(ctx context.Context, n int, insert func(contex
 		if err != nil {
 			return err
 		}
-		ids = make([]int64, n)
-		for i := range ids {
-			ids[i] = first + int64(i)
-		}
+		ids = idRun(first, n)
 		return insert(ctx, tx, ids)
 	})
 	return ids, err
@@ -142,11 +139,16 @@ func (a *blockAllocator) direct(ctx context.Context, n int) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	return idRun(first, n), nil
+}
+
+// idRun returns the n consecutive ids starting at first.
+func idRun(first int64, n int) []int64 {
 	ids := make([]int64, n)
 	for i := range ids {
 		ids[i] = first + int64(i)
 	}
-	return ids, nil
+	return ids
 }
 
 // maxTakeRounds bounds the loop in take: a caller waits for at most this many refills. Every round

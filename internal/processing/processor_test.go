@@ -19,6 +19,18 @@ func record(messageID, body string) events.SQSMessage {
 	return events.SQSMessage{MessageId: messageID, Body: body, EventSource: "aws:sqs"}
 }
 
+// holdRow locks event id in a transaction of its own, as another worker would, until the test
+// rolls it back (or ends).
+func holdRow(t *testing.T, store *mysql.Store, id int64) *sql.Tx {
+	t.Helper()
+	tx, err := store.DB().BeginTx(context.Background(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	_, err = tx.ExecContext(context.Background(), "SELECT id FROM events WHERE id = ? FOR UPDATE", id)
+	require.NoError(t, err)
+	return tx
+}
+
 func failedIDs(resp events.SQSEventResponse) []string {
 	var out []string
 	for _, f := range resp.BatchItemFailures {
@@ -41,11 +53,7 @@ func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 	require.NoError(t, err)
 
 	// Another worker holds `held` for the whole batch.
-	tx, err := store.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	require.NoError(t, err)
-	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, "SELECT id FROM events WHERE id = ? FOR UPDATE", held)
-	require.NoError(t, err)
+	tx := holdRow(t, store, held)
 
 	resp, err := p.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{
 		record("m-fresh", queue.Encode(fresh)),
@@ -94,11 +102,7 @@ func TestMessageNamingSeveralEvents(t *testing.T) {
 	done, err := store.CreateProcessed(ctx, "earlier")
 	require.NoError(t, err)
 
-	tx, err := store.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	require.NoError(t, err)
-	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, "SELECT id FROM events WHERE id = ? FOR UPDATE", held)
-	require.NoError(t, err)
+	tx := holdRow(t, store, held)
 
 	resp, err := p.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{
 		record("m-all", queue.EncodeIDs([]int64{a, b, done.ID})),
