@@ -144,6 +144,14 @@ func (s *Server) createAsync(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]int64{"id": id})
 }
 
+// Drain sends the queue messages still held for committed events (AsyncGroup.Linger), without
+// lingering, and returns when they are sent or ctx is done. Call it after the HTTP server has shut
+// down, so that no request adds more; what it cannot send is left to the sweeper.
+func (s *Server) Drain(ctx context.Context) error {
+	s.groupsOnce.Do(func() { s.groups = newAsyncGroups(s) })
+	return s.groups.drain(ctx)
+}
+
 func (s *Server) count(w http.ResponseWriter, r *http.Request) {
 	n, err := s.Store.Count(r.Context())
 	if err != nil {

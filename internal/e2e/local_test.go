@@ -6,8 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -79,5 +82,50 @@ func TestQueueSendFailureIsCoveredByTheSweeper(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status)
 	testenv.Eventually(t, 20*time.Second, "the sweeper processed the event", func() bool {
 		return tg.Get(t, id).ProcessedBy == "sweeper"
+	})
+}
+
+// Stopping the local system sends the messages its API still holds for answered events: an event
+// answered just before the stop is named by a message, not left to the sweeper.
+func TestLocalStopSendsTheMessagesStillHeld(t *testing.T) {
+	t.Parallel()
+	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	client := testenv.SQS(t)
+	// Visibility 1 s: a message taken by a receive that the stop cancelled is soon visible again.
+	q := testenv.Queues(t, client, 1, 5)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The linger is long, so that only the stop sends the message; the sweeper stays out.
+	sys, err := local.Start(ctx, store, client, local.Options{
+		HTTPAddr: "127.0.0.1:0", Queues: q, AsyncLinger: time.Hour, SweepInterval: time.Hour,
+		Sweep: sweeping.Config{Grace: time.Hour, Logger: testLogger()},
+	}, testLogger())
+	require.NoError(t, err)
+	tg := Target{APIURL: sys.URL}
+	status, id := tg.post(t, "/events/async")
+	require.Equal(t, http.StatusAccepted, status)
+	require.Nil(t, tg.Get(t, id).Value, "the message lingers: nothing has processed the event yet")
+	cancel()
+	require.NoError(t, sys.Wait())
+
+	// The processor may have taken the message before the mapping stopped; otherwise it is queued.
+	pending, err := store.Get(context.Background(), id)
+	require.NoError(t, err)
+	if pending.Value != nil {
+		require.Equal(t, "processor", pending.ProcessedBy)
+		return
+	}
+	testenv.Eventually(t, 20*time.Second, "a message naming the event is in the queue", func() bool {
+		out, err := client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: &q.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		require.NoError(t, err)
+		for _, m := range out.Messages {
+			ids, err := queue.Decode(*m.Body)
+			require.NoError(t, err)
+			if slices.Contains(ids, id) {
+				return true
+			}
+		}
+		return false
 	})
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -37,6 +38,7 @@ func TestMain(m *testing.M) {
 //	DB_DSN                 the test's database
 //	AWS_ENDPOINT_URL_SQS   the SQS endpoint
 //	QUEUE_URL              the queue to poll (processor) or send to (api)
+//	CHILD_LINGER           api only: api.AsyncGroup.Linger, a duration; default 0
 //	CHILD_HANG             processor only: "claimed" hangs inside the processing transaction, after
 //	                       the claim and before the commit; "handled" hangs after the handler has
 //	                       returned (committed) and before the mapping acknowledges (deletes)
@@ -85,7 +87,13 @@ func runChild(role string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		srv := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: queueURL}, Logger: log}
+		linger, err := time.ParseDuration(cmp.Or(os.Getenv("CHILD_LINGER"), "0"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		srv := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: queueURL}, Logger: log,
+			AsyncGroup: api.AsyncGroup{Linger: linger}}
 		fmt.Printf("listening http://%s\n", ln.Addr())
 		_ = http.Serve(ln, srv)
 		return 0

@@ -43,7 +43,16 @@ type Options struct {
 	// VisibilityHeartbeat and VisibilityExtension shape the processor's visibility extension
 	// (see processing.Visibility; defaults 10s and 60s).
 	VisibilityHeartbeat, VisibilityExtension time.Duration
+	// AsyncLinger is api.AsyncGroup.Linger (ASYNC_LINGER, default 5ms): POST /events/async answers
+	// once the event is committed, and a message names the events committed within about this
+	// long. Negative (ASYNC_LINGER=0): answer after the message is sent, as a Lambda does.
+	AsyncLinger time.Duration
 }
+
+// DefaultAsyncLinger is Options.AsyncLinger's default. At 16 clients it let a message name about 50
+// events where answering after the send gave about 8, and it made the async path as cheap in CPU per
+// event as POST /events (docs/performance.md, "Target 3").
+const DefaultAsyncLinger = 5 * time.Millisecond
 
 // System is a running local system.
 type System struct {
@@ -67,18 +76,19 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	opt.HTTPAddr = cmp.Or(opt.HTTPAddr, "127.0.0.1:8080")
 	opt.SweepInterval = cmp.Or(opt.SweepInterval, 5*time.Second)
 	opt.SweepTimeout = cmp.Or(opt.SweepTimeout, 30*time.Second)
+	opt.AsyncLinger = max(cmp.Or(opt.AsyncLinger, DefaultAsyncLinger), 0)
 	opt.Sweep.Logger = cmp.Or(opt.Sweep.Logger, log)
 
 	ln, err := net.Listen("tcp", opt.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("api: listen on %s: %w", opt.HTTPAddr, err)
 	}
-	server := &http.Server{
-		// One process serving many requests: the API groups the async events of concurrent requests
-		// into one INSERT and one message (api.AsyncGroup); a Lambda serves one request at a time.
-		Handler:           &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log},
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	// One process serving many requests: the API groups the async events of concurrent requests
+	// into one INSERT, and sends messages naming many events (api.AsyncGroup); a Lambda serves one
+	// request at a time, and answers after its message is sent.
+	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
+		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}}
+	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	processor := &processing.Processor{Store: store, Logger: log,
 		Visibility: &processing.Visibility{Client: client, QueueURL: opt.Queues.URL,
 			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}}
@@ -90,7 +100,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	sweeper := sweeping.New(store, opt.Sweep)
 
 	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1), mapping: m}
-	log.Info("local: api listening", "url", sys.URL)
+	log.Info("local: api listening", "url", sys.URL, "async_linger", opt.AsyncLinger.String())
 	log.Info("local: processor polling", "queue", opt.Queues.URL, "dlq", opt.Queues.DLQURL,
 		"concurrency", m.Config().Concurrency)
 	log.Info("local: sweeper scheduled", "every", opt.SweepInterval.String())
@@ -110,6 +120,10 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = server.Shutdown(sctx)
+		// Every request has been answered: send the messages still held for their events.
+		if err := handler.Drain(sctx); err != nil {
+			log.Warn("local: queue messages not sent before stopping; the sweeper will process their events", "err", err)
+		}
 	}()
 	go func() {
 		defer wg.Done()
@@ -172,6 +186,18 @@ func Env(getenv func(string) string) (Options, error) {
 		MappingBatchSize:   num("MAPPING_BATCH_SIZE", 10),
 		ProcessorTimeout:   dur("PROCESSOR_TIMEOUT", 30*time.Second),
 		SweepInterval:      dur("SWEEP_INTERVAL", 5*time.Second),
+		AsyncLinger:        DefaultAsyncLinger,
+	}
+	if v := getenv("ASYNC_LINGER"); v != "" {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil || d < 0:
+			errs = append(errs, fmt.Errorf("ASYNC_LINGER must be a duration such as 5ms, or 0 to answer after sending, got %q", v))
+		case d == 0:
+			o.AsyncLinger = -1
+		default:
+			o.AsyncLinger = d
+		}
 	}
 	return o, errors.Join(errs...)
 }
