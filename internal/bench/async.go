@@ -56,9 +56,11 @@ var asyncClients = []int{16, 64}
 // runAsync measures the asynchronous path end to end on the local stack: events/s from POST
 // /events/async until the processor has given each event its value, and the latency from request
 // to processed, beside POST /events's throughput in the same run, at 16 and at 64 clients. At 16
-// clients a third contender shows the Lambda shape: the same API handler storing and queueing each
-// request on its own (one INSERT and one SendMessage per request), which is what a Lambda execution
-// environment does, as it serves one request at a time. Rounds rotate the order of the contenders.
+// clients two more contenders, not judged, show what the local wiring's choices are worth: the
+// same grouping answering each request only after its message is sent, and the Lambda shape, the
+// same API handler storing and queueing each request on its own (one INSERT and one SendMessage per
+// request), which is what a Lambda execution environment does, as it serves one request at a time.
+// Rounds rotate the order of the contenders.
 func runAsync(ctx context.Context, r *run) error {
 	const group = "async"
 	rounds := pick(r, 3, 1)
@@ -84,7 +86,7 @@ func runAsync(ctx context.Context, r *run) error {
 		totals := map[string]*asyncTotals{}
 		names := []string{"sync", "async"}
 		if clients == asyncClients[0] {
-			names = append(names, "lambda")
+			names = append(names, "aftersend", "lambda")
 		}
 		for _, n := range names {
 			totals[n] = &asyncTotals{cpu: map[string]float64{}}
@@ -149,7 +151,7 @@ func runAsync(ctx context.Context, r *run) error {
 		}
 		steps := []func(int) error{runSync, runAsync("async", st.url)}
 		if totals["lambda"] != nil {
-			steps = append(steps, runAsync("lambda", st.lambdaURL))
+			steps = append(steps, runAsync("aftersend", st.afterSendURL), runAsync("lambda", st.lambdaURL))
 		}
 		for round := range rounds {
 			for i := range steps {
@@ -174,11 +176,18 @@ func runAsync(ctx context.Context, r *run) error {
 			}
 		}
 		asyncRow := totals["async"].row(group, "async_eps"+c,
-			"local.Start's API, which groups concurrent requests into one INSERT and one message (api.AsyncGroup)")
+			"local.Start's API: concurrent requests share one INSERT, each is answered on commit, and a message names the events committed within ASYNC_LINGER (api.AsyncGroup)")
 		judged = append(judged, ratio(group, "async_sync_ratio"+c, asyncRow, syncRow, atLeast(0.8), "as the product is wired"))
 		r.add(syncRow, asyncRow, judged[len(judged)-1])
 		r.add(lat("async", "async")...)
 		r.add(lat("sync", "async_sync")...)
+		if totals["aftersend"] != nil {
+			afterRow := totals["aftersend"].row(group, "async_after_send_eps"+c,
+				"the same grouping, each request answered only after its group's message is sent (ASYNC_LINGER=0)")
+			r.add(afterRow, ratio(group, "async_after_send_sync_ratio"+c, afterRow, syncRow, nil,
+				"a message per group of waiting requests"))
+			r.add(lat("aftersend", "async_after_send")...)
+		}
 		if totals["lambda"] != nil {
 			lambdaRow := totals["lambda"].row(group, "async_lambda_shape_eps"+c,
 				"the same API handler storing and queueing each request on its own, as a Lambda does")
@@ -195,7 +204,7 @@ func runAsync(ctx context.Context, r *run) error {
 		}
 		r.add(syncCPU)
 		for _, n := range names[1:] {
-			prefix := map[string]string{"async": "async", "lambda": "async_lambda_shape"}[n]
+			prefix := map[string]string{"async": "async", "aftersend": "async_after_send", "lambda": "async_lambda_shape"}[n]
 			if cpu, ok := totals[n].cpuRow(group, prefix+"_cpu_us"+c); ok {
 				r.add(cpu, ratio(group, prefix+"_cpu_ceiling"+c, syncCPU, cpu, nil,
 					"CPU per sync event / CPU per async event: about the ratio reachable where the cores are the limit"))

@@ -71,14 +71,16 @@ func (r *run) startSQSLocalPID() (string, func(), int, error) {
 
 // stack is the local system (internal/local) on a scratch database and goaws.
 type stack struct {
-	// url is the local system's API (internal/local.Start, wired as the product is); lambdaURL is
-	// the same API handler storing and queueing each request on its own, as a Lambda execution
-	// environment does (it serves one request at a time), beside it on the same store and queue.
-	url, lambdaURL string
-	db             *sql.DB
-	store          *mysql.Store
-	scratch        *scratch
-	stop           func()
+	// url is the local system's API (internal/local.Start, wired as the product is). Beside it, on
+	// the same store and queue, the same API handler as two contenders: lambdaURL stores and queues
+	// each request on its own, as a Lambda execution environment does (it serves one request at a
+	// time); afterSendURL groups requests but answers each only after its group's message is sent
+	// (api.AsyncGroup without Linger).
+	url, lambdaURL, afterSendURL string
+	db                           *sql.DB
+	store                        *mysql.Store
+	scratch                      *scratch
+	stop                         func()
 	// MappingConcurrency and MappingBatchSize are the event source mapping's knobs used.
 	mappingConcurrency, mappingBatchSize int
 	poolSize                             int
@@ -161,16 +163,24 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	st.url = sys.URL
 	st.sys = sys
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	// Contenders beside the product's wiring, on the same store and queue.
+	serve := func(g api.AsyncGroup) (string, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second,
+			Handler: &api.Server{Store: st.store, Queue: &queue.SQSSender{Client: client, QueueURL: queues.URL}, Logger: log, AsyncGroup: g}}
+		go func() { _ = srv.Serve(ln) }()
+		stops = append(stops, func() { _ = srv.Close() })
+		return "http://" + ln.Addr().String(), nil
+	}
+	if st.lambdaURL, err = serve(api.AsyncGroup{Max: 1, Flushers: 1 << 10}); err != nil {
 		return fail(err)
 	}
-	lambdaShape := &http.Server{ReadHeaderTimeout: 10 * time.Second,
-		Handler: &api.Server{Store: st.store, Queue: &queue.SQSSender{Client: client, QueueURL: queues.URL}, Logger: log,
-			AsyncGroup: api.AsyncGroup{Max: 1, Flushers: 1 << 10}}}
-	go func() { _ = lambdaShape.Serve(ln) }()
-	stops = append(stops, func() { _ = lambdaShape.Close() })
-	st.lambdaURL = "http://" + ln.Addr().String()
+	if st.afterSendURL, err = serve(api.AsyncGroup{}); err != nil {
+		return fail(err)
+	}
 	return st, nil
 }
 
