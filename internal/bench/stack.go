@@ -133,8 +133,9 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	}
 	stops = append(stops, stopSQS)
 	st.goawsPID = goawsPID
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint), HTTPClient: config.SQSHTTPClient(),
-		Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", "")})
+		Retryer: config.SQSRetryer(log), Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", "")})
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -143,7 +144,6 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	sctx, cancelSys := context.WithCancel(context.WithoutCancel(ctx))
 	sys, err := local.Start(sctx, st.store, client, local.Options{

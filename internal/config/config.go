@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -190,7 +191,30 @@ func SQS(ctx context.Context) (*sqs.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sqs.NewFromConfig(awsCfg, func(o *sqs.Options) { o.HTTPClient = SQSHTTPClient() }), nil
+	return sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+		o.HTTPClient = SQSHTTPClient()
+		o.Retryer = SQSRetryer(slog.Default())
+	}), nil
+}
+
+// SQSRetryer is the SDK's standard retryer, logging why each retried attempt failed. The SDK says
+// only that it retries, and a retried call can have side effects that the caller never sees: a
+// ReceiveMessage whose answer was lost has made its messages invisible for the visibility timeout.
+func SQSRetryer(log *slog.Logger) aws.RetryerV2 {
+	return loggingRetryer{RetryerV2: retry.NewStandard(), log: log}
+}
+
+type loggingRetryer struct {
+	aws.RetryerV2
+	log *slog.Logger
+}
+
+func (r loggingRetryer) IsErrorRetryable(err error) bool {
+	retryable := r.RetryerV2.IsErrorRetryable(err)
+	if retryable {
+		r.log.Warn("sqs: attempt failed; retrying", "err", err)
+	}
+	return retryable
 }
 
 // Must logs err and exits. For entrypoints, before any handler runs: a Lambda whose init fails is

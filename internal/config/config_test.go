@@ -1,9 +1,14 @@
 package config_test
 
 import (
+	"bytes"
+	"errors"
 	"log/slog"
+	"net/http"
 	"testing"
 	"time"
+
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/stretchr/testify/require"
@@ -43,4 +48,20 @@ func TestEveryBadValueIsReported(t *testing.T) {
 	for _, want := range []string{"DB_DSN, or DB_HOST and DB_USER", "DB_PORT", "DB_MIGRATE", "ALLOCATOR", "SWEEP_GRACE", "SWEEP_BATCH_SIZE", "LOG_LEVEL"} {
 		require.ErrorContains(t, err, want)
 	}
+}
+
+// A retried SQS attempt is logged with its cause; an error that is not retried is left to the caller.
+func TestSQSRetryerLogsWhyItRetries(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	r := config.SQSRetryer(slog.New(slog.NewTextHandler(&logs, nil)))
+	unavailable := &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{StatusCode: 503}},
+		Err: errors.New("queue service unavailable")}
+	require.True(t, r.IsErrorRetryable(unavailable))
+	require.Contains(t, logs.String(), "retrying")
+	require.Contains(t, logs.String(), "queue service unavailable")
+
+	logs.Reset()
+	require.False(t, r.IsErrorRetryable(errors.New("not retryable")))
+	require.Empty(t, logs.String())
 }
