@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -209,12 +210,11 @@ type loggingRetryer struct {
 	log *slog.Logger
 }
 
-func (r loggingRetryer) IsErrorRetryable(err error) bool {
-	retryable := r.RetryerV2.IsErrorRetryable(err)
-	if retryable {
-		r.log.Warn("sqs: attempt failed; retrying", "err", err)
-	}
-	return retryable
+// GetRetryToken is asked for once per attempt that failed and will be retried, with the
+// operation's context.
+func (r loggingRetryer) GetRetryToken(ctx context.Context, opErr error) (func(error) error, error) {
+	r.log.Warn("sqs: attempt failed; retrying", "operation", awsmiddleware.GetOperationName(ctx), "err", opErr)
+	return r.RetryerV2.GetRetryToken(ctx, opErr)
 }
 
 // Must logs err and exits. For entrypoints, before any handler runs: a Lambda whose init fails is

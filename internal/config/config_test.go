@@ -2,13 +2,18 @@ package config_test
 
 import (
 	"bytes"
-	"errors"
+	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/stretchr/testify/require"
@@ -50,18 +55,28 @@ func TestEveryBadValueIsReported(t *testing.T) {
 	}
 }
 
-// A retried SQS attempt is logged with its cause; an error that is not retried is left to the caller.
+// A retried SQS call is logged with its operation and the cause of the failed attempt.
 func TestSQSRetryerLogsWhyItRetries(t *testing.T) {
 	t.Parallel()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			http.Error(w, `{"__type":"InternalError","message":"queue service unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		_, _ = w.Write([]byte(`{"QueueUrls":[]}`))
+	}))
+	t.Cleanup(srv.Close)
 	var logs bytes.Buffer
-	r := config.SQSRetryer(slog.New(slog.NewTextHandler(&logs, nil)))
-	unavailable := &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{StatusCode: 503}},
-		Err: errors.New("queue service unavailable")}
-	require.True(t, r.IsErrorRetryable(unavailable))
+	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""),
+		Retryer:     config.SQSRetryer(slog.New(slog.NewTextHandler(&logs, nil)))})
+	_, err := client.ListQueues(context.Background(), &sqs.ListQueuesInput{})
+	require.NoError(t, err, "the second attempt succeeds")
+	require.Equal(t, int32(2), calls.Load())
 	require.Contains(t, logs.String(), "retrying")
-	require.Contains(t, logs.String(), "queue service unavailable")
-
-	logs.Reset()
-	require.False(t, r.IsErrorRetryable(errors.New("not retryable")))
-	require.Empty(t, logs.String())
+	require.Contains(t, logs.String(), "operation=ListQueues")
+	require.Contains(t, logs.String(), "StatusCode: 503")
+	require.Equal(t, 1, strings.Count(logs.String(), "retrying"), "one line per retried attempt")
 }
