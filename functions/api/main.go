@@ -16,6 +16,8 @@ func main() {
 	ctx := context.Background()
 	cfg := config.Must(config.Load(os.Getenv))
 	log := cfg.Logger()
+	// AsyncGroup stays zero: an async request is answered only after its message is sent, because
+	// Lambda freezes the environment once the answer is returned (api.AsyncGroup.Linger).
 	server := &api.Server{Store: config.Must(cfg.OpenStore(ctx)), Logger: log}
 	if cfg.QueueURL != "" {
 		server.Queue = &queue.SQSSender{Client: config.Must(config.SQS(ctx)), QueueURL: cfg.QueueURL}
