@@ -14,9 +14,10 @@ import (
 func main() {
 	cfg := config.Must(config.Load(os.Getenv))
 	ctx := context.Background()
-	p := &processing.Processor{Store: config.Must(cfg.OpenStore(ctx)), Logger: cfg.Logger(),
+	log := cfg.Logger()
+	p := &processing.Processor{Store: config.Must(cfg.OpenStore(ctx)), Logger: log,
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		Visibility: &processing.Visibility{Client: config.Must(config.SQS(ctx)), QueueURL: cfg.QueueURL}}
+		Visibility: &processing.Visibility{Client: config.Must(config.SQS(ctx, log)), QueueURL: cfg.QueueURL}}
 	lambda.Start(p.Handle)
 }

@@ -186,15 +186,16 @@ func SQSHTTPClient() *awshttp.BuildableClient {
 	})
 }
 
-// SQS returns an SQS client, honouring AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL.
-func SQS(ctx context.Context) (*sqs.Client, error) {
+// SQS returns an SQS client, honouring AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL. Retried attempts
+// are logged to log (SQSRetryer).
+func SQS(ctx context.Context, log *slog.Logger) (*sqs.Client, error) {
 	awsCfg, err := AWS()
 	if err != nil {
 		return nil, err
 	}
 	return sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
 		o.HTTPClient = SQSHTTPClient()
-		o.Retryer = SQSRetryer(slog.Default())
+		o.Retryer = SQSRetryer(log)
 	}), nil
 }
 
