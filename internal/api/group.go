@@ -134,12 +134,18 @@ func (g *asyncGroups) run(group []chan created) {
 	if g.out != nil {
 		g.out.add(ids)
 	} else if g.queue != nil {
-		if err := g.queue.Send(ctx, ids); err != nil {
-			g.log.Warn("api: queue send failed; the sweeper will process the events", "ids", ids, "err", err)
-		}
+		sendOrLeave(ctx, g.queue, g.log, ids)
 	}
 	for i, done := range group {
 		done <- created{id: ids[i]}
+	}
+}
+
+// sendOrLeave sends one message naming ids, the events of committed rows. If it cannot, it says so
+// and leaves them pending: the sweeper processes them after its grace period.
+func sendOrLeave(ctx context.Context, q queue.Sender, log *slog.Logger, ids []int64) {
+	if err := q.Send(ctx, ids); err != nil {
+		log.Warn("api: queue send failed; the sweeper will process the events", "ids", ids, "err", err)
 	}
 }
 

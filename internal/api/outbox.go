@@ -105,9 +105,7 @@ func (o *outbox) send(done chan struct{}) {
 			o.log.Warn("api: the queue is not keeping up; events left to the sweeper", "events", dropped)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), o.expire)
-		if err := o.queue.Send(ctx, ids); err != nil {
-			o.log.Warn("api: queue send failed; the sweeper will process the events", "ids", ids, "err", err)
-		}
+		sendOrLeave(ctx, o.queue, o.log, ids)
 		cancel()
 	}
 }
