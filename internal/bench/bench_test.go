@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"os"
 	"testing"
 	"time"
 
@@ -67,3 +68,29 @@ func TestPercentileAndRounding(t *testing.T) {
 	require.True(t, math.IsNaN(round(math.NaN())))
 	require.Equal(t, "12,346", format(12345.678))
 }
+
+// The meter charges a process's CPU to it and the rest of the machine's busy time to "other": a
+// window in which this process spins shows this process busy, whatever the rest of the machine does.
+func TestCPUMeterChargesTheSpinningProcess(t *testing.T) {
+	if cpuSeconds(os.Getpid()) < 0 {
+		t.Skip("no /proc here: the meter reports nothing, and the benchmark omits CPU figures")
+	}
+	m := newCPUMeter(map[string]int{"bench": os.Getpid()})
+	m.begin()
+	start := time.Now()
+	for cpuSeconds(os.Getpid())-m.start[0] < 0.3 { // spin until the kernel has charged 0.3 s
+		for i := 0; i < 1e6; i++ {
+			spinSink += i
+		}
+	}
+	used := m.end()
+	require.GreaterOrEqual(t, used["bench"], 0.3)
+	require.Contains(t, used, "other")
+	require.Contains(t, used, "steal")
+	require.GreaterOrEqual(t, used["other"], 0.0)
+	require.GreaterOrEqual(t, used["steal"], 0.0)
+	s := cpuSummary(used, time.Since(start))
+	require.Regexp(t, `^cores: bench \d+\.\d\d other \d+\.\d\d steal \d+\.\d\d$`, s)
+}
+
+var spinSink int
