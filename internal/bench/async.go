@@ -60,11 +60,13 @@ var asyncClients = []int{16, 64}
 // same grouping answering each request only after its message is sent, and the Lambda shape, the
 // same API handler storing and queueing each request on its own (one INSERT and one SendMessage per
 // request), which is what a Lambda execution environment does, as it serves one request at a time.
-// Rounds rotate the order of the contenders.
+// Each contender first runs a short warm-up window that is not counted; then rounds rotate the
+// order of the contenders.
 func runAsync(ctx context.Context, r *run) error {
 	const group = "async"
 	rounds := pick(r, 3, 1)
 	window := pick(r, 4*time.Second, 500*time.Millisecond)
+	warmup := pick(r, time.Second, 100*time.Millisecond)
 	st, err := r.startStack(ctx, "async")
 	if err != nil {
 		return err
@@ -91,18 +93,31 @@ func runAsync(ctx context.Context, r *run) error {
 		for _, n := range names {
 			totals[n] = &asyncTotals{cpu: map[string]float64{}}
 		}
+		// A round of -1 is the warm-up: a short window per contender, not counted, so that no
+		// contender's first round pays for opening connections, growing pools and heaps, or the
+		// previous group's writes still being flushed.
+		windowOf := func(round int) time.Duration {
+			if round < 0 {
+				return warmup
+			}
+			return window
+		}
 		runSync := func(round int) error {
 			meter.begin()
-			res := load(ctx, client, clients, window, post(st.url+"/events"), nil)
-			totals["sync"].addCPU(meter.end())
+			res := load(ctx, client, clients, windowOf(round), post(st.url+"/events"), nil)
+			used := meter.end()
 			if res.failed > 0 {
 				return fmt.Errorf("POST /events: %d requests failed: %v", res.failed, res.statuses)
 			}
+			if round < 0 {
+				return nil
+			}
+			totals["sync"].addCPU(used)
 			t := totals["sync"]
 			t.events += res.ok
 			t.took += res.took
 			t.latencies = append(t.latencies, res.latencies...)
-			r.progress(group, "c%d round %d/%d sync    POST /events        %7.0f events/s", clients, round+1, rounds, res.rps())
+			r.progress(group, "c%d round %d/%d sync    POST /events        %7.0f events/s; %s", clients, round+1, rounds, res.rps(), cpuSummary(used, res.took))
 			return nil
 		}
 		runAsync := func(name, url string) func(int) error {
@@ -113,7 +128,7 @@ func runAsync(ctx context.Context, r *run) error {
 				batches0, received0, _, _, _ := st.sys.MappingStats()
 				meter.begin()
 				start := time.Now()
-				res := load(ctx, client, clients, window, post(url+"/events/async"), func(_ int, at time.Time, body []byte) {
+				res := load(ctx, client, clients, windowOf(round), post(url+"/events/async"), func(_ int, at time.Time, body []byte) {
 					id, err := decodeID(body)
 					mu.Lock()
 					defer mu.Unlock()
@@ -129,7 +144,11 @@ func runAsync(ctx context.Context, r *run) error {
 				if err := r.awaitProcessed(ctx, group, st.db, 5*time.Minute); err != nil {
 					return err
 				}
-				totals[name].addCPU(meter.end())
+				used, elapsed := meter.end(), time.Since(start)
+				if round < 0 {
+					return nil
+				}
+				totals[name].addCPU(used)
 				batches1, received1, _, _, _ := st.sys.MappingStats()
 				last, lat, err := processedSince(ctx, st, sent, offset)
 				if err != nil {
@@ -144,14 +163,19 @@ func runAsync(ctx context.Context, r *run) error {
 				t.reqTook += res.took
 				t.messages += received1 - received0
 				t.batches += batches1 - batches0
-				r.progress(group, "c%d round %d/%d %-7s POST /events/async  %7.0f requests/s, %7.0f events/s processed (%d in %.2f s)",
-					clients, round+1, rounds, name, res.rps(), float64(len(sent))/took.Seconds(), len(sent), took.Seconds())
+				r.progress(group, "c%d round %d/%d %-7s POST /events/async  %7.0f requests/s, %7.0f events/s processed (%d in %.2f s); %s",
+					clients, round+1, rounds, name, res.rps(), float64(len(sent))/took.Seconds(), len(sent), took.Seconds(), cpuSummary(used, elapsed))
 				return nil
 			}
 		}
 		steps := []func(int) error{runSync, runAsync("async", st.url)}
 		if totals["lambda"] != nil {
 			steps = append(steps, runAsync("aftersend", st.afterSendURL), runAsync("lambda", st.lambdaURL))
+		}
+		for _, step := range steps {
+			if err := step(-1); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
 		}
 		for round := range rounds {
 			for i := range steps {
