@@ -33,10 +33,14 @@ func serverVersion(ctx context.Context, serverDSN string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var v string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+	var pool, redo int64
+	// The version, and the two InnoDB settings that decide whether a write-heavy run is bound by the
+	// server's page flushing (scripts/mariadb.sh says why it sets them): figures are comparable only
+	// between servers configured alike.
+	if err := db.QueryRowContext(ctx, "SELECT VERSION(), @@innodb_buffer_pool_size, @@innodb_log_file_size").Scan(&v, &pool, &redo); err != nil {
 		return "", fmt.Errorf("no database server at %s (run `make db`, or set BENCH_DB_DSN): %w", cfg.Addr, err)
 	}
-	return v, nil
+	return fmt.Sprintf("%s, innodb_buffer_pool_size %d MiB, innodb_log_file_size %d MiB", v, pool>>20, redo>>20), nil
 }
 
 // newScratch creates an empty database bench_<label>_<random> and, if migrate, applies the schema.
