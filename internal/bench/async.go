@@ -172,6 +172,7 @@ func runAsync(ctx context.Context, r *run) error {
 		if totals["lambda"] != nil {
 			steps = append(steps, runAsync("aftersend", st.afterSendURL), runAsync("lambda", st.lambdaURL))
 		}
+		r.progress(group, "c%d warm-up: %s per contender, not counted", clients, warmup)
 		for _, step := range steps {
 			if err := step(-1); err != nil {
 				return fmt.Errorf("warm-up: %w", err)
