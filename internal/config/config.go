@@ -218,6 +218,7 @@ func (c bodyWrapping) Do(r *http.Request) (*http.Response, error) {
 // connections opened and 33-55 attempts retried (and more messages received than sent); with it,
 // 5-6 connections and no retry (docs/performance.md).
 type requestBody struct{ io.ReadCloser }
+
 // SQS returns an SQS client, honouring AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL. Retried attempts
 // are logged to log (SQSRetryer).
 func SQS(ctx context.Context, log *slog.Logger) (*sqs.Client, error) {
