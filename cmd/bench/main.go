@@ -16,6 +16,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -77,31 +78,13 @@ func run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	f, err := os.Create(out)
-	if err != nil {
+	if err := writeFile(out, report.WriteJSON); err != nil {
 		return err
 	}
-	if err := report.WriteJSON(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	fmt.Printf("wrote %s\n", out)
 	if md := os.Getenv("BENCH_MARKDOWN"); md != "" {
-		f, err := os.Create(md)
-		if err != nil {
+		if err := writeFile(md, report.WriteMarkdown); err != nil {
 			return err
 		}
-		if err := report.WriteMarkdown(f); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		fmt.Printf("wrote %s\n", md)
 	}
 	if report.Failed() {
 		return fmt.Errorf("%d errors or failed checks (see above)", len(report.Errors)+failedChecks(report))
@@ -141,4 +124,21 @@ func repoRoot() (string, error) {
 		return filepath.Join(filepath.Dir(file), "..", ".."), nil
 	}
 	return "", fmt.Errorf("run bench inside the repository (no go.mod of github.com/exactlyonce/exactlyonce above %s)", dir)
+}
+
+// writeFile creates path, writes it with write and says so.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s\n", path)
+	return nil
 }
