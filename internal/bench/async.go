@@ -49,6 +49,24 @@ func (t *asyncTotals) cpuRow(group, name string) (Row, bool) {
 
 func (t *asyncTotals) eps() float64 { return float64(t.events) / t.took.Seconds() }
 
+// asyncContender is a way of serving POST /events/async: its name in progress lines, the prefix
+// of its rows, what it is and the shape of its messages, and the URL of the stack's API serving it.
+type asyncContender struct {
+	name, prefix, what, shape string
+	url                       func(*stack) string
+}
+
+// unjudgedAsync are the contenders measured beside the judged one at the first client count only:
+// what the local wiring's choices are worth. prefix names their rows.
+var unjudgedAsync = []asyncContender{
+	{"aftersend", "async_after_send",
+		"the same grouping, each request answered only after its group's message is sent (ASYNC_LINGER=0)",
+		"a message per group of waiting requests", func(st *stack) string { return st.afterSendURL }},
+	{"lambda", "async_lambda_shape",
+		"the same API handler storing and queueing each request on its own, as a Lambda does",
+		"one INSERT and one SendMessage per request", func(st *stack) string { return st.lambdaURL }},
+}
+
 // asyncClients are the client counts the async group measures at, like the allocation targets: the
 // async target holds only if it holds at each.
 var asyncClients = []int{16, 64}
@@ -85,13 +103,13 @@ func runAsync(ctx context.Context, r *run) error {
 	var judged []Row
 	for _, clients := range asyncClients {
 		client := httpClient(clients)
-		totals := map[string]*asyncTotals{}
-		names := []string{"sync", "async"}
+		var unjudged []asyncContender
 		if clients == asyncClients[0] {
-			names = append(names, "aftersend", "lambda")
+			unjudged = unjudgedAsync
 		}
-		for _, n := range names {
-			totals[n] = &asyncTotals{cpu: map[string]float64{}}
+		totals := map[string]*asyncTotals{"sync": {cpu: map[string]float64{}}, "async": {cpu: map[string]float64{}}}
+		for _, u := range unjudged {
+			totals[u.name] = &asyncTotals{cpu: map[string]float64{}}
 		}
 		// A round of -1 is the warm-up: a short window per contender, not counted, so that no
 		// contender's first round pays for opening connections, growing pools and heaps, or the
@@ -169,8 +187,8 @@ func runAsync(ctx context.Context, r *run) error {
 			}
 		}
 		steps := []func(int) error{runSync, runAsync("async", st.url)}
-		if totals["lambda"] != nil {
-			steps = append(steps, runAsync("aftersend", st.afterSendURL), runAsync("lambda", st.lambdaURL))
+		for _, u := range unjudged {
+			steps = append(steps, runAsync(u.name, u.url(st)))
 		}
 		r.progress(group, "c%d warm-up: %s per contender, not counted", clients, warmup)
 		for _, step := range steps {
@@ -206,19 +224,10 @@ func runAsync(ctx context.Context, r *run) error {
 		r.add(syncRow, asyncRow, judged[len(judged)-1])
 		r.add(lat("async", "async")...)
 		r.add(lat("sync", "async_sync")...)
-		if totals["aftersend"] != nil {
-			afterRow := totals["aftersend"].row(group, "async_after_send_eps"+c,
-				"the same grouping, each request answered only after its group's message is sent (ASYNC_LINGER=0)")
-			r.add(afterRow, ratio(group, "async_after_send_sync_ratio"+c, afterRow, syncRow, nil,
-				"a message per group of waiting requests"))
-			r.add(lat("aftersend", "async_after_send")...)
-		}
-		if totals["lambda"] != nil {
-			lambdaRow := totals["lambda"].row(group, "async_lambda_shape_eps"+c,
-				"the same API handler storing and queueing each request on its own, as a Lambda does")
-			r.add(lambdaRow, ratio(group, "async_lambda_shape_sync_ratio"+c, lambdaRow, syncRow, nil,
-				"one INSERT and one SendMessage per request"))
-			r.add(lat("lambda", "async_lambda_shape")...)
+		for _, u := range unjudged {
+			row := totals[u.name].row(group, u.prefix+"_eps"+c, u.what)
+			r.add(row, ratio(group, u.prefix+"_sync_ratio"+c, row, syncRow, nil, u.shape))
+			r.add(lat(u.name, u.prefix)...)
 		}
 
 		// Where the time goes: when the machine's cores are the limit, throughput is inversely
@@ -228,10 +237,9 @@ func runAsync(ctx context.Context, r *run) error {
 			continue
 		}
 		r.add(syncCPU)
-		for _, n := range names[1:] {
-			prefix := map[string]string{"async": "async", "aftersend": "async_after_send", "lambda": "async_lambda_shape"}[n]
-			if cpu, ok := totals[n].cpuRow(group, prefix+"_cpu_us"+c); ok {
-				r.add(cpu, ratio(group, prefix+"_cpu_ceiling"+c, syncCPU, cpu, nil,
+		for _, u := range append([]asyncContender{{name: "async", prefix: "async"}}, unjudged...) {
+			if cpu, ok := totals[u.name].cpuRow(group, u.prefix+"_cpu_us"+c); ok {
+				r.add(cpu, ratio(group, u.prefix+"_cpu_ceiling"+c, syncCPU, cpu, nil,
 					"CPU per sync event / CPU per async event: about the ratio reachable where the cores are the limit"))
 			}
 		}
