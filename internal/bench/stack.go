@@ -134,8 +134,8 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	stops = append(stops, stopSQS)
 	st.goawsPID = goawsPID
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint), HTTPClient: config.SQSHTTPClient(),
-		Retryer: config.SQSRetryer(log), Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", "")})
+	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", "")}, config.SQSOptions(log))
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)

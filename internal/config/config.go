@@ -180,20 +180,15 @@ const SQSIdleConns = 64
 
 // SQSHTTPClient is the HTTP client of every SQS client: the SDK's, keeping SQSIdleConns idle
 // connections per host, with each request body wrapped by requestBody.
-func SQSHTTPClient() HTTPDoer {
+func SQSHTTPClient() aws.HTTPClient {
 	return bodyWrapping{awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 		t.MaxIdleConns = max(t.MaxIdleConns, SQSIdleConns)
 		t.MaxIdleConnsPerHost = SQSIdleConns
 	})}
 }
 
-// HTTPDoer is what the SDK's clients need of an HTTP client.
-type HTTPDoer interface {
-	Do(*http.Request) (*http.Response, error)
-}
-
 // bodyWrapping hands every request to next with its body wrapped by requestBody.
-type bodyWrapping struct{ next HTTPDoer }
+type bodyWrapping struct{ next aws.HTTPClient }
 
 func (c bodyWrapping) Do(r *http.Request) (*http.Response, error) {
 	if r.Body != nil && r.Body != http.NoBody {
@@ -226,10 +221,16 @@ func SQS(ctx context.Context, log *slog.Logger) (*sqs.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+	return sqs.NewFromConfig(awsCfg, SQSOptions(log)), nil
+}
+
+// SQSOptions gives an SQS client what every SQS client of the project has, the product's, the
+// bench's and the tests': SQSHTTPClient, and SQSRetryer logging to log.
+func SQSOptions(log *slog.Logger) func(*sqs.Options) {
+	return func(o *sqs.Options) {
 		o.HTTPClient = SQSHTTPClient()
 		o.Retryer = SQSRetryer(log)
-	}), nil
+	}
 }
 
 // SQSRetryer is the SDK's standard retryer, logging why each retried attempt failed. The SDK says

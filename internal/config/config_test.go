@@ -83,7 +83,7 @@ func TestSQSRetryerLogsWhyItRetries(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs.String(), "retrying"), "one line per retried attempt")
 }
 
-// doerFunc is an HTTPDoer made of a function.
+// doerFunc is an HTTP client made of a function.
 type doerFunc func(*http.Request) (*http.Response, error)
 
 func (f doerFunc) Do(r *http.Request) (*http.Response, error) { return f(r) }
@@ -110,7 +110,7 @@ func lateProbe(probeErr *error) doerFunc {
 // transport keeps the connection and the response being read on it.
 func TestSQSRequestBodyReadAfterCloseIsNotAnError(t *testing.T) {
 	t.Parallel()
-	call := func(doer config.HTTPDoer) {
+	call := func(doer aws.HTTPClient) {
 		t.Helper()
 		client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://sqs.invalid"),
 			Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), HTTPClient: doer,

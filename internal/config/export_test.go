@@ -1,4 +1,6 @@
 package config
 
-// WrapRequestBodies exposes SQSHTTPClient's body wrapping to the tests, around any HTTPDoer.
-func WrapRequestBodies(next HTTPDoer) HTTPDoer { return bodyWrapping{next} }
+import "github.com/aws/aws-sdk-go-v2/aws"
+
+// WrapRequestBodies exposes SQSHTTPClient's body wrapping to the tests, around any HTTP client.
+func WrapRequestBodies(next aws.HTTPClient) aws.HTTPClient { return bodyWrapping{next} }

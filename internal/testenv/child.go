@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -167,5 +168,8 @@ func NewSQSClient(endpoint string) *sqs.Client {
 	if os.Getenv("AWS_ACCESS_KEY_ID") != "" {
 		creds = credentials.NewStaticCredentialsProvider(os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN"))
 	}
-	return sqs.New(sqs.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(endpoint)})
+	// The project's own client options, so that tests exercise the client the product uses; retries
+	// are logged to stderr.
+	return sqs.New(sqs.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(endpoint)},
+		config.SQSOptions(slog.Default()))
 }
