@@ -34,7 +34,7 @@ func main() {
 
 	store := config.Must(cfg.OpenStore(ctx))
 	log.Info("local: database ready", "allocator", cmp.Or(cfg.Store.Allocator, "block"))
-	client := config.Must(config.SQS(ctx, log))
+	client := config.Must(config.SQS(log))
 	queues := config.Must(queue.Ensure(ctx, client, queue.QueueSpec{
 		Name: cmp.Or(os.Getenv("QUEUE_NAME"), "events"), VisibilityTimeout: 30, MaxReceiveCount: 5,
 	}))

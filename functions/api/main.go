@@ -20,7 +20,7 @@ func main() {
 	// Lambda freezes the environment once the answer is returned (api.AsyncGroup.Linger).
 	server := &api.Server{Store: config.Must(cfg.OpenStore(ctx)), Logger: log}
 	if cfg.QueueURL != "" {
-		server.Queue = &queue.SQSSender{Client: config.Must(config.SQS(ctx, log)), QueueURL: cfg.QueueURL}
+		server.Queue = &queue.SQSSender{Client: config.Must(config.SQS(log)), QueueURL: cfg.QueueURL}
 	}
 	lambda.Start(httpadapter.New(server).ProxyWithContext)
 }

@@ -18,6 +18,6 @@ func main() {
 	p := &processing.Processor{Store: config.Must(cfg.OpenStore(ctx)), Logger: log,
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		Visibility: &processing.Visibility{Client: config.Must(config.SQS(ctx, log)), QueueURL: cfg.QueueURL}}
+		Visibility: &processing.Visibility{Client: config.Must(config.SQS(log)), QueueURL: cfg.QueueURL}}
 	lambda.Start(p.Handle)
 }

@@ -135,8 +135,7 @@ func (s *Server) createAsync(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	s.groupsOnce.Do(func() { s.groups = newAsyncGroups(s) })
-	id, err := s.groups.create(r.Context())
+	id, err := s.asyncGroups().create(r.Context())
 	if err != nil {
 		s.error(w, r, err)
 		return
@@ -148,8 +147,13 @@ func (s *Server) createAsync(w http.ResponseWriter, r *http.Request) {
 // lingering, and returns when they are sent or ctx is done. Call it after the HTTP server has shut
 // down, so that no request adds more; what it cannot send is left to the sweeper.
 func (s *Server) Drain(ctx context.Context) error {
+	return s.asyncGroups().drain(ctx)
+}
+
+// asyncGroups returns the server's async groups, made on first use from AsyncGroup.
+func (s *Server) asyncGroups() *asyncGroups {
 	s.groupsOnce.Do(func() { s.groups = newAsyncGroups(s) })
-	return s.groups.drain(ctx)
+	return s.groups
 }
 
 func (s *Server) count(w http.ResponseWriter, r *http.Request) {

@@ -31,8 +31,6 @@ type AsyncGroup struct {
 	// Flushers is the most groups being stored and queued at once. Default 1: every request that
 	// arrives during a group's round trips joins the next group.
 	Flushers int
-	// Timeout bounds storing and queueing one group, and sending one message. Default 10 s.
-	Timeout time.Duration
 	// Linger, when positive, answers each request once its event is committed, before any message
 	// names it, and leaves the messages to an outbox: it sends one for up to Max events when Max are
 	// held, or when Linger has passed since it sent the previous one. The answer then means stored,
@@ -65,11 +63,14 @@ type created struct {
 	err error
 }
 
+// groupTimeout bounds storing and queueing one group, and sending one message.
+const groupTimeout = 10 * time.Second
+
 func newAsyncGroups(s *Server) *asyncGroups {
 	g := &asyncGroups{store: s.Store, queue: s.Queue, log: s.logger(),
 		max:    min(max(cmp.Or(s.AsyncGroup.Max, queue.MaxIDs), 1), queue.MaxIDs),
 		slots:  max(cmp.Or(s.AsyncGroup.Flushers, 1), 1),
-		expire: cmp.Or(s.AsyncGroup.Timeout, 10*time.Second)}
+		expire: groupTimeout}
 	if s.Queue != nil && s.AsyncGroup.Linger > 0 {
 		g.out = newOutbox(s.Queue, g.log, g.max, s.AsyncGroup.Linger, g.expire)
 	}

@@ -216,7 +216,7 @@ type requestBody struct{ io.ReadCloser }
 
 // SQS returns an SQS client, honouring AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL. Retried attempts
 // are logged to log (SQSRetryer).
-func SQS(ctx context.Context, log *slog.Logger) (*sqs.Client, error) {
+func SQS(log *slog.Logger) (*sqs.Client, error) {
 	awsCfg, err := AWS()
 	if err != nil {
 		return nil, err

@@ -86,7 +86,7 @@ const MaxPendingBatch = 200
 
 // CreatePendingBatch stores n new pending events with one INSERT, so all or none of them, and
 // returns their ids. It is how a process serving many concurrent async requests stores them at
-// the cost of about one (internal/coalesce).
+// the cost of about one (internal/api/group.go).
 func (s *Store) CreatePendingBatch(ctx context.Context, n int) ([]int64, error) {
 	if n < 1 || n > MaxPendingBatch {
 		return nil, fmt.Errorf("create pending events: %d events; one batch is 1 to %d", n, MaxPendingBatch)

@@ -135,7 +135,7 @@ func TestAllocatorsGiveUniqueIDsUnderConcurrency(t *testing.T) {
 								var id int64
 								id, err = store.CreatePending(ctx)
 								got = []int64{id}
-							default: // several at once, as internal/coalesce stores them; BlockSize 16 splits some across blocks
+							default: // several at once, as internal/api/group.go stores them; BlockSize 16 splits some across blocks
 								got, err = store.CreatePendingBatch(ctx, 2+(c+i)%9)
 							}
 							if err != nil {

@@ -18,7 +18,7 @@ import (
 )
 
 // Message bodies. A message names one pending event, {"id": N}, or several, {"ids": [N, ...]}: a
-// process that creates events for many concurrent requests (internal/coalesce) stores them with one
+// process that creates events for many concurrent requests (internal/api/group.go) stores them with one
 // INSERT and names them all in one message, where one message each would cost a queue call each.
 
 // MaxIDs is the most events one message may name: about 2 KB of body, far below SQS's 256 KB, and
