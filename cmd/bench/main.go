@@ -87,19 +87,9 @@ func run(ctx context.Context) error {
 		}
 	}
 	if report.Failed() {
-		return fmt.Errorf("%d errors or failed checks (see above)", len(report.Errors)+failedChecks(report))
+		return fmt.Errorf("%d errors or failed checks (see above)", len(report.Errors)+report.FailedChecks())
 	}
 	return nil
-}
-
-func failedChecks(r *bench.Report) int {
-	n := 0
-	for _, c := range r.Checks {
-		if !c.OK {
-			n++
-		}
-	}
-	return n
 }
 
 // repoRoot finds the module's root from the working directory upwards (go.mod with this module).

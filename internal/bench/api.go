@@ -48,8 +48,8 @@ func runAPI(ctx context.Context, r *run) error {
 	for _, conns := range []int{16, 64} {
 		client := httpClient(conns)
 		for _, ep := range endpoints {
-			var rows int64
-			if err := st.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM events").Scan(&rows); err != nil {
+			rows, err := st.store.Count(ctx)
+			if err != nil {
 				return err
 			}
 			res := load(ctx, client, conns, window, ep.req, nil)

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"slices"
@@ -286,7 +287,13 @@ func (t *asyncTotals) row(group, name, what string) Row {
 // latencies from request to processed, on this process's clock. Every sent event must have been
 // processed by the processor (the sweeper is kept out of the measurement).
 func processedSince(ctx context.Context, st *stack, sent map[int64]time.Time, offset time.Duration) (time.Time, []time.Duration, error) {
-	rows, err := st.db.QueryContext(ctx, "SELECT id, processed_at, processed_by FROM events WHERE state = 10 AND processed_by <> 'api'")
+	// Only this round's ids: earlier rounds' rows would be read only to be skipped.
+	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
+	for id := range sent {
+		lo, hi = min(lo, id), max(hi, id)
+	}
+	rows, err := st.db.QueryContext(ctx,
+		"SELECT id, processed_at, processed_by FROM events WHERE state = 10 AND processed_by <> 'api' AND id BETWEEN ? AND ?", lo, hi)
 	if err != nil {
 		return time.Time{}, nil, err
 	}

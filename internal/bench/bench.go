@@ -142,16 +142,17 @@ type Host struct {
 
 // Failed tells whether the run must fail: a group errored or a correctness check failed. Missed
 // performance targets do not fail it; they are reported.
-func (r *Report) Failed() bool {
-	if len(r.Errors) > 0 {
-		return true
-	}
+func (r *Report) Failed() bool { return len(r.Errors) > 0 || r.FailedChecks() > 0 }
+
+// FailedChecks counts the correctness checks that failed.
+func (r *Report) FailedChecks() int {
+	n := 0
 	for _, c := range r.Checks {
 		if !c.OK {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // run is the state shared by the groups of one run.
@@ -341,15 +342,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(notes) > 0 {
 		fmt.Fprintf(w, "\nnotes:\n%s\n", strings.Join(notes, "\n"))
 	}
-	failed := 0
 	for _, c := range r.Checks {
 		if !c.OK {
-			failed++
 			fmt.Fprintf(w, "CHECK FAILED [%s] %s: %s\n", c.Group, c.Name, c.Detail)
 		}
 	}
 	fmt.Fprintf(w, "\n%d checks, %d failed; mode %s, %.0f s, %s/%s %d CPUs, %s\n",
-		len(r.Checks), failed, r.Mode, r.Seconds, r.Host.GOOS, r.Host.GOARCH, r.Host.CPUs, r.Host.Database)
+		len(r.Checks), r.FailedChecks(), r.Mode, r.Seconds, r.Host.GOOS, r.Host.GOARCH, r.Host.CPUs, r.Host.Database)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "ERROR %s\n", e)
 	}
@@ -359,15 +358,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 // WriteMarkdown writes the rows as a Markdown table, with the notes below it (docs/performance.md
 // carries the latest one).
 func (r *Report) WriteMarkdown(w io.Writer) error {
-	failed := 0
-	for _, c := range r.Checks {
-		if !c.OK {
-			failed++
-		}
-	}
 	fmt.Fprintf(w, "%s run of %s UTC, %d CPUs, %s/%s, %s, %.0f s; %d checks, %d failed.\n\n",
 		strings.ToUpper(string(r.Mode[:1]))+string(r.Mode[1:]), r.Started.Format("2006-01-02 15:04"), r.Host.CPUs,
-		r.Host.GOOS, r.Host.GOARCH, r.Host.Database, r.Seconds, len(r.Checks), failed)
+		r.Host.GOOS, r.Host.GOARCH, r.Host.Database, r.Seconds, len(r.Checks), r.FailedChecks())
 	fmt.Fprintln(w, "| group | name | value | unit | reference | target | met |")
 	fmt.Fprintln(w, "| --- | --- | ---: | --- | --- | --- | --- |")
 	for _, row := range r.Rows {
