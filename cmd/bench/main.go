@@ -20,15 +20,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"runtime/pprof"
 	"strings"
 	"syscall"
 
 	"github.com/exactlyonce/exactlyonce/internal/bench"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
 )
-
-const defaultDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -46,7 +44,7 @@ func run(ctx context.Context) error {
 	}
 	cfg := bench.Config{
 		Mode:      bench.Mode(cmp.Or(os.Getenv("BENCH"), string(bench.Full))),
-		ServerDSN: cmp.Or(os.Getenv("BENCH_DB_DSN"), defaultDSN),
+		ServerDSN: cmp.Or(os.Getenv("BENCH_DB_DSN"), testenv.DefaultDSN),
 		SQSLocal:  cmp.Or(os.Getenv("SQSLOCAL_BIN"), filepath.Join(root, "bin", "sqslocal")),
 		RepoRoot:  root,
 	}
@@ -92,7 +90,8 @@ func run(ctx context.Context) error {
 	return nil
 }
 
-// repoRoot finds the module's root from the working directory upwards (go.mod with this module).
+// repoRoot finds the module's root from the working directory upwards (go.mod with this module),
+// or else is the source tree this binary was built from.
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
@@ -109,11 +108,7 @@ func repoRoot() (string, error) {
 		}
 		dir = parent
 	}
-	_, file, _, ok := runtime.Caller(0)
-	if ok {
-		return filepath.Join(filepath.Dir(file), "..", ".."), nil
-	}
-	return "", fmt.Errorf("run bench inside the repository (no go.mod of github.com/exactlyonce/exactlyonce above %s)", dir)
+	return testenv.RepoRoot(), nil // the source tree this binary was built from
 }
 
 // writeFile creates path, writes it with write and says so.

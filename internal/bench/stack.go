@@ -1,21 +1,16 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -27,46 +22,20 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/testenv"
 )
 
-// startSQSLocal starts goaws (tools/sqslocal) on a free loopback port and returns its URL and a
-// function that stops it. The child dies with this process too.
-func (r *run) startSQSLocal() (string, func(), error) {
-	url, stop, _, err := r.startSQSLocalPID()
-	return url, stop, err
-}
-
-func (r *run) startSQSLocalPID() (string, func(), int, error) {
+// startSQSLocal starts goaws (tools/sqslocal) on a free loopback port and returns its URL, a
+// function that stops it, and its pid. The child dies with this process too.
+func (r *run) startSQSLocal() (string, func(), int, error) {
 	if r.cfg.SQSLocal == "" {
 		return "", nil, 0, errors.New("no sqslocal binary: run `make sqslocal`, or set SQSLOCAL_BIN")
 	}
-	cmd := exec.Command(r.cfg.SQSLocal, "-addr", "127.0.0.1:0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
+	url, c, err := testenv.RunSQSLocal(r.cfg.SQSLocal)
 	if err != nil {
 		return "", nil, 0, err
 	}
-	if err := cmd.Start(); err != nil {
-		return "", nil, 0, fmt.Errorf("start %s: %w", r.cfg.SQSLocal, err)
-	}
-	stop := func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}
-	br := bufio.NewReader(stdout)
-	line, err := br.ReadString('\n')
-	if err != nil {
-		stop()
-		return "", nil, 0, fmt.Errorf("sqslocal did not say where it listens: %w", err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, br) }()
-	url := strings.TrimSpace(line[strings.LastIndex(line, " ")+1:])
-	if !strings.HasPrefix(url, "http://127.0.0.1:") {
-		stop()
-		return "", nil, 0, fmt.Errorf("sqslocal said %q", line)
-	}
-	return url, stop, cmd.Process.Pid, nil
+	return url, c.Kill, c.Pid(), nil
 }
 
 // stack is the local system (internal/local) on a scratch database and goaws.
@@ -127,7 +96,7 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	if st.store, err = mysql.NewStore(st.db, defaults().Store); err != nil {
 		return fail(err)
 	}
-	endpoint, stopSQS, goawsPID, err := r.startSQSLocalPID()
+	endpoint, stopSQS, goawsPID, err := r.startSQSLocal()
 	if err != nil {
 		return fail(err)
 	}

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -75,31 +73,30 @@ func startSQSLocal() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", err
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		return "", fmt.Errorf("sqslocal did not say where it listens: %v", err)
-	}
-	go func() { _, _ = bufio.NewReader(stdout).WriteTo(discard{}) }()
-	url := strings.TrimSpace(line[strings.LastIndex(line, " ")+1:])
-	if !strings.HasPrefix(url, "http://127.0.0.1:") {
-		return "", fmt.Errorf("sqslocal said %q", line)
-	}
-	return url, nil
+	url, _, err := RunSQSLocal(bin) // dies with this process
+	return url, err
 }
 
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
+// RunSQSLocal starts goaws (bin, built from tools/sqslocal) on a free loopback port, and returns
+// its URL and its process, which dies with this one.
+func RunSQSLocal(bin string) (string, *Child, error) {
+	c, err := StartProcess(bin, []string{"-addr", "127.0.0.1:0"}, nil, os.Stderr)
+	if err != nil {
+		return "", nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	const said = "sqslocal listening on "
+	line, err := c.WaitLine(said, 30*time.Second)
+	if err != nil {
+		c.Kill()
+		return "", nil, fmt.Errorf("sqslocal did not say where it listens: %w", err)
+	}
+	url := strings.TrimSpace(strings.TrimPrefix(line, said))
+	if !strings.HasPrefix(url, "http://127.0.0.1:") {
+		c.Kill()
+		return "", nil, fmt.Errorf("sqslocal said %q", line)
+	}
+	return url, c, nil
+}
 
 // SQS returns a client for SQSEndpoint. Credentials and region come from the environment when set
 // (for LocalStack or AWS) and are dummies otherwise.
