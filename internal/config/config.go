@@ -107,7 +107,7 @@ func Load(getenv func(string) string) (Config, error) {
 		},
 		Migrate: boolean("DB_MIGRATE", true),
 		Store: mysql.StoreConfig{
-			Allocator: str("ALLOCATOR", mysql.AllocatorBlock),
+			Allocator: str("ALLOCATOR", mysql.DefaultAllocator),
 			BlockSize: integer("ALLOCATOR_BLOCK_SIZE", mysql.DefaultBlockSize, 1),
 		},
 		QueueURL:       str("QUEUE_URL", ""),

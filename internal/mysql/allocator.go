@@ -130,16 +130,21 @@ func (a *blockAllocator) create(ctx context.Context, n int, insert func(context.
 
 // direct takes n consecutive ids straight from the counter, in a transaction of their own.
 func (a *blockAllocator) direct(ctx context.Context, n int) ([]int64, error) {
-	var first int64
-	err := inTx(ctx, a.db, a.stats, a.retry, func(tx *sql.Tx) error {
-		var err error
-		first, err = lockAndAdvance(ctx, tx, int64(n))
-		return err
-	})
+	first, err := a.advance(ctx, int64(n))
 	if err != nil {
 		return nil, err
 	}
 	return idRun(first, n), nil
+}
+
+// advance takes n consecutive ids from the counter in a transaction of its own, and returns the
+// first.
+func (a *blockAllocator) advance(ctx context.Context, n int64) (first int64, err error) {
+	err = inTx(ctx, a.db, a.stats, a.retry, func(tx *sql.Tx) error {
+		first, err = lockAndAdvance(ctx, tx, n)
+		return err
+	})
+	return first, err
 }
 
 // idRun returns the n consecutive ids starting at first.
@@ -221,12 +226,7 @@ const reserveTimeout = 10 * time.Second
 func (a *blockAllocator) reserve(ctx context.Context, res *reservation) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reserveTimeout)
 	defer cancel()
-	var first int64
-	err := inTx(ctx, a.db, a.stats, a.retry, func(tx *sql.Tx) error {
-		var err error
-		first, err = lockAndAdvance(ctx, tx, a.size)
-		return err
-	})
+	first, err := a.advance(ctx, a.size)
 	a.mu.Lock()
 	if err == nil {
 		a.spare = idRange{next: first, stop: first + a.size}

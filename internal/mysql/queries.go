@@ -59,11 +59,22 @@ func query(name string) string {
 
 // expandIDs replaces the /*ids*/ marker with one placeholder per id and returns the ids as arguments.
 func expandIDs(q string, ids []int64) (string, []any) {
+	return strings.Replace(q, "/*ids*/", placeholders(len(ids)), 1), idArgs(ids)
+}
+
+// expandRows replaces the /*rows*/ marker with one row (a tuple with one placeholder, for the id)
+// per id, and returns the ids as arguments.
+func expandRows(q, row string, ids []int64) (string, []any) {
+	rows := strings.TrimSuffix(strings.Repeat(row+", ", len(ids)), ", ")
+	return strings.Replace(q, "/*rows*/", rows, 1), idArgs(ids)
+}
+
+func idArgs(ids []int64) []any {
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
 	}
-	return strings.Replace(q, "/*ids*/", placeholders(len(ids)), 1), args
+	return args
 }
 
 func placeholders(n int) string {

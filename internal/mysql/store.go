@@ -37,7 +37,7 @@ type Store struct {
 // NewStore returns a Store on db, which must be migrated (see Migrate).
 func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 	s := &Store{db: db, stats: &Stats{}, retry: cfg.Retry.withDefaults()}
-	switch cmp.Or(cfg.Allocator, AllocatorBlock) {
+	switch cmp.Or(cfg.Allocator, DefaultAllocator) {
 	case AllocatorBlock:
 		size := cmp.Or(cfg.BlockSize, DefaultBlockSize)
 		if size < 1 {
@@ -92,14 +92,7 @@ func (s *Store) CreatePendingBatch(ctx context.Context, n int) ([]int64, error) 
 		return nil, fmt.Errorf("create pending events: %d events; one batch is 1 to %d", n, MaxPendingBatch)
 	}
 	ids, err := s.alloc.create(ctx, n, func(ctx context.Context, ex execer, ids []int64) error {
-		q := query("InsertPending")
-		if len(ids) > 1 {
-			q = strings.Replace(query("InsertPendingRows"), "/*rows*/", strings.Repeat("(?, NULL, 0, NOW(6)), ", len(ids)-1)+"(?, NULL, 0, NOW(6))", 1)
-		}
-		args := make([]any, len(ids))
-		for i, id := range ids {
-			args[i] = id
-		}
+		q, args := expandRows(query("InsertPendingRows"), "(?, NULL, 0, NOW(6))", ids)
 		_, err := ex.ExecContext(ctx, q, args...)
 		return err
 	})
@@ -332,8 +325,8 @@ func markChunkProcessed(ctx context.Context, tx *sql.Tx, ids []int64, by string,
 		args = append(args, id, newValue(id))
 	}
 	args = append(args, by)
-	q, idArgs := expandIDs(strings.Replace(query("MarkProcessed"), "/*cases*/", cases.String(), 1), ids)
-	res, err := tx.ExecContext(ctx, q, append(append(args, idArgs...), len(ids))...)
+	q, inArgs := expandIDs(strings.Replace(query("MarkProcessed"), "/*cases*/", cases.String(), 1), ids)
+	res, err := tx.ExecContext(ctx, q, append(append(args, inArgs...), len(ids))...)
 	if err != nil {
 		return err
 	}

@@ -9,14 +9,11 @@
 INSERT INTO events (id, value, state, created_at, processed_at, processed_by, process_count)
 VALUES (?, ?, 10, NOW(6), NOW(6), 'api', 1);
 
--- name: InsertPending
--- POST /events/async: the event is born pending, in the `open` partition. The queue message is sent
--- only after this commits (autocommit), so a message never names an event that does not exist.
-INSERT INTO events (id, value, state, created_at) VALUES (?, NULL, 0, NOW(6));
-
 -- name: InsertPendingRows
--- The same for several events at once, from one process's concurrent async requests: one statement,
--- so they are committed together or not at all. /*rows*/ is one (?, NULL, 0, NOW(6)) per event.
+-- POST /events/async: the events are born pending, in the `open` partition. One statement for one
+-- request, or for the concurrent requests of one process, so they are committed together or not at
+-- all. The queue message is sent only after this commits (autocommit), so a message never names an
+-- event that does not exist. /*rows*/ is one (?, NULL, 0, NOW(6)) per event.
 INSERT INTO events (id, value, state, created_at) VALUES /*rows*/;
 
 -- name: Get
