@@ -27,49 +27,38 @@ func TestBlockAllocatorRefillsRaceAcrossProcesses(t *testing.T) {
 		mu        sync.Mutex
 		ids       = map[int64]int{}
 		cancelled int
-		wg        sync.WaitGroup
 	)
-	errs := make(chan error, stores*clients)
-	start := make(chan struct{})
-	for range stores {
+	storeOf := make([]*mysql.Store, stores)
+	for s := range storeOf {
 		store, err := mysql.NewStore(db, mysql.StoreConfig{Allocator: mysql.AllocatorBlock, BlockSize: blockSize})
 		require.NoError(t, err)
-		for c := range clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				for i := range each {
-					cctx, cancel := ctx, context.CancelFunc(func() {})
-					if c%6 == 0 && i%3 == 0 {
-						// Some requests give up almost at once, often while a refill is in flight.
-						cctx, cancel = context.WithTimeout(ctx, time.Duration(i%4)*100*time.Microsecond)
-					}
-					id, err := store.CreatePending(cctx)
-					cancel()
-					if err != nil {
-						if cctx.Err() != nil {
-							mu.Lock()
-							cancelled++
-							mu.Unlock()
-							continue
-						}
-						errs <- err
-						return
-					}
+		storeOf[s] = store
+	}
+	together(t, stores*clients, func(w int) error {
+		store, c := storeOf[w/clients], w%clients
+		for i := range each {
+			cctx, cancel := ctx, context.CancelFunc(func() {})
+			if c%6 == 0 && i%3 == 0 {
+				// Some requests give up almost at once, often while a refill is in flight.
+				cctx, cancel = context.WithTimeout(ctx, time.Duration(i%4)*100*time.Microsecond)
+			}
+			id, err := store.CreatePending(cctx)
+			cancel()
+			if err != nil {
+				if cctx.Err() != nil {
 					mu.Lock()
-					ids[id]++
+					cancelled++
 					mu.Unlock()
+					continue
 				}
-			}()
+				return err
+			}
+			mu.Lock()
+			ids[id]++
+			mu.Unlock()
 		}
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+		return nil
+	})
 	for id, n := range ids {
 		require.Equal(t, 1, n, "id %d handed out %d times", id, n)
 	}

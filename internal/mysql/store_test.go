@@ -110,53 +110,42 @@ func TestAllocatorsGiveUniqueIDsUnderConcurrency(t *testing.T) {
 			var (
 				mu  sync.Mutex
 				ids = map[int64]int{}
-				wg  sync.WaitGroup
 			)
-			errs := make(chan error, tc.stores*tc.perStore)
-			start := make(chan struct{})
-			for range tc.stores {
+			storeOf := make([]*mysql.Store, tc.stores)
+			for s := range storeOf {
 				// BlockSize 16 makes blocks run out often, so reservations race too.
 				store, err := mysql.NewStore(db, mysql.StoreConfig{Allocator: tc.allocator, BlockSize: 16})
 				require.NoError(t, err)
-				for c := range tc.perStore {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						for i := range tc.each {
-							var got []int64
-							var err error
-							switch (c + i) % 3 {
-							case 0:
-								var e event.Event
-								e, err = store.CreateProcessed(ctx, "x")
-								got = []int64{e.ID}
-							case 1:
-								var id int64
-								id, err = store.CreatePending(ctx)
-								got = []int64{id}
-							default: // several at once, as internal/api/group.go stores them; BlockSize 16 splits some across blocks
-								got, err = store.CreatePendingBatch(ctx, 2+(c+i)%9)
-							}
-							if err != nil {
-								errs <- err
-								return
-							}
-							mu.Lock()
-							for _, id := range got {
-								ids[id]++
-							}
-							mu.Unlock()
-						}
-					}()
+				storeOf[s] = store
+			}
+			together(t, tc.stores*tc.perStore, func(w int) error {
+				store, c := storeOf[w/tc.perStore], w%tc.perStore
+				for i := range tc.each {
+					var got []int64
+					var err error
+					switch (c + i) % 3 {
+					case 0:
+						var e event.Event
+						e, err = store.CreateProcessed(ctx, "x")
+						got = []int64{e.ID}
+					case 1:
+						var id int64
+						id, err = store.CreatePending(ctx)
+						got = []int64{id}
+					default: // several at once, as internal/api/group.go stores them; BlockSize 16 splits some across blocks
+						got, err = store.CreatePendingBatch(ctx, 2+(c+i)%9)
+					}
+					if err != nil {
+						return err
+					}
+					mu.Lock()
+					for _, id := range got {
+						ids[id]++
+					}
+					mu.Unlock()
 				}
-			}
-			close(start)
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
+				return nil
+			})
 			total := len(ids)
 			require.Greater(t, total, tc.stores*tc.perStore*tc.each, "the batches added events")
 			for id, n := range ids {
@@ -315,58 +304,45 @@ func TestConcurrentWorkersProcessEachEventOnce(t *testing.T) {
 	var (
 		mu        sync.Mutex
 		processed = map[int64]int{}
-		wg        sync.WaitGroup
 		deadlocks int64
 	)
-	errs := make(chan error, 16)
-	start := make(chan struct{})
-	for w := range 8 { // 4 sweepers
+	storeOf := make([]*mysql.Store, 8)
+	for w := range storeOf {
 		store, err := mysql.NewStore(db, mysql.StoreConfig{})
 		require.NoError(t, err)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { mu.Lock(); deadlocks += store.Stats().Deadlocks; mu.Unlock() }()
-			<-start
-			if w%2 == 0 { // a sweeper drains in batches of 25
-				for {
-					n, err := store.ProcessDue(ctx, 0, 25, event.BySweeper, fixedValue)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if n == 0 {
-						return
-					}
+		storeOf[w] = store
+	}
+	together(t, len(storeOf), func(w int) error { // 4 sweepers and 4 processors
+		store := storeOf[w]
+		defer func() { mu.Lock(); deadlocks += store.Stats().Deadlocks; mu.Unlock() }()
+		if w%2 == 0 { // a sweeper drains in batches of 25
+			for {
+				n, err := store.ProcessDue(ctx, 0, 25, event.BySweeper, fixedValue)
+				if err != nil || n == 0 {
+					return err
 				}
 			}
-			// a processor handles "messages" for every id, in batches of 10, in its own order
-			for i := w * 10 % total; i < total+w*10%total; i += 10 {
-				batch := make([]int64, 0, 10)
-				for j := i; j < i+10; j++ {
-					batch = append(batch, ids[j%total])
-				}
-				out, err := store.ProcessIDs(ctx, batch, event.ByProcessor, fixedValue)
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				for id, o := range out {
-					if o == mysql.Processed {
-						processed[id]++
-					}
-				}
-				mu.Unlock()
+		}
+		// a processor handles "messages" for every id, in batches of 10, in its own order
+		for i := w * 10 % total; i < total+w*10%total; i += 10 {
+			batch := make([]int64, 0, 10)
+			for j := i; j < i+10; j++ {
+				batch = append(batch, ids[j%total])
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+			out, err := store.ProcessIDs(ctx, batch, event.ByProcessor, fixedValue)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for id, o := range out {
+				if o == mysql.Processed {
+					processed[id]++
+				}
+			}
+			mu.Unlock()
+		}
+		return nil
+	})
 	for id, n := range processed {
 		require.Equal(t, 1, n, "event %d reported processed by %d processor calls", id, n)
 	}
