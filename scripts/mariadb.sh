@@ -96,8 +96,9 @@ case "${1:-ensure}" in
       log "DB_DSN points at another server; not managing a local one"; exit 0
     fi
     installed || install
-    answering || start
-    size_innodb
+    # A server this script starts gets the sizes on its command line; only one already running
+    # may need growing.
+    if answering; then size_innodb; else start; fi
     ensure_user
     log "ready on 127.0.0.1:3306 (user ${user})"
     ;;

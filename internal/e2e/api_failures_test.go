@@ -33,10 +33,9 @@ func TestQueueUnreachableAfterTheAsyncInsertCommits(t *testing.T) {
 
 	var ids []int64
 	for range 3 {
-		status, m, err := postJSON(srv.URL + "/events/async")
-		require.NoError(t, err)
+		status, id := Target{APIURL: srv.URL}.post(t, "/events/async")
 		require.Equal(t, http.StatusAccepted, status, "the client gets its id although the send failed")
-		ids = append(ids, int64(m["id"].(float64)))
+		ids = append(ids, id)
 	}
 	ctx := context.Background()
 	for _, id := range ids {

@@ -291,7 +291,7 @@ func TestMalformedMessagesFailEveryTimeAndEndInTheDLQ(t *testing.T) {
 	r.run(2, 10)
 
 	testenv.Eventually(t, 60*time.Second, "every poison message is in the DLQ", func() bool {
-		v, _ := depth(t, r.client, r.q.DLQURL)
+		v, _ := testenv.QueueDepth(t, r.client, r.q.DLQURL)
 		return v == len(poison) && queueEmpty(t, r.client, r.q.URL)
 	})
 	requireProcessedOnce(t, r.db, good, event.ByProcessor)

@@ -223,13 +223,8 @@ func (r *rig) pending(n int) []int64 {
 
 // queueEmpty tells whether a queue has no message, visible or in flight.
 func queueEmpty(t *testing.T, client *sqs.Client, url string) bool {
-	v, f := depth(t, client, url)
+	v, f := testenv.QueueDepth(t, client, url)
 	return v+f == 0
-}
-
-func depth(t *testing.T, client *sqs.Client, url string) (visible, inFlight int) {
-	t.Helper()
-	return testenv.QueueDepth(t, client, url)
 }
 
 // drain receives every message visible in a queue (the DLQ) and returns their bodies.

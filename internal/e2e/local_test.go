@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,17 +21,6 @@ import (
 
 func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-func postJSON(url string) (int, map[string]any, error) {
-	resp, err := http.Post(url, "application/json", nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	var m map[string]any
-	err = json.NewDecoder(resp.Body).Decode(&m)
-	return resp.StatusCode, m, err
 }
 
 func startSystem(t *testing.T, queues queue.Queues, store *mysql.Store, grace time.Duration) *local.System {
