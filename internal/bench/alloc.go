@@ -126,8 +126,7 @@ func runAlloc(ctx context.Context, r *run) error {
 			return Row{Group: group, Name: fmt.Sprintf("alloc_%s_c%d_eps", name, c),
 				Value: float64(done[name]) / took[name].Seconds(), Unit: "events/s"}
 		}
-		ref := rate("ref")
-		ref.Note = "" // the AUTO_INCREMENT reference
+		ref := rate("ref") // the AUTO_INCREMENT reference
 		def, lit, bare := rate("default"), rate("literal"), rate("bare")
 		bare.Note = "the events table's shape with ids from memory: the limit for the schema"
 		def.Note = fmt.Sprintf("allocator %q (the default)", mysql.DefaultAllocator)

@@ -210,7 +210,7 @@ func runAsync(ctx context.Context, r *run) error {
 		}
 
 		c := fmt.Sprintf("_c%d", clients)
-		knobs := fmt.Sprintf("%d clients; mapping concurrency %d, batch %d; pool %d", clients, st.mappingConcurrency, st.mappingBatchSize, st.poolSize)
+		knobs := fmt.Sprintf("%d clients; mapping concurrency %d, batch %d; pool %d", clients, stackMappingConcurrency, stackMappingBatchSize, stackPoolSize)
 		syncRow := Row{Group: group, Name: "async_sync_eps" + c, Value: totals["sync"].eps(), Unit: "events/s", Note: "POST /events, " + knobs}
 		lat := func(name, prefix string) []Row {
 			l := totals[name].latencies

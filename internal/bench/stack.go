@@ -48,11 +48,7 @@ type stack struct {
 	url, lambdaURL, afterSendURL string
 	db                           *sql.DB
 	store                        *mysql.Store
-	scratch                      *scratch
 	stop                         func()
-	// MappingConcurrency and MappingBatchSize are the event source mapping's knobs used.
-	mappingConcurrency, mappingBatchSize int
-	poolSize                             int
 	// goawsPID is the local SQS process, for CPU accounting.
 	goawsPID int
 	sys      *local.System
@@ -75,8 +71,7 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &stack{scratch: s, poolSize: stackPoolSize,
-		mappingConcurrency: stackMappingConcurrency, mappingBatchSize: stackMappingBatchSize}
+	st := &stack{}
 
 	var stops []func()
 	st.stop = func() {
@@ -117,7 +112,7 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	sctx, cancelSys := context.WithCancel(context.WithoutCancel(ctx))
 	sys, err := local.Start(sctx, st.store, client, local.Options{
 		HTTPAddr: "127.0.0.1:0", Queues: queues,
-		MappingConcurrency: st.mappingConcurrency, MappingBatchSize: st.mappingBatchSize,
+		MappingConcurrency: stackMappingConcurrency, MappingBatchSize: stackMappingBatchSize,
 		// Everything async must come through the queue: the sweeper stays out of the measurement.
 		SweepInterval: time.Hour, Sweep: sweeping.Config{Grace: time.Hour, Logger: log},
 	}, log)

@@ -22,6 +22,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 )
 
 // Config is the configuration of one process.
@@ -111,7 +112,7 @@ func Load(getenv func(string) string) (Config, error) {
 			BlockSize: integer("ALLOCATOR_BLOCK_SIZE", mysql.DefaultBlockSize, 1),
 		},
 		QueueURL:       str("QUEUE_URL", ""),
-		SweepBatchSize: integer("SWEEP_BATCH_SIZE", 500, 1),
+		SweepBatchSize: integer("SWEEP_BATCH_SIZE", sweeping.DefaultBatchSize, 1),
 		SweepGrace:     duration("SWEEP_GRACE", 10*time.Second),
 	}
 	if c.DB.DSN == "" && (c.DB.Host == "" || c.DB.User == "") {

@@ -182,7 +182,7 @@ func Env(getenv func(string) string) (Options, error) {
 	}
 	o := Options{
 		HTTPAddr:           cmp.Or(getenv("HTTP_ADDR"), "127.0.0.1:8080"),
-		MappingConcurrency: num("MAPPING_CONCURRENCY", 4),
+		MappingConcurrency: num("MAPPING_CONCURRENCY", mapping.DefaultConcurrency),
 		MappingBatchSize:   num("MAPPING_BATCH_SIZE", 10),
 		ProcessorTimeout:   dur("PROCESSOR_TIMEOUT", 30*time.Second),
 		SweepInterval:      dur("SWEEP_INTERVAL", 5*time.Second),

@@ -26,6 +26,9 @@ import (
 // Handler is the processor's Lambda handler.
 type Handler func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)
 
+// DefaultConcurrency is Config.Concurrency's default.
+const DefaultConcurrency = 4
+
 // Config configures a Mapping. Zero values take the defaults shown.
 type Config struct {
 	QueueURL string
@@ -79,7 +82,7 @@ type Mapping struct {
 // New returns a Mapping; Run starts it.
 func New(client *sqs.Client, handler Handler, cfg Config) *Mapping {
 	cfg.BatchSize = min(cmp.Or(cfg.BatchSize, 10), 10)
-	cfg.Concurrency = cmp.Or(cfg.Concurrency, 4)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	cfg.WaitTime = cmp.Or(cfg.WaitTime, time.Second)
 	cfg.Timeout = cmp.Or(cfg.Timeout, 30*time.Second)
 	cfg.Region = cmp.Or(cfg.Region, "us-east-1")

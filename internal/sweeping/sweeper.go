@@ -20,6 +20,9 @@ type Store interface {
 	ProcessDue(ctx context.Context, grace time.Duration, limit int, by string, newValue func(int64) string) (int, error)
 }
 
+// DefaultBatchSize is Config.BatchSize's default.
+const DefaultBatchSize = 500
+
 // Config configures a Sweeper. Zero values take the defaults shown.
 type Config struct {
 	// BatchSize is the number of events claimed and processed per transaction. Default 500
@@ -46,7 +49,7 @@ type Sweeper struct {
 
 // New returns a Sweeper.
 func New(store Store, cfg Config) *Sweeper {
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	if cfg.Grace == 0 {
 		cfg.Grace = 10 * time.Second
 	} else if cfg.Grace < 0 {
