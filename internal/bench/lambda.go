@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
 )
 
 // helloMain is the hello-world bootstrap the functions' start-up is compared with: aws-lambda-go's
@@ -71,7 +73,9 @@ func runLambda(ctx context.Context, r *run) error {
 		for _, name := range all {
 			out := filepath.Join(tmp, arch, name, "bootstrap")
 			t0 := time.Now()
-			if err := buildBootstrap(ctx, sources[name], out, arch); err != nil {
+			// As the deployment builds a bootstrap. -mod=mod: the hello world is its own module, resolved
+			// when built.
+			if err := runtimeapi.Build(ctx, sources[name], ".", out, arch, "GOFLAGS=-mod=mod"); err != nil {
 				return fmt.Errorf("build %s for %s: %w", name, arch, err)
 			}
 			fi, err := os.Stat(out)
@@ -198,17 +202,6 @@ func writeHello(repo, dir string) error {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// buildBootstrap builds the package in dir as the deployment builds a bootstrap.
-func buildBootstrap(ctx context.Context, dir, out, arch string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", out, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%w\n%s", err, b)
 	}
 	return nil
 }

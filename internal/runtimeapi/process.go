@@ -20,14 +20,22 @@ import (
 // into dir, and returns its path.
 func BuildBootstrap(ctx context.Context, root, function, dir string) (string, error) {
 	out := filepath.Join(dir, function, "bootstrap")
-	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w",
-		"-o", out, "./functions/"+function)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+runtime.GOARCH, "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build %s: %v\n%s", function, err, b)
+	if err := Build(ctx, root, "./functions/"+function, out, runtime.GOARCH); err != nil {
+		return "", fmt.Errorf("build %s: %w", function, err)
 	}
 	return out, nil
+}
+
+// Build builds the package pkg (a path relative to dir) into out the way BuildBootstrap does, for
+// the architecture arch, with env added to the build's environment.
+func Build(ctx context.Context, dir, pkg, out, arch string, env ...string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED=0"), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%w\n%s", err, b)
+	}
+	return nil
 }
 
 // Process is a bootstrap executable running against its own Runtime API server, as in one Lambda
