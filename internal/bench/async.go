@@ -24,10 +24,18 @@ type asyncTotals struct {
 	messages, batches int64
 }
 
-func (t *asyncTotals) addCPU(used map[string]float64) {
+// addRound adds one counted round: the CPU each process used, the events done and the time
+// they took, and their latencies.
+func (t *asyncTotals) addRound(used map[string]float64, events int64, took time.Duration, lat []time.Duration) {
+	if t.cpu == nil {
+		t.cpu = map[string]float64{}
+	}
 	for k, v := range used {
 		t.cpu[k] += v
 	}
+	t.events += events
+	t.took += took
+	t.latencies = append(t.latencies, lat...)
 }
 
 // cpuRow reports the CPU time per event of a contender, summed over the processes measured.
@@ -108,9 +116,9 @@ func runAsync(ctx context.Context, r *run) error {
 		if clients == asyncClients[0] {
 			unjudged = unjudgedAsync
 		}
-		totals := map[string]*asyncTotals{"sync": {cpu: map[string]float64{}}, "async": {cpu: map[string]float64{}}}
+		totals := map[string]*asyncTotals{"sync": {}, "async": {}}
 		for _, u := range unjudged {
-			totals[u.name] = &asyncTotals{cpu: map[string]float64{}}
+			totals[u.name] = &asyncTotals{}
 		}
 		// A round of -1 is the warm-up: a short window per contender, not counted, so that no
 		// contender's first round pays for opening connections, growing pools and heaps, or the
@@ -131,11 +139,7 @@ func runAsync(ctx context.Context, r *run) error {
 			if round < 0 {
 				return nil
 			}
-			totals["sync"].addCPU(used)
-			t := totals["sync"]
-			t.events += res.ok
-			t.took += res.took
-			t.latencies = append(t.latencies, res.latencies...)
+			totals["sync"].addRound(used, res.ok, res.took, res.latencies)
 			r.progress(group, "c%d round %d/%d sync    POST /events        %7.0f events/s; %s", clients, round+1, rounds, res.rps(), cpuSummary(used, res.took))
 			return nil
 		}
@@ -167,7 +171,6 @@ func runAsync(ctx context.Context, r *run) error {
 				if round < 0 {
 					return nil
 				}
-				totals[name].addCPU(used)
 				batches1, received1, _, _, _ := st.sys.MappingStats()
 				last, lat, err := processedSince(ctx, st, sent, offset)
 				if err != nil {
@@ -175,9 +178,7 @@ func runAsync(ctx context.Context, r *run) error {
 				}
 				took := last.Sub(start)
 				t := totals[name]
-				t.events += int64(len(sent))
-				t.took += took
-				t.latencies = append(t.latencies, lat...)
+				t.addRound(used, int64(len(sent)), took, lat)
 				t.reqs += res.ok
 				t.reqTook += res.took
 				t.messages += received1 - received0
