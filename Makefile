@@ -1,7 +1,7 @@
 # The two commands a newcomer needs: `make run` and `make test`. Both install and start what they need.
 SHELL := bash
 GO ?= go
-PKGS := ./cmd/... ./functions/... ./internal/...
+PKGS := . ./cmd/... ./functions/... ./internal/...
 FUNCTIONS := api processor sweeper migrate
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
-	"github.com/exactlyonce/exactlyonce/internal/event"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/stretchr/testify/require"
@@ -114,7 +114,7 @@ func TestCreateAsyncWhenTheQueueIsDownStillStoresAndAnswers(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status)
 	e, err := b.store.Get(context.Background(), int64(body["id"].(float64)))
 	require.NoError(t, err)
-	require.Equal(t, event.Pending, e.State, "left pending for the sweeper")
+	require.Equal(t, exactlyonce.Pending, e.State, "left pending for the sweeper")
 }
 
 func TestErrorsAreJSONAndWriteNothing(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
@@ -32,7 +32,7 @@ func (s *gateStore) CreatePendingBatch(ctx context.Context, n int) ([]int64, err
 	first := len(s.batches) == 0
 	if s.failAfter > 0 && len(s.batches) >= s.failAfter {
 		s.mu.Unlock()
-		return nil, event.Errorf(event.EUNAVAILABLE, "down")
+		return nil, exactlyonce.Errorf(exactlyonce.EUNAVAILABLE, "down")
 	}
 	ids := make([]int64, n)
 	for i := range ids {
@@ -110,7 +110,7 @@ func TestAsyncGroupThatCannotBeStoredFailsEachRequest(t *testing.T) {
 	_, err := g.create(context.Background())
 	require.NoError(t, err)
 	_, err = g.create(context.Background())
-	var de *event.Error
-	require.True(t, errors.As(err, &de) && de.Code == event.EUNAVAILABLE, "got %v", err)
+	var de *exactlyonce.Error
+	require.True(t, errors.As(err, &de) && de.Code == exactlyonce.EUNAVAILABLE, "got %v", err)
 	require.Len(t, q.messages(), 1, "nothing sent for the group that failed")
 }

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
@@ -76,11 +76,11 @@ func runAlloc(ctx context.Context, r *run) error {
 
 	for _, c := range clients {
 		contenders := []*contender{{name: "ref", create: func(ctx context.Context) error {
-			_, err := db.ExecContext(ctx, refInsert, event.NewValue())
+			_, err := db.ExecContext(ctx, refInsert, exactlyonce.NewValue())
 			return err
 		}}}
 		contenders = append(contenders, &contender{name: "bare", create: func(ctx context.Context) error {
-			_, err := db.ExecContext(ctx, bareInsert, bareID.Add(1), event.NewValue())
+			_, err := db.ExecContext(ctx, bareInsert, bareID.Add(1), exactlyonce.NewValue())
 			return err
 		}})
 		for _, strategy := range []string{mysql.DefaultAllocator, mysql.AllocatorLiteral} {
@@ -92,7 +92,7 @@ func runAlloc(ctx context.Context, r *run) error {
 				strategy = "default"
 			}
 			contenders = append(contenders, &contender{name: strategy, store: store, create: func(ctx context.Context) error {
-				_, err := store.CreateProcessed(ctx, event.NewValue())
+				_, err := store.CreateProcessed(ctx, exactlyonce.NewValue())
 				return err
 			}})
 		}

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/config"
-	"github.com/exactlyonce/exactlyonce/internal/event"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
@@ -61,7 +61,7 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 		}
 		stores[i] = s
 	}
-	newValue := func(int64) string { return event.NewValue() }
+	newValue := func(int64) string { return exactlyonce.NewValue() }
 
 	// Watch progress and InnoDB's purge backlog until the workers are done.
 	watchDone := make(chan struct{})
@@ -100,7 +100,7 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 			// Bounded: each batch processes at least one event or the worker stops, and a worker
 			// can never process more than want events.
 			for i := int64(0); i <= want; i++ {
-				n, err := stores[w].ProcessDue(ctx, 0, batch, event.BySweeper, newValue)
+				n, err := stores[w].ProcessDue(ctx, 0, batch, exactlyonce.BySweeper, newValue)
 				if err != nil {
 					errOnce.Do(func() { first = err; cancel() })
 					return

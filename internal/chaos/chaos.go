@@ -27,8 +27,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
-	"github.com/exactlyonce/exactlyonce/internal/event"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -662,9 +662,9 @@ func (r *run) check(ctx context.Context, db *sql.DB, apiURL string, collected []
 			violate("event %d, whose id a client received, does not exist", id)
 			continue
 		}
-		want := []string{event.ByAPI}
+		want := []string{exactlyonce.ByAPI}
 		if async {
-			want = []string{event.ByProcessor, event.BySweeper}
+			want = []string{exactlyonce.ByProcessor, exactlyonce.BySweeper}
 		}
 		if e.by != "" && !contains(want, e.by) {
 			violate("event %d (async=%v) processed by %q", id, async, e.by)
@@ -675,7 +675,7 @@ func (r *run) check(ctx context.Context, db *sql.DB, apiURL string, collected []
 			rep.Orphans++
 		}
 		switch {
-		case e.state != int(event.Processed) || !e.hasValue:
+		case e.state != int(exactlyonce.Processed) || !e.hasValue:
 			rep.Lost++
 			violate("event %d never processed (state %d)", id, e.state)
 		case e.count != 1:
@@ -683,9 +683,9 @@ func (r *run) check(ctx context.Context, db *sql.DB, apiURL string, collected []
 			violate("event %d processed %d times (processed_by %q)", id, e.count, e.by)
 		}
 		switch e.by {
-		case event.ByProcessor:
+		case exactlyonce.ByProcessor:
 			rep.ProcessedByProcessor++
-		case event.BySweeper:
+		case exactlyonce.BySweeper:
 			rep.ProcessedBySweeper++
 		}
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
-	"github.com/exactlyonce/exactlyonce/internal/event"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -41,12 +41,12 @@ func TestQueueUnreachableAfterTheAsyncInsertCommits(t *testing.T) {
 	for _, id := range ids {
 		e, err := store.Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, event.Pending, e.State)
+		require.Equal(t, exactlyonce.Pending, e.State)
 	}
 	res, err := sweeping.New(store, sweeping.Config{Grace: -1, Logger: testLogger()}).Sweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, len(ids), res.Processed)
-	requireProcessedOnce(t, store.DB(), ids, event.BySweeper)
+	requireProcessedOnce(t, store.DB(), ids, exactlyonce.BySweeper)
 }
 
 // Invariant: an API process killed mid-request leaves no half-written event, and every id a client
@@ -168,7 +168,7 @@ func apiKilledMidRequest(t *testing.T, linger time.Duration) {
 		case e.State == 10: // complete, processed at birth
 			require.True(t, e.Value.Valid, "event %d: processed with a value", id)
 			require.Equal(t, 1, e.Count)
-			require.Equal(t, event.ByAPI, e.By)
+			require.Equal(t, exactlyonce.ByAPI, e.By)
 			require.True(t, !ok || path == "/events", "event %d created by %s is processed", id, path)
 		case e.State == 0: // complete, pending
 			require.False(t, e.Value.Valid, "event %d: pending without a value", id)
@@ -192,5 +192,5 @@ func apiKilledMidRequest(t *testing.T, linger time.Duration) {
 	for id := range rows {
 		all = append(all, id)
 	}
-	requireProcessedOnce(t, db, all, event.ByAPI, event.BySweeper)
+	requireProcessedOnce(t, db, all, exactlyonce.ByAPI, exactlyonce.BySweeper)
 }

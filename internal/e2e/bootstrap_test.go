@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
@@ -95,7 +95,7 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 		{"api-post-events.json", 201, `"id":1`},
 		{"api-post-events-async.json", 202, `{"id":2}`},
 		{"api-get-events.json", 200, `{"count":2}`},
-		{"api-get-event.json", 200, `"id":1`},
+		{"api-get-exactlyonce.json", 200, `"id":1`},
 	} {
 		var resp events.APIGatewayProxyResponse
 		require.NoError(t, json.Unmarshal(invoke(api, c.sample).Payload, &resp))
@@ -117,7 +117,7 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 	require.NoError(t, err)
 	e, err := store.Get(ctx, 2)
 	require.NoError(t, err)
-	require.Equal(t, event.ByProcessor, e.ProcessedBy)
+	require.Equal(t, exactlyonce.ByProcessor, e.ProcessedBy)
 
 	pendingID, err := store.CreatePending(ctx)
 	require.NoError(t, err)

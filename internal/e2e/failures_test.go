@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
@@ -44,16 +44,16 @@ func TestProcessorKilledAfterClaimingBeforeAcknowledging(t *testing.T) {
 	_, err = child.WaitLine(fmt.Sprintf("claimed %d", id), 30*time.Second)
 	require.NoError(t, err)
 	// The child holds the claim: no other worker can take the event now.
-	out, err := r.store.ProcessIDs(context.Background(), []int64{id}, event.BySweeper, fixedValue)
+	out, err := r.store.ProcessIDs(context.Background(), []int64{id}, exactlyonce.BySweeper, fixedValue)
 	require.NoError(t, err)
-	require.Equal(t, mysql.Busy, out[id], "the killed process held the row lock")
+	require.Equal(t, exactlyonce.OutcomeBusy, out[id], "the killed process held the row lock")
 
 	child.Kill()
 	r.run(1, 10)
 	testenv.Eventually(t, 30*time.Second, "the message reappeared and was acknowledged", func() bool {
 		return r.rec.get(r.rec.acks, msgID) == 1 && queueEmpty(t, r.client, r.q.URL)
 	})
-	requireProcessedOnce(t, db, []int64{id}, event.ByProcessor)
+	requireProcessedOnce(t, db, []int64{id}, exactlyonce.ByProcessor)
 	require.True(t, queueEmpty(t, r.client, r.q.DLQURL))
 	r.rec.requireNoViolations(t)
 }
@@ -72,14 +72,14 @@ func TestProcessorKilledAfterCommittingBeforeAcknowledging(t *testing.T) {
 		"AWS_ENDPOINT_URL_SQS="+testenv.SQSEndpoint(t), "CHILD_HANG=handled")
 	_, err := child.WaitLine("handled failures=0", 30*time.Second)
 	require.NoError(t, err)
-	requireProcessedOnce(t, db, []int64{id}, event.ByProcessor)
+	requireProcessedOnce(t, db, []int64{id}, exactlyonce.ByProcessor)
 	child.Kill()
 
 	r.run(1, 10)
 	testenv.Eventually(t, 30*time.Second, "the redelivered message was acknowledged", func() bool {
 		return r.rec.get(r.rec.acks, msgID) == 1 && queueEmpty(t, r.client, r.q.URL)
 	})
-	requireProcessedOnce(t, db, []int64{id}, event.ByProcessor)
+	requireProcessedOnce(t, db, []int64{id}, exactlyonce.ByProcessor)
 	r.rec.requireNoViolations(t)
 }
 
@@ -116,7 +116,7 @@ func TestSameMessageDeliveredTwice(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, resp.BatchItemFailures, "both deliveries are acknowledged")
 	}
-	requireProcessedOnce(t, r.db, []int64{id}, event.ByProcessor)
+	requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.ByProcessor)
 }
 
 // Invariant: many deliveries naming one event, handled concurrently (duplicate messages, and the
@@ -149,7 +149,7 @@ func TestSameEventDeliveredConcurrently(t *testing.T) {
 	close(start)
 	wg.Wait()
 	require.Positive(t, acked.Load())
-	requireProcessedOnce(t, r.db, []int64{id}, event.ByProcessor)
+	requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.ByProcessor)
 	// Those that found the event held came back (as SQS would redeliver them) and are acknowledged.
 	for range busy.Load() {
 		resp, err := r.proc.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{rec}})
@@ -173,7 +173,7 @@ func TestSameEventDeliveredConcurrently(t *testing.T) {
 		}
 		return queueEmpty(t, r.client, r.q.URL)
 	})
-	requireProcessedOnce(t, r.db, []int64{id, id2}, event.ByProcessor)
+	requireProcessedOnce(t, r.db, []int64{id, id2}, exactlyonce.ByProcessor)
 	require.True(t, queueEmpty(t, r.client, r.q.DLQURL))
 	r.rec.requireNoViolations(t)
 }
@@ -204,7 +204,7 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 		res, err = sweeping.New(r.store, sweeping.Config{Grace: -1, Logger: testLogger()}).Sweep(ctx)
 		require.NoError(t, err)
 		require.Zero(t, res.Processed)
-		requireProcessedOnce(t, r.db, []int64{id}, event.ByProcessor)
+		requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.ByProcessor)
 	})
 
 	t.Run("sweeper first", func(t *testing.T) {
@@ -226,7 +226,7 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 		resp, err = r.proc.Handle(ctx, msg)
 		require.NoError(t, err)
 		require.Empty(t, resp.BatchItemFailures, "the message that came back is acknowledged")
-		requireProcessedOnce(t, r.db, []int64{id}, event.BySweeper)
+		requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.BySweeper)
 	})
 
 	t.Run("many at once", func(t *testing.T) {
@@ -253,7 +253,7 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 		testenv.Eventually(t, 60*time.Second, "every event processed and every message acknowledged", func() bool {
 			return allProcessed(t, r.db, ids) && queueEmpty(t, r.client, r.q.URL)
 		})
-		perPath := requireProcessedOnce(t, r.db, ids, event.ByProcessor, event.BySweeper)
+		perPath := requireProcessedOnce(t, r.db, ids, exactlyonce.ByProcessor, exactlyonce.BySweeper)
 		t.Logf("processed by path: %v", perPath)
 		require.True(t, queueEmpty(t, r.client, r.q.DLQURL))
 		r.rec.requireNoViolations(t)
@@ -294,7 +294,7 @@ func TestMalformedMessagesFailEveryTimeAndEndInTheDLQ(t *testing.T) {
 		v, _ := testenv.QueueDepth(t, r.client, r.q.DLQURL)
 		return v == len(poison) && queueEmpty(t, r.client, r.q.URL)
 	})
-	requireProcessedOnce(t, r.db, good, event.ByProcessor)
+	requireProcessedOnce(t, r.db, good, exactlyonce.ByProcessor)
 	isPoison := map[string]bool{}
 	for _, p := range poison {
 		isPoison[p] = true
@@ -398,7 +398,7 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 				_, _, acks := r.rec.totals()
 				return acks >= len(before)+len(during) && queueEmpty(t, r.client, r.q.URL)
 			})
-			requireProcessedOnce(t, check, append(before, during...), event.ByProcessor)
+			requireProcessedOnce(t, check, append(before, during...), exactlyonce.ByProcessor)
 			require.Len(t, eventRows(t, check), len(before)+len(during), "nothing lost, nothing extra")
 			require.True(t, queueEmpty(t, r.client, r.q.DLQURL))
 			r.rec.requireNoViolations(t)
@@ -443,7 +443,7 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 		_, failures, _ := r.rec.totals()
 		require.Positive(t, proxy.Cut.Load(), "a connection was cut")
 		require.Positive(t, failures, "the batch on the cut connection was reported failed")
-		requireProcessedOnce(t, r.rec.check, ids, event.ByProcessor)
+		requireProcessedOnce(t, r.rec.check, ids, exactlyonce.ByProcessor)
 		r.rec.requireNoViolations(t)
 	})
 
@@ -460,7 +460,7 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 		require.EqualValues(t, 1, proxy.LostCommitReplies.Load(), "the server committed and the reply was lost")
 		require.Equal(t, 1, r.rec.get(r.rec.failures, msgID), "the processor could not know it committed: it failed the message (once)")
 		require.GreaterOrEqual(t, r.rec.get(r.rec.deliveries, msgID), 2, "the message came back and found the event processed")
-		requireProcessedOnce(t, r.rec.check, []int64{id}, event.ByProcessor)
+		requireProcessedOnce(t, r.rec.check, []int64{id}, exactlyonce.ByProcessor)
 		r.rec.requireNoViolations(t)
 	})
 
@@ -485,7 +485,7 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 			_, _, acks := r.rec.totals()
 			return acks == len(ids) && queueEmpty(t, r.client, r.q.URL)
 		})
-		requireProcessedOnce(t, r.rec.check, ids, event.ByProcessor)
+		requireProcessedOnce(t, r.rec.check, ids, exactlyonce.ByProcessor)
 		r.rec.requireNoViolations(t)
 	})
 }
@@ -514,7 +514,7 @@ func TestSlowProcessingExtendsVisibility(t *testing.T) {
 			testenv.Eventually(t, 60*time.Second, "the message is acknowledged and gone", func() bool {
 				return r.rec.get(r.rec.acks, msgID) >= 1 && queueEmpty(t, r.client, r.q.URL)
 			})
-			requireProcessedOnce(t, r.db, []int64{id}, event.ByProcessor)
+			requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.ByProcessor)
 			if extend {
 				require.Equal(t, 1, r.rec.get(r.rec.deliveries, msgID), "no second delivery while the first worked")
 				require.GreaterOrEqual(t, r.proc.Visibility.Extended.Load(), int64(5))

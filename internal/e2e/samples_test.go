@@ -12,8 +12,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
-	"github.com/exactlyonce/exactlyonce/internal/event"
 	"github.com/exactlyonce/exactlyonce/internal/migration"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
@@ -64,7 +64,7 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	require.EqualValues(t, 2, body(t, resp)["count"])
 
-	resp, err = apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-get-event.json"))
+	resp, err = apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-get-exactlyonce.json"))
 	require.NoError(t, err)
 	require.Equal(t, 200, resp.StatusCode)
 	require.EqualValues(t, 1, body(t, resp)["id"])
@@ -77,7 +77,7 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: sqsEvent.Records[1].MessageId}}, presp.BatchItemFailures)
 	e, err := store.Get(ctx, 2)
 	require.NoError(t, err)
-	require.Equal(t, event.Processed, e.State)
+	require.Equal(t, exactlyonce.Processed, e.State)
 
 	pendingID, err := store.CreatePending(ctx)
 	require.NoError(t, err)
@@ -86,7 +86,7 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	require.Equal(t, 1, sresp.Processed)
 	e, err = store.Get(ctx, pendingID)
 	require.NoError(t, err)
-	require.Equal(t, event.BySweeper, e.ProcessedBy)
+	require.Equal(t, exactlyonce.BySweeper, e.ProcessedBy)
 
 	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "events", "migrate.json"))
 	require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -59,15 +59,15 @@ func (s *Store) DB() *sql.DB { return s.db }
 func (s *Store) Stats() StatsSnapshot { return s.stats.Snapshot() }
 
 // CreateProcessed stores a new event that is processed from birth, with the given value.
-func (s *Store) CreateProcessed(ctx context.Context, value string) (event.Event, error) {
+func (s *Store) CreateProcessed(ctx context.Context, value string) (exactlyonce.Event, error) {
 	ids, err := s.alloc.create(ctx, 1, func(ctx context.Context, ex execer, ids []int64) error {
 		_, err := ex.ExecContext(ctx, query("InsertProcessed"), ids[0], value)
 		return err
 	})
 	if err != nil {
-		return event.Event{}, interpret("create event", err)
+		return exactlyonce.Event{}, interpret("create event", err)
 	}
-	return event.Event{ID: ids[0], Value: &value, State: event.Processed, ProcessedBy: event.ByAPI, ProcessCount: 1}, nil
+	return exactlyonce.Event{ID: ids[0], Value: &value, State: exactlyonce.Processed, ProcessedBy: exactlyonce.ByAPI, ProcessCount: 1}, nil
 }
 
 // CreatePending stores a new pending event and returns its id. Once this returns, the event is
@@ -103,19 +103,19 @@ func (s *Store) CreatePendingBatch(ctx context.Context, n int) ([]int64, error) 
 }
 
 // Get returns one event, or an ENOTFOUND error.
-func (s *Store) Get(ctx context.Context, id int64) (event.Event, error) {
+func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 	var (
-		e           event.Event
+		e           exactlyonce.Event
 		value, by   sql.NullString
 		processedAt sql.NullTime
 	)
 	err := s.db.QueryRowContext(ctx, query("Get"), id).
 		Scan(&e.ID, &value, &e.State, &e.CreatedAt, &processedAt, &by, &e.ProcessCount)
 	if errors.Is(err, sql.ErrNoRows) {
-		return event.Event{}, event.Errorf(event.ENOTFOUND, "event %d not found", id)
+		return exactlyonce.Event{}, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
 	}
 	if err != nil {
-		return event.Event{}, interpret("get event", err)
+		return exactlyonce.Event{}, interpret("get event", err)
 	}
 	if value.Valid {
 		e.Value = &value.String
@@ -136,31 +136,13 @@ func (s *Store) Count(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// Outcome is what processing did for one id.
-type Outcome int
-
-const (
-	// Processed: this call gave the event its value.
-	Processed Outcome = iota + 1
-	// AlreadyProcessed: the event had its value before; nothing was written.
-	AlreadyProcessed
-	// Busy: the event is pending but another worker holds it right now; nothing was written.
-	Busy
-	// Unknown: no event has this id.
-	Unknown
-)
-
-func (o Outcome) String() string {
-	return [...]string{"", "processed", "already processed", "busy", "unknown"}[o]
-}
-
 // ProcessIDs processes the named pending events that nobody else holds, in one transaction, giving
 // each the value newValue returns, and says for every id what happened. An id may appear more than
 // once; it is processed at most once. The error is for the transaction as a whole: when it is not
 // nil, nothing was written.
-func (s *Store) ProcessIDs(ctx context.Context, ids []int64, by string, newValue func(int64) string) (map[int64]Outcome, error) {
+func (s *Store) ProcessIDs(ctx context.Context, ids []int64, by string, newValue func(int64) string) (map[int64]exactlyonce.Outcome, error) {
 	ids = unique(ids)
-	out := make(map[int64]Outcome, len(ids))
+	out := make(map[int64]exactlyonce.Outcome, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
@@ -176,7 +158,7 @@ func (s *Store) ProcessIDs(ctx context.Context, ids []int64, by string, newValue
 		return nil, interpret("process events", err)
 	}
 	for _, id := range claimed {
-		out[id] = Processed
+		out[id] = exactlyonce.OutcomeSettled
 	}
 	var rest []int64
 	for _, id := range ids {
@@ -193,21 +175,21 @@ func (s *Store) ProcessIDs(ctx context.Context, ids []int64, by string, newValue
 		// The processing committed; only the classification of the others failed. Treat them as busy:
 		// their messages are retried and will find them settled or claimable.
 		for _, id := range rest {
-			out[id] = Busy
+			out[id] = exactlyonce.OutcomeBusy
 		}
 		return out, nil
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id int64
-		var st event.State
+		var st exactlyonce.State
 		if err := rows.Scan(&id, &st); err != nil {
 			return nil, interpret("process events", err)
 		}
-		if st >= event.Processed {
-			out[id] = AlreadyProcessed
+		if st >= exactlyonce.Processed {
+			out[id] = exactlyonce.OutcomeAlreadySettled
 		} else {
-			out[id] = Busy
+			out[id] = exactlyonce.OutcomeBusy
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -215,7 +197,7 @@ func (s *Store) ProcessIDs(ctx context.Context, ids []int64, by string, newValue
 	}
 	for _, id := range rest {
 		if _, ok := out[id]; !ok {
-			out[id] = Unknown
+			out[id] = exactlyonce.OutcomeMissing
 		}
 	}
 	return out, nil
@@ -368,12 +350,12 @@ func unique(ids []int64) []int64 {
 
 // interpret maps a driver error to a domain error once, here: a database that cannot be reached
 // becomes EUNAVAILABLE (the caller may retry); anything else stays internal. The original error is
-// kept for logs; event.ErrorMessage never shows it to a caller.
+// kept for logs; exactlyonce.ErrorMessage never shows it to a caller.
 func interpret(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var de *event.Error
+	var de *exactlyonce.Error
 	if errors.As(err, &de) {
 		return err
 	}
@@ -398,5 +380,5 @@ type unavailableError struct {
 
 func (e *unavailableError) Error() string { return e.op + ": database unavailable: " + e.err.Error() }
 func (e *unavailableError) Unwrap() []error {
-	return []error{e.err, event.Errorf(event.EUNAVAILABLE, "the database is unavailable; try again")}
+	return []error{e.err, exactlyonce.Errorf(exactlyonce.EUNAVAILABLE, "the database is unavailable; try again")}
 }

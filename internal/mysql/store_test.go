@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/stretchr/testify/require"
@@ -125,7 +125,7 @@ func TestAllocatorsGiveUniqueIDsUnderConcurrency(t *testing.T) {
 					var err error
 					switch (c + i) % 3 {
 					case 0:
-						var e event.Event
+						var e exactlyonce.Event
 						e, err = store.CreateProcessed(ctx, "x")
 						got = []int64{e.ID}
 					case 1:
@@ -173,8 +173,8 @@ func TestGetAndCount(t *testing.T) {
 	got, err := store.Get(ctx, created.ID)
 	require.NoError(t, err)
 	require.Equal(t, "hello", *got.Value)
-	require.Equal(t, event.Processed, got.State)
-	require.Equal(t, event.ByAPI, got.ProcessedBy)
+	require.Equal(t, exactlyonce.Processed, got.State)
+	require.Equal(t, exactlyonce.ByAPI, got.ProcessedBy)
 	require.Equal(t, 1, got.ProcessCount)
 	require.NotNil(t, got.ProcessedAt)
 	require.WithinDuration(t, time.Now(), got.CreatedAt, time.Minute)
@@ -182,11 +182,11 @@ func TestGetAndCount(t *testing.T) {
 	pending, err := store.Get(ctx, pendingID)
 	require.NoError(t, err)
 	require.Nil(t, pending.Value)
-	require.Equal(t, event.Pending, pending.State)
+	require.Equal(t, exactlyonce.Pending, pending.State)
 	require.Nil(t, pending.ProcessedAt)
 
 	_, err = store.Get(ctx, 1<<40)
-	require.Equal(t, event.ENOTFOUND, event.ErrorCode(err))
+	require.Equal(t, exactlyonce.ENOTFOUND, exactlyonce.ErrorCode(err))
 
 	n, err := store.Count(ctx)
 	require.NoError(t, err)
@@ -214,19 +214,19 @@ func TestProcessIDsOutcomes(t *testing.T) {
 
 	ctxTimeout, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := store.ProcessIDs(ctxTimeout, []int64{fresh, fresh, held, done.ID, 999999}, event.ByProcessor, fixedValue)
+	out, err := store.ProcessIDs(ctxTimeout, []int64{fresh, fresh, held, done.ID, 999999}, exactlyonce.ByProcessor, fixedValue)
 	require.NoError(t, err)
-	require.Equal(t, map[int64]mysql.Outcome{
-		fresh:   mysql.Processed,
-		held:    mysql.Busy,
-		done.ID: mysql.AlreadyProcessed,
-		999999:  mysql.Unknown,
+	require.Equal(t, map[int64]exactlyonce.Outcome{
+		fresh:   exactlyonce.OutcomeSettled,
+		held:    exactlyonce.OutcomeBusy,
+		done.ID: exactlyonce.OutcomeAlreadySettled,
+		999999:  exactlyonce.OutcomeMissing,
 	}, out)
 
 	e, err := store.Get(ctx, fresh)
 	require.NoError(t, err)
 	require.Equal(t, fixedValue(fresh), *e.Value)
-	require.Equal(t, event.ByProcessor, e.ProcessedBy)
+	require.Equal(t, exactlyonce.ByProcessor, e.ProcessedBy)
 	require.Equal(t, 1, e.ProcessCount)
 	e, err = store.Get(ctx, done.ID)
 	require.NoError(t, err)
@@ -235,9 +235,9 @@ func TestProcessIDsOutcomes(t *testing.T) {
 
 	// Once the holder lets go, the held event can be processed, exactly once.
 	require.NoError(t, tx.Rollback())
-	out, err = store.ProcessIDs(ctx, []int64{held, fresh}, event.ByProcessor, fixedValue)
+	out, err = store.ProcessIDs(ctx, []int64{held, fresh}, exactlyonce.ByProcessor, fixedValue)
 	require.NoError(t, err)
-	require.Equal(t, map[int64]mysql.Outcome{held: mysql.Processed, fresh: mysql.AlreadyProcessed}, out)
+	require.Equal(t, map[int64]exactlyonce.Outcome{held: exactlyonce.OutcomeSettled, fresh: exactlyonce.OutcomeAlreadySettled}, out)
 }
 
 // The server runs at its default REPEATABLE READ. A sweep must not wait for a row another worker
@@ -266,7 +266,7 @@ func TestSweepDoesNotWaitForRowsOthersHold(t *testing.T) {
 	// innodb_lock_wait_timeout is 50 s by default: waiting would blow this deadline.
 	ctxTimeout, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	n, err := store.ProcessDue(ctxTimeout, 0, 100, event.BySweeper, fixedValue)
+	n, err := store.ProcessDue(ctxTimeout, 0, 100, exactlyonce.BySweeper, fixedValue)
 	require.NoError(t, err)
 	require.Equal(t, 19, n, "every pending event but the held one")
 }
@@ -277,10 +277,10 @@ func TestProcessDueLeavesYoungEventsToTheQueue(t *testing.T) {
 	ctx := context.Background()
 	_, err := store.CreatePending(ctx)
 	require.NoError(t, err)
-	n, err := store.ProcessDue(ctx, time.Hour, 10, event.BySweeper, fixedValue)
+	n, err := store.ProcessDue(ctx, time.Hour, 10, exactlyonce.BySweeper, fixedValue)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	n, err = store.ProcessDue(ctx, 0, 10, event.BySweeper, fixedValue)
+	n, err = store.ProcessDue(ctx, 0, 10, exactlyonce.BySweeper, fixedValue)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 }
@@ -317,7 +317,7 @@ func TestConcurrentWorkersProcessEachEventOnce(t *testing.T) {
 		defer func() { mu.Lock(); deadlocks += store.Stats().Deadlocks; mu.Unlock() }()
 		if w%2 == 0 { // a sweeper drains in batches of 25
 			for {
-				n, err := store.ProcessDue(ctx, 0, 25, event.BySweeper, fixedValue)
+				n, err := store.ProcessDue(ctx, 0, 25, exactlyonce.BySweeper, fixedValue)
 				if err != nil || n == 0 {
 					return err
 				}
@@ -329,13 +329,13 @@ func TestConcurrentWorkersProcessEachEventOnce(t *testing.T) {
 			for j := i; j < i+10; j++ {
 				batch = append(batch, ids[j%total])
 			}
-			out, err := store.ProcessIDs(ctx, batch, event.ByProcessor, fixedValue)
+			out, err := store.ProcessIDs(ctx, batch, exactlyonce.ByProcessor, fixedValue)
 			if err != nil {
 				return err
 			}
 			mu.Lock()
 			for id, o := range out {
-				if o == mysql.Processed {
+				if o == exactlyonce.OutcomeSettled {
 					processed[id]++
 				}
 			}

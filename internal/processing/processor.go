@@ -8,21 +8,20 @@ import (
 	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/exactlyonce/exactlyonce/internal/event"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 )
 
 // Store is what the processor needs of the store.
 type Store interface {
-	ProcessIDs(ctx context.Context, ids []int64, by string, newValue func(int64) string) (map[int64]mysql.Outcome, error)
+	ProcessIDs(ctx context.Context, ids []int64, by string, newValue func(int64) string) (map[int64]exactlyonce.Outcome, error)
 }
 
 // Processor handles batches of queue messages.
 type Processor struct {
 	Store    Store
 	Logger   *slog.Logger
-	NewValue func(id int64) string // default: event.NewValue
+	NewValue func(id int64) string // default: exactlyonce.NewValue
 	// Visibility, when set, keeps a batch's messages invisible for as long as the batch is being
 	// processed, so that a batch slower than the queue's visibility timeout is not delivered to a
 	// second worker meanwhile (see visibility.go). Nil: no extension.
@@ -48,7 +47,7 @@ func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 	}
 	newValue := p.NewValue
 	if newValue == nil {
-		newValue = func(int64) string { return event.NewValue() }
+		newValue = func(int64) string { return exactlyonce.NewValue() }
 	}
 
 	var resp events.SQSEventResponse
@@ -78,12 +77,12 @@ func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 		ids = append(ids, named...)
 	}
 
-	outcomes, err := p.Store.ProcessIDs(ctx, ids, event.ByProcessor, newValue)
+	outcomes, err := p.Store.ProcessIDs(ctx, ids, exactlyonce.ByProcessor, newValue)
 	if err != nil {
 		log.Error("processor: processing transaction failed; the batch will be retried",
 			"messages", len(idsOf), "events", len(ids), "err", err)
 	}
-	counts := map[mysql.Outcome]int{}
+	counts := map[exactlyonce.Outcome]int{}
 	for _, o := range outcomes {
 		counts[o]++
 	}
@@ -100,10 +99,10 @@ func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 		}
 		for _, id := range named {
 			o := outcomes[id]
-			if o == mysql.Processed || o == mysql.AlreadyProcessed {
+			if o == exactlyonce.OutcomeSettled || o == exactlyonce.OutcomeAlreadySettled {
 				continue
 			}
-			if o == mysql.Unknown {
+			if o == exactlyonce.OutcomeMissing {
 				log.Warn("processor: message names no event", "messageId", r.MessageId, "id", id)
 			}
 			fail(r.MessageId) // Unknown, or Busy: another worker holds the event
@@ -111,8 +110,8 @@ func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 		}
 	}
 	log.Info("processor: batch done", "messages", len(ev.Records), "events", len(outcomes),
-		"processed", counts[mysql.Processed], "alreadyProcessed", counts[mysql.AlreadyProcessed],
-		"busy", counts[mysql.Busy], "unknown", counts[mysql.Unknown], "malformed", malformed,
+		"processed", counts[exactlyonce.OutcomeSettled], "alreadyProcessed", counts[exactlyonce.OutcomeAlreadySettled],
+		"busy", counts[exactlyonce.OutcomeBusy], "unknown", counts[exactlyonce.OutcomeMissing], "malformed", malformed,
 		"failed", len(resp.BatchItemFailures))
 	return resp, nil
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
@@ -70,14 +70,14 @@ func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 
 	e, err := store.Get(ctx, fresh)
 	require.NoError(t, err)
-	require.Equal(t, event.Processed, e.State)
+	require.Equal(t, exactlyonce.Processed, e.State)
 	require.Equal(t, 1, e.ProcessCount, "two messages, one effect")
 	e, err = store.Get(ctx, done.ID)
 	require.NoError(t, err)
 	require.Equal(t, "earlier", *e.Value)
 	e, err = store.Get(ctx, held)
 	require.NoError(t, err)
-	require.Equal(t, event.Pending, e.State)
+	require.Equal(t, exactlyonce.Pending, e.State)
 
 	// The held event's message comes back once the other worker has let go, and succeeds.
 	require.NoError(t, tx.Rollback())
@@ -115,7 +115,7 @@ func TestMessageNamingSeveralEvents(t *testing.T) {
 	for _, id := range []int64{a, b, c, d} {
 		e, err := store.Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, event.Processed, e.State, "event %d", id)
+		require.Equal(t, exactlyonce.Processed, e.State, "event %d", id)
 		require.Equal(t, 1, e.ProcessCount, "event %d", id)
 	}
 

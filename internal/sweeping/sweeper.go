@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce"
 )
 
 // Store is what the sweeper needs of the store.
@@ -38,7 +38,7 @@ type Config struct {
 	// random duration up to IdleJitter. Defaults 1 s and 0.5 s.
 	IdleSleep, IdleJitter time.Duration
 	Logger                *slog.Logger
-	NewValue              func(id int64) string // default: event.NewValue
+	NewValue              func(id int64) string // default: exactlyonce.NewValue
 }
 
 // Sweeper processes due pending events.
@@ -62,7 +62,7 @@ func New(store Store, cfg Config) *Sweeper {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.NewValue == nil {
-		cfg.NewValue = func(int64) string { return event.NewValue() }
+		cfg.NewValue = func(int64) string { return exactlyonce.NewValue() }
 	}
 	return &Sweeper{store: store, cfg: cfg}
 }
@@ -83,7 +83,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 			res.Stopped = true
 			return res, nil
 		}
-		n, err := s.store.ProcessDue(ctx, s.cfg.Grace, s.cfg.BatchSize, event.BySweeper, s.cfg.NewValue)
+		n, err := s.store.ProcessDue(ctx, s.cfg.Grace, s.cfg.BatchSize, exactlyonce.BySweeper, s.cfg.NewValue)
 		if err != nil {
 			return res, err
 		}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/exactlyonce/exactlyonce/internal/event"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
@@ -40,7 +40,7 @@ func TestSweepDrainsInBatchesAndStopsOnAShortBatch(t *testing.T) {
 
 	var wrong int
 	require.NoError(t, store.DB().QueryRow(
-		"SELECT COUNT(*) FROM events WHERE processed_by <> ? OR process_count <> 1 OR value IS NULL", event.BySweeper).Scan(&wrong))
+		"SELECT COUNT(*) FROM events WHERE processed_by <> ? OR process_count <> 1 OR value IS NULL", exactlyonce.BySweeper).Scan(&wrong))
 	require.Zero(t, wrong)
 }
 

@@ -1,6 +1,7 @@
-// Package event holds the domain of the system: events, their states and the errors that the
-// edges (HTTP, SQS) translate for callers. It imports only the standard library.
-package event
+// Package exactlyonce is the domain: events, their states, the outcomes of processing them and the
+// errors that the edges (HTTP, SQS) translate for callers. One entity per file. It imports only the
+// standard library; every other package of the module depends on it, never the reverse.
+package exactlyonce
 
 import "time"
 
