@@ -11,17 +11,27 @@ type State int8
 
 const (
 	// Pending events have no value yet; the processor or a sweeper will give them one.
-	// Open states are below 10 (room is left for leased or retrying states).
+	// Open states are below 10 (room is left for a retrying state).
 	Pending State = 0
+	// Processing events are leased to one worker until their lease expires: the worker does their
+	// work outside any transaction and then settles them, guarded by its lease. An expired lease
+	// makes the event claimable again.
+	Processing State = 1
 	// Processed events have their value. An event is processed exactly once.
 	// Settled states are 10 and above (room is left for a failed state).
 	Processed State = 10
 )
 
+// Settled tells whether s is a settled state (10 and above): the event's work is over and it is
+// never claimed again. The events table is partitioned on this boundary.
+func (s State) Settled() bool { return s >= Processed }
+
 func (s State) String() string {
 	switch s {
 	case Pending:
 		return "pending"
+	case Processing:
+		return "processing"
 	case Processed:
 		return "processed"
 	default:
@@ -32,7 +42,8 @@ func (s State) String() string {
 // Event is one stored event.
 type Event struct {
 	ID    int64
-	Value *string // nil while pending
+	Kind  Kind
+	Value *string // nil until processed
 	State State
 	// CreatedAt and ProcessedAt are the database's clock (UTC).
 	CreatedAt   time.Time

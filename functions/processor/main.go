@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 )
 
 func main() {
@@ -18,6 +19,6 @@ func main() {
 	p := &processing.Processor{Store: config.Must(cfg.OpenStore(ctx)), Logger: log,
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		Visibility: &processing.Visibility{Client: config.Must(config.SQS(log)), QueueURL: cfg.QueueURL}}
+		Visibility: &sqsbatch.Visibility{Client: config.Must(config.SQS(log)), QueueURL: cfg.QueueURL}}
 	lambda.Start(p.Handle)
 }

@@ -41,7 +41,7 @@ const DefaultMaxBodyBytes = 64 << 10
 // Server is the API handler.
 type Server struct {
 	Store Store
-	// Queue receives a message naming each async exactlyonce. Nil: async events are left to the sweeper.
+	// Queue receives a message naming each async event. Nil: async events are left to the sweeper.
 	Queue queue.Sender
 	// AsyncGroup groups the async events of concurrent requests into one INSERT and one message
 	// (group.go).

@@ -11,6 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 )
 
 // defaults is the configuration every function gets when no variable is set: the bench measures
@@ -61,7 +62,6 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 		}
 		stores[i] = s
 	}
-	newValue := func(int64) string { return exactlyonce.NewValue() }
 
 	// Watch progress and InnoDB's purge backlog until the workers are done.
 	watchDone := make(chan struct{})
@@ -97,10 +97,13 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// The sweeper's path: the one processing shape, inline work (a value).
+			engine := &processing.Engine{Store: stores[w], By: exactlyonce.BySweeper}
 			// Bounded: each batch processes at least one event or the worker stops, and a worker
 			// can never process more than want events.
 			for i := int64(0); i <= want; i++ {
-				n, err := stores[w].ProcessDue(ctx, 0, batch, exactlyonce.BySweeper, newValue)
+				b, err := engine.ProcessDue(ctx, 0, batch)
+				n := b.Settled
 				if err != nil {
 					errOnce.Do(func() { first = err; cancel() })
 					return

@@ -31,7 +31,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
 )
 
@@ -762,16 +761,8 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// countingStore counts what the sweeper processed.
-type countingStore struct {
-	*mysql.Store
-	swept atomic.Int64
-}
+// settleCounter counts the events a worker settled, as the worker reports them.
+type settleCounter struct{ settled atomic.Int64 }
 
-func (c *countingStore) ProcessDue(ctx context.Context, grace time.Duration, limit int, by string, newValue func(int64) string) (int, error) {
-	n, err := c.Store.ProcessDue(ctx, grace, limit, by, newValue)
-	c.swept.Add(int64(n))
-	return n, err
-}
-
-var _ sweeping.Store = (*countingStore)(nil)
+func (c *settleCounter) Claiming(string)               {}
+func (c *settleCounter) Settled(_ string, ids []int64) { c.settled.Add(int64(len(ids))) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	drv "github.com/go-sql-driver/mysql"
@@ -78,7 +79,7 @@ func RunWorker(role string) int {
 	case RoleProcessor:
 		client := testenv.NewSQSClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
 		queueURL := os.Getenv("QUEUE_URL")
-		vis := &processing.Visibility{Client: client, QueueURL: queueURL,
+		vis := &sqsbatch.Visibility{Client: client, QueueURL: queueURL,
 			Heartbeat: time.Duration(visibility) * time.Second / 2, Extension: time.Duration(visibility) * time.Second}
 		p := &processing.Processor{Store: store, Logger: log, Visibility: vis}
 		m := mapping.New(client, p.Handle, mapping.Config{QueueURL: queueURL, Concurrency: 2, BatchSize: 10,
@@ -91,13 +92,13 @@ func RunWorker(role string) int {
 		}
 		run = func(ctx context.Context) { _ = m.Run(ctx) }
 	case RoleSweeper:
-		counting := &countingStore{Store: store}
-		s := sweeping.New(counting, sweeping.Config{Grace: grace, BatchSize: 20, IdleSleep: 200 * time.Millisecond,
-			IdleJitter: 200 * time.Millisecond, Logger: log})
+		counting := &settleCounter{}
+		s := sweeping.New(store, sweeping.Config{Grace: grace, BatchSize: 20, IdleSleep: 200 * time.Millisecond,
+			IdleJitter: 200 * time.Millisecond, Logger: log, Report: counting})
 		stats = func() WorkerStats {
 			st := store.Stats()
 			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
-				GaveUp: st.GaveUp, Swept: counting.swept.Load()}
+				GaveUp: st.GaveUp, Swept: counting.settled.Load()}
 		}
 		run = func(ctx context.Context) { _ = s.Run(ctx) }
 	default:

@@ -95,7 +95,7 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 		{"api-post-events.json", 201, `"id":1`},
 		{"api-post-events-async.json", 202, `{"id":2}`},
 		{"api-get-events.json", 200, `{"count":2}`},
-		{"api-get-exactlyonce.json", 200, `"id":1`},
+		{"api-get-event.json", 200, `"id":1`},
 	} {
 		var resp events.APIGatewayProxyResponse
 		require.NoError(t, json.Unmarshal(invoke(api, c.sample).Payload, &resp))

@@ -20,6 +20,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	"github.com/stretchr/testify/require"
@@ -44,7 +45,7 @@ func TestProcessorKilledAfterClaimingBeforeAcknowledging(t *testing.T) {
 	_, err = child.WaitLine(fmt.Sprintf("claimed %d", id), 30*time.Second)
 	require.NoError(t, err)
 	// The child holds the claim: no other worker can take the event now.
-	out, err := r.store.ProcessIDs(context.Background(), []int64{id}, exactlyonce.BySweeper, fixedValue)
+	out, err := (&processing.Engine{Store: r.store, By: exactlyonce.BySweeper}).ProcessIDs(context.Background(), []int64{id})
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.OutcomeBusy, out[id], "the killed process held the row lock")
 
@@ -189,7 +190,7 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 		r := newRig(t, rigOptions{visibility: 30, maxReceive: 5})
 		id := r.pending(1)[0]
 		inTx, release := make(chan struct{}), make(chan struct{})
-		r.proc.NewValue = func(int64) string { close(inTx); <-release; return "by-processor" }
+		r.proc.Works = valueWork(func(int64) string { close(inTx); <-release; return "by-processor" })
 		done := make(chan events.SQSEventResponse)
 		go func() {
 			resp, _ := r.proc.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: queue.Encode(id)}}})
@@ -213,7 +214,7 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 		id := r.pending(1)[0]
 		inTx, release := make(chan struct{}), make(chan struct{})
 		s := sweeping.New(r.store, sweeping.Config{Grace: -1, Logger: testLogger(),
-			NewValue: func(int64) string { close(inTx); <-release; return "by-sweeper" }})
+			Works: valueWork(func(int64) string { close(inTx); <-release; return "by-sweeper" })})
 		done := make(chan error)
 		go func() { _, err := s.Sweep(ctx); done <- err }()
 		<-inTx
@@ -343,7 +344,7 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 			r.rec.ackGate = up.Load
 			inTx, release := make(chan struct{}, 1), make(chan struct{})
 			var hold atomic.Bool
-			r.proc.NewValue = func(id int64) string {
+			r.proc.Works = valueWork(func(id int64) string {
 				if hold.Load() {
 					select {
 					case inTx <- struct{}{}:
@@ -352,7 +353,7 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 					<-release
 				}
 				return fixedValue(id)
-			}
+			})
 			enqueue := func(ids []int64) {
 				var bodies []string
 				for _, id := range ids {
@@ -426,12 +427,12 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 		r, proxy := proxied(t)
 		ids := r.pending(5)
 		var cut atomic.Bool
-		r.proc.NewValue = func(id int64) string {
+		r.proc.Works = valueWork(func(id int64) string {
 			if cut.CompareAndSwap(false, true) {
 				proxy.CutAll() // the claim's transaction is open on the connection being cut
 			}
 			return fixedValue(id)
-		}
+		})
 		for _, id := range ids {
 			r.send(queue.Encode(id))
 		}
@@ -503,9 +504,9 @@ func TestSlowProcessingExtendsVisibility(t *testing.T) {
 			r := newRig(t, rigOptions{visibility: 2, maxReceive: 10})
 			// Processing takes 5 s, the visibility timeout is 2 s. The sleep is the injected slowness
 			// of the work, not synchronisation.
-			r.proc.NewValue = func(id int64) string { time.Sleep(5 * time.Second); return fixedValue(id) }
+			r.proc.Works = valueWork(func(id int64) string { time.Sleep(5 * time.Second); return fixedValue(id) })
 			if extend {
-				r.proc.Visibility = &processing.Visibility{Client: r.client, QueueURL: r.q.URL,
+				r.proc.Visibility = &sqsbatch.Visibility{Client: r.client, QueueURL: r.q.URL,
 					Heartbeat: 500 * time.Millisecond, Extension: 2 * time.Second}
 			}
 			id := r.pending(1)[0]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/exactlyonce/exactlyonce"
 	"strconv"
 	"sync"
 	"testing"
@@ -299,4 +300,9 @@ func allProcessed(t *testing.T, db *sql.DB, ids []int64) bool {
 		}
 	}
 	return true
+}
+
+// valueWork gives plain events the value fn returns, on the one-transaction path, as the product does.
+func valueWork(fn func(id int64) string) exactlyonce.Works {
+	return exactlyonce.Works{exactlyonce.KindPlain: exactlyonce.ValueWork{New: fn}}
 }

@@ -60,11 +60,11 @@ func runChild(role string) int {
 		p := &processing.Processor{Store: store, Logger: log}
 		mode := os.Getenv("CHILD_HANG")
 		if mode == "claimed" {
-			p.NewValue = func(id int64) string {
+			p.Works = valueWork(func(id int64) string {
 				fmt.Printf("claimed %d\n", id)
 				hang()
 				return ""
-			}
+			})
 		}
 		handler := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 			for _, r := range ev.Records {

@@ -64,7 +64,7 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	require.EqualValues(t, 2, body(t, resp)["count"])
 
-	resp, err = apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-get-exactlyonce.json"))
+	resp, err = apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-get-event.json"))
 	require.NoError(t, err)
 	require.Equal(t, 200, resp.StatusCode)
 	require.EqualValues(t, 1, body(t, resp)["id"])

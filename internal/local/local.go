@@ -22,6 +22,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 )
 
@@ -41,7 +42,7 @@ type Options struct {
 	SweepInterval, SweepTimeout time.Duration
 	Sweep                       sweeping.Config
 	// VisibilityHeartbeat and VisibilityExtension shape the processor's visibility extension
-	// (see processing.Visibility; defaults 10s and 60s).
+	// (see sqsbatch.Visibility; defaults 10s and 60s).
 	VisibilityHeartbeat, VisibilityExtension time.Duration
 	// AsyncLinger is api.AsyncGroup.Linger (ASYNC_LINGER, default 5ms): POST /events/async answers
 	// once the event is committed, and a message names the events committed within about this
@@ -90,7 +91,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}}
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	processor := &processing.Processor{Store: store, Logger: log,
-		Visibility: &processing.Visibility{Client: client, QueueURL: opt.Queues.URL,
+		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
 			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}}
 	m := mapping.New(client, processor.Handle, mapping.Config{
 		QueueURL: opt.Queues.URL, QueueARN: opt.Queues.ARN,

@@ -35,10 +35,17 @@ type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// allocator hands out ids from the status row. create takes the next n ids and runs insert with
-// them; a strategy may run insert inside its own allocation transaction.
+// allocator hands out ids from the status row; it inserts nothing. The caller inserts the rows that
+// use them, in its own transaction (with whatever else must commit atomically with them: an
+// idempotency key, a task's metadata) or, for one row or one multi-row INSERT, in one autocommit
+// statement.
 type allocator interface {
-	create(ctx context.Context, n int, insert func(context.Context, execer, []int64) error) ([]int64, error)
+	// take returns the next n ids. tx is the caller's transaction, or nil when the caller writes
+	// with one autocommit statement; only a strategy whose inTx is true uses it.
+	take(ctx context.Context, tx *sql.Tx, n int) ([]int64, error)
+	// inTx tells whether take must run in the caller's transaction, because it advances the counter
+	// there and holds the counter's lock until that transaction ends (the literal strategy).
+	inTx() bool
 }
 
 var errNoCounter = errors.New("status table has no row: the schema is not migrated")
@@ -59,24 +66,22 @@ func lockAndAdvance(ctx context.Context, tx *sql.Tx, n int64) (first int64, err 
 	return old + 1, nil
 }
 
-type literalAllocator struct {
-	db    *sql.DB
-	stats *Stats
-	retry RetryPolicy
+type literalAllocator struct{}
+
+// take advances the counter by n in the caller's transaction, whose commit (or rollback) ends the
+// counter's lock: the seed's shape, where every writer queues behind the one before it.
+func (a *literalAllocator) take(ctx context.Context, tx *sql.Tx, n int) ([]int64, error) {
+	if tx == nil {
+		return nil, errors.New("the literal allocator takes ids in the caller's transaction; none was given")
+	}
+	first, err := lockAndAdvance(ctx, tx, int64(n))
+	if err != nil {
+		return nil, err
+	}
+	return idRun(first, n), nil
 }
 
-func (a *literalAllocator) create(ctx context.Context, n int, insert func(context.Context, execer, []int64) error) ([]int64, error) {
-	var ids []int64
-	err := inTx(ctx, a.db, a.stats, a.retry, func(tx *sql.Tx) error {
-		first, err := lockAndAdvance(ctx, tx, int64(n))
-		if err != nil {
-			return err
-		}
-		ids = idRun(first, n)
-		return insert(ctx, tx, ids)
-	})
-	return ids, err
-}
+func (a *literalAllocator) inTx() bool { return true }
 
 // blockAllocator hands out ids from blocks reserved on the counter, and reserves the next block
 // while half of the current one is still unused, so that clients never queue behind the counter.
@@ -113,20 +118,18 @@ type reservation struct {
 	err  error
 }
 
-func (a *blockAllocator) create(ctx context.Context, n int, insert func(context.Context, execer, []int64) error) ([]int64, error) {
-	take := a.take
+// take hands out n ids from the reserved blocks; the caller's transaction, if any, is not used:
+// a reservation commits on its own, so that the counter's lock is never held for a caller.
+func (a *blockAllocator) take(ctx context.Context, _ *sql.Tx, n int) ([]int64, error) {
 	if int64(n)*4 > a.size {
 		// A quarter of a block or more: a few such requests would drain each block as it arrives,
 		// and their callers would wait on refill after refill. They take their own range instead.
-		take = a.direct
+		return a.direct(ctx, n)
 	}
-	ids, err := take(ctx, n)
-	if err != nil {
-		return nil, err
-	}
-	// A failed insert loses these ids: gaps, never duplicates.
-	return ids, insert(ctx, a.db, ids)
+	return a.fromBlocks(ctx, n)
 }
+
+func (a *blockAllocator) inTx() bool { return false }
 
 // direct takes n consecutive ids straight from the counter, in a transaction of their own.
 func (a *blockAllocator) direct(ctx context.Context, n int) ([]int64, error) {
@@ -156,15 +159,15 @@ func idRun(first int64, n int) []int64 {
 	return ids
 }
 
-// maxTakeRounds bounds the loop in take: a caller waits for at most this many refills. Every round
+// maxTakeRounds bounds the loop in fromBlocks: a caller waits for at most this many refills. Every round
 // is a refill that others took ids from, so the system makes progress; the bound only stops a caller
 // that keeps losing the race for fresh blocks (tiny blocks, many clients) from waiting forever. It
 // is high because losing is not an error: 100 was reached by a test with 16-id blocks, 64 clients
 // and batches of several ids under the race detector.
 const maxTakeRounds = 2000
 
-// take hands out the next n ids. They are consecutive unless they straddle two blocks.
-func (a *blockAllocator) take(ctx context.Context, n int) ([]int64, error) {
+// fromBlocks hands out the next n ids. They are consecutive unless they straddle two blocks.
+func (a *blockAllocator) fromBlocks(ctx context.Context, n int) ([]int64, error) {
 	ids := make([]int64, 0, n)
 	for range maxTakeRounds {
 		a.mu.Lock()

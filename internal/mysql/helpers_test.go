@@ -1,11 +1,35 @@
 package mysql_test
 
 import (
+	"context"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/stretchr/testify/require"
 )
+
+// fixedWorks gives plain events the value fixedValue, through the one-transaction path or, leased,
+// through the lease path.
+func fixedWorks(leased bool) exactlyonce.Works {
+	return exactlyonce.Works{exactlyonce.KindPlain: exactlyonce.ValueWork{New: fixedValue, Leased: leased}}
+}
+
+// processIDs processes ids as the processor does, in the one processing shape.
+func processIDs(ctx context.Context, store *mysql.Store, leased bool, ids ...int64) (map[int64]exactlyonce.Outcome, error) {
+	e := &processing.Engine{Store: store, By: exactlyonce.ByProcessor, Works: fixedWorks(leased)}
+	return e.ProcessIDs(ctx, ids)
+}
+
+// processDue processes one batch of due events as the sweeper does and returns how many it settled.
+func processDue(ctx context.Context, store *mysql.Store, leased bool, grace time.Duration, limit int) (int, error) {
+	e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: fixedWorks(leased)}
+	b, err := e.ProcessDue(ctx, grace, limit)
+	return b.Settled, err
+}
 
 // together runs n workers, released at once so that they race, and fails t with every error they
 // return.

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 //go:embed migrations/*.sql
@@ -145,7 +147,7 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		// MySQL commits DDL implicitly, so a migration is not atomic: its statements are written to be
 		// idempotent (IF NOT EXISTS, guarded inserts) and a failed one is rerun whole next time.
 		for _, stmt := range m.statements {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
 				return fmt.Errorf("migrate %s: %w", m.name, err)
 			}
 		}
@@ -160,6 +162,18 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("schema rules broken: %s", strings.Join(violations, "; "))
 	}
 	return nil
+}
+
+// errDuplicateColumn is ER_DUP_FIELDNAME, "Duplicate column name": an ALTER TABLE ... ADD COLUMN
+// whose column exists.
+const errDuplicateColumn = 1060
+
+// alreadyApplied tells whether a migration statement failed only because an earlier run of the
+// same migration applied it: MySQL 8 has no ADD COLUMN IF NOT EXISTS, and one ALTER TABLE is atomic,
+// so a duplicate column means that ALTER completed before.
+func alreadyApplied(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == errDuplicateColumn
 }
 
 func currentVersion(ctx context.Context, db *sql.DB) (int, error) {

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
-	"time"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/go-sql-driver/mysql"
@@ -45,7 +43,7 @@ func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
 		}
 		s.alloc = &blockAllocator{db: db, stats: s.stats, retry: s.retry, size: int64(size)}
 	case AllocatorLiteral:
-		s.alloc = &literalAllocator{db: db, stats: s.stats, retry: s.retry}
+		s.alloc = &literalAllocator{}
 	default:
 		return nil, fmt.Errorf("unknown allocator %q (want %q or %q)", cfg.Allocator, AllocatorBlock, AllocatorLiteral)
 	}
@@ -60,14 +58,11 @@ func (s *Store) Stats() StatsSnapshot { return s.stats.Snapshot() }
 
 // CreateProcessed stores a new event that is processed from birth, with the given value.
 func (s *Store) CreateProcessed(ctx context.Context, value string) (exactlyonce.Event, error) {
-	ids, err := s.alloc.create(ctx, 1, func(ctx context.Context, ex execer, ids []int64) error {
-		_, err := ex.ExecContext(ctx, query("InsertProcessed"), ids[0], value)
-		return err
-	})
+	ids, err := s.write(ctx, 1, insertProcessed(value))
 	if err != nil {
 		return exactlyonce.Event{}, interpret("create event", err)
 	}
-	return exactlyonce.Event{ID: ids[0], Value: &value, State: exactlyonce.Processed, ProcessedBy: exactlyonce.ByAPI, ProcessCount: 1}, nil
+	return processedEvent(ids[0], value), nil
 }
 
 // CreatePending stores a new pending event and returns its id. Once this returns, the event is
@@ -88,18 +83,105 @@ const MaxPendingBatch = 200
 // returns their ids. It is how a process serving many concurrent async requests stores them at
 // the cost of about one (internal/api/group.go).
 func (s *Store) CreatePendingBatch(ctx context.Context, n int) ([]int64, error) {
-	if n < 1 || n > MaxPendingBatch {
-		return nil, fmt.Errorf("create pending events: %d events; one batch is 1 to %d", n, MaxPendingBatch)
+	if err := checkPendingBatch(n); err != nil {
+		return nil, err
 	}
-	ids, err := s.alloc.create(ctx, n, func(ctx context.Context, ex execer, ids []int64) error {
-		q, args := expandRows(query("InsertPendingRows"), "(?, NULL, 0, NOW(6))", ids)
-		_, err := ex.ExecContext(ctx, q, args...)
-		return err
-	})
+	ids, err := s.write(ctx, n, insertPending)
 	if err != nil {
 		return nil, interpret("create pending event", err)
 	}
 	return ids, nil
+}
+
+// write takes n ids and inserts the rows that use them with insert. With an allocator that takes
+// ids outside any transaction (block), the insert is one autocommit statement, atomic by itself:
+// no BEGIN and COMMIT round trips on the hot path. With one that takes them in the caller's
+// transaction (literal), both run in one transaction of the store's.
+func (s *Store) write(ctx context.Context, n int, insert func(context.Context, execer, []int64) error) ([]int64, error) {
+	if !s.alloc.inTx() {
+		ids, err := s.alloc.take(ctx, nil, n)
+		if err != nil {
+			return nil, err
+		}
+		// A failed insert loses these ids: gaps, never duplicates.
+		return ids, insert(ctx, s.db, ids)
+	}
+	var ids []int64
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		var err error
+		if ids, err = s.alloc.take(ctx, tx, n); err != nil {
+			return err
+		}
+		return insert(ctx, tx, ids)
+	})
+	return ids, err
+}
+
+// Tx is one write transaction of the store: what is written through it commits together with
+// everything else written in it, or not at all. It is how a create is made atomic with rows of the
+// caller's (an idempotency key and its stored answer, a task's metadata). Ids are handed out by the
+// allocator; the rows are inserted in this transaction.
+type Tx struct {
+	store *Store
+	tx    *sql.Tx
+}
+
+// InTx runs fn in one write transaction and commits it, in the store's one transaction shape: READ
+// COMMITTED, rolled back on any error, run again after a deadlock or a lock wait timeout (so fn
+// must be safe to run again, touching the database only through its Tx). Ids taken by a
+// transaction that rolled back are never used: gaps, never duplicates.
+func (s *Store) InTx(ctx context.Context, fn func(context.Context, *Tx) error) error {
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error { return fn(ctx, &Tx{store: s, tx: tx}) })
+	return interpret("write transaction", err)
+}
+
+// CreatePending inserts n new pending events in the transaction and returns their ids.
+func (t *Tx) CreatePending(ctx context.Context, n int) ([]int64, error) {
+	if err := checkPendingBatch(n); err != nil {
+		return nil, err
+	}
+	ids, err := t.store.alloc.take(ctx, t.tx, n)
+	if err != nil {
+		return nil, err
+	}
+	return ids, insertPending(ctx, t.tx, ids)
+}
+
+// CreateProcessed inserts a new event, processed from birth with value, in the transaction.
+func (t *Tx) CreateProcessed(ctx context.Context, value string) (exactlyonce.Event, error) {
+	ids, err := t.store.alloc.take(ctx, t.tx, 1)
+	if err != nil {
+		return exactlyonce.Event{}, err
+	}
+	if err := insertProcessed(value)(ctx, t.tx, ids); err != nil {
+		return exactlyonce.Event{}, err
+	}
+	return processedEvent(ids[0], value), nil
+}
+
+func checkPendingBatch(n int) error {
+	if n < 1 || n > MaxPendingBatch {
+		return fmt.Errorf("create pending events: %d events; one batch is 1 to %d", n, MaxPendingBatch)
+	}
+	return nil
+}
+
+func insertPending(ctx context.Context, ex execer, ids []int64) error {
+	q, args := expandRows(query("InsertPendingRows"), "(?, NULL, 0, NOW(6))", ids)
+	_, err := ex.ExecContext(ctx, q, args...)
+	return err
+}
+
+func insertProcessed(value string) func(context.Context, execer, []int64) error {
+	return func(ctx context.Context, ex execer, ids []int64) error {
+		_, err := ex.ExecContext(ctx, query("InsertProcessed"), ids[0], value)
+		return err
+	}
+}
+
+func processedEvent(id int64, value string) exactlyonce.Event {
+	return exactlyonce.Event{ID: id, Kind: exactlyonce.KindPlain, Value: &value, State: exactlyonce.Processed,
+		ProcessedBy: exactlyonce.ByAPI, ProcessCount: 1}
 }
 
 // Get returns one event, or an ENOTFOUND error.
@@ -110,7 +192,7 @@ func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 		processedAt sql.NullTime
 	)
 	err := s.db.QueryRowContext(ctx, query("Get"), id).
-		Scan(&e.ID, &value, &e.State, &e.CreatedAt, &processedAt, &by, &e.ProcessCount)
+		Scan(&e.ID, &e.Kind, &value, &e.State, &e.CreatedAt, &processedAt, &by, &e.ProcessCount)
 	if errors.Is(err, sql.ErrNoRows) {
 		return exactlyonce.Event{}, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
 	}
@@ -134,190 +216,6 @@ func (s *Store) Count(ctx context.Context) (int64, error) {
 		return 0, interpret("count events", err)
 	}
 	return n, nil
-}
-
-// ProcessIDs processes the named pending events that nobody else holds, in one transaction, giving
-// each the value newValue returns, and says for every id what happened. An id may appear more than
-// once; it is processed at most once. The error is for the transaction as a whole: when it is not
-// nil, nothing was written.
-func (s *Store) ProcessIDs(ctx context.Context, ids []int64, by string, newValue func(int64) string) (map[int64]exactlyonce.Outcome, error) {
-	ids = unique(ids)
-	out := make(map[int64]exactlyonce.Outcome, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	var claimed []int64
-	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
-		var err error
-		if claimed, err = claimIDs(ctx, tx, ids); err != nil {
-			return err
-		}
-		return markProcessed(ctx, tx, claimed, by, newValue)
-	})
-	if err != nil {
-		return nil, interpret("process events", err)
-	}
-	for _, id := range claimed {
-		out[id] = exactlyonce.OutcomeSettled
-	}
-	var rest []int64
-	for _, id := range ids {
-		if _, ok := out[id]; !ok {
-			rest = append(rest, id)
-		}
-	}
-	if len(rest) == 0 {
-		return out, nil
-	}
-	q, args := expandIDs(query("States"), rest)
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		// The processing committed; only the classification of the others failed. Treat them as busy:
-		// their messages are retried and will find them settled or claimable.
-		for _, id := range rest {
-			out[id] = exactlyonce.OutcomeBusy
-		}
-		return out, nil
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		var st exactlyonce.State
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, interpret("process events", err)
-		}
-		if st >= exactlyonce.Processed {
-			out[id] = exactlyonce.OutcomeAlreadySettled
-		} else {
-			out[id] = exactlyonce.OutcomeBusy
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, interpret("process events", err)
-	}
-	for _, id := range rest {
-		if _, ok := out[id]; !ok {
-			out[id] = exactlyonce.OutcomeMissing
-		}
-	}
-	return out, nil
-}
-
-// ProcessDue claims up to limit pending events older than grace that nobody else holds, processes
-// them and commits, in one transaction. It returns how many it processed; fewer than limit means
-// no more were due when it looked.
-func (s *Store) ProcessDue(ctx context.Context, grace time.Duration, limit int, by string, newValue func(int64) string) (int, error) {
-	var n int
-	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
-		claimed, err := scanIDs(tx.QueryContext(ctx, query("ClaimDue"), grace.Microseconds(), limit))
-		if err != nil {
-			return err
-		}
-		n = len(claimed)
-		return markProcessed(ctx, tx, claimed, by, newValue)
-	})
-	if err != nil {
-		return 0, interpret("sweep events", err)
-	}
-	return n, nil
-}
-
-// claimAgain are the pauses before claimIDs asks again for pending events its claim skipped: at
-// most len(claimAgain) more claims, about 30 ms in all. A row that another worker really holds
-// stays locked through them (and costs its batch that much); a row that a scan held for an instant
-// is claimed. Under CPU contention an instant can be a few milliseconds: a thread holding a row's
-// lock for the length of one comparison can be descheduled.
-var claimAgain = []time.Duration{0, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond}
-
-// claimIDs locks those of ids that are pending and that no other transaction holds, in tx, and
-// returns them. A locking scan by another worker holds each row it passes for an instant, so SKIP
-// LOCKED may skip a row that nobody is processing; such a false "busy" would cost the event a
-// whole visibility timeout on the queue (and count towards its dead-letter limit). So the ids the
-// claim skipped that a consistent read still finds pending are claimed again, a bounded number of
-// times; a row another worker really holds stays locked through them and is reported busy.
-func claimIDs(ctx context.Context, tx *sql.Tx, ids []int64) ([]int64, error) {
-	var claimed []int64
-	want := ids
-	for try := 0; ; try++ {
-		q, args := expandIDs(query("ClaimIDs"), want)
-		got, err := scanIDs(tx.QueryContext(ctx, q, append(args, len(want))...))
-		if err != nil {
-			return nil, err
-		}
-		claimed = append(claimed, got...)
-		if len(got) == len(want) || try == len(claimAgain) {
-			return claimed, nil
-		}
-		// Of the rest, only those still pending can be claimed: the others are processed or unknown.
-		q, args = expandIDs(query("PendingIDs"), without(want, got))
-		if want, err = scanIDs(tx.QueryContext(ctx, q, args...)); err != nil {
-			return nil, err
-		}
-		if len(want) == 0 {
-			return claimed, nil
-		}
-		if pause := claimAgain[try]; pause > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(pause):
-			}
-		}
-	}
-}
-
-// without returns the ids in all that are not in some.
-func without(all, some []int64) []int64 {
-	skip := make(map[int64]bool, len(some))
-	for _, id := range some {
-		skip[id] = true
-	}
-	var out []int64
-	for _, id := range all {
-		if !skip[id] {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// markChunk is the most events one MarkProcessed statement names: about 50 bytes of SQL each, so a
-// statement stays well under 16 KB, beyond which RDS Proxy pins the client's session.
-const markChunk = 200
-
-// markProcessed writes the values of events claimed in tx, in statements of at most markChunk
-// events. It fails, rolling everything back, if an update does not touch exactly the claimed rows
-// it names: that would mean a lock did not hold.
-func markProcessed(ctx context.Context, tx *sql.Tx, ids []int64, by string, newValue func(int64) string) error {
-	for len(ids) > 0 {
-		n := min(len(ids), markChunk)
-		if err := markChunkProcessed(ctx, tx, ids[:n], by, newValue); err != nil {
-			return err
-		}
-		ids = ids[n:]
-	}
-	return nil
-}
-
-func markChunkProcessed(ctx context.Context, tx *sql.Tx, ids []int64, by string, newValue func(int64) string) error {
-	var cases strings.Builder
-	args := make([]any, 0, 3*len(ids)+2)
-	for _, id := range ids {
-		cases.WriteString("WHEN ? THEN ? ")
-		args = append(args, id, newValue(id))
-	}
-	args = append(args, by)
-	q, inArgs := expandIDs(strings.Replace(query("MarkProcessed"), "/*cases*/", cases.String(), 1), ids)
-	res, err := tx.ExecContext(ctx, q, append(append(args, inArgs...), len(ids))...)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n != int64(len(ids)) {
-		return fmt.Errorf("processed %d rows for %d claimed events", n, len(ids))
-	}
-	return nil
 }
 
 func scanIDs(rows *sql.Rows, err error) ([]int64, error) {

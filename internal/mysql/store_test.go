@@ -214,7 +214,7 @@ func TestProcessIDsOutcomes(t *testing.T) {
 
 	ctxTimeout, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := store.ProcessIDs(ctxTimeout, []int64{fresh, fresh, held, done.ID, 999999}, exactlyonce.ByProcessor, fixedValue)
+	out, err := processIDs(ctxTimeout, store, false, fresh, fresh, held, done.ID, 999999)
 	require.NoError(t, err)
 	require.Equal(t, map[int64]exactlyonce.Outcome{
 		fresh:   exactlyonce.OutcomeSettled,
@@ -235,7 +235,7 @@ func TestProcessIDsOutcomes(t *testing.T) {
 
 	// Once the holder lets go, the held event can be processed, exactly once.
 	require.NoError(t, tx.Rollback())
-	out, err = store.ProcessIDs(ctx, []int64{held, fresh}, exactlyonce.ByProcessor, fixedValue)
+	out, err = processIDs(ctx, store, false, held, fresh)
 	require.NoError(t, err)
 	require.Equal(t, map[int64]exactlyonce.Outcome{held: exactlyonce.OutcomeSettled, fresh: exactlyonce.OutcomeAlreadySettled}, out)
 }
@@ -266,7 +266,7 @@ func TestSweepDoesNotWaitForRowsOthersHold(t *testing.T) {
 	// innodb_lock_wait_timeout is 50 s by default: waiting would blow this deadline.
 	ctxTimeout, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	n, err := store.ProcessDue(ctxTimeout, 0, 100, exactlyonce.BySweeper, fixedValue)
+	n, err := processDue(ctxTimeout, store, false, 0, 100)
 	require.NoError(t, err)
 	require.Equal(t, 19, n, "every pending event but the held one")
 }
@@ -277,18 +277,35 @@ func TestProcessDueLeavesYoungEventsToTheQueue(t *testing.T) {
 	ctx := context.Background()
 	_, err := store.CreatePending(ctx)
 	require.NoError(t, err)
-	n, err := store.ProcessDue(ctx, time.Hour, 10, exactlyonce.BySweeper, fixedValue)
+	n, err := processDue(ctx, store, false, time.Hour, 10)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	n, err = store.ProcessDue(ctx, 0, 10, exactlyonce.BySweeper, fixedValue)
+	n, err = processDue(ctx, store, false, 0, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 }
 
 // Sweepers and processors racing over the same pending events, through separate stores as separate
 // processes would: every event ends processed, and processed once.
+//
+// Both processing paths race: the one-transaction path (inline work) and the lease path (claim and
+// commit, work outside any transaction, settle under the lease's guard), and both together, half
+// the workers taking each path over the same events.
 func TestConcurrentWorkersProcessEachEventOnce(t *testing.T) {
 	t.Parallel()
+	for name, leased := range map[string]func(w int) bool{
+		"inline": func(int) bool { return false },
+		"leased": func(int) bool { return true },
+		"mixed":  func(w int) bool { return w%4 >= 2 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			raceWorkers(t, leased)
+		})
+	}
+}
+
+func raceWorkers(t *testing.T, leased func(w int) bool) {
 	db, _ := testenv.DB(t, 40)
 	ctx := context.Background()
 	setup, err := mysql.NewStore(db, mysql.StoreConfig{})
@@ -317,7 +334,7 @@ func TestConcurrentWorkersProcessEachEventOnce(t *testing.T) {
 		defer func() { mu.Lock(); deadlocks += store.Stats().Deadlocks; mu.Unlock() }()
 		if w%2 == 0 { // a sweeper drains in batches of 25
 			for {
-				n, err := store.ProcessDue(ctx, 0, 25, exactlyonce.BySweeper, fixedValue)
+				n, err := processDue(ctx, store, leased(w), 0, 25)
 				if err != nil || n == 0 {
 					return err
 				}
@@ -329,7 +346,7 @@ func TestConcurrentWorkersProcessEachEventOnce(t *testing.T) {
 			for j := i; j < i+10; j++ {
 				batch = append(batch, ids[j%total])
 			}
-			out, err := store.ProcessIDs(ctx, batch, exactlyonce.ByProcessor, fixedValue)
+			out, err := processIDs(ctx, store, leased(w), batch...)
 			if err != nil {
 				return err
 			}
@@ -347,7 +364,7 @@ func TestConcurrentWorkersProcessEachEventOnce(t *testing.T) {
 		require.Equal(t, 1, n, "event %d reported processed by %d processor calls", id, n)
 	}
 	var pending, wrong int
-	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM events WHERE state = 0").Scan(&pending))
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM events WHERE state < 10").Scan(&pending))
 	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM events WHERE process_count <> 1").Scan(&wrong))
 	require.Zero(t, pending)
 	require.Zero(t, wrong, "every event written exactly once")

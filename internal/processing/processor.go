@@ -1,31 +1,30 @@
-// Package processing is the SQS-triggered processor: it gives pending events their values, exactly
-// once, and tells the queue which messages failed so that only those are delivered again.
 package processing
 
 import (
 	"context"
 	"log/slog"
-	"sync"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 )
 
-// Store is what the processor needs of the store.
-type Store interface {
-	ProcessIDs(ctx context.Context, ids []int64, by string, newValue func(int64) string) (map[int64]exactlyonce.Outcome, error)
-}
-
-// Processor handles batches of queue messages.
+// Processor is the SQS-triggered processor: it settles the events its messages name, exactly once,
+// and tells the queue which messages failed so that only those are delivered again.
 type Processor struct {
-	Store    Store
-	Logger   *slog.Logger
-	NewValue func(id int64) string // default: exactlyonce.NewValue
+	Store Store
+	// Works gives each kind its work. Default exactlyonce.DefaultWorks().
+	Works exactlyonce.Works
+	// Lease is how long leased events are held. Default DefaultLease.
+	Lease time.Duration
+	// Report, when set, hears of every settlement (the exactly-once checker's reports).
+	Report Reporter
+	Logger *slog.Logger
 	// Visibility, when set, keeps a batch's messages invisible for as long as the batch is being
-	// processed, so that a batch slower than the queue's visibility timeout is not delivered to a
-	// second worker meanwhile (see visibility.go). Nil: no extension.
-	Visibility *Visibility
+	// processed. Nil: no extension.
+	Visibility *sqsbatch.Visibility
 }
 
 // Handle is the Lambda handler. It never returns an error (which would fail the whole batch): it
@@ -33,85 +32,62 @@ type Processor struct {
 //
 //   - a message that does not decode (malformed, corrupted) fails, every time, so the queue moves it
 //     to the dead-letter queue after its receive limit; it never holds up the rest of the batch;
-//   - an event this call processed, or that was processed before (a duplicate or redelivered
-//     message), succeeds: one effect, every delivery acknowledged;
-//   - an event another worker holds right now fails, so its message comes back after the visibility
-//     timeout and finds it processed (or, if that worker rolled back, processes it);
+//   - an event this call settled, or that was settled before (a duplicate or redelivered message),
+//     succeeds: one effect, every delivery acknowledged;
+//   - an event another worker holds right now (its row lock or its lease) fails, so its message
+//     comes back after the visibility timeout and finds it settled (or, if that worker rolled back
+//     or died, claims it);
 //   - an id that names no event fails (it ends in the dead-letter queue, where someone can look);
 //   - a message naming several events ({"ids": [...]}) succeeds only when every one of them does;
-//   - if the database transaction fails, every message fails: nothing was committed.
+//   - if the claim's transaction fails, every message fails: nothing was committed.
 func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	log := p.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	newValue := p.NewValue
-	if newValue == nil {
-		newValue = func(int64) string { return exactlyonce.NewValue() }
-	}
+	h := sqsbatch.Handler[[]int64]{Name: exactlyonce.ByProcessor, Decode: queue.Decode, Work: p.work,
+		Visibility: p.Visibility, Logger: p.logger()}
+	return h.Handle(ctx, ev)
+}
 
-	var resp events.SQSEventResponse
-	fail := func(messageID string) {
-		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: messageID})
+func (p *Processor) logger() *slog.Logger {
+	if p.Logger == nil {
+		return slog.Default()
 	}
-	if p.Visibility != nil && len(ev.Records) > 0 {
-		var wg sync.WaitGroup
-		stop := p.Visibility.keep(ctx, ev.Records, log, &wg)
-		defer wg.Wait() // no extension outlives the handler: the mapping deletes next
-		defer stop()
-	}
+	return p.Logger
+}
 
-	idsOf := make(map[string][]int64, len(ev.Records))
-	ids := make([]int64, 0, len(ev.Records))
-	malformed := 0
-	for _, r := range ev.Records {
-		named, err := queue.Decode(r.Body)
-		if err != nil {
-			malformed++
-			log.Warn("processor: malformed message", "messageId", r.MessageId,
-				"receiveCount", r.Attributes["ApproximateReceiveCount"], "err", err)
-			fail(r.MessageId)
-			continue
-		}
-		idsOf[r.MessageId] = named
-		ids = append(ids, named...)
+// work processes every event the batch's messages name, in one claim, and returns the messages
+// that must come back: those naming an event that is not settled.
+func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) ([]string, error) {
+	var ids []int64
+	for _, m := range msgs {
+		ids = append(ids, m.Body...)
 	}
-
-	outcomes, err := p.Store.ProcessIDs(ctx, ids, exactlyonce.ByProcessor, newValue)
+	engine := &Engine{Store: p.Store, By: exactlyonce.ByProcessor, Works: p.Works, Lease: p.Lease, Report: p.Report,
+		Logger: p.logger()}
+	outcomes, err := engine.ProcessIDs(ctx, ids)
 	if err != nil {
-		log.Error("processor: processing transaction failed; the batch will be retried",
-			"messages", len(idsOf), "events", len(ids), "err", err)
+		return nil, err
 	}
 	counts := map[exactlyonce.Outcome]int{}
 	for _, o := range outcomes {
 		counts[o]++
 	}
 	// A message succeeds when every event it names is settled; otherwise it comes back, and the
-	// events it names that were settled meanwhile are acknowledged as already processed.
-	for _, r := range ev.Records {
-		named, ok := idsOf[r.MessageId]
-		if !ok {
-			continue // already failed as malformed
-		}
-		if err != nil {
-			fail(r.MessageId)
-			continue
-		}
-		for _, id := range named {
+	// events it names that were settled meanwhile are acknowledged as already settled.
+	var failed []string
+	for _, m := range msgs {
+		for _, id := range m.Body {
 			o := outcomes[id]
 			if o == exactlyonce.OutcomeSettled || o == exactlyonce.OutcomeAlreadySettled {
 				continue
 			}
 			if o == exactlyonce.OutcomeMissing {
-				log.Warn("processor: message names no event", "messageId", r.MessageId, "id", id)
+				p.logger().Warn("processor: message names no event", "messageId", m.ID, "id", id)
 			}
-			fail(r.MessageId) // Unknown, or Busy: another worker holds the event
+			failed = append(failed, m.ID) // missing, or busy: another worker holds the event
 			break
 		}
 	}
-	log.Info("processor: batch done", "messages", len(ev.Records), "events", len(outcomes),
-		"processed", counts[exactlyonce.OutcomeSettled], "alreadyProcessed", counts[exactlyonce.OutcomeAlreadySettled],
-		"busy", counts[exactlyonce.OutcomeBusy], "unknown", counts[exactlyonce.OutcomeMissing], "malformed", malformed,
-		"failed", len(resp.BatchItemFailures))
-	return resp, nil
+	p.logger().Info("processor: batch done", "messages", len(msgs), "events", len(outcomes),
+		"settled", counts[exactlyonce.OutcomeSettled], "alreadySettled", counts[exactlyonce.OutcomeAlreadySettled],
+		"busy", counts[exactlyonce.OutcomeBusy], "missing", counts[exactlyonce.OutcomeMissing], "failed", len(failed))
+	return failed, nil
 }

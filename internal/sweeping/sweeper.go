@@ -1,7 +1,8 @@
 // Package sweeping is the safety net: it finds pending events that the queue path did not process
-// (a send that failed, a message that died in the DLQ, a crash) and processes them, claiming them
-// with SELECT ... FOR UPDATE SKIP LOCKED so that any number of sweepers and processors can run at
-// once without processing an event twice.
+// (a send that failed, a message that died in the DLQ, a crash) and events whose lease expired (a
+// worker that died mid-work), and processes them in the one processing shape (internal/processing:
+// claim with SELECT ... FOR UPDATE SKIP LOCKED, work, settle), so that any number of sweepers and
+// processors can run at once without settling an event twice.
 package sweeping
 
 import (
@@ -13,12 +14,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 )
-
-// Store is what the sweeper needs of the store.
-type Store interface {
-	ProcessDue(ctx context.Context, grace time.Duration, limit int, by string, newValue func(int64) string) (int, error)
-}
 
 // DefaultBatchSize is Config.BatchSize's default.
 const DefaultBatchSize = 500
@@ -38,17 +35,22 @@ type Config struct {
 	// random duration up to IdleJitter. Defaults 1 s and 0.5 s.
 	IdleSleep, IdleJitter time.Duration
 	Logger                *slog.Logger
-	NewValue              func(id int64) string // default: exactlyonce.NewValue
+	// Works gives each kind its work. Default exactlyonce.DefaultWorks().
+	Works exactlyonce.Works
+	// Lease is how long leased events are held. Default processing.DefaultLease.
+	Lease time.Duration
+	// Report, when set, hears of every settlement (the exactly-once checker's reports).
+	Report processing.Reporter
 }
 
 // Sweeper processes due pending events.
 type Sweeper struct {
-	store Store
-	cfg   Config
+	engine *processing.Engine
+	cfg    Config
 }
 
 // New returns a Sweeper.
-func New(store Store, cfg Config) *Sweeper {
+func New(store processing.Store, cfg Config) *Sweeper {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	if cfg.Grace == 0 {
 		cfg.Grace = 10 * time.Second
@@ -61,21 +63,19 @@ func New(store Store, cfg Config) *Sweeper {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.NewValue == nil {
-		cfg.NewValue = func(int64) string { return exactlyonce.NewValue() }
-	}
-	return &Sweeper{store: store, cfg: cfg}
+	return &Sweeper{cfg: cfg, engine: &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: cfg.Works,
+		Lease: cfg.Lease, Report: cfg.Report, Logger: cfg.Logger}}
 }
 
 // Result says what one sweep did.
 type Result struct {
-	Processed int  `json:"processed"`
+	Processed int  `json:"processed"` // events settled
 	Batches   int  `json:"batches"`
 	Stopped   bool `json:"stoppedForDeadline"` // true if it stopped for the deadline with work possibly left
 }
 
 // Sweep processes due events in batches until a batch comes back short (nothing more is due) or the
-// context's deadline is near. Each batch commits on its own, so a sweep cut short loses nothing.
+// context's deadline is near. Each batch settles on its own, so a sweep cut short loses nothing.
 func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	var res Result
 	for {
@@ -83,13 +83,13 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 			res.Stopped = true
 			return res, nil
 		}
-		n, err := s.store.ProcessDue(ctx, s.cfg.Grace, s.cfg.BatchSize, exactlyonce.BySweeper, s.cfg.NewValue)
+		b, err := s.engine.ProcessDue(ctx, s.cfg.Grace, s.cfg.BatchSize)
 		if err != nil {
 			return res, err
 		}
 		res.Batches++
-		res.Processed += n
-		if n < s.cfg.BatchSize {
+		res.Processed += b.Settled
+		if b.Claimed < s.cfg.BatchSize {
 			return res, nil
 		}
 	}

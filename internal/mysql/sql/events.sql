@@ -1,4 +1,4 @@
--- events: every event, pending or processed. No index exists: `state = 0` prunes a statement to the
+-- events: every event, pending, processing or processed. No index exists: `state < 10` prunes a statement to the
 -- `open` partition (migrations/0001_init.sql), `id = ?` and `id IN (...)` prune it to the
 -- subpartitions those ids hash to (migrations/0002_subpartition_by_id.sql), and within what is
 -- left every statement is a scan.
@@ -18,7 +18,7 @@ INSERT INTO events (id, value, state, created_at) VALUES /*rows*/;
 
 -- name: Get
 -- A consistent (non-locking) read of one event: one subpartition of each state partition.
-SELECT id, value, state, created_at, processed_at, processed_by, process_count
+SELECT id, kind, value, state, created_at, processed_at, processed_by, process_count
 FROM events WHERE id = ? LIMIT 1;
 
 -- name: Count
@@ -26,50 +26,103 @@ FROM events WHERE id = ? LIMIT 1;
 SELECT COUNT(*) FROM events;
 
 -- name: ClaimIDs
--- The processor's claim: locks those of the named events that are still pending and that nobody
--- else holds. SKIP LOCKED means a worker never waits for another: an event locked elsewhere is
--- simply not returned, and the caller reports its message as failed so that it comes back later.
--- `state = 0` keeps the scan inside the `open` partition; LIMIT (the number of ids) ends the scan
+-- The processor's claim: locks those of the named events that are claimable (pending, or processing
+-- with an expired lease) and that nobody else holds. SKIP LOCKED means a worker never waits for
+-- another: an event locked elsewhere is simply not returned, and the caller reports its message as
+-- failed so that it comes back later. An event leased to another claim whose lease has not expired
+-- does not match (at READ COMMITTED its row lock is released at once), so it is not claimed either.
+-- `state < 10` keeps the scan inside the `open` partition; LIMIT (the number of ids) ends the scan
 -- as soon as every named event is found. The list is expanded to one ? per id.
 --
 -- A locking scan locks each row it reads and, at READ COMMITTED, releases the rows that do not
 -- match at once. So another worker's scan can hold one of our rows for an instant, and SKIP LOCKED
--- then skips it although nobody is processing it. ProcessIDs asks again for such rows (PendingIDs).
-SELECT id FROM events WHERE state = 0 AND id IN (/*ids*/) LIMIT ? FOR UPDATE SKIP LOCKED;
-
--- name: PendingIDs
--- Which of the named events are pending, by a consistent (non-locking) read of the `open`
--- partition: it takes no lock and waits for none. Used after a claim to tell an event that another
--- worker really holds (still pending) from one processed already (not here).
-SELECT id FROM events WHERE state = 0 AND id IN (/*ids*/);
-
--- name: ClaimDue
--- The sweeper's claim: locks up to ? pending events older than the grace period (younger ones are
--- left to the queue path), skipping any another worker holds. Several sweepers and processors can
--- run this at once; each gets a disjoint set of rows.
-SELECT id FROM events
-WHERE state = 0 AND created_at <= NOW(6) - INTERVAL ? MICROSECOND
+-- then skips it although nobody is processing it. claimIDs asks again for such rows (ClaimableIDs).
+SELECT id, kind FROM events
+WHERE state < 10 AND id IN (/*ids*/) AND (state = 0 OR lease_expires_at <= NOW(6))
 LIMIT ? FOR UPDATE SKIP LOCKED;
 
+-- name: ClaimableIDs
+-- Which of the named events are claimable, by a consistent (non-locking) read of the `open`
+-- partition: it takes no lock and waits for none. Used after a claim to tell an event that another
+-- worker really holds (still claimable) from one that is settled, leased, or unknown.
+SELECT id FROM events
+WHERE state < 10 AND id IN (/*ids*/) AND (state = 0 OR lease_expires_at <= NOW(6));
+
+-- name: ClaimDue
+-- The sweeper's claim: locks up to ? claimable events, skipping any another worker holds: pending
+-- events older than the grace period (younger ones are left to the queue path), and processing
+-- events whose lease expired (their worker died or gave up). Several sweepers and processors can run
+-- this at once; each gets a disjoint set of rows. `state < 10` prunes it to the `open` partition.
+SELECT id, kind FROM events
+WHERE state < 10
+  AND ((state = 0 AND created_at <= NOW(6) - INTERVAL ? MICROSECOND)
+    OR (state = 1 AND lease_expires_at <= NOW(6)))
+LIMIT ? FOR UPDATE SKIP LOCKED;
+
+-- name: Lease
+-- Leases claimed events to one claim, in the transaction that holds their row locks: they become
+-- `processing`, held by claim_id until lease_expires_at (the database's clock, so that workers'
+-- clocks do not matter). The transaction then commits, releasing the row locks: the work runs
+-- outside any transaction, and the lease, not a lock, keeps other workers off. `state < 10` with our
+-- row locks held is the guard. The IN list is expanded to one ? per id.
+UPDATE events
+SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND
+WHERE state < 10 AND id IN (/*ids*/)
+LIMIT ?;
+
 -- name: MarkProcessed
--- Gives claimed events their values and moves them to the `settled` partition, in the transaction
--- that holds their locks. `state = 0` is the guard that makes a second write impossible even if a
--- lock were lost: a processed row no longer matches. At READ COMMITTED the scan does a
--- semi-consistent read of rows other workers hold and does not wait for them (they do not match
--- our ids). LIMIT (the number of ids) ends the scan at the last of our rows instead of at the end of
--- the partition: claims take rows from the front, so this scans about what the claim scanned. The
--- CASE is expanded to one WHEN ? THEN ? per id, the IN list to one ? per id; the caller keeps a
--- statement under 16 KB (RDS Proxy pins the session of a larger one).
+-- The one-transaction path (inline work): gives claimed events their values and moves them to the
+-- `settled` partition, in the transaction that holds their locks. `state < 10` is the guard that
+-- makes a second write impossible even if a lock were lost: a processed row no longer matches. At
+-- READ COMMITTED the scan does a semi-consistent read of rows other workers hold and does not wait
+-- for them (they do not match our ids). LIMIT (the number of ids) ends the scan at the last of our
+-- rows instead of at the end of the partition: claims take rows from the front, so this scans about
+-- what the claim scanned. The CASE is expanded to one WHEN ? THEN ? per id, the IN list to one ? per
+-- id; the caller keeps a statement under 16 KB (RDS Proxy pins the session of a larger one).
 UPDATE events
 SET value = CASE id /*cases*/ END,
     state = 10,
     processed_at = NOW(6),
     processed_by = ?,
-    process_count = process_count + 1
-WHERE state = 0 AND id IN (/*ids*/)
+    process_count = process_count + 1,
+    claim_id = ?,
+    lease_expires_at = NULL
+WHERE state < 10 AND id IN (/*ids*/)
 LIMIT ?;
 
+-- name: LockLeased
+-- The lease path's settlement, first statement: locks which of the named events are still leased to
+-- this claim. An event whose lease expired and was claimed by another worker has another claim_id
+-- (or is settled already) and does not match, so only the current holder can settle, and only once.
+-- The row locks taken here make the UPDATE that follows change exactly these rows, and no claim can
+-- take them over in between. `state = 1` prunes it to the `open` partition.
+SELECT id FROM events WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) FOR UPDATE;
+
+-- name: SettleLeased
+-- The lease path's settlement: gives the events LockLeased locked their values, in the same short
+-- transaction. Guarded by the state *and* the lease holder again, so that a lost lock could not make
+-- it settle twice. An expired lease that nobody took over still settles: the work is done, and the
+-- row lock orders the settlement against a claim racing for it (a claim that comes first changes
+-- claim_id; one that comes second finds the event settled).
+UPDATE events
+SET value = CASE id /*cases*/ END,
+    state = 10,
+    processed_at = NOW(6),
+    processed_by = ?,
+    process_count = process_count + 1,
+    lease_expires_at = NULL
+WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/)
+LIMIT ?;
+
+-- name: Release
+-- Gives leased events back, pending, when their work failed or could not finish before the worker's
+-- deadline: they are claimable at once instead of after their lease. Guarded by the lease holder,
+-- like the settlement: an event whose lease was taken over is not touched.
+UPDATE events
+SET state = 0, claim_id = NULL, lease_expires_at = NULL
+WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
+
 -- name: States
--- After a claim, tells the ids that were not claimed apart: processed already, pending but held by
--- another worker, or unknown. A consistent read: it takes no lock and waits for none.
+-- After a claim, tells the ids that were not claimed apart: settled already, open but held by
+-- another worker (its row lock or its lease), or unknown. A consistent read: it takes no lock and waits for none.
 SELECT id, state FROM events WHERE id IN (/*ids*/);

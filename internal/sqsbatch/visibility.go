@@ -1,4 +1,4 @@
-package processing
+package sqsbatch
 
 import (
 	"cmp"
@@ -23,13 +23,14 @@ type VisibilityClient interface {
 }
 
 // Visibility extends the visibility timeout of a batch's messages while the batch is being
-// processed (AWS's advice for slow work: see ../shared/notes/aws.md). After Heartbeat, and every
-// Heartbeat after that until the handler returns, each message of the batch is made invisible for
-// another Extension from that moment. A batch that finishes within Heartbeat makes no call at all.
+// handled, as AWS advises for slow work (docs/aws-notes.md). After Heartbeat, and every Heartbeat
+// after that until the handler returns, each message of the batch is made invisible for another
+// Extension from that moment. A batch that finishes within Heartbeat makes no call at all.
 //
-// Correctness never depends on it: an event is processed once whatever the queue does (the
-// claim is a row lock, the write is guarded by state = 0). It saves the second delivery, and with
-// it a busy failure and a wasted receive on the way to the DLQ.
+// Correctness must never depend on it (for the event processor it does not: an event is settled
+// once whatever the queue does, because the claim is a row lock and the settling write is guarded).
+// It saves the second delivery, and with it a busy failure and a wasted receive on the way to the
+// DLQ.
 //
 // Extension must be longer than Heartbeat, and Heartbeat shorter than the queue's visibility
 // timeout; in AWS the function's timeout is also below it (the mapping requires that), so the
@@ -81,7 +82,7 @@ func (v *Visibility) keep(ctx context.Context, records []events.SQSMessage, log 
 				if url == "" {
 					var err error
 					if url, err = QueueURLFromARN(r.EventSourceARN); err != nil {
-						log.Warn("processor: cannot extend visibility", "messageId", r.MessageId, "err", err)
+						log.Warn("sqsbatch: cannot extend visibility", "messageId", r.MessageId, "err", err)
 						continue
 					}
 				}
@@ -96,12 +97,12 @@ func (v *Visibility) keep(ctx context.Context, records []events.SQSMessage, log 
 				cancel()
 				if err != nil {
 					// The message may come back early; its event is still processed once.
-					log.Warn("processor: visibility extension failed", "messageId", r.MessageId, "err", err)
+					log.Warn("sqsbatch: visibility extension failed", "messageId", r.MessageId, "err", err)
 					continue
 				}
 				v.Extended.Add(1)
 			}
-			log.Debug("processor: extended visibility", "messages", len(records), "for", extension.String())
+			log.Debug("sqsbatch: extended visibility", "messages", len(records), "for", extension.String())
 		}
 	}()
 	var once sync.Once

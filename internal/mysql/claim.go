@@ -1,0 +1,330 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// claimed is one row a claim locked.
+type claimed struct {
+	id   int64
+	kind exactlyonce.Kind
+}
+
+// ClaimIDs claims those of the named events that are claimable and that nobody else holds, in one
+// transaction (see Claim). An id may appear more than once; it is claimed at most once. The ids it
+// does not claim are settled, held by another worker, or unknown: Outcomes tells which. On an error
+// nothing was settled or leased, unless the error came from the commit itself (its answer lost),
+// in which case the claim may have committed: the caller must treat its events as unknown.
+func (s *Store) ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64) (exactlyonce.Claimed, error) {
+	ids = unique(ids)
+	if len(ids) == 0 {
+		return exactlyonce.Claimed{}, nil
+	}
+	out, err := s.claim(ctx, c, func(tx *sql.Tx) ([]claimed, error) { return claimIDs(ctx, tx, ids) })
+	return out, interpret("claim events", err)
+}
+
+// ClaimDue claims up to limit due events that nobody else holds, in one transaction (see Claim):
+// pending events older than grace, and processing events whose lease expired. Fewer than limit
+// (Claimed.Count) means no more were due when it looked.
+func (s *Store) ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Duration, limit int) (exactlyonce.Claimed, error) {
+	out, err := s.claim(ctx, c, func(tx *sql.Tx) ([]claimed, error) {
+		return scanClaimed(tx.QueryContext(ctx, query("ClaimDue"), grace.Microseconds(), limit))
+	})
+	return out, interpret("claim due events", err)
+}
+
+// claim runs one claiming transaction: lock with lock, then work and settle the inline kinds and
+// lease the others, and commit.
+func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, lock func(*sql.Tx) ([]claimed, error)) (exactlyonce.Claimed, error) {
+	if c.ID == "" || c.By == "" {
+		return exactlyonce.Claimed{}, fmt.Errorf("claim: an ID and a By are required")
+	}
+	var out exactlyonce.Claimed
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		out = exactlyonce.Claimed{}
+		rows, err := lock(tx)
+		if err != nil {
+			return err
+		}
+		values := map[int64]string{}
+		var leased []int64
+		for _, r := range rows {
+			w, ok := c.Works[r.kind]
+			switch {
+			case !ok:
+				fail(&out, r.id, fmt.Errorf("no work for events of kind %q", r.kind))
+			case w.Inline():
+				res, err := w.Do(ctx, exactlyonce.Event{ID: r.id, Kind: r.kind})
+				if err != nil {
+					fail(&out, r.id, err)
+					continue
+				}
+				values[r.id] = res.Value
+				out.Settled = append(out.Settled, r.id)
+			default:
+				leased = append(leased, r.id)
+				out.Leased = append(out.Leased, exactlyonce.Event{ID: r.id, Kind: r.kind, State: exactlyonce.Processing})
+			}
+		}
+		if err := markProcessed(ctx, tx, out.Settled, values, c.By, c.ID); err != nil {
+			return err
+		}
+		return lease(ctx, tx, leased, c.ID, c.Lease)
+	})
+	if err != nil {
+		return exactlyonce.Claimed{}, err
+	}
+	return out, nil
+}
+
+func fail(c *exactlyonce.Claimed, id int64, err error) {
+	if c.Failed == nil {
+		c.Failed = map[int64]error{}
+	}
+	c.Failed[id] = err
+}
+
+// Settle settles events leased to claim claimID with their results, in one short transaction, and
+// returns those it settled. An event missing from the answer was not settled because its lease was
+// taken over (it expired and another worker claimed it) or it was settled already (by this claim
+// too: settling twice settles nothing the second time): the guard on the lease holder makes a
+// second settlement impossible.
+func (s *Store) Settle(ctx context.Context, claimID, by string, results map[int64]exactlyonce.Result) ([]int64, error) {
+	if len(results) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, 0, len(results))
+	values := make(map[int64]string, len(results))
+	for id, r := range results {
+		ids = append(ids, id)
+		values[id] = r.Value
+	}
+	var settled []int64
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		settled = settled[:0]
+		for rest := ids; len(rest) > 0; {
+			chunk := rest[:min(len(rest), markChunk)]
+			rest = rest[len(chunk):]
+			q, args := expandIDs(query("LockLeased"), chunk)
+			held, err := scanIDs(tx.QueryContext(ctx, q, append([]any{claimID}, args...)...))
+			if err != nil || len(held) == 0 {
+				return err
+			}
+			n, err := setValues(ctx, tx, "SettleLeased", held, values, []any{by, claimID})
+			if err != nil {
+				return err
+			}
+			if n != int64(len(held)) {
+				return fmt.Errorf("settled %d rows for %d leased events", n, len(held))
+			}
+			settled = append(settled, held...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, interpret("settle events", err)
+	}
+	return settled, nil
+}
+
+// Release gives events leased to claim claimID back, pending, so that they are claimable at once:
+// their work failed, or could not finish before the worker's deadline. An event whose lease was
+// taken over is not touched.
+func (s *Store) Release(ctx context.Context, claimID string, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		for rest := ids; len(rest) > 0; {
+			chunk := rest[:min(len(rest), markChunk)]
+			rest = rest[len(chunk):]
+			q, args := expandIDs(query("Release"), chunk)
+			if _, err := tx.ExecContext(ctx, q, append([]any{claimID}, args...)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return interpret("release events", err)
+}
+
+// Outcomes tells, for ids a claim did not take, what each is: settled already, open but held by
+// another worker (its row lock or its lease), or missing. A consistent read: it takes no lock and
+// waits for none.
+func (s *Store) Outcomes(ctx context.Context, ids []int64) (map[int64]exactlyonce.Outcome, error) {
+	out := make(map[int64]exactlyonce.Outcome, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	q, args := expandIDs(query("States"), ids)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, interpret("read event states", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var st exactlyonce.State
+		if err := rows.Scan(&id, &st); err != nil {
+			return nil, interpret("read event states", err)
+		}
+		if st.Settled() {
+			out[id] = exactlyonce.OutcomeAlreadySettled
+		} else {
+			out[id] = exactlyonce.OutcomeBusy
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpret("read event states", err)
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; !ok {
+			out[id] = exactlyonce.OutcomeMissing
+		}
+	}
+	return out, nil
+}
+
+// claimAgain are the pauses before claimIDs asks again for claimable events its claim skipped: at
+// most len(claimAgain) more claims, about 30 ms in all. A row that another worker really holds
+// stays locked through them (and costs its batch that much); a row that a scan held for an instant
+// is claimed. Under CPU contention an instant can be a few milliseconds: a thread holding a row's
+// lock for the length of one comparison can be descheduled.
+var claimAgain = []time.Duration{0, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond}
+
+// claimIDs locks those of ids that are claimable and that no other transaction holds, in tx, and
+// returns them. A locking scan by another worker holds each row it passes for an instant, so SKIP
+// LOCKED may skip a row that nobody is processing; such a false "busy" would cost the event a
+// whole visibility timeout on the queue (and count towards its dead-letter limit). So the ids the
+// claim skipped that a consistent read still finds claimable are claimed again, a bounded number
+// of times; a row another worker really holds stays locked through them and is reported busy.
+func claimIDs(ctx context.Context, tx *sql.Tx, ids []int64) ([]claimed, error) {
+	var out []claimed
+	want := ids
+	for try := 0; ; try++ {
+		q, args := expandIDs(query("ClaimIDs"), want)
+		got, err := scanClaimed(tx.QueryContext(ctx, q, append(args, len(want))...))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+		if len(got) == len(want) || try == len(claimAgain) {
+			return out, nil
+		}
+		// Of the rest, only those still claimable can be claimed: the others are settled, leased or
+		// unknown.
+		q, args = expandIDs(query("ClaimableIDs"), without(want, got))
+		if want, err = scanIDs(tx.QueryContext(ctx, q, args...)); err != nil {
+			return nil, err
+		}
+		if len(want) == 0 {
+			return out, nil
+		}
+		if pause := claimAgain[try]; pause > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(pause):
+			}
+		}
+	}
+}
+
+// without returns the ids in all that are not among the claimed rows got.
+func without(all []int64, got []claimed) []int64 {
+	skip := make(map[int64]bool, len(got))
+	for _, c := range got {
+		skip[c.id] = true
+	}
+	var out []int64
+	for _, id := range all {
+		if !skip[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// markChunk is the most events one UPDATE names: about 50 bytes of SQL each, so a statement stays
+// well under 16 KB, beyond which RDS Proxy pins the client's session.
+const markChunk = 200
+
+// markProcessed settles events claimed in tx with their values, in statements of at most markChunk
+// events. It fails, rolling everything back, if an update does not touch exactly the claimed rows
+// it names: that would mean a lock did not hold.
+func markProcessed(ctx context.Context, tx *sql.Tx, ids []int64, values map[int64]string, by, claimID string) error {
+	for rest := ids; len(rest) > 0; {
+		chunk := rest[:min(len(rest), markChunk)]
+		rest = rest[len(chunk):]
+		n, err := setValues(ctx, tx, "MarkProcessed", chunk, values, []any{by, claimID})
+		if err != nil {
+			return err
+		}
+		if n != int64(len(chunk)) {
+			return fmt.Errorf("processed %d rows for %d claimed events", n, len(chunk))
+		}
+	}
+	return nil
+}
+
+// setValues runs the named settling UPDATE (its CASE expanded to one WHEN ? THEN ? per id, its IN
+// list to one ? per id, then LIMIT ?) with mid, the arguments between the CASE and the IN list, and
+// returns the rows it changed.
+func setValues(ctx context.Context, tx *sql.Tx, name string, ids []int64, values map[int64]string, mid []any) (int64, error) {
+	var cases strings.Builder
+	args := make([]any, 0, 3*len(ids)+len(mid)+1)
+	for _, id := range ids {
+		cases.WriteString("WHEN ? THEN ? ")
+		args = append(args, id, values[id])
+	}
+	args = append(args, mid...)
+	q, inArgs := expandIDs(strings.Replace(query(name), "/*cases*/", cases.String(), 1), ids)
+	res, err := tx.ExecContext(ctx, q, append(append(args, inArgs...), len(ids))...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// lease leases the events claimed in tx to claimID for d, in statements of at most markChunk
+// events, and fails if an update does not touch exactly the claimed rows it names.
+func lease(ctx context.Context, tx *sql.Tx, ids []int64, claimID string, d time.Duration) error {
+	for rest := ids; len(rest) > 0; {
+		chunk := rest[:min(len(rest), markChunk)]
+		rest = rest[len(chunk):]
+		q, args := expandIDs(query("Lease"), chunk)
+		res, err := tx.ExecContext(ctx, q, append(append([]any{claimID, d.Microseconds()}, args...), len(chunk))...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != int64(len(chunk)) {
+			return fmt.Errorf("leased %d rows for %d claimed events", n, len(chunk))
+		}
+	}
+	return nil
+}
+
+func scanClaimed(rows *sql.Rows, err error) ([]claimed, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []claimed
+	for rows.Next() {
+		var c claimed
+		if err := rows.Scan(&c.id, &c.kind); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,207 @@
+// Package processing is the one processing shape that the processor, the sweeper and the
+// standalone worker share: claim (row locks taken with SKIP LOCKED; inline work settled in the
+// same transaction, other work leased), work (outside any transaction), settle (a short
+// transaction guarded by the state and the lease holder). The SQS processor is built on it here
+// (processor.go); the sweeper in internal/sweeping.
+package processing
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// Store is what processing needs of the store (internal/mysql implements it).
+type Store interface {
+	// ClaimIDs claims those of the named events that are claimable and that nobody else holds.
+	ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64) (exactlyonce.Claimed, error)
+	// ClaimDue claims up to limit due events: pending for longer than grace, or leased with an
+	// expired lease.
+	ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Duration, limit int) (exactlyonce.Claimed, error)
+	// Settle settles events leased to claimID and returns those it settled.
+	Settle(ctx context.Context, claimID, by string, results map[int64]exactlyonce.Result) ([]int64, error)
+	// Release gives events leased to claimID back, pending.
+	Release(ctx context.Context, claimID string, ids []int64) error
+	// Outcomes tells, for ids a claim did not take, whether each is settled, busy or missing.
+	Outcomes(ctx context.Context, ids []int64) (map[int64]exactlyonce.Outcome, error)
+}
+
+// Reporter hears, from a worker itself, of every settlement the worker makes: the exactly-once
+// checker (internal/verify) counts these reports instead of trusting the table it checks. A
+// process that is killed between a commit and its report leaves a Claiming without a Settled; the
+// checker resolves those with the claim id the table records on every settled event.
+type Reporter interface {
+	// Claiming is told a claim's id before any transaction of that claim can settle an event.
+	Claiming(claimID string)
+	// Settled is told the events a claim settled, after the transaction that settled them committed.
+	Settled(claimID string, ids []int64)
+}
+
+// DefaultLease is how long leased events are held by a worker before another may claim them. It
+// bounds how long an event whose worker died waits; it must exceed the longest work (a webhook's
+// timeout) and the time from claim to settlement.
+const DefaultLease = 2 * time.Minute
+
+// Engine processes events in the one shape: claim, work, settle.
+type Engine struct {
+	Store Store
+	// By names the path: exactlyonce.ByProcessor or BySweeper.
+	By string
+	// Works gives each kind its work. Default exactlyonce.DefaultWorks().
+	Works exactlyonce.Works
+	// Lease is how long leased events are held. Default DefaultLease.
+	Lease time.Duration
+	// Report, when set, hears of every settlement.
+	Report Reporter
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (e *Engine) claim() exactlyonce.Claim {
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: e.By, Lease: cmp.Or(e.Lease, DefaultLease), Works: e.Works}
+	if c.Works == nil {
+		c.Works = exactlyonce.DefaultWorks()
+	}
+	if e.Report != nil {
+		e.Report.Claiming(c.ID)
+	}
+	return c
+}
+
+func (e *Engine) logger() *slog.Logger { return cmp.Or(e.Logger, slog.Default()) }
+
+func (e *Engine) reportSettled(claimID string, ids []int64) {
+	if e.Report != nil && len(ids) > 0 {
+		e.Report.Settled(claimID, ids)
+	}
+}
+
+// ProcessIDs processes the named events that are claimable and that nobody else holds, and says
+// for every id what happened. An id may appear more than once; it is settled at most once. The
+// error is for the claim as a whole: the claim's transaction failed, and nothing was settled or
+// leased by it (unless the commit's answer was lost; then its events are settled or leased, and
+// their messages come back and find them so).
+func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactlyonce.Outcome, error) {
+	out := make(map[int64]exactlyonce.Outcome, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	c := e.claim()
+	claimed, err := e.Store.ClaimIDs(ctx, c, ids)
+	if err != nil {
+		return nil, err
+	}
+	e.reportSettled(c.ID, claimed.Settled)
+	for _, id := range claimed.Settled {
+		out[id] = exactlyonce.OutcomeSettled
+	}
+	for _, id := range e.work(ctx, c, claimed) {
+		out[id] = exactlyonce.OutcomeSettled
+	}
+	// Claimed but not settled: the work failed or ran out of time, or the lease was taken over.
+	// Another attempt will settle them.
+	for id := range claimed.Failed {
+		out[id] = exactlyonce.OutcomeBusy
+	}
+	for _, ev := range claimed.Leased {
+		if _, ok := out[ev.ID]; !ok {
+			out[ev.ID] = exactlyonce.OutcomeBusy
+		}
+	}
+	var rest []int64
+	for _, id := range ids {
+		if _, ok := out[id]; !ok {
+			rest = append(rest, id)
+			out[id] = exactlyonce.OutcomeBusy // until Outcomes says otherwise
+		}
+	}
+	if len(rest) > 0 {
+		others, err := e.Store.Outcomes(ctx, rest)
+		if err != nil {
+			// The claim committed; only the classification of the others failed. They stay busy: their
+			// messages come back and will find them settled or claimable.
+			e.logger().Warn(e.By+": could not classify unclaimed events; treating them as busy", "events", len(rest), "err", err)
+		}
+		for id, o := range others {
+			out[id] = o
+		}
+	}
+	return out, nil
+}
+
+// Batch says what one ProcessDue did.
+type Batch struct {
+	// Claimed is how many events the claim took; fewer than the limit means no more were due.
+	Claimed int
+	// Settled is how many of them were settled.
+	Settled int
+}
+
+// ProcessDue claims up to limit due events (pending for longer than grace, or leased with an expired
+// lease) that nobody else holds, and processes them.
+func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int) (Batch, error) {
+	c := e.claim()
+	claimed, err := e.Store.ClaimDue(ctx, c, grace, limit)
+	if err != nil {
+		return Batch{}, err
+	}
+	e.reportSettled(c.ID, claimed.Settled)
+	settled := len(claimed.Settled) + len(e.work(ctx, c, claimed))
+	return Batch{Claimed: claimed.Count(), Settled: settled}, nil
+}
+
+// releaseTimeout bounds the release of leased events whose work did not finish, which runs even
+// when the worker's own context has ended.
+const releaseTimeout = 5 * time.Second
+
+// work does the work of the events leased to claim c, outside any transaction, settles those whose
+// work succeeded and returns them. Events whose work failed, or that the context's end left
+// undone, are released (pending, claimable at once); if even that fails their lease expires.
+func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyonce.Claimed) []int64 {
+	log := e.logger()
+	for id, err := range claimed.Failed {
+		log.Warn(e.By+": work failed; the event stays open", "id", id, "err", err)
+	}
+	if len(claimed.Leased) == 0 {
+		return nil
+	}
+	results := make(map[int64]exactlyonce.Result, len(claimed.Leased))
+	var release []int64
+	for _, ev := range claimed.Leased {
+		if ctx.Err() != nil {
+			release = append(release, ev.ID)
+			continue
+		}
+		res, err := c.Works[ev.Kind].Do(ctx, ev)
+		if err != nil {
+			log.Warn(e.By+": work failed; releasing the event", "id", ev.ID, "err", err)
+			release = append(release, ev.ID)
+			continue
+		}
+		results[ev.ID] = res
+	}
+	var settled []int64
+	if len(results) > 0 {
+		// Settle even if ctx has just ended: the work is done, and the settlement is short.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		var err error
+		settled, err = e.Store.Settle(sctx, c.ID, c.By, results)
+		cancel()
+		if err != nil {
+			// The events stay leased until their lease expires; then they are claimed and worked again.
+			log.Error(e.By+": settlement failed; the events are worked again after their lease", "events", len(results), "err", err)
+		}
+		e.reportSettled(c.ID, settled)
+	}
+	if len(release) > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		if err := e.Store.Release(rctx, c.ID, release); err != nil {
+			log.Warn(e.By+": release failed; the events are claimable when their lease expires", "events", len(release), "err", err)
+		}
+		cancel()
+	}
+	return settled
+}
