@@ -126,3 +126,8 @@ WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
 -- After a claim, tells the ids that were not claimed apart: settled already, open but held by
 -- another worker (its row lock or its lease), or unknown. A consistent read: it takes no lock and waits for none.
 SELECT id, state FROM events WHERE id IN (/*ids*/);
+
+-- name: Audit
+-- For checkers only (tests, the chaos run, the bench): every event with what settled it. A
+-- consistent read of every partition: it scans the whole history, so nothing in the product runs it.
+SELECT id, state, COALESCE(processed_by, ''), COALESCE(claim_id, ''), value IS NOT NULL FROM events;
