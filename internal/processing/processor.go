@@ -39,7 +39,8 @@ type Processor struct {
 //     or died, claims it);
 //   - an id that names no event fails (it ends in the dead-letter queue, where someone can look);
 //   - a message naming several events ({"ids": [...]}) succeeds only when every one of them does;
-//   - if the claim's transaction fails, every message fails: nothing was committed.
+//   - if the claim's transaction fails, every message fails: nothing was committed (or, if only
+//     the commit's answer was lost, the messages come back and find their events settled).
 func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	h := sqsbatch.Handler[[]int64]{Name: exactlyonce.ByProcessor, Decode: queue.Decode, Work: p.work,
 		Visibility: p.Visibility, Logger: p.logger()}
