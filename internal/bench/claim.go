@@ -40,7 +40,7 @@ type drainResult struct {
 func (d drainResult) eps() float64 { return float64(d.events) / d.took.Seconds() }
 
 // drain burns the pending events down with workers goroutines, each running the sweeper's claim path
-// (Store.ProcessDue with no grace period) in batches of batch until it finds nothing left. Every
+// (processing.Engine.ProcessDue with no grace period) in batches of batch until it finds nothing left. Every
 // worker has its own Store, as separate processes would.
 func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batch int, want int64) (drainResult, error) {
 	var (

@@ -3,7 +3,7 @@
 // handler did not report as failed. Failed messages are left alone: they reappear after the queue's
 // visibility timeout, and move to the dead-letter queue after its maxReceiveCount, as in AWS.
 //
-// It keeps AWS's contract (see ../shared/notes/aws.md): an error from the handler fails the whole
+// It keeps AWS's contract (see docs/aws-notes.md): an error from the handler fails the whole
 // batch; so does a failure naming an empty or unknown message id.
 package mapping
 

@@ -77,7 +77,7 @@ func (s *Stats) retryable(err error) bool {
 //
 // READ COMMITTED is set on every transaction, whatever the server's default: at REPEATABLE READ the
 // full scans of this index-less schema lock every row they pass and workers block each other
-// (see ../shared/notes/innodb.md). go-sql-driver issues SET TRANSACTION ISOLATION LEVEL before
+// (see docs/innodb.md). go-sql-driver issues SET TRANSACTION ISOLATION LEVEL before
 // BEGIN, which works on MySQL 8 and MariaDB alike and which RDS Proxy tracks without pinning.
 func inTx(ctx context.Context, db *sql.DB, stats *Stats, policy RetryPolicy, fn func(*sql.Tx) error) error {
 	policy = policy.withDefaults()
