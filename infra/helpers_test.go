@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/jsii-runtime-go"
 )
 
@@ -141,15 +142,42 @@ func synth(t *testing.T, v variant) *synthesized {
 	return s
 }
 
-// check runs one assertions.Template call; those report a mismatch by panicking.
-func check(t *testing.T, what string, f func()) {
+// check runs one assertions.Template call; those report a mismatch by panicking. It reports whether
+// the call passed.
+func check(t *testing.T, what string, f func()) bool {
 	t.Helper()
-	defer func() {
-		if r := recover(); r != nil {
-			t.Errorf("%s:\n%v", what, r)
-		}
+	ok := false
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s:\n%v", what, r)
+			}
+		}()
+		f()
+		ok = true
 	}()
-	f()
+	return ok
+}
+
+// must is check for an assertion whose captures the rest of the test reads: it stops the test on a
+// mismatch, because an empty capture panics when read.
+func must(t *testing.T, what string, f func()) {
+	t.Helper()
+	if !check(t, what, f) {
+		t.FailNow()
+	}
+}
+
+// only returns a template that holds nothing but the resource id of s. A matcher run on it checks
+// that one resource: HasResourceProperties on the whole template passes when any resource of the
+// type matches, so it cannot tell one function (or role, or security group) from the others.
+func (s *synthesized) only(t *testing.T, id string) assertions.Template {
+	t.Helper()
+	r, ok := s.resources()[id]
+	if !ok {
+		t.Fatalf("no resource %s in the template", id)
+	}
+	return assertions.Template_FromJSON(&map[string]any{"Resources": map[string]any{id: r}}, nil)
 }
 
 // ref returns the logical ID behind a token that resolves to {"Ref": id}, e.g. fn.FunctionName().
@@ -182,6 +210,36 @@ func (s *synthesized) getAttID(t *testing.T, token *string) string {
 	return ""
 }
 
+// subnetRefs returns {"Ref": id} of each subnet of a selection, in the selection's order (the order
+// the template lists them in).
+func (s *synthesized) subnetRefs(t *testing.T, sel *awsec2.SubnetSelection) []any {
+	t.Helper()
+	var out []any
+	for _, id := range *s.stack.Network.Vpc.SelectSubnets(sel).SubnetIds {
+		out = append(out, refTo(s.ref(t, id)))
+	}
+	return out
+}
+
+// refTo and getAtt are the template's spelling of a reference to a logical ID.
+func refTo(id string) map[string]any { return map[string]any{"Ref": id} }
+
+func getAtt(id, attr string) map[string]any { return map[string]any{"Fn::GetAtt": []any{id, attr}} }
+
+// grant matches an IAM policy attached to role that allows action on resource (both patterns).
+func grant(roleID string, action, resource any) *map[string]any {
+	return obj(map[string]any{
+		"Roles": assertions.Match_ArrayWith(arr(refTo(roleID))),
+		"PolicyDocument": assertions.Match_ObjectLike(obj(map[string]any{
+			"Statement": assertions.Match_ArrayWith(arr(assertions.Match_ObjectLike(obj(map[string]any{
+				"Effect":   "Allow",
+				"Action":   action,
+				"Resource": resource,
+			})))),
+		})),
+	})
+}
+
 func (s *synthesized) resources() map[string]any {
 	return s.json["Resources"].(map[string]any)
 }
@@ -212,6 +270,11 @@ func (s *synthesized) idsOfType(typ string) []string {
 	sort.Strings(ids)
 	return ids
 }
+
+// The helpers below read the raw template. They serve the checks that something is *not* granted:
+// a matcher can only say that a statement of one literal shape is absent, so "no statement grants
+// sqs:ReceiveMessage" would pass unnoticed for an Action written as a string instead of a list, or
+// for sqs:* or *. These helpers normalise Action and Resource to lists and understand wildcards.
 
 // statement is one IAM policy statement with Action and Resource normalised to lists.
 type statement struct {
@@ -248,23 +311,26 @@ func statementsOf(doc any) []statement {
 	return out
 }
 
-// policiesOfRole returns every statement of the AWS::IAM::Policy resources attached to a role.
+// policiesOfRole returns every statement of the AWS::IAM::Policy resources attached to a role and of
+// the role's inline policies.
 func (s *synthesized) policiesOfRole(t *testing.T, roleID string) []statement {
 	t.Helper()
 	var out []statement
-	for _, id := range s.idsOfType("AWS::IAM::Policy") {
-		p := props(s.resource(t, id))
-		for _, r := range asList(p["Roles"]) {
-			if m, ok := r.(map[string]any); ok && m["Ref"] == roleID {
-				out = append(out, statementsOf(p["PolicyDocument"])...)
-			}
-		}
+	attached := s.template.FindResources(jsii.String("AWS::IAM::Policy"), obj(map[string]any{
+		"Properties": assertions.Match_ObjectLike(obj(map[string]any{
+			"Roles": assertions.Match_ArrayWith(arr(refTo(roleID))),
+		})),
+	}))
+	for _, r := range *attached {
+		out = append(out, statementsOf((*r)["Properties"].(map[string]any)["PolicyDocument"])...)
 	}
-	// Inline policies on the role itself.
-	if rp := props(s.resource(t, roleID))["Policies"]; rp != nil {
-		for _, pol := range asList(rp) {
-			out = append(out, statementsOf(pol.(map[string]any)["PolicyDocument"])...)
-		}
+	role, ok := s.resources()[roleID].(map[string]any)
+	if !ok {
+		t.Fatalf("no role %s in the template", roleID)
+	}
+	rp, _ := role["Properties"].(map[string]any)
+	for _, pol := range asList(rp["Policies"]) {
+		out = append(out, statementsOf(pol.(map[string]any)["PolicyDocument"])...)
 	}
 	return out
 }
@@ -276,8 +342,7 @@ func allows(stmts []statement, action, resourceHint string) bool {
 			continue
 		}
 		for _, r := range st.Resources {
-			raw, _ := json.Marshal(r)
-			if strings.Contains(string(raw), resourceHint) {
+			if strings.Contains(mustJSON(r), resourceHint) {
 				return true
 			}
 		}
