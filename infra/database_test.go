@@ -134,4 +134,17 @@ func TestProxy(t *testing.T) {
 			"SecurityGroupIngress": assertions.Match_Absent(),
 		}))
 	})
+
+	// The proxy signs in to the cluster with the generated secret, so its role must read it (and,
+	// as TestLeastPrivilege checks, no function's role may).
+	proxyRole := assertions.NewCapture(nil)
+	must(t, "proxy has a role", func() {
+		s.only(t, proxyID).HasResourceProperties(jsii.String("AWS::RDS::DBProxy"), obj(map[string]any{
+			"RoleArn": map[string]any{"Fn::GetAtt": []any{proxyRole, "Arn"}},
+		}))
+	})
+	check(t, "the proxy's role can read the database secret", func() {
+		tpl.HasResourceProperties(jsii.String("AWS::IAM::Policy"), grant(*proxyRole.AsString(),
+			assertions.Match_ArrayWith(arr("secretsmanager:GetSecretValue")), s.stack.Resolve(db.Cluster.Secret().SecretArn())))
+	})
 }
