@@ -115,54 +115,6 @@ func TestMigrateTriggerRunsAfterDatabase(t *testing.T) {
 	}
 }
 
-func TestQueues(t *testing.T) {
-	s := synth(t, variantAWS)
-	mainID := s.ref(t, s.stack.Queues.Main.QueueUrl())
-	dlqID := s.ref(t, s.stack.Queues.DeadLetter.QueueUrl())
-	main := props(s.resource(t, mainID))
-	dlq := props(s.resource(t, dlqID))
-	processor := props(s.resource(t, s.ref(t, s.stack.Functions.Processor.FunctionName())))
-
-	for name, q := range map[string]map[string]any{"main": main, "dlq": dlq} {
-		if q["SqsManagedSseEnabled"] != true {
-			t.Errorf("%s queue not encrypted (SqsManagedSseEnabled %v)", name, q["SqsManagedSseEnabled"])
-		}
-	}
-	if vt, ft := main["VisibilityTimeout"].(float64), processor["Timeout"].(float64); vt < 6*ft {
-		t.Errorf("visibility timeout %v s < 6 x processor timeout %v s", vt, ft)
-	}
-	redrive, _ := main["RedrivePolicy"].(map[string]any)
-	if n, _ := redrive["maxReceiveCount"].(float64); n < 5 {
-		t.Errorf("maxReceiveCount %v, want >= 5", redrive["maxReceiveCount"])
-	}
-	if mustJSON(redrive["deadLetterTargetArn"]) != mustJSON(map[string]any{"Fn::GetAtt": []any{dlqID, "Arn"}}) {
-		t.Errorf("redrive target %s, want the DLQ", mustJSON(redrive["deadLetterTargetArn"]))
-	}
-	if d, m := dlq["MessageRetentionPeriod"].(float64), main["MessageRetentionPeriod"].(float64); d != 14*24*3600 || d <= m {
-		t.Errorf("DLQ retention %v s, want 14 days and longer than the main queue's %v s", d, m)
-	}
-	allow, _ := dlq["RedriveAllowPolicy"].(map[string]any)
-	sources := mustJSON(allow["sourceQueueArns"])
-	if allow["redrivePermission"] != "byQueue" || !strings.Contains(sources, `:`+fmt.Sprint(main["QueueName"])+`"`) {
-		t.Errorf("DLQ redrive allow policy %s, want byQueue naming the main queue %v", mustJSON(allow), main["QueueName"])
-	}
-
-	// enforceSSL: each queue's policy denies requests without aws:SecureTransport.
-	for name, id := range map[string]string{"main": mainID, "dlq": dlqID} {
-		check(t, name+" queue enforces TLS", func() {
-			s.template.HasResourceProperties(jsii.String("AWS::SQS::QueuePolicy"), obj(map[string]any{
-				"Queues": assertions.Match_ArrayWith(arr(map[string]any{"Ref": id})),
-				"PolicyDocument": assertions.Match_ObjectLike(obj(map[string]any{
-					"Statement": assertions.Match_ArrayWith(arr(assertions.Match_ObjectLike(obj(map[string]any{
-						"Effect":    "Deny",
-						"Condition": map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
-					})))),
-				})),
-			}))
-		})
-	}
-}
-
 // TestConnectionBudget is the arithmetic of docs/deploy.md: in the worst case (every client session
 // pinned by RDS Proxy) the capped writers plus a realistic api concurrency fit in the proxy's share of
 // Aurora's max_connections at the maximum ACU.
