@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
@@ -115,83 +114,6 @@ func TestMigrateTriggerRunsAfterDatabase(t *testing.T) {
 	}
 }
 
-// TestConnectionBudget is the arithmetic of docs/deploy.md: in the worst case (every client session
-// pinned by RDS Proxy) the capped writers plus a realistic api concurrency fit in the proxy's share of
-// Aurora's max_connections at the maximum ACU.
-func TestConnectionBudget(t *testing.T) {
-	maxConnections := auroraMySQLMaxConnections(maxACU)
-	budget := maxConnections * proxyMaxConnsPercent / 100
-	const sweeperOverlap = 2 // a tick can overlap the next one by at most one invocation
-	workers := processorConcurrency*processorMaxOpenConns + sweeperOverlap*sweeperMaxOpenConns + migrateMaxOpenConns
-	apiEnvs := (budget - workers) / apiMaxOpenConns
-	t.Logf("max_connections≈%d, proxy budget %d, processor+sweeper+migrate %d, room for %d concurrent api environments", maxConnections, budget, workers, apiEnvs)
-	if workers > budget/2 {
-		t.Errorf("the batch workers may hold %d of %d connections; keep them under half", workers, budget)
-	}
-	// The api's concurrency ≈ rate x latency: at the throttle's burst with a 100 ms request it needs burst/10.
-	if need := apiBurstLimit / 10; apiEnvs < need {
-		t.Errorf("room for %d api environments, want at least %d", apiEnvs, need)
-	}
-}
-
-// auroraMySQLMaxConnections is Aurora MySQL's default max_connections formula,
-// GREATEST(log2(mem/805306368)*45, log2(mem/8187281408)*1000), for a Serverless v2 instance whose
-// memory is 2 GiB per ACU of its maximum capacity, less about 10% the engine keeps for itself.
-func auroraMySQLMaxConnections(acu float64) int {
-	mem := acu * 2 * (1 << 30) * 0.9
-	a := log2(mem/805306368) * 45
-	b := log2(mem/8187281408) * 1000
-	if b > a {
-		a = b
-	}
-	return int(a)
-}
-
-func log2(x float64) float64 {
-	n := 0.0
-	for x >= 2 {
-		x /= 2
-		n++
-	}
-	// linear interpolation inside the last octave is close enough for a budget
-	return n + (x - 1)
-}
-
-func TestSweepSchedule(t *testing.T) {
-	s := synth(t, variantAWS)
-	sweeperID := s.ref(t, s.stack.Functions.Sweeper.FunctionName())
-	check(t, "EventBridge rule, not Scheduler", func() {
-		s.template.ResourceCountIs(jsii.String("AWS::Scheduler::Schedule"), jsii.Number(0))
-		s.template.ResourceCountIs(jsii.String("AWS::Events::Rule"), jsii.Number(1))
-	})
-	check(t, "rate rule targets the sweeper", func() {
-		s.template.HasResourceProperties(jsii.String("AWS::Events::Rule"), obj(map[string]any{
-			"ScheduleExpression": rateExpression(sweepRate),
-			"State":              "ENABLED",
-			"Targets": []any{assertions.Match_ObjectLike(obj(map[string]any{
-				"Arn": map[string]any{"Fn::GetAtt": []any{sweeperID, "Arn"}},
-			}))},
-		}))
-	})
-	check(t, "EventBridge may invoke the sweeper", func() {
-		s.template.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), obj(map[string]any{
-			"Action":       "lambda:InvokeFunction",
-			"Principal":    "events.amazonaws.com",
-			"FunctionName": map[string]any{"Fn::GetAtt": []any{sweeperID, "Arn"}},
-		}))
-	})
-	if sweeperTimeout > sweepRate {
-		t.Errorf("sweeper timeout %s longer than its schedule %s: more than two ticks could overlap", sweeperTimeout, sweepRate)
-	}
-}
-
-func rateExpression(d time.Duration) string {
-	if n := int(d.Minutes()); n != 1 {
-		return fmt.Sprintf("rate(%d minutes)", n)
-	}
-	return "rate(1 minute)"
-}
-
 func TestAPI(t *testing.T) {
 	s := synth(t, variantAWS)
 	tpl := s.template
@@ -296,42 +218,6 @@ func TestPublicAPIFlag(t *testing.T) {
 		if a, b := len(s.idsOfType(typ)), len(aws.idsOfType(typ)); a != b {
 			t.Errorf("%s: %d in the public variant, %d in the default", typ, a, b)
 		}
-	}
-}
-
-func TestAlarms(t *testing.T) {
-	s := synth(t, variantAWS)
-	tpl := s.template
-	check(t, "four alarms", func() { tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(4)) })
-	dlqName := map[string]any{"Fn::GetAtt": []any{s.ref(t, s.stack.Queues.DeadLetter.QueueUrl()), "QueueName"}}
-	mainName := map[string]any{"Fn::GetAtt": []any{s.ref(t, s.stack.Queues.Main.QueueUrl()), "QueueName"}}
-	processorName := map[string]any{"Ref": s.ref(t, s.stack.Functions.Processor.FunctionName())}
-	apiName := s.stack.Resolve(s.stack.API.RestApiName())
-
-	cases := []struct {
-		what      string
-		namespace string
-		metric    string
-		dimension map[string]any
-		threshold float64
-		statistic string
-	}{
-		{"DLQ has visible messages", "AWS/SQS", "ApproximateNumberOfMessagesVisible", map[string]any{"Name": "QueueName", "Value": dlqName}, 0, "Maximum"},
-		{"oldest message on the main queue", "AWS/SQS", "ApproximateAgeOfOldestMessage", map[string]any{"Name": "QueueName", "Value": mainName}, queueAgeAlarmSeconds, "Maximum"},
-		{"processor errors", "AWS/Lambda", "Errors", map[string]any{"Name": "FunctionName", "Value": processorName}, 0, "Sum"},
-		{"API 5xx rate", "AWS/ApiGateway", "5XXError", map[string]any{"Name": "ApiName", "Value": apiName}, api5xxRateThreshold, "Average"},
-	}
-	for _, c := range cases {
-		check(t, c.what, func() {
-			tpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), obj(map[string]any{
-				"Namespace":          c.namespace,
-				"MetricName":         c.metric,
-				"Dimensions":         assertions.Match_ArrayWith(arr(c.dimension)),
-				"ComparisonOperator": "GreaterThanThreshold",
-				"Threshold":          c.threshold,
-				"Statistic":          c.statistic,
-			}))
-		})
 	}
 }
 
