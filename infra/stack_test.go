@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -110,113 +109,6 @@ func TestMigrateTriggerRunsAfterDatabase(t *testing.T) {
 			if !strings.Contains(deps, `"`+id+`"`) {
 				t.Errorf("trigger does not depend on the %s (%s): DependsOn %s", what, id, deps)
 			}
-		}
-	}
-}
-
-func TestAPI(t *testing.T) {
-	s := synth(t, variantAWS)
-	tpl := s.template
-	apiID := s.ref(t, s.stack.API.RestApiId())
-	apiFnID := s.ref(t, s.stack.Functions.API.FunctionName())
-
-	check(t, "REST API (v1), not HTTP API", func() {
-		tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::RestApi"), jsii.Number(1))
-		tpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Api"), jsii.Number(0))
-	})
-	check(t, "four methods", func() { tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(4)) })
-	check(t, "every method requires IAM (SigV4) and proxies to the api function", func() {
-		tpl.AllResourcesProperties(jsii.String("AWS::ApiGateway::Method"), obj(map[string]any{
-			"AuthorizationType": "AWS_IAM",
-			"Integration": assertions.Match_ObjectLike(obj(map[string]any{
-				"Type":                  "AWS_PROXY",
-				"IntegrationHttpMethod": "POST",
-				"Uri":                   assertions.Match_AnyValue(),
-			})),
-		}))
-	})
-
-	// The routes: path of each method built from the Resource tree.
-	routes := map[string]bool{}
-	for _, id := range s.idsOfType("AWS::ApiGateway::Method") {
-		p := props(s.resource(t, id))
-		if uri := mustJSON(p["Integration"].(map[string]any)["Uri"]); !strings.Contains(uri, apiFnID) {
-			t.Errorf("method %s integrates with %s, want the api function", id, uri)
-		}
-		routes[fmt.Sprintf("%s %s", p["HttpMethod"], s.apiPath(t, p["ResourceId"], apiID))] = true
-	}
-	for _, want := range []string{"GET /events", "POST /events", "POST /events/async", "GET /events/{id}"} {
-		if !routes[want] {
-			t.Errorf("route %s missing; have %v", want, routes)
-		}
-	}
-	if len(routes) != 4 {
-		t.Errorf("routes %v, want exactly the four of the contract", routes)
-	}
-
-	// Stage: throttling and JSON access logs into a log group with retention.
-	logDest := assertions.NewCapture(nil)
-	format := assertions.NewCapture(nil)
-	check(t, "stage throttling and access logs", func() {
-		tpl.HasResourceProperties(jsii.String("AWS::ApiGateway::Stage"), obj(map[string]any{
-			"StageName": APIStageName,
-			"MethodSettings": assertions.Match_ArrayWith(arr(assertions.Match_ObjectLike(obj(map[string]any{
-				"HttpMethod":           "*",
-				"ResourcePath":         "/*",
-				"ThrottlingRateLimit":  apiRateLimit,
-				"ThrottlingBurstLimit": apiBurstLimit,
-			})))),
-			"AccessLogSetting": map[string]any{"DestinationArn": logDest, "Format": format},
-		}))
-	})
-	var fields map[string]any
-	if err := json.Unmarshal([]byte(*format.AsString()), &fields); err != nil {
-		t.Errorf("access log format is not JSON: %v\n%s", err, *format.AsString())
-	} else if fields["status"] == nil || fields["requestId"] == nil {
-		t.Errorf("access log format lacks status/requestId: %v", fields)
-	}
-	ga := (*logDest.AsObject())["Fn::GetAtt"].([]any)
-	if lg := s.resource(t, ga[0].(string)); lg["Type"] != "AWS::Logs::LogGroup" || props(lg)["RetentionInDays"] != float64(logRetentionDays) {
-		t.Errorf("access logs go to %s, want a log group with %d days retention", mustJSON(lg), logRetentionDays)
-	}
-
-	// The api function may be invoked by this API only, per method.
-	perms := tpl.FindResources(jsii.String("AWS::Lambda::Permission"), obj(map[string]any{
-		"Properties": assertions.Match_ObjectLike(obj(map[string]any{
-			"Principal":    "apigateway.amazonaws.com",
-			"FunctionName": map[string]any{"Fn::GetAtt": []any{apiFnID, "Arn"}},
-		})),
-	}))
-	if len(*perms) != 4 {
-		t.Errorf("%d API Gateway invoke permissions, want 4 (one per method, no test-invoke)", len(*perms))
-	}
-}
-
-// apiPath walks AWS::ApiGateway::Resource parents up to the RestApi root.
-func (s *synthesized) apiPath(t *testing.T, resourceID any, apiID string) string {
-	t.Helper()
-	m, _ := resourceID.(map[string]any)
-	if ref, ok := m["Ref"].(string); ok {
-		p := props(s.resource(t, ref))
-		return s.apiPath(t, p["ParentId"], apiID) + "/" + fmt.Sprint(p["PathPart"])
-	}
-	if ga, ok := m["Fn::GetAtt"].([]any); ok && ga[0] == apiID && ga[1] == "RootResourceId" {
-		return ""
-	}
-	t.Fatalf("unexpected API resource reference %s", mustJSON(resourceID))
-	return ""
-}
-
-func TestPublicAPIFlag(t *testing.T) {
-	s := synth(t, variantPublic)
-	check(t, "public variant: methods without authorisation", func() {
-		s.template.AllResourcesProperties(jsii.String("AWS::ApiGateway::Method"), obj(map[string]any{"AuthorizationType": "NONE"}))
-	})
-	// The flag changes nothing else about the stack.
-	aws := synth(t, variantAWS)
-	for _, typ := range []string{"AWS::Lambda::Function", "AWS::RDS::DBProxy", "AWS::SQS::Queue", "AWS::CloudWatch::Alarm"} {
-		if a, b := len(s.idsOfType(typ)), len(aws.idsOfType(typ)); a != b {
-			t.Errorf("%s: %d in the public variant, %d in the default", typ, a, b)
 		}
 	}
 }
