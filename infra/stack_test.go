@@ -2,14 +2,11 @@ package main
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/jsii-runtime-go"
 )
 
@@ -193,91 +190,6 @@ func TestLocalStackVariant(t *testing.T) {
 	api := s.policiesOfRole(t, s.ref(t, s.stack.Functions.API.Role().RoleName()))
 	if !allows(api, "sqs:SendMessage", s.ref(t, s.stack.Queues.Main.QueueUrl())) {
 		t.Errorf("LocalStack variant: api cannot send to the queue")
-	}
-}
-
-// TestCDKNag: the AwsSolutions pack ran on every variant and left no unsuppressed error or warning.
-func TestCDKNag(t *testing.T) {
-	pattern := assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))
-	for _, v := range []variant{variantAWS, variantPublic, variantLocalStack} {
-		s := synth(t, v)
-		for _, m := range *s.annotations.FindError(jsii.String("*"), pattern) {
-			t.Errorf("%s: cdk-nag error at %s: %v", v, *m.Id, m.Entry.Data)
-		}
-		for _, m := range *s.annotations.FindWarning(jsii.String("*"), pattern) {
-			t.Errorf("%s: cdk-nag warning at %s: %v", v, *m.Id, m.Entry.Data)
-		}
-		// Every suppression says why, in a sentence.
-		n := 0
-		for id, r := range s.resources() {
-			md, _ := r.(map[string]any)["Metadata"].(map[string]any)
-			nagMD, _ := md["cdk_nag"].(map[string]any)
-			for _, raw := range asList(nagMD["rules_to_suppress"]) {
-				rule := raw.(map[string]any)
-				n++
-				if reason, _ := rule["reason"].(string); len(reason) < 40 {
-					t.Errorf("%s: suppression %v on %s has no real reason: %q", v, rule["id"], id, reason)
-				}
-			}
-		}
-		if n == 0 {
-			t.Errorf("%s: no cdk-nag suppression metadata found; did the suppressions get lost?", v)
-		}
-	}
-}
-
-// TestCDKNagCatchesFindings proves the nag wiring can fail: the same checks on a deliberately
-// non-compliant stack report errors that the assertion of TestCDKNag would see.
-func TestCDKNagCatchesFindings(t *testing.T) {
-	app := newApp(t, nil)
-	stack := awscdk.NewStack(app, jsii.String("Bad"), nil)
-	awssqs.NewCfnQueue(stack, jsii.String("PlainQueue"), &awssqs.CfnQueueProps{})
-	addNagChecks(app)
-	errs := assertions.Annotations_FromStack(stack).FindError(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-SQS.*")))
-	if len(*errs) == 0 {
-		t.Errorf("cdk-nag reported nothing for an unencrypted queue without TLS enforcement or DLQ")
-	}
-}
-
-func TestConfigFromContext(t *testing.T) {
-	cases := []struct {
-		ctx     map[string]any
-		wantErr string
-		check   func(Config) bool
-	}{
-		{map[string]any{}, "", func(c Config) bool {
-			return c.AssetDir == "build/lambda" && !c.LocalStack && !c.PublicAPI && c.LambdaArch == "arm64"
-		}},
-		{map[string]any{"localstack": "true", "dbDsn": "a:b@tcp(x:1)/y"}, "", func(c Config) bool {
-			return c.LocalStack && c.DBDSN == "a:b@tcp(x:1)/y"
-		}},
-		{map[string]any{"publicApi": true}, "", func(c Config) bool { return c.PublicAPI }},
-		{map[string]any{"publicApi": "yes please"}, "publicApi", nil},
-		{map[string]any{"lambdaArch": "sparc"}, "lambdaArch", nil},
-		{map[string]any{"dbDsn": "a:b@tcp(x:1)/y"}, "dbDsn", nil},
-		{map[string]any{"localstack": "true", "dbDsn": ""}, "dbDsn", nil},
-	}
-	for i, c := range cases {
-		app := newApp(t, c.ctx)
-		cfg, err := ConfigFromContext(app.Node())
-		switch {
-		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
-			t.Errorf("case %d %v: error %v, want one naming %s", i, c.ctx, err, c.wantErr)
-		case c.wantErr == "" && err != nil:
-			t.Errorf("case %d %v: %v", i, c.ctx, err)
-		case c.check != nil && !c.check(cfg):
-			t.Errorf("case %d %v: config %+v", i, c.ctx, cfg)
-		}
-	}
-}
-
-func TestBuildRefusesMissingBootstraps(t *testing.T) {
-	app := newApp(t, nil)
-	cfg := variantAWS.config()
-	cfg.AssetDir = t.TempDir()
-	_, err := Build(app, cfg)
-	if err == nil || !regexp.MustCompile(`make lambdas`).MatchString(err.Error()) {
-		t.Errorf("Build with no bootstraps: %v, want an error telling to run make lambdas", err)
 	}
 }
 
