@@ -18,6 +18,13 @@ import (
 
 // The tests synthesise each variant of the app once and share it: a synthesis costs seconds of jsii
 // round trips, and the tests only read the result.
+//
+// There is one test file per construct file (network_test.go for network.go, ...). Checks use the
+// assertions library's matchers and captures. Resources are found by type and properties, or through
+// the constructs of ExactlyOnceStack (their Ref/GetAtt tokens); no logical ID is written down, only
+// the output names, which are the stack's interface. A check about one resource among several of
+// its type (one of the functions, roles, queues, security groups) runs on s.only(its ID), so that it
+// cannot pass because another resource of the type matches.
 
 var (
 	testRoot string // everything the tests write goes under it; removed at the end

@@ -1,8 +1,7 @@
 package main
 
 import (
-	"fmt"
-	"strings"
+	"strconv"
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
@@ -10,9 +9,8 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// Every test reads a template synthesised once per variant (see helpers_test.go). Resources are found
-// by type and properties, or through the constructs of ExactlyOnceStack (their Ref/GetAtt tokens);
-// no logical ID is written down.
+// Tests of stack.go: synthesis without lookups, the SQS endpoint's policy, the migrate trigger, the
+// outputs, and the LocalStack variant. How the tests find resources: helpers_test.go.
 
 func TestSynthNeedsNoAccountOrLookups(t *testing.T) {
 	for _, v := range []variant{variantAWS, variantLocalStack} {
@@ -66,84 +64,83 @@ func TestSQSEndpointPolicy(t *testing.T) {
 	}
 }
 
-func TestMigrateTriggerRunsAfterDatabase(t *testing.T) {
+// TestMigrateTrigger: the schema is applied on deploy by the migrate function, once the database
+// and the proxy exist, and a migrate error fails the deploy.
+func TestMigrateTrigger(t *testing.T) {
 	s := synth(t, variantAWS)
 	tpl := s.template
-	triggers := tpl.FindResources(jsii.String("Custom::Trigger"), nil)
-	if len(*triggers) != 1 {
-		t.Fatalf("%d Custom::Trigger resources, want 1", len(*triggers))
-	}
+	db := s.stack.Database
 	migrateID := s.ref(t, s.stack.Functions.Migrate.FunctionName())
-	for _, r := range *triggers {
-		trig := *r
-		p := trig["Properties"].(map[string]any)
-		// The handler is a version of the migrate function.
-		versionRef, _ := p["HandlerArn"].(map[string]any)
-		versionID, _ := versionRef["Ref"].(string)
-		version := s.resource(t, versionID)
-		if version["Type"] != "AWS::Lambda::Version" || mustJSON(props(version)["FunctionName"]) != mustJSON(map[string]any{"Ref": migrateID}) {
-			t.Errorf("trigger handler %s is not a version of the migrate function", versionID)
-		}
-		if p["InvocationType"] != "RequestResponse" {
-			t.Errorf("trigger invocation %v, want RequestResponse (so a migrate error fails the deploy)", p["InvocationType"])
-		}
-		if p["ExecuteOnHandlerChange"] != true {
-			t.Errorf("trigger ExecuteOnHandlerChange %v, want true", p["ExecuteOnHandlerChange"])
-		}
-		var timeoutMs float64
-		fmt.Sscan(fmt.Sprint(p["Timeout"]), &timeoutMs)
-		fnTimeout := props(s.resource(t, migrateID))["Timeout"].(float64)
-		if timeoutMs < fnTimeout*1000 {
-			t.Errorf("trigger waits %v ms, less than the migrate function's timeout of %v s", timeoutMs, fnTimeout)
-		}
-		deps := mustJSON(trig["DependsOn"])
-		for what, id := range map[string]string{
-			"cluster":  s.ref(t, s.stack.Database.Cluster.ClusterIdentifier()),
-			"proxy":    s.ref(t, s.stack.Database.Proxy.DbProxyName()),
-			"instance": s.idsOfType("AWS::RDS::DBInstance")[0],
-			"targets":  s.idsOfType("AWS::RDS::DBProxyTargetGroup")[0],
-		} {
-			if !strings.Contains(deps, `"`+id+`"`) {
-				t.Errorf("trigger does not depend on the %s (%s): DependsOn %s", what, id, deps)
-			}
-		}
+	clusterID := s.ref(t, db.Cluster.ClusterIdentifier())
+	proxyID := s.ref(t, db.Proxy.DbProxyName())
+	trigger := jsii.String("Custom::Trigger")
+
+	// Exactly one trigger, so each check below is about that one.
+	must(t, "one Custom::Trigger", func() { tpl.ResourceCountIs(trigger, jsii.Number(1)) })
+	version := assertions.NewCapture(nil)
+	timeoutMs := assertions.NewCapture(assertions.Match_StringLikeRegexp(jsii.String(`^\d+$`)))
+	must(t, "trigger runs synchronously (a migrate error fails the deploy), again on every change of migrate", func() {
+		tpl.HasResourceProperties(trigger, obj(map[string]any{
+			"HandlerArn":             map[string]any{"Ref": version},
+			"InvocationType":         "RequestResponse",
+			"ExecuteOnHandlerChange": true,
+			"Timeout":                timeoutMs,
+		}))
+	})
+	check(t, "its handler is a version of the migrate function", func() {
+		s.only(t, *version.AsString()).HasResourceProperties(jsii.String("AWS::Lambda::Version"), obj(map[string]any{
+			"FunctionName": refTo(migrateID),
+		}))
+	})
+	fnTimeout := assertions.NewCapture(nil)
+	must(t, "migrate function timeout", func() {
+		s.only(t, migrateID).HasResourceProperties(jsii.String("AWS::Lambda::Function"), obj(map[string]any{"Timeout": fnTimeout}))
+	})
+	if ms, _ := strconv.ParseFloat(*timeoutMs.AsString(), 64); ms < *fnTimeout.AsNumber()*1000 {
+		t.Errorf("trigger waits %v ms, less than the migrate function's timeout of %v s", ms, *fnTimeout.AsNumber())
+	}
+
+	var instanceID, targetsID string
+	must(t, "the cluster's one instance and the proxy's one target group", func() {
+		instanceID = *tpl.GetResourceId(jsii.String("AWS::RDS::DBInstance"), obj(map[string]any{
+			"Properties": assertions.Match_ObjectLike(obj(map[string]any{"DBClusterIdentifier": refTo(clusterID)})),
+		}))
+		targetsID = *tpl.GetResourceId(jsii.String("AWS::RDS::DBProxyTargetGroup"), obj(map[string]any{
+			"Properties": assertions.Match_ObjectLike(obj(map[string]any{"DBProxyName": refTo(proxyID)})),
+		}))
+	})
+	for _, dep := range []struct{ what, id string }{
+		{"cluster", clusterID}, {"proxy", proxyID}, {"instance", instanceID}, {"targets", targetsID},
+	} {
+		check(t, "trigger depends on the "+dep.what, func() {
+			tpl.HasResource(trigger, obj(map[string]any{"DependsOn": assertions.Match_ArrayWith(arr(dep.id))}))
+		})
 	}
 }
 
+// TestOutputs: the outputs docs/deploy.md lists (their names are the interface of the stack, read
+// from cdk-outputs.json, so the test names them) hold what they say.
 func TestOutputs(t *testing.T) {
 	s := synth(t, variantAWS)
-	outputs := s.json["Outputs"].(map[string]any)
-	want := map[string]string{
-		"ApiUrl":                s.ref(t, s.stack.API.RestApiId()),
-		"QueueUrl":              s.ref(t, s.stack.Queues.Main.QueueUrl()),
-		"DeadLetterQueueUrl":    s.ref(t, s.stack.Queues.DeadLetter.QueueUrl()),
-		"DatabaseProxyEndpoint": s.ref(t, s.stack.Database.Proxy.DbProxyName()),
-	}
-	for name, ref := range want {
-		o, ok := outputs[name].(map[string]any)
-		if !ok {
-			t.Errorf("output %s missing; have %v", name, keys(outputs))
-			continue
-		}
-		if v := mustJSON(o["Value"]); !strings.Contains(v, `"`+ref+`"`) {
-			t.Errorf("output %s = %s, want it to reference %s", name, v, ref)
-		}
-	}
+	apiID := s.ref(t, s.stack.API.RestApiId())
 	stageID := s.ref(t, s.stack.API.DeploymentStage().StageName())
-	if props(s.resource(t, stageID))["StageName"] != APIStageName {
-		t.Errorf("deployment stage %s is not %s", stageID, APIStageName)
+	check(t, "the API's deployment stage is "+APIStageName, func() {
+		s.only(t, stageID).HasResourceProperties(jsii.String("AWS::ApiGateway::Stage"), obj(map[string]any{"StageName": APIStageName}))
+	})
+	for _, o := range []struct {
+		name  string
+		value any
+	}{
+		// https://<api>.execute-api.<region>.<suffix>/<stage>/
+		{"ApiUrl", map[string]any{"Fn::Join": []any{"", assertions.Match_ArrayWith(arr("https://", refTo(apiID), refTo(stageID)))}}},
+		{"QueueUrl", refTo(s.ref(t, s.stack.Queues.Main.QueueUrl()))},
+		{"DeadLetterQueueUrl", refTo(s.ref(t, s.stack.Queues.DeadLetter.QueueUrl()))},
+		{"DatabaseProxyEndpoint", getAtt(s.ref(t, s.stack.Database.Proxy.DbProxyName()), "Endpoint")},
+	} {
+		check(t, "output "+o.name, func() {
+			s.template.HasOutput(jsii.String(o.name), obj(map[string]any{"Value": o.value}))
+		})
 	}
-	if v := mustJSON(outputs["ApiUrl"].(map[string]any)["Value"]); !strings.Contains(v, `"https://"`) || !strings.Contains(v, `"`+stageID+`"`) {
-		t.Errorf("ApiUrl %s, want https://<api>.execute-api.<region>.<suffix>/<stage>/", v)
-	}
-}
-
-func keys(m map[string]any) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 func TestLocalStackVariant(t *testing.T) {
@@ -152,6 +149,7 @@ func TestLocalStackVariant(t *testing.T) {
 	for _, typ := range []string{"AWS::RDS::DBCluster", "AWS::RDS::DBInstance", "AWS::RDS::DBProxy", "AWS::EC2::VPC", "AWS::EC2::VPCEndpoint", "AWS::SecretsManager::Secret"} {
 		check(t, "no "+typ, func() { tpl.ResourceCountIs(jsii.String(typ), jsii.Number(0)) })
 	}
+	// Counts: each of the four functions (the only provided.al2023 ones) must match.
 	check(t, "four functions outside any VPC", func() {
 		tpl.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::Function"), obj(map[string]any{
 			"Runtime":   "provided.al2023",
@@ -170,8 +168,9 @@ func TestLocalStackVariant(t *testing.T) {
 			}))},
 		}), jsii.Number(4))
 	})
-	check(t, "mapping without ScalingConfig, still reporting item failures", func() {
+	check(t, "processor's mapping without ScalingConfig, still reporting item failures", func() {
 		tpl.HasResourceProperties(jsii.String("AWS::Lambda::EventSourceMapping"), obj(map[string]any{
+			"FunctionName":          refTo(s.ref(t, s.stack.Functions.Processor.FunctionName())),
 			"FunctionResponseTypes": []any{"ReportBatchItemFailures"},
 			"ScalingConfig":         assertions.Match_Absent(),
 		}))
@@ -183,24 +182,11 @@ func TestLocalStackVariant(t *testing.T) {
 		tpl.ResourceCountIs(jsii.String("Custom::Trigger"), jsii.Number(1))
 		tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(4))
 	})
-	outputs := s.json["Outputs"].(map[string]any)
-	if _, ok := outputs["DatabaseProxyEndpoint"]; ok {
+	if n := len(*tpl.FindOutputs(jsii.String("DatabaseProxyEndpoint"), nil)); n != 0 {
 		t.Errorf("LocalStack variant outputs a proxy endpoint")
 	}
-	api := s.policiesOfRole(t, s.ref(t, s.stack.Functions.API.Role().RoleName()))
-	if !allows(api, "sqs:SendMessage", s.ref(t, s.stack.Queues.Main.QueueUrl())) {
-		t.Errorf("LocalStack variant: api cannot send to the queue")
-	}
-}
-
-func containsAll(haystack string, needles []string) bool {
-	if len(needles) == 0 {
-		return false
-	}
-	for _, n := range needles {
-		if !strings.Contains(haystack, `"`+n+`"`) {
-			return false
-		}
-	}
-	return true
+	check(t, "api can send to the main queue", func() {
+		tpl.HasResourceProperties(jsii.String("AWS::IAM::Policy"), grant(s.ref(t, s.stack.Functions.API.Role().RoleName()),
+			assertions.Match_ArrayWith(arr("sqs:SendMessage")), getAtt(s.ref(t, s.stack.Queues.Main.QueueUrl()), "Arn")))
+	})
 }
