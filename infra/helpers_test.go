@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -233,7 +232,8 @@ func refTo(id string) map[string]any { return map[string]any{"Ref": id} }
 
 func getAtt(id, attr string) map[string]any { return map[string]any{"Fn::GetAtt": []any{id, attr}} }
 
-// grant matches an IAM policy attached to role that allows action on resource (both patterns).
+// grant is the pattern of an AWS::IAM::Policy attached to the role roleID with a statement that
+// allows action on resource (each a value or a matcher).
 func grant(roleID string, action, resource any) *map[string]any {
 	return obj(map[string]any{
 		"Roles": assertions.Match_ArrayWith(arr(refTo(roleID))),
@@ -247,35 +247,9 @@ func grant(roleID string, action, resource any) *map[string]any {
 	})
 }
 
+// resources is the raw template's Resources, for only() and the walks below.
 func (s *synthesized) resources() map[string]any {
 	return s.json["Resources"].(map[string]any)
-}
-
-// resource returns the template entry of a logical ID.
-func (s *synthesized) resource(t *testing.T, id string) map[string]any {
-	t.Helper()
-	r, ok := s.resources()[id].(map[string]any)
-	if !ok {
-		t.Fatalf("no resource %s in the template", id)
-	}
-	return r
-}
-
-func props(r map[string]any) map[string]any {
-	p, _ := r["Properties"].(map[string]any)
-	return p
-}
-
-// idsOfType lists the logical IDs of every resource of a type, sorted.
-func (s *synthesized) idsOfType(typ string) []string {
-	var ids []string
-	for id, r := range s.resources() {
-		if r.(map[string]any)["Type"] == typ {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
-	return ids
 }
 
 // The helpers below read the raw template. They serve the checks that something is *not* granted:
@@ -288,8 +262,6 @@ type statement struct {
 	Effect    string
 	Actions   []string
 	Resources []any
-	Principal any
-	Condition any
 }
 
 func asList(v any) []any {
@@ -308,7 +280,7 @@ func statementsOf(doc any) []statement {
 	var out []statement
 	for _, raw := range asList(d["Statement"]) {
 		m := raw.(map[string]any)
-		st := statement{Resources: asList(m["Resource"]), Principal: m["Principal"], Condition: m["Condition"]}
+		st := statement{Resources: asList(m["Resource"])}
 		st.Effect, _ = m["Effect"].(string)
 		for _, a := range asList(m["Action"]) {
 			st.Actions = append(st.Actions, a.(string))
