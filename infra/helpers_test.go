@@ -149,20 +149,22 @@ func synth(t *testing.T, v variant) *synthesized {
 }
 
 // check runs one assertions.Template call; those report a mismatch by panicking. It reports whether
-// the call passed.
+// the call passed. The mismatch is reported here, not in a deferred function, so that the failure
+// points at the line of the test that called check.
 func check(t *testing.T, what string, f func()) bool {
 	t.Helper()
-	ok := false
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				t.Errorf("%s:\n%v", what, r)
-			}
-		}()
-		f()
-		ok = true
-	}()
-	return ok
+	if mismatch := recovered(f); mismatch != nil {
+		t.Errorf("%s:\n%v", what, mismatch)
+		return false
+	}
+	return true
+}
+
+// recovered runs f and returns what it panicked with, or nil.
+func recovered(f func()) (r any) {
+	defer func() { r = recover() }()
+	f()
+	return nil
 }
 
 // must is check for an assertion whose captures the rest of the test reads: it stops the test on a
