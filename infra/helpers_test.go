@@ -5,18 +5,25 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/jsii-runtime-go"
 )
 
 // The tests synthesise each variant of the app once and share it: a synthesis costs seconds of jsii
 // round trips, and the tests only read the result.
+//
+// There is one test file per construct file (network_test.go for network.go, ...). Checks use the
+// assertions library's matchers and captures. Resources are found by type and properties, or through
+// the constructs of ExactlyOnceStack (their Ref/GetAtt tokens); no logical ID is written down, only
+// the output names, which are the stack's interface. A check about one resource among several of
+// its type (one of the functions, roles, queues, security groups) runs on s.only(its ID), so that it
+// cannot pass because another resource of the type matches.
 
 var (
 	testRoot string // everything the tests write goes under it; removed at the end
@@ -141,15 +148,44 @@ func synth(t *testing.T, v variant) *synthesized {
 	return s
 }
 
-// check runs one assertions.Template call; those report a mismatch by panicking.
-func check(t *testing.T, what string, f func()) {
+// check runs one assertions.Template call; those report a mismatch by panicking. It reports whether
+// the call passed. The mismatch is reported here, not in a deferred function, so that the failure
+// points at the line of the test that called check.
+func check(t *testing.T, what string, f func()) bool {
 	t.Helper()
-	defer func() {
-		if r := recover(); r != nil {
-			t.Errorf("%s:\n%v", what, r)
-		}
-	}()
+	if mismatch := recovered(f); mismatch != nil {
+		t.Errorf("%s:\n%v", what, mismatch)
+		return false
+	}
+	return true
+}
+
+// recovered runs f and returns what it panicked with, or nil.
+func recovered(f func()) (r any) {
+	defer func() { r = recover() }()
 	f()
+	return nil
+}
+
+// must is check for an assertion whose captures the rest of the test reads: it stops the test on a
+// mismatch, because an empty capture panics when read.
+func must(t *testing.T, what string, f func()) {
+	t.Helper()
+	if !check(t, what, f) {
+		t.FailNow()
+	}
+}
+
+// only returns a template that holds nothing but the resource id of s. A matcher run on it checks
+// that one resource: HasResourceProperties on the whole template passes when any resource of the
+// type matches, so it cannot tell one function (or role, or security group) from the others.
+func (s *synthesized) only(t *testing.T, id string) assertions.Template {
+	t.Helper()
+	r, ok := s.resources()[id]
+	if !ok {
+		t.Fatalf("no resource %s in the template", id)
+	}
+	return assertions.Template_FromJSON(&map[string]any{"Resources": map[string]any{id: r}}, nil)
 }
 
 // ref returns the logical ID behind a token that resolves to {"Ref": id}, e.g. fn.FunctionName().
@@ -182,44 +218,52 @@ func (s *synthesized) getAttID(t *testing.T, token *string) string {
 	return ""
 }
 
+// subnetRefs returns {"Ref": id} of each subnet of a selection, in the selection's order (the order
+// the template lists them in).
+func (s *synthesized) subnetRefs(t *testing.T, sel *awsec2.SubnetSelection) []any {
+	t.Helper()
+	var out []any
+	for _, id := range *s.stack.Network.Vpc.SelectSubnets(sel).SubnetIds {
+		out = append(out, refTo(s.ref(t, id)))
+	}
+	return out
+}
+
+// refTo and getAtt are the template's spelling of a reference to a logical ID.
+func refTo(id string) map[string]any { return map[string]any{"Ref": id} }
+
+func getAtt(id, attr string) map[string]any { return map[string]any{"Fn::GetAtt": []any{id, attr}} }
+
+// grant is the pattern of an AWS::IAM::Policy attached to the role roleID with a statement that
+// allows action on resource (each a value or a matcher).
+func grant(roleID string, action, resource any) *map[string]any {
+	return obj(map[string]any{
+		"Roles": assertions.Match_ArrayWith(arr(refTo(roleID))),
+		"PolicyDocument": assertions.Match_ObjectLike(obj(map[string]any{
+			"Statement": assertions.Match_ArrayWith(arr(assertions.Match_ObjectLike(obj(map[string]any{
+				"Effect":   "Allow",
+				"Action":   action,
+				"Resource": resource,
+			})))),
+		})),
+	})
+}
+
+// resources is the raw template's Resources, for only() and the walks below.
 func (s *synthesized) resources() map[string]any {
 	return s.json["Resources"].(map[string]any)
 }
 
-// resource returns the template entry of a logical ID.
-func (s *synthesized) resource(t *testing.T, id string) map[string]any {
-	t.Helper()
-	r, ok := s.resources()[id].(map[string]any)
-	if !ok {
-		t.Fatalf("no resource %s in the template", id)
-	}
-	return r
-}
-
-func props(r map[string]any) map[string]any {
-	p, _ := r["Properties"].(map[string]any)
-	return p
-}
-
-// idsOfType lists the logical IDs of every resource of a type, sorted.
-func (s *synthesized) idsOfType(typ string) []string {
-	var ids []string
-	for id, r := range s.resources() {
-		if r.(map[string]any)["Type"] == typ {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
-	return ids
-}
+// The helpers below read the raw template. They serve the checks that something is *not* granted:
+// a matcher can only say that a statement of one literal shape is absent, so "no statement grants
+// sqs:ReceiveMessage" would pass unnoticed for an Action written as a string instead of a list, or
+// for sqs:* or *. These helpers normalise Action and Resource to lists and understand wildcards.
 
 // statement is one IAM policy statement with Action and Resource normalised to lists.
 type statement struct {
 	Effect    string
 	Actions   []string
 	Resources []any
-	Principal any
-	Condition any
 }
 
 func asList(v any) []any {
@@ -238,7 +282,7 @@ func statementsOf(doc any) []statement {
 	var out []statement
 	for _, raw := range asList(d["Statement"]) {
 		m := raw.(map[string]any)
-		st := statement{Resources: asList(m["Resource"]), Principal: m["Principal"], Condition: m["Condition"]}
+		st := statement{Resources: asList(m["Resource"])}
 		st.Effect, _ = m["Effect"].(string)
 		for _, a := range asList(m["Action"]) {
 			st.Actions = append(st.Actions, a.(string))
@@ -248,23 +292,26 @@ func statementsOf(doc any) []statement {
 	return out
 }
 
-// policiesOfRole returns every statement of the AWS::IAM::Policy resources attached to a role.
+// policiesOfRole returns every statement of the AWS::IAM::Policy resources attached to a role and of
+// the role's inline policies.
 func (s *synthesized) policiesOfRole(t *testing.T, roleID string) []statement {
 	t.Helper()
 	var out []statement
-	for _, id := range s.idsOfType("AWS::IAM::Policy") {
-		p := props(s.resource(t, id))
-		for _, r := range asList(p["Roles"]) {
-			if m, ok := r.(map[string]any); ok && m["Ref"] == roleID {
-				out = append(out, statementsOf(p["PolicyDocument"])...)
-			}
-		}
+	attached := s.template.FindResources(jsii.String("AWS::IAM::Policy"), obj(map[string]any{
+		"Properties": assertions.Match_ObjectLike(obj(map[string]any{
+			"Roles": assertions.Match_ArrayWith(arr(refTo(roleID))),
+		})),
+	}))
+	for _, r := range *attached {
+		out = append(out, statementsOf((*r)["Properties"].(map[string]any)["PolicyDocument"])...)
 	}
-	// Inline policies on the role itself.
-	if rp := props(s.resource(t, roleID))["Policies"]; rp != nil {
-		for _, pol := range asList(rp) {
-			out = append(out, statementsOf(pol.(map[string]any)["PolicyDocument"])...)
-		}
+	role, ok := s.resources()[roleID].(map[string]any)
+	if !ok {
+		t.Fatalf("no role %s in the template", roleID)
+	}
+	rp, _ := role["Properties"].(map[string]any)
+	for _, pol := range asList(rp["Policies"]) {
+		out = append(out, statementsOf(pol.(map[string]any)["PolicyDocument"])...)
 	}
 	return out
 }
@@ -276,8 +323,7 @@ func allows(stmts []statement, action, resourceHint string) bool {
 			continue
 		}
 		for _, r := range st.Resources {
-			raw, _ := json.Marshal(r)
-			if strings.Contains(string(raw), resourceHint) {
+			if strings.Contains(mustJSON(r), resourceHint) {
 				return true
 			}
 		}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Tests of config.go: the context flags.
+
+func TestConfigFromContext(t *testing.T) {
+	cases := []struct {
+		ctx     map[string]any
+		wantErr string
+		check   func(Config) bool
+	}{
+		{map[string]any{}, "", func(c Config) bool {
+			return c.AssetDir == "build/lambda" && !c.LocalStack && !c.PublicAPI && c.LambdaArch == "arm64"
+		}},
+		{map[string]any{"localstack": "true", "dbDsn": "a:b@tcp(x:1)/y"}, "", func(c Config) bool {
+			return c.LocalStack && c.DBDSN == "a:b@tcp(x:1)/y"
+		}},
+		{map[string]any{"publicApi": true}, "", func(c Config) bool { return c.PublicAPI }},
+		{map[string]any{"publicApi": "yes please"}, "publicApi", nil},
+		{map[string]any{"lambdaArch": "sparc"}, "lambdaArch", nil},
+		{map[string]any{"dbDsn": "a:b@tcp(x:1)/y"}, "dbDsn", nil},
+		{map[string]any{"localstack": "true", "dbDsn": ""}, "dbDsn", nil},
+	}
+	for i, c := range cases {
+		app := newApp(t, c.ctx)
+		cfg, err := ConfigFromContext(app.Node())
+		switch {
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("case %d %v: error %v, want one naming %s", i, c.ctx, err, c.wantErr)
+		case c.wantErr == "" && err != nil:
+			t.Errorf("case %d %v: %v", i, c.ctx, err)
+		case c.check != nil && !c.check(cfg):
+			t.Errorf("case %d %v: config %+v", i, c.ctx, cfg)
+		}
+	}
+}
