@@ -25,8 +25,12 @@ import (
 	"syscall"
 
 	"github.com/exactlyonce/exactlyonce/internal/bench"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/repo"
 )
+
+// defaultServerDSN is the server `make db` (scripts/mariadb.sh) provides; the benchmark creates and
+// drops its scratch databases on it.
+const defaultServerDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -44,7 +48,7 @@ func run(ctx context.Context) error {
 	}
 	cfg := bench.Config{
 		Mode:      bench.Mode(cmp.Or(os.Getenv("BENCH"), string(bench.Full))),
-		ServerDSN: cmp.Or(os.Getenv("BENCH_DB_DSN"), testenv.DefaultDSN),
+		ServerDSN: cmp.Or(os.Getenv("BENCH_DB_DSN"), defaultServerDSN),
 		SQSLocal:  cmp.Or(os.Getenv("SQSLOCAL_BIN"), filepath.Join(root, "bin", "sqslocal")),
 		RepoRoot:  root,
 	}
@@ -108,7 +112,7 @@ func repoRoot() (string, error) {
 		}
 		dir = parent
 	}
-	return testenv.RepoRoot(), nil // the source tree this binary was built from
+	return repo.Root(), nil // the source tree this binary was built from
 }
 
 // writeFile creates path, writes it with write and says so.

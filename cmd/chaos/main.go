@@ -22,13 +22,13 @@ import (
 	"syscall"
 
 	"github.com/exactlyonce/exactlyonce/internal/chaos"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/child"
 	drv "github.com/go-sql-driver/mysql"
 )
 
 func main() {
 	// The run starts this same executable again for each worker process.
-	if role := os.Getenv(testenv.ChildRoleEnv); role != "" {
+	if role := os.Getenv(child.RoleEnv); role != "" {
 		os.Exit(chaos.RunWorker(role))
 	}
 	var cfg chaos.Config

@@ -19,24 +19,11 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/local"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 )
-
-// startSQSLocal starts goaws (tools/sqslocal) on a free loopback port and returns its URL, a
-// function that stops it, and its pid. The child dies with this process too.
-func (r *run) startSQSLocal() (string, func(), int, error) {
-	if r.cfg.SQSLocal == "" {
-		return "", nil, 0, errors.New("no sqslocal binary: run `make sqslocal`, or set SQSLOCAL_BIN")
-	}
-	url, c, err := testenv.RunSQSLocal(r.cfg.SQSLocal)
-	if err != nil {
-		return "", nil, 0, err
-	}
-	return url, c.Kill, c.Pid(), nil
-}
 
 // stack is the local system (internal/local) on a scratch database and goaws.
 type stack struct {
@@ -91,12 +78,16 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	if st.store, err = mysql.NewStore(st.db, defaults().Store); err != nil {
 		return fail(err)
 	}
-	endpoint, stopSQS, goawsPID, err := r.startSQSLocal()
+	if r.cfg.SQSLocal == "" {
+		return fail(errors.New("no sqslocal binary: run `make sqslocal`, or set SQSLOCAL_BIN"))
+	}
+	goaws, err := localsqs.Start(r.cfg.SQSLocal)
 	if err != nil {
 		return fail(err)
 	}
-	stops = append(stops, stopSQS)
-	st.goawsPID = goawsPID
+	stops = append(stops, goaws.Stop)
+	st.goawsPID = goaws.Pid()
+	endpoint := goaws.URL
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
 		Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", "")}, config.SQSOptions(log))

@@ -29,9 +29,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/fault"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 )
 
 // Config shapes a run. Zero values take the defaults shown.
@@ -59,7 +61,7 @@ type Config struct {
 	Settle time.Duration
 	// SQSEndpoint is the SQS endpoint; empty starts a local goaws (bin/sqslocal).
 	SQSEndpoint string
-	// Self is the executable started for workers, with ChildRoleEnv naming the role (its main
+	// Self is the executable started for workers, with child.RoleEnv naming the role (its main
 	// must call RunWorker then). Default os.Args[0].
 	Self string
 	// Log receives progress lines. Default: discarded.
@@ -164,7 +166,7 @@ func (r *Report) String() string {
 // worker is one running worker process.
 type worker struct {
 	role  string
-	child *testenv.Child
+	child *child.Process
 }
 
 // lastStats returns the last stats line the worker printed.
@@ -185,7 +187,7 @@ type run struct {
 	cfg    Config
 	rng    *rand.Rand
 	rngMu  sync.Mutex
-	server *testenv.Server
+	server *fault.Server
 	client *sqs.Client
 	q      queue.Queues
 	env    []string
@@ -223,7 +225,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.report.OtherStatuses = map[int]int{}
 
 	// The database: a private server, so that it can be restarted without touching anyone else's.
-	srv, err := testenv.StartServer()
+	srv, err := fault.StartServer()
 	if err != nil {
 		return nil, err
 	}
@@ -249,11 +251,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	endpoint := cfg.SQSEndpoint
 	if endpoint == "" {
-		if endpoint, err = testenv.StartSQSLocal(); err != nil {
+		goaws, err := localsqs.Start("") // dies with this process
+		if err != nil {
 			return nil, err
 		}
+		endpoint = goaws.URL
 	}
-	r.client = testenv.NewSQSClient(endpoint)
+	r.client = localsqs.NewClient(endpoint)
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	r.q, err = queue.Ensure(qctx, r.client, queue.QueueSpec{Name: fmt.Sprintf("chaos-%d", time.Now().UnixNano()),
 		VisibilityTimeout: cfg.Visibility, MaxReceiveCount: cfg.MaxReceive})
@@ -352,7 +356,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 func (r *run) startWorker(role string) error {
-	c, err := testenv.StartProcess(r.cfg.Self, nil, append([]string{testenv.ChildRoleEnv + "=" + role}, r.env...), os.Stderr)
+	c, err := child.StartProcess(r.cfg.Self, nil, append([]string{child.RoleEnv + "=" + role}, r.env...), os.Stderr)
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/chaos"
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
@@ -22,7 +23,7 @@ import (
 // TestMain runs the tests, or a worker process when the run starts this binary again as one.
 func TestMain(m *testing.M) {
 	_ = drv.SetLogger(stdlog.New(io.Discard, "", 0)) // connections the run cuts are expected
-	if role := os.Getenv(testenv.ChildRoleEnv); role != "" {
+	if role := os.Getenv(child.RoleEnv); role != "" {
 		os.Exit(chaos.RunWorker(role))
 	}
 	os.Exit(m.Run())
@@ -42,7 +43,7 @@ func TestChaosCheckerReportsEveryViolation(t *testing.T) {
 	t.Parallel()
 	rep, err := chaos.Run(context.Background(), chaos.Config{
 		Duration: 6 * time.Second, Clients: 4, Processors: 1, Sweepers: 1, KillEvery: 2 * time.Second,
-		DBRestarts: 1, Poison: 2, SweepGrace: time.Second, Visibility: 1, MaxReceive: 8, SQSEndpoint: testenv.SQSEndpoint(t), Log: logWriter{t},
+		DBRestarts: 1, Poison: 2, SweepGrace: time.Second, Visibility: 1, MaxReceive: 8, SQSEndpoint: localsqs.Endpoint(t), Log: logWriter{t},
 		BeforeCheck: func(ctx context.Context, db *sql.DB, client *sqs.Client, q queue.Queues) error {
 			for _, stmt := range []string{
 				// an async event processed twice
@@ -89,7 +90,7 @@ func TestChaosShort(t *testing.T) {
 	require.NoError(t, err)
 	rep, err := chaos.Run(context.Background(), chaos.Config{
 		Duration: duration, Clients: 6, Processors: 2, Sweepers: 1, KillEvery: time.Second, DBRestarts: 2, Poison: 4,
-		SQSEndpoint: testenv.SQSEndpoint(t), Log: logWriter{t},
+		SQSEndpoint: localsqs.Endpoint(t), Log: logWriter{t},
 	})
 	require.NoError(t, err)
 	t.Log("\n" + rep.String())

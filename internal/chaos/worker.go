@@ -13,11 +13,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	drv "github.com/go-sql-driver/mysql"
 )
 
@@ -61,7 +62,7 @@ func RunWorker(role string) int {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	store, err := testenv.ChildStore()
+	store, err := child.OpenStore()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -77,7 +78,7 @@ func RunWorker(role string) int {
 	var run func(context.Context)
 	switch role {
 	case RoleProcessor:
-		client := testenv.NewSQSClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
+		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
 		queueURL := os.Getenv("QUEUE_URL")
 		vis := &sqsbatch.Visibility{Client: client, QueueURL: queueURL,
 			Heartbeat: time.Duration(visibility) * time.Second / 2, Extension: time.Duration(visibility) * time.Second}

@@ -14,10 +14,13 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,9 +28,9 @@ import (
 // gets its id (202), the event is stored pending, and the sweeper processes it exactly once.
 func TestQueueUnreachableAfterTheAsyncInsertCommits(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	// Nothing listens on port 1: every SendMessage fails to connect.
-	dead := &queue.SQSSender{Client: testenv.NewSQSClient("http://127.0.0.1:1"), QueueURL: "http://127.0.0.1:1/000000000000/events"}
+	dead := &queue.SQSSender{Client: localsqs.NewClient("http://127.0.0.1:1"), QueueURL: "http://127.0.0.1:1/000000000000/events"}
 	srv := httptest.NewServer(&api.Server{Store: store, Queue: dead, Logger: testLogger()})
 	t.Cleanup(srv.Close)
 
@@ -66,15 +69,15 @@ func TestAPIKilledMidRequest(t *testing.T) {
 }
 
 func apiKilledMidRequest(t *testing.T, linger time.Duration) {
-	db, dsn := testenv.DB(t, 4)
+	db, dsn := testdb.DB(t, 4)
 	store, err := mysql.NewStore(db, mysql.StoreConfig{})
 	require.NoError(t, err)
-	client := testenv.SQS(t)
-	q := testenv.Queues(t, client, 30, 5)
-	env := []string{"DB_DSN=" + dsn, "QUEUE_URL=" + q.URL, "AWS_ENDPOINT_URL_SQS=" + testenv.SQSEndpoint(t),
+	client := localsqs.Client(t)
+	q := localsqs.Queues(t, client, 30, 5)
+	env := []string{"DB_DSN=" + dsn, "QUEUE_URL=" + q.URL, "AWS_ENDPOINT_URL_SQS=" + localsqs.Endpoint(t),
 		"CHILD_LINGER=" + linger.String()}
-	startAPI := func() (*testenv.Child, string) {
-		c := testenv.StartChild(t, "api", env...)
+	startAPI := func() (*child.Process, string) {
+		c := child.Start(t, "api", env...)
 		line, err := c.WaitLine("listening ", 30*time.Second)
 		require.NoError(t, err)
 		return c, line[len("listening "):]
@@ -138,11 +141,11 @@ func apiKilledMidRequest(t *testing.T, linger time.Duration) {
 		return len(received)
 	}
 
-	child, url := startAPI()
+	proc, url := startAPI()
 	stop := make(chan struct{})
 	wg := hammer(url, stop)
-	testenv.Eventually(t, 30*time.Second, "the API answered 150 creates", func() bool { return count() >= 150 })
-	child.Kill() // mid-request: twelve clients are writing as fast as they can
+	testutil.Eventually(t, 30*time.Second, "the API answered 150 creates", func() bool { return count() >= 150 })
+	proc.Kill() // mid-request: twelve clients are writing as fast as they can
 	wg.Wait()
 	require.Positive(t, cutOff.Load(), "the kill cut requests off")
 	close(stop)
@@ -152,7 +155,7 @@ func apiKilledMidRequest(t *testing.T, linger time.Duration) {
 	before := count()
 	stop2 := make(chan struct{})
 	wg = hammer(url, stop2)
-	testenv.Eventually(t, 30*time.Second, "the new API process answers", func() bool { return count() >= before+50 })
+	testutil.Eventually(t, 30*time.Second, "the new API process answers", func() bool { return count() >= before+50 })
 	close(stop2)
 	wg.Wait()
 

@@ -12,9 +12,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/repo"
 	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,7 +41,7 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p, err := runtimeapi.BuildBootstrap(ctx, testenv.RepoRoot(), fn, dir)
+			p, err := runtimeapi.BuildBootstrap(ctx, repo.Root(), fn, dir)
 			errs <- err
 			mu.Lock()
 			bootstraps[fn] = p
@@ -54,11 +56,11 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 	t.Logf("built %d bootstraps in %s", len(functions), time.Since(start).Round(time.Millisecond))
 
 	// An empty database, not migrated: the migrate function does it, as the deploy's Trigger.
-	dsn := testenv.NewDatabase(t)
-	client := testenv.SQS(t)
-	q := testenv.Queues(t, client, 30, 5)
+	dsn := testdb.NewDatabase(t)
+	client := localsqs.Client(t)
+	q := localsqs.Queues(t, client, 30, 5)
 	env := []string{"DB_DSN=" + dsn, "DB_MIGRATE=false", "QUEUE_URL=" + q.URL,
-		"AWS_ENDPOINT_URL_SQS=" + testenv.SQSEndpoint(t), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+		"AWS_ENDPOINT_URL_SQS=" + localsqs.Endpoint(t), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
 		"SWEEP_GRACE=1ms", "LOG_LEVEL=warn"}
 	start1 := func(fn string, timeout time.Duration, env []string) *runtimeapi.Process {
 		p, err := runtimeapi.StartProcess(runtimeapi.ProcessConfig{Bootstrap: bootstraps[fn], Function: fn,
@@ -69,7 +71,7 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 	}
 	invoke := func(p *runtimeapi.Process, sample string) runtimeapi.Result {
 		t.Helper()
-		raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "events", sample))
+		raw, err := os.ReadFile(filepath.Join(repo.Root(), "events", sample))
 		require.NoError(t, err)
 		ictx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
@@ -138,7 +140,7 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 		}
 	}
 	broken := start1("api", 30*time.Second, noDB)
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "events", "api-get-events.json"))
+	raw, err := os.ReadFile(filepath.Join(repo.Root(), "events", "api-get-events.json"))
 	require.NoError(t, err)
 	res, err = broken.Invoke(ctx, raw)
 	require.NoError(t, err)

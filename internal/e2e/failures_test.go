@@ -17,12 +17,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/fault"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,25 +37,25 @@ func fixedValue(id int64) string { return fmt.Sprintf("v%d", id) }
 // message reappears after the visibility timeout, and the event ends processed exactly once.
 func TestProcessorKilledAfterClaimingBeforeAcknowledging(t *testing.T) {
 	t.Parallel()
-	db, dsn := testenv.DB(t, 4)
+	db, dsn := testdb.DB(t, 4)
 	r := newRig(t, rigOptions{visibility: 2, maxReceive: 5, db: db})
 	id := r.pending(1)[0]
 	msgID := r.send(queue.Encode(id))[0]
 
-	child := testenv.StartChild(t, "processor", "DB_DSN="+dsn, "QUEUE_URL="+r.q.URL,
-		"AWS_ENDPOINT_URL_SQS="+testenv.SQSEndpoint(t), "CHILD_HANG=claimed")
-	_, err := child.WaitLine("received "+msgID, 30*time.Second)
+	proc := child.Start(t, "processor", "DB_DSN="+dsn, "QUEUE_URL="+r.q.URL,
+		"AWS_ENDPOINT_URL_SQS="+localsqs.Endpoint(t), "CHILD_HANG=claimed")
+	_, err := proc.WaitLine("received "+msgID, 30*time.Second)
 	require.NoError(t, err)
-	_, err = child.WaitLine(fmt.Sprintf("claimed %d", id), 30*time.Second)
+	_, err = proc.WaitLine(fmt.Sprintf("claimed %d", id), 30*time.Second)
 	require.NoError(t, err)
 	// The child holds the claim: no other worker can take the event now.
 	out, err := (&processing.Engine{Store: r.store, By: exactlyonce.BySweeper}).ProcessIDs(context.Background(), []int64{id})
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.OutcomeBusy, out[id], "the killed process held the row lock")
 
-	child.Kill()
+	proc.Kill()
 	r.run(1, 10)
-	testenv.Eventually(t, 30*time.Second, "the message reappeared and was acknowledged", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the message reappeared and was acknowledged", func() bool {
 		return r.rec.get(r.rec.acks, msgID) == 1 && queueEmpty(t, r.client, r.q.URL)
 	})
 	requireProcessedOnce(t, db, []int64{id}, exactlyonce.ByProcessor)
@@ -64,20 +68,20 @@ func TestProcessorKilledAfterClaimingBeforeAcknowledging(t *testing.T) {
 // process_count 1.
 func TestProcessorKilledAfterCommittingBeforeAcknowledging(t *testing.T) {
 	t.Parallel()
-	db, dsn := testenv.DB(t, 4)
+	db, dsn := testdb.DB(t, 4)
 	r := newRig(t, rigOptions{visibility: 2, maxReceive: 5, db: db})
 	id := r.pending(1)[0]
 	msgID := r.send(queue.Encode(id))[0]
 
-	child := testenv.StartChild(t, "processor", "DB_DSN="+dsn, "QUEUE_URL="+r.q.URL,
-		"AWS_ENDPOINT_URL_SQS="+testenv.SQSEndpoint(t), "CHILD_HANG=handled")
-	_, err := child.WaitLine("handled failures=0", 30*time.Second)
+	proc := child.Start(t, "processor", "DB_DSN="+dsn, "QUEUE_URL="+r.q.URL,
+		"AWS_ENDPOINT_URL_SQS="+localsqs.Endpoint(t), "CHILD_HANG=handled")
+	_, err := proc.WaitLine("handled failures=0", 30*time.Second)
 	require.NoError(t, err)
 	requireProcessedOnce(t, db, []int64{id}, exactlyonce.ByProcessor)
-	child.Kill()
+	proc.Kill()
 
 	r.run(1, 10)
-	testenv.Eventually(t, 30*time.Second, "the redelivered message was acknowledged", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the redelivered message was acknowledged", func() bool {
 		return r.rec.get(r.rec.acks, msgID) == 1 && queueEmpty(t, r.client, r.q.URL)
 	})
 	requireProcessedOnce(t, db, []int64{id}, exactlyonce.ByProcessor)
@@ -94,7 +98,7 @@ func TestSameMessageDeliveredTwice(t *testing.T) {
 	ctx := context.Background()
 	receive := func() events.SQSMessage {
 		var got events.SQSMessage
-		testenv.Eventually(t, 20*time.Second, "the message is delivered", func() bool {
+		testutil.Eventually(t, 20*time.Second, "the message is delivered", func() bool {
 			out, err := r.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(r.q.URL), MaxNumberOfMessages: 1})
 			require.NoError(t, err)
 			if len(out.Messages) == 0 {
@@ -166,7 +170,7 @@ func TestSameEventDeliveredConcurrently(t *testing.T) {
 	}
 	msgIDs := r.send(bodies...)
 	r.run(4, 1)
-	testenv.Eventually(t, 30*time.Second, "every duplicate is acknowledged", func() bool {
+	testutil.Eventually(t, 30*time.Second, "every duplicate is acknowledged", func() bool {
 		for _, m := range msgIDs {
 			if r.rec.get(r.rec.acks, m) == 0 {
 				return false
@@ -251,7 +255,7 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 			}()
 		}
 		t.Cleanup(func() { cancel(); wg.Wait() })
-		testenv.Eventually(t, 60*time.Second, "every event processed and every message acknowledged", func() bool {
+		testutil.Eventually(t, 60*time.Second, "every event processed and every message acknowledged", func() bool {
 			return allProcessed(t, r.db, ids) && queueEmpty(t, r.client, r.q.URL)
 		})
 		perPath := requireProcessedOnce(t, r.db, ids, exactlyonce.ByProcessor, exactlyonce.BySweeper)
@@ -291,8 +295,9 @@ func TestMalformedMessagesFailEveryTimeAndEndInTheDLQ(t *testing.T) {
 	msgIDs := r.send(bodies...)
 	r.run(2, 10)
 
-	testenv.Eventually(t, 60*time.Second, "every poison message is in the DLQ", func() bool {
-		v, _ := testenv.QueueDepth(t, r.client, r.q.DLQURL)
+	testutil.Eventually(t, 60*time.Second, "every poison message is in the DLQ", func() bool {
+		v, _, err := queue.Depth(context.Background(), r.client, r.q.DLQURL)
+		require.NoError(t, err)
 		return v == len(poison) && queueEmpty(t, r.client, r.q.URL)
 	})
 	requireProcessedOnce(t, r.db, good, exactlyonce.ByProcessor)
@@ -327,7 +332,7 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 	for _, mode := range []string{"stopped", "killed"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			srv := testenv.PrivateServer(t)
+			srv := fault.PrivateServer(t)
 			ctx := context.Background()
 			require.NoError(t, srv.CreateDatabase(ctx, "events"))
 			db, err := mysql.Open(mysql.ConnConfig{DSN: srv.DSN("events"), MaxOpenConns: 8})
@@ -365,7 +370,7 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 			during := r.pending(20)
 			enqueue(before)
 			r.run(2, 10)
-			testenv.Eventually(t, 30*time.Second, "the first events are processed and acknowledged", func() bool {
+			testutil.Eventually(t, 30*time.Second, "the first events are processed and acknowledged", func() bool {
 				_, _, acks := r.rec.totals()
 				return acks == len(before)
 			})
@@ -386,7 +391,7 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 			}
 			close(release)
 			_, failedBefore, _ := r.rec.totals()
-			testenv.Eventually(t, 30*time.Second, "deliveries keep failing while the database is down", func() bool {
+			testutil.Eventually(t, 30*time.Second, "deliveries keep failing while the database is down", func() bool {
 				_, failed, _ := r.rec.totals()
 				return failed >= failedBefore+len(during)+4
 			})
@@ -395,7 +400,7 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 
 			up.Store(true) // before Start: nothing can commit until the server is back
 			require.NoError(t, srv.Start(), srv.ErrorLog())
-			testenv.Eventually(t, 60*time.Second, "processing resumed and drained the queue", func() bool {
+			testutil.Eventually(t, 60*time.Second, "processing resumed and drained the queue", func() bool {
 				_, _, acks := r.rec.totals()
 				return acks >= len(before)+len(during) && queueEmpty(t, r.client, r.q.URL)
 			})
@@ -412,9 +417,9 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 // exactly once.
 func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 	t.Parallel()
-	proxied := func(t *testing.T) (*rig, *testenv.Proxy) {
-		direct, dsn := testenv.DB(t, 4)
-		proxy := testenv.StartProxy(t, "127.0.0.1:3306")
+	proxied := func(t *testing.T) (*rig, *fault.Proxy) {
+		direct, dsn := testdb.DB(t, 4)
+		proxy := fault.StartProxy(t, "127.0.0.1:3306")
 		db, err := mysql.Open(mysql.ConnConfig{DSN: proxy.DSN(dsn), MaxOpenConns: 4})
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
@@ -437,7 +442,7 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 			r.send(queue.Encode(id))
 		}
 		r.run(1, 10)
-		testenv.Eventually(t, 30*time.Second, "every event processed after the cut", func() bool {
+		testutil.Eventually(t, 30*time.Second, "every event processed after the cut", func() bool {
 			_, _, acks := r.rec.totals()
 			return acks == len(ids) && queueEmpty(t, r.client, r.q.URL)
 		})
@@ -455,7 +460,7 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 		proxy.LoseCommitReplies(1)
 		msgID := r.send(queue.Encode(id))[0]
 		r.run(1, 1)
-		testenv.Eventually(t, 30*time.Second, "the message is acknowledged", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the message is acknowledged", func() bool {
 			return r.rec.get(r.rec.acks, msgID) >= 1
 		})
 		require.EqualValues(t, 1, proxy.LostCommitReplies.Load(), "the server committed and the reply was lost")
@@ -475,14 +480,14 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 			r.send(queue.Encode(id))
 		}
 		r.run(2, 10)
-		testenv.Eventually(t, 30*time.Second, "deliveries fail while the database is unreachable", func() bool {
+		testutil.Eventually(t, 30*time.Second, "deliveries fail while the database is unreachable", func() bool {
 			_, failures, _ := r.rec.totals()
 			return failures >= 2*len(ids)
 		})
 		_, _, acks := r.rec.totals()
 		require.Zero(t, acks)
 		proxy.SetRefusing(false)
-		testenv.Eventually(t, 30*time.Second, "processing resumed", func() bool {
+		testutil.Eventually(t, 30*time.Second, "processing resumed", func() bool {
 			_, _, acks := r.rec.totals()
 			return acks == len(ids) && queueEmpty(t, r.client, r.q.URL)
 		})
@@ -512,7 +517,7 @@ func TestSlowProcessingExtendsVisibility(t *testing.T) {
 			id := r.pending(1)[0]
 			msgID := r.send(queue.Encode(id))[0]
 			r.run(2, 1)
-			testenv.Eventually(t, 60*time.Second, "the message is acknowledged and gone", func() bool {
+			testutil.Eventually(t, 60*time.Second, "the message is acknowledged and gone", func() bool {
 				return r.rec.get(r.rec.acks, msgID) >= 1 && queueEmpty(t, r.client, r.q.URL)
 			})
 			requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.ByProcessor)

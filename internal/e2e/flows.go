@@ -20,7 +20,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/stretchr/testify/require"
 )
 
@@ -215,10 +215,10 @@ func FlowDuplicateMessages(t *testing.T, tg Target) {
 	tg.awaitProcessed(t, []int64{id}, "processor", "sweeper")
 	if tg.Exclusive {
 		deadline := time.Now().Add(tg.settle())
-		for !tg.queueEmpty(t, tg.QueueURL) && time.Now().Before(deadline) {
+		for !queueEmpty(t, tg.SQS, tg.QueueURL) && time.Now().Before(deadline) {
 			time.Sleep(200 * time.Millisecond)
 		}
-		require.True(t, tg.queueEmpty(t, tg.QueueURL), "every duplicate acknowledged")
+		require.True(t, queueEmpty(t, tg.SQS, tg.QueueURL), "every duplicate acknowledged")
 	}
 	require.Equal(t, 1, tg.Get(t, id).ProcessCount, "still processed once after every duplicate")
 }
@@ -257,17 +257,10 @@ func FlowPoison(t *testing.T, tg Target) {
 	require.Len(t, found, len(poison), "every malformed message reached the DLQ within %s", tg.PoisonSettle)
 }
 
-func (tg Target) queueEmpty(t *testing.T, url string) bool {
-	out, err := tg.SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url),
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible},
-	})
+// queueEmpty tells whether a queue has no message, visible or in flight.
+func queueEmpty(t *testing.T, client *sqs.Client, url string) bool {
+	t.Helper()
+	visible, inFlight, err := queue.Depth(context.Background(), client, url)
 	require.NoError(t, err)
-	for _, v := range out.Attributes {
-		if v != "0" {
-			return false
-		}
-	}
-	return true
+	return visible+inFlight == 0
 }

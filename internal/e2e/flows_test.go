@@ -4,8 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 )
 
 // The end-to-end flows of flows.go against the local system (the API over HTTP, the processor
@@ -13,9 +14,9 @@ import (
 // (localstack/e2e_test.go) run the same flows through LocalStack.
 func TestFlowsAgainstTheLocalSystem(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 8)
-	client := testenv.SQS(t)
-	q := testenv.Queues(t, client, 1, 2)
+	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	client := localsqs.Client(t)
+	q := localsqs.Queues(t, client, 1, 2)
 	sys := startSystem(t, q, store, 2*time.Second)
 	tg := Target{APIURL: sys.URL, SQS: client, QueueURL: q.URL, DLQURL: q.DLQURL,
 		Settle: 30 * time.Second, PoisonSettle: 30 * time.Second, Exclusive: true}

@@ -13,11 +13,12 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -172,7 +173,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	t.Helper()
 	db := o.db
 	if db == nil {
-		db, _ = testenv.DB(t, 8)
+		db, _ = testdb.DB(t, 8)
 	}
 	check := o.check
 	if check == nil {
@@ -180,8 +181,8 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	}
 	store, err := mysql.NewStore(db, mysql.StoreConfig{})
 	require.NoError(t, err)
-	client := testenv.SQS(t)
-	r := &rig{t: t, store: store, db: db, client: client, q: testenv.Queues(t, client, o.visibility, o.maxReceive),
+	client := localsqs.Client(t)
+	r := &rig{t: t, store: store, db: db, client: client, q: localsqs.Queues(t, client, o.visibility, o.maxReceive),
 		rec: newRecorder(check)}
 	r.proc = &processing.Processor{Store: store, Logger: testLogger()}
 	return r
@@ -220,12 +221,6 @@ func (r *rig) pending(n int) []int64 {
 		ids[i] = id
 	}
 	return ids
-}
-
-// queueEmpty tells whether a queue has no message, visible or in flight.
-func queueEmpty(t *testing.T, client *sqs.Client, url string) bool {
-	v, f := testenv.QueueDepth(t, client, url)
-	return v+f == 0
 }
 
 // drain receives every message visible in a queue (the DLQ) and returns their bodies.

@@ -12,10 +12,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/exactlyonce/exactlyonce/internal/local"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,7 +27,7 @@ func testLogger() *slog.Logger {
 
 func startSystem(t *testing.T, queues queue.Queues, store *mysql.Store, grace time.Duration) *local.System {
 	t.Helper()
-	client := testenv.SQS(t)
+	client := localsqs.Client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := local.Start(ctx, store, client, local.Options{
 		HTTPAddr: "127.0.0.1:0", Queues: queues, SweepInterval: 100 * time.Millisecond,
@@ -44,9 +46,9 @@ func startSystem(t *testing.T, queues queue.Queues, store *mysql.Store, grace ti
 // count is exact.
 func TestLocalSystemEndToEnd(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 16)
-	client := testenv.SQS(t)
-	q := testenv.Queues(t, client, 30, 5)
+	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	client := localsqs.Client(t)
+	q := localsqs.Queues(t, client, 30, 5)
 	// A long grace keeps the sweeper out of it: every async event must come through the queue.
 	sys := startSystem(t, q, store, time.Hour)
 	tg := Target{APIURL: sys.URL, SQS: client, QueueURL: q.URL, DLQURL: q.DLQURL,
@@ -58,9 +60,9 @@ func TestLocalSystemEndToEnd(t *testing.T) {
 // processes the event.
 func TestQueueSendFailureIsCoveredByTheSweeper(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
-	client := testenv.SQS(t)
-	good := testenv.Queues(t, client, 30, 5)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	client := localsqs.Client(t)
+	good := localsqs.Queues(t, client, 30, 5)
 	broken := good
 	broken.URL = good.URL + "-does-not-exist" // every SendMessage fails
 	sys := startSystem(t, broken, store, 200*time.Millisecond)
@@ -68,7 +70,7 @@ func TestQueueSendFailureIsCoveredByTheSweeper(t *testing.T) {
 	tg := Target{APIURL: sys.URL}
 	status, id := tg.post(t, "/events/async")
 	require.Equal(t, http.StatusAccepted, status)
-	testenv.Eventually(t, 20*time.Second, "the sweeper processed the event", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the sweeper processed the event", func() bool {
 		return tg.Get(t, id).ProcessedBy == "sweeper"
 	})
 }
@@ -77,10 +79,10 @@ func TestQueueSendFailureIsCoveredByTheSweeper(t *testing.T) {
 // answered just before the stop is named by a message, not left to the sweeper.
 func TestLocalStopSendsTheMessagesStillHeld(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
-	client := testenv.SQS(t)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	client := localsqs.Client(t)
 	// Visibility 1 s: a message taken by a receive that the stop cancelled is soon visible again.
-	q := testenv.Queues(t, client, 1, 5)
+	q := localsqs.Queues(t, client, 1, 5)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The linger is long, so that only the stop sends the message; the sweeper stays out.
@@ -103,7 +105,7 @@ func TestLocalStopSendsTheMessagesStillHeld(t *testing.T) {
 		require.Equal(t, "processor", pending.ProcessedBy)
 		return
 	}
-	testenv.Eventually(t, 20*time.Second, "a message naming the event is in the queue", func() bool {
+	testutil.Eventually(t, 20*time.Second, "a message naming the event is in the queue", func() bool {
 		out, err := client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
 			QueueUrl: &q.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
 		require.NoError(t, err)

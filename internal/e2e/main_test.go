@@ -15,10 +15,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	drv "github.com/go-sql-driver/mysql"
 )
 
@@ -27,7 +28,7 @@ import (
 func TestMain(m *testing.M) {
 	// The driver logs every connection the tests cut or kill; the tests assert on what matters.
 	_ = drv.SetLogger(stdlog.New(io.Discard, "", 0))
-	if role := os.Getenv(testenv.ChildRoleEnv); role != "" {
+	if role := os.Getenv(child.RoleEnv); role != "" {
 		os.Exit(runChild(role))
 	}
 	os.Exit(m.Run())
@@ -46,12 +47,12 @@ func TestMain(m *testing.M) {
 // A child says what it does on stdout, one line per step, for the test to await.
 func runChild(role string) int {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	store, err := testenv.ChildStore()
+	store, err := child.OpenStore()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	client := testenv.NewSQSClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
+	client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
 	queueURL := os.Getenv("QUEUE_URL")
 	hang := func() { time.Sleep(time.Hour) } // until the test kills this process
 

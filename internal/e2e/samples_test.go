@@ -14,18 +14,20 @@ import (
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/migration"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/repo"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
 func sample[T any](t *testing.T, name string) T {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "events", name))
+	raw, err := os.ReadFile(filepath.Join(repo.Root(), "events", name))
 	require.NoError(t, err)
 	var v T
 	require.NoError(t, json.Unmarshal(raw, &v), name)
@@ -43,9 +45,9 @@ func body(t *testing.T, resp events.APIGatewayProxyResponse) map[string]any {
 // contract promises. The samples are what `sam local invoke -e` and `make invoke` feed the functions.
 func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
-	client := testenv.SQS(t)
-	q := testenv.Queues(t, client, 30, 5)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	client := localsqs.Client(t)
+	q := localsqs.Queues(t, client, 30, 5)
 	ctx := context.Background()
 	apiHandler := httpadapter.New(&api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}}).ProxyWithContext
 
@@ -88,7 +90,7 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.BySweeper, e.ProcessedBy)
 
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "events", "migrate.json"))
+	raw, err := os.ReadFile(filepath.Join(repo.Root(), "events", "migrate.json"))
 	require.NoError(t, err)
 	mres, err := (&migration.Handler{Open: func(context.Context) (*mysql.Store, error) { return store, nil }, Logger: testLogger()}).
 		Handle(ctx, raw)
@@ -98,7 +100,7 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 
 func TestMigrateHandlerFailsTheDeployWhenARuleIsBroken(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 2)
+	store := testdb.Store(t, mysql.StoreConfig{}, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := store.DB().ExecContext(ctx, "ALTER TABLE status ADD PRIMARY KEY (id)")

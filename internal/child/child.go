@@ -1,0 +1,153 @@
+// Package child runs real OS processes that a test or the chaos run can kill: a test binary started
+// again in a child role (a processor, an API), a worker of the chaos run, or a helper binary such
+// as the local SQS endpoint. A child dies with its parent (PDEATHSIG), and its stdout is read line
+// by line, so that the parent can wait for what the child says ("started", "claimed 7").
+package child
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+)
+
+// RoleEnv names the environment variable that starts a binary in a child role instead of doing
+// its usual job. A package whose tests run real processes (to kill them) dispatches on it in
+// TestMain, and a command that starts itself again (cmd/chaos) in main:
+//
+//	func TestMain(m *testing.M) {
+//		if role := os.Getenv(child.RoleEnv); role != "" {
+//			os.Exit(runChild(role))
+//		}
+//		os.Exit(m.Run())
+//	}
+const RoleEnv = "EXACTLYONCE_CHILD_ROLE"
+
+// Process is a real OS process started by this one. Its stdout is read line by line.
+type Process struct {
+	cmd    *exec.Cmd
+	lines  chan string
+	exited chan struct{}
+	mu     sync.Mutex
+	out    []string
+}
+
+// Start starts this test binary in role, with env added to the environment, and kills it when the
+// test ends. Its stderr goes to the test's log.
+func Start(t testing.TB, role string, env ...string) *Process {
+	t.Helper()
+	c, err := StartProcess(os.Args[0], nil, append([]string{RoleEnv + "=" + role}, env...), testLogWriter{t})
+	if err != nil {
+		t.Fatalf("start child %s: %v", role, err)
+	}
+	t.Cleanup(func() { c.Kill() })
+	return c
+}
+
+// StartProcess starts bin with args and env added to this process's environment. The process is
+// killed if this one dies. stderr may be nil.
+func StartProcess(bin string, args, env []string, stderr io.Writer) (*Process, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &Process{cmd: cmd, lines: make(chan string, 1024), exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			c.mu.Lock()
+			c.out = append(c.out, sc.Text())
+			c.mu.Unlock()
+			select {
+			case c.lines <- sc.Text():
+			default: // nobody is waiting for lines; Output still has them
+			}
+		}
+		_ = cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// Pid is the child's process id.
+func (c *Process) Pid() int { return c.cmd.Process.Pid }
+
+// WaitLine waits up to timeout for a stdout line starting with prefix and returns it.
+func (c *Process) WaitLine(prefix string, timeout time.Duration) (string, error) {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case l := <-c.lines:
+			if strings.HasPrefix(l, prefix) {
+				return l, nil
+			}
+		case <-c.exited:
+			// Lines printed just before exiting are still in the channel.
+			for {
+				select {
+				case l := <-c.lines:
+					if strings.HasPrefix(l, prefix) {
+						return l, nil
+					}
+				default:
+					return "", fmt.Errorf("child exited (%v) before printing %q; output: %q", c.cmd.ProcessState, prefix, c.Output())
+				}
+			}
+		case <-deadline:
+			return "", fmt.Errorf("child printed no %q within %s; output: %q", prefix, timeout, c.Output())
+		}
+	}
+}
+
+// Output returns every line the child printed so far.
+func (c *Process) Output() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.out...)
+}
+
+// Kill sends SIGKILL, the process gets no chance to clean up, and waits until it has exited.
+func (c *Process) Kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+}
+
+// Exited is closed when the process has exited.
+func (c *Process) Exited() <-chan struct{} { return c.exited }
+
+type testLogWriter struct{ t testing.TB }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Logf("child: %s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// OpenStore opens the store a child process works on, from the environment the functions read
+// (DB_DSN, ALLOCATOR, ...), without migrating: the parent has migrated the database, and it may be
+// down when the child starts (the child then fails its work, not its start).
+func OpenStore() (*mysql.Store, error) {
+	cfg, err := config.Load(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Migrate = false
+	return cfg.OpenStore(context.Background())
+}
