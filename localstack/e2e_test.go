@@ -27,10 +27,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/e2e"
 	"github.com/exactlyonce/exactlyonce/internal/local"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
@@ -43,7 +43,7 @@ func endpoint() string { return cmp.Or(os.Getenv("LOCALSTACK_ENDPOINT"), "http:/
 // requireLocalStack returns an SQS client for LocalStack, or skips the test if it does not answer.
 func requireLocalStack(t *testing.T) *sqs.Client {
 	t.Helper()
-	client := testenv.NewSQSClient(endpoint())
+	client := localsqs.NewClient(endpoint())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if _, err := client.ListQueues(ctx, &sqs.ListQueuesInput{}); err != nil {

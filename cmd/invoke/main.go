@@ -25,9 +25,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/repo"
 	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
 )
 
 const defaultDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce"
@@ -63,9 +64,9 @@ func run(fn, eventPath, bootstrap string, timeout time.Duration) error {
 		return fmt.Errorf("%s is not JSON", eventPath)
 	}
 	if bootstrap == "" {
-		dir := filepath.Join(testenv.RepoRoot(), "build", "lambda-host")
+		dir := filepath.Join(repo.Root(), "build", "lambda-host")
 		start := time.Now()
-		if bootstrap, err = runtimeapi.BuildBootstrap(ctx, testenv.RepoRoot(), fn, dir); err != nil {
+		if bootstrap, err = runtimeapi.BuildBootstrap(ctx, repo.Root(), fn, dir); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "built %s in %s\n", bootstrap, time.Since(start).Round(time.Millisecond))
@@ -82,12 +83,13 @@ func run(fn, eventPath, bootstrap string, timeout time.Duration) error {
 	}
 	env = append(env, "DB_DSN="+cmp.Or(os.Getenv("DB_DSN"), defaultDSN))
 	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" && os.Getenv("AWS_ENDPOINT_URL") == "" {
-		url, err := testenv.StartSQSLocal()
+		goaws, err := localsqs.Start("") // dies with this process
 		if err != nil {
 			return fmt.Errorf("local SQS: %w", err)
 		}
+		url := goaws.URL
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		q, err := queue.Ensure(qctx, testenv.NewSQSClient(url), queue.QueueSpec{Name: "events", VisibilityTimeout: 30, MaxReceiveCount: 5})
+		q, err := queue.Ensure(qctx, localsqs.NewClient(url), queue.QueueSpec{Name: "events", VisibilityTimeout: 30, MaxReceiveCount: 5})
 		cancel()
 		if err != nil {
 			return err

@@ -14,7 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,7 +45,7 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	b := &testBundle{store: testenv.Store(t, mysql.StoreConfig{}, 4), queue: &recordingQueue{}}
+	b := &testBundle{store: testdb.Store(t, mysql.StoreConfig{}, 4), queue: &recordingQueue{}}
 	b.srv = httptest.NewServer(&api.Server{Store: b.store, Queue: b.queue, MaxBodyBytes: 1024})
 	t.Cleanup(b.srv.Close)
 	return b
@@ -160,7 +160,7 @@ func TestErrorsAreJSONAndWriteNothing(t *testing.T) {
 
 func TestDatabaseUnreachableIs503WithoutInternalText(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(&api.Server{Store: testenv.UnreachableStore(t)})
+	srv := httptest.NewServer(&api.Server{Store: testdb.UnreachableStore(t)})
 	defer srv.Close()
 	b := &testBundle{srv: srv}
 	for _, path := range []string{"/events", "/events/async"} {

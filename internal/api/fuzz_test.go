@@ -11,7 +11,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,7 +49,7 @@ func FuzzAPI(f *testing.F) {
 	} {
 		f.Add(s.method, s.path, s.body)
 	}
-	store := testenv.Store(f, mysql.StoreConfig{}, 4)
+	store := testdb.Store(f, mysql.StoreConfig{}, 4)
 	queue := &recordingQueue{}
 	srv := &api.Server{Store: store, Queue: queue}
 	ctx := context.Background()

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -84,7 +84,7 @@ func TestAsyncRequestsArrivingTogetherShareOneInsertAndOneMessage(t *testing.T) 
 	for range 7 {
 		go func() { st, id := post(); answers <- answer{st, id} }()
 	}
-	testenv.Eventually(t, 10*time.Second, "7 requests wait behind the first group", func() bool { return s.groups.waitingNow() == 7 })
+	testutil.Eventually(t, 10*time.Second, "7 requests wait behind the first group", func() bool { return s.groups.waitingNow() == 7 })
 	close(store.release)
 
 	seen := map[int64]bool{}

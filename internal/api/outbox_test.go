@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -86,9 +86,9 @@ func TestOutboxSendsAFullMessageAtOnce(t *testing.T) {
 		}
 	}
 	create(3)
-	testenv.Eventually(t, 10*time.Second, "a full message is sent", func() bool { return len(q.messages()) == 1 })
+	testutil.Eventually(t, 10*time.Second, "a full message is sent", func() bool { return len(q.messages()) == 1 })
 	create(3)
-	testenv.Eventually(t, 10*time.Second, "the next full message is sent", func() bool { return len(q.messages()) == 2 })
+	testutil.Eventually(t, 10*time.Second, "the next full message is sent", func() bool { return len(q.messages()) == 2 })
 	create(1)
 	require.Len(t, q.messages(), 2, "a message of one id lingers")
 	require.NoError(t, g.drain(context.Background()))
@@ -104,7 +104,7 @@ func TestOutboxSendsALoneIDAfterLinger(t *testing.T) {
 	start := time.Now()
 	id, err := g.create(context.Background())
 	require.NoError(t, err)
-	testenv.Eventually(t, 10*time.Second, "the lone id is sent", func() bool { return len(q.messages()) == 1 })
+	testutil.Eventually(t, 10*time.Second, "the lone id is sent", func() bool { return len(q.messages()) == 1 })
 	require.Equal(t, [][]int64{{id}}, q.messages())
 	require.GreaterOrEqual(t, q.at[0].Sub(start), linger, "sent before Linger had passed")
 }

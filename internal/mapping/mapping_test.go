@@ -11,9 +11,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -47,8 +48,8 @@ func (b *bodies) count(body string) int {
 
 func TestFailedMessagesComeBackAndEndInTheDLQ(t *testing.T) {
 	t.Parallel()
-	client := testenv.SQS(t)
-	q := testenv.Queues(t, client, 1, 2) // visible again after 1 s; DLQ after 2 receives
+	client := localsqs.Client(t)
+	q := localsqs.Queues(t, client, 1, 2) // visible again after 1 s; DLQ after 2 receives
 
 	seen := &bodies{seen: map[string]int{}}
 	handler := func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
@@ -67,8 +68,9 @@ func TestFailedMessagesComeBackAndEndInTheDLQ(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- m.Run(ctx) }()
-	testenv.Eventually(t, 30*time.Second, "the poison message is in the DLQ", func() bool {
-		visible, _ := testenv.QueueDepth(t, client, q.DLQURL)
+	testutil.Eventually(t, 30*time.Second, "the poison message is in the DLQ", func() bool {
+		visible, _, err := queue.Depth(context.Background(), client, q.DLQURL)
+		require.NoError(t, err)
 		return visible == 1
 	})
 	cancel()
@@ -77,7 +79,8 @@ func TestFailedMessagesComeBackAndEndInTheDLQ(t *testing.T) {
 	require.Equal(t, 1, seen.count("a"), "a success is deleted, never delivered again")
 	require.Equal(t, 1, seen.count("b"))
 	require.Equal(t, 2, seen.count("poison"), "delivered up to maxReceiveCount, then moved")
-	visible, inFlight := testenv.QueueDepth(t, client, q.URL)
+	visible, inFlight, err := queue.Depth(context.Background(), client, q.URL)
+	require.NoError(t, err)
 	require.Zero(t, visible+inFlight, "the main queue is empty")
 	_, received, deleted, failed, _ := m.Stats.Snapshot()
 	require.EqualValues(t, 4, received)
@@ -87,7 +90,7 @@ func TestFailedMessagesComeBackAndEndInTheDLQ(t *testing.T) {
 
 func TestHandlerErrorOrBadIdentifierFailsTheWholeBatch(t *testing.T) {
 	t.Parallel()
-	client := testenv.SQS(t)
+	client := localsqs.Client(t)
 	for name, handler := range map[string]mapping.Handler{
 		"error": func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 			return events.SQSEventResponse{}, errors.New("boom")
@@ -101,7 +104,7 @@ func TestHandlerErrorOrBadIdentifierFailsTheWholeBatch(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			q := testenv.Queues(t, client, 30, 5)
+			q := localsqs.Queues(t, client, 30, 5)
 			send(t, client, q.URL, "x", "y")
 			m := mapping.New(client, handler, mapping.Config{QueueURL: q.URL, QueueARN: q.ARN})
 			got := 0
@@ -114,7 +117,8 @@ func TestHandlerErrorOrBadIdentifierFailsTheWholeBatch(t *testing.T) {
 			require.Zero(t, deleted)
 			require.EqualValues(t, 2, failed)
 			require.Positive(t, errored)
-			_, inFlight := testenv.QueueDepth(t, client, q.URL)
+			_, inFlight, err := queue.Depth(context.Background(), client, q.URL)
+			require.NoError(t, err)
 			require.Equal(t, 2, inFlight, "both messages wait for their visibility timeout")
 		})
 	}
@@ -122,8 +126,8 @@ func TestHandlerErrorOrBadIdentifierFailsTheWholeBatch(t *testing.T) {
 
 func TestEnsureSetsTheRedrivePolicy(t *testing.T) {
 	t.Parallel()
-	client := testenv.SQS(t)
-	q := testenv.Queues(t, client, 7, 5)
+	client := localsqs.Client(t)
+	q := localsqs.Queues(t, client, 7, 5)
 	out, err := client.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(q.URL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll},
 	})

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/fault"
 	"github.com/exactlyonce/exactlyonce/internal/migration"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
@@ -18,12 +19,12 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // openThrough returns an Open func for a fresh, empty database reached through a proxy the test controls.
-func openThrough(t *testing.T) (*testenv.Proxy, func(context.Context) (*mysql.Store, error)) {
+func openThrough(t *testing.T) (*fault.Proxy, func(context.Context) (*mysql.Store, error)) {
 	t.Helper()
-	dsn := testenv.NewDatabase(t)
+	dsn := testdb.NewDatabase(t)
 	cfg, err := drv.ParseDSN(dsn)
 	require.NoError(t, err)
-	proxy := testenv.StartProxy(t, cfg.Addr)
+	proxy := fault.StartProxy(t, cfg.Addr)
 	cfg.Timeout = time.Second
 	dsn = proxy.DSN(cfg.FormatDSN())
 	return proxy, func(context.Context) (*mysql.Store, error) {
@@ -75,7 +76,7 @@ func TestGivesUpBeforeTheDeadline(t *testing.T) {
 
 func TestABrokenRuleIsNotRetried(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 2)
+	store := testdb.Store(t, mysql.StoreConfig{}, 2)
 	_, err := store.DB().Exec("CREATE TABLE extra (id INT NOT NULL, UNIQUE KEY u (id))")
 	require.NoError(t, err)
 	h := &migration.Handler{Open: func(context.Context) (*mysql.Store, error) { return store, nil }, Logger: quiet,

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,7 +21,7 @@ func TestBlockAllocatorRefillsRaceAcrossProcesses(t *testing.T) {
 		stores, clients, each = 6, 24, 30
 		blockSize             = 8 // a refill every 4 ids per process, so clients wait on refills often
 	)
-	db, _ := testenv.DB(t, 60)
+	db, _ := testdb.DB(t, 60)
 	ctx := context.Background()
 	var (
 		mu        sync.Mutex

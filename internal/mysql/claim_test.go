@@ -9,7 +9,8 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -36,7 +37,7 @@ func lockNowait(t *testing.T, db *sql.DB, id int64) bool {
 // once, recording the claim that settled it.
 func TestLeasedWorkHoldsNoRowLockAndSettlesOnce(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 	id, err := store.CreatePending(ctx)
 	require.NoError(t, err)
@@ -86,7 +87,7 @@ func TestLeasedWorkHoldsNoRowLockAndSettlesOnce(t *testing.T) {
 // message both claim an event whose lease expired, and only the new holder's settlement counts.
 func TestExpiredLeaseIsClaimedAgainAndTheOldHolderCannotSettle(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 	a, err := store.CreatePending(ctx)
 	require.NoError(t, err)
@@ -101,7 +102,7 @@ func TestExpiredLeaseIsClaimedAgainAndTheOldHolderCannotSettle(t *testing.T) {
 	// The old holder stalls past its lease; the sweeper takes the expired leases over.
 	sweep := claimFor(exactlyonce.BySweeper, time.Minute)
 	var taken exactlyonce.Claimed
-	testenv.Eventually(t, 10*time.Second, "the sweeper claims the expired leases", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the sweeper claims the expired leases", func() bool {
 		taken, err = store.ClaimDue(ctx, sweep, time.Hour, 10) // a long grace: only expired leases are due
 		require.NoError(t, err)
 		return taken.Count() == 2
@@ -130,13 +131,13 @@ func TestExpiredLeaseIsClaimedAgainAndTheOldHolderCannotSettle(t *testing.T) {
 // A redelivered message claims an event whose lease expired, too.
 func TestRedeliveredMessageClaimsAnExpiredLease(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 	id, err := store.CreatePending(ctx)
 	require.NoError(t, err)
 	_, err = store.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, 100*time.Millisecond), []int64{id})
 	require.NoError(t, err)
-	testenv.Eventually(t, 10*time.Second, "the message's retry settles the event", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the message's retry settles the event", func() bool {
 		out, err := processIDs(ctx, store, false, id)
 		require.NoError(t, err)
 		return out[id] == exactlyonce.OutcomeSettled
@@ -146,7 +147,7 @@ func TestRedeliveredMessageClaimsAnExpiredLease(t *testing.T) {
 // Work that fails releases its events: pending again, claimable at once, nothing settled.
 func TestFailedWorkReleasesTheEvent(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 	id, err := store.CreatePending(ctx)
 	require.NoError(t, err)
@@ -165,7 +166,7 @@ func TestFailedWorkReleasesTheEvent(t *testing.T) {
 // An event whose kind has no work is left open, and said so; the others of the claim go on.
 func TestEventWithoutWorkIsLeftOpen(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 	id, err := store.CreatePending(ctx)
 	require.NoError(t, err)
@@ -185,7 +186,7 @@ func TestEventsCreatedInATransactionCommitOrRollBackWithIt(t *testing.T) {
 	for _, alloc := range []string{mysql.AllocatorBlock, mysql.AllocatorLiteral} {
 		t.Run(alloc, func(t *testing.T) {
 			t.Parallel()
-			store := testenv.Store(t, mysql.StoreConfig{Allocator: alloc}, 4)
+			store := testdb.Store(t, mysql.StoreConfig{Allocator: alloc}, 4)
 			ctx := context.Background()
 			boom := errors.New("the caller's other write failed")
 			var lost []int64

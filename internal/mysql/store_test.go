@@ -10,7 +10,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +18,7 @@ func fixedValue(id int64) string { return fmt.Sprintf("v%d", id) }
 
 func TestSchemaRulesHoldAfterMigration(t *testing.T) {
 	t.Parallel()
-	db, _ := testenv.DB(t, 2)
+	db, _ := testdb.DB(t, 2)
 	ctx := context.Background()
 
 	violations, err := mysql.CheckRules(ctx, db)
@@ -46,7 +46,7 @@ func TestSchemaRulesHoldAfterMigration(t *testing.T) {
 
 func TestMigrateConcurrentlyOnEmptyDatabase(t *testing.T) {
 	t.Parallel()
-	dsn := testenv.NewDatabase(t)
+	dsn := testdb.NewDatabase(t)
 	ctx := context.Background()
 
 	// Ten "cold starts" at once, each with its own pool, as ten Lambda environments would.
@@ -105,7 +105,7 @@ func TestAllocatorsGiveUniqueIDsUnderConcurrency(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s/%dx%d", tc.allocator, tc.stores, tc.perStore), func(t *testing.T) {
 			t.Parallel()
-			db, _ := testenv.DB(t, 70)
+			db, _ := testdb.DB(t, 70)
 			ctx := context.Background()
 			var (
 				mu  sync.Mutex
@@ -162,7 +162,7 @@ func TestAllocatorsGiveUniqueIDsUnderConcurrency(t *testing.T) {
 
 func TestGetAndCount(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 
 	created, err := store.CreateProcessed(ctx, "hello")
@@ -195,7 +195,7 @@ func TestGetAndCount(t *testing.T) {
 
 func TestProcessIDsOutcomes(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 
 	fresh, err := store.CreatePending(ctx)
@@ -244,7 +244,7 @@ func TestProcessIDsOutcomes(t *testing.T) {
 // holds: that only holds if the store runs its transactions at READ COMMITTED.
 func TestSweepDoesNotWaitForRowsOthersHold(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 	var isolation string
 	require.NoError(t, store.DB().QueryRow("SELECT @@GLOBAL.tx_isolation").Scan(&isolation))
@@ -273,7 +273,7 @@ func TestSweepDoesNotWaitForRowsOthersHold(t *testing.T) {
 
 func TestProcessDueLeavesYoungEventsToTheQueue(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 	_, err := store.CreatePending(ctx)
 	require.NoError(t, err)
@@ -306,7 +306,7 @@ func TestConcurrentWorkersProcessEachEventOnce(t *testing.T) {
 }
 
 func raceWorkers(t *testing.T, leased func(w int) bool) {
-	db, _ := testenv.DB(t, 40)
+	db, _ := testdb.DB(t, 40)
 	ctx := context.Background()
 	setup, err := mysql.NewStore(db, mysql.StoreConfig{})
 	require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -61,7 +61,7 @@ func (r *reports) Settled(id string, ids []int64) {
 // Work that fails releases its event, and its message comes back.
 func TestProcessorRunsSlowWorkOutsideAnyTransaction(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 	ok, bad := mustPending(t, store), mustPending(t, store)
 	work := &slowWork{started: make(chan int64, 2), release: make(chan struct{}), fail: func(id int64) bool { return id == bad }}
@@ -105,7 +105,7 @@ func TestProcessorRunsSlowWorkOutsideAnyTransaction(t *testing.T) {
 // start: nothing is lost, and the released events are claimable at once.
 func TestLeasedWorkNotStartedBeforeTheDeadlineIsReleased(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	a, b := mustPending(t, store), mustPending(t, store)
 	work := &slowWork{started: make(chan int64, 2), release: make(chan struct{})}
 	e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: exactlyonce.Works{exactlyonce.KindPlain: work}}

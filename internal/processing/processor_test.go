@@ -11,7 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,7 +41,7 @@ func failedIDs(resp events.SQSEventResponse) []string {
 
 func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 	p := &processing.Processor{Store: store}
 
@@ -90,7 +90,7 @@ func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 // names are processed whatever happens to the message, and once only.
 func TestMessageNamingSeveralEvents(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
 	p := &processing.Processor{Store: store}
 	pending := func() int64 {
@@ -131,7 +131,7 @@ func TestMessageNamingSeveralEvents(t *testing.T) {
 
 func TestDatabaseFailureFailsEveryDecodableMessage(t *testing.T) {
 	t.Parallel()
-	p := &processing.Processor{Store: testenv.UnreachableStore(t)}
+	p := &processing.Processor{Store: testdb.UnreachableStore(t)}
 	var recs []events.SQSMessage
 	for i := 1; i <= 3; i++ {
 		recs = append(recs, record("m"+strconv.Itoa(i), queue.Encode(int64(i))))

@@ -9,7 +9,8 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,7 +31,7 @@ func countPending(t *testing.T, store *mysql.Store) int {
 
 func TestSweepDrainsInBatchesAndStopsOnAShortBatch(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	pending(t, store, 25)
 	s := sweeping.New(store, sweeping.Config{BatchSize: 10, Grace: -1})
 	res, err := s.Handle(context.Background(), events.CloudWatchEvent{})
@@ -46,7 +47,7 @@ func TestSweepDrainsInBatchesAndStopsOnAShortBatch(t *testing.T) {
 
 func TestSweepRespectsTheGracePeriod(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	pending(t, store, 3)
 	res, err := sweeping.New(store, sweeping.Config{Grace: time.Hour}).Sweep(context.Background())
 	require.NoError(t, err)
@@ -56,7 +57,7 @@ func TestSweepRespectsTheGracePeriod(t *testing.T) {
 
 func TestSweepStopsBeforeTheDeadline(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	pending(t, store, 5)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -70,7 +71,7 @@ func TestSweepStopsBeforeTheDeadline(t *testing.T) {
 
 func TestRunKeepsSweepingUntilCancelled(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 4)
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	s := sweeping.New(store, sweeping.Config{Grace: -1, IdleSleep: 10 * time.Millisecond, IdleJitter: 5 * time.Millisecond})
@@ -78,7 +79,7 @@ func TestRunKeepsSweepingUntilCancelled(t *testing.T) {
 	// Events that arrive while the loop idles are picked up on a later pass.
 	for range 3 {
 		pending(t, store, 4)
-		testenv.Eventually(t, 10*time.Second, "the worker loop processed the new events", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the worker loop processed the new events", func() bool {
 			return countPending(t, store) == 0
 		})
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
-	"github.com/exactlyonce/exactlyonce/internal/testenv"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/stretchr/testify/require"
 )
@@ -114,7 +114,7 @@ func TestFileReportsRoundTripAndIgnoreACutLine(t *testing.T) {
 // each reporting to the ledger; the check passes with every event reported exactly once.
 func TestCheckerOnRacingWorkers(t *testing.T) {
 	t.Parallel()
-	store := testenv.Store(t, mysql.StoreConfig{}, 16)
+	store := testdb.Store(t, mysql.StoreConfig{}, 16)
 	ctx := context.Background()
 	var ids []int64
 	for range 300 {
