@@ -23,11 +23,12 @@ const refTable = `CREATE TABLE ref_events (
   process_count INT          NOT NULL DEFAULT 0
 ) ENGINE=InnoDB`
 
-const refInsert = `INSERT INTO ref_events (value, state, created_at, processed_at, processed_by, process_count)
-VALUES (?, 10, NOW(6), NOW(6), 'api', 1)`
-
-const bareInsert = `INSERT INTO bare_events (id, value, state, created_at, processed_at, processed_by, process_count)
-VALUES (?, ?, 10, NOW(6), NOW(6), 'api', 1)`
+// The inserts the store's create is measured against: the same statement as POST /events's, into
+// the reference table (which assigns the id) and into a copy of events (with ids from memory).
+var (
+	refInsert  = mysql.InsertProcessedInto("ref_events", true)
+	bareInsert = mysql.InsertProcessedInto("bare_events", false)
+)
 
 // contender is one way of creating an event, measured against the others.
 type contender struct {
@@ -147,11 +148,11 @@ func runAlloc(ctx context.Context, r *run) error {
 		}
 	}
 
-	c, err := countEvents(ctx, db)
+	c, err := mysql.CountEvents(ctx, db)
 	if err != nil {
 		return err
 	}
-	r.check(group, "ids unique and from the status row", c.idsOK() && c.rows > 0, c.String())
+	r.check(group, "ids unique and from the status row", c.IDsOK() && c.Rows > 0, c.String())
 	return nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
 // runAPI puts each endpoint under load with the load generator, at 16 and 64 connections, on the
@@ -22,7 +24,7 @@ func runAPI(ctx context.Context, r *run) error {
 		return err
 	}
 	defer st.stop()
-	first, err := loadEvents(ctx, st.db, preload, true, nil)
+	first, err := mysql.LoadProcessed(ctx, st.db, preload, nil)
 	if err != nil {
 		return err
 	}
@@ -71,10 +73,10 @@ func runAPI(ctx context.Context, r *run) error {
 			return err
 		}
 	}
-	c, err := countEvents(ctx, st.db)
+	c, err := mysql.CountEvents(ctx, st.db)
 	if err != nil {
 		return err
 	}
-	r.check(group, "every event processed exactly once, ids unique", c.pending == 0 && c.wrong == 0 && c.idsOK(), c.String())
+	r.check(group, "every event processed exactly once, ids unique", c.Pending == 0 && c.Wrong == 0 && c.IDsOK(), c.String())
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
 // asyncTotals accumulates one contender's rounds.
@@ -246,11 +248,11 @@ func runAsync(ctx context.Context, r *run) error {
 			}
 		}
 	}
-	c, err := countEvents(ctx, st.db)
+	c, err := mysql.CountEvents(ctx, st.db)
 	if err != nil {
 		return err
 	}
-	r.check(group, "every event processed exactly once, ids unique", c.pending == 0 && c.wrong == 0 && c.idsOK(), c.String())
+	r.check(group, "every event processed exactly once, ids unique", c.Pending == 0 && c.Wrong == 0 && c.IDsOK(), c.String())
 
 	// The target holds only if it holds at every client count, as for allocation.
 	worst := judged[0]
@@ -293,38 +295,27 @@ func processedSince(ctx context.Context, st *stack, sent map[int64]time.Time, of
 	for id := range sent {
 		lo, hi = min(lo, id), max(hi, id)
 	}
-	rows, err := st.db.QueryContext(ctx,
-		"SELECT id, processed_at, processed_by FROM events WHERE state = 10 AND processed_by <> 'api' AND id BETWEEN ? AND ?", lo, hi)
+	processed, err := mysql.ProcessedAsync(ctx, st.db, lo, hi)
 	if err != nil {
 		return time.Time{}, nil, err
 	}
-	defer rows.Close()
 	var last time.Time
 	var lat []time.Duration
 	seen, notProcessor := 0, 0
-	for rows.Next() {
-		var id int64
-		var at time.Time
-		var by string
-		if err := rows.Scan(&id, &at, &by); err != nil {
-			return last, nil, err
-		}
-		t, ok := sent[id]
+	for _, p := range processed {
+		t, ok := sent[p.ID]
 		if !ok {
 			continue // an earlier round's
 		}
 		seen++
-		if by != "processor" {
+		if p.By != "processor" {
 			notProcessor++
 		}
-		at = at.Add(-offset)
+		at := p.At.Add(-offset)
 		lat = append(lat, at.Sub(t))
 		if at.After(last) {
 			last = at
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return last, nil, err
 	}
 	if seen != len(sent) || notProcessor > 0 {
 		return last, nil, fmt.Errorf("%d of %d async events found processed, %d not by the processor", seen, len(sent), notProcessor)

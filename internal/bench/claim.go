@@ -77,7 +77,7 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 				return
 			case <-tick.C:
 			}
-			if n, err := historyLength(ctx, db); err == nil {
+			if n, err := mysql.PurgeBacklog(ctx, db); err == nil {
 				statsMu.Lock()
 				res.maxPurge = max(res.maxPurge, n)
 				statsMu.Unlock()
@@ -132,12 +132,12 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 
 // verifyDrained checks that nothing is pending and that every event was written exactly once.
 func (r *run) verifyDrained(ctx context.Context, group, what string, db *sql.DB, res drainResult, want int64) error {
-	c, err := countEvents(ctx, db)
+	c, err := mysql.CountEvents(ctx, db)
 	if err != nil {
 		return err
 	}
 	r.check(group, what+": every event processed exactly once",
-		c.pending == 0 && c.wrong == 0 && res.events == want && res.stats.GaveUp == 0,
+		c.Pending == 0 && c.Wrong == 0 && res.events == want && res.stats.GaveUp == 0,
 		fmt.Sprintf("drained %d of %d; %s; %+v", res.events, want, c, res.stats))
 	return nil
 }
@@ -177,7 +177,7 @@ func runClaim(ctx context.Context, r *run) error {
 
 	r.progress(group, "loading %d processed rows of history", history)
 	t0 := time.Now()
-	if _, err := loadEvents(ctx, histDB, history, true, func(done int64) {
+	if _, err := mysql.LoadProcessed(ctx, histDB, history, func(done int64) {
 		r.progress(group, "  history %d/%d (%.1f s)", done, history, time.Since(t0).Seconds())
 	}); err != nil {
 		return fmt.Errorf("load history: %w", err)
@@ -201,10 +201,10 @@ func runClaim(ctx context.Context, r *run) error {
 					return err
 				}
 			}
-			if _, err := loadEvents(ctx, side.db, pending, false, nil); err != nil {
+			if _, err := mysql.LoadPending(ctx, side.db, pending, nil); err != nil {
 				return fmt.Errorf("load pending: %w", err)
 			}
-			backlog, err := awaitPurge(ctx, side.db, 200, 60*time.Second)
+			backlog, err := mysql.AwaitPurge(ctx, side.db, 200, 60*time.Second)
 			if err != nil {
 				r.progress(group, "  %v; draining anyway", err)
 			}
@@ -259,10 +259,10 @@ func runDrain(ctx context.Context, r *run) error {
 				return err
 			}
 			defer db.Close()
-			if _, err := loadEvents(ctx, db, pending, false, nil); err != nil {
+			if _, err := mysql.LoadPending(ctx, db, pending, nil); err != nil {
 				return err
 			}
-			backlog, err := awaitPurge(ctx, db, 1000, 120*time.Second)
+			backlog, err := mysql.AwaitPurge(ctx, db, 1000, 120*time.Second)
 			if err != nil {
 				r.progress(group, "  %v; draining anyway", err)
 			}

@@ -144,8 +144,8 @@ func (r *run) awaitProcessed(ctx context.Context, group string, db *sql.DB, time
 	deadline := time.Now().Add(timeout)
 	last := time.Now()
 	for {
-		var pending int64
-		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE state = 0").Scan(&pending); err != nil {
+		pending, err := mysql.CountPending(ctx, db)
+		if err != nil {
 			return err
 		}
 		if pending == 0 {
