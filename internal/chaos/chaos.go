@@ -26,7 +26,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/child"
@@ -506,10 +505,12 @@ func (r *run) progressLoop(ctx context.Context, db *sql.DB) {
 			return
 		case <-t.C:
 		}
-		var pending int64 = -1
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = db.QueryRowContext(qctx, "SELECT COUNT(*) FROM events WHERE state = 0").Scan(&pending)
+		pending, err := mysql.CountPending(qctx, db)
 		cancel()
+		if err != nil {
+			pending = -1
+		}
 		r.mu.Lock()
 		rep := r.report
 		r.mu.Unlock()
@@ -562,10 +563,11 @@ func (r *run) client_(ctx context.Context, apiURL string, out chan<- created) {
 func (r *run) settle(ctx context.Context, db *sql.DB) bool {
 	deadline := time.Now().Add(r.cfg.Settle)
 	for time.Now().Before(deadline) {
-		var pending int64 = -1
-		_ = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE state = 0").Scan(&pending)
-		main, _ := r.depth(r.q.URL)
-		dlq, _ := r.depth(r.q.DLQURL)
+		pending, err := mysql.CountPending(ctx, db)
+		if err != nil {
+			pending = -1
+		}
+		main, dlq := r.depth(r.q.URL), r.depth(r.q.DLQURL)
 		if pending == 0 && main == 0 && dlq >= r.report.PoisonInjected {
 			return true
 		}
@@ -578,23 +580,13 @@ func (r *run) settle(ctx context.Context, db *sql.DB) bool {
 	return false
 }
 
-func (r *run) depth(url string) (int, error) {
-	out, err := r.client.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url),
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible},
-	})
+// depth returns the messages a queue holds, visible and in flight, or -1 if it cannot tell.
+func (r *run) depth(url string) int {
+	visible, inFlight, err := queue.Depth(context.Background(), r.client, url)
 	if err != nil {
-		return -1, err
+		return -1
 	}
-	var n int
-	for _, k := range []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
-		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible} {
-		var v int
-		fmt.Sscan(out.Attributes[string(k)], &v)
-		n += v
-	}
-	return n, nil
+	return visible + inFlight
 }
 
 // check verifies the invariants and fills the report.
