@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -126,3 +127,9 @@ func RunWorker(role string) int {
 		}
 	}
 }
+
+// settleCounter counts the events a worker settled, as the worker reports them.
+type settleCounter struct{ settled atomic.Int64 }
+
+func (c *settleCounter) Claiming(string)               {}
+func (c *settleCounter) Settled(_ string, ids []int64) { c.settled.Add(int64(len(ids))) }

@@ -1,0 +1,183 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// check verifies the invariants and fills the report.
+func (r *run) check(ctx context.Context, db *sql.DB, apiURL string, collected []created, settled bool) {
+	rep := &r.report
+	violate := func(format string, args ...any) {
+		rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+	}
+	if !settled {
+		violate("the system did not settle within %s: events still pending or messages still queued", r.cfg.Settle)
+	}
+
+	// What the clients were told.
+	acked := map[int64]bool{} // id -> async
+	for _, c := range collected {
+		switch {
+		case c.err == nil && (c.status == http.StatusCreated || c.status == http.StatusAccepted) && c.id > 0:
+			if _, dup := acked[c.id]; dup {
+				rep.DuplicateIDs++
+				violate("id %d was handed to two clients", c.id)
+			}
+			acked[c.id] = c.async
+			if c.async {
+				rep.AsyncCreates++
+			} else {
+				rep.SyncCreates++
+			}
+		case c.err == nil && c.status == http.StatusServiceUnavailable:
+			rep.Refused++
+		case c.err != nil:
+			rep.NoAnswer++
+		default:
+			rep.OtherStatuses[c.status]++
+		}
+	}
+
+	// What the database holds.
+	type row struct {
+		state, count int
+		by           string
+		hasValue     bool
+	}
+	stored := map[int64]row{}
+	rows, err := db.QueryContext(ctx, "SELECT id, state, process_count, COALESCE(processed_by, ''), value IS NOT NULL FROM events")
+	if err != nil {
+		violate("read events: %v", err)
+		return
+	}
+	for rows.Next() {
+		var id int64
+		var e row
+		if err := rows.Scan(&id, &e.state, &e.count, &e.by, &e.hasValue); err != nil {
+			violate("read events: %v", err)
+			break
+		}
+		if _, dup := stored[id]; dup {
+			rep.DuplicateIDs++
+			violate("id %d is stored twice", id)
+		}
+		stored[id] = e
+	}
+	rows.Close()
+
+	for id, async := range acked {
+		e, ok := stored[id]
+		if !ok {
+			rep.Lost++
+			violate("event %d, whose id a client received, does not exist", id)
+			continue
+		}
+		want := []string{exactlyonce.ByAPI}
+		if async {
+			want = []string{exactlyonce.ByProcessor, exactlyonce.BySweeper}
+		}
+		if e.by != "" && !contains(want, e.by) {
+			violate("event %d (async=%v) processed by %q", id, async, e.by)
+		}
+	}
+	for id, e := range stored {
+		if _, ok := acked[id]; !ok {
+			rep.Orphans++
+		}
+		switch {
+		case e.state != int(exactlyonce.Processed) || !e.hasValue:
+			rep.Lost++
+			violate("event %d never processed (state %d)", id, e.state)
+		case e.count != 1:
+			rep.Duplicates++
+			violate("event %d processed %d times (processed_by %q)", id, e.count, e.by)
+		}
+		switch e.by {
+		case exactlyonce.ByProcessor:
+			rep.ProcessedByProcessor++
+		case exactlyonce.BySweeper:
+			rep.ProcessedBySweeper++
+		}
+	}
+	if rep.Orphans > rep.Refused+rep.NoAnswer+others(rep.OtherStatuses) {
+		violate("%d events stored that no client was told about, more than the %d creates that failed", rep.Orphans,
+			rep.Refused+rep.NoAnswer+others(rep.OtherStatuses))
+	}
+
+	// GET /events equals the acknowledged creates (plus the commits whose answer was lost).
+	resp, err := http.Get(apiURL + "/events")
+	if err != nil {
+		violate("GET /events: %v", err)
+	} else {
+		var body struct {
+			Count int64 `json:"count"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		rep.CountReported = body.Count
+		if want := int64(len(acked) + rep.Orphans); body.Count != want {
+			violate("GET /events says %d; acknowledged creates %d + committed unanswered %d = %d", body.Count, len(acked), rep.Orphans, want)
+		}
+	}
+
+	// The DLQ holds exactly the poison.
+	var dlq []string
+	for range 200 {
+		out, err := r.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(r.q.DLQURL), MaxNumberOfMessages: 10, VisibilityTimeout: 120})
+		if err != nil {
+			violate("read the DLQ: %v", err)
+			break
+		}
+		if len(out.Messages) == 0 {
+			break
+		}
+		for _, m := range out.Messages {
+			dlq = append(dlq, aws.ToString(m.Body))
+		}
+	}
+	rep.PoisonInDLQ = len(dlq)
+	var want []string
+	for i := range rep.PoisonInjected {
+		want = append(want, poisonBody(i))
+	}
+	sort.Strings(dlq)
+	sort.Strings(want)
+	if strings.Join(dlq, "\n") != strings.Join(want, "\n") {
+		violate("the DLQ holds %q; the run injected %q", dlq, want)
+	}
+
+	// Figures from every process.
+	r.mu.Lock()
+	s := r.retired
+	r.mu.Unlock()
+	st := r.apiSnapshot
+	rep.Deadlocks, rep.LockWaitTimeouts, rep.Retries, rep.GaveUp = s.Deadlocks+st.Deadlocks, s.LockWaitTimeouts+st.LockWaitTimeouts, s.Retries+st.Retries, s.GaveUp+st.GaveUp
+	rep.Received, rep.Deleted, rep.Failed, rep.Extended = s.Received, s.Deleted, s.Failed, s.Extended
+}
+
+func others(m map[int]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

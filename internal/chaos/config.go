@@ -1,0 +1,143 @@
+package chaos
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+)
+
+// Config shapes a run. Zero values take the defaults shown.
+type Config struct {
+	// Duration is how long clients create events while things fail. Default 60 s.
+	Duration time.Duration
+	// Clients is the number of concurrent API clients. Default 8.
+	Clients int
+	// Processors and Sweepers are the worker processes kept running (and killed). Defaults 2 and 2.
+	Processors, Sweepers int
+	// KillEvery is the mean pause between two kills of a random worker. Default 1.5 s.
+	KillEvery time.Duration
+	// DBRestarts is how many times the database is restarted, alternately stopped and killed.
+	// Default 2; at least 1.
+	DBRestarts int
+	// Poison is the number of malformed messages injected into the queue. Default 6.
+	Poison int
+	// Visibility is the queue's visibility timeout in seconds (default 3); MaxReceive its
+	// receive limit before the DLQ (default 10).
+	Visibility, MaxReceive int
+	// SweepGrace leaves pending events younger than this to the queue. Default 3 s.
+	SweepGrace time.Duration
+	// Settle bounds the wait, after the clients stop, for every event to be processed and the
+	// poison to reach the DLQ. Default 120 s.
+	Settle time.Duration
+	// SQSEndpoint is the SQS endpoint; empty starts a local goaws (bin/sqslocal).
+	SQSEndpoint string
+	// Self is the executable started for workers, with child.RoleEnv naming the role (its main
+	// must call RunWorker then). Default os.Args[0].
+	Self string
+	// Log receives progress lines. Default: discarded.
+	Log io.Writer
+	// Seed makes the schedule of kills reproducible. Default: random.
+	Seed uint64
+	// BeforeCheck, when set, runs after the system settled and before the checker: the checker's
+	// own test uses it to break the invariants on purpose and see each violation reported.
+	BeforeCheck func(ctx context.Context, db *sql.DB, client *sqs.Client, q queue.Queues) error
+}
+
+func (c *Config) defaults() {
+	c.Duration = cmp.Or(c.Duration, 60*time.Second)
+	c.Clients = cmp.Or(c.Clients, 8)
+	c.Processors = cmp.Or(c.Processors, 2)
+	c.Sweepers = cmp.Or(c.Sweepers, 2)
+	c.KillEvery = cmp.Or(c.KillEvery, 1500*time.Millisecond)
+	c.DBRestarts = max(cmp.Or(c.DBRestarts, 2), 1)
+	c.Poison = cmp.Or(c.Poison, 6)
+	c.Visibility = cmp.Or(c.Visibility, 3)
+	c.MaxReceive = cmp.Or(c.MaxReceive, 10)
+	c.SweepGrace = cmp.Or(c.SweepGrace, 3*time.Second)
+	c.Settle = cmp.Or(c.Settle, 120*time.Second)
+	c.Self = cmp.Or(c.Self, os.Args[0])
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+}
+
+// Report holds the figures of a run and the violations the checker found.
+type Report struct {
+	Seed     uint64
+	Duration time.Duration // the whole run, settling included
+
+	// Creates acknowledged (201 / 202 with an id), and refused (503: the database was restarting).
+	SyncCreates, AsyncCreates int
+	Refused                   int
+	// NoAnswer counts creates that got no HTTP answer at all (none is expected: the API is not killed).
+	NoAnswer int
+	// OtherStatuses counts any other answer to a create, by status (none is expected).
+	OtherStatuses map[int]int
+	// Orphans are events stored whose create the client saw fail (a commit whose answer was lost
+	// while the database went down): allowed up to Refused, and processed like any other.
+	Orphans int
+
+	ProcessorKills, SweeperKills, WorkerStarts int
+	DBStops, DBKills                           int
+	PoisonInjected, PoisonInDLQ                int
+
+	// Figures of the store's retry helper and the mapping, summed over every process.
+	Deadlocks, LockWaitTimeouts, Retries, GaveUp int64
+	Received, Deleted, Failed, Extended          int64
+	ProcessedByProcessor, ProcessedBySweeper     int
+
+	// What the checker found: DuplicateIDs (ids handed out twice or stored twice), Duplicates
+	// (events with an effect other than exactly one), Lost (acknowledged ids not stored, or events
+	// never processed).
+	DuplicateIDs, Duplicates, Lost int
+	CountReported                  int64 // GET /events at the end
+	Violations                     []string
+}
+
+// OK tells whether every invariant held.
+func (r *Report) OK() bool { return len(r.Violations) == 0 }
+
+// String prints the figures.
+func (r *Report) String() string {
+	var b strings.Builder
+	verdict := "PASS: every invariant held"
+	if !r.OK() {
+		verdict = fmt.Sprintf("FAIL: %d violations", len(r.Violations))
+	}
+	fmt.Fprintf(&b, "chaos run (seed %d, %s): %s\n", r.Seed, r.Duration.Round(time.Second), verdict)
+	fmt.Fprintf(&b, "  creates acknowledged   %d (sync %d, async %d); refused (503) while the database was down: %d; no answer: %d; other answers: %v\n",
+		r.SyncCreates+r.AsyncCreates, r.SyncCreates, r.AsyncCreates, r.Refused, r.NoAnswer, r.OtherStatuses)
+	fmt.Fprintf(&b, "  committed unanswered   %d (stored, processed once; the client saw its create fail)\n", r.Orphans)
+	fmt.Fprintf(&b, "  GET /events            %d\n", r.CountReported)
+	fmt.Fprintf(&b, "  kills                  %d (processors %d, sweepers %d); worker starts %d\n",
+		r.ProcessorKills+r.SweeperKills, r.ProcessorKills, r.SweeperKills, r.WorkerStarts)
+	fmt.Fprintf(&b, "  database restarts      %d (stopped %d, killed %d)\n", r.DBStops+r.DBKills, r.DBStops, r.DBKills)
+	fmt.Fprintf(&b, "  retries                %d (deadlocks retried %d, lock wait timeouts %d, gave up %d)\n",
+		r.Retries, r.Deadlocks, r.LockWaitTimeouts, r.GaveUp)
+	fmt.Fprintf(&b, "  queue                  received %d, acknowledged %d, failed %d, visibility extended %d\n",
+		r.Received, r.Deleted, r.Failed, r.Extended)
+	fmt.Fprintf(&b, "  processed async by     processor %d, sweeper %d\n", r.ProcessedByProcessor, r.ProcessedBySweeper)
+	fmt.Fprintf(&b, "  poison                 injected %d, in the DLQ %d\n", r.PoisonInjected, r.PoisonInDLQ)
+	fmt.Fprintf(&b, "  duplicates found       %d ids, %d effects\n", r.DuplicateIDs, r.Duplicates)
+	fmt.Fprintf(&b, "  lost found             %d\n", r.Lost)
+	for i, v := range r.Violations {
+		if i == 20 {
+			fmt.Fprintf(&b, "  ... and %d more\n", len(r.Violations)-20)
+			break
+		}
+		fmt.Fprintf(&b, "  VIOLATION: %s\n", v)
+	}
+	return b.String()
+}

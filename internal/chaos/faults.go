@@ -1,0 +1,118 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// killLoop SIGKILLs a random worker every KillEvery (jittered) and starts a new one of the same
+// role a moment later.
+func (r *run) killLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.jitter(r.cfg.KillEvery)):
+		}
+		r.mu.Lock()
+		if len(r.workers) == 0 {
+			r.mu.Unlock()
+			continue
+		}
+		i := r.intn(len(r.workers))
+		w := r.workers[i]
+		r.workers = append(r.workers[:i:i], r.workers[i+1:]...)
+		if w.role == RoleProcessor {
+			r.report.ProcessorKills++
+		} else {
+			r.report.SweeperKills++
+		}
+		r.mu.Unlock()
+		w.child.Kill()
+		r.retire(w)
+		// Back after a pause, as Lambda would start a new execution environment.
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(r.intn(800)) * time.Millisecond):
+		}
+		if err := r.startWorker(w.role); err != nil {
+			r.logf("restart %s: %v", w.role, err)
+		}
+	}
+}
+
+// restartLoop restarts the database DBRestarts times, spread over the run, alternately with a
+// graceful stop and a kill, each down for 0.5 to 2.5 s.
+func (r *run) restartLoop(ctx context.Context) {
+	start := time.Now()
+	for i := range r.cfg.DBRestarts {
+		at := r.cfg.Duration * time.Duration(i+1) / time.Duration(r.cfg.DBRestarts+1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(start.Add(at))):
+		}
+		r.dbDown.Store(true)
+		var err error
+		if i%2 == 0 {
+			err = r.server.Stop()
+			r.mu.Lock()
+			r.report.DBStops++
+			r.mu.Unlock()
+			r.logf("database stopped")
+		} else {
+			err = r.server.Kill()
+			r.mu.Lock()
+			r.report.DBKills++
+			r.mu.Unlock()
+			r.logf("database killed")
+		}
+		if err != nil {
+			r.logf("database stop: %v", err)
+		}
+		time.Sleep(500*time.Millisecond + time.Duration(r.intn(2000))*time.Millisecond)
+		if err := r.server.Start(); err != nil {
+			r.logf("database start: %v\n%s", err, r.server.ErrorLog())
+		} else {
+			r.logf("database back")
+		}
+		r.dbDown.Store(false)
+	}
+}
+
+// poisonLoop sends the malformed messages at random moments of the first half of the run.
+func (r *run) poisonLoop(ctx context.Context) {
+	for i := range r.cfg.Poison {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(r.intn(int(r.cfg.Duration/time.Duration(2*r.cfg.Poison)) + 1))):
+		}
+		body := poisonBody(i)
+		_, err := r.client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(r.q.URL), MessageBody: aws.String(body)})
+		if err != nil {
+			r.logf("inject poison: %v", err)
+			continue
+		}
+		r.mu.Lock()
+		r.report.PoisonInjected++
+		r.mu.Unlock()
+	}
+}
+
+// poisonBody returns the i-th malformed message: a mix of corruptions, each unique.
+func poisonBody(i int) string {
+	kinds := []string{
+		`poison %d: not json`,
+		`{"id":-%d}`,
+		`{"id":"%d"}`,
+		`{"id":1,"poison":%d}`,
+		`{"id":%d`,
+		`{"id":1e%d}`,
+	}
+	return fmt.Sprintf(kinds[i%len(kinds)], i+1)
+}
