@@ -45,7 +45,11 @@ type reports struct {
 	settled  map[string][]int64
 }
 
-func (r *reports) Claiming(id string) { r.mu.Lock(); r.claiming = append(r.claiming, id); r.mu.Unlock() }
+func (r *reports) Claiming(id string) {
+	r.mu.Lock()
+	r.claiming = append(r.claiming, id)
+	r.mu.Unlock()
+}
 func (r *reports) Settled(id string, ids []int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -131,4 +135,3 @@ func mustPending(t *testing.T, store *mysql.Store) int64 {
 	require.NoError(t, err)
 	return id
 }
-

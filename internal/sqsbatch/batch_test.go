@@ -77,7 +77,9 @@ func TestBatchWorkErrorFailsEveryDecodedMessageButNeverTheHandler(t *testing.T) 
 func TestBatchNeverReportsAnIdentifierOutsideTheBatch(t *testing.T) {
 	t.Parallel()
 	h := &sqsbatch.Handler[int]{Decode: strconv.Atoi,
-		Work: func(context.Context, []sqsbatch.Message[int]) ([]string, error) { return []string{"", "other", "m1"}, nil }}
+		Work: func(context.Context, []sqsbatch.Message[int]) ([]string, error) {
+			return []string{"", "other", "m1"}, nil
+		}}
 	resp, err := h.Handle(context.Background(), batch("1", "2"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"m1"}, failures(resp))
