@@ -144,7 +144,7 @@ func (r *run) awaitProcessed(ctx context.Context, group string, db *sql.DB, time
 	deadline := time.Now().Add(timeout)
 	last := time.Now()
 	for {
-		pending, err := mysql.CountPending(ctx, db)
+		pending, err := mysql.CountOpen(ctx, db)
 		if err != nil {
 			return err
 		}

@@ -20,6 +20,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,10 @@ type run struct {
 	client *sqs.Client
 	q      queue.Queues
 	env    []string
+	store  *mysql.Store
+	// reports is the directory where each worker process writes its reports of what it settled.
+	reports string
+	starts  int // workers started so far; every second one takes the lease path
 
 	mu      sync.Mutex
 	workers []*worker
@@ -98,6 +103,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.store = store
+	if r.reports, err = os.MkdirTemp("", "chaos-reports-"); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(r.reports)
 
 	endpoint := cfg.SQSEndpoint
 	if endpoint == "" {
@@ -116,7 +126,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	r.env = []string{"DB_DSN=" + dsn, "QUEUE_URL=" + r.q.URL, "AWS_ENDPOINT_URL_SQS=" + endpoint,
-		fmt.Sprintf("CHAOS_VISIBILITY=%d", cfg.Visibility), "CHAOS_SWEEP_GRACE=" + cfg.SweepGrace.String()}
+		fmt.Sprintf("CHAOS_VISIBILITY=%d", cfg.Visibility), "CHAOS_SWEEP_GRACE=" + cfg.SweepGrace.String(),
+		"CHAOS_LEASE=" + cfg.Lease.String()}
 
 	// The API, in this process: it is not killed (that is another test's scenario), the database
 	// and the queue under it are.
@@ -196,11 +207,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.stopWorkers()
 	r.apiSnapshot = store.Stats()
 	if cfg.BeforeCheck != nil {
-		if err := cfg.BeforeCheck(ctx, db, r.client, r.q); err != nil {
+		if err := cfg.BeforeCheck(ctx, db, r.client, r.q, r.reports); err != nil {
 			return nil, err
 		}
 	}
-	r.check(ctx, db, apiURL, collected, settled)
+	r.check(ctx, apiURL, collected, settled)
 	r.report.Duration = time.Since(started)
 	return &r.report, nil
 }

@@ -2,20 +2,23 @@ package chaos
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
 )
 
 // check verifies the invariants and fills the report.
-func (r *run) check(ctx context.Context, db *sql.DB, apiURL string, collected []created, settled bool) {
+func (r *run) check(ctx context.Context, apiURL string, collected []created, settled bool) {
 	rep := &r.report
 	violate := func(format string, args ...any) {
 		rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
@@ -48,32 +51,43 @@ func (r *run) check(ctx context.Context, db *sql.DB, apiURL string, collected []
 		}
 	}
 
-	// What the database holds.
-	type row struct {
-		state, count int
-		by           string
-		hasValue     bool
-	}
-	stored := map[int64]row{}
-	rows, err := db.QueryContext(ctx, "SELECT id, state, process_count, COALESCE(processed_by, ''), value IS NOT NULL FROM events")
+	// What the database holds, checked against what the workers reported settling (internal/verify):
+	// every event settled exactly once, by one claim that one worker reported, or by a claim whose
+	// worker reported starting it and was killed (or lost its commit's answer) before reporting more.
+	audit, err := r.store.AuditEvents(ctx)
 	if err != nil {
 		violate("read events: %v", err)
 		return
 	}
-	for rows.Next() {
-		var id int64
-		var e row
-		if err := rows.Scan(&id, &e.state, &e.count, &e.by, &e.hasValue); err != nil {
-			violate("read events: %v", err)
-			break
+	ledger := verify.NewLedger()
+	files, _ := filepath.Glob(filepath.Join(r.reports, "*.reports"))
+	for _, f := range files {
+		if err := ledger.ReadFile(f); err != nil {
+			violate("read the workers' reports %s: %v", filepath.Base(f), err)
 		}
-		if _, dup := stored[id]; dup {
-			rep.DuplicateIDs++
-			violate("id %d is stored twice", id)
-		}
-		stored[id] = e
 	}
-	rows.Close()
+	res := verify.Check(audit, ledger)
+	rep.Reports, rep.Unreported = ledger.Reports(), res.Unreported
+	rep.ProcessedByProcessor, rep.ProcessedBySweeper = res.ByProcessor, res.BySweeper
+	for _, v := range res.Violations {
+		if strings.Contains(v, "more than once") || strings.Contains(v, "reported settled by claim") ||
+			strings.Contains(v, "but claims") {
+			rep.Duplicates++
+		}
+		violate("%s", v)
+	}
+	for _, id := range res.Open {
+		rep.Lost++
+		violate("event %d never processed", id)
+	}
+	stored := make(map[int64]mysql.Audit, len(audit))
+	for _, e := range audit {
+		if _, dup := stored[e.ID]; dup {
+			rep.DuplicateIDs++
+			violate("id %d is stored twice", e.ID)
+		}
+		stored[e.ID] = e
+	}
 
 	for id, async := range acked {
 		e, ok := stored[id]
@@ -86,27 +100,13 @@ func (r *run) check(ctx context.Context, db *sql.DB, apiURL string, collected []
 		if async {
 			want = []string{exactlyonce.ByProcessor, exactlyonce.BySweeper}
 		}
-		if e.by != "" && !contains(want, e.by) {
-			violate("event %d (async=%v) processed by %q", id, async, e.by)
+		if e.By != "" && !slices.Contains(want, e.By) {
+			violate("event %d (async=%v) processed by %q", id, async, e.By)
 		}
 	}
-	for id, e := range stored {
+	for id := range stored {
 		if _, ok := acked[id]; !ok {
 			rep.Orphans++
-		}
-		switch {
-		case e.state != int(exactlyonce.Processed) || !e.hasValue:
-			rep.Lost++
-			violate("event %d never processed (state %d)", id, e.state)
-		case e.count != 1:
-			rep.Duplicates++
-			violate("event %d processed %d times (processed_by %q)", id, e.count, e.by)
-		}
-		switch e.by {
-		case exactlyonce.ByProcessor:
-			rep.ProcessedByProcessor++
-		case exactlyonce.BySweeper:
-			rep.ProcessedBySweeper++
 		}
 	}
 	if rep.Orphans > rep.Refused+rep.NoAnswer+others(rep.OtherStatuses) {
@@ -171,13 +171,4 @@ func others(m map[int]int) int {
 		n += v
 	}
 	return n
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

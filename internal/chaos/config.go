@@ -47,9 +47,15 @@ type Config struct {
 	Log io.Writer
 	// Seed makes the schedule of kills reproducible. Default: random.
 	Seed uint64
+	// Lease is how long the workers that take the lease path hold an event (every second worker
+	// started does: its plain events are leased, worked outside the claim's transaction and
+	// settled under the lease's guard). Default 2 s, so that a killed worker's leases expire
+	// within the run.
+	Lease time.Duration
 	// BeforeCheck, when set, runs after the system settled and before the checker: the checker's
-	// own test uses it to break the invariants on purpose and see each violation reported.
-	BeforeCheck func(ctx context.Context, db *sql.DB, client *sqs.Client, q queue.Queues) error
+	// own test uses it to break the invariants on purpose and see each violation reported. reports
+	// is the directory of the workers' report files (internal/verify).
+	BeforeCheck func(ctx context.Context, db *sql.DB, client *sqs.Client, q queue.Queues, reports string) error
 }
 
 func (c *Config) defaults() {
@@ -58,6 +64,7 @@ func (c *Config) defaults() {
 	c.Processors = cmp.Or(c.Processors, 2)
 	c.Sweepers = cmp.Or(c.Sweepers, 2)
 	c.KillEvery = cmp.Or(c.KillEvery, 1500*time.Millisecond)
+	c.Lease = cmp.Or(c.Lease, 2*time.Second)
 	c.DBRestarts = max(cmp.Or(c.DBRestarts, 2), 1)
 	c.Poison = cmp.Or(c.Poison, 6)
 	c.Visibility = cmp.Or(c.Visibility, 3)
@@ -98,9 +105,14 @@ type Report struct {
 	Received, Deleted, Failed, Extended          int64
 	ProcessedByProcessor, ProcessedBySweeper     int
 
+	// Reports are the settlements the workers reported (internal/verify); Unreported the events
+	// settled by a claim whose worker reported starting it but not what it settled (killed between
+	// the commit and the report, or its commit's answer lost with the database).
+	Reports, Unreported int
+
 	// What the checker found: DuplicateIDs (ids handed out twice or stored twice), Duplicates
-	// (events with an effect other than exactly one), Lost (acknowledged ids not stored, or events
-	// never processed).
+	// (events settled other than exactly once, by the workers' own reports), Lost (acknowledged ids
+	// not stored, or events never processed).
 	DuplicateIDs, Duplicates, Lost int
 	CountReported                  int64 // GET /events at the end
 	Violations                     []string
@@ -129,6 +141,8 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "  queue                  received %d, acknowledged %d, failed %d, visibility extended %d\n",
 		r.Received, r.Deleted, r.Failed, r.Extended)
 	fmt.Fprintf(&b, "  processed async by     processor %d, sweeper %d\n", r.ProcessedByProcessor, r.ProcessedBySweeper)
+	fmt.Fprintf(&b, "  workers' reports       %d settlements; %d events settled by a worker killed before it could report them\n",
+		r.Reports, r.Unreported)
 	fmt.Fprintf(&b, "  poison                 injected %d, in the DLQ %d\n", r.PoisonInjected, r.PoisonInDLQ)
 	fmt.Fprintf(&b, "  duplicates found       %d ids, %d effects\n", r.DuplicateIDs, r.Duplicates)
 	fmt.Fprintf(&b, "  lost found             %d\n", r.Lost)

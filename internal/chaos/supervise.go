@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -29,8 +31,17 @@ func (w *worker) lastStats() WorkerStats {
 	return WorkerStats{}
 }
 
+// startWorker starts a worker process of role. Each writes its reports of what it settled to a file
+// of its own in r.reports, and every second one takes the lease path.
 func (r *run) startWorker(role string) error {
-	c, err := child.StartProcess(r.cfg.Self, nil, append([]string{child.RoleEnv + "=" + role}, r.env...), os.Stderr)
+	r.mu.Lock()
+	r.starts++
+	n := r.starts
+	r.mu.Unlock()
+	env := append([]string{child.RoleEnv + "=" + role,
+		"CHAOS_REPORTS=" + filepath.Join(r.reports, fmt.Sprintf("%s-%d.reports", role, n)),
+		fmt.Sprintf("CHAOS_LEASED=%t", n%2 == 0)}, r.env...)
+	c, err := child.StartProcess(r.cfg.Self, nil, env, os.Stderr)
 	if err != nil {
 		return err
 	}

@@ -14,12 +14,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
 	drv "github.com/go-sql-driver/mysql"
 )
 
@@ -57,7 +59,9 @@ func (s *WorkerStats) add(o WorkerStats) {
 
 // RunWorker is a worker process's main: it runs role until SIGTERM (or until it is killed, which is
 // the point). Configuration comes from the environment: DB_DSN, QUEUE_URL, AWS_ENDPOINT_URL_SQS,
-// CHAOS_VISIBILITY (the queue's visibility timeout in seconds), CHAOS_SWEEP_GRACE.
+// CHAOS_VISIBILITY (the queue's visibility timeout in seconds), CHAOS_SWEEP_GRACE, CHAOS_REPORTS
+// (the file its reports of what it settled go to), CHAOS_LEASED (true: plain events take the lease
+// path) and CHAOS_LEASE (how long).
 func RunWorker(role string) int {
 	_ = drv.SetLogger(stdlog.New(io.Discard, "", 0))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -75,6 +79,16 @@ func RunWorker(role string) int {
 		grace = 3 * time.Second
 	}
 
+	reports, err := verify.OpenFileReporter(os.Getenv("CHAOS_REPORTS"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer reports.Close()
+	leased, _ := strconv.ParseBool(os.Getenv("CHAOS_LEASED"))
+	lease, _ := time.ParseDuration(os.Getenv("CHAOS_LEASE"))
+	works := exactlyonce.Works{exactlyonce.KindPlain: exactlyonce.ValueWork{Leased: leased}}
+
 	var stats func() WorkerStats
 	var run func(context.Context)
 	switch role {
@@ -83,7 +97,7 @@ func RunWorker(role string) int {
 		queueURL := os.Getenv("QUEUE_URL")
 		vis := &sqsbatch.Visibility{Client: client, QueueURL: queueURL,
 			Heartbeat: time.Duration(visibility) * time.Second / 2, Extension: time.Duration(visibility) * time.Second}
-		p := &processing.Processor{Store: store, Logger: log, Visibility: vis}
+		p := &processing.Processor{Store: store, Logger: log, Visibility: vis, Works: works, Lease: lease, Report: reports}
 		m := mapping.New(client, p.Handle, mapping.Config{QueueURL: queueURL, Concurrency: 2, BatchSize: 10,
 			WaitTime: time.Second, Timeout: 30 * time.Second, Logger: log})
 		stats = func() WorkerStats {
@@ -94,9 +108,9 @@ func RunWorker(role string) int {
 		}
 		run = func(ctx context.Context) { _ = m.Run(ctx) }
 	case RoleSweeper:
-		counting := &settleCounter{}
+		counting := &settleCounter{Reporter: reports}
 		s := sweeping.New(store, sweeping.Config{Grace: grace, BatchSize: 20, IdleSleep: 200 * time.Millisecond,
-			IdleJitter: 200 * time.Millisecond, Logger: log, Report: counting})
+			IdleJitter: 200 * time.Millisecond, Logger: log, Report: counting, Works: works, Lease: lease})
 		stats = func() WorkerStats {
 			st := store.Stats()
 			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
@@ -128,8 +142,14 @@ func RunWorker(role string) int {
 	}
 }
 
-// settleCounter counts the events a worker settled, as the worker reports them.
-type settleCounter struct{ settled atomic.Int64 }
+// settleCounter counts the events a worker settled, as the worker reports them, and passes the
+// reports on.
+type settleCounter struct {
+	processing.Reporter
+	settled atomic.Int64
+}
 
-func (c *settleCounter) Claiming(string)               {}
-func (c *settleCounter) Settled(_ string, ids []int64) { c.settled.Add(int64(len(ids))) }
+func (c *settleCounter) Settled(claim string, ids []int64) {
+	c.settled.Add(int64(len(ids)))
+	c.Reporter.Settled(claim, ids)
+}

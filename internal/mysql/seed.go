@@ -124,12 +124,12 @@ func InsertProcessedInto(table string, idFromTable bool) string {
 		"VALUES (?, ?, 10, NOW(6), NOW(6), 'api', 1)"
 }
 
-// CountPending returns the number of pending events (state 0: not leased, not processed), by a
+// CountOpen returns the number of open events (pending, or processing under a lease), by a
 // consistent read of the `open` partition. A run waits on it for the system to have processed
 // everything.
-func CountPending(ctx context.Context, db *sql.DB) (int64, error) {
+func CountOpen(ctx context.Context, db *sql.DB) (int64, error) {
 	var n int64
-	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE state = 0").Scan(&n)
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE state < 10").Scan(&n)
 	return n, err
 }
 
@@ -145,8 +145,8 @@ type EventCounts struct {
 func CountEvents(ctx context.Context, db *sql.DB) (EventCounts, error) {
 	var c EventCounts
 	var maxID sql.NullInt64
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT id), COALESCE(SUM(state = 0), 0),
-  COALESCE(SUM((state = 0 AND process_count <> 0) OR (state <> 0 AND process_count <> 1)), 0), MAX(id) FROM events`).
+	err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT id), COALESCE(SUM(state < 10), 0),
+  COALESCE(SUM((state < 10 AND process_count <> 0) OR (state >= 10 AND process_count <> 1)), 0), MAX(id) FROM events`).
 		Scan(&c.Rows, &c.Distinct, &c.Pending, &c.Wrong, &maxID)
 	if err != nil {
 		return c, err
