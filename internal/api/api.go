@@ -6,6 +6,10 @@
 //	GET  /events        200 {"count"}              count events
 //	GET  /events/{id}   200 {"id", "value", ...}   one event; 404 unknown; 400 not a positive integer
 //
+// The routes are registered one a line in routes(), and routed by an http.ServeMux (router.go).
+// Any other path is a 404, and a known path with another method a 405 with an Allow header; HEAD
+// is not GET, and no path is ever cleaned or redirected.
+//
 // Every error is JSON {"error": "..."}, with a status from one table (statusOf); internal error text
 // never reaches the caller.
 package api
@@ -50,6 +54,8 @@ type Server struct {
 	MaxBodyBytes int64         // default DefaultMaxBodyBytes
 	NewValue     func() string // default exactlyonce.NewValue
 
+	routesOnce sync.Once
+	router     *router
 	groupsOnce sync.Once
 	groups     *asyncGroups
 }
@@ -85,32 +91,19 @@ func toJSON(e exactlyonce.Event) EventJSON {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	path := r.URL.Path
-	switch {
-	case path == "/events":
-		switch r.Method {
-		case http.MethodGet:
-			s.count(w, r)
-		case http.MethodPost:
-			s.create(w, r)
-		default:
-			s.methodNotAllowed(w, "GET, POST")
-		}
-	case path == "/events/async":
-		if r.Method != http.MethodPost {
-			s.methodNotAllowed(w, "POST")
-			return
-		}
-		s.createAsync(w, r)
-	case strings.HasPrefix(path, "/events/") && !strings.Contains(path[len("/events/"):], "/"):
-		if r.Method != http.MethodGet {
-			s.methodNotAllowed(w, "GET")
-			return
-		}
-		s.get(w, r, path[len("/events/"):])
-	default:
-		s.error(w, r, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "no route for %s %s", r.Method, sanitize(path)))
-	}
+	s.routesOnce.Do(func() { s.router = s.routes() })
+	s.router.ServeHTTP(w, r)
+}
+
+// routes are the API's routes, one a line (router.go): the table of the package comment.
+func (s *Server) routes() *router {
+	rt := newRouter(s.notFound, s.methodNotAllowed)
+	rt.handle("POST /events", s.create)
+	rt.handle("POST /events/async", s.createAsync)
+	rt.handle("GET /events", s.count)
+	rt.handle("GET /events/{id}", s.get)
+	rt.handle("GET /events/{$}", s.get) // an empty id, a 400 as it always was, not a 404
+	return rt
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
@@ -165,7 +158,8 @@ func (s *Server) count(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int64{"count": n})
 }
 
-func (s *Server) get(w http.ResponseWriter, r *http.Request, raw string) {
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	raw := r.PathValue("id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != raw {
 		s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "event id must be a positive integer, got %q", sanitize(raw)))
@@ -207,7 +201,11 @@ func (s *Server) readEmptyObject(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) methodNotAllowed(w http.ResponseWriter, allow string) {
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	s.error(w, r, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "no route for %s %s", r.Method, sanitize(r.URL.Path)))
+}
+
+func (s *Server) methodNotAllowed(w http.ResponseWriter, _ *http.Request, allow string) {
 	w.Header().Set("Allow", allow)
 	writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed; use " + allow})
 }
