@@ -3,6 +3,7 @@ package exactlyonce
 import (
 	"crypto/rand"
 	"encoding/hex"
+	mrand "math/rand/v2"
 	"time"
 )
 
@@ -18,10 +19,50 @@ type Claim struct {
 	By string
 	// Lease is how long leased events are held before another worker may claim them.
 	Lease time.Duration
-	// Works gives each kind its work. An event whose kind has none is left as it is (and logged by
-	// the caller through Claimed.Failed).
+	// Works gives each kind its work. An event whose kind has none fails like an event whose work
+	// failed.
 	Works Works
+	// Backoff says how often an event whose work fails is tried again, and after how long.
+	Backoff Backoff
 }
+
+// Backoff is the retry policy of failed work: a failed attempt makes the event wait a random time up
+// to Base * 2^(attempts-1), capped at Max (full jitter, so that events failing together do not come
+// back together), before it is claimable again; the attempt that reaches MaxAttempts marks it
+// failed for good (state failed, with the last error), so that one bad event never blocks the
+// others and is never retried for ever.
+type Backoff struct {
+	MaxAttempts int           // default 5
+	Base        time.Duration // default 1 s
+	Max         time.Duration // default 5 min
+}
+
+// WithDefaults fills the zero fields.
+func (b Backoff) WithDefaults() Backoff {
+	if b.MaxAttempts <= 0 {
+		b.MaxAttempts = 5
+	}
+	if b.Base <= 0 {
+		b.Base = time.Second
+	}
+	if b.Max <= 0 {
+		b.Max = 5 * time.Minute
+	}
+	return b
+}
+
+// Delay returns how long an event waits after its attempt number attempt (1 for the first) failed.
+func (b Backoff) Delay(attempt int) time.Duration {
+	b = b.WithDefaults()
+	bound := b.Max
+	if shift := attempt - 1; shift < 40 && b.Base<<shift < b.Max && b.Base<<shift > 0 {
+		bound = b.Base << shift
+	}
+	return time.Duration(mrand.Int64N(int64(bound))) + 1
+}
+
+// GivesUp tells whether a failure of attempt number attempt is the last one allowed.
+func (b Backoff) GivesUp(attempt int) bool { return attempt >= b.WithDefaults().MaxAttempts }
 
 // Claimed is what one claiming transaction did.
 type Claimed struct {
@@ -29,9 +70,18 @@ type Claimed struct {
 	Settled []int64
 	// Leased are the events leased to the claim: work them, then Settle or Release them.
 	Leased []Event
-	// Failed are the claimed events left open because their inline work failed or their kind has no
-	// work, with why. Their row locks ended with the transaction: they are claimable again.
+	// Failed are the claimed events whose inline work failed (or whose kind has no work), with why.
+	// Each failure is recorded on the event in the claim's transaction: it waits its backoff, or,
+	// out of attempts, it is failed for good (GaveUp).
 	Failed map[int64]error
+	// GaveUp are the events of Failed marked failed for good.
+	GaveUp []int64
+}
+
+// Failure is a failed attempt of an event's work: which attempt it was (1 for the first) and why.
+type Failure struct {
+	Attempt int
+	Err     error
 }
 
 // Count is the number of events the claim took: settled, leased or failed.

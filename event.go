@@ -18,8 +18,11 @@ const (
 	// makes the event claimable again.
 	Processing State = 1
 	// Processed events have their value. An event is processed exactly once.
-	// Settled states are 10 and above (room is left for a failed state).
+	// Settled states are 10 and above.
 	Processed State = 10
+	// Failed events ran out of attempts: their work failed MaxAttempts times (Backoff), and the last
+	// error is kept. They are settled, never claimed again.
+	Failed State = 20
 )
 
 // Settled tells whether s is a settled state (10 and above): the event's work is over and it is
@@ -34,6 +37,8 @@ func (s State) String() string {
 		return "processing"
 	case Processed:
 		return "processed"
+	case Failed:
+		return "failed"
 	default:
 		return "unknown"
 	}
@@ -54,6 +59,11 @@ type Event struct {
 	// ProcessCount counts the writes that processed the event. Exactly-once means it is 1 for
 	// every processed event and 0 for every pending one; it exists so that a violation is visible.
 	ProcessCount int
+	// Attempts counts the failed attempts of its work; LastError is the last failure's reason and
+	// NextAttemptAt when it may be tried again (nil when it has not failed).
+	Attempts      int
+	LastError     string
+	NextAttemptAt *time.Time
 }
 
 // Who processed an event.

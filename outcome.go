@@ -11,11 +11,15 @@ const (
 	OutcomeSettled Outcome = iota + 1
 	// OutcomeAlreadySettled: the event was settled before; nothing was written.
 	OutcomeAlreadySettled
-	// OutcomeBusy: the event is open but another worker holds it right now (its row lock, or an
-	// unexpired lease); nothing was written. Ask again later.
+	// OutcomeBusy: the event is open but not settled by this attempt: another worker holds it right
+	// now (its row lock, or an unexpired lease), or this attempt's work failed and the event waits its
+	// backoff. Ask again later.
 	OutcomeBusy
 	// OutcomeMissing: no event has this id.
 	OutcomeMissing
+	// OutcomeFailed: this attempt's work failed for the last allowed time; the event is settled as
+	// failed, with the error, and never tried again.
+	OutcomeFailed
 )
 
 func (o Outcome) String() string {
@@ -28,6 +32,8 @@ func (o Outcome) String() string {
 		return "busy"
 	case OutcomeMissing:
 		return "missing"
+	case OutcomeFailed:
+		return "failed"
 	}
 	return "unknown"
 }

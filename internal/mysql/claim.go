@@ -12,8 +12,9 @@ import (
 
 // claimed is one row a claim locked.
 type claimed struct {
-	id   int64
-	kind exactlyonce.Kind
+	id       int64
+	kind     exactlyonce.Kind
+	attempts int // failed attempts so far
 }
 
 // ClaimIDs claims those of the named events that are claimable and that nobody else holds, in one
@@ -59,18 +60,22 @@ func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, lock func(*sql.T
 			w, ok := c.Works[r.kind]
 			switch {
 			case !ok:
-				fail(&out, r.id, fmt.Errorf("no work for events of kind %q", r.kind))
+				if err := recordFailure(ctx, tx, &out, c, r, fmt.Errorf("no work for events of kind %q", r.kind)); err != nil {
+					return err
+				}
 			case w.Inline():
-				res, err := w.Do(ctx, exactlyonce.Event{ID: r.id, Kind: r.kind})
-				if err != nil {
-					fail(&out, r.id, err)
+				res, werr := w.Do(ctx, exactlyonce.Event{ID: r.id, Kind: r.kind, Attempts: r.attempts})
+				if werr != nil {
+					if err := recordFailure(ctx, tx, &out, c, r, werr); err != nil {
+						return err
+					}
 					continue
 				}
 				values[r.id] = res.Value
 				out.Settled = append(out.Settled, r.id)
 			default:
 				leased = append(leased, r.id)
-				out.Leased = append(out.Leased, exactlyonce.Event{ID: r.id, Kind: r.kind, State: exactlyonce.Processing})
+				out.Leased = append(out.Leased, exactlyonce.Event{ID: r.id, Kind: r.kind, State: exactlyonce.Processing, Attempts: r.attempts})
 			}
 		}
 		if err := markProcessed(ctx, tx, out.Settled, values, c.By, c.ID); err != nil {
@@ -84,11 +89,69 @@ func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, lock func(*sql.T
 	return out, nil
 }
 
-func fail(c *exactlyonce.Claimed, id int64, err error) {
-	if c.Failed == nil {
-		c.Failed = map[int64]error{}
+// maxErrorText bounds the error kept on an event (last_error is VARCHAR(1024)).
+const maxErrorText = 1024
+
+// failure returns the new state of an event whose attempt number attempt failed under backoff b,
+// how long it waits, and the error text to keep.
+func failure(b exactlyonce.Backoff, attempt int, err error) (state exactlyonce.State, wait time.Duration, text string) {
+	text = strings.ToValidUTF8(err.Error(), "?")
+	if len(text) > maxErrorText {
+		text = strings.ToValidUTF8(text[:maxErrorText], "")
 	}
-	c.Failed[id] = err
+	if b.GivesUp(attempt) {
+		return exactlyonce.Failed, 0, text
+	}
+	return exactlyonce.Pending, b.Delay(attempt), text
+}
+
+// recordFailure records, in the claim's transaction, that the work of the claimed event r failed
+// with werr: the event waits its backoff, or is failed for good.
+func recordFailure(ctx context.Context, tx *sql.Tx, out *exactlyonce.Claimed, c exactlyonce.Claim, r claimed, werr error) error {
+	state, wait, text := failure(c.Backoff, r.attempts+1, werr)
+	if _, err := tx.ExecContext(ctx, query("FailClaimed"), state, text, wait.Microseconds(), state, state, c.By,
+		c.ID, r.id); err != nil {
+		return err
+	}
+	if out.Failed == nil {
+		out.Failed = map[int64]error{}
+	}
+	out.Failed[r.id] = werr
+	if state == exactlyonce.Failed {
+		out.GaveUp = append(out.GaveUp, r.id)
+	}
+	return nil
+}
+
+// Fail records that the work of events leased to claim c failed, each with its error, in one short
+// transaction: each waits its backoff (pending again) or, out of attempts, is failed for good. It
+// returns those failed for good. An event whose lease was taken over is not touched.
+func (s *Store) Fail(ctx context.Context, c exactlyonce.Claim, failures map[int64]exactlyonce.Failure) ([]int64, error) {
+	if len(failures) == 0 {
+		return nil, nil
+	}
+	var gaveUp []int64
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		gaveUp = gaveUp[:0]
+		for id, f := range failures {
+			state, wait, text := failure(c.Backoff, f.Attempt, f.Err)
+			res, err := tx.ExecContext(ctx, query("FailLeased"), state, text, wait.Microseconds(), state, state, c.By,
+				c.ID, c.ID, id)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 1 && state == exactlyonce.Failed {
+				gaveUp = append(gaveUp, id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, interpret("record failed work", err)
+	}
+	return gaveUp, nil
 }
 
 // Settle settles events leased to claim claimID with their results, in one short transaction, and
@@ -321,7 +384,7 @@ func scanClaimed(rows *sql.Rows, err error) ([]claimed, error) {
 	var out []claimed
 	for rows.Next() {
 		var c claimed
-		if err := rows.Scan(&c.id, &c.kind); err != nil {
+		if err := rows.Scan(&c.id, &c.kind, &c.attempts); err != nil {
 			return nil, err
 		}
 		out = append(out, c)

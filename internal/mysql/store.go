@@ -187,12 +187,13 @@ func processedEvent(id int64, value string) exactlyonce.Event {
 // Get returns one event, or an ENOTFOUND error.
 func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 	var (
-		e           exactlyonce.Event
-		value, by   sql.NullString
-		processedAt sql.NullTime
+		e                        exactlyonce.Event
+		value, by, lastError     sql.NullString
+		processedAt, nextAttempt sql.NullTime
 	)
 	err := s.db.QueryRowContext(ctx, query("Get"), id).
-		Scan(&e.ID, &e.Kind, &value, &e.State, &e.CreatedAt, &processedAt, &by, &e.ProcessCount)
+		Scan(&e.ID, &e.Kind, &value, &e.State, &e.CreatedAt, &processedAt, &by, &e.ProcessCount,
+			&e.Attempts, &lastError, &nextAttempt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return exactlyonce.Event{}, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
 	}
@@ -206,6 +207,10 @@ func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 		e.ProcessedAt = &processedAt.Time
 	}
 	e.ProcessedBy = by.String
+	e.LastError = lastError.String
+	if nextAttempt.Valid && e.State == exactlyonce.Pending {
+		e.NextAttemptAt = &nextAttempt.Time
+	}
 	return e, nil
 }
 

@@ -8,6 +8,7 @@ package processing
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -23,8 +24,10 @@ type Store interface {
 	ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Duration, limit int) (exactlyonce.Claimed, error)
 	// Settle settles events leased to claimID and returns those it settled.
 	Settle(ctx context.Context, claimID, by string, results map[int64]exactlyonce.Result) ([]int64, error)
-	// Release gives events leased to claimID back, pending.
+	// Release gives events leased to claimID back, pending, with no attempt counted.
 	Release(ctx context.Context, claimID string, ids []int64) error
+	// Fail records failed attempts of events leased to claim c and returns those failed for good.
+	Fail(ctx context.Context, c exactlyonce.Claim, failures map[int64]exactlyonce.Failure) ([]int64, error)
 	// Outcomes tells, for ids a claim did not take, whether each is settled, busy or missing.
 	Outcomes(ctx context.Context, ids []int64) (map[int64]exactlyonce.Outcome, error)
 }
@@ -54,14 +57,18 @@ type Engine struct {
 	Works exactlyonce.Works
 	// Lease is how long leased events are held. Default DefaultLease.
 	Lease time.Duration
-	// Report, when set, hears of every settlement.
+	// Backoff says how often failed work is tried again and after how long (exactlyonce.Backoff's
+	// defaults: 5 attempts, 1 s doubling up to 5 min, full jitter).
+	Backoff exactlyonce.Backoff
+	// Report, when set, hears of every settlement (an event failed for good is settled too).
 	Report Reporter
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
 func (e *Engine) claim() exactlyonce.Claim {
-	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: e.By, Lease: cmp.Or(e.Lease, DefaultLease), Works: e.Works}
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: e.By, Lease: cmp.Or(e.Lease, DefaultLease), Works: e.Works,
+		Backoff: e.Backoff.WithDefaults()}
 	if c.Works == nil {
 		c.Works = exactlyonce.DefaultWorks()
 	}
@@ -95,16 +102,21 @@ func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactly
 		return nil, err
 	}
 	e.reportSettled(c.ID, claimed.Settled)
+	e.reportSettled(c.ID, claimed.GaveUp)
 	for _, id := range claimed.Settled {
 		out[id] = exactlyonce.OutcomeSettled
 	}
-	for _, id := range e.work(ctx, c, claimed) {
+	done := e.work(ctx, c, claimed)
+	for _, id := range done.settled {
 		out[id] = exactlyonce.OutcomeSettled
 	}
-	// Claimed but not settled: the work failed or ran out of time, or the lease was taken over.
-	// Another attempt will settle them.
+	// Claimed but not settled: the work failed (the event waits its backoff) or ran out of time, or
+	// the lease was taken over. Another attempt will settle it. Out of attempts, it is failed.
 	for id := range claimed.Failed {
 		out[id] = exactlyonce.OutcomeBusy
+	}
+	for _, id := range append(claimed.GaveUp, done.gaveUp...) {
+		out[id] = exactlyonce.OutcomeFailed
 	}
 	for _, ev := range claimed.Leased {
 		if _, ok := out[ev.ID]; !ok {
@@ -138,6 +150,8 @@ type Batch struct {
 	Claimed int
 	// Settled is how many of them were settled.
 	Settled int
+	// Retrying is how many of them failed and wait their backoff; GaveUp how many failed for good.
+	Retrying, GaveUp int
 }
 
 // ProcessDue claims up to limit due events (pending for longer than grace, or leased with an expired
@@ -149,59 +163,87 @@ func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int)
 		return Batch{}, err
 	}
 	e.reportSettled(c.ID, claimed.Settled)
-	settled := len(claimed.Settled) + len(e.work(ctx, c, claimed))
-	return Batch{Claimed: claimed.Count(), Settled: settled}, nil
+	e.reportSettled(c.ID, claimed.GaveUp)
+	done := e.work(ctx, c, claimed)
+	gaveUp := len(claimed.GaveUp) + len(done.gaveUp)
+	return Batch{Claimed: claimed.Count(), Settled: len(claimed.Settled) + len(done.settled),
+		Retrying: len(claimed.Failed) - len(claimed.GaveUp) + done.failed - len(done.gaveUp), GaveUp: gaveUp}, nil
 }
 
 // releaseTimeout bounds the release of leased events whose work did not finish, which runs even
 // when the worker's own context has ended.
 const releaseTimeout = 5 * time.Second
 
-// work does the work of the events leased to claim c, outside any transaction, settles those whose
-// work succeeded and returns them. Events whose work failed, or that the context's end left
-// undone, are released (pending, claimable at once); if even that fails their lease expires.
-func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyonce.Claimed) []int64 {
+// worked is what work did with a claim's leased events.
+type worked struct {
+	settled []int64 // settled
+	gaveUp  []int64 // failed for good
+	failed  int     // work failed (gaveUp included)
+}
+
+// work does the work of the events leased to claim c, outside any transaction, and settles those
+// whose work succeeded. Events whose work failed have the failure recorded (they wait their backoff,
+// or are failed for good); events that the context's end left undone are released (pending,
+// claimable at once, no attempt counted); if even that fails their lease expires.
+func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyonce.Claimed) worked {
 	log := e.logger()
 	for id, err := range claimed.Failed {
-		log.Warn(e.By+": work failed; the event stays open", "id", id, "err", err)
+		log.Warn(e.By+": work failed", "id", id, "err", err)
 	}
+	var out worked
 	if len(claimed.Leased) == 0 {
-		return nil
+		return out
 	}
 	results := make(map[int64]exactlyonce.Result, len(claimed.Leased))
+	failures := map[int64]exactlyonce.Failure{}
 	var release []int64
 	for _, ev := range claimed.Leased {
 		if ctx.Err() != nil {
 			release = append(release, ev.ID)
 			continue
 		}
-		res, err := c.Works[ev.Kind].Do(ctx, ev)
+		w, ok := c.Works[ev.Kind]
+		if !ok {
+			failures[ev.ID] = exactlyonce.Failure{Attempt: ev.Attempts + 1, Err: fmt.Errorf("no work for events of kind %q", ev.Kind)}
+			continue
+		}
+		res, err := w.Do(ctx, ev)
 		if err != nil {
-			log.Warn(e.By+": work failed; releasing the event", "id", ev.ID, "err", err)
-			release = append(release, ev.ID)
+			if ctx.Err() != nil {
+				release = append(release, ev.ID) // cut short by the deadline: not the work's failure
+				continue
+			}
+			log.Warn(e.By+": work failed", "id", ev.ID, "err", err)
+			failures[ev.ID] = exactlyonce.Failure{Attempt: ev.Attempts + 1, Err: err}
 			continue
 		}
 		results[ev.ID] = res
 	}
-	var settled []int64
+	// Settle even if ctx has just ended: the work is done, and the settlement is short.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	if len(results) > 0 {
-		// Settle even if ctx has just ended: the work is done, and the settlement is short.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		var err error
-		settled, err = e.Store.Settle(sctx, c.ID, c.By, results)
-		cancel()
+		settled, err := e.Store.Settle(sctx, c.ID, c.By, results)
 		if err != nil {
 			// The events stay leased until their lease expires; then they are claimed and worked again.
 			log.Error(e.By+": settlement failed; the events are worked again after their lease", "events", len(results), "err", err)
 		}
 		e.reportSettled(c.ID, settled)
+		out.settled = settled
+	}
+	if len(failures) > 0 {
+		out.failed = len(failures)
+		gaveUp, err := e.Store.Fail(sctx, c, failures)
+		if err != nil {
+			log.Warn(e.By+": recording failed work failed; the events are claimable when their lease expires", "events", len(failures), "err", err)
+		}
+		e.reportSettled(c.ID, gaveUp)
+		out.gaveUp = gaveUp
 	}
 	if len(release) > 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		if err := e.Store.Release(rctx, c.ID, release); err != nil {
+		if err := e.Store.Release(sctx, c.ID, release); err != nil {
 			log.Warn(e.By+": release failed; the events are claimable when their lease expires", "events", len(release), "err", err)
 		}
-		cancel()
 	}
-	return settled
+	return out
 }

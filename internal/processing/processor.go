@@ -19,6 +19,8 @@ type Processor struct {
 	Works exactlyonce.Works
 	// Lease is how long leased events are held. Default DefaultLease.
 	Lease time.Duration
+	// Backoff says how often failed work is tried again, and after how long.
+	Backoff exactlyonce.Backoff
 	// Report, when set, hears of every settlement (the exactly-once checker's reports).
 	Report Reporter
 	Logger *slog.Logger
@@ -37,6 +39,8 @@ type Processor struct {
 //   - an event another worker holds right now (its row lock or its lease) fails, so its message
 //     comes back after the visibility timeout and finds it settled (or, if that worker rolled back
 //     or died, claims it);
+//   - an event whose work failed this time fails (it waits its backoff); one whose work failed for
+//     the last allowed time is settled as failed, with its error, and its message succeeds;
 //   - an id that names no event fails (it ends in the dead-letter queue, where someone can look);
 //   - a message naming several events ({"ids": [...]}) succeeds only when every one of them does;
 //   - if the claim's transaction fails, every message fails: nothing was committed (or, if only
@@ -61,7 +65,7 @@ func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) 
 	for _, m := range msgs {
 		ids = append(ids, m.Body...)
 	}
-	engine := &Engine{Store: p.Store, By: exactlyonce.ByProcessor, Works: p.Works, Lease: p.Lease, Report: p.Report,
+	engine := &Engine{Store: p.Store, By: exactlyonce.ByProcessor, Works: p.Works, Lease: p.Lease, Backoff: p.Backoff, Report: p.Report,
 		Logger: p.logger()}
 	outcomes, err := engine.ProcessIDs(ctx, ids)
 	if err != nil {
@@ -77,8 +81,8 @@ func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) 
 	for _, m := range msgs {
 		for _, id := range m.Body {
 			o := outcomes[id]
-			if o == exactlyonce.OutcomeSettled || o == exactlyonce.OutcomeAlreadySettled {
-				continue
+			if o == exactlyonce.OutcomeSettled || o == exactlyonce.OutcomeAlreadySettled || o == exactlyonce.OutcomeFailed {
+				continue // settled: processed, or failed for good (its error is on the event)
 			}
 			if o == exactlyonce.OutcomeMissing {
 				p.logger().Warn("processor: message names no event", "messageId", m.ID, "id", id)
@@ -89,6 +93,7 @@ func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) 
 	}
 	p.logger().Info("processor: batch done", "messages", len(msgs), "events", len(outcomes),
 		"settled", counts[exactlyonce.OutcomeSettled], "alreadySettled", counts[exactlyonce.OutcomeAlreadySettled],
-		"busy", counts[exactlyonce.OutcomeBusy], "missing", counts[exactlyonce.OutcomeMissing], "failed", len(failed))
+		"busy", counts[exactlyonce.OutcomeBusy], "missing", counts[exactlyonce.OutcomeMissing],
+		"gaveUp", counts[exactlyonce.OutcomeFailed], "messagesFailed", len(failed))
 	return failed, nil
 }

@@ -39,6 +39,8 @@ type Config struct {
 	Works exactlyonce.Works
 	// Lease is how long leased events are held. Default processing.DefaultLease.
 	Lease time.Duration
+	// Backoff says how often failed work is tried again, and after how long.
+	Backoff exactlyonce.Backoff
 	// Report, when set, hears of every settlement (the exactly-once checker's reports).
 	Report processing.Reporter
 }
@@ -64,12 +66,14 @@ func New(store processing.Store, cfg Config) *Sweeper {
 		cfg.Logger = slog.Default()
 	}
 	return &Sweeper{cfg: cfg, engine: &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: cfg.Works,
-		Lease: cfg.Lease, Report: cfg.Report, Logger: cfg.Logger}}
+		Lease: cfg.Lease, Backoff: cfg.Backoff, Report: cfg.Report, Logger: cfg.Logger}}
 }
 
 // Result says what one sweep did.
 type Result struct {
 	Processed int  `json:"processed"` // events settled
+	Retrying  int  `json:"retrying"`  // events whose work failed this time: they wait their backoff
+	Failed    int  `json:"failed"`    // events whose work failed for the last time: settled as failed
 	Batches   int  `json:"batches"`
 	Stopped   bool `json:"stoppedForDeadline"` // true if it stopped for the deadline with work possibly left
 }
@@ -89,6 +93,8 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 		}
 		res.Batches++
 		res.Processed += b.Settled
+		res.Retrying += b.Retrying
+		res.Failed += b.GaveUp
 		if b.Claimed < s.cfg.BatchSize {
 			return res, nil
 		}

@@ -18,7 +18,8 @@ INSERT INTO events (id, value, state, created_at) VALUES /*rows*/;
 
 -- name: Get
 -- A consistent (non-locking) read of one event: one subpartition of each state partition.
-SELECT id, kind, value, state, created_at, processed_at, processed_by, process_count
+SELECT id, kind, value, state, created_at, processed_at, processed_by, process_count,
+       attempts, last_error, next_attempt_at
 FROM events WHERE id = ? LIMIT 1;
 
 -- name: Count
@@ -37,25 +38,31 @@ SELECT COUNT(*) FROM events;
 -- A locking scan locks each row it reads and, at READ COMMITTED, releases the rows that do not
 -- match at once. So another worker's scan can hold one of our rows for an instant, and SKIP LOCKED
 -- then skips it although nobody is processing it. claimIDs asks again for such rows (ClaimableIDs).
-SELECT id, kind FROM events
-WHERE state < 10 AND id IN (/*ids*/) AND (state = 0 OR lease_expires_at <= NOW(6))
+SELECT id, kind, attempts FROM events
+WHERE state < 10 AND id IN (/*ids*/)
+  AND ((state = 0 AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6))) OR lease_expires_at <= NOW(6))
 LIMIT ? FOR UPDATE SKIP LOCKED;
 
 -- name: ClaimableIDs
 -- Which of the named events are claimable, by a consistent (non-locking) read of the `open`
 -- partition: it takes no lock and waits for none. Used after a claim to tell an event that another
--- worker really holds (still claimable) from one that is settled, leased, or unknown.
+-- worker really holds (still claimable) from one that is settled, leased, waiting its backoff, or
+-- unknown.
 SELECT id FROM events
-WHERE state < 10 AND id IN (/*ids*/) AND (state = 0 OR lease_expires_at <= NOW(6));
+WHERE state < 10 AND id IN (/*ids*/)
+  AND ((state = 0 AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6))) OR lease_expires_at <= NOW(6));
 
 -- name: ClaimDue
 -- The sweeper's claim: locks up to ? claimable events, skipping any another worker holds: pending
--- events older than the grace period (younger ones are left to the queue path), and processing
--- events whose lease expired (their worker died or gave up). Several sweepers and processors can run
--- this at once; each gets a disjoint set of rows. `state < 10` prunes it to the `open` partition.
-SELECT id, kind FROM events
+-- events older than the grace period (younger ones are left to the queue path) whose backoff, if
+-- their work failed before, is over, and processing events whose lease expired (their worker died or
+-- gave up). An event waiting its backoff does not match, so a failing event never holds up the rows
+-- behind it. Several sweepers and processors can run this at once; each gets a disjoint set of rows.
+-- `state < 10` prunes it to the `open` partition.
+SELECT id, kind, attempts FROM events
 WHERE state < 10
-  AND ((state = 0 AND created_at <= NOW(6) - INTERVAL ? MICROSECOND)
+  AND ((state = 0 AND created_at <= NOW(6) - INTERVAL ? MICROSECOND
+        AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6)))
     OR (state = 1 AND lease_expires_at <= NOW(6)))
 LIMIT ? FOR UPDATE SKIP LOCKED;
 
@@ -121,6 +128,31 @@ LIMIT ?;
 UPDATE events
 SET state = 0, claim_id = NULL, lease_expires_at = NULL
 WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
+
+-- name: FailClaimed
+-- The one-transaction path: records a failed attempt of an event claimed in this transaction (its
+-- row lock held, so `state < 10` is the guard). state is 0 (pending, waiting next_attempt_at) or 20
+-- (failed for good: out of attempts). Assignments are evaluated left to right, so `attempts` is
+-- incremented last. claim_id names the claim that recorded the failure; for a failed event it is the
+-- claim that gave up, and processed_at the time it did.
+UPDATE events
+SET state = ?, last_error = ?, next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND,
+    processed_at = IF(? = 20, NOW(6), NULL), processed_by = IF(? = 20, ?, NULL),
+    claim_id = ?, lease_expires_at = NULL, attempts = attempts + 1
+WHERE state < 10 AND id = ?
+LIMIT 1;
+
+-- name: FailLeased
+-- The lease path: records a failed attempt of an event leased to this claim, as FailClaimed does,
+-- guarded by the lease holder like the settlement (an event whose lease was taken over is not
+-- touched). A short transaction of its own after the work; the row lock this UPDATE takes orders it
+-- against a claim racing for an expired lease.
+UPDATE events
+SET state = ?, last_error = ?, next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND,
+    processed_at = IF(? = 20, NOW(6), NULL), processed_by = IF(? = 20, ?, NULL),
+    claim_id = ?, lease_expires_at = NULL, attempts = attempts + 1
+WHERE state = 1 AND claim_id = ? AND id = ?
+LIMIT 1;
 
 -- name: States
 -- After a claim, tells the ids that were not claimed apart: settled already, open but held by
