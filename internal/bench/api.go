@@ -73,10 +73,5 @@ func runAPI(ctx context.Context, r *run) error {
 			return err
 		}
 	}
-	c, err := mysql.CountEvents(ctx, st.db)
-	if err != nil {
-		return err
-	}
-	r.check(group, "every event processed exactly once, ids unique", c.Pending == 0 && c.Wrong == 0 && c.IDsOK(), c.String())
-	return nil
+	return r.verifySettled(ctx, group, st, idRange{first, preload})
 }

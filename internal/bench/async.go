@@ -248,11 +248,9 @@ func runAsync(ctx context.Context, r *run) error {
 			}
 		}
 	}
-	c, err := mysql.CountEvents(ctx, st.db)
-	if err != nil {
+	if err := r.verifySettled(ctx, group, st); err != nil {
 		return err
 	}
-	r.check(group, "every event processed exactly once, ids unique", c.Pending == 0 && c.Wrong == 0 && c.IDsOK(), c.String())
 
 	// The target holds only if it holds at every client count, as for allocation.
 	worst := judged[0]

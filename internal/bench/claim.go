@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
 )
 
 // defaults is the configuration every function gets when no variable is set: the bench measures
@@ -41,8 +42,13 @@ func (d drainResult) eps() float64 { return float64(d.events) / d.took.Seconds()
 
 // drain burns the pending events down with workers goroutines, each running the sweeper's claim path
 // (processing.Engine.ProcessDue with no grace period) in batches of batch until it finds nothing left. Every
-// worker has its own Store, as separate processes would.
-func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batch int, want int64) (drainResult, error) {
+// worker has its own Store, as separate processes would, and reports its settlements to ledger (the
+// exactly-once check's reports, verifyDrained) when it is not nil. The reports are timed with the
+// drain: Ledger.Settled cost 0.25 to 0.5 us per event in batches of 500 (a mutex, a map append,
+// the map's growth), about 1% of a worker's 38 us per event at 2 workers; ten alternating smoke
+// drains with and without it could not tell them apart (medians 52,240 and 53,445 events/s, runs
+// varying by 20%).
+func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batch int, want int64, ledger *verify.Ledger) (drainResult, error) {
 	var (
 		res     drainResult
 		done    atomic.Int64
@@ -99,6 +105,9 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 			defer wg.Done()
 			// The sweeper's path: the one processing shape, inline work (a value).
 			engine := &processing.Engine{Store: stores[w], By: exactlyonce.BySweeper}
+			if ledger != nil { // a nil *Ledger in the interface would not be a nil Reporter
+				engine.Report = ledger
+			}
 			// Bounded: each batch processes at least one event or the worker stops, and a worker
 			// can never process more than want events.
 			for i := int64(0); i <= want; i++ {
@@ -130,15 +139,19 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 	return res, first
 }
 
-// verifyDrained checks that nothing is pending and that every event was written exactly once.
-func (r *run) verifyDrained(ctx context.Context, group, what string, db *sql.DB, res drainResult, want int64) error {
-	c, err := mysql.CountEvents(ctx, db)
+// verifyDrained checks that nothing is open and that every event was settled exactly once, by the
+// workers' reports in ledger: reportsBefore were there before this drain, which must have added
+// want. seeded are the rows loaded settled (history), which no worker settled.
+func (r *run) verifyDrained(ctx context.Context, group, what string, db *sql.DB, res drainResult, want int64,
+	ledger *verify.Ledger, reportsBefore int, seeded ...idRange) error {
+	chk, err := audit(ctx, db, ledger, seeded...)
 	if err != nil {
 		return err
 	}
-	r.check(group, what+": every event processed exactly once",
-		c.Pending == 0 && c.Wrong == 0 && res.events == want && res.stats.GaveUp == 0,
-		fmt.Sprintf("drained %d of %d; %s; %+v", res.events, want, c, res.stats))
+	reported := int64(ledger.Reports() - reportsBefore)
+	r.check(group, what+": every event settled exactly once, by the workers' reports",
+		settledOnce(chk) && res.events == want && reported == want && res.stats.GaveUp == 0,
+		fmt.Sprintf("drained %d of %d, %d settlements reported; %s; %+v", res.events, want, reported, describe(chk), res.stats))
 	return nil
 }
 
@@ -177,15 +190,21 @@ func runClaim(ctx context.Context, r *run) error {
 
 	r.progress(group, "loading %d processed rows of history", history)
 	t0 := time.Now()
-	if _, err := mysql.LoadProcessed(ctx, histDB, history, func(done int64) {
+	first, err := mysql.LoadProcessed(ctx, histDB, history, func(done int64) {
 		r.progress(group, "  history %d/%d (%.1f s)", done, history, time.Since(t0).Seconds())
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("load history: %w", err)
 	}
+	// The history is seed data, settled by no worker: the exactly-once check leaves it out.
+	seeded := map[string][]idRange{"hist": {{first, history}}}
 	setup := time.Since(t0)
 	r.progress(group, "history loaded in %.1f s", setup.Seconds())
 
 	totals := map[string]*drainResult{"nohist": {}, "hist": {}}
+	// The workers' reports, per database: the hist side keeps every round's events (they become
+	// history), the nohist side starts each round empty.
+	ledgers := map[string]*verify.Ledger{"hist": verify.NewLedger()}
 	for round := range rounds {
 		sides := []struct {
 			name string
@@ -200,6 +219,7 @@ func runClaim(ctx context.Context, r *run) error {
 				if _, err := side.db.ExecContext(ctx, "TRUNCATE TABLE events"); err != nil {
 					return err
 				}
+				ledgers[side.name] = verify.NewLedger()
 			}
 			if _, err := mysql.LoadPending(ctx, side.db, pending, nil); err != nil {
 				return fmt.Errorf("load pending: %w", err)
@@ -208,11 +228,14 @@ func runClaim(ctx context.Context, r *run) error {
 			if err != nil {
 				r.progress(group, "  %v; draining anyway", err)
 			}
-			res, err := r.drain(ctx, group, side.db, workers, batch, pending)
+			ledger := ledgers[side.name]
+			before := ledger.Reports()
+			res, err := r.drain(ctx, group, side.db, workers, batch, pending, ledger)
 			if err != nil {
 				return fmt.Errorf("drain %s: %w", side.name, err)
 			}
-			if err := r.verifyDrained(ctx, group, fmt.Sprintf("%s round %d", side.name, round+1), side.db, res, pending); err != nil {
+			if err := r.verifyDrained(ctx, group, fmt.Sprintf("%s round %d", side.name, round+1), side.db, res, pending,
+				ledger, before, seeded[side.name]...); err != nil {
 				return err
 			}
 			r.progress(group, "round %d/%d %-6s %8.0f events/s (%d deadlocks, purge backlog %d before, max %d during)",
@@ -267,11 +290,12 @@ func runDrain(ctx context.Context, r *run) error {
 				r.progress(group, "  %v; draining anyway", err)
 			}
 			r.progress(group, "draining %d pending events with %d workers, batch %d", pending, workers, batch)
-			res, err := r.drain(ctx, group, db, workers, batch, pending)
+			ledger := verify.NewLedger()
+			res, err := r.drain(ctx, group, db, workers, batch, pending, ledger)
 			if err != nil {
 				return err
 			}
-			if err := r.verifyDrained(ctx, group, fmt.Sprintf("%d workers", workers), db, res, pending); err != nil {
+			if err := r.verifyDrained(ctx, group, fmt.Sprintf("%d workers", workers), db, res, pending, ledger, 0); err != nil {
 				return err
 			}
 			row := Row{Group: group, Name: fmt.Sprintf("drain_w%d_eps", workers), Value: res.eps(), Unit: "events/s",

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -23,6 +24,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
 )
 
 // stack is the local system (internal/local) on a scratch database and goaws.
@@ -39,6 +41,12 @@ type stack struct {
 	// goawsPID is the local SQS process, for CPU accounting.
 	goawsPID int
 	sys      *local.System
+	// ledger hears every settlement of the local system's processor and sweeper (the exactly-once
+	// check's reports); stopSystem stops the local system, so that none is between its commit and
+	// its report when the check reads them. The contenders beside it settle nothing: the events
+	// they create settled are born so, and those they create pending are the processor's.
+	ledger     *verify.Ledger
+	stopSystem func()
 }
 
 // Knobs of the local stack under load. The pool is larger than the Lambda default (4 per execution
@@ -101,8 +109,9 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	}
 
 	sctx, cancelSys := context.WithCancel(context.WithoutCancel(ctx))
+	st.ledger = verify.NewLedger()
 	sys, err := local.Start(sctx, st.store, client, local.Options{
-		HTTPAddr: "127.0.0.1:0", Queues: queues,
+		HTTPAddr: "127.0.0.1:0", Queues: queues, Report: st.ledger,
 		MappingConcurrency: stackMappingConcurrency, MappingBatchSize: stackMappingBatchSize,
 		// Everything async must come through the queue: the sweeper stays out of the measurement.
 		SweepInterval: time.Hour, Sweep: sweeping.Config{Grace: time.Hour, Logger: log},
@@ -111,10 +120,14 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 		cancelSys()
 		return fail(err)
 	}
-	stops = append(stops, func() {
-		cancelSys()
-		_ = sys.Wait()
-	})
+	var stopOnce sync.Once
+	st.stopSystem = func() {
+		stopOnce.Do(func() {
+			cancelSys()
+			_ = sys.Wait()
+		})
+	}
+	stops = append(stops, st.stopSystem)
 	st.url = sys.URL
 	st.sys = sys
 
@@ -164,6 +177,24 @@ func (r *run) awaitProcessed(ctx context.Context, group string, db *sql.DB, time
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
+}
+
+// verifySettled stops the local system and checks that every event is settled exactly once, by the
+// reports of the processor and the sweeper (or born settled by the API and reported by none), and
+// that ids are unique and came from the counter. seeded are rows the bench loaded settled.
+func (r *run) verifySettled(ctx context.Context, group string, st *stack, seeded ...idRange) error {
+	st.stopSystem()
+	chk, err := audit(ctx, st.db, st.ledger, seeded...)
+	if err != nil {
+		return err
+	}
+	r.check(group, "every event settled exactly once, by the workers' reports", settledOnce(chk), describe(chk))
+	c, err := mysql.CountEvents(ctx, st.db)
+	if err != nil {
+		return err
+	}
+	r.check(group, "ids unique and from the status row", c.IDsOK(), c.String())
+	return nil
 }
 
 // dbClockOffset estimates how far the database's NOW(6) is ahead of this process's clock, so that

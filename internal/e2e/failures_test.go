@@ -17,16 +17,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/fault"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,7 +33,9 @@ func fixedValue(id int64) string { return fmt.Sprintf("v%d", id) }
 
 // Invariant: a processor process killed after claiming an event (inside its transaction) and before
 // acknowledging loses nothing: the database rolls the claim back when the connection drops, the
-// message reappears after the visibility timeout, and the event ends processed exactly once.
+// message reappears after the visibility timeout, and the event ends processed exactly once: by the
+// processor that took over, whose report is the only one (the killed one reported its claim
+// starting, and nothing settled).
 func TestProcessorKilledAfterClaimingBeforeAcknowledging(t *testing.T) {
 	t.Parallel()
 	db, dsn := testdb.DB(t, 4)
@@ -42,14 +43,14 @@ func TestProcessorKilledAfterClaimingBeforeAcknowledging(t *testing.T) {
 	id := r.pending(1)[0]
 	msgID := r.send(queue.Encode(id))[0]
 
-	proc := child.Start(t, "processor", "DB_DSN="+dsn, "QUEUE_URL="+r.q.URL,
+	proc, _ := r.child("processor", "DB_DSN="+dsn, "QUEUE_URL="+r.q.URL,
 		"AWS_ENDPOINT_URL_SQS="+localsqs.Endpoint(t), "CHILD_HANG=claimed")
 	_, err := proc.WaitLine("received "+msgID, 30*time.Second)
 	require.NoError(t, err)
 	_, err = proc.WaitLine(fmt.Sprintf("claimed %d", id), 30*time.Second)
 	require.NoError(t, err)
 	// The child holds the claim: no other worker can take the event now.
-	out, err := (&processing.Engine{Store: r.store, By: exactlyonce.BySweeper}).ProcessIDs(context.Background(), []int64{id})
+	out, err := r.engine(exactlyonce.BySweeper).ProcessIDs(context.Background(), []int64{id})
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.OutcomeBusy, out[id], "the killed process held the row lock")
 
@@ -58,34 +59,60 @@ func TestProcessorKilledAfterClaimingBeforeAcknowledging(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the message reappeared and was acknowledged", func() bool {
 		return r.rec.get(r.rec.acks, msgID) == 1 && queueEmpty(t, r.client, r.q.URL)
 	})
-	requireProcessedOnce(t, db, []int64{id}, exactlyonce.ByProcessor)
+	r.settledOnce([]int64{id}, exactlyonce.ByProcessor)
 	require.True(t, queueEmpty(t, r.client, r.q.DLQURL))
 	r.rec.requireNoViolations(t)
 }
 
 // Invariant: a processor killed after it committed and before the mapping acknowledged (deleted)
-// the message: the message reappears, is acknowledged as already processed, and the event keeps
-// process_count 1.
+// the message: the message reappears, is acknowledged as already processed, and the event stays
+// settled once, by the killed processor's claim; the processor that acknowledges the message again
+// settles nothing. Killed after its report was written, the killed processor's report is the
+// event's one report. Killed between the commit and the report (its answer is what a worker whose
+// commit's answer was lost knows, too), the event is settled by a claim that was reported starting
+// and whose settlement nobody reported: the checker counts it as unreported, exactly once, and
+// finds no other report of it.
 func TestProcessorKilledAfterCommittingBeforeAcknowledging(t *testing.T) {
 	t.Parallel()
-	db, dsn := testdb.DB(t, 4)
-	r := newRig(t, rigOptions{visibility: 2, maxReceive: 5, db: db})
-	id := r.pending(1)[0]
-	msgID := r.send(queue.Encode(id))[0]
+	for _, mode := range []string{"handled", "committed"} {
+		name := map[string]string{"handled": "after reporting", "committed": "before reporting"}[mode]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db, dsn := testdb.DB(t, 4)
+			r := newRig(t, rigOptions{visibility: 2, maxReceive: 5, db: db})
+			id := r.pending(1)[0]
+			msgID := r.send(queue.Encode(id))[0]
 
-	proc := child.Start(t, "processor", "DB_DSN="+dsn, "QUEUE_URL="+r.q.URL,
-		"AWS_ENDPOINT_URL_SQS="+localsqs.Endpoint(t), "CHILD_HANG=handled")
-	_, err := proc.WaitLine("handled failures=0", 30*time.Second)
-	require.NoError(t, err)
-	requireProcessedOnce(t, db, []int64{id}, exactlyonce.ByProcessor)
-	proc.Kill()
+			proc, reports := r.child("processor", "DB_DSN="+dsn, "QUEUE_URL="+r.q.URL,
+				"AWS_ENDPOINT_URL_SQS="+localsqs.Endpoint(t), "CHILD_HANG="+mode)
+			if mode == "handled" {
+				_, err := proc.WaitLine("handled failures=0", 30*time.Second)
+				require.NoError(t, err)
+				// The child hangs for good, its reports written: they alone account for the event.
+				alive := verify.NewLedger()
+				require.NoError(t, alive.ReadFile(reports))
+				_, res := checkSettled(t, r.checkStore, alive, []int64{id}, exactlyonce.ByProcessor)
+				require.Equal(t, 1, res.Reported, res.String())
+			} else {
+				_, err := proc.WaitLine(fmt.Sprintf("committed %d", id), 30*time.Second)
+				require.NoError(t, err)
+			}
+			proc.Kill()
 
-	r.run(1, 10)
-	testutil.Eventually(t, 30*time.Second, "the redelivered message was acknowledged", func() bool {
-		return r.rec.get(r.rec.acks, msgID) == 1 && queueEmpty(t, r.client, r.q.URL)
-	})
-	requireProcessedOnce(t, db, []int64{id}, exactlyonce.ByProcessor)
-	r.rec.requireNoViolations(t)
+			r.run(1, 10)
+			testutil.Eventually(t, 30*time.Second, "the redelivered message was acknowledged", func() bool {
+				return r.rec.get(r.rec.acks, msgID) == 1 && queueEmpty(t, r.client, r.q.URL)
+			})
+			if mode == "handled" {
+				r.settledOnce([]int64{id}, exactlyonce.ByProcessor)
+			} else {
+				_, res := r.checkSettled([]int64{id}, exactlyonce.ByProcessor)
+				require.Equal(t, 1, res.Unreported, "the killed processor committed and never reported: %s", res)
+				require.Zero(t, res.Reported, "and nobody else reported settling the event: %s", res)
+			}
+			r.rec.requireNoViolations(t)
+		})
+	}
 }
 
 // Invariant: the same message delivered twice (SQS is at-least-once) has one effect, and both
@@ -121,7 +148,7 @@ func TestSameMessageDeliveredTwice(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, resp.BatchItemFailures, "both deliveries are acknowledged")
 	}
-	requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.ByProcessor)
+	r.settledOnce([]int64{id}, exactlyonce.ByProcessor)
 }
 
 // Invariant: many deliveries naming one event, handled concurrently (duplicate messages, and the
@@ -154,7 +181,7 @@ func TestSameEventDeliveredConcurrently(t *testing.T) {
 	close(start)
 	wg.Wait()
 	require.Positive(t, acked.Load())
-	requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.ByProcessor)
+	r.settledOnce([]int64{id}, exactlyonce.ByProcessor)
 	// Those that found the event held came back (as SQS would redeliver them) and are acknowledged.
 	for range busy.Load() {
 		resp, err := r.proc.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{rec}})
@@ -178,7 +205,7 @@ func TestSameEventDeliveredConcurrently(t *testing.T) {
 		}
 		return queueEmpty(t, r.client, r.q.URL)
 	})
-	requireProcessedOnce(t, r.db, []int64{id, id2}, exactlyonce.ByProcessor)
+	r.settledOnce([]int64{id, id2}, exactlyonce.ByProcessor)
 	require.True(t, queueEmpty(t, r.client, r.q.DLQURL))
 	r.rec.requireNoViolations(t)
 }
@@ -201,15 +228,15 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 			done <- resp
 		}()
 		<-inTx
-		res, err := sweeping.New(r.store, sweeping.Config{Grace: -1, Logger: testLogger()}).Sweep(ctx)
+		res, err := r.sweeper(sweeping.Config{Grace: -1}).Sweep(ctx)
 		require.NoError(t, err)
 		require.Zero(t, res.Processed, "the sweeper skips the event the processor holds")
 		close(release)
 		require.Empty(t, (<-done).BatchItemFailures)
-		res, err = sweeping.New(r.store, sweeping.Config{Grace: -1, Logger: testLogger()}).Sweep(ctx)
+		res, err = r.sweeper(sweeping.Config{Grace: -1}).Sweep(ctx)
 		require.NoError(t, err)
 		require.Zero(t, res.Processed)
-		requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.ByProcessor)
+		r.settledOnce([]int64{id}, exactlyonce.ByProcessor)
 	})
 
 	t.Run("sweeper first", func(t *testing.T) {
@@ -217,7 +244,7 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 		r := newRig(t, rigOptions{visibility: 30, maxReceive: 5})
 		id := r.pending(1)[0]
 		inTx, release := make(chan struct{}), make(chan struct{})
-		s := sweeping.New(r.store, sweeping.Config{Grace: -1, Logger: testLogger(),
+		s := r.sweeper(sweeping.Config{Grace: -1,
 			Works: valueWork(func(int64) string { close(inTx); <-release; return "by-sweeper" })})
 		done := make(chan error)
 		go func() { _, err := s.Sweep(ctx); done <- err }()
@@ -231,7 +258,7 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 		resp, err = r.proc.Handle(ctx, msg)
 		require.NoError(t, err)
 		require.Empty(t, resp.BatchItemFailures, "the message that came back is acknowledged")
-		requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.BySweeper)
+		r.settledOnce([]int64{id}, exactlyonce.BySweeper)
 	})
 
 	t.Run("many at once", func(t *testing.T) {
@@ -250,15 +277,15 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_ = sweeping.New(r.store, sweeping.Config{Grace: -1, BatchSize: 7, IdleSleep: 10 * time.Millisecond,
-					IdleJitter: 10 * time.Millisecond, Logger: testLogger()}).Run(sctx)
+				_ = r.sweeper(sweeping.Config{Grace: -1, BatchSize: 7, IdleSleep: 10 * time.Millisecond,
+					IdleJitter: 10 * time.Millisecond}).Run(sctx)
 			}()
 		}
 		t.Cleanup(func() { cancel(); wg.Wait() })
 		testutil.Eventually(t, 60*time.Second, "every event processed and every message acknowledged", func() bool {
-			return allProcessed(t, r.db, ids) && queueEmpty(t, r.client, r.q.URL)
+			return allSettled(t, r.store, ids) && queueEmpty(t, r.client, r.q.URL)
 		})
-		perPath := requireProcessedOnce(t, r.db, ids, exactlyonce.ByProcessor, exactlyonce.BySweeper)
+		perPath := r.settledOnce(ids, exactlyonce.ByProcessor, exactlyonce.BySweeper)
 		t.Logf("processed by path: %v", perPath)
 		require.True(t, queueEmpty(t, r.client, r.q.DLQURL))
 		r.rec.requireNoViolations(t)
@@ -300,7 +327,7 @@ func TestMalformedMessagesFailEveryTimeAndEndInTheDLQ(t *testing.T) {
 		require.NoError(t, err)
 		return v == len(poison) && queueEmpty(t, r.client, r.q.URL)
 	})
-	requireProcessedOnce(t, r.db, good, exactlyonce.ByProcessor)
+	r.settledOnce(good, exactlyonce.ByProcessor)
 	isPoison := map[string]bool{}
 	for _, p := range poison {
 		isPoison[p] = true
@@ -404,8 +431,10 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 				_, _, acks := r.rec.totals()
 				return acks >= len(before)+len(during) && queueEmpty(t, r.client, r.q.URL)
 			})
-			requireProcessedOnce(t, check, append(before, during...), exactlyonce.ByProcessor)
-			require.Len(t, eventRows(t, check), len(before)+len(during), "nothing lost, nothing extra")
+			r.settledOnce(append(before, during...), exactlyonce.ByProcessor)
+			audit, err := r.checkStore.AuditEvents(ctx)
+			require.NoError(t, err)
+			require.Len(t, audit, len(before)+len(during), "nothing lost, nothing extra")
 			require.True(t, queueEmpty(t, r.client, r.q.DLQURL))
 			r.rec.requireNoViolations(t)
 		})
@@ -449,7 +478,7 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 		_, failures, _ := r.rec.totals()
 		require.Positive(t, proxy.Cut.Load(), "a connection was cut")
 		require.Positive(t, failures, "the batch on the cut connection was reported failed")
-		requireProcessedOnce(t, r.rec.check, ids, exactlyonce.ByProcessor)
+		r.settledOnce(ids, exactlyonce.ByProcessor)
 		r.rec.requireNoViolations(t)
 	})
 
@@ -466,7 +495,12 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 		require.EqualValues(t, 1, proxy.LostCommitReplies.Load(), "the server committed and the reply was lost")
 		require.Equal(t, 1, r.rec.get(r.rec.failures, msgID), "the processor could not know it committed: it failed the message (once)")
 		require.GreaterOrEqual(t, r.rec.get(r.rec.deliveries, msgID), 2, "the message came back and found the event processed")
-		requireProcessedOnce(t, r.rec.check, []int64{id}, exactlyonce.ByProcessor)
+		// The processor whose commit's answer was lost reported its claim starting and, believing
+		// nothing committed, no settlement; the delivery that came back found the event settled and
+		// settled nothing. The table names the first claim: unreported, once, and nobody else's.
+		_, res := r.checkSettled([]int64{id}, exactlyonce.ByProcessor)
+		require.Equal(t, 1, res.Unreported, "the settlement whose commit's answer was lost: %s", res)
+		require.Zero(t, res.Reported, res.String())
 		r.rec.requireNoViolations(t)
 	})
 
@@ -491,7 +525,7 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 			_, _, acks := r.rec.totals()
 			return acks == len(ids) && queueEmpty(t, r.client, r.q.URL)
 		})
-		requireProcessedOnce(t, r.rec.check, ids, exactlyonce.ByProcessor)
+		r.settledOnce(ids, exactlyonce.ByProcessor)
 		r.rec.requireNoViolations(t)
 	})
 }
@@ -520,7 +554,7 @@ func TestSlowProcessingExtendsVisibility(t *testing.T) {
 			testutil.Eventually(t, 60*time.Second, "the message is acknowledged and gone", func() bool {
 				return r.rec.get(r.rec.acks, msgID) >= 1 && queueEmpty(t, r.client, r.q.URL)
 			})
-			requireProcessedOnce(t, r.db, []int64{id}, exactlyonce.ByProcessor)
+			r.settledOnce([]int64{id}, exactlyonce.ByProcessor)
 			if extend {
 				require.Equal(t, 1, r.rec.get(r.rec.deliveries, msgID), "no second delivery while the first worked")
 				require.GreaterOrEqual(t, r.proc.Visibility.Extended.Load(), int64(5))

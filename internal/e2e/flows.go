@@ -121,6 +121,9 @@ func (tg Target) awaitProcessed(t *testing.T, ids []int64, by ...string) {
 		}
 		require.Equal(t, "processed", e.State, "event %d processed within %s", id, tg.settle())
 		require.NotNil(t, e.Value, "event %d has its value", id)
+		// process_count is the settling UPDATE's guard at work, all a target that cannot hear its
+		// workers shows; the local system's tests check the workers' own reports besides
+		// (verify.Check).
 		require.Equal(t, 1, e.ProcessCount, "event %d processed exactly once", id)
 		if len(by) > 0 {
 			require.Contains(t, by, e.ProcessedBy, "event %d", id)

@@ -23,4 +23,7 @@ func TestFlowsAgainstTheLocalSystem(t *testing.T) {
 	t.Run("creates", func(t *testing.T) { FlowCreates(t, tg, 8, 10) })
 	t.Run("duplicate messages", func(t *testing.T) { FlowDuplicateMessages(t, tg) })
 	t.Run("poison", func(t *testing.T) { FlowPoison(t, tg) })
+	// The flows saw each event's process_count through the API (all a deployed target shows); here
+	// the processor's and the sweeper's own reports say each event was settled once.
+	sys.requireSettledOnce(t)
 }

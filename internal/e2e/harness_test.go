@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/exactlyonce/exactlyonce"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,18 +13,23 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/stretchr/testify/require"
 )
 
 // recorder wraps the processor's handler and records every delivery, failure and acknowledgement
 // per message, and checks, at the moment of each acknowledgement, that the event it names is
-// committed as processed: "nothing acknowledged that was not committed".
+// committed as settled: "nothing acknowledged that was not committed". That it was settled once is
+// the workers' reports' to show (checkSettled).
 type recorder struct {
 	check *sql.DB // reads event states, on its own pool
 
@@ -77,7 +82,7 @@ func (r *recorder) wrap(h mapping.Handler) mapping.Handler {
 }
 
 // verify checks, before the mapping deletes them, that every acknowledged message names an event
-// committed as processed exactly once.
+// committed as settled.
 func (r *recorder) verify(acked []events.SQSMessage) {
 	if len(acked) == 0 {
 		return
@@ -96,18 +101,18 @@ func (r *recorder) verify(acked []events.SQSMessage) {
 			continue
 		}
 		for _, id := range ids {
-			var state, count int
+			var state exactlyonce.State
 			var qerr error
 			// The database may be going away or coming back: retry the read, never the verdict.
 			for attempt := 0; attempt < 300; attempt++ {
-				qerr = r.check.QueryRow("SELECT state, process_count FROM events WHERE id = ?", id).Scan(&state, &count)
+				qerr = r.check.QueryRow("SELECT state FROM events WHERE id = ?", id).Scan(&state)
 				if qerr == nil || qerr == sql.ErrNoRows {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			if qerr != nil || state != 10 || count != 1 {
-				bad = append(bad, fmt.Sprintf("message %s acknowledged; event %d state=%d count=%d err=%v", m.MessageId, id, state, count, qerr))
+			if qerr != nil || !state.Settled() {
+				bad = append(bad, fmt.Sprintf("message %s acknowledged; event %d is %s, err=%v", m.MessageId, id, state, qerr))
 			}
 		}
 	}
@@ -153,6 +158,9 @@ func (r *recorder) requireNoViolations(t *testing.T) {
 }
 
 // rig is a queue, a database and the processor behind the local event source mapping, recorded.
+// Every worker it runs reports its settlements to ledger: its processor, its sweepers
+// (r.sweeper), its engines (r.engine) and its child processes (r.child, each through a file of
+// its own, read into the ledger by r.settledOnce once the child is gone).
 type rig struct {
 	t      *testing.T
 	store  *mysql.Store
@@ -161,6 +169,15 @@ type rig struct {
 	q      queue.Queues
 	proc   *processing.Processor
 	rec    *recorder
+	ledger *verify.Ledger
+	// checkStore reads the table for the checks, on the check pool (rigOptions.check).
+	checkStore *mysql.Store
+	children   []reportingChild // child processes whose reports are not read yet
+}
+
+type reportingChild struct {
+	proc    *child.Process
+	reports string
 }
 
 type rigOptions struct {
@@ -182,10 +199,66 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	store, err := mysql.NewStore(db, mysql.StoreConfig{})
 	require.NoError(t, err)
 	client := localsqs.Client(t)
+	checkStore, err := mysql.NewStore(check, mysql.StoreConfig{})
+	require.NoError(t, err)
 	r := &rig{t: t, store: store, db: db, client: client, q: localsqs.Queues(t, client, o.visibility, o.maxReceive),
-		rec: newRecorder(check)}
-	r.proc = &processing.Processor{Store: store, Logger: testLogger()}
+		rec: newRecorder(check), ledger: verify.NewLedger(), checkStore: checkStore}
+	r.proc = &processing.Processor{Store: store, Logger: testLogger(), Report: r.ledger}
 	return r
+}
+
+// sweeper returns a sweeper on the rig's store that reports to the rig's ledger.
+func (r *rig) sweeper(cfg sweeping.Config) *sweeping.Sweeper {
+	cfg.Report = r.ledger
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	return sweeping.New(r.store, cfg)
+}
+
+// engine returns a processing engine on the rig's store, for the path by, that reports to the
+// rig's ledger.
+func (r *rig) engine(by string) *processing.Engine {
+	return &processing.Engine{Store: r.store, By: by, Report: r.ledger, Logger: testLogger()}
+}
+
+// child starts this test binary in role (main_test.go) with env, reporting its settlements to a
+// file of its own (REPORTS), and returns the process and the file.
+func (r *rig) child(role string, env ...string) (*child.Process, string) {
+	r.t.Helper()
+	reports := filepath.Join(r.t.TempDir(), fmt.Sprintf("%s-%d.reports", role, len(r.children)))
+	p := child.Start(r.t, role, append(env, "REPORTS="+reports)...)
+	r.children = append(r.children, reportingChild{proc: p, reports: reports})
+	return p, reports
+}
+
+// collect reads the reports of the rig's child processes into its ledger, once each. A child must
+// be gone: a running one could still report.
+func (r *rig) collect() {
+	r.t.Helper()
+	for _, c := range r.children {
+		select {
+		case <-c.proc.Exited():
+		default:
+			r.t.Fatalf("child process %d still runs: its reports are not final", c.proc.Pid())
+		}
+		require.NoError(r.t, r.ledger.ReadFile(c.reports))
+	}
+	r.children = nil
+}
+
+// checkSettled is checkSettled on the rig's table and ledger, with its children's reports.
+func (r *rig) checkSettled(ids []int64, by ...string) (map[string]int, verify.Result) {
+	r.t.Helper()
+	r.collect()
+	return checkSettled(r.t, r.checkStore, r.ledger, ids, by...)
+}
+
+// settledOnce is requireSettledOnce on the rig's table and ledger, with its children's reports.
+func (r *rig) settledOnce(ids []int64, by ...string) map[string]int {
+	r.t.Helper()
+	r.collect()
+	return requireSettledOnce(r.t, r.checkStore, r.ledger, ids, by...)
 }
 
 // run starts the mapping with the rig's processor and stops it when the test ends.
@@ -242,55 +315,59 @@ func drain(t *testing.T, client *sqs.Client, url string) []string {
 	return bodies
 }
 
-// eventRow is one stored event, as the checks see it.
-type eventRow struct {
-	ID    int64
-	State int
-	Count int
-	By    string
-	Value sql.NullString
-}
-
-func eventRows(t *testing.T, db *sql.DB) map[int64]eventRow {
+// checkSettled checks the table against the workers' own reports of what they settled
+// (internal/verify): the test fails on any violation (an event settled by more than one report, a
+// report the table contradicts, a settled event without its value, ...) and unless every named
+// event is settled, by one of the paths by when any are given. It returns the named events'
+// counts per path and the whole result, whose Unreported settlements (a worker killed, or
+// its commit's answer lost, between the commit and its report) the caller bounds.
+func checkSettled(t *testing.T, store *mysql.Store, l *verify.Ledger, ids []int64, by ...string) (map[string]int, verify.Result) {
 	t.Helper()
-	rows, err := db.Query("SELECT id, state, process_count, COALESCE(processed_by, ''), value FROM events")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	audit, err := store.AuditEvents(ctx)
 	require.NoError(t, err)
-	defer rows.Close()
-	out := map[int64]eventRow{}
-	for rows.Next() {
-		var e eventRow
-		require.NoError(t, rows.Scan(&e.ID, &e.State, &e.Count, &e.By, &e.Value))
-		_, dup := out[e.ID]
+	res := verify.Check(audit, l)
+	require.Empty(t, res.Violations, "exactly once, by the workers' reports: %s", res)
+	byID := make(map[int64]mysql.Audit, len(audit))
+	for _, e := range audit {
+		_, dup := byID[e.ID]
 		require.False(t, dup, "id %d is stored twice", e.ID)
-		out[e.ID] = e
+		byID[e.ID] = e
 	}
-	require.NoError(t, rows.Err())
-	return out
-}
-
-// requireProcessedOnce asserts that every named event is processed, once, by one of the paths.
-func requireProcessedOnce(t *testing.T, db *sql.DB, ids []int64, by ...string) map[string]int {
-	t.Helper()
-	all := eventRows(t, db)
 	perPath := map[string]int{}
 	for _, id := range ids {
-		e, ok := all[id]
+		e, ok := byID[id]
 		require.True(t, ok, "event %d exists", id)
-		require.Equal(t, 10, e.State, "event %d processed", id)
-		require.Equal(t, 1, e.Count, "event %d processed exactly once", id)
-		require.True(t, e.Value.Valid, "event %d has its value", id)
+		require.True(t, e.State.Settled(), "event %d settled, not %s", id, e.State)
 		if len(by) > 0 {
-			require.Contains(t, by, e.By, "event %d processed by", id)
+			require.Contains(t, by, e.By, "event %d settled by", id)
 		}
 		perPath[e.By]++
 	}
+	return perPath, res
+}
+
+// requireSettledOnce is checkSettled where no worker died or lost a commit's answer: every
+// settlement by a worker is reported by that worker, once.
+func requireSettledOnce(t *testing.T, store *mysql.Store, l *verify.Ledger, ids []int64, by ...string) map[string]int {
+	t.Helper()
+	perPath, res := checkSettled(t, store, l, ids, by...)
+	require.Zero(t, res.Unreported, "every settlement reported by the worker that made it: %s", res)
 	return perPath
 }
 
-func allProcessed(t *testing.T, db *sql.DB, ids []int64) bool {
-	all := eventRows(t, db)
+// allSettled tells whether every named event is settled (a progress poll; the check is checkSettled).
+func allSettled(t *testing.T, store *mysql.Store, ids []int64) bool {
+	t.Helper()
+	audit, err := store.AuditEvents(context.Background())
+	require.NoError(t, err)
+	settled := make(map[int64]bool, len(audit))
+	for _, e := range audit {
+		settled[e.ID] = e.State.Settled()
+	}
 	for _, id := range ids {
-		if all[id].State != 10 {
+		if !settled[id] {
 			return false
 		}
 	}

@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -18,6 +20,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,25 +28,54 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func startSystem(t *testing.T, queues queue.Queues, store *mysql.Store, grace time.Duration) *local.System {
+// localSystem is the local system under test; its processor and its sweeper report every
+// settlement to ledger.
+type localSystem struct {
+	*local.System
+	store  *mysql.Store
+	ledger *verify.Ledger
+	stop   func() // stops the system and waits until it has stopped; once
+}
+
+func startSystem(t *testing.T, queues queue.Queues, store *mysql.Store, grace time.Duration) *localSystem {
 	t.Helper()
 	client := localsqs.Client(t)
 	ctx, cancel := context.WithCancel(context.Background())
+	ledger := verify.NewLedger()
 	sys, err := local.Start(ctx, store, client, local.Options{
 		HTTPAddr: "127.0.0.1:0", Queues: queues, SweepInterval: 100 * time.Millisecond,
-		Sweep: sweeping.Config{Grace: grace, Logger: testLogger()},
+		Sweep: sweeping.Config{Grace: grace, Logger: testLogger()}, Report: ledger,
 	}, testLogger())
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, sys.Wait())
-	})
-	return sys
+	var once sync.Once
+	ls := &localSystem{System: sys, store: store, ledger: ledger, stop: func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, sys.Wait())
+		})
+	}}
+	t.Cleanup(ls.stop)
+	return ls
+}
+
+// requireSettledOnce stops the system, so that no settlement is between its commit and its report,
+// and requires every event in the table settled, exactly once by the workers' reports (or born
+// settled by the API and reported by nobody). It returns the events per path.
+func (ls *localSystem) requireSettledOnce(t *testing.T) map[string]int {
+	t.Helper()
+	ls.stop()
+	audit, err := ls.store.AuditEvents(context.Background())
+	require.NoError(t, err)
+	var ids []int64
+	for _, e := range audit {
+		ids = append(ids, e.ID)
+	}
+	return requireSettledOnce(t, ls.store, ls.ledger, ids)
 }
 
 // The contract, over HTTP, with the real queue path: concurrent sync and async creates; every id
-// unique; every async event gets its value within seconds through the queue, processed once; the
-// count is exact.
+// unique; every async event gets its value within seconds through the queue, settled once by the
+// processor's reports; the count is exact.
 func TestLocalSystemEndToEnd(t *testing.T) {
 	t.Parallel()
 	store := testdb.Store(t, mysql.StoreConfig{}, 16)
@@ -54,6 +86,7 @@ func TestLocalSystemEndToEnd(t *testing.T) {
 	tg := Target{APIURL: sys.URL, SQS: client, QueueURL: q.URL, DLQURL: q.DLQURL,
 		Settle: 20 * time.Second, Exclusive: true, AsyncBy: []string{"processor"}}
 	FlowCreates(t, tg, 8, 10)
+	require.Equal(t, map[string]int{exactlyonce.ByAPI: 40, exactlyonce.ByProcessor: 40}, sys.requireSettledOnce(t))
 }
 
 // If the queue send fails after the insert commits, the client still has its id and the sweeper
@@ -73,6 +106,7 @@ func TestQueueSendFailureIsCoveredByTheSweeper(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, "the sweeper processed the event", func() bool {
 		return tg.Get(t, id).ProcessedBy == "sweeper"
 	})
+	require.Equal(t, map[string]int{exactlyonce.BySweeper: 1}, sys.requireSettledOnce(t))
 }
 
 // Stopping the local system sends the messages its API still holds for answered events: an event
@@ -86,9 +120,10 @@ func TestLocalStopSendsTheMessagesStillHeld(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The linger is long, so that only the stop sends the message; the sweeper stays out.
+	ledger := verify.NewLedger()
 	sys, err := local.Start(ctx, store, client, local.Options{
 		HTTPAddr: "127.0.0.1:0", Queues: q, AsyncLinger: time.Hour, SweepInterval: time.Hour,
-		Sweep: sweeping.Config{Grace: time.Hour, Logger: testLogger()},
+		Sweep: sweeping.Config{Grace: time.Hour, Logger: testLogger()}, Report: ledger,
 	}, testLogger())
 	require.NoError(t, err)
 	tg := Target{APIURL: sys.URL}
@@ -103,8 +138,14 @@ func TestLocalStopSendsTheMessagesStillHeld(t *testing.T) {
 	require.NoError(t, err)
 	if pending.Value != nil {
 		require.Equal(t, "processor", pending.ProcessedBy)
+		requireSettledOnce(t, store, ledger, []int64{id}, exactlyonce.ByProcessor)
 		return
 	}
+	audit, err := store.AuditEvents(context.Background())
+	require.NoError(t, err)
+	res := verify.Check(audit, ledger)
+	require.Empty(t, res.Violations, res.String())
+	require.Equal(t, []int64{id}, res.Open, "open, and reported settled by nobody")
 	testutil.Eventually(t, 20*time.Second, "a message naming the event is in the queue", func() bool {
 		out, err := client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
 			QueueUrl: &q.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})

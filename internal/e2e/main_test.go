@@ -20,6 +20,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
 	drv "github.com/go-sql-driver/mysql"
 )
 
@@ -41,8 +42,14 @@ func TestMain(m *testing.M) {
 //	QUEUE_URL              the queue to poll (processor) or send to (api)
 //	CHILD_LINGER           api only: api.AsyncGroup.Linger, a duration; default 0
 //	CHILD_HANG             processor only: "claimed" hangs inside the processing transaction, after
-//	                       the claim and before the commit; "handled" hangs after the handler has
-//	                       returned (committed) and before the mapping acknowledges (deletes)
+//	                       the claim and before the commit; "committed" hangs after the commit and
+//	                       before the processor reports the settlement (so a kill leaves it
+//	                       unreported); "handled" hangs after the handler has returned (committed
+//	                       and reported) and before the mapping acknowledges (deletes)
+//	REPORTS                processor only (required): the file the processor reports its
+//	                       settlements to (verify.FileReporter), for the test's exactly-once check.
+//	                       The api role settles nothing but the events it creates settled, which
+//	                       no worker reports.
 //
 // A child says what it does on stdout, one line per step, for the test to await.
 func runChild(role string) int {
@@ -58,8 +65,17 @@ func runChild(role string) int {
 
 	switch role {
 	case "processor":
-		p := &processing.Processor{Store: store, Logger: log}
+		reports, err := verify.OpenFileReporter(os.Getenv("REPORTS"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "REPORTS:", err)
+			return 2
+		}
 		mode := os.Getenv("CHILD_HANG")
+		var report processing.Reporter = reports
+		if mode == "committed" {
+			report = hangBeforeReporting{Reporter: reports, hang: hang}
+		}
+		p := &processing.Processor{Store: store, Logger: log, Report: report}
 		if mode == "claimed" {
 			p.Works = valueWork(func(id int64) string {
 				fmt.Printf("claimed %d\n", id)
@@ -101,4 +117,18 @@ func runChild(role string) int {
 	}
 	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
 	return 2
+}
+
+// hangBeforeReporting says "committed <id>" for each event a claim settled, and hangs instead of
+// reporting them: the transaction has committed, the report is never written.
+type hangBeforeReporting struct {
+	processing.Reporter
+	hang func()
+}
+
+func (h hangBeforeReporting) Settled(claimID string, ids []int64) {
+	for _, id := range ids {
+		fmt.Printf("committed %d\n", id)
+	}
+	h.hang()
 }

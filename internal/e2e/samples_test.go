@@ -22,6 +22,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/repo"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/stretchr/testify/require"
 )
 
@@ -74,7 +75,8 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 
 	// The SQS sample names event 2 (pending) and carries one corrupted message.
 	sqsEvent := sample[events.SQSEvent](t, "sqs-batch.json")
-	presp, err := (&processing.Processor{Store: store}).Handle(ctx, sqsEvent)
+	ledger := verify.NewLedger() // the processor and the sweeper report what they settle
+	presp, err := (&processing.Processor{Store: store, Report: ledger}).Handle(ctx, sqsEvent)
 	require.NoError(t, err)
 	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: sqsEvent.Records[1].MessageId}}, presp.BatchItemFailures)
 	e, err := store.Get(ctx, 2)
@@ -83,12 +85,15 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 
 	pendingID, err := store.CreatePending(ctx)
 	require.NoError(t, err)
-	sresp, err := sweeping.New(store, sweeping.Config{Grace: -1}).Handle(ctx, sample[events.CloudWatchEvent](t, "scheduled.json"))
+	sresp, err := sweeping.New(store, sweeping.Config{Grace: -1, Report: ledger}).Handle(ctx, sample[events.CloudWatchEvent](t, "scheduled.json"))
 	require.NoError(t, err)
 	require.Equal(t, 1, sresp.Processed)
 	e, err = store.Get(ctx, pendingID)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.BySweeper, e.ProcessedBy)
+	// Event 1 born settled and reported by no worker; 2 and the pending one each reported once.
+	perPath := requireSettledOnce(t, store, ledger, []int64{1, 2, pendingID})
+	require.Equal(t, map[string]int{exactlyonce.ByAPI: 1, exactlyonce.ByProcessor: 1, exactlyonce.BySweeper: 1}, perPath)
 
 	raw, err := os.ReadFile(filepath.Join(repo.Root(), "events", "migrate.json"))
 	require.NoError(t, err)

@@ -48,6 +48,9 @@ type Options struct {
 	// once the event is committed, and a message names the events committed within about this
 	// long. Negative (ASYNC_LINGER=0): answer after the message is sent, as a Lambda does.
 	AsyncLinger time.Duration
+	// Report, when set, hears of every settlement the processor and the sweeper make (the
+	// exactly-once checker's reports, internal/verify); Sweep.Report, when set, is the sweeper's.
+	Report processing.Reporter
 }
 
 // DefaultAsyncLinger is Options.AsyncLinger's default. At 16 clients it let a message name about 50
@@ -79,6 +82,9 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	opt.SweepTimeout = cmp.Or(opt.SweepTimeout, 30*time.Second)
 	opt.AsyncLinger = max(cmp.Or(opt.AsyncLinger, DefaultAsyncLinger), 0)
 	opt.Sweep.Logger = cmp.Or(opt.Sweep.Logger, log)
+	if opt.Sweep.Report == nil {
+		opt.Sweep.Report = opt.Report
+	}
 
 	ln, err := net.Listen("tcp", opt.HTTPAddr)
 	if err != nil {
@@ -90,7 +96,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
 		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}}
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	processor := &processing.Processor{Store: store, Logger: log,
+	processor := &processing.Processor{Store: store, Logger: log, Report: opt.Report,
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
 			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}}
 	m := mapping.New(client, processor.Handle, mapping.Config{
