@@ -202,6 +202,8 @@ func runClaim(ctx context.Context, r *run) error {
 	r.progress(group, "history loaded in %.1f s", setup.Seconds())
 
 	totals := map[string]*drainResult{"nohist": {}, "hist": {}}
+	redelivered := map[string][]float64{} // batches per second, per round
+	redeliveryBatches := pick(r, 300, 30)
 	// The workers' reports, per database: the hist side keeps every round's events (they become
 	// history), the nohist side starts each round empty.
 	ledgers := map[string]*verify.Ledger{"hist": verify.NewLedger()}
@@ -221,7 +223,8 @@ func runClaim(ctx context.Context, r *run) error {
 				}
 				ledgers[side.name] = verify.NewLedger()
 			}
-			if _, err := mysql.LoadPending(ctx, side.db, pending, nil); err != nil {
+			firstPending, err := mysql.LoadPending(ctx, side.db, pending, nil)
+			if err != nil {
 				return fmt.Errorf("load pending: %w", err)
 			}
 			backlog, err := mysql.AwaitPurge(ctx, side.db, 200, 60*time.Second)
@@ -238,8 +241,14 @@ func runClaim(ctx context.Context, r *run) error {
 				ledger, before, seeded[side.name]...); err != nil {
 				return err
 			}
-			r.progress(group, "round %d/%d %-6s %8.0f events/s (%d deadlocks, purge backlog %d before, max %d during)",
-				round+1, rounds, side.name, res.eps(), res.stats.Deadlocks, backlog, res.maxPurge)
+			// The same events delivered again: the processor's path for duplicates and redeliveries.
+			bps, err := redeliveries(ctx, side.db, firstPending, pending, redeliveryBatches)
+			if err != nil {
+				return fmt.Errorf("redeliveries %s: %w", side.name, err)
+			}
+			redelivered[side.name] = append(redelivered[side.name], bps)
+			r.progress(group, "round %d/%d %-6s %8.0f events/s (%d deadlocks, purge backlog %d before, max %d during); redelivered batches %.0f/s",
+				round+1, rounds, side.name, res.eps(), res.stats.Deadlocks, backlog, res.maxPurge, bps)
 			t := totals[side.name]
 			t.events += res.events
 			t.took += res.took
@@ -259,6 +268,11 @@ func runClaim(ctx context.Context, r *run) error {
 		ratio(group, "claim_history_ratio", histRow, bareRow, atLeast(0.8),
 			fmt.Sprintf("draining %d pending events behind %d processed rows vs none, %d rounds", pending, history, rounds)),
 	)
+	redeliveryNote := fmt.Sprintf("batches of %d already settled events through the processor (claim, then Store.Outcomes), %d per round", redeliveryBatch, redeliveryBatches)
+	bareRed := Row{Group: group, Name: "redelivery_nohist_bps", Value: mean(redelivered["nohist"]), Unit: "batches/s", Note: redeliveryNote}
+	histRed := Row{Group: group, Name: "redelivery_hist_bps", Value: mean(redelivered["hist"]), Unit: "batches/s", Note: redeliveryNote}
+	r.add(bareRed, histRed, ratio(group, "redelivery_history_ratio", histRed, bareRed, atLeast(0.8),
+		fmt.Sprintf("redelivered batches behind %d processed rows vs none: the read that classifies unclaimed ids must not scan history", history)))
 	return nil
 }
 

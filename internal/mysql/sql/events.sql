@@ -154,10 +154,13 @@ SET state = ?, last_error = ?, next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND
 WHERE state = 1 AND claim_id = ? AND id = ?
 LIMIT 1;
 
--- name: States
--- After a claim, tells the ids that were not claimed apart: settled already, open but held by
--- another worker (its row lock or its lease), or unknown. A consistent read: it takes no lock and waits for none.
-SELECT id, state FROM events WHERE id IN (/*ids*/);
+-- name: OpenStates
+-- After a claim, which of the ids it did not take are still open: held by another worker (its row
+-- lock or its lease) or waiting a backoff. A consistent read of the `open` partition only (`state <
+-- 10`), so its cost is bounded by the pending set, not by the settled history: the ids it does not
+-- find are settled or unknown, which the status counter tells apart (Outcomes). It takes no lock
+-- and waits for none.
+SELECT id FROM events WHERE state < 10 AND id IN (/*ids*/);
 
 -- name: Audit
 -- For checkers only (tests, the chaos run, the bench): every event with what settled it. A

@@ -10,3 +10,8 @@ SELECT id FROM status FOR UPDATE;
 -- Advances the counter by the number of ids taken, under the lock LockCounter holds. The ids
 -- handed out are (old, old + n].
 UPDATE status SET id = id + ?;
+
+-- name: ReadCounter
+-- The counter's current value, by a consistent read without a lock: every id at or below it has
+-- been handed out. Used to tell an id that names no event (above it) from a settled one (Outcomes).
+SELECT id FROM status;
