@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,13 +14,17 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// VisibilityClient is the one SQS call the extension makes (an *sqs.Client has it).
-// ChangeMessageVisibility, one message at a time, rather than the batch call: local emulators
-// (goaws) implement only this one, and a batch has at most a handful of messages.
+// VisibilityClient is what the extension needs of SQS (an *sqs.Client has it):
+// ChangeMessageVisibility, one message at a time, rather than the batch call (local emulators,
+// goaws, implement only this one, and a batch has at most a handful of messages), and
+// GetQueueAttributes, to read the queue's own visibility timeout once (the event source mapping's
+// permissions include it).
 type VisibilityClient interface {
 	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
 }
 
 // Visibility extends the visibility timeout of a batch's messages while the batch is being
@@ -31,6 +36,12 @@ type VisibilityClient interface {
 // once whatever the queue does, because the claim is a row lock and the settling write is guarded).
 // It saves the second delivery, and with it a busy failure and a wasted receive on the way to the
 // DLQ.
+//
+// An extension only ever extends: each sets at least the queue's own visibility timeout (read once
+// per queue with GetQueueAttributes), counted from that moment, which is later than the deadline the
+// receive gave; setting Extension alone, if it were shorter, would make the messages visible early.
+// If the queue's timeout cannot be read, no extension is made (the messages keep what the queue
+// gave them) and a warning says why.
 //
 // Extension must be longer than Heartbeat, and Heartbeat shorter than the queue's visibility
 // timeout; in AWS the function's timeout is also below it (the mapping requires that), so the
@@ -51,6 +62,30 @@ type Visibility struct {
 	// Extended counts the successful extensions (one per message per heartbeat), for tests and
 	// metrics. Safe for concurrent use.
 	Extended atomic.Int64
+
+	timeouts sync.Map // queue URL -> its visibility timeout (time.Duration), read once
+}
+
+// queueTimeout returns the visibility timeout of the queue at url, read once and remembered.
+func (v *Visibility) queueTimeout(ctx context.Context, url string) (time.Duration, error) {
+	if d, ok := v.timeouts.Load(url); ok {
+		return d.(time.Duration), nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	out, err := v.Client.GetQueueAttributes(cctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameVisibilityTimeout}})
+	if err != nil {
+		return 0, err
+	}
+	secs, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
+	if err != nil || secs < 0 {
+		return 0, fmt.Errorf("queue %s has no readable VisibilityTimeout attribute (%q)", url,
+			out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
+	}
+	d := time.Duration(secs) * time.Second
+	v.timeouts.Store(url, d)
+	return d, nil
 }
 
 // keep starts extending the records' visibility and returns the function that stops it. wg is
@@ -86,13 +121,19 @@ func (v *Visibility) keep(ctx context.Context, records []events.SQSMessage, log 
 						continue
 					}
 				}
+				queueTimeout, err := v.queueTimeout(ctx, url)
+				if err != nil {
+					// Without it an extension might shorten what the queue gave: make none.
+					log.Warn("sqsbatch: cannot read the queue's visibility timeout; not extending", "queue", url, "err", err)
+					continue
+				}
 				// Not the handler's context: a call started just before the deadline still ends
 				// cleanly, and is bounded on its own.
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				_, err := v.Client.ChangeMessageVisibility(cctx, &sqs.ChangeMessageVisibilityInput{
+				_, err = v.Client.ChangeMessageVisibility(cctx, &sqs.ChangeMessageVisibilityInput{
 					QueueUrl:          aws.String(url),
 					ReceiptHandle:     aws.String(r.ReceiptHandle),
-					VisibilityTimeout: int32(max(extension/time.Second, 1)),
+					VisibilityTimeout: int32(max(max(extension, queueTimeout)/time.Second, 1)),
 				})
 				cancel()
 				if err != nil {
