@@ -9,8 +9,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 )
 
-// The metrics Handle publishes after every invocation, in namespace Metrics.Namespace with the
-// dimension Function=sweeper. infra/alarms.go alarms on them; docs/deploy.md says why.
+// The metrics Handle publishes after every invocation, in namespace Metrics.Namespace with the one
+// dimension FunctionName=Metrics.Function. infra/alarms.go alarms on them; docs/deploy.md says why.
 const (
 	// MetricOldestPendingAge is the age in seconds of the oldest event waiting for a worker (pending,
 	// or leased with an expired lease), read after the sweep: 0 when nothing waits. Left out of the
@@ -25,8 +25,10 @@ const (
 
 	// DefaultNamespace is Metrics.Namespace's default.
 	DefaultNamespace = "ExactlyOnce"
-	// FunctionDimension is the value of the Function dimension of the sweeper's metrics.
-	FunctionDimension = "sweeper"
+	// FunctionNameDimension is the name of the metrics' one dimension, as in AWS/Lambda's metrics.
+	FunctionNameDimension = "FunctionName"
+	// DefaultFunction is Metrics.Function's default.
+	DefaultFunction = "sweeper"
 )
 
 // ageReadTimeout bounds the read of the oldest age, and publishMargin is kept before the
@@ -45,6 +47,11 @@ type Metrics struct {
 	Out io.Writer
 	// Namespace of the metrics. Default DefaultNamespace.
 	Namespace string
+	// Function is the value of the FunctionName dimension. Default DefaultFunction. The Lambda
+	// passes its own name (AWS_LAMBDA_FUNCTION_NAME), unique in its account and region: with a fixed
+	// value, two stacks in one account would feed one metric, and one stack's sweeper would hide the
+	// other's silence from its alarm.
+	Function string
 }
 
 // waitingAges is the store's read of the oldest waiting event's age (mysql.Store has it).
@@ -73,7 +80,7 @@ func (s *Sweeper) publish(ctx context.Context, res Result, sweepErr error) {
 	}
 	line := metrics.Line{
 		Namespace:  cmp.Or(m.Namespace, DefaultNamespace),
-		Dimensions: []metrics.Dimension{{Name: "Function", Value: FunctionDimension}},
+		Dimensions: []metrics.Dimension{{Name: FunctionNameDimension, Value: cmp.Or(m.Function, DefaultFunction)}},
 		Time:       time.Now(),
 		Values:     values,
 	}

@@ -29,9 +29,9 @@ func (l *lines) Write(p []byte) (int, error) {
 }
 
 // published returns the EMF lines written so far, each parsed as a JSON object, and checks what
-// every line of the sweeper must hold: the namespace, the Function=sweeper dimension, and a member
+// every line of the sweeper must hold: the namespace, the FunctionName dimension, and a member
 // for each metric the directive names (and no metric member the directive does not name).
-func (l *lines) published(t *testing.T) []map[string]any {
+func (l *lines) published(t *testing.T, function string) []map[string]any {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -47,8 +47,8 @@ func (l *lines) published(t *testing.T) []map[string]any {
 		require.NotZero(t, aws["Timestamp"])
 		d := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
 		require.Equal(t, sweeping.DefaultNamespace, d["Namespace"])
-		require.Equal(t, []any{[]any{"Function"}}, d["Dimensions"])
-		require.Equal(t, sweeping.FunctionDimension, root["Function"])
+		require.Equal(t, []any{[]any{sweeping.FunctionNameDimension}}, d["Dimensions"])
+		require.Equal(t, function, root[sweeping.FunctionNameDimension])
 		named := map[string]bool{}
 		for _, m := range d["Metrics"].([]any) {
 			name := m.(map[string]any)["Name"].(string)
@@ -81,18 +81,18 @@ func TestHandlePublishesOneMetricLinePerInvocation(t *testing.T) {
 	// Events younger than the grace period are left to the queue path: the age is of what is left.
 	pending(t, store, 3)
 	backdate(t, store, 5*time.Minute)
-	waiting := sweeping.New(store, sweeping.Config{Grace: time.Hour, Metrics: sweeping.Metrics{Out: out}})
+	waiting := sweeping.New(store, sweeping.Config{Grace: time.Hour, Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}})
 	_, err := waiting.Handle(ctx, events.CloudWatchEvent{})
 	require.NoError(t, err)
 
-	all := sweeping.New(store, sweeping.Config{Grace: -1, Metrics: sweeping.Metrics{Out: out}})
+	all := sweeping.New(store, sweeping.Config{Grace: -1, Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}})
 	res, err := all.Handle(ctx, events.CloudWatchEvent{})
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Processed)
 	_, err = all.Handle(ctx, events.CloudWatchEvent{})
 	require.NoError(t, err)
 
-	got := out.published(t)
+	got := out.published(t, "ExactlyOnce-SweeperFunction")
 	require.Len(t, got, 3, "one line per invocation")
 
 	require.EqualValues(t, 0, got[0][sweeping.MetricSettled])
@@ -119,7 +119,7 @@ func TestHandlePublishesWhenTheSweepFails(t *testing.T) {
 		_, err := s.Handle(context.Background(), events.CloudWatchEvent{})
 		require.Error(t, err)
 	}
-	got := out.published(t)
+	got := out.published(t, sweeping.DefaultFunction)
 	require.Len(t, got, 2, "one line per invocation, failed or not")
 	for _, line := range got {
 		require.EqualValues(t, 1, line[sweeping.MetricSweepErrors])
@@ -140,7 +140,7 @@ func TestHandlePublishesBeforeTheDeadline(t *testing.T) {
 	res, err := s.Handle(ctx, events.CloudWatchEvent{})
 	require.NoError(t, err)
 	require.True(t, res.Stopped)
-	got := out.published(t)
+	got := out.published(t, sweeping.DefaultFunction)
 	require.Len(t, got, 1)
 	require.EqualValues(t, 0, got[0][sweeping.MetricSweepErrors])
 	require.NotContains(t, got[0], sweeping.MetricOldestPendingAge, "no time was left to read the age")
