@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
@@ -13,10 +15,11 @@ import (
 type AlarmsProps struct {
 	Queues    *Queues
 	Processor awslambda.IFunction
+	Sweeper   awslambda.IFunction
 	API       awsapigateway.RestApi
 }
 
-// Alarms are the four signals that exactly-once processing has stopped being true or timely.
+// Alarms are the signals that exactly-once processing has stopped being true or timely.
 // They have no actions: attach an SNS topic (or look at them in the console) per account policy.
 type Alarms struct {
 	constructs.Construct
@@ -24,7 +27,30 @@ type Alarms struct {
 	QueueAge       awscloudwatch.Alarm
 	ProcessorError awscloudwatch.Alarm
 	API5xx         awscloudwatch.Alarm
+	// The sweeper is the only path for an event whose message was lost: these two say it stopped.
+	SweeperErrors awscloudwatch.Alarm
+	PendingAge    awscloudwatch.Alarm
 }
+
+// The sweeper's alarms. docs/deploy.md ("Alarms") gives the reasoning; the tests read these.
+const (
+	// sweepGrace is SWEEP_GRACE as the sweeper runs: the stack leaves it at the sweeper's default.
+	sweepGrace = 10 * time.Second
+	// pendingAgeAlarm is the age of the oldest waiting event above which the sweeper has failed to
+	// take it. A working sweeper claims every pending event (and every expired lease) older than its
+	// grace, whatever its queue message is doing: an event becomes due sweepGrace after its creation,
+	// the next run starts at most sweepRate later and ends within sweeperTimeout. 130 s.
+	pendingAgeAlarm = sweepGrace + sweepRate + sweeperTimeout
+	// Both alarms look at one-minute periods (one sweeper run each) and need 3 bad ones out of the
+	// last 5: a sweeper that fails or falls silent alarms in 3 to 5 minutes, while one failed run (a
+	// database failover, a deploy) or one late or missing datapoint does not.
+	sweeperAlarmPeriod      = time.Minute
+	sweeperAlarmEvaluations = 5
+	sweeperAlarmDatapoints  = 3
+	sweeperMetricsNamespace = "ExactlyOnce"             // sweeping.DefaultNamespace
+	sweeperMetricPendingAge = "OldestPendingAgeSeconds" // sweeping.MetricOldestPendingAge
+	sweeperMetricDimension  = "FunctionName"            // sweeping.FunctionNameDimension
+)
 
 // NewAlarms creates the alarms.
 func NewAlarms(scope constructs.Construct, id string, props AlarmsProps) *Alarms {
@@ -72,6 +98,43 @@ func NewAlarms(scope constructs.Construct, id string, props AlarmsProps) *Alarms
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+
+	sweeperPeriod := awscdk.Duration_Seconds(jsii.Number(sweeperAlarmPeriod.Seconds()))
+	// Errors counts failed runs (a returned error, a timeout) and runs that never started: a
+	// sweeper that exits during init (bad configuration) fails each invocation with
+	// Runtime.ExitError. No run, no datapoint: missing data is not an error here, the age alarm
+	// below treats it as one.
+	a.SweeperErrors = props.Sweeper.MetricErrors(&awscloudwatch.MetricOptions{
+		Period: sweeperPeriod, Statistic: jsii.String("Sum"),
+	}).CreateAlarm(c, jsii.String("SweeperErrors"), &awscloudwatch.CreateAlarmOptions{
+		AlarmDescription: jsii.String("The sweeper failed (error, timeout, or could not start) in 3 of the last 5 minutes: " +
+			"events whose queue message was lost are not being processed. See its log group."),
+		Threshold:          jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(sweeperAlarmEvaluations),
+		DatapointsToAlarm:  jsii.Number(sweeperAlarmDatapoints),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+
+	// Published by the sweeper after each run (one EMF line on stdout, internal/sweeping/metrics.go).
+	// Missing data is breaching: a sweeper that is not invoked, cannot start, or cannot read the
+	// database publishes no age, and silence must not look healthy.
+	a.PendingAge = awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String(sweeperMetricsNamespace),
+		MetricName:    jsii.String(sweeperMetricPendingAge),
+		DimensionsMap: &map[string]*string{sweeperMetricDimension: props.Sweeper.FunctionName()},
+		Period:        sweeperPeriod,
+		Statistic:     jsii.String("Maximum"),
+	}).CreateAlarm(c, jsii.String("PendingAge"), &awscloudwatch.CreateAlarmOptions{
+		AlarmDescription: jsii.String("An event has waited for a worker longer than a working sweeper allows " +
+			"(grace + one schedule interval + one run), or the sweeper published no age (not running, " +
+			"cannot start, or cannot read the database), in 3 of the last 5 minutes."),
+		Threshold:          jsii.Number(pendingAgeAlarm.Seconds()),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(sweeperAlarmEvaluations),
+		DatapointsToAlarm:  jsii.Number(sweeperAlarmDatapoints),
+		TreatMissingData:   awscloudwatch.TreatMissingData_BREACHING,
 	})
 	return a
 }

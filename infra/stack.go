@@ -93,6 +93,7 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 	NewAlarms(stack, "Alarms", AlarmsProps{
 		Queues:    s.Queues,
 		Processor: s.Functions.Processor,
+		Sweeper:   s.Functions.Sweeper,
 		API:       s.API,
 	})
 

@@ -15,6 +15,9 @@ func main() {
 	cfg := config.Must(config.Load(os.Getenv))
 	s := sweeping.New(config.Must(cfg.OpenStore(context.Background())), sweeping.Config{
 		BatchSize: cfg.SweepBatchSize, Grace: cfg.SweepGrace, Logger: cfg.Logger(),
+		// One EMF line per invocation on stdout, the function's log group: CloudWatch turns it into
+		// the metrics the sweeper's alarms watch (infra/alarms.go), per function name.
+		Metrics: sweeping.Metrics{Out: os.Stdout, Function: os.Getenv("AWS_LAMBDA_FUNCTION_NAME")},
 	})
 	lambda.Start(s.Handle)
 }

@@ -35,6 +35,8 @@ type Config struct {
 	// random duration up to IdleJitter. Defaults 1 s and 0.5 s.
 	IdleSleep, IdleJitter time.Duration
 	Logger                *slog.Logger
+	// Metrics says where Handle publishes each invocation's metrics (metrics.go). Default none.
+	Metrics Metrics
 	// Works gives each kind its work. Default exactlyonce.DefaultWorks().
 	Works exactlyonce.Works
 	// Lease is how long leased events are held. Default processing.DefaultLease.
@@ -105,6 +107,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 func (s *Sweeper) Handle(ctx context.Context, _ events.CloudWatchEvent) (Result, error) {
 	start := time.Now()
 	res, err := s.Sweep(ctx)
+	s.publish(ctx, res, err)
 	if err != nil {
 		s.cfg.Logger.Error("sweeper: sweep failed", "processed", res.Processed, "err", err)
 		return res, err

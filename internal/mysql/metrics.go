@@ -1,0 +1,22 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// OldestWaitingAge returns how long the oldest event waiting for a worker has existed: a pending
+// event, or a leased one whose lease expired. Zero when none waits. Measured on the database's
+// clock (created_at and NOW(6) come from the same server), so the caller's clock does not matter.
+// It reads only the `open` partition and takes no lock (sql/metrics.sql).
+func (s *Store) OldestWaitingAge(ctx context.Context) (time.Duration, error) {
+	var us sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, query("OldestWaitingAge")).Scan(&us); err != nil {
+		return 0, interpret("read the oldest waiting event's age", err)
+	}
+	if !us.Valid || us.Int64 < 0 {
+		return 0, nil
+	}
+	return time.Duration(us.Int64) * time.Microsecond, nil
+}

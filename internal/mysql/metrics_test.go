@@ -1,0 +1,139 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+// backdate moves an event's creation into the past, behind the store's back, so that ages are
+// known without waiting for them.
+func backdate(t *testing.T, store *mysql.Store, id int64, by time.Duration) {
+	t.Helper()
+	_, err := store.DB().Exec("UPDATE events SET created_at = NOW(6) - INTERVAL ? MICROSECOND WHERE id = ?", by.Microseconds(), id)
+	require.NoError(t, err)
+}
+
+// requireAge checks the oldest waiting age: at least want (the backdating), and not much more
+// (the time the test itself takes).
+func requireAge(t *testing.T, store *mysql.Store, want time.Duration, why string) {
+	t.Helper()
+	got, err := store.OldestWaitingAge(context.Background())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, got, want, why)
+	require.Less(t, got, want+30*time.Second, why)
+}
+
+// The age of the oldest event waiting for a worker: pending, or leased with an expired lease.
+// Settled events and live leases, however old, are not waiting.
+func TestOldestWaitingAge(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	ctx := context.Background()
+
+	age, err := store.OldestWaitingAge(ctx)
+	require.NoError(t, err)
+	require.Zero(t, age, "nothing waits in an empty table")
+
+	// A settled event, older than anything else: not waiting.
+	done, err := store.CreateProcessed(ctx, "v")
+	require.NoError(t, err)
+	backdate(t, store, done.ID, 100*time.Hour)
+	age, err = store.OldestWaitingAge(ctx)
+	require.NoError(t, err)
+	require.Zero(t, age, "a processed event is not waiting")
+
+	fresh, err := store.CreatePending(ctx)
+	require.NoError(t, err)
+	old, err := store.CreatePending(ctx)
+	require.NoError(t, err)
+	backdate(t, store, old, 5*time.Minute)
+	requireAge(t, store, 5*time.Minute, "the oldest pending event")
+
+	// Leased under a live lease, older still: a worker has it, it is not waiting.
+	live, err := store.CreatePending(ctx)
+	require.NoError(t, err)
+	got, err := store.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, time.Hour), []int64{live})
+	require.NoError(t, err)
+	require.Len(t, got.Leased, 1)
+	backdate(t, store, live, 50*time.Hour)
+	requireAge(t, store, 5*time.Minute, "a live lease is not waiting")
+
+	// The same lease, expired: its worker is gone, the event waits again.
+	_, err = store.DB().Exec("UPDATE events SET lease_expires_at = NOW(6) - INTERVAL 1 SECOND WHERE id = ?", live)
+	require.NoError(t, err)
+	requireAge(t, store, 50*time.Hour, "an expired lease is waiting")
+
+	// Settle the expired lease and the old pending event: the fresh one is what is left.
+	processed, err := processIDs(ctx, store, false, live, old)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.OutcomeSettled, processed[live])
+	require.Equal(t, exactlyonce.OutcomeSettled, processed[old])
+	age, err = store.OldestWaitingAge(ctx)
+	require.NoError(t, err)
+	require.Less(t, age, time.Minute, "only the fresh event (%d) waits", fresh)
+
+	_, err = processIDs(ctx, store, false, fresh)
+	require.NoError(t, err)
+	age, err = store.OldestWaitingAge(ctx)
+	require.NoError(t, err)
+	require.Zero(t, age, "nothing waits once everything is settled")
+}
+
+// The read is pruned to the `open` partition, so its cost is bounded by the open events and not by
+// the processed history. (EXPLAIN PARTITIONS on MariaDB; MySQL 8 removed that syntax and lists the
+// partitions in plain EXPLAIN.)
+func TestOldestWaitingAgeReadsOnlyTheOpenPartition(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	parts := explainPartitions(t, store.DB(), mysql.QueryText("OldestWaitingAge"))
+	require.NotEmpty(t, parts)
+	for _, p := range parts {
+		require.True(t, strings.HasPrefix(p, "open"), "the read touches partition %s (all: %v)", p, parts)
+	}
+
+	// The check can fail: a read of every partition lists the settled ones too.
+	all := explainPartitions(t, store.DB(), "SELECT COUNT(*) FROM events")
+	require.Contains(t, strings.Join(all, ","), "settled")
+}
+
+// explainPartitions returns the partitions (or subpartitions) EXPLAIN says q reads.
+func explainPartitions(t *testing.T, db *sql.DB, q string) []string {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN PARTITIONS " + q)
+	if err != nil {
+		rows, err = db.Query("EXPLAIN " + q)
+	}
+	require.NoError(t, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	at := -1
+	for i, c := range cols {
+		if strings.EqualFold(c, "partitions") {
+			at = i
+		}
+	}
+	require.NotEqual(t, -1, at, "EXPLAIN has a partitions column: %v", cols)
+	var parts []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		if vals[at].Valid {
+			parts = append(parts, strings.Split(vals[at].String, ",")...)
+		}
+	}
+	require.NoError(t, rows.Err())
+	return parts
+}

@@ -1,0 +1,15 @@
+-- metrics: reads that measure the system for its alarms (docs/deploy.md, "Operating"). Each is a
+-- consistent (non-locking) read: it takes no lock and waits for none, so measuring never holds up
+-- a claim, and a claim never holds up a measurement.
+
+-- name: OldestWaitingAge
+-- The age, in microseconds on the database's clock, of the oldest event waiting for a worker: pending
+-- (state 0, which includes events released after failed work), or leased with an expired lease
+-- (state 1, its worker gone): exactly what ClaimDue can take, grace aside. An event under a live lease
+-- has a worker and is not counted. NULL when nothing waits. Age is counted from created_at, so an
+-- event that keeps failing or keeps being skipped grows older until it is settled. `state < 10`
+-- prunes it to the `open` partition: its cost is bounded by the open events, never by the processed
+-- history. The sweeper publishes it after every run (OldestPendingAgeSeconds).
+SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6))
+FROM events
+WHERE state < 10 AND (state = 0 OR lease_expires_at <= NOW(6));

@@ -1,0 +1,156 @@
+package sweeping_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+// lines is an io.Writer that keeps what Handle publishes.
+type lines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// published returns the EMF lines written so far, each parsed as a JSON object, and checks what
+// every line of the sweeper must hold: the namespace, the FunctionName dimension, and a member
+// for each metric the directive names (and no metric member the directive does not name).
+func (l *lines) published(t *testing.T, function string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, raw := range strings.SplitAfter(l.buf.String(), "\n") {
+		if raw == "" {
+			continue
+		}
+		require.True(t, strings.HasSuffix(raw, "\n"), "a line ends with a newline: %q", raw)
+		var root map[string]any
+		require.NoError(t, json.Unmarshal([]byte(raw), &root), "each line is one JSON object: %q", raw)
+		aws := root["_aws"].(map[string]any)
+		require.NotZero(t, aws["Timestamp"])
+		d := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
+		require.Equal(t, sweeping.DefaultNamespace, d["Namespace"])
+		require.Equal(t, []any{[]any{sweeping.FunctionNameDimension}}, d["Dimensions"])
+		require.Equal(t, function, root[sweeping.FunctionNameDimension])
+		named := map[string]bool{}
+		for _, m := range d["Metrics"].([]any) {
+			name := m.(map[string]any)["Name"].(string)
+			named[name] = true
+			require.Contains(t, root, name, "metric %s has a value", name)
+		}
+		for _, name := range []string{sweeping.MetricOldestPendingAge, sweeping.MetricSettled, sweeping.MetricSweepErrors} {
+			_, has := root[name]
+			require.Equal(t, named[name], has, "metric %s is named in the directive exactly when it has a value", name)
+		}
+		out = append(out, root)
+	}
+	return out
+}
+
+func backdate(t *testing.T, store *mysql.Store, by time.Duration) {
+	t.Helper()
+	_, err := store.DB().Exec("UPDATE events SET created_at = NOW(6) - INTERVAL ? MICROSECOND WHERE state = 0", by.Microseconds())
+	require.NoError(t, err)
+}
+
+// Every invocation publishes one line: what it settled, no error, and the age of the oldest event
+// it left waiting (0 once everything is settled).
+func TestHandlePublishesOneMetricLinePerInvocation(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	out := &lines{}
+	ctx := context.Background()
+
+	// Events younger than the grace period are left to the queue path: the age is of what is left.
+	pending(t, store, 3)
+	backdate(t, store, 5*time.Minute)
+	waiting := sweeping.New(store, sweeping.Config{Grace: time.Hour, Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}})
+	_, err := waiting.Handle(ctx, events.CloudWatchEvent{})
+	require.NoError(t, err)
+
+	all := sweeping.New(store, sweeping.Config{Grace: -1, Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}})
+	res, err := all.Handle(ctx, events.CloudWatchEvent{})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Processed)
+	_, err = all.Handle(ctx, events.CloudWatchEvent{})
+	require.NoError(t, err)
+
+	got := out.published(t, "ExactlyOnce-SweeperFunction")
+	require.Len(t, got, 3, "one line per invocation")
+
+	require.EqualValues(t, 0, got[0][sweeping.MetricSettled])
+	require.EqualValues(t, 0, got[0][sweeping.MetricSweepErrors])
+	age := got[0][sweeping.MetricOldestPendingAge].(float64)
+	require.GreaterOrEqual(t, age, 300.0, "the events the sweep left are 5 minutes old")
+	require.Less(t, age, 330.0)
+
+	require.EqualValues(t, 3, got[1][sweeping.MetricSettled])
+	require.EqualValues(t, 0, got[1][sweeping.MetricSweepErrors])
+	require.EqualValues(t, 0, got[1][sweeping.MetricOldestPendingAge], "nothing waits after the sweep")
+
+	require.EqualValues(t, 0, got[2][sweeping.MetricSettled])
+	require.EqualValues(t, 0, got[2][sweeping.MetricOldestPendingAge])
+}
+
+// A sweep that fails still publishes: an error, and no age, since the database that failed the
+// sweep could not say it either (the alarm on the age treats the missing value as breaching).
+func TestHandlePublishesWhenTheSweepFails(t *testing.T) {
+	t.Parallel()
+	out := &lines{}
+	s := sweeping.New(testdb.UnreachableStore(t), sweeping.Config{Metrics: sweeping.Metrics{Out: out}})
+	for range 2 {
+		_, err := s.Handle(context.Background(), events.CloudWatchEvent{})
+		require.Error(t, err)
+	}
+	got := out.published(t, sweeping.DefaultFunction)
+	require.Len(t, got, 2, "one line per invocation, failed or not")
+	for _, line := range got {
+		require.EqualValues(t, 1, line[sweeping.MetricSweepErrors])
+		require.EqualValues(t, 0, line[sweeping.MetricSettled])
+		require.NotContains(t, line, sweeping.MetricOldestPendingAge, "an age that could not be read is left out")
+	}
+}
+
+// With less time left than the margin kept for writing the line, the age is not read (a database
+// that hangs could hold the read past the deadline, and Lambda would end the invocation before the
+// line is written): the line is published without it.
+func TestHandlePublishesBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	out := &lines{}
+	s := sweeping.New(testdb.UnreachableStore(t), sweeping.Config{Metrics: sweeping.Metrics{Out: out}, StopBefore: 5 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := s.Handle(ctx, events.CloudWatchEvent{})
+	require.NoError(t, err)
+	require.True(t, res.Stopped)
+	got := out.published(t, sweeping.DefaultFunction)
+	require.Len(t, got, 1)
+	require.EqualValues(t, 0, got[0][sweeping.MetricSweepErrors])
+	require.NotContains(t, got[0], sweeping.MetricOldestPendingAge, "no time was left to read the age")
+}
+
+// infra/alarms.go alarms on these names, in a module of its own that cannot import this package:
+// renaming one here without renaming it there would leave the alarm on a metric nobody publishes
+// (which it would report as breaching, but for the wrong reason).
+func TestMetricNamesAreTheOnesTheAlarmWatches(t *testing.T) {
+	require.Equal(t, "ExactlyOnce", sweeping.DefaultNamespace)
+	require.Equal(t, "OldestPendingAgeSeconds", sweeping.MetricOldestPendingAge)
+	require.Equal(t, "FunctionName", sweeping.FunctionNameDimension)
+}
