@@ -22,6 +22,11 @@ const (
 	MetricSettled = "Settled"
 	// MetricSweepErrors is 1 when the sweep failed, else 0.
 	MetricSweepErrors = "SweepErrors"
+	// MetricRetrying is the number of events whose work failed in this sweep and that wait their
+	// backoff; MetricFailedEvents those whose work failed for the last allowed time, now settled as
+	// failed with their error (GET /events/{id} shows it).
+	MetricRetrying     = "RetryingEvents"
+	MetricFailedEvents = "FailedEvents"
 
 	// DefaultNamespace is Metrics.Namespace's default.
 	DefaultNamespace = "ExactlyOnce"
@@ -74,6 +79,8 @@ func (s *Sweeper) publish(ctx context.Context, res Result, sweepErr error) {
 	values := []metrics.Value{
 		{Name: MetricSettled, Unit: metrics.Count, Value: float64(res.Processed)},
 		{Name: MetricSweepErrors, Unit: metrics.Count, Value: failed},
+		{Name: MetricRetrying, Unit: metrics.Count, Value: float64(res.Retrying)},
+		{Name: MetricFailedEvents, Unit: metrics.Count, Value: float64(res.Failed)},
 	}
 	if age, ok := s.oldestAge(ctx); ok {
 		values = append(values, metrics.Value{Name: MetricOldestPendingAge, Unit: metrics.Seconds, Value: age.Seconds()})

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"strings"
 	"sync"
 	"testing"
@@ -153,4 +155,41 @@ func TestMetricNamesAreTheOnesTheAlarmWatches(t *testing.T) {
 	require.Equal(t, "ExactlyOnce", sweeping.DefaultNamespace)
 	require.Equal(t, "OldestPendingAgeSeconds", sweeping.MetricOldestPendingAge)
 	require.Equal(t, "FunctionName", sweeping.FunctionNameDimension)
+}
+
+// An event whose work fails is counted as retrying while it waits its backoff, and as failed once
+// it is failed for good: the metric that makes a bad event visible without reading the table.
+func TestHandlePublishesRetryingAndFailedEvents(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	ctx := context.Background()
+	var bad int64
+	for i := range 3 {
+		id, err := store.CreatePending(ctx)
+		require.NoError(t, err)
+		if i == 1 {
+			bad = id
+		}
+	}
+	out := &lines{}
+	s := sweeping.New(store, sweeping.Config{Grace: -1, Logger: testLogger(t),
+		Works:   exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad}},
+		Backoff: exactlyonce.Backoff{MaxAttempts: 2, Base: time.Millisecond, Max: time.Millisecond},
+		Metrics: sweeping.Metrics{Out: out, Function: "f"}})
+	_, err := s.Handle(ctx, events.CloudWatchEvent{})
+	require.NoError(t, err)
+	testutil.Eventually(t, 10*time.Second, "the bad event's backoff is over", func() bool {
+		e, err := store.Get(ctx, bad)
+		require.NoError(t, err)
+		return e.NextAttemptAt != nil && time.Now().After(*e.NextAttemptAt)
+	})
+	_, err = s.Handle(ctx, events.CloudWatchEvent{})
+	require.NoError(t, err)
+	got := out.published(t, "f")
+	require.Len(t, got, 2)
+	require.EqualValues(t, 2, got[0][sweeping.MetricSettled])
+	require.EqualValues(t, 1, got[0][sweeping.MetricRetrying])
+	require.EqualValues(t, 0, got[0][sweeping.MetricFailedEvents])
+	require.EqualValues(t, 0, got[1][sweeping.MetricRetrying])
+	require.EqualValues(t, 1, got[1][sweeping.MetricFailedEvents])
 }
