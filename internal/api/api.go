@@ -15,6 +15,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,8 +174,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, toJSON(e))
 }
 
-// readEmptyObject accepts no body, or a JSON object with no fields, within the size limit. Fields
-// are refused rather than ignored, so that a client expecting them to be used is told they are not.
+// jsonSpace is the whitespace JSON allows around a value (RFC 8259): a body of only these is no body.
+const jsonSpace = " \t\r\n"
+
+// readEmptyObject accepts no body (or only JSON whitespace), or a JSON object with no fields, within
+// the size limit. Anything else is refused: other JSON values such as null, and fields, which are
+// refused rather than ignored so that a client expecting them to be used is told they are not.
 func (s *Server) readEmptyObject(w http.ResponseWriter, r *http.Request) error {
 	limit := s.MaxBodyBytes
 	if limit <= 0 {
@@ -188,11 +193,13 @@ func (s *Server) readEmptyObject(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return exactlyonce.Errorf(exactlyonce.EINVALID, "could not read the request body")
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
+	trimmed := bytes.TrimLeft(body, jsonSpace)
+	if len(trimmed) == 0 {
 		return nil
 	}
+	// An object and nothing else: json.Unmarshal would take null for an empty map.
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
+	if trimmed[0] != '{' || json.Unmarshal(body, &fields) != nil {
 		return exactlyonce.Errorf(exactlyonce.EINVALID, "request body must be a JSON object")
 	}
 	for k := range fields {
