@@ -58,8 +58,8 @@ type Server struct {
 	Store Store
 	// Queue receives a message naming each async event. Nil: async events are left to the sweeper.
 	Queue queue.Sender
-	// AsyncGroup groups the async events of concurrent requests into one INSERT and one message
-	// (group.go).
+	// AsyncGroup groups the async events of concurrent requests into one INSERT and one message,
+	// or, Inline (on Lambda), stores and queues each in its request's goroutine (group.go).
 	AsyncGroup   AsyncGroup
 	Logger       *slog.Logger
 	MaxBodyBytes int64 // default DefaultMaxBodyBytes
