@@ -54,6 +54,9 @@ func EncodeIDs(ids []int64) string {
 // things would be read as one of them.
 func Decode(body string) ([]int64, error) {
 	ids, err := decode(body)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		err = errors.New("it ends early")
+	}
 	if err != nil {
 		return nil, fmt.Errorf(`message body is not {"id": <positive integer>} or {"ids": [...]}: %w`, err)
 	}

@@ -75,6 +75,8 @@ func TestDecodeErrorsNameTheProblem(t *testing.T) {
 		`{"id":1} {}`:           "trailing data",
 		`{"id":-1}`:             "not a positive integer",
 		`{}`:                    "no id",
+		`{"ids":[1,`:            "ends early",
+		`{"id":12`:              "ends early",
 		`{"` + strings.Repeat("x", 1000) + `":1}`: `unknown field "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...`,
 	} {
 		_, err := queue.Decode(body)
