@@ -15,12 +15,14 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,17 +44,30 @@ type Store interface {
 // JSON object; the cap leaves room for the task payloads to come.
 const DefaultMaxBodyBytes = 64 << 10
 
+// DefaultBodyReadTimeout bounds reading a request's body, from the moment the handler gets the
+// request: generous for 64 KiB on any link a client would use, and short enough that a client that
+// declares a body and never sends it does not hold a connection and a goroutine for long.
+const DefaultBodyReadTimeout = 10 * time.Second
+
+// eTIMEOUT is the code of a body that did not arrive in time: a 408. It is the API's own, as the
+// case exists only at the HTTP edge.
+const eTIMEOUT = "body_timeout"
+
 // Server is the API handler.
 type Server struct {
 	Store Store
 	// Queue receives a message naming each async event. Nil: async events are left to the sweeper.
 	Queue queue.Sender
-	// AsyncGroup groups the async events of concurrent requests into one INSERT and one message
-	// (group.go).
+	// AsyncGroup groups the async events of concurrent requests into one INSERT and one message,
+	// or, Inline (on Lambda), stores and queues each in its request's goroutine (group.go).
 	AsyncGroup   AsyncGroup
 	Logger       *slog.Logger
-	MaxBodyBytes int64         // default DefaultMaxBodyBytes
-	NewValue     func() string // default exactlyonce.NewValue
+	MaxBodyBytes int64 // default DefaultMaxBodyBytes
+	// BodyReadTimeout bounds reading a request's body, where the server lets a handler set a read
+	// deadline (net/http's; on Lambda the body has arrived before the handler runs). Default
+	// DefaultBodyReadTimeout.
+	BodyReadTimeout time.Duration
+	NewValue        func() string // default exactlyonce.NewValue
 
 	routesOnce sync.Once
 	router     *router
@@ -66,6 +81,7 @@ var statusOf = map[string]int{
 	exactlyonce.ENOTFOUND:    http.StatusNotFound,
 	exactlyonce.EMETHOD:      http.StatusMethodNotAllowed,
 	exactlyonce.ETOOLARGE:    http.StatusRequestEntityTooLarge,
+	eTIMEOUT:                 http.StatusRequestTimeout,
 	exactlyonce.EUNAVAILABLE: http.StatusServiceUnavailable,
 	exactlyonce.EINTERNAL:    http.StatusInternalServerError,
 }
@@ -92,7 +108,40 @@ func toJSON(e exactlyonce.Event) EventJSON {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.routesOnce.Do(func() { s.router = s.routes() })
+	s.bodyDeadline(w, r)
 	s.router.ServeHTTP(w, r)
+}
+
+// bodyDeadline bounds reading the body of a request that has one (a declared length, or chunked),
+// so that a client that stops sending holds its connection no longer than BodyReadTimeout: whether
+// the handler reads the body (readEmptyObject), or net/http reads and discards it after the
+// answer. Until the body is read the answer says Connection: close, so that net/http writes it at
+// once instead of first reading what is left of the body, which may never come. A request without
+// a body gets no deadline: net/http would take it passing during a slow answer for the client
+// hanging up, and cancel the request's context.
+func (s *Server) bodyDeadline(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
+	err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyReadTimeout()))
+	if err == nil && r.ProtoMajor == 1 { // HTTP/2 would close every stream of the connection
+		w.Header().Set("Connection", "close")
+	}
+	// Otherwise the server cannot set one (http.ErrNotSupported): on Lambda the body is in memory.
+}
+
+// bodyRead is called once the body has been read to its end: the connection may serve the next
+// request. (net/http lifts the read deadline itself when a body ends, so that it cannot pass during
+// the rest of the request.)
+func (s *Server) bodyRead(w http.ResponseWriter) {
+	w.Header().Del("Connection")
+}
+
+func (s *Server) bodyReadTimeout() time.Duration {
+	if s.BodyReadTimeout > 0 {
+		return s.BodyReadTimeout
+	}
+	return DefaultBodyReadTimeout
 }
 
 // routes are the API's routes, one a line (router.go): the table of the package comment.
@@ -173,26 +222,42 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, toJSON(e))
 }
 
-// readEmptyObject accepts no body, or a JSON object with no fields, within the size limit. Fields
-// are refused rather than ignored, so that a client expecting them to be used is told they are not.
+// jsonSpace is the whitespace JSON allows around a value (RFC 8259): a body of only these is no body.
+const jsonSpace = " \t\r\n"
+
+// readEmptyObject accepts no body (or only JSON whitespace), or a JSON object with no fields, within
+// the size limit. Anything else is refused: other JSON values such as null, and fields, which are
+// refused rather than ignored so that a client expecting them to be used is told they are not.
+//
+// A body declared longer than the limit is refused before a byte of it is read; one that does not
+// arrive within BodyReadTimeout (bodyDeadline) is a 408.
 func (s *Server) readEmptyObject(w http.ResponseWriter, r *http.Request) error {
 	limit := s.MaxBodyBytes
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return exactlyonce.Errorf(exactlyonce.ETOOLARGE, "request body is larger than %d bytes", limit)
+	tooLarge := exactlyonce.Errorf(exactlyonce.ETOOLARGE, "request body is larger than %d bytes", limit)
+	if r.ContentLength > limit {
+		return tooLarge
 	}
-	if err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var maxBytes *http.MaxBytesError
+	switch {
+	case errors.As(err, &maxBytes):
+		return tooLarge
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return exactlyonce.Errorf(eTIMEOUT, "the request body did not arrive within %s", s.bodyReadTimeout())
+	case err != nil:
 		return exactlyonce.Errorf(exactlyonce.EINVALID, "could not read the request body")
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
+	s.bodyRead(w)
+	trimmed := bytes.TrimLeft(body, jsonSpace)
+	if len(trimmed) == 0 {
 		return nil
 	}
+	// An object and nothing else: json.Unmarshal would take null for an empty map.
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
+	if trimmed[0] != '{' || json.Unmarshal(body, &fields) != nil {
 		return exactlyonce.Errorf(exactlyonce.EINVALID, "request body must be a JSON object")
 	}
 	for k := range fields {

@@ -77,9 +77,11 @@ func TestCreateGetCount(t *testing.T) {
 	value := body["value"].(string)
 	require.NotEmpty(t, value)
 
-	status, body, _ = b.do(t, "POST", "/events", "{}")
-	require.Equal(t, http.StatusCreated, status)
-	require.NotEqual(t, id, int64(body["id"].(float64)))
+	for _, empty := range []string{"{}", " {\r\n\t} \n", " \t\r\n"} {
+		status, body, _ = b.do(t, "POST", "/events", empty)
+		require.Equal(t, http.StatusCreated, status, "%q", empty)
+		require.NotEqual(t, id, int64(body["id"].(float64)))
+	}
 
 	status, body, _ = b.do(t, "GET", "/events/"+jsonID(id), "")
 	require.Equal(t, http.StatusOK, status)
@@ -88,7 +90,7 @@ func TestCreateGetCount(t *testing.T) {
 
 	status, body, _ = b.do(t, "GET", "/events", "")
 	require.Equal(t, http.StatusOK, status)
-	require.EqualValues(t, 2, body["count"])
+	require.EqualValues(t, 4, body["count"])
 }
 
 func TestCreateAsyncQueuesAfterInsert(t *testing.T) {
@@ -140,6 +142,17 @@ func TestErrorsAreJSONAndWriteNothing(t *testing.T) {
 		{"PATCH", "/events/async", "", 405},
 		{"POST", "/events", "not json", 400},
 		{"POST", "/events", "[1,2]", 400},
+		// JSON, but not an object: the README asks for an object
+		{"POST", "/events", "null", 400},
+		{"POST", "/events", " \n null \t", 400},
+		{"POST", "/events/async", "null", 400},
+		{"POST", "/events", "[]", 400},
+		{"POST", "/events/async", `"x"`, 400},
+		{"POST", "/events", "1", 400},
+		{"POST", "/events", "true", 400},
+		{"POST", "/events", "\f", 400}, // not JSON whitespace, so not an empty body
+		{"POST", "/events", `{"a":1}`, 400},
+		{"POST", "/events", `{} {}`, 400},
 		{"POST", "/events", `{"value":"mine"}`, 400},
 		{"POST", "/events/async", `{"id": 5}`, 400},
 		{"POST", "/events", `{"a":"` + strings.Repeat("x", 2048) + `"}`, 413},

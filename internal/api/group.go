@@ -18,13 +18,20 @@ import (
 // so an idle server adds no latency, and a busy one pays one statement and one queue call for many
 // events. Each request still gets its own id, and its own error when its group could not be stored.
 //
-// On Lambda an execution environment serves one request at a time, so every group holds one event:
-// one INSERT and one {"id": N} message per request, as if there were no grouping. In a process
-// serving many requests (the local runner, a container) it cuts the statements and the queue calls.
+// In a process serving many requests (the local runner, a container) it cuts the statements and
+// the queue calls. A Lambda execution environment serves one request at a time, so there every
+// group would hold one event; more to the point, the flusher is a goroutine of its own, running on
+// a context of its own, and Lambda freezes the environment as soon as the answer is returned: a
+// request whose deadline ends while its group is being stored returns, and the flusher is frozen
+// mid-transaction, holding the counter's row lock or a block of ids. On Lambda, use Inline.
 //
 // With Linger set, a request is answered as soon as its group is committed, and the messages are
 // sent by an outbox in the background, each naming up to Max events of any number of groups.
 type AsyncGroup struct {
+	// Inline stores and queues each request's event in the request's own goroutine, under the
+	// request's context, and answers after both: no group, no flusher, no outbox. Max, Flushers and
+	// Linger are ignored. Lambda needs this (see TestInlineAsyncCreateRunsNothingAfterTheAnswer).
+	Inline bool
 	// Max is the most events one group stores and one message names. Default and ceiling
 	// queue.MaxIDs; 1 stores and queues every request on its own.
 	Max int
@@ -38,8 +45,7 @@ type AsyncGroup struct {
 	// is pending with no message, and the sweeper processes it after its grace period, as it does
 	// when a send fails with Linger zero. Call Server.Drain on shutdown to send what is held.
 	//
-	// Zero (the default) answers after the group's message is sent. Lambda needs this: it freezes
-	// an execution environment once the answer is returned, so no work may be left for after it.
+	// Zero (the default) answers after the group's message is sent.
 	Linger time.Duration
 }
 
@@ -47,6 +53,7 @@ type AsyncGroup struct {
 type asyncGroups struct {
 	store  Store
 	queue  queue.Sender // nil: events are left to the sweeper
+	inline bool         // AsyncGroup.Inline: no groups, no goroutine (createInline)
 	out    *outbox      // non-nil with Linger: sends the messages after the answers
 	log    *slog.Logger
 	max    int
@@ -70,8 +77,8 @@ func newAsyncGroups(s *Server) *asyncGroups {
 	g := &asyncGroups{store: s.Store, queue: s.Queue, log: s.logger(),
 		max:    min(max(cmp.Or(s.AsyncGroup.Max, queue.MaxIDs), 1), queue.MaxIDs),
 		slots:  max(cmp.Or(s.AsyncGroup.Flushers, 1), 1),
-		expire: groupTimeout}
-	if s.Queue != nil && s.AsyncGroup.Linger > 0 {
+		expire: groupTimeout, inline: s.AsyncGroup.Inline}
+	if s.Queue != nil && s.AsyncGroup.Linger > 0 && !g.inline {
 		g.out = newOutbox(s.Queue, g.log, g.max, s.AsyncGroup.Linger, g.expire)
 	}
 	return g
@@ -82,6 +89,9 @@ func newAsyncGroups(s *Server) *asyncGroups {
 // which case it may have been). A failed send is not an error: the event is committed, and the
 // sweeper processes it after its grace period.
 func (g *asyncGroups) create(ctx context.Context) (int64, error) {
+	if g.inline {
+		return g.createInline(ctx)
+	}
 	done := make(chan created, 1)
 	g.mu.Lock()
 	g.waiting = append(g.waiting, done)
@@ -96,6 +106,23 @@ func (g *asyncGroups) create(ctx context.Context) (int64, error) {
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+}
+
+// createInline stores one pending event and sends the message naming it in the caller's goroutine,
+// under the caller's context (AsyncGroup.Inline), and returns when both have returned. When ctx
+// ends, the store's call and the send return with it (an event committed but not sent is left to
+// the sweeper), and no goroutine of this package is left running.
+func (g *asyncGroups) createInline(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.expire)
+	defer cancel()
+	ids, err := g.store.CreatePendingBatch(ctx, 1)
+	if err != nil {
+		return 0, err
+	}
+	if g.queue != nil {
+		sendOrLeave(ctx, g.queue, g.log, ids)
+	}
+	return ids[0], nil
 }
 
 // flush stores and queues what is waiting, a group at a time, until nothing is. It serves every

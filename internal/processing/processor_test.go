@@ -141,24 +141,3 @@ func TestDatabaseFailureFailsEveryDecodableMessage(t *testing.T) {
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"m1", "m2", "m3", "bad"}, failedIDs(resp))
 }
-
-func TestDecodeRejectsAnythingButPositiveIDs(t *testing.T) {
-	t.Parallel()
-	tooMany := make([]int64, queue.MaxIDs+1)
-	for i := range tooMany {
-		tooMany[i] = int64(i + 1)
-	}
-	for _, body := range []string{"", "null", "{}", `{"id":0}`, `{"id":"5"}`, `{"id":1.5}`, `{"id":1e3}`,
-		`{"id":99999999999999999999}`, `{"id":1}{"id":2}`, `[{"id":1}]`, `{"id":null}`,
-		`{"ids":[]}`, `{"ids":null}`, `{"ids":[1,0]}`, `{"ids":[1,"2"]}`, `{"ids":[1,-2]}`, `{"ids":[1,null]}`,
-		`{"id":1,"ids":[2]}`, `{"ids":3}`, queue.EncodeIDs(tooMany)} {
-		_, err := queue.Decode(body)
-		require.Error(t, err, body)
-	}
-	for _, ids := range [][]int64{{1}, {42}, {1 << 62}, {3, 1, 2}, tooMany[:queue.MaxIDs]} {
-		got, err := queue.Decode(queue.EncodeIDs(ids))
-		require.NoError(t, err)
-		require.Equal(t, ids, got)
-	}
-	require.Equal(t, `{"id":7}`, queue.EncodeIDs([]int64{7}), "one id keeps the one-event shape")
-}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -47,61 +48,149 @@ func EncodeIDs(ids []int64) string {
 
 // Decode parses a message body into the ids it names. It accepts only a JSON object with exactly
 // one field: id, a positive integer literal, or ids, a list of 1 to MaxIDs of them, so that a
-// corrupted message is reported as failed rather than processed wrongly.
+// corrupted message is reported as failed rather than processed wrongly. The names are matched
+// exactly, a name given twice is refused, and so are unknown names and anything after the object:
+// encoding/json would match "ID" to id and let the last of two names win, so a body that says two
+// things would be read as one of them.
 func Decode(body string) ([]int64, error) {
-	var m struct {
-		ID  json.RawMessage   `json:"id"`
-		IDs []json.RawMessage `json:"ids"`
+	ids, err := decode(body)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		err = errors.New("it ends early")
 	}
+	if err != nil {
+		return nil, fmt.Errorf(`message body is not {"id": <positive integer>} or {"ids": [...]}: %w`, err)
+	}
+	return ids, nil
+}
+
+// decode reads body token by token: '{', then names and values, '}', then nothing.
+func decode(body string) ([]int64, error) {
 	dec := json.NewDecoder(strings.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("message body is not {\"id\": <positive integer>} or {\"ids\": [...]}: %w", err)
+	dec.UseNumber() // numbers as their literal text, checked by parseID
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
 	}
-	if dec.More() {
-		return nil, errors.New("message body has trailing data")
+	var id, ids []int64 // what each field gave; nil: not seen
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, ok := tok.(string) // inside an object, the decoder gives a name or an error
+		if !ok {
+			return nil, errors.New("not a JSON object")
+		}
+		switch {
+		case name == "id" && id == nil:
+			if id, err = readID(dec); err != nil {
+				return nil, err
+			}
+		case name == "ids" && ids == nil:
+			if ids, err = readIDs(dec); err != nil {
+				return nil, err
+			}
+		case name == "id" || name == "ids":
+			return nil, fmt.Errorf("field %q twice", name)
+		default:
+			return nil, fmt.Errorf("unknown field %q", bound(name))
+		}
 	}
-	hasID, hasIDs := m.ID != nil && string(m.ID) != "null", m.IDs != nil
+	if _, err := dec.Token(); err != nil { // '}': More said there is no other name
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data")
+	}
 	switch {
-	case hasID && hasIDs:
-		return nil, errors.New("message body has both id and ids")
-	case hasID:
-		id, err := parseID(m.ID)
-		if err != nil {
-			return nil, err
-		}
-		return []int64{id}, nil
-	case !hasIDs:
-		return nil, errors.New("message body has no id")
-	case len(m.IDs) == 0 || len(m.IDs) > MaxIDs:
-		return nil, fmt.Errorf("message names %d ids; it must name 1 to %d", len(m.IDs), MaxIDs)
+	case id != nil && ids != nil:
+		return nil, errors.New("both id and ids")
+	case id != nil:
+		return id, nil
+	case ids != nil:
+		return ids, nil
 	}
-	ids := make([]int64, len(m.IDs))
-	for i, raw := range m.IDs {
-		id, err := parseID(raw)
+	return nil, errors.New("no id")
+}
+
+// readID reads the value of id: one positive integer.
+func readID(dec *json.Decoder) ([]int64, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	id, err := parseID(tok)
+	if err != nil {
+		return nil, err
+	}
+	return []int64{id}, nil
+}
+
+// readIDs reads the value of ids: a list of 1 to MaxIDs positive integers.
+func readIDs(dec *json.Decoder) ([]int64, error) {
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, errors.New("ids is not a list")
+	}
+	ids := []int64{}
+	for dec.More() {
+		if len(ids) == MaxIDs {
+			return nil, fmt.Errorf("more than %d ids", MaxIDs)
+		}
+		tok, err := dec.Token()
 		if err != nil {
 			return nil, err
 		}
-		ids[i] = id
+		id, err := parseID(tok)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	if _, err := dec.Token(); err != nil { // ']'
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("ids is empty; it must name 1 to %d", MaxIDs)
 	}
 	return ids, nil
 }
 
 // parseID accepts a positive integer literal that fits an int64: no sign, exponent, fraction,
 // leading zero or quotes.
-func parseID(r json.RawMessage) (int64, error) {
-	raw := string(r)
-	if raw == "" || raw == "null" {
-		return 0, errors.New("message body has a null id")
+func parseID(tok json.Token) (int64, error) {
+	num, ok := tok.(json.Number)
+	if !ok {
+		return 0, fmt.Errorf("an id is %s, not a positive integer", kind(tok))
 	}
+	raw := string(num)
 	if raw[0] < '1' || raw[0] > '9' || strings.Trim(raw, "0123456789") != "" {
-		return 0, fmt.Errorf("message id %.20s is not a positive integer", raw)
+		return 0, fmt.Errorf("id %.20s is not a positive integer", raw)
 	}
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("message id %.20s is out of range", raw)
+		return 0, fmt.Errorf("id %.20s is out of range", raw)
 	}
 	return id, nil
+}
+
+// kind names what a token that is not a number is, for an error.
+func kind(tok json.Token) string {
+	switch tok.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	}
+	return "an object or a list"
+}
+
+// bound cuts a name from the body to a length fit for an error.
+func bound(s string) string {
+	if len(s) > 32 {
+		return strings.ToValidUTF8(s[:32], "") + "..."
+	}
+	return s
 }
 
 // Sender sends a message naming pending events (1 to MaxIDs of them).
