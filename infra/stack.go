@@ -86,6 +86,12 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 	if s.Database != nil {
 		trigger.ExecuteAfter(s.Database.Cluster, s.Database.Proxy)
 	}
+	// The other functions are created, and on an update changed, only after migrate has run: the
+	// schema their code expects and the database users they connect as exist before they do. The
+	// function resources alone: their security groups must exist before the proxy admits them.
+	for _, fn := range []awslambda.Function{s.Functions.API, s.Functions.Processor, s.Functions.Sweeper} {
+		fn.Node().DefaultChild().Node().AddDependency(trigger)
+	}
 
 	wireProcessor(s.Functions.Processor, s.Queues.Main, !cfg.LocalStack)
 	NewSweepSchedule(stack, "SweepSchedule", s.Functions.Sweeper)

@@ -116,6 +116,17 @@ func TestMigrateTrigger(t *testing.T) {
 			tpl.HasResource(trigger, obj(map[string]any{"DependsOn": assertions.Match_ArrayWith(arr(dep.id))}))
 		})
 	}
+
+	// The other functions wait for migrate: created (and on an update changed) once the schema and
+	// their database users exist.
+	triggerID := *tpl.GetResourceId(trigger, nil)
+	for name, fn := range map[string]awslambda.Function{"api": s.stack.Functions.API, "processor": s.stack.Functions.Processor, "sweeper": s.stack.Functions.Sweeper} {
+		check(t, name+" depends on the trigger", func() {
+			s.only(t, s.ref(t, fn.FunctionName())).HasResource(jsii.String("AWS::Lambda::Function"), obj(map[string]any{
+				"DependsOn": assertions.Match_ArrayWith(arr(triggerID)),
+			}))
+		})
+	}
 }
 
 // TestOutputs: the outputs docs/deploy.md lists (their names are the interface of the stack, read
