@@ -84,7 +84,8 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 		ExecuteOnHandlerChange: jsii.Bool(true),
 	})
 	if s.Database != nil {
-		trigger.ExecuteAfter(s.Database.Cluster, s.Database.Proxy)
+		// ProxyRole too: its policy lets the proxy sign in as the functions' users, which run after.
+		trigger.ExecuteAfter(s.Database.Cluster, s.Database.Proxy, s.Database.ProxyRole)
 	}
 	// The other functions are created, and on an update changed, only after migrate has run: the
 	// schema their code expects and the database users they connect as exist before they do. The
