@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsrds"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -13,10 +14,35 @@ import (
 
 // Database is an Aurora MySQL 3 (MySQL 8.0 compatible) Serverless v2 cluster with one writer,
 // reachable only through an RDS Proxy that requires IAM authentication and TLS.
+//
+// Two kinds of database user sign in through the proxy: the admin (the cluster's master user,
+// whose password the proxy reads from its Secrets Manager secret; only migrate connects as it),
+// and the functions' own users, which have no password at all. For those the proxy uses
+// end-to-end IAM (DefaultAuthScheme IAM_AUTH): a client signs in to the proxy with an IAM token,
+// and the proxy signs in to the cluster as the same user with a token of its own role's
+// (AllowIAMUser). See docs/deploy.md, "Database users".
 type Database struct {
 	constructs.Construct
-	Cluster awsrds.DatabaseCluster
-	Proxy   awsrds.DatabaseProxy
+	Cluster   awsrds.DatabaseCluster
+	Proxy     awsrds.DatabaseProxy
+	ProxyRole awsiam.Role
+}
+
+// AllowIAMUser lets grantee connect through the proxy as the database user `user`, which signs in
+// with IAM (created WITH AWSAuthenticationPlugin by the migrate step): grantee may rds-db:connect
+// to the proxy as that user, and the proxy's role to the cluster as that user. Nothing else.
+func (d *Database) AllowIAMUser(grantee awsiam.IGrantable, user string) {
+	d.Proxy.GrantConnect(grantee, jsii.String(user))
+	// arn:<partition>:rds-db:<region>:<account>:dbuser:<cluster resource ID>/<user>
+	d.ProxyRole.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions: jsii.Strings("rds-db:connect"),
+		Resources: jsii.Strings(*awscdk.Stack_Of(d.Cluster).FormatArn(&awscdk.ArnComponents{
+			Service:      jsii.String("rds-db"),
+			Resource:     jsii.String("dbuser"),
+			ResourceName: jsii.String(*d.Cluster.ClusterResourceIdentifier() + "/" + user),
+			ArnFormat:    awscdk.ArnFormat_COLON_RESOURCE_NAME,
+		})),
+	}))
 }
 
 // auroraEngineVersion is pinned: a new engine version is a deliberate change, not a side effect of a
@@ -57,6 +83,9 @@ func NewDatabase(scope constructs.Construct, id string, network *Network) *Datab
 			PubliclyAccessible:      jsii.Bool(false),
 			AutoMinorVersionUpgrade: jsii.Bool(true),
 		}),
+		// The functions' users sign in with IAM tokens (AWSAuthenticationPlugin), presented by the
+		// proxy; the cluster accepts them only with IAM database authentication on.
+		IamAuthentication:       jsii.Bool(true),
 		ServerlessV2MinCapacity: jsii.Number(minACU),
 		ServerlessV2MaxCapacity: jsii.Number(maxACU),
 		Vpc:                     network.Vpc,
@@ -71,7 +100,14 @@ func NewDatabase(scope constructs.Construct, id string, network *Network) *Datab
 		RemovalPolicy:      awscdk.RemovalPolicy_SNAPSHOT,
 	})
 
+	// The proxy's role: it reads the admin secret (granted by AddProxy) and signs in to the cluster
+	// as the functions' users (AllowIAMUser).
+	proxyRole := awsiam.NewRole(c, jsii.String("ProxyRole"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("rds.amazonaws.com"), nil),
+		Description: jsii.String("exactlyonce RDS Proxy: the admin secret, and IAM sign-in as the functions' database users"),
+	})
 	proxy := cluster.AddProxy(jsii.String("Proxy"), &awsrds.DatabaseProxyOptions{
+		Role: proxyRole,
 		// Proxy names are unique per account and region; without a name CDK would use the construct ID.
 		DbProxyName:           jsii.String(strings.ToLower(*awscdk.Stack_Of(c).StackName()) + "-proxy"),
 		Secrets:               &[]awssecretsmanager.ISecret{cluster.Secret()},
@@ -83,8 +119,12 @@ func NewDatabase(scope constructs.Construct, id string, network *Network) *Datab
 		BorrowTimeout:         awscdk.Duration_Seconds(jsii.Number(proxyBorrowTimeout.Seconds())),
 		DebugLogging:          jsii.Bool(false),
 	})
+	// End-to-end IAM for every user without a secret of its own (the functions' users); the admin
+	// keeps its secret. CDK 2.220's DatabaseProxy has no defaultAuthScheme yet (2.235 adds it), so
+	// it is set on the CloudFormation resource.
+	proxy.Node().DefaultChild().(awsrds.CfnDBProxy).SetDefaultAuthScheme(jsii.String("IAM_AUTH"))
 	// Only the proxy may open connections to the cluster.
 	cluster.Connections().AllowDefaultPortFrom(proxy, jsii.String("RDS Proxy to Aurora"))
 
-	return &Database{Construct: c, Cluster: cluster, Proxy: proxy}
+	return &Database{Construct: c, Cluster: cluster, Proxy: proxy, ProxyRole: proxyRole}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
@@ -30,6 +31,9 @@ func TestDatabase(t *testing.T) {
 			},
 			"DatabaseName":   databaseName,
 			"MasterUsername": databaseAdminUsername,
+			// The functions' users sign in with IAM tokens (AWSAuthenticationPlugin), which the
+			// cluster accepts only with IAM database authentication on.
+			"EnableIAMDatabaseAuthentication": true,
 			// Generated into Secrets Manager, never a literal: a dynamic reference to the secret.
 			"MasterUserPassword": map[string]any{"Fn::Join": []any{"", assertions.Match_ArrayWith(arr(
 				assertions.Match_StringLikeRegexp(jsii.String(`^\{\{resolve:secretsmanager:`)),
@@ -93,6 +97,9 @@ func TestProxy(t *testing.T) {
 		s.only(t, proxyID).HasResourceProperties(jsii.String("AWS::RDS::DBProxy"), obj(map[string]any{
 			"EngineFamily": "MYSQL",
 			"RequireTLS":   true,
+			// End-to-end IAM for the users without a secret (the functions' own users): the proxy
+			// signs in to the cluster as them with IAM tokens of its role's. The admin keeps its secret.
+			"DefaultAuthScheme": "IAM_AUTH",
 			"Auth": assertions.Match_ArrayWith(arr(assertions.Match_ObjectLike(obj(map[string]any{
 				"AuthScheme": "SECRETS",
 				"IAMAuth":    "REQUIRED",
@@ -147,4 +154,24 @@ func TestProxy(t *testing.T) {
 		tpl.HasResourceProperties(jsii.String("AWS::IAM::Policy"), grant(*proxyRole.AsString(),
 			assertions.Match_ArrayWith(arr("secretsmanager:GetSecretValue")), s.stack.Resolve(db.Cluster.Secret().SecretArn())))
 	})
+	// arn:<partition>:rds-db:<region>:<account>:dbuser:<cluster resource ID>/<user>
+	clusterUser := func(user string) map[string]any {
+		return map[string]any{"Fn::Join": []any{"", assertions.Match_ArrayWith(arr(
+			":dbuser:", getAtt(clusterID, "DBClusterResourceId"), "/"+user,
+		))}}
+	}
+	for _, user := range []string{databaseAPIUser, databaseProcessorUser, databaseSweeperUser} {
+		check(t, "the proxy's role can rds-db:connect to the cluster as "+user, func() {
+			tpl.HasResourceProperties(jsii.String("AWS::IAM::Policy"), grant(*proxyRole.AsString(), "rds-db:connect", clusterUser(user)))
+		})
+	}
+	for _, st := range s.policiesOfRole(t, *proxyRole.AsString()) {
+		if st.Effect == "Allow" && hasAction(st.Actions, "rds-db:connect") {
+			for _, r := range st.Resources {
+				if j := mustJSON(r); strings.Contains(j, `"/`+databaseAdminUsername+`"`) || !strings.Contains(j, "DBClusterResourceId") {
+					t.Errorf("the proxy's role may rds-db:connect to %s; only to the cluster, as the functions' users", j)
+				}
+			}
+		}
+	}
 }

@@ -54,6 +54,8 @@ type functionSpec struct {
 	description  string
 	timeout      time.Duration
 	maxOpenConns int
+	// dbUser is the database user the function connects as: its own, or the admin for migrate.
+	dbUser string
 	// migrateOnStart leaves DB_MIGRATE at its default (true); the others skip it because the
 	// migrate trigger has applied the schema before they can run.
 	migrateOnStart bool
@@ -64,20 +66,26 @@ func NewFunctions(scope constructs.Construct, props FunctionsProps) *Functions {
 	f := &Functions{}
 	f.API = newFunction(scope, props, functionSpec{
 		name: "api", description: "Events REST API (API Gateway proxy integration)",
-		timeout: apiTimeout, maxOpenConns: apiMaxOpenConns,
+		timeout: apiTimeout, maxOpenConns: apiMaxOpenConns, dbUser: databaseAPIUser,
 	})
 	f.Processor = newFunction(scope, props, functionSpec{
 		name: "processor", description: "Processes events from the SQS queue, reporting per-message failures",
-		timeout: processorTimeout, maxOpenConns: processorMaxOpenConns,
+		timeout: processorTimeout, maxOpenConns: processorMaxOpenConns, dbUser: databaseProcessorUser,
 	})
 	f.Sweeper = newFunction(scope, props, functionSpec{
 		name: "sweeper", description: "Scheduled sweep of pending events the queue path missed",
-		timeout: sweeperTimeout, maxOpenConns: sweeperMaxOpenConns,
+		timeout: sweeperTimeout, maxOpenConns: sweeperMaxOpenConns, dbUser: databaseSweeperUser,
 	})
 	f.Migrate = newFunction(scope, props, functionSpec{
 		name: "migrate", description: "Applies and verifies the schema; invoked by a CDK Trigger on deploy",
-		timeout: migrateTimeout, maxOpenConns: migrateMaxOpenConns, migrateOnStart: true,
+		timeout: migrateTimeout, maxOpenConns: migrateMaxOpenConns, migrateOnStart: true, dbUser: databaseAdminUsername,
 	})
+	if props.Access.Network != nil {
+		// Migrate creates each function's database user, by role (internal/mysql, sql/users.sql).
+		f.Migrate.AddEnvironment(jsii.String("DB_FUNCTION_USERS"), jsii.String(strings.Join([]string{
+			"api:" + databaseAPIUser, "processor:" + databaseProcessorUser, "sweeper:" + databaseSweeperUser,
+		}, ",")), nil)
+	}
 
 	// The api alone sends to SQS, and only to this queue.
 	props.Queue.GrantSendMessages(f.API)
@@ -145,7 +153,7 @@ func newFunction(scope constructs.Construct, props FunctionsProps, spec function
 		env["DB_HOST"] = db.Proxy.Endpoint()
 		env["DB_PORT"] = jsii.String(fmt.Sprint(databasePort))
 		env["DB_NAME"] = jsii.String(databaseName)
-		env["DB_USER"] = jsii.String(databaseAdminUsername)
+		env["DB_USER"] = jsii.String(spec.dbUser)
 		env["DB_IAM_AUTH"] = jsii.String("true")
 
 		fnProps.Vpc = access.Network.Vpc
@@ -176,8 +184,12 @@ func newFunction(scope constructs.Construct, props FunctionsProps, spec function
 	if access.Network != nil {
 		db := access.Database
 		fn.Connections().AllowTo(db.Proxy, awsec2.Port_Tcp(jsii.Number(databasePort)), jsii.String(spec.name+" to RDS Proxy"))
-		// rds-db:connect on this proxy as the admin user; no access to the secret itself.
-		db.Proxy.GrantConnect(fn, jsii.String(databaseAdminUsername))
+		// rds-db:connect on this proxy as its own database user only; no access to the secret.
+		if spec.dbUser == databaseAdminUsername {
+			db.Proxy.GrantConnect(fn, jsii.String(spec.dbUser)) // the proxy signs in with the admin secret
+		} else {
+			db.AllowIAMUser(fn, spec.dbUser) // end-to-end IAM: the proxy's role signs in as the user too
+		}
 	}
 	return fn
 }

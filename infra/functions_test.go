@@ -23,16 +23,20 @@ type fnExpect struct {
 	timeout    float64
 	maxConns   int
 	migrate    bool // applies the schema: DB_MIGRATE left at its default
+	dbUser     string
 	queueURL   bool // gets QUEUE_URL
 	sqsNetwork bool // may reach the SQS endpoint
 }
 
 var fnExpectations = []fnExpect{
-	{"api", func(f *Functions) awslambda.Function { return f.API }, apiTimeout.Seconds(), apiMaxOpenConns, false, true, true},
-	{"processor", func(f *Functions) awslambda.Function { return f.Processor }, processorTimeout.Seconds(), processorMaxOpenConns, false, false, true},
-	{"sweeper", func(f *Functions) awslambda.Function { return f.Sweeper }, sweeperTimeout.Seconds(), sweeperMaxOpenConns, false, false, false},
-	{"migrate", func(f *Functions) awslambda.Function { return f.Migrate }, migrateTimeout.Seconds(), migrateMaxOpenConns, true, false, false},
+	{"api", func(f *Functions) awslambda.Function { return f.API }, apiTimeout.Seconds(), apiMaxOpenConns, false, databaseAPIUser, true, true},
+	{"processor", func(f *Functions) awslambda.Function { return f.Processor }, processorTimeout.Seconds(), processorMaxOpenConns, false, databaseProcessorUser, false, true},
+	{"sweeper", func(f *Functions) awslambda.Function { return f.Sweeper }, sweeperTimeout.Seconds(), sweeperMaxOpenConns, false, databaseSweeperUser, false, false},
+	{"migrate", func(f *Functions) awslambda.Function { return f.Migrate }, migrateTimeout.Seconds(), migrateMaxOpenConns, true, databaseAdminUsername, false, false},
 }
+
+// What migrate is told to create: each function's own user, by role (internal/mysql's roles).
+const wantFunctionUsers = "api:" + databaseAPIUser + ",processor:" + databaseProcessorUser + ",sweeper:" + databaseSweeperUser
 
 func TestFunctions(t *testing.T) {
 	s := synth(t, variantAWS)
@@ -51,7 +55,7 @@ func TestFunctions(t *testing.T) {
 				"DB_HOST":           getAtt(proxyID, "Endpoint"),
 				"DB_PORT":           "3306",
 				"DB_NAME":           databaseName,
-				"DB_USER":           databaseAdminUsername,
+				"DB_USER":           e.dbUser,
 				"DB_IAM_AUTH":       "true",
 				"DB_MAX_OPEN_CONNS": fmt.Sprint(e.maxConns),
 				"DB_DSN":            assertions.Match_Absent(), // only in the LocalStack variant
@@ -59,9 +63,12 @@ func TestFunctions(t *testing.T) {
 				// Only migrate applies the schema; the others are told not to.
 				"DB_MIGRATE": "false",
 				"QUEUE_URL":  assertions.Match_Absent(),
+				// Only migrate creates the database users.
+				"DB_FUNCTION_USERS": assertions.Match_Absent(),
 			}
 			if e.migrate {
 				env["DB_MIGRATE"] = assertions.Match_Absent()
+				env["DB_FUNCTION_USERS"] = wantFunctionUsers
 			}
 			if e.queueURL {
 				env["QUEUE_URL"] = refTo(queueID)
@@ -93,6 +100,44 @@ func TestFunctions(t *testing.T) {
 			})
 			s.checkFunctionEgress(t, fn, e)
 		})
+	}
+}
+
+// No function but migrate connects to the database as the cluster's admin user: every other
+// function of the template (CDK's own helpers included) either has no DB_USER or a user of its own,
+// and no two functions share one.
+func TestOnlyMigrateConnectsAsTheAdmin(t *testing.T) {
+	s := synth(t, variantAWS)
+	migrateID := s.ref(t, s.stack.Functions.Migrate.FunctionName())
+	users := map[string]string{} // DB_USER -> function
+	for id, raw := range s.resources() {
+		r := raw.(map[string]any)
+		if r["Type"] != "AWS::Lambda::Function" {
+			continue
+		}
+		props, _ := r["Properties"].(map[string]any)
+		env, _ := props["Environment"].(map[string]any)
+		vars, _ := env["Variables"].(map[string]any)
+		user, ok := vars["DB_USER"].(string)
+		if !ok {
+			if _, set := vars["DB_USER"]; set {
+				t.Errorf("function %s: DB_USER is not a literal: %v", id, vars["DB_USER"])
+			}
+			continue
+		}
+		if user == databaseAdminUsername && id != migrateID {
+			t.Errorf("function %s connects as the admin user %q; only migrate may", id, user)
+		}
+		if other, dup := users[user]; dup {
+			t.Errorf("functions %s and %s share the database user %q", other, id, user)
+		}
+		users[user] = id
+	}
+	if users[databaseAdminUsername] != migrateID {
+		t.Errorf("migrate does not connect as the admin user (DB_USER per function: %v)", users)
+	}
+	if len(users) != len(FunctionNames) {
+		t.Errorf("%d functions with a database user, want %d: %v", len(users), len(FunctionNames), users)
 	}
 }
 
@@ -166,17 +211,32 @@ func TestLeastPrivilege(t *testing.T) {
 			tpl.HasResourceProperties(jsii.String("AWS::IAM::Policy"), grant(roleID(g.fn), assertions.Match_ArrayWith(arr(g.action)), mainArn))
 		})
 	}
-	// arn:<partition>:rds-db:<region>:<account>:dbuser:<proxy resource ID>/admin
-	proxyUser := map[string]any{"Fn::Join": []any{"", assertions.Match_ArrayWith(arr(
-		":dbuser:",
-		map[string]any{"Fn::Select": []any{6, map[string]any{"Fn::Split": []any{":", getAtt(proxyID, "DBProxyArn")}}}},
-		"/"+databaseAdminUsername,
-	))}}
+	// arn:<partition>:rds-db:<region>:<account>:dbuser:<proxy resource ID>/<user>
+	proxyUser := func(user string) map[string]any {
+		return map[string]any{"Fn::Join": []any{"", assertions.Match_ArrayWith(arr(
+			":dbuser:",
+			map[string]any{"Fn::Select": []any{6, map[string]any{"Fn::Split": []any{":", getAtt(proxyID, "DBProxyArn")}}}},
+			"/"+user,
+		))}}
+	}
 	functions := map[string]awslambda.Function{"api": f.API, "processor": f.Processor, "sweeper": f.Sweeper, "migrate": f.Migrate}
+	dbUsers := map[string]string{"api": databaseAPIUser, "processor": databaseProcessorUser, "sweeper": databaseSweeperUser, "migrate": databaseAdminUsername}
 	for name, fn := range functions {
-		check(t, name+" can rds-db:connect to the proxy as "+databaseAdminUsername, func() {
-			tpl.HasResourceProperties(jsii.String("AWS::IAM::Policy"), grant(roleID(fn), "rds-db:connect", proxyUser))
+		user := dbUsers[name]
+		check(t, name+" can rds-db:connect to the proxy as "+user, func() {
+			tpl.HasResourceProperties(jsii.String("AWS::IAM::Policy"), grant(roleID(fn), "rds-db:connect", proxyUser(user)))
 		})
+		// ... and as no other user: every rds-db:connect it has names its own user, never a wildcard.
+		for _, st := range s.policiesOfRole(t, roleID(fn)) {
+			if st.Effect != "Allow" || !hasAction(st.Actions, "rds-db:connect") {
+				continue
+			}
+			for _, r := range st.Resources {
+				if j := mustJSON(r); !strings.Contains(j, `"/`+user+`"`) {
+					t.Errorf("%s may rds-db:connect to %s; only as its own user %q", name, j, user)
+				}
+			}
+		}
 		// No managed policies (AWSLambdaBasicExecutionRole would allow logs on every log group).
 		check(t, "role of "+name+" has no managed policies", func() {
 			s.only(t, roleID(fn)).HasResourceProperties(jsii.String("AWS::IAM::Role"), obj(map[string]any{

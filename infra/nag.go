@@ -64,9 +64,6 @@ func addNagSuppressions(s *ExactlyOnceStack, cfg Config) {
 				"The admin secret is read only by RDS Proxy; functions authenticate to the proxy with IAM tokens and "+
 					"never see it. Rotation would need a rotation function in the VPC plus a Secrets Manager interface "+
 					"endpoint (a fixed hourly cost) for a password no person or function uses directly."),
-			nag("AwsSolutions-RDS6",
-				"IAM authentication is enforced at RDS Proxy (IamAuth, RequireTLS), the only client of the cluster; "+
-					"the proxy signs in to the cluster with the Secrets Manager secret, so cluster-level IAM auth would be unused."),
 			nag("AwsSolutions-RDS10",
 				"Deletion protection off so that `make destroy` works for this project; the removal policy SNAPSHOT keeps "+
 					"a final snapshot of the data on stack deletion. Turn it on for a production account."),

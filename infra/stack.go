@@ -84,7 +84,14 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 		ExecuteOnHandlerChange: jsii.Bool(true),
 	})
 	if s.Database != nil {
-		trigger.ExecuteAfter(s.Database.Cluster, s.Database.Proxy)
+		// ProxyRole too: its policy lets the proxy sign in as the functions' users, which run after.
+		trigger.ExecuteAfter(s.Database.Cluster, s.Database.Proxy, s.Database.ProxyRole)
+	}
+	// The other functions are created, and on an update changed, only after migrate has run: the
+	// schema their code expects and the database users they connect as exist before they do. The
+	// function resources alone: their security groups must exist before the proxy admits them.
+	for _, fn := range []awslambda.Function{s.Functions.API, s.Functions.Processor, s.Functions.Sweeper} {
+		fn.Node().DefaultChild().Node().AddDependency(trigger)
 	}
 
 	wireProcessor(s.Functions.Processor, s.Queues.Main, !cfg.LocalStack)

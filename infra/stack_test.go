@@ -109,11 +109,28 @@ func TestMigrateTrigger(t *testing.T) {
 			"Properties": assertions.Match_ObjectLike(obj(map[string]any{"DBProxyName": refTo(proxyID)})),
 		}))
 	})
+	proxyRolePolicyID := *tpl.GetResourceId(jsii.String("AWS::IAM::Policy"), obj(map[string]any{
+		"Properties": assertions.Match_ObjectLike(obj(map[string]any{
+			"Roles": assertions.Match_ArrayWith(arr(refTo(s.ref(t, db.ProxyRole.RoleName())))),
+		})),
+	}))
 	for _, dep := range []struct{ what, id string }{
 		{"cluster", clusterID}, {"proxy", proxyID}, {"instance", instanceID}, {"targets", targetsID},
+		{"proxy's role policy (sign-in as the functions' users)", proxyRolePolicyID},
 	} {
 		check(t, "trigger depends on the "+dep.what, func() {
 			tpl.HasResource(trigger, obj(map[string]any{"DependsOn": assertions.Match_ArrayWith(arr(dep.id))}))
+		})
+	}
+
+	// The other functions wait for migrate: created (and on an update changed) once the schema and
+	// their database users exist.
+	triggerID := *tpl.GetResourceId(trigger, nil)
+	for name, fn := range map[string]awslambda.Function{"api": s.stack.Functions.API, "processor": s.stack.Functions.Processor, "sweeper": s.stack.Functions.Sweeper} {
+		check(t, name+" depends on the trigger", func() {
+			s.only(t, s.ref(t, fn.FunctionName())).HasResource(jsii.String("AWS::Lambda::Function"), obj(map[string]any{
+				"DependsOn": assertions.Match_ArrayWith(arr(triggerID)),
+			}))
 		})
 	}
 }

@@ -19,6 +19,9 @@ type Handler struct {
 	// Open opens the store without migrating.
 	Open   func(context.Context) (*mysql.Store, error)
 	Logger *slog.Logger
+	// Users are the functions' database users, created if missing and granted their privileges
+	// after every migration (mysql.EnsureUsers). Empty: none (local runs, LocalStack).
+	Users []mysql.FunctionUser
 	// While the database is unreachable, Handle retries: a new RDS Proxy takes minutes after it is
 	// created before it hands out connections, and the deploy-time trigger may run in that window.
 	// Backoff starts at FirstBackoff (default 1 s) and doubles up to MaxBackoff (default 15 s); it
@@ -45,7 +48,7 @@ func (h *Handler) Handle(ctx context.Context, _ json.RawMessage) (Result, error)
 	}
 	backoff := cmp.Or(h.FirstBackoff, time.Second)
 	for attempt := 1; ; attempt++ {
-		err := migrate(ctx, store)
+		err := migrate(ctx, store, h.Users)
 		if err == nil {
 			h.Logger.Info("migrate: schema current, rules hold", "version", mysql.LatestVersion(), "attempts", attempt)
 			return Result{Version: mysql.LatestVersion(), Attempts: attempt}, nil
@@ -76,8 +79,11 @@ func (h *Handler) mayRetry(ctx context.Context, attempt int, backoff time.Durati
 	return true
 }
 
-func migrate(ctx context.Context, store *mysql.Store) error {
+func migrate(ctx context.Context, store *mysql.Store, users []mysql.FunctionUser) error {
 	if err := mysql.Migrate(ctx, store.DB()); err != nil {
+		return err
+	}
+	if err := mysql.EnsureUsers(ctx, store.DB(), users); err != nil {
 		return err
 	}
 	violations, err := mysql.CheckRules(ctx, store.DB())

@@ -65,7 +65,15 @@ func (c ConnConfig) driverConfig() (*mysql.Config, error) {
 	// pooling. Arguments are escaped by the driver instead.
 	cfg.InterpolateParams = true
 	cfg.ParseTime = true
+	// Timestamps are written by the database (NOW(6), in the session's time zone) and read back as
+	// UTC (Loc), so every session is pinned to UTC, whatever the server's default zone. The driver
+	// sends the DSN's system variables as one SET on each new connection; RDS Proxy tracks
+	// time_zone, so that SET does not pin the session to one database connection.
 	cfg.Loc = time.UTC
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}

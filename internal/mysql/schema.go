@@ -84,6 +84,9 @@ func LatestVersion() int {
 // that finds the schema current returns after one read; the others serialise on a named lock
 // (GET_LOCK, per database), and each migration is recorded in schema_migrations after it runs.
 // After migrating it verifies the schema rules and fails if any is broken.
+//
+// Every run also checks the id counter (checkCounter): a lost counter row is re-created above the
+// largest id in use, and a counter with more than one row is an error.
 func Migrate(ctx context.Context, db *sql.DB) error {
 	ms, err := loadMigrations()
 	if err != nil {
@@ -91,7 +94,10 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	}
 	latest := ms[len(ms)-1].version
 	if v, err := currentVersion(ctx, db); err == nil && v >= latest {
-		return nil
+		var rows int
+		if err := db.QueryRowContext(ctx, query("CounterRows")).Scan(&rows); err == nil && rows == 1 {
+			return nil
+		}
 	}
 
 	conn, err := db.Conn(ctx)
@@ -156,10 +162,47 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 			return fmt.Errorf("migrate %s: record: %w", m.name, err)
 		}
 	}
+	if err := checkCounter(ctx, conn); err != nil {
+		return err
+	}
 	if violations, err := CheckRules(ctx, db); err != nil {
 		return err
 	} else if len(violations) > 0 {
 		return fmt.Errorf("schema rules broken: %s", strings.Join(violations, "; "))
+	}
+	return nil
+}
+
+// CounterSeedGap is how far above the largest event id a lost counter row is re-created. No table
+// records the ids a running process has reserved but not used yet (the block allocator holds up to
+// two blocks of DefaultBlockSize in memory, and keeps handing them out while the row is missing), so
+// a row re-created at the largest stored id could hand them out a second time. The gap skips them
+// for up to 512 processes at the default block size; ids are BIGINT, so the gap costs nothing.
+const CounterSeedGap = 1 << 20
+
+// checkCounter makes sure the status table holds exactly one row, the id counter, on the
+// migration's connection (under its named lock): a missing row is re-created CounterSeedGap above
+// the largest event id, so that no id in use is handed out again; more than one row is an error
+// that names the fix, and nothing is changed.
+func checkCounter(ctx context.Context, conn *sql.Conn) error {
+	var rows int
+	if err := conn.QueryRowContext(ctx, query("CounterRows")).Scan(&rows); err != nil {
+		return fmt.Errorf("migrate: check the id counter: %w", err)
+	}
+	switch {
+	case rows == 1:
+		return nil
+	case rows > 1:
+		return fmt.Errorf("migrate: table status holds %d rows; it must hold exactly one, the id counter "+
+			"(with more, two writers can take the same ids). Refusing to run. Stop every writer, run "+
+			"DELETE FROM status, and migrate again: it re-creates the counter above the largest event id", rows)
+	}
+	var largest int64
+	if err := conn.QueryRowContext(ctx, query("LargestEventID")).Scan(&largest); err != nil {
+		return fmt.Errorf("migrate: re-create the id counter: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, query("SeedCounter"), largest+CounterSeedGap); err != nil {
+		return fmt.Errorf("migrate: re-create the id counter: %w", err)
 	}
 	return nil
 }

@@ -15,3 +15,22 @@ UPDATE status SET id = id + ?;
 -- The counter's current value, by a consistent read without a lock: every id at or below it has
 -- been handed out. Used to tell an id that names no event (above it) from a settled one (Outcomes).
 SELECT id FROM status;
+
+-- The counter's row itself, checked by every Migrate (schema.go). There must be exactly one:
+-- with two, LockCounter locks and reads one and AdvanceCounter moves both, so two writers can take
+-- the same ids; with none, nobody can take any.
+
+-- name: CounterRows
+-- How many rows the counter has. A consistent read of a one-row table: no lock.
+SELECT COUNT(*) FROM status;
+
+-- name: LargestEventID
+-- The largest id any event has, to re-create a lost counter row above it. A consistent read (no
+-- lock, at any isolation level) that scans every partition of events: it runs only when the row is
+-- missing, under the migration lock.
+SELECT COALESCE(MAX(id), 0) FROM events;
+
+-- name: SeedCounter
+-- Re-creates the counter's row at ?, only if there is none. Only Migrate inserts here, under its
+-- named lock, so two processes cannot both insert it; there is no unique key to stop them.
+INSERT INTO status (id) SELECT ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM status);

@@ -1,0 +1,39 @@
+-- The functions' database users (users.go): one per function, with only the privileges its work
+-- needs, created and granted by the migrate step, which alone connects as the admin user. /*user*/
+-- is the account ('name'@'%'), validated and quoted by the caller; a table name without a database
+-- is a table of the session's database. A table added by a migration adds the grants of the roles
+-- that use it here, and to roleGrants in users.go.
+--
+-- GRANT only adds: a privilege dropped from this file stays granted until a migration REVOKEs it.
+-- None of these statements takes a row lock.
+
+-- name: CreateUserIAM
+-- Aurora MySQL: a user that signs in with an IAM token (rds-db:connect), never a password. Through
+-- RDS Proxy with end-to-end IAM (DefaultAuthScheme IAM_AUTH), the proxy signs in as this user with
+-- a token of its own role's (docs/deploy.md). A user of that name that exists already is left as
+-- it is: if it was created with a password, drop it and migrate again.
+CREATE USER IF NOT EXISTS /*user*/ IDENTIFIED WITH AWSAuthenticationPlugin AS 'RDS';
+
+-- name: CreateUserPassword
+-- MariaDB and MySQL without IAM (local runs, tests): a password user.
+CREATE USER IF NOT EXISTS /*user*/ IDENTIFIED BY ?;
+
+-- name: AlterUserPassword
+-- And its password set again, for a user that existed already.
+ALTER USER /*user*/ IDENTIFIED BY ?;
+
+-- name: GrantReadInsertEvents
+-- api: POST /events and /events/async insert events (InsertProcessed, InsertPendingRows); GET reads
+-- them (Get, Count). It never updates or deletes one.
+GRANT SELECT, INSERT ON events TO /*user*/;
+
+-- name: GrantAdvanceCounter
+-- api: the allocators lock the counter and advance it (LockCounter's SELECT ... FOR UPDATE, which
+-- MySQL 8 allows with SELECT plus UPDATE; AdvanceCounter). No INSERT or DELETE: only migrate seeds
+-- the row.
+GRANT SELECT, UPDATE ON status TO /*user*/;
+
+-- name: GrantClaimSettleEvents
+-- processor and sweeper: claim (SELECT ... FOR UPDATE SKIP LOCKED), lease, settle and release
+-- events, and read their states. They never insert or delete one, and never touch the counter.
+GRANT SELECT, UPDATE ON events TO /*user*/;

@@ -1,0 +1,58 @@
+package mysql_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/fault"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/stretchr/testify/require"
+)
+
+// Timestamps are written by the database (NOW(6), in the session's time zone) and read as UTC
+// (the driver's Loc). Every session is pinned to UTC, so the two agree whatever the server's
+// default zone: here a private server whose default is five hours east of UTC.
+func TestTimestampsAreUTCWhateverTheServerZone(t *testing.T) {
+	t.Parallel()
+	srv := fault.PrivateServer(t)
+	ctx := context.Background()
+	require.NoError(t, srv.CreateDatabase(ctx, "events"))
+
+	admin, err := mysql.Open(mysql.ConnConfig{DSN: srv.DSN("")})
+	require.NoError(t, err)
+	defer admin.Close()
+	// The server's default zone, for every session that does not set its own (what
+	// --default-time-zone sets at start).
+	_, err = admin.ExecContext(ctx, "SET GLOBAL time_zone = '+05:00'")
+	require.NoError(t, err)
+	var global string
+	require.NoError(t, admin.QueryRowContext(ctx, "SELECT @@global.time_zone").Scan(&global))
+	require.Equal(t, "+05:00", global)
+
+	db, err := mysql.Open(mysql.ConnConfig{DSN: srv.DSN("events")})
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, mysql.Migrate(ctx, db))
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+
+	created, err := store.CreateProcessed(ctx, "hello")
+	require.NoError(t, err)
+	pendingID, err := store.CreatePending(ctx)
+	require.NoError(t, err)
+
+	now := time.Now().UTC()
+	got, err := store.Get(ctx, created.ID)
+	require.NoError(t, err)
+	require.WithinDuration(t, now, got.CreatedAt, time.Second, "created_at of a processed event")
+	require.NotNil(t, got.ProcessedAt)
+	require.WithinDuration(t, now, *got.ProcessedAt, time.Second, "processed_at")
+	pending, err := store.Get(ctx, pendingID)
+	require.NoError(t, err)
+	require.WithinDuration(t, now, pending.CreatedAt, time.Second, "created_at of a pending event")
+
+	var session string
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT @@session.time_zone").Scan(&session))
+	require.Equal(t, "+00:00", session, "the session is pinned to UTC")
+}

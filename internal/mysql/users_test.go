@@ -1,0 +1,207 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/fault"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	drv "github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+)
+
+// grantingServer starts a private server that checks privileges, as Aurora does, with an admin
+// user that may create users and grant (the cluster's admin user). It returns a DSN maker for
+// database events on it.
+//
+// The private server starts with --skip-grant-tables (every user may do everything); FLUSH
+// PRIVILEGES loads the grant tables, and from then on privileges are checked. The session that ran
+// it keeps its rights long enough to create the admin.
+func grantingServer(t *testing.T) func(user, password string) string {
+	t.Helper()
+	srv := fault.PrivateServer(t)
+	ctx := context.Background()
+	require.NoError(t, srv.CreateDatabase(ctx, "events"))
+	boot, err := sql.Open("mysql", srv.DSN(""))
+	require.NoError(t, err)
+	defer boot.Close()
+	conn, err := boot.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	for _, stmt := range []string{
+		"FLUSH PRIVILEGES",
+		"CREATE USER 'admin'@'%' IDENTIFIED BY 'admin-secret'",
+		"GRANT ALL PRIVILEGES ON *.* TO 'admin'@'%' WITH GRANT OPTION",
+	} {
+		_, err := conn.ExecContext(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	return func(user, password string) string {
+		cfg := drv.NewConfig()
+		cfg.User, cfg.Passwd = user, password
+		cfg.Net, cfg.Addr, cfg.DBName = "tcp", srv.Addr(), "events"
+		cfg.Timeout = 2 * time.Second
+		return cfg.FormatDSN()
+	}
+}
+
+func openAs(t *testing.T, dsn string, cfg mysql.StoreConfig) *mysql.Store {
+	t.Helper()
+	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn, MaxOpenConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	store, err := mysql.NewStore(db, cfg)
+	require.NoError(t, err)
+	return store
+}
+
+// requireDenied runs stmt and requires the server to refuse it for lack of a privilege.
+func requireDenied(t *testing.T, db *sql.DB, stmt string) {
+	t.Helper()
+	_, err := db.ExecContext(context.Background(), stmt)
+	require.Error(t, err, "%s must be refused", stmt)
+	var me *drv.MySQLError
+	require.True(t, errors.As(err, &me), "%s: %v", stmt, err)
+	// 1142 table access denied, 1227 needs a global privilege (CREATE USER), 1044 database access
+	// denied, 1045 access denied.
+	require.Contains(t, []uint16{1142, 1227, 1044, 1045}, me.Number, "%s: %v", stmt, err)
+}
+
+// Each function's database user can do its function's work and nothing else: the API's user
+// cannot DROP TABLE (nor delete, update events, grant, or create users); the processor's and the
+// sweeper's cannot insert events or touch the counter.
+func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := grantingServer(t)
+
+	admin, err := mysql.Open(mysql.ConnConfig{DSN: dsn("admin", "admin-secret")})
+	require.NoError(t, err)
+	defer admin.Close()
+	require.NoError(t, mysql.Migrate(ctx, admin))
+	users := []mysql.FunctionUser{
+		{Role: mysql.RoleAPI, Name: "eo_api", Password: "api-secret"},
+		{Role: mysql.RoleProcessor, Name: "eo_processor", Password: "processor-secret"},
+		{Role: mysql.RoleSweeper, Name: "eo_sweeper", Password: "sweeper-secret"},
+	}
+	require.NoError(t, mysql.EnsureUsers(ctx, admin, users))
+	require.NoError(t, mysql.EnsureUsers(ctx, admin, users), "idempotent: the migrate step runs it on every deploy")
+	require.NoError(t, mysql.Migrate(ctx, admin))
+
+	// The API's work, with both allocators: create processed and pending events, read them, count.
+	var pending []int64
+	for _, alloc := range []string{mysql.AllocatorBlock, mysql.AllocatorLiteral} {
+		api := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{Allocator: alloc})
+		created, err := api.CreateProcessed(ctx, "hello")
+		require.NoError(t, err, alloc)
+		got, err := api.Get(ctx, created.ID)
+		require.NoError(t, err, alloc)
+		require.Equal(t, "hello", *got.Value)
+		ids, err := api.CreatePendingBatch(ctx, 3)
+		require.NoError(t, err, alloc)
+		pending = append(pending, ids...)
+		_, err = api.Count(ctx)
+		require.NoError(t, err, alloc)
+	}
+	apiDB := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{}).DB()
+	for _, stmt := range []string{
+		"DROP TABLE events",
+		"DROP TABLE status",
+		"TRUNCATE TABLE events",
+		"DELETE FROM events",
+		"UPDATE events SET value = 'x'",
+		"ALTER TABLE events ADD COLUMN x INT",
+		"CREATE TABLE scratch (a INT)",
+		"DELETE FROM status",
+		"INSERT INTO status (id) VALUES (0)",
+		"GRANT SELECT ON events TO 'eo_sweeper'@'%'",
+		"CREATE USER 'intruder'@'%' IDENTIFIED BY 'x'",
+		"SELECT * FROM schema_migrations",
+	} {
+		requireDenied(t, apiDB, stmt)
+	}
+
+	// The processor's and the sweeper's work: claim and settle, by id and by due date, and read states.
+	processor := openAs(t, dsn("eo_processor", "processor-secret"), mysql.StoreConfig{})
+	outcomes, err := processIDs(ctx, processor, false, pending[0], pending[1])
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.OutcomeSettled, outcomes[pending[0]])
+	outcomes, err = processIDs(ctx, processor, true, pending[2])
+	require.NoError(t, err, "the lease path: lease, settle")
+	require.Equal(t, exactlyonce.OutcomeSettled, outcomes[pending[2]])
+	outcomes, err = processIDs(ctx, processor, false, pending[0])
+	require.NoError(t, err, "a settled event: its state is read")
+	require.Equal(t, exactlyonce.OutcomeAlreadySettled, outcomes[pending[0]])
+	sweeper := openAs(t, dsn("eo_sweeper", "sweeper-secret"), mysql.StoreConfig{})
+	settled, err := processDue(ctx, sweeper, false, 0, 100)
+	require.NoError(t, err)
+	require.Equal(t, len(pending)-3, settled)
+
+	for _, worker := range []*mysql.Store{processor, sweeper} {
+		for _, stmt := range []string{
+			"DROP TABLE events",
+			"DELETE FROM events",
+			"INSERT INTO events (id, value, state, created_at) VALUES (999999, NULL, 0, NOW(6))",
+			"UPDATE status SET id = id + 1",
+			"SELECT id FROM status",
+			"GRANT SELECT ON status TO 'eo_api'@'%'",
+		} {
+			requireDenied(t, worker.DB(), stmt)
+		}
+	}
+	_, err = admin.ExecContext(ctx, "SELECT 1 FROM events LIMIT 1")
+	require.NoError(t, err, "the admin keeps every privilege")
+
+	// Every table a migration creates is granted to the roles that use it, or deliberately to none.
+	adminOnly := map[string]bool{"schema_migrations": true}
+	granted := map[string]bool{}
+	rows, err := admin.QueryContext(ctx, `SELECT DISTINCT TABLE_NAME FROM information_schema.TABLE_PRIVILEGES
+		WHERE TABLE_SCHEMA = DATABASE() AND GRANTEE IN ('''eo_api''@''%''', '''eo_processor''@''%''', '''eo_sweeper''@''%''')`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		granted[name] = true
+	}
+	require.NoError(t, rows.Err())
+	rows, err = admin.QueryContext(ctx, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()")
+	require.NoError(t, err)
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		require.True(t, granted[name] || adminOnly[name],
+			"table %s is granted to no function's user: add its grants to sql/users.sql and roleGrants", name)
+	}
+	require.NoError(t, rows.Err())
+}
+
+func TestParseFunctionUsers(t *testing.T) {
+	t.Parallel()
+	users, err := mysql.ParseFunctionUsers(" api:exactlyonce_api, processor:exactlyonce_processor,sweeper:exactlyonce_sweeper ")
+	require.NoError(t, err)
+	require.Equal(t, []mysql.FunctionUser{
+		{Role: mysql.RoleAPI, Name: "exactlyonce_api", IAM: true},
+		{Role: mysql.RoleProcessor, Name: "exactlyonce_processor", IAM: true},
+		{Role: mysql.RoleSweeper, Name: "exactlyonce_sweeper", IAM: true},
+	}, users)
+
+	users, err = mysql.ParseFunctionUsers("")
+	require.NoError(t, err)
+	require.Empty(t, users)
+
+	for spec, want := range map[string]string{
+		"api":                            "not role:name",
+		"admin:root":                     "unknown role",
+		"api:Robert'); DROP TABLE x;":    "lower-case letters",
+		"api:" + strings.Repeat("a", 33): "lower-case letters",
+		"api:same,sweeper:same":          "named twice",
+	} {
+		_, err := mysql.ParseFunctionUsers(spec)
+		require.ErrorContains(t, err, want, spec)
+	}
+}
