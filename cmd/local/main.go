@@ -12,8 +12,9 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/local"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 const defaultDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce"
@@ -27,19 +28,19 @@ func main() {
 		}
 		return os.Getenv(k)
 	}
-	cfg := config.Must(config.Load(getenv))
-	log := cfg.Logger()
-	opt := config.Must(local.Env(os.Getenv))
-	opt.Sweep = sweeping.Config{BatchSize: cfg.SweepBatchSize, Grace: cfg.SweepGrace, Logger: log}
+	cfg := wire.Must(config.Load(getenv))
+	log := wire.Logger(cfg)
+	opt := wire.Must(local.Env(os.Getenv))
+	opt.Sweep = wire.Sweeping(cfg, log)
 
-	store := config.Must(cfg.OpenStore(ctx))
-	log.Info("local: database ready", "allocator", cmp.Or(cfg.Store.Allocator, "block"))
-	client := config.Must(config.SQS(log))
-	queues := config.Must(queue.Ensure(ctx, client, queue.QueueSpec{
+	store := wire.Must(wire.OpenStore(ctx, cfg))
+	log.Info("local: database ready", "allocator", cmp.Or(cfg.Store.Allocator, mysql.DefaultAllocator))
+	client := wire.Must(wire.SQS(log))
+	queues := wire.Must(queue.Ensure(ctx, client, queue.QueueSpec{
 		Name: cmp.Or(os.Getenv("QUEUE_NAME"), "events"), VisibilityTimeout: 30, MaxReceiveCount: 5,
 	}))
 	opt.Queues = queues
-	sys := config.Must(local.Start(ctx, store, client, opt, log))
+	sys := wire.Must(local.Start(ctx, store, client, opt, log))
 	<-ctx.Done()
 	log.Info("local: stopping")
 	if err := sys.Wait(); err != nil {
