@@ -30,16 +30,14 @@ func main() {
 	}
 	cfg := wire.Must(config.Load(getenv))
 	log := wire.Logger(cfg)
-	opt := wire.Must(local.Env(os.Getenv))
-	opt.Sweep = wire.Sweeping(cfg, log)
 
 	store := wire.Must(wire.OpenStore(ctx, cfg))
 	log.Info("local: database ready", "allocator", cmp.Or(cfg.Store.Allocator, mysql.DefaultAllocator))
 	client := wire.Must(wire.SQS(log))
-	queues := wire.Must(queue.Ensure(ctx, client, queue.QueueSpec{
-		Name: cmp.Or(os.Getenv("QUEUE_NAME"), "events"), VisibilityTimeout: 30, MaxReceiveCount: 5,
+	opt := local.Env(cfg)
+	opt.Queues = wire.Must(queue.Ensure(ctx, client, queue.QueueSpec{
+		Name: cmp.Or(cfg.Local.QueueName, "events"), VisibilityTimeout: 30, MaxReceiveCount: 5,
 	}))
-	opt.Queues = queues
 	sys := wire.Must(local.Start(ctx, store, client, opt, log))
 	<-ctx.Done()
 	log.Info("local: stopping")

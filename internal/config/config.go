@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,8 @@ type Config struct {
 	Sweep    Sweep
 	// LogLevel is LOG_LEVEL: debug, info, warn or error. Unset: slog's zero Level, info.
 	LogLevel slog.Level
+	// Local is read by the local runner only.
+	Local Local
 }
 
 // DB says how to reach the database, and whether to migrate it (mysql.ConnConfig; zero fields take
@@ -81,6 +84,26 @@ type Sweep struct {
 	Grace *time.Duration
 }
 
+// Local configures the local runner (cmd/local, internal/local.Env); the functions ignore it.
+type Local struct {
+	// HTTPAddr is HTTP_ADDR: where the API listens, host:port (port 0 picks one).
+	HTTPAddr string
+	// QueueName is QUEUE_NAME: the queue (and <name>-dlq) created on the SQS endpoint if missing.
+	QueueName string
+	// MappingConcurrency and MappingBatchSize are MAPPING_CONCURRENCY and MAPPING_BATCH_SIZE: the
+	// pollers and batch size of the local event source mapping.
+	MappingConcurrency int
+	MappingBatchSize   int
+	// ProcessorTimeout is PROCESSOR_TIMEOUT: the deadline of each processor invocation.
+	ProcessorTimeout time.Duration
+	// AsyncLinger is ASYNC_LINGER: POST /events/async answers once its event is committed, and a
+	// message names the events committed within this long. Nil: unset; zero: answer after the
+	// message is sent, as a Lambda does.
+	AsyncLinger *time.Duration
+	// SweepInterval is SWEEP_INTERVAL: how often the sweeper is invoked.
+	SweepInterval time.Duration
+}
+
 // Load reads the configuration with getenv (os.Getenv in production). The error, if any, names
 // every variable with a bad value.
 func Load(getenv func(string) string) (Config, error) {
@@ -108,12 +131,26 @@ func Load(getenv func(string) string) (Config, error) {
 			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, 0),
 			Grace:     p.nonNegative("SWEEP_GRACE", "a duration such as 10s, or 0 for no grace"),
 		},
+		Local: Local{
+			HTTPAddr:           p.str("HTTP_ADDR"),
+			QueueName:          p.str("QUEUE_NAME"),
+			MappingConcurrency: p.integer("MAPPING_CONCURRENCY", 1, 0),
+			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, 0),
+			ProcessorTimeout:   p.positive("PROCESSOR_TIMEOUT"),
+			AsyncLinger:        p.nonNegative("ASYNC_LINGER", "a duration such as 5ms, or 0 to answer after sending"),
+			SweepInterval:      p.positive("SWEEP_INTERVAL"),
+		},
 	}
 	if c.DB.DSN == "" && (c.DB.Host == "" || c.DB.User == "") {
 		p.fail("set DB_DSN, or DB_HOST and DB_USER")
 	}
 	if a := c.Store.Allocator; a != "" && !slices.Contains(Allocators(), a) {
 		p.fail(fmt.Sprintf("ALLOCATOR must be %s, got %q", strings.Join(quoted(Allocators()), " or "), a))
+	}
+	if v := p.str("HTTP_ADDR"); v != "" {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			p.fail(fmt.Sprintf("HTTP_ADDR must be host:port, such as 127.0.0.1:8080, got %q", v))
+		}
 	}
 	if v := p.str("LOG_LEVEL"); v != "" {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {

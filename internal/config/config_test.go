@@ -21,6 +21,7 @@ func TestUnsetIsZero(t *testing.T) {
 	require.Equal(t, config.Config{DB: config.DB{DSN: "u:p@tcp(h:3306)/d"}}, c)
 	require.Nil(t, c.DB.Migrate)
 	require.Nil(t, c.Sweep.Grace)
+	require.Nil(t, c.Local.AsyncLinger)
 	require.Equal(t, slog.LevelInfo, c.LogLevel)
 }
 
@@ -64,12 +65,34 @@ func TestZeroSweepGraceIsZero(t *testing.T) {
 	}
 }
 
+// The local runner's variables are read by the same parser as every other.
+func TestLocal(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DB_DSN": "d", "HTTP_ADDR": "127.0.0.1:0", "QUEUE_NAME": "mine",
+		"MAPPING_CONCURRENCY": "8", "MAPPING_BATCH_SIZE": "5", "PROCESSOR_TIMEOUT": "10s", "ASYNC_LINGER": "20ms",
+		"SWEEP_INTERVAL": "1s"}))
+	require.NoError(t, err)
+	require.Equal(t, config.Local{HTTPAddr: "127.0.0.1:0", QueueName: "mine", MappingConcurrency: 8, MappingBatchSize: 5,
+		ProcessorTimeout: 10 * time.Second, AsyncLinger: new(20 * time.Millisecond), SweepInterval: time.Second}, c.Local)
+
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "ASYNC_LINGER": "0"}))
+	require.NoError(t, err)
+	require.Equal(t, new(time.Duration(0)), c.Local.AsyncLinger, "ASYNC_LINGER=0 is set: answer after sending")
+
+	for _, bad := range []string{"-1s", "5", "soon"} {
+		_, err = config.Load(env(map[string]string{"DB_DSN": "d", "ASYNC_LINGER": bad}))
+		require.ErrorContains(t, err, "ASYNC_LINGER must be", "ASYNC_LINGER=%s", bad)
+	}
+}
+
 // One error names every bad variable, whatever the mix.
 func TestEveryBadValueIsReported(t *testing.T) {
 	t.Parallel()
 	bad := map[string]string{"DB_PORT": "x", "DB_MIGRATE": "maybe", "DB_IAM_AUTH": "yes please", "DB_TLS": "2",
 		"DB_MAX_OPEN_CONNS": "0", "ALLOCATOR": "fast", "ALLOCATOR_BLOCK_SIZE": "-1",
-		"SWEEP_GRACE": "soon", "SWEEP_BATCH_SIZE": "0", "LOG_LEVEL": "loud"}
+		"SWEEP_GRACE": "soon", "SWEEP_BATCH_SIZE": "0", "LOG_LEVEL": "loud",
+		"HTTP_ADDR": "8080", "MAPPING_CONCURRENCY": "many", "MAPPING_BATCH_SIZE": "0", "PROCESSOR_TIMEOUT": "0s",
+		"ASYNC_LINGER": "-1ms", "SWEEP_INTERVAL": "often"}
 	_, err := config.Load(env(bad))
 	require.Error(t, err)
 	require.ErrorContains(t, err, "DB_DSN, or DB_HOST and DB_USER")
@@ -87,6 +110,7 @@ func TestBadValues(t *testing.T) {
 		{"ALLOCATOR", "fast", `ALLOCATOR must be "block" or "literal", got "fast"`},
 		{"SWEEP_GRACE", "-1s", "SWEEP_GRACE must be a duration such as 10s, or 0 for no grace"},
 		{"SWEEP_BATCH_SIZE", "0", `SWEEP_BATCH_SIZE must be an integer >= 1, got "0"`},
+		{"PROCESSOR_TIMEOUT", "0", `PROCESSOR_TIMEOUT must be a positive duration such as 5s, got "0"`},
 	} {
 		_, err := config.Load(env(map[string]string{"DB_DSN": "d", tc.k: tc.v}))
 		require.ErrorContains(t, err, tc.want, "%s=%s", tc.k, tc.v)
