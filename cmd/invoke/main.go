@@ -35,8 +35,8 @@ const defaultDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce"
 
 // passed are the variables handed to the function from this environment, as a function's
 // configuration would set them.
-var passed = []string{"DB_", "QUEUE_URL", "ALLOCATOR", "SWEEP_", "LOG_LEVEL", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
-	"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION"}
+var passed = []string{"DB_", "QUEUE_URL", "ALLOCATOR", "VISIBILITY_", "SWEEP_", "LOG_LEVEL", "AWS_ENDPOINT_URL",
+	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION"}
 
 func main() {
 	fn := flag.String("fn", "", "function: api, processor, sweeper or migrate")

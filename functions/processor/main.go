@@ -9,7 +9,6 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
-	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -19,6 +18,6 @@ func main() {
 	p := &processing.Processor{Store: wire.Must(wire.OpenStore(context.Background(), cfg)), Logger: log,
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		Visibility: &sqsbatch.Visibility{Client: wire.Must(wire.SQS(log)), QueueURL: cfg.QueueURL}}
+		Visibility: wire.Visibility(cfg, wire.Must(wire.SQS(log)))}
 	lambda.Start(p.Handle)
 }

@@ -29,8 +29,9 @@ type Config struct {
 	// QueueURL is QUEUE_URL: the queue POST /events/async sends to (api function; empty: async
 	// events are left to the sweeper), and whose messages the processor extends the visibility of
 	// (empty: it derives the URL from each record's eventSourceARN).
-	QueueURL string
-	Sweep    Sweep
+	QueueURL  string
+	Processor Processor
+	Sweep     Sweep
 	// LogLevel is LOG_LEVEL: debug, info, warn or error. Unset: slog's zero Level, info.
 	LogLevel slog.Level
 	// Local is read by the local runner only.
@@ -73,6 +74,18 @@ type Store struct {
 	// BlockSize is ALLOCATOR_BLOCK_SIZE: the ids the block allocator reserves per status-row
 	// transaction.
 	BlockSize int
+}
+
+// Processor configures the processor's visibility extension for slow batches
+// (sqsbatch.Visibility; zero fields take its defaults).
+type Processor struct {
+	// VisibilityHeartbeat is VISIBILITY_HEARTBEAT: how long after a batch starts, and then how
+	// often, the processor extends the visibility of the batch's messages. Shorter than the queue's
+	// visibility timeout.
+	VisibilityHeartbeat time.Duration
+	// VisibilityExtension is VISIBILITY_EXTENSION: the visibility timeout each extension sets,
+	// counted from that moment. Longer than the heartbeat.
+	VisibilityExtension time.Duration
 }
 
 // Sweep configures the sweeper (sweeping.Config, through wire.Sweeping).
@@ -127,6 +140,10 @@ func Load(getenv func(string) string) (Config, error) {
 			BlockSize: p.integer("ALLOCATOR_BLOCK_SIZE", 1, 0),
 		},
 		QueueURL: p.str("QUEUE_URL"),
+		Processor: Processor{
+			VisibilityHeartbeat: p.positive("VISIBILITY_HEARTBEAT"),
+			VisibilityExtension: p.positive("VISIBILITY_EXTENSION"),
+		},
 		Sweep: Sweep{
 			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, 0),
 			Grace:     p.nonNegative("SWEEP_GRACE", "a duration such as 10s, or 0 for no grace"),
@@ -146,6 +163,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if a := c.Store.Allocator; a != "" && !slices.Contains(Allocators(), a) {
 		p.fail(fmt.Sprintf("ALLOCATOR must be %s, got %q", strings.Join(quoted(Allocators()), " or "), a))
+	}
+	if h, e := c.Processor.VisibilityHeartbeat, c.Processor.VisibilityExtension; h > 0 && e > 0 && e <= h {
+		p.fail(fmt.Sprintf("VISIBILITY_EXTENSION (%s) must be longer than VISIBILITY_HEARTBEAT (%s)", e, h))
 	}
 	if v := p.str("HTTP_ADDR"); v != "" {
 		if _, _, err := net.SplitHostPort(v); err != nil {

@@ -47,11 +47,13 @@ func TestAWSStyleConfiguration(t *testing.T) {
 	require.Equal(t, "us-west-2", c.DB.Region, "AWS_DEFAULT_REGION when AWS_REGION is unset")
 }
 
-func TestSweep(t *testing.T) {
+func TestSweepAndProcessor(t *testing.T) {
 	t.Parallel()
-	c, err := config.Load(env(map[string]string{"DB_DSN": "d", "SWEEP_BATCH_SIZE": "100", "SWEEP_GRACE": "3s"}))
+	c, err := config.Load(env(map[string]string{"DB_DSN": "d", "SWEEP_BATCH_SIZE": "100", "SWEEP_GRACE": "3s",
+		"VISIBILITY_HEARTBEAT": "500ms", "VISIBILITY_EXTENSION": "2s"}))
 	require.NoError(t, err)
 	require.Equal(t, config.Sweep{BatchSize: 100, Grace: new(3 * time.Second)}, c.Sweep)
+	require.Equal(t, config.Processor{VisibilityHeartbeat: 500 * time.Millisecond, VisibilityExtension: 2 * time.Second}, c.Processor)
 }
 
 // SWEEP_GRACE=0 is no grace, not the sweeper's default.
@@ -90,6 +92,7 @@ func TestEveryBadValueIsReported(t *testing.T) {
 	t.Parallel()
 	bad := map[string]string{"DB_PORT": "x", "DB_MIGRATE": "maybe", "DB_IAM_AUTH": "yes please", "DB_TLS": "2",
 		"DB_MAX_OPEN_CONNS": "0", "ALLOCATOR": "fast", "ALLOCATOR_BLOCK_SIZE": "-1",
+		"VISIBILITY_HEARTBEAT": "0", "VISIBILITY_EXTENSION": "-5s",
 		"SWEEP_GRACE": "soon", "SWEEP_BATCH_SIZE": "0", "LOG_LEVEL": "loud",
 		"HTTP_ADDR": "8080", "MAPPING_CONCURRENCY": "many", "MAPPING_BATCH_SIZE": "0", "PROCESSOR_TIMEOUT": "0s",
 		"ASYNC_LINGER": "-1ms", "SWEEP_INTERVAL": "often"}
@@ -116,7 +119,13 @@ func TestBadValues(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, "%s=%s", tc.k, tc.v)
 	}
 
+	// The extension must outlast the heartbeat, when both are set.
+	_, err := config.Load(env(map[string]string{"DB_DSN": "d", "VISIBILITY_HEARTBEAT": "10s", "VISIBILITY_EXTENSION": "10s"}))
+	require.ErrorContains(t, err, "VISIBILITY_EXTENSION (10s) must be longer than VISIBILITY_HEARTBEAT (10s)")
+	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "VISIBILITY_EXTENSION": "5s"}))
+	require.NoError(t, err, "alone, either is checked only by its own rules: the other is the processor's default, which config does not know")
+
 	// DB_HOST without DB_USER is not enough.
-	_, err := config.Load(env(map[string]string{"DB_HOST": "h"}))
+	_, err = config.Load(env(map[string]string{"DB_HOST": "h"}))
 	require.ErrorContains(t, err, "set DB_DSN, or DB_HOST and DB_USER")
 }

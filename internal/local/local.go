@@ -47,7 +47,7 @@ type Options struct {
 	// Logger defaults to Start's.
 	Sweep sweeping.Config
 	// VisibilityHeartbeat and VisibilityExtension shape the processor's visibility extension
-	// (see sqsbatch.Visibility; defaults 10s and 60s).
+	// (VISIBILITY_HEARTBEAT, VISIBILITY_EXTENSION; defaults: sqsbatch.Visibility's).
 	VisibilityHeartbeat, VisibilityExtension time.Duration
 	// AsyncLinger is api.AsyncGroup.Linger (ASYNC_LINGER, default DefaultAsyncLinger): POST
 	// /events/async answers once the event is committed, and a message names the events committed
@@ -170,17 +170,20 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	return sys, nil
 }
 
-// Env returns the Options the configuration asks for (config.Config.Local and the sweeper's
-// variables), as config.Load read them from the environment: zero for what the environment leaves
-// unset, so that Start and the components apply their defaults. Queues is left to the caller.
+// Env returns the Options the configuration asks for (config.Config.Local, the sweeper's and the
+// processor's variables), as config.Load read them from the environment: zero for what the
+// environment leaves unset, so that Start and the components apply their defaults. Queues is left
+// to the caller.
 func Env(c config.Config) Options {
 	o := Options{
-		HTTPAddr:           c.Local.HTTPAddr,
-		MappingConcurrency: c.Local.MappingConcurrency,
-		MappingBatchSize:   c.Local.MappingBatchSize,
-		ProcessorTimeout:   c.Local.ProcessorTimeout,
-		SweepInterval:      c.Local.SweepInterval,
-		Sweep:              wire.Sweeping(c, nil),
+		HTTPAddr:            c.Local.HTTPAddr,
+		MappingConcurrency:  c.Local.MappingConcurrency,
+		MappingBatchSize:    c.Local.MappingBatchSize,
+		ProcessorTimeout:    c.Local.ProcessorTimeout,
+		SweepInterval:       c.Local.SweepInterval,
+		Sweep:               wire.Sweeping(c, nil),
+		VisibilityHeartbeat: c.Processor.VisibilityHeartbeat,
+		VisibilityExtension: c.Processor.VisibilityExtension,
 	}
 	if l := c.Local.AsyncLinger; l != nil {
 		o.AsyncLinger = *l

@@ -54,7 +54,8 @@ func TestEnv(t *testing.T) {
 	require.Equal(t, Options{}, o)
 
 	o, err = load(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "MAPPING_CONCURRENCY": "8", "MAPPING_BATCH_SIZE": "5",
-		"PROCESSOR_TIMEOUT": "10s", "SWEEP_INTERVAL": "1s", "SWEEP_BATCH_SIZE": "50", "SWEEP_GRACE": "0"})
+		"PROCESSOR_TIMEOUT": "10s", "SWEEP_INTERVAL": "1s", "SWEEP_BATCH_SIZE": "50", "SWEEP_GRACE": "0",
+		"VISIBILITY_HEARTBEAT": "1s", "VISIBILITY_EXTENSION": "4s"})
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:0", o.HTTPAddr)
 	require.Equal(t, 8, o.MappingConcurrency)
@@ -63,4 +64,6 @@ func TestEnv(t *testing.T) {
 	require.Equal(t, time.Second, o.SweepInterval)
 	require.Equal(t, 50, o.Sweep.BatchSize)
 	require.Negative(t, o.Sweep.Grace, "SWEEP_GRACE=0: no grace, which sweeping.Config spells negative")
+	require.Equal(t, time.Second, o.VisibilityHeartbeat)
+	require.Equal(t, 4*time.Second, o.VisibilityExtension)
 }

@@ -1,6 +1,7 @@
 // Package wire builds the dependencies every entrypoint needs from a config.Config: the logger, the
-// store, the SQS client, and the sweeper's settings. It states no default of its own beyond what
-// an unset DB_MIGRATE means; every other default is the configured component's.
+// store, the SQS client, and the settings of the sweeper and of the processor's visibility
+// extension. It states no default of its own beyond what an unset DB_MIGRATE means; every other
+// default is the configured component's.
 package wire
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 )
 
@@ -96,6 +98,13 @@ func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
 		}
 	}
 	return sc
+}
+
+// Visibility returns the processor's visibility extension on client, for QUEUE_URL (empty: each
+// record's eventSourceARN names the queue), with the configured heartbeat and extension.
+func Visibility(c config.Config, client *sqs.Client) *sqsbatch.Visibility {
+	return &sqsbatch.Visibility{Client: client, QueueURL: c.QueueURL,
+		Heartbeat: c.Processor.VisibilityHeartbeat, Extension: c.Processor.VisibilityExtension}
 }
 
 // Must logs err and exits. For entrypoints, before any handler runs: a Lambda whose init fails is
