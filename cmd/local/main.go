@@ -1,6 +1,7 @@
 // Command local runs the whole system on one machine: the API on HTTP_ADDR, the processor behind a
-// local SQS event source mapping, and the sweeper on a schedule, against the database in DB_DSN and
-// the SQS endpoint in AWS_ENDPOINT_URL(_SQS). `make run` starts MariaDB and a local SQS first.
+// local SQS event source mapping, and the sweeper on a schedule, against the database in DB_DSN
+// (default: config.LocalDSN, unless DB_HOST is set) and the SQS endpoint in AWS_ENDPOINT_URL(_SQS).
+// `make run` starts MariaDB and a local SQS first.
 package main
 
 import (
@@ -17,14 +18,12 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
-const defaultDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce"
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	getenv := func(k string) string {
 		if k == "DB_DSN" && os.Getenv("DB_HOST") == "" {
-			return cmp.Or(os.Getenv(k), defaultDSN)
+			return cmp.Or(os.Getenv(k), config.LocalDSN)
 		}
 		return os.Getenv(k)
 	}
@@ -35,9 +34,7 @@ func main() {
 	log.Info("local: database ready", "allocator", cmp.Or(cfg.Store.Allocator, mysql.DefaultAllocator))
 	client := wire.Must(wire.SQS(log))
 	opt := local.Env(cfg)
-	opt.Queues = wire.Must(queue.Ensure(ctx, client, queue.QueueSpec{
-		Name: cmp.Or(cfg.Local.QueueName, "events"), VisibilityTimeout: 30, MaxReceiveCount: 5,
-	}))
+	opt.Queues = wire.Must(queue.Ensure(ctx, client, wire.LocalQueue(cfg.Local.QueueName)))
 	sys := wire.Must(local.Start(ctx, store, client, opt, log))
 	<-ctx.Done()
 	log.Info("local: stopping")

@@ -17,6 +17,14 @@ import (
 	"time"
 )
 
+// LocalServerDSN is the database server of local runs and tests: the MariaDB that
+// `scripts/mariadb.sh ensure` (`make db`, `make run`, `make test`) provides, as the project's user,
+// with no database named.
+const LocalServerDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/"
+
+// LocalDSN is the database of local runs (`make run`, cmd/invoke) on LocalServerDSN's server.
+const LocalDSN = LocalServerDSN + "exactlyonce"
+
 // Allocators are the values ALLOCATOR accepts: the names of internal/mysql's id allocators
 // (mysql.AllocatorBlock and mysql.AllocatorLiteral; internal/wire's tests check that they agree).
 func Allocators() []string { return []string{"block", "literal"} }

@@ -129,3 +129,9 @@ func TestBadValues(t *testing.T) {
 	_, err = config.Load(env(map[string]string{"DB_HOST": "h"}))
 	require.ErrorContains(t, err, "set DB_DSN, or DB_HOST and DB_USER")
 }
+
+func TestLocalDSNs(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/", config.LocalServerDSN)
+	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce", config.LocalDSN)
+}

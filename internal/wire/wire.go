@@ -1,7 +1,7 @@
 // Package wire builds the dependencies every entrypoint needs from a config.Config: the logger, the
 // store, the SQS client, and the settings of the sweeper and of the processor's visibility
-// extension. It states no default of its own beyond what an unset DB_MIGRATE means; every other
-// default is the configured component's.
+// extension, and the queue of local runs. It states no default of its own beyond what an unset
+// variable means here (DB_MIGRATE, QUEUE_NAME); every other default is the configured component's.
 package wire
 
 import (
@@ -105,6 +105,13 @@ func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
 func Visibility(c config.Config, client *sqs.Client) *sqsbatch.Visibility {
 	return &sqsbatch.Visibility{Client: client, QueueURL: c.QueueURL,
 		Heartbeat: c.Processor.VisibilityHeartbeat, Extension: c.Processor.VisibilityExtension}
+}
+
+// LocalQueue is the queue a local run creates if it is missing (cmd/local, cmd/invoke): named name
+// (QUEUE_NAME; empty: "events"), with its <name>-dlq: a 30 s visibility timeout, and redrive to
+// the DLQ after 5 receives, as deployed (infra/tuning.go).
+func LocalQueue(name string) queue.QueueSpec {
+	return queue.QueueSpec{Name: cmp.Or(name, "events"), VisibilityTimeout: 30, MaxReceiveCount: 5}
 }
 
 // Must logs err and exits. For entrypoints, before any handler runs: a Lambda whose init fails is

@@ -75,6 +75,7 @@ func TestDefaults(t *testing.T) {
 	v := wire.Visibility(c, nil)
 	require.Zero(t, v.Heartbeat, "the processor's default")
 	require.Zero(t, v.Extension, "the processor's default")
+	require.Equal(t, "events", wire.LocalQueue(c.Local.QueueName).Name)
 }
 
 // SWEEP_GRACE=0 reaches the store as no grace at all, and any other value as itself.
@@ -92,7 +93,7 @@ func TestConfigured(t *testing.T) {
 	c := load(t, map[string]string{"DB_HOST": "h", "DB_USER": "u", "DB_PASSWORD": "p", "DB_PORT": "3307",
 		"DB_NAME": "n", "DB_TLS": "true", "DB_MAX_OPEN_CONNS": "7", "AWS_REGION": "eu-west-1",
 		"ALLOCATOR": "literal", "ALLOCATOR_BLOCK_SIZE": "8", "QUEUE_URL": "http://q",
-		"VISIBILITY_HEARTBEAT": "1s", "VISIBILITY_EXTENSION": "3s", "LOG_LEVEL": "warn"})
+		"VISIBILITY_HEARTBEAT": "1s", "VISIBILITY_EXTENSION": "3s", "QUEUE_NAME": "mine", "LOG_LEVEL": "warn"})
 	require.Equal(t, mysql.ConnConfig{DSN: "u:p@tcp(h:3306)/d", Host: "h", Port: 3307, Name: "n", User: "u", Password: "p",
 		TLS: true, Region: "eu-west-1", MaxOpenConns: 7}, wire.Conn(c.DB))
 	require.Equal(t, mysql.StoreConfig{Allocator: "literal", BlockSize: 8}, wire.StoreConfig(c.Store))
@@ -100,6 +101,7 @@ func TestConfigured(t *testing.T) {
 	require.Equal(t, "http://q", v.QueueURL)
 	require.Equal(t, time.Second, v.Heartbeat)
 	require.Equal(t, 3*time.Second, v.Extension)
+	require.Equal(t, "mine", wire.LocalQueue(c.Local.QueueName).Name)
 	require.False(t, wire.Logger(c).Enabled(context.Background(), slog.LevelInfo))
 }
 
