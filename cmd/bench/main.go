@@ -25,12 +25,9 @@ import (
 	"syscall"
 
 	"github.com/exactlyonce/exactlyonce/internal/bench"
+	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
 )
-
-// defaultServerDSN is the server `make db` (scripts/mariadb.sh) provides; the benchmark creates and
-// drops its scratch databases on it.
-const defaultServerDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -48,7 +45,7 @@ func run(ctx context.Context) error {
 	}
 	cfg := bench.Config{
 		Mode:      bench.Mode(cmp.Or(os.Getenv("BENCH"), string(bench.Full))),
-		ServerDSN: cmp.Or(os.Getenv("BENCH_DB_DSN"), defaultServerDSN),
+		ServerDSN: cmp.Or(os.Getenv("BENCH_DB_DSN"), config.LocalServerDSN), // its scratch databases are made and dropped there
 		SQSLocal:  cmp.Or(os.Getenv("SQSLOCAL_BIN"), filepath.Join(root, "bin", "sqslocal")),
 		RepoRoot:  root,
 	}

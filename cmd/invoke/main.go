@@ -6,7 +6,7 @@
 //	go run ./cmd/invoke -fn processor -event events/sqs-batch.json
 //
 // The function gets the configuration it would get in AWS from the environment: DB_DSN (default:
-// the local MariaDB of `make db`), QUEUE_URL, AWS_ENDPOINT_URL_SQS, LOG_LEVEL, ... When no SQS
+// config.LocalDSN, the local MariaDB of `make db`), QUEUE_URL, AWS_ENDPOINT_URL_SQS, LOG_LEVEL, ... When no SQS
 // endpoint is configured, a local goaws (bin/sqslocal) is started and a queue named "events"
 // created in it, so that POST /events/async has somewhere to send. The response goes to stdout,
 // the function's logs and a REPORT line to stderr; the exit status is 1 if the function failed.
@@ -25,18 +25,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
 	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
-
-const defaultDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce"
 
 // passed are the variables handed to the function from this environment, as a function's
 // configuration would set them.
-var passed = []string{"DB_", "QUEUE_URL", "ALLOCATOR", "SWEEP_", "LOG_LEVEL", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
-	"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION"}
+var passed = []string{"DB_", "QUEUE_URL", "ALLOCATOR", "VISIBILITY_", "SWEEP_", "LOG_LEVEL", "AWS_ENDPOINT_URL",
+	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION"}
 
 func main() {
 	fn := flag.String("fn", "", "function: api, processor, sweeper or migrate")
@@ -81,7 +81,7 @@ func run(fn, eventPath, bootstrap string, timeout time.Duration) error {
 			}
 		}
 	}
-	env = append(env, "DB_DSN="+cmp.Or(os.Getenv("DB_DSN"), defaultDSN))
+	env = append(env, "DB_DSN="+cmp.Or(os.Getenv("DB_DSN"), config.LocalDSN))
 	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" && os.Getenv("AWS_ENDPOINT_URL") == "" {
 		goaws, err := localsqs.Start("") // dies with this process
 		if err != nil {
@@ -89,7 +89,7 @@ func run(fn, eventPath, bootstrap string, timeout time.Duration) error {
 		}
 		url := goaws.URL
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		q, err := queue.Ensure(qctx, localsqs.NewClient(url), queue.QueueSpec{Name: "events", VisibilityTimeout: 30, MaxReceiveCount: 5})
+		q, err := queue.Ensure(qctx, localsqs.NewClient(url), wire.LocalQueue(""))
 		cancel()
 		if err != nil {
 			return err

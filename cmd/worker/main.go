@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"os/signal"
@@ -12,17 +13,20 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := config.Must(config.Load(os.Getenv))
-	log := cfg.Logger()
-	s := sweeping.New(config.Must(cfg.OpenStore(ctx)), sweeping.Config{
-		BatchSize: cfg.SweepBatchSize, Grace: cfg.SweepGrace, Logger: log,
-	})
-	log.Info("worker: sweeping", "batch", cfg.SweepBatchSize, "grace", cfg.SweepGrace.String())
+	cfg := wire.Must(config.Load(os.Getenv))
+	log := wire.Logger(cfg)
+	s := sweeping.New(wire.Must(wire.OpenStore(ctx, cfg)), wire.Sweeping(cfg, log))
+	grace := "default"
+	if g := cfg.Sweep.Grace; g != nil {
+		grace = g.String()
+	}
+	log.Info("worker: sweeping", "batch", cmp.Or(cfg.Sweep.BatchSize, sweeping.DefaultBatchSize), "grace", grace)
 	_ = s.Run(ctx)
 	log.Info("worker: stopped")
 }

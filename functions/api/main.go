@@ -10,17 +10,19 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 func main() {
-	ctx := context.Background()
-	cfg := config.Must(config.Load(os.Getenv))
-	log := cfg.Logger()
-	// AsyncGroup stays zero: an async request is answered only after its message is sent, because
-	// Lambda freezes the environment once the answer is returned (api.AsyncGroup.Linger).
-	server := &api.Server{Store: config.Must(cfg.OpenStore(ctx)), Logger: log}
+	cfg := wire.Must(config.Load(os.Getenv))
+	log := wire.Logger(cfg)
+	// Inline: an async request is stored and its message sent in the request's own goroutine, under
+	// its context, and answered after both, because Lambda freezes the environment once the answer is
+	// returned: nothing of a request may run after it (api.AsyncGroup.Inline).
+	server := &api.Server{Store: wire.Must(wire.OpenStore(context.Background(), cfg)), Logger: log,
+		AsyncGroup: api.AsyncGroup{Inline: true}}
 	if cfg.QueueURL != "" {
-		server.Queue = &queue.SQSSender{Client: config.Must(config.SQS(log)), QueueURL: cfg.QueueURL}
+		server.Queue = &queue.SQSSender{Client: wire.Must(wire.SQS(log)), QueueURL: cfg.QueueURL}
 	}
 	lambda.Start(httpadapter.New(server).ProxyWithContext)
 }

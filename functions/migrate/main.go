@@ -3,18 +3,21 @@
 package main
 
 import (
+	"context"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/migration"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 func main() {
-	cfg := config.Must(config.Load(os.Getenv))
-	cfg.Migrate = false // the handler migrates, so that a failure is the invocation's error
-	h := &migration.Handler{Open: cfg.OpenStore, Logger: cfg.Logger()}
-	h.Users = config.Must(mysql.ParseFunctionUsers(os.Getenv("DB_FUNCTION_USERS"))) // each function's own database user
+	cfg := wire.Must(config.Load(os.Getenv))
+	cfg.DB.Migrate = new(false) // the handler migrates, so that a failure is the invocation's error
+	open := func(ctx context.Context) (*mysql.Store, error) { return wire.OpenStore(ctx, cfg) }
+	h := &migration.Handler{Open: open, Logger: wire.Logger(cfg)}
+	h.Users = wire.Must(mysql.ParseFunctionUsers(os.Getenv("DB_FUNCTION_USERS"))) // each function's own database user
 	lambda.Start(h.Handle)
 }

@@ -9,16 +9,15 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
-	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 func main() {
-	cfg := config.Must(config.Load(os.Getenv))
-	ctx := context.Background()
-	log := cfg.Logger()
-	p := &processing.Processor{Store: config.Must(cfg.OpenStore(ctx)), Logger: log,
+	cfg := wire.Must(config.Load(os.Getenv))
+	log := wire.Logger(cfg)
+	p := &processing.Processor{Store: wire.Must(wire.OpenStore(context.Background(), cfg)), Logger: log,
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		Visibility: &sqsbatch.Visibility{Client: config.Must(config.SQS(log)), QueueURL: cfg.QueueURL}}
+		Visibility: wire.Visibility(cfg, wire.Must(wire.SQS(log)))}
 	lambda.Start(p.Handle)
 }

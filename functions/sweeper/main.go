@@ -9,15 +9,15 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 func main() {
-	cfg := config.Must(config.Load(os.Getenv))
-	s := sweeping.New(config.Must(cfg.OpenStore(context.Background())), sweeping.Config{
-		BatchSize: cfg.SweepBatchSize, Grace: cfg.SweepGrace, Logger: cfg.Logger(),
-		// One EMF line per invocation on stdout, the function's log group: CloudWatch turns it into
-		// the metrics the sweeper's alarms watch (infra/alarms.go), per function name.
-		Metrics: sweeping.Metrics{Out: os.Stdout, Function: os.Getenv("AWS_LAMBDA_FUNCTION_NAME")},
-	})
+	cfg := wire.Must(config.Load(os.Getenv))
+	sc := wire.Sweeping(cfg, wire.Logger(cfg))
+	// One EMF line per invocation on stdout, the function's log group: CloudWatch turns it into the
+	// metrics the sweeper's alarms watch (infra/alarms.go), per function name.
+	sc.Metrics = sweeping.Metrics{Out: os.Stdout, Function: os.Getenv("AWS_LAMBDA_FUNCTION_NAME")}
+	s := sweeping.New(wire.Must(wire.OpenStore(context.Background(), cfg)), sc)
 	lambda.Start(s.Handle)
 }

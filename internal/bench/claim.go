@@ -9,26 +9,11 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 )
-
-// defaults is the configuration every function gets when no variable is set: the bench measures
-// the system as shipped.
-func defaults() config.Config {
-	cfg, err := config.Load(func(k string) string {
-		if k == "DB_DSN" {
-			return "bench@tcp(127.0.0.1:3306)/bench"
-		}
-		return ""
-	})
-	if err != nil {
-		panic(err) // the defaults are valid or the config tests fail
-	}
-	return cfg
-}
 
 // drainResult is what one drain did.
 type drainResult struct {
@@ -60,7 +45,7 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stores := make([]*mysql.Store, workers)
-	storeCfg := defaults().Store
+	storeCfg := mysql.StoreConfig{} // the store as shipped: every default
 	for i := range stores {
 		s, err := mysql.NewStore(db, storeCfg)
 		if err != nil {
@@ -165,7 +150,7 @@ func runClaim(ctx context.Context, r *run) error {
 	history := pick[int64](r, 1_000_000, 20_000)
 	rounds := pick(r, 6, 1)
 	const workers = 4
-	batch := defaults().SweepBatchSize
+	batch := sweeping.DefaultBatchSize // the sweeper as shipped
 
 	bare, err := r.newScratch(ctx, "nohist", true)
 	if err != nil {
@@ -282,7 +267,7 @@ func runDrain(ctx context.Context, r *run) error {
 	const group = "drain"
 	pending := pick[int64](r, 100_000, 5_000)
 	workerCounts := pick(r, []int{1, 2, 4, 8}, []int{2})
-	batch := defaults().SweepBatchSize
+	batch := sweeping.DefaultBatchSize // the sweeper as shipped
 	var best Row
 	for _, workers := range workerCounts {
 		s, err := r.newScratch(ctx, "drain", true)

@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/api"
-	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -31,8 +30,8 @@ import (
 type stack struct {
 	// url is the local system's API (internal/local.Start, wired as the product is). Beside it, on
 	// the same store and queue, the same API handler as two contenders: lambdaURL stores and queues
-	// each request on its own, as a Lambda execution environment does (it serves one request at a
-	// time); afterSendURL groups requests but answers each only after its group's message is sent
+	// each request on its own, in the request's goroutine (api.AsyncGroup.Inline), as the api
+	// Lambda does (it serves one request at a time and nothing may run after its answer); afterSendURL groups requests but answers each only after its group's message is sent
 	// (api.AsyncGroup without Linger).
 	url, lambdaURL, afterSendURL string
 	db                           *sql.DB
@@ -83,7 +82,7 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 		return fail(err)
 	}
 	stops = append(stops, func() { st.db.Close() })
-	if st.store, err = mysql.NewStore(st.db, defaults().Store); err != nil {
+	if st.store, err = mysql.NewStore(st.db, mysql.StoreConfig{}); err != nil {
 		return fail(err)
 	}
 	if r.cfg.SQSLocal == "" {
@@ -98,7 +97,7 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 	endpoint := goaws.URL
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", "")}, config.SQSOptions(log))
+		Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", "")}, queue.ClientOptions(log))
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -143,7 +142,7 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 		stops = append(stops, func() { _ = srv.Close() })
 		return "http://" + ln.Addr().String(), nil
 	}
-	if st.lambdaURL, err = serve(api.AsyncGroup{Max: 1, Flushers: 1 << 10}); err != nil {
+	if st.lambdaURL, err = serve(api.AsyncGroup{Inline: true}); err != nil {
 		return fail(err)
 	}
 	if st.afterSendURL, err = serve(api.AsyncGroup{}); err != nil {

@@ -125,9 +125,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The workers read the variables the functions read (internal/config): the processor extends
+	// visibility every half visibility timeout, by one timeout.
+	visibility := time.Duration(cfg.Visibility) * time.Second
 	r.env = []string{"DB_DSN=" + dsn, "QUEUE_URL=" + r.q.URL, "AWS_ENDPOINT_URL_SQS=" + endpoint,
-		fmt.Sprintf("CHAOS_VISIBILITY=%d", cfg.Visibility), "CHAOS_SWEEP_GRACE=" + cfg.SweepGrace.String(),
-		"CHAOS_LEASE=" + cfg.Lease.String()}
+		"VISIBILITY_HEARTBEAT=" + (visibility / 2).String(), "VISIBILITY_EXTENSION=" + visibility.String(),
+		"SWEEP_GRACE=" + cfg.SweepGrace.String(), "CHAOS_LEASE=" + cfg.Lease.String()}
 
 	// The API, in this process: it is not killed (that is another test's scenario), the database
 	// and the queue under it are.

@@ -16,12 +16,13 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
-	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 )
 
@@ -58,8 +59,9 @@ func (s *WorkerStats) add(o WorkerStats) {
 }
 
 // RunWorker is a worker process's main: it runs role until SIGTERM (or until it is killed, which is
-// the point). Configuration comes from the environment: DB_DSN, QUEUE_URL, AWS_ENDPOINT_URL_SQS,
-// CHAOS_VISIBILITY (the queue's visibility timeout in seconds), CHAOS_SWEEP_GRACE, CHAOS_REPORTS
+// the point). Configuration comes from the environment, the functions' variables read by
+// internal/config as the functions read them (DB_DSN, QUEUE_URL, AWS_ENDPOINT_URL_SQS,
+// VISIBILITY_HEARTBEAT, VISIBILITY_EXTENSION, SWEEP_GRACE), and the run's own: CHAOS_REPORTS
 // (the file its reports of what it settled go to), CHAOS_LEASED (true: plain events take the lease
 // path) and CHAOS_LEASE (how long).
 func RunWorker(role string) int {
@@ -67,16 +69,15 @@ func RunWorker(role string) int {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	store, err := child.OpenStore()
+	cfg, err := config.Load(os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	visibility, _ := strconv.Atoi(os.Getenv("CHAOS_VISIBILITY"))
-	visibility = max(visibility, 1)
-	grace, err := time.ParseDuration(os.Getenv("CHAOS_SWEEP_GRACE"))
+	store, err := child.OpenStore()
 	if err != nil {
-		grace = 3 * time.Second
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
 
 	reports, err := verify.OpenFileReporter(os.Getenv("CHAOS_REPORTS"))
@@ -94,11 +95,9 @@ func RunWorker(role string) int {
 	switch role {
 	case RoleProcessor:
 		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
-		queueURL := os.Getenv("QUEUE_URL")
-		vis := &sqsbatch.Visibility{Client: client, QueueURL: queueURL,
-			Heartbeat: time.Duration(visibility) * time.Second / 2, Extension: time.Duration(visibility) * time.Second}
+		vis := wire.Visibility(cfg, client)
 		p := &processing.Processor{Store: store, Logger: log, Visibility: vis, Works: works, Lease: lease, Report: reports}
-		m := mapping.New(client, p.Handle, mapping.Config{QueueURL: queueURL, Concurrency: 2, BatchSize: 10,
+		m := mapping.New(client, p.Handle, mapping.Config{QueueURL: cfg.QueueURL, Concurrency: 2, BatchSize: 10,
 			WaitTime: time.Second, Timeout: 30 * time.Second, Logger: log})
 		stats = func() WorkerStats {
 			st := store.Stats()
@@ -109,8 +108,10 @@ func RunWorker(role string) int {
 		run = func(ctx context.Context) { _ = m.Run(ctx) }
 	case RoleSweeper:
 		counting := &settleCounter{Reporter: reports}
-		s := sweeping.New(store, sweeping.Config{Grace: grace, BatchSize: 20, IdleSleep: 200 * time.Millisecond,
-			IdleJitter: 200 * time.Millisecond, Logger: log, Report: counting, Works: works, Lease: lease})
+		sc := wire.Sweeping(cfg, log)
+		sc.BatchSize, sc.IdleSleep, sc.IdleJitter = 20, 200*time.Millisecond, 200*time.Millisecond
+		sc.Report, sc.Works, sc.Lease = counting, works, lease
+		s := sweeping.New(store, sc)
 		stats = func() WorkerStats {
 			st := store.Stats()
 			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,

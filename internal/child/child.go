@@ -19,6 +19,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // RoleEnv names the environment variable that starts a binary in a child role instead of doing
@@ -148,6 +149,6 @@ func OpenStore() (*mysql.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Migrate = false
-	return cfg.OpenStore(context.Background())
+	cfg.DB.Migrate = new(false)
+	return wire.OpenStore(context.Background(), cfg)
 }

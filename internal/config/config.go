@@ -1,264 +1,277 @@
-// Package config reads the configuration every entrypoint shares from the environment, once, with
-// defaults and validation, and builds the dependencies from it. docs/contract.md and the README
-// list the variables.
+// Package config reads a process's configuration from the environment, once, into plain values
+// (strings, numbers, booleans, durations), and validates it: any bad value is an error naming every
+// bad variable. It imports no package of the application and states no default: a variable the
+// environment does not set is left at its zero value, or nil where zero is a meaningful value, and
+// the component it configures applies its own default. internal/wire builds the dependencies from
+// a Config. The README's "Configuration" lists the variables.
 package config
 
 import (
-	"context"
+	"cmp"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"os"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 )
 
-// Config is the configuration of one process.
+// LocalServerDSN is the database server of local runs and tests: the MariaDB that
+// `scripts/mariadb.sh ensure` (`make db`, `make run`, `make test`) provides, as the project's user,
+// with no database named.
+const LocalServerDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/"
+
+// LocalDSN is the database of local runs (`make run`, cmd/invoke) on LocalServerDSN's server.
+const LocalDSN = LocalServerDSN + "exactlyonce"
+
+// Allocators are the values ALLOCATOR accepts: the names of internal/mysql's id allocators
+// (mysql.AllocatorBlock and mysql.AllocatorLiteral; internal/wire's tests check that they agree).
+func Allocators() []string { return []string{"block", "literal"} }
+
+// Config is the configuration of one process. A zero field is a variable the environment does not
+// set; the component the field configures gives it its default.
 type Config struct {
-	// DB says how to reach the database (DB_DSN, or DB_HOST/DB_PORT/DB_NAME/DB_USER/DB_PASSWORD,
-	// DB_IAM_AUTH, DB_TLS, DB_MAX_OPEN_CONNS).
-	DB mysql.ConnConfig
-	// Migrate applies the embedded schema at start (DB_MIGRATE, default true).
-	Migrate bool
-	// Store picks the id allocator (ALLOCATOR, ALLOCATOR_BLOCK_SIZE).
-	Store mysql.StoreConfig
-	// QueueURL is where POST /events/async sends messages (QUEUE_URL). Empty: async events are left
-	// to the sweeper.
-	QueueURL string
-	// SweepBatchSize and SweepGrace tune the sweeper (SWEEP_BATCH_SIZE, default 500; SWEEP_GRACE,
-	// default 10s). 500 drained 100,000 pending events about 1.5x faster than 100 here
-	// (docs/performance.md); the statements stay under RDS Proxy's 16 KB pinning limit because the
-	// store writes a batch in chunks.
-	SweepBatchSize int
-	SweepGrace     time.Duration
-	// LogLevel is LOG_LEVEL: debug, info (default), warn or error.
+	DB    DB
+	Store Store
+	// QueueURL is QUEUE_URL: the queue POST /events/async sends to (api function; empty: async
+	// events are left to the sweeper), and whose messages the processor extends the visibility of
+	// (empty: it derives the URL from each record's eventSourceARN).
+	QueueURL  string
+	Processor Processor
+	Sweep     Sweep
+	// LogLevel is LOG_LEVEL: debug, info, warn or error. Unset: slog's zero Level, info.
 	LogLevel slog.Level
+	// Local is read by the local runner only.
+	Local Local
 }
 
-// Load reads the configuration with getenv (os.Getenv in production).
-func Load(getenv func(string) string) (Config, error) {
-	var errs []string
-	str := func(k, def string) string {
-		if v := strings.TrimSpace(getenv(k)); v != "" {
-			return v
-		}
-		return def
-	}
-	integer := func(k string, def, min int) int {
-		v := str(k, "")
-		if v == "" {
-			return def
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < min {
-			errs = append(errs, fmt.Sprintf("%s must be an integer >= %d, got %q", k, min, v))
-			return def
-		}
-		return n
-	}
-	boolean := func(k string, def bool) bool {
-		v := str(k, "")
-		if v == "" {
-			return def
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s must be true or false, got %q", k, v))
-			return def
-		}
-		return b
-	}
-	duration := func(k string, def time.Duration) time.Duration {
-		v := str(k, "")
-		if v == "" {
-			return def
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			errs = append(errs, fmt.Sprintf("%s must be a duration such as 10s, got %q", k, v))
-			return def
-		}
-		return d
-	}
+// DB says how to reach the database, and whether to migrate it (mysql.ConnConfig; zero fields take
+// its defaults).
+type DB struct {
+	// DSN is DB_DSN, a go-sql-driver/mysql DSN. When it is set, Host, Port, Name, User and Password
+	// are ignored.
+	DSN string
+	// Host, Port, Name, User and Password are DB_HOST, DB_PORT, DB_NAME, DB_USER and DB_PASSWORD:
+	// the database when DSN is empty (in AWS, the RDS Proxy endpoint). Host and User are required
+	// then.
+	Host     string
+	Port     int
+	Name     string
+	User     string
+	Password string
+	// IAMAuth is DB_IAM_AUTH: authenticate with an IAM token built for each new connection; forces
+	// TLS.
+	IAMAuth bool
+	// TLS is DB_TLS: TLS to the database with the system trust store.
+	TLS bool
+	// Region is AWS_REGION, or else AWS_DEFAULT_REGION: the region IAM tokens are signed for (empty:
+	// the AWS configuration's).
+	Region string
+	// MaxOpenConns is DB_MAX_OPEN_CONNS: the connection pool's size per process.
+	MaxOpenConns int
+	// Migrate is DB_MIGRATE: whether opening the store applies the embedded schema. Nil: unset
+	// (wire.OpenStore says what that means).
+	Migrate *bool
+}
 
+// Store configures the store (mysql.StoreConfig; zero fields take its defaults).
+type Store struct {
+	// Allocator is ALLOCATOR: one of Allocators().
+	Allocator string
+	// BlockSize is ALLOCATOR_BLOCK_SIZE: the ids the block allocator reserves per status-row
+	// transaction.
+	BlockSize int
+}
+
+// Processor configures the processor's visibility extension for slow batches
+// (sqsbatch.Visibility; zero fields take its defaults).
+type Processor struct {
+	// VisibilityHeartbeat is VISIBILITY_HEARTBEAT: how long after a batch starts, and then how
+	// often, the processor extends the visibility of the batch's messages. Shorter than the queue's
+	// visibility timeout.
+	VisibilityHeartbeat time.Duration
+	// VisibilityExtension is VISIBILITY_EXTENSION: the visibility timeout each extension sets,
+	// counted from that moment. Longer than the heartbeat.
+	VisibilityExtension time.Duration
+}
+
+// Sweep configures the sweeper (sweeping.Config, through wire.Sweeping).
+type Sweep struct {
+	// BatchSize is SWEEP_BATCH_SIZE: the events claimed and processed per transaction.
+	BatchSize int
+	// Grace is SWEEP_GRACE: pending events younger than this are left to the queue path. Nil:
+	// unset; zero: no grace, every pending event is due.
+	Grace *time.Duration
+}
+
+// Local configures the local runner (cmd/local, internal/local.Env); the functions ignore it.
+type Local struct {
+	// HTTPAddr is HTTP_ADDR: where the API listens, host:port (port 0 picks one).
+	HTTPAddr string
+	// QueueName is QUEUE_NAME: the queue (and <name>-dlq) created on the SQS endpoint if missing.
+	QueueName string
+	// MappingConcurrency and MappingBatchSize are MAPPING_CONCURRENCY and MAPPING_BATCH_SIZE: the
+	// pollers and batch size of the local event source mapping.
+	MappingConcurrency int
+	MappingBatchSize   int
+	// ProcessorTimeout is PROCESSOR_TIMEOUT: the deadline of each processor invocation.
+	ProcessorTimeout time.Duration
+	// AsyncLinger is ASYNC_LINGER: POST /events/async answers once its event is committed, and a
+	// message names the events committed within this long. Nil: unset; zero: answer after the
+	// message is sent, as a Lambda does.
+	AsyncLinger *time.Duration
+	// SweepInterval is SWEEP_INTERVAL: how often the sweeper is invoked.
+	SweepInterval time.Duration
+}
+
+// Load reads the configuration with getenv (os.Getenv in production). The error, if any, names
+// every variable with a bad value.
+func Load(getenv func(string) string) (Config, error) {
+	p := &parser{getenv: getenv}
 	c := Config{
-		DB: mysql.ConnConfig{
-			DSN:          str("DB_DSN", ""),
-			Host:         str("DB_HOST", ""),
-			Port:         integer("DB_PORT", 3306, 1),
-			Name:         str("DB_NAME", "events"),
-			User:         str("DB_USER", ""),
-			Password:     str("DB_PASSWORD", ""),
-			IAMAuth:      boolean("DB_IAM_AUTH", false),
-			TLS:          boolean("DB_TLS", false),
-			Region:       str("AWS_REGION", str("AWS_DEFAULT_REGION", "")),
-			MaxOpenConns: integer("DB_MAX_OPEN_CONNS", 4, 1),
+		DB: DB{
+			DSN:          p.str("DB_DSN"),
+			Host:         p.str("DB_HOST"),
+			Port:         p.integer("DB_PORT", 1, 65535),
+			Name:         p.str("DB_NAME"),
+			User:         p.str("DB_USER"),
+			Password:     p.str("DB_PASSWORD"),
+			IAMAuth:      p.flag("DB_IAM_AUTH"),
+			TLS:          p.flag("DB_TLS"),
+			Region:       cmp.Or(p.str("AWS_REGION"), p.str("AWS_DEFAULT_REGION")),
+			MaxOpenConns: p.integer("DB_MAX_OPEN_CONNS", 1, 0),
+			Migrate:      p.boolean("DB_MIGRATE"),
 		},
-		Migrate: boolean("DB_MIGRATE", true),
-		Store: mysql.StoreConfig{
-			Allocator: str("ALLOCATOR", mysql.DefaultAllocator),
-			BlockSize: integer("ALLOCATOR_BLOCK_SIZE", mysql.DefaultBlockSize, 1),
+		Store: Store{
+			Allocator: p.str("ALLOCATOR"),
+			BlockSize: p.integer("ALLOCATOR_BLOCK_SIZE", 1, 0),
 		},
-		QueueURL:       str("QUEUE_URL", ""),
-		SweepBatchSize: integer("SWEEP_BATCH_SIZE", sweeping.DefaultBatchSize, 1),
-		SweepGrace:     duration("SWEEP_GRACE", 10*time.Second),
+		QueueURL: p.str("QUEUE_URL"),
+		Processor: Processor{
+			VisibilityHeartbeat: p.positive("VISIBILITY_HEARTBEAT"),
+			VisibilityExtension: p.positive("VISIBILITY_EXTENSION"),
+		},
+		Sweep: Sweep{
+			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, 0),
+			Grace:     p.nonNegative("SWEEP_GRACE", "a duration such as 10s, or 0 for no grace"),
+		},
+		Local: Local{
+			HTTPAddr:           p.str("HTTP_ADDR"),
+			QueueName:          p.str("QUEUE_NAME"),
+			MappingConcurrency: p.integer("MAPPING_CONCURRENCY", 1, 0),
+			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, 0),
+			ProcessorTimeout:   p.positive("PROCESSOR_TIMEOUT"),
+			AsyncLinger:        p.nonNegative("ASYNC_LINGER", "a duration such as 5ms, or 0 to answer after sending"),
+			SweepInterval:      p.positive("SWEEP_INTERVAL"),
+		},
 	}
 	if c.DB.DSN == "" && (c.DB.Host == "" || c.DB.User == "") {
-		errs = append(errs, "set DB_DSN, or DB_HOST and DB_USER")
+		p.fail("set DB_DSN, or DB_HOST and DB_USER")
 	}
-	if a := c.Store.Allocator; a != mysql.AllocatorBlock && a != mysql.AllocatorLiteral {
-		errs = append(errs, fmt.Sprintf("ALLOCATOR must be %q or %q, got %q", mysql.AllocatorBlock, mysql.AllocatorLiteral, a))
+	if a := c.Store.Allocator; a != "" && !slices.Contains(Allocators(), a) {
+		p.fail(fmt.Sprintf("ALLOCATOR must be %s, got %q", strings.Join(quoted(Allocators()), " or "), a))
 	}
-	if err := c.LogLevel.UnmarshalText([]byte(str("LOG_LEVEL", "info"))); err != nil {
-		errs = append(errs, fmt.Sprintf("LOG_LEVEL must be debug, info, warn or error, got %q", getenv("LOG_LEVEL")))
+	if h, e := c.Processor.VisibilityHeartbeat, c.Processor.VisibilityExtension; h > 0 && e > 0 && e <= h {
+		p.fail(fmt.Sprintf("VISIBILITY_EXTENSION (%s) must be longer than VISIBILITY_HEARTBEAT (%s)", e, h))
 	}
-	if len(errs) > 0 {
-		return c, fmt.Errorf("configuration: %s", strings.Join(errs, "; "))
+	if v := p.str("HTTP_ADDR"); v != "" {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			p.fail(fmt.Sprintf("HTTP_ADDR must be host:port, such as 127.0.0.1:8080, got %q", v))
+		}
+	}
+	if v := p.str("LOG_LEVEL"); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			p.fail(fmt.Sprintf("LOG_LEVEL must be debug, info, warn or error, got %q", v))
+		}
+	}
+	if len(p.errs) > 0 {
+		return c, fmt.Errorf("configuration: %s", strings.Join(p.errs, "; "))
 	}
 	return c, nil
 }
 
-// Logger returns the process's JSON logger on stdout (CloudWatch parses it as structured logs).
-func (c Config) Logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: c.LogLevel}))
+// parser reads variables, collecting an error for each bad one. A variable that is unset or blank
+// reads as the zero value (nil for the pointers).
+type parser struct {
+	getenv func(string) string
+	errs   []string
 }
 
-// AWS returns the SDK's configuration: region, credentials and the standard AWS_ENDPOINT_URL*
-// overrides. It is loaded once per process (the environment and shared files are read at the first
-// call) and shared by the database's IAM auth and the SQS client, which both need it at start-up.
-var AWS = sync.OnceValues(func() (aws.Config, error) {
-	return awsconfig.LoadDefaultConfig(context.Background())
-})
+func (p *parser) fail(msg string) { p.errs = append(p.errs, msg) }
 
-// OpenStore opens the database, migrates it if configured to, and returns the store.
-func (c Config) OpenStore(ctx context.Context) (*mysql.Store, error) {
-	dbc := c.DB
-	if dbc.IAMAuth {
-		awsCfg, err := AWS()
-		if err != nil {
-			return nil, fmt.Errorf("AWS configuration for IAM database auth: %w", err)
+func (p *parser) str(k string) string { return strings.TrimSpace(p.getenv(k)) }
+
+// integer reads an integer of at least min and, if max > 0, at most max.
+func (p *parser) integer(k string, min, max int) int {
+	v := p.str(k)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || (max > 0 && n > max) {
+		if max > 0 {
+			p.fail(fmt.Sprintf("%s must be an integer from %d to %d, got %q", k, min, max, v))
+		} else {
+			p.fail(fmt.Sprintf("%s must be an integer >= %d, got %q", k, min, v))
 		}
-		dbc.Credentials = awsCfg.Credentials
-		if dbc.Region == "" {
-			dbc.Region = awsCfg.Region
-		}
+		return 0
 	}
-	db, err := mysql.Open(dbc)
+	return n
+}
+
+func (p *parser) boolean(k string) *bool {
+	v := p.str(k)
+	if v == "" {
+		return nil
+	}
+	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return nil, err
+		p.fail(fmt.Sprintf("%s must be true or false, got %q", k, v))
+		return nil
 	}
-	if c.Migrate {
-		if err := mysql.Migrate(ctx, db); err != nil {
-			db.Close()
-			return nil, err
-		}
+	return &b
+}
+
+// flag reads a boolean that is false when unset.
+func (p *parser) flag(k string) bool {
+	b := p.boolean(k)
+	return b != nil && *b
+}
+
+// positive reads a duration greater than zero.
+func (p *parser) positive(k string) time.Duration {
+	v := p.str(k)
+	if v == "" {
+		return 0
 	}
-	store, err := mysql.NewStore(db, c.Store)
-	if err != nil {
-		db.Close()
-		return nil, err
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		p.fail(fmt.Sprintf("%s must be a positive duration such as 5s, got %q", k, v))
+		return 0
 	}
-	return store, nil
+	return d
 }
 
-// SQSIdleConns is how many idle connections to the SQS endpoint a process keeps. The SDK keeps 10
-// per host: a process with more concurrent senders and pollers than that (the local runner) opens
-// and closes a connection for most calls. Measured against goaws with 16 concurrent senders: about
-// 2,600 sends/s with the SDK's default, 4,300 with this (docs/performance.md).
-const SQSIdleConns = 64
-
-// SQSHTTPClient is the HTTP client of every SQS client: the SDK's, keeping SQSIdleConns idle
-// connections per host, with each request body wrapped by requestBody.
-func SQSHTTPClient() aws.HTTPClient {
-	return bodyWrapping{awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-		t.MaxIdleConns = max(t.MaxIdleConns, SQSIdleConns)
-		t.MaxIdleConnsPerHost = SQSIdleConns
-	})}
-}
-
-// bodyWrapping hands every request to next with its body wrapped by requestBody.
-type bodyWrapping struct{ next aws.HTTPClient }
-
-func (c bodyWrapping) Do(r *http.Request) (*http.Response, error) {
-	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = requestBody{r.Body}
+// nonNegative reads a duration of zero or more, for which zero is a meaningful value: nil when
+// unset. what describes a good value in the error.
+func (p *parser) nonNegative(k, what string) *time.Duration {
+	v := p.str(k)
+	if v == "" {
+		return nil
 	}
-	return c.next.Do(r)
-}
-
-// requestBody is a request body with Read and Close only, hiding the WriteTo of the SDK's body.
-//
-// Why: net/http's transport, once it has written a body of known length, reads it once more to
-// check that nothing is left (io.Copy(io.Discard, body), in its connection's write loop). The SDK
-// closes the body as soon as the response headers are back, and its body's WriteTo, called after
-// that close, returns io.EOF as an error (smithy-go, transport/http/internal/io/safe.go); io.Copy
-// passes that on. When the response beats the write loop to that last read, which a fast server
-// and a busy core make common, the transport takes the error for a failed write and closes the
-// connection, under the response body still being read: "failed to decode response body ... use
-// of closed network connection", and the SDK retries. A retried ReceiveMessage leaves the messages
-// of the lost answer invisible for the visibility timeout; a retried SendMessage sends twice.
-// Read after the close returns io.EOF with no error to io.Copy, so the check passes, as it should.
-// Measured against goaws, 2 senders and 4 pollers for 45 s, twice each way: without this, 576-672
-// connections opened and 33-55 attempts retried (and more messages received than sent); with it,
-// 5-6 connections and no retry (docs/performance.md).
-type requestBody struct{ io.ReadCloser }
-
-// SQS returns an SQS client, honouring AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL. Retried attempts
-// are logged to log (SQSRetryer).
-func SQS(log *slog.Logger) (*sqs.Client, error) {
-	awsCfg, err := AWS()
-	if err != nil {
-		return nil, err
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		p.fail(fmt.Sprintf("%s must be %s, got %q", k, what, v))
+		return nil
 	}
-	return sqs.NewFromConfig(awsCfg, SQSOptions(log)), nil
+	return &d
 }
 
-// SQSOptions gives an SQS client what every SQS client of the project has, the product's, the
-// bench's and the tests': SQSHTTPClient, and SQSRetryer logging to log.
-func SQSOptions(log *slog.Logger) func(*sqs.Options) {
-	return func(o *sqs.Options) {
-		o.HTTPClient = SQSHTTPClient()
-		o.Retryer = SQSRetryer(log)
+func quoted(s []string) []string {
+	q := make([]string, len(s))
+	for i, v := range s {
+		q[i] = strconv.Quote(v)
 	}
-}
-
-// SQSRetryer is the SDK's standard retryer, logging why each retried attempt failed. The SDK says
-// only that it retries, and a retried call can have side effects that the caller never sees: a
-// ReceiveMessage whose answer was lost has made its messages invisible for the visibility timeout.
-func SQSRetryer(log *slog.Logger) aws.RetryerV2 {
-	return loggingRetryer{RetryerV2: retry.NewStandard(), log: log}
-}
-
-type loggingRetryer struct {
-	aws.RetryerV2
-	log *slog.Logger
-}
-
-// GetRetryToken is asked for once per attempt that failed and will be retried, with the
-// operation's context.
-func (r loggingRetryer) GetRetryToken(ctx context.Context, opErr error) (func(error) error, error) {
-	r.log.Warn("sqs: attempt failed; retrying", "operation", awsmiddleware.GetOperationName(ctx), "err", opErr)
-	return r.RetryerV2.GetRetryToken(ctx, opErr)
-}
-
-// Must logs err and exits. For entrypoints, before any handler runs: a Lambda whose init fails is
-// reported by the runtime as an init error and retried on the next invocation.
-func Must[T any](v T, err error) T {
-	if err != nil {
-		slog.Error("startup failed", "err", err)
-		os.Exit(1)
-	}
-	return v
+	return q
 }

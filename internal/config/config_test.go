@@ -1,21 +1,10 @@
 package config_test
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/stretchr/testify/require"
@@ -23,108 +12,126 @@ import (
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-func TestDefaults(t *testing.T) {
+// What the environment does not set is left zero (nil where zero means something): the component
+// it configures applies its default (internal/wire's tests check the defaults themselves).
+func TestUnsetIsZero(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d"}))
 	require.NoError(t, err)
-	require.True(t, c.Migrate)
-	require.Equal(t, "block", c.Store.Allocator)
-	require.Equal(t, 1024, c.Store.BlockSize)
-	require.Equal(t, 4, c.DB.MaxOpenConns)
-	require.Equal(t, 10*time.Second, c.SweepGrace)
+	require.Equal(t, config.Config{DB: config.DB{DSN: "u:p@tcp(h:3306)/d"}}, c)
+	require.Nil(t, c.DB.Migrate)
+	require.Nil(t, c.Sweep.Grace)
+	require.Nil(t, c.Local.AsyncLinger)
 	require.Equal(t, slog.LevelInfo, c.LogLevel)
 }
 
 func TestAWSStyleConfiguration(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load(env(map[string]string{"DB_HOST": "proxy.example", "DB_USER": "admin", "DB_IAM_AUTH": "true",
-		"AWS_REGION": "eu-west-1", "QUEUE_URL": "https://sqs/q", "ALLOCATOR": "literal", "LOG_LEVEL": "debug"}))
+		"AWS_REGION": "eu-west-1", "QUEUE_URL": "https://sqs/q", "ALLOCATOR": "literal", "LOG_LEVEL": "debug",
+		"DB_MIGRATE": "false", "DB_PORT": "3307", "DB_MAX_OPEN_CONNS": "8", "ALLOCATOR_BLOCK_SIZE": "64"}))
 	require.NoError(t, err)
 	require.True(t, c.DB.IAMAuth)
+	require.False(t, c.DB.TLS)
 	require.Equal(t, "eu-west-1", c.DB.Region)
-	require.Equal(t, "events", c.DB.Name)
-	require.Equal(t, "literal", c.Store.Allocator)
+	require.Empty(t, c.DB.Name, "unset: the store's default database name")
+	require.Equal(t, 3307, c.DB.Port)
+	require.Equal(t, 8, c.DB.MaxOpenConns)
+	require.Equal(t, new(false), c.DB.Migrate)
+	require.Equal(t, "https://sqs/q", c.QueueURL)
+	require.Equal(t, config.Store{Allocator: "literal", BlockSize: 64}, c.Store)
 	require.Equal(t, slog.LevelDebug, c.LogLevel)
+
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "AWS_DEFAULT_REGION": "us-west-2"}))
+	require.NoError(t, err)
+	require.Equal(t, "us-west-2", c.DB.Region, "AWS_DEFAULT_REGION when AWS_REGION is unset")
 }
 
+func TestSweepAndProcessor(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DB_DSN": "d", "SWEEP_BATCH_SIZE": "100", "SWEEP_GRACE": "3s",
+		"VISIBILITY_HEARTBEAT": "500ms", "VISIBILITY_EXTENSION": "2s"}))
+	require.NoError(t, err)
+	require.Equal(t, config.Sweep{BatchSize: 100, Grace: new(3 * time.Second)}, c.Sweep)
+	require.Equal(t, config.Processor{VisibilityHeartbeat: 500 * time.Millisecond, VisibilityExtension: 2 * time.Second}, c.Processor)
+}
+
+// SWEEP_GRACE=0 is no grace, not the sweeper's default.
+func TestZeroSweepGraceIsZero(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"0", "0s", " 0ms "} {
+		c, err := config.Load(env(map[string]string{"DB_DSN": "d", "SWEEP_GRACE": v}))
+		require.NoError(t, err, v)
+		require.NotNil(t, c.Sweep.Grace, "SWEEP_GRACE=%q is set", v)
+		require.Zero(t, *c.Sweep.Grace, v)
+	}
+}
+
+// The local runner's variables are read by the same parser as every other.
+func TestLocal(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DB_DSN": "d", "HTTP_ADDR": "127.0.0.1:0", "QUEUE_NAME": "mine",
+		"MAPPING_CONCURRENCY": "8", "MAPPING_BATCH_SIZE": "5", "PROCESSOR_TIMEOUT": "10s", "ASYNC_LINGER": "20ms",
+		"SWEEP_INTERVAL": "1s"}))
+	require.NoError(t, err)
+	require.Equal(t, config.Local{HTTPAddr: "127.0.0.1:0", QueueName: "mine", MappingConcurrency: 8, MappingBatchSize: 5,
+		ProcessorTimeout: 10 * time.Second, AsyncLinger: new(20 * time.Millisecond), SweepInterval: time.Second}, c.Local)
+
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "ASYNC_LINGER": "0"}))
+	require.NoError(t, err)
+	require.Equal(t, new(time.Duration(0)), c.Local.AsyncLinger, "ASYNC_LINGER=0 is set: answer after sending")
+
+	for _, bad := range []string{"-1s", "5", "soon"} {
+		_, err = config.Load(env(map[string]string{"DB_DSN": "d", "ASYNC_LINGER": bad}))
+		require.ErrorContains(t, err, "ASYNC_LINGER must be", "ASYNC_LINGER=%s", bad)
+	}
+}
+
+// One error names every bad variable, whatever the mix.
 func TestEveryBadValueIsReported(t *testing.T) {
 	t.Parallel()
-	_, err := config.Load(env(map[string]string{"DB_PORT": "x", "DB_MIGRATE": "maybe", "ALLOCATOR": "fast",
-		"SWEEP_GRACE": "soon", "SWEEP_BATCH_SIZE": "0", "LOG_LEVEL": "loud"}))
+	bad := map[string]string{"DB_PORT": "x", "DB_MIGRATE": "maybe", "DB_IAM_AUTH": "yes please", "DB_TLS": "2",
+		"DB_MAX_OPEN_CONNS": "0", "ALLOCATOR": "fast", "ALLOCATOR_BLOCK_SIZE": "-1",
+		"VISIBILITY_HEARTBEAT": "0", "VISIBILITY_EXTENSION": "-5s",
+		"SWEEP_GRACE": "soon", "SWEEP_BATCH_SIZE": "0", "LOG_LEVEL": "loud",
+		"HTTP_ADDR": "8080", "MAPPING_CONCURRENCY": "many", "MAPPING_BATCH_SIZE": "0", "PROCESSOR_TIMEOUT": "0s",
+		"ASYNC_LINGER": "-1ms", "SWEEP_INTERVAL": "often"}
+	_, err := config.Load(env(bad))
 	require.Error(t, err)
-	for _, want := range []string{"DB_DSN, or DB_HOST and DB_USER", "DB_PORT", "DB_MIGRATE", "ALLOCATOR", "SWEEP_GRACE", "SWEEP_BATCH_SIZE", "LOG_LEVEL"} {
-		require.ErrorContains(t, err, want)
+	require.ErrorContains(t, err, "DB_DSN, or DB_HOST and DB_USER")
+	for k, v := range bad {
+		require.ErrorContains(t, err, k+" must be", k)
+		require.ErrorContains(t, err, `"`+v+`"`, "the bad value of %s is quoted", k)
 	}
+	require.Len(t, strings.Split(err.Error(), "; "), len(bad)+1, "one message per problem: %v", err)
 }
 
-// A retried SQS call is logged with its operation and the cause of the failed attempt.
-func TestSQSRetryerLogsWhyItRetries(t *testing.T) {
+func TestBadValues(t *testing.T) {
 	t.Parallel()
-	var calls atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if calls.Add(1) == 1 {
-			http.Error(w, `{"__type":"InternalError","message":"queue service unavailable"}`, http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-		_, _ = w.Write([]byte(`{"QueueUrls":[]}`))
-	}))
-	t.Cleanup(srv.Close)
-	var logs bytes.Buffer
-	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
-		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""),
-		Retryer:     config.SQSRetryer(slog.New(slog.NewTextHandler(&logs, nil)))})
-	_, err := client.ListQueues(context.Background(), &sqs.ListQueuesInput{})
-	require.NoError(t, err, "the second attempt succeeds")
-	require.Equal(t, int32(2), calls.Load())
-	require.Contains(t, logs.String(), "retrying")
-	require.Contains(t, logs.String(), "operation=ListQueues")
-	require.Contains(t, logs.String(), "StatusCode: 503")
-	require.Equal(t, 1, strings.Count(logs.String(), "retrying"), "one line per retried attempt")
-}
-
-// doerFunc is an HTTP client made of a function.
-type doerFunc func(*http.Request) (*http.Response, error)
-
-func (f doerFunc) Do(r *http.Request) (*http.Response, error) { return f(r) }
-
-// lateProbe plays the race behind the SDK's "use of closed network connection" retries: the SDK
-// closes the request body once the response is back, and then net/http's write loop makes its last
-// read of the body (io.Copy(io.Discard, body)) to check nothing is left. It returns that read's
-// error, and a response to ListQueues.
-func lateProbe(probeErr *error) doerFunc {
-	return func(r *http.Request) (*http.Response, error) {
-		if r.Body == nil {
-			return nil, errors.New("ListQueues should have a body")
-		}
-		if err := r.Body.Close(); err != nil {
-			return nil, err
-		}
-		_, *probeErr = io.Copy(io.Discard, r.Body)
-		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}},
-			Body: io.NopCloser(strings.NewReader(`{"QueueUrls":[]}`)), Request: r}, nil
+	for _, tc := range []struct{ k, v, want string }{
+		{"DB_PORT", "70000", "DB_PORT must be an integer from 1 to 65535"},
+		{"ALLOCATOR", "fast", `ALLOCATOR must be "block" or "literal", got "fast"`},
+		{"SWEEP_GRACE", "-1s", "SWEEP_GRACE must be a duration such as 10s, or 0 for no grace"},
+		{"SWEEP_BATCH_SIZE", "0", `SWEEP_BATCH_SIZE must be an integer >= 1, got "0"`},
+		{"PROCESSOR_TIMEOUT", "0", `PROCESSOR_TIMEOUT must be a positive duration such as 5s, got "0"`},
+	} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", tc.k: tc.v}))
+		require.ErrorContains(t, err, tc.want, "%s=%s", tc.k, tc.v)
 	}
+
+	// The extension must outlast the heartbeat, when both are set.
+	_, err := config.Load(env(map[string]string{"DB_DSN": "d", "VISIBILITY_HEARTBEAT": "10s", "VISIBILITY_EXTENSION": "10s"}))
+	require.ErrorContains(t, err, "VISIBILITY_EXTENSION (10s) must be longer than VISIBILITY_HEARTBEAT (10s)")
+	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "VISIBILITY_EXTENSION": "5s"}))
+	require.NoError(t, err, "alone, either is checked only by its own rules: the other is the processor's default, which config does not know")
+
+	// DB_HOST without DB_USER is not enough.
+	_, err = config.Load(env(map[string]string{"DB_HOST": "h"}))
+	require.ErrorContains(t, err, "set DB_DSN, or DB_HOST and DB_USER")
 }
 
-// With SQSHTTPClient's wrapping, that last read of a body the SDK has closed is a clean end, so the
-// transport keeps the connection and the response being read on it.
-func TestSQSRequestBodyReadAfterCloseIsNotAnError(t *testing.T) {
+func TestLocalDSNs(t *testing.T) {
 	t.Parallel()
-	call := func(doer aws.HTTPClient) {
-		t.Helper()
-		client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://sqs.invalid"),
-			Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), HTTPClient: doer,
-			Retryer: aws.NopRetryer{}})
-		_, err := client.ListQueues(context.Background(), &sqs.ListQueuesInput{})
-		require.NoError(t, err)
-	}
-	var wrapped error
-	call(config.WrapRequestBodies(lateProbe(&wrapped)))
-	require.NoError(t, wrapped, "the transport would take this for a failed write and close the connection")
-
-	// The SDK's own body, unwrapped, is what fails (smithy-go's safe reader's WriteTo returns io.EOF
-	// after Close). If this starts failing, the SDK has fixed it, and the wrapping can go.
-	var raw error
-	call(lateProbe(&raw))
-	require.ErrorIs(t, raw, io.EOF, "the SDK's request body no longer fails the transport's last read")
+	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/", config.LocalServerDSN)
+	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce", config.LocalDSN)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
 
@@ -448,7 +449,9 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 	t.Parallel()
 	proxied := func(t *testing.T) (*rig, *fault.Proxy) {
 		direct, dsn := testdb.DB(t, 4)
-		proxy := fault.StartProxy(t, "127.0.0.1:3306")
+		server, err := drv.ParseDSN(testdb.ServerDSN())
+		require.NoError(t, err)
+		proxy := fault.StartProxy(t, server.Addr)
 		db, err := mysql.Open(mysql.ConnConfig{DSN: proxy.DSN(dsn), MaxOpenConns: 4})
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })

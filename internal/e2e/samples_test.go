@@ -50,7 +50,8 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
 	ctx := context.Background()
-	apiHandler := httpadapter.New(&api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}}).ProxyWithContext
+	apiHandler := httpadapter.New(&api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: q.URL},
+		AsyncGroup: api.AsyncGroup{Inline: true}}).ProxyWithContext // as functions/api wires it
 
 	resp, err := apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-post-events.json"))
 	require.NoError(t, err)

@@ -11,42 +11,48 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
-// Options configures a local run. Zero values take the defaults shown.
+// Options configures a local run. Zero values take the defaults shown; Env builds Options from the
+// environment's configuration (the variables named here).
 type Options struct {
 	// HTTPAddr is where the API listens (HTTP_ADDR). Default 127.0.0.1:8080; port 0 picks one.
 	HTTPAddr string
 	// Queues are the queue and DLQ the API sends to and the mapping polls.
 	Queues queue.Queues
 	// MappingConcurrency and MappingBatchSize shape the local event source mapping
-	// (MAPPING_CONCURRENCY, default 4; MAPPING_BATCH_SIZE, default 10).
+	// (MAPPING_CONCURRENCY, MAPPING_BATCH_SIZE; defaults: mapping.Config's).
 	MappingConcurrency, MappingBatchSize int
-	// ProcessorTimeout is each processor invocation's deadline (PROCESSOR_TIMEOUT, default 30s).
+	// ProcessorTimeout is each processor invocation's deadline (PROCESSOR_TIMEOUT; default:
+	// mapping.Config.Timeout's).
 	ProcessorTimeout time.Duration
 	// SweepInterval is how often the sweeper is invoked (SWEEP_INTERVAL, default 5s), and
 	// SweepTimeout each invocation's deadline (default 30s).
 	SweepInterval, SweepTimeout time.Duration
-	Sweep                       sweeping.Config
+	// Sweep configures the sweeper (SWEEP_BATCH_SIZE, SWEEP_GRACE; defaults: sweeping.Config's). Its
+	// Logger defaults to Start's.
+	Sweep sweeping.Config
 	// VisibilityHeartbeat and VisibilityExtension shape the processor's visibility extension
-	// (see sqsbatch.Visibility; defaults 10s and 60s).
+	// (VISIBILITY_HEARTBEAT, VISIBILITY_EXTENSION; defaults: sqsbatch.Visibility's).
 	VisibilityHeartbeat, VisibilityExtension time.Duration
-	// AsyncLinger is api.AsyncGroup.Linger (ASYNC_LINGER, default 5ms): POST /events/async answers
-	// once the event is committed, and a message names the events committed within about this
-	// long. Negative (ASYNC_LINGER=0): answer after the message is sent, as a Lambda does.
+	// AsyncLinger is api.AsyncGroup.Linger (ASYNC_LINGER, default DefaultAsyncLinger): POST
+	// /events/async answers once the event is committed, and a message names the events committed
+	// within about this long. Negative (ASYNC_LINGER=0): answer after the message is sent, as a
+	// Lambda does.
 	AsyncLinger time.Duration
 	// Report, when set, hears of every settlement the processor and the sweeper make (the
 	// exactly-once checker's reports, internal/verify); Sweep.Report, when set, is the sweeper's.
@@ -164,47 +170,26 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	return sys, nil
 }
 
-// Env reads Options from the environment.
-func Env(getenv func(string) string) (Options, error) {
-	var errs []error
-	num := func(k string, def int) int {
-		if v := getenv(k); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				errs = append(errs, fmt.Errorf("%s must be a positive integer, got %q", k, v))
-			}
-			return n
-		}
-		return def
-	}
-	dur := func(k string, def time.Duration) time.Duration {
-		if v := getenv(k); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				errs = append(errs, fmt.Errorf("%s must be a positive duration such as 5s, got %q", k, v))
-			}
-			return d
-		}
-		return def
-	}
+// Env returns the Options the configuration asks for (config.Config.Local, the sweeper's and the
+// processor's variables), as config.Load read them from the environment: zero for what the
+// environment leaves unset, so that Start and the components apply their defaults. Queues is left
+// to the caller.
+func Env(c config.Config) Options {
 	o := Options{
-		HTTPAddr:           cmp.Or(getenv("HTTP_ADDR"), "127.0.0.1:8080"),
-		MappingConcurrency: num("MAPPING_CONCURRENCY", mapping.DefaultConcurrency),
-		MappingBatchSize:   num("MAPPING_BATCH_SIZE", 10),
-		ProcessorTimeout:   dur("PROCESSOR_TIMEOUT", 30*time.Second),
-		SweepInterval:      dur("SWEEP_INTERVAL", 5*time.Second),
-		AsyncLinger:        DefaultAsyncLinger,
+		HTTPAddr:            c.Local.HTTPAddr,
+		MappingConcurrency:  c.Local.MappingConcurrency,
+		MappingBatchSize:    c.Local.MappingBatchSize,
+		ProcessorTimeout:    c.Local.ProcessorTimeout,
+		SweepInterval:       c.Local.SweepInterval,
+		Sweep:               wire.Sweeping(c, nil),
+		VisibilityHeartbeat: c.Processor.VisibilityHeartbeat,
+		VisibilityExtension: c.Processor.VisibilityExtension,
 	}
-	if v := getenv("ASYNC_LINGER"); v != "" {
-		d, err := time.ParseDuration(v)
-		switch {
-		case err != nil || d < 0:
-			errs = append(errs, fmt.Errorf("ASYNC_LINGER must be a duration such as 5ms, or 0 to answer after sending, got %q", v))
-		case d == 0:
-			o.AsyncLinger = -1
-		default:
-			o.AsyncLinger = d
+	if l := c.Local.AsyncLinger; l != nil {
+		o.AsyncLinger = *l
+		if *l == 0 {
+			o.AsyncLinger = -1 // answer after the send
 		}
 	}
-	return o, errors.Join(errs...)
+	return o
 }

@@ -4,27 +4,66 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/stretchr/testify/require"
 )
 
-func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+// envOf reads the configuration from m, with a database set, as config.Load requires one.
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string {
+		if k == "DB_DSN" {
+			return "u:p@tcp(h:3306)/d"
+		}
+		return m[k]
+	}
+}
+
+// load is config.Load's reading of m, as Options.
+func load(t *testing.T, m map[string]string) (Options, error) {
+	t.Helper()
+	c, err := config.Load(envOf(m))
+	return Env(c), err
+}
 
 func TestEnvAsyncLinger(t *testing.T) {
 	t.Parallel()
-	o, err := Env(envOf(nil))
+	o, err := load(t, nil)
 	require.NoError(t, err)
-	require.Equal(t, DefaultAsyncLinger, o.AsyncLinger, "default")
+	require.Zero(t, o.AsyncLinger, "unset: Start applies DefaultAsyncLinger")
 
-	o, err = Env(envOf(map[string]string{"ASYNC_LINGER": "20ms"}))
+	o, err = load(t, map[string]string{"ASYNC_LINGER": "20ms"})
 	require.NoError(t, err)
 	require.Equal(t, 20*time.Millisecond, o.AsyncLinger)
 
-	o, err = Env(envOf(map[string]string{"ASYNC_LINGER": "0"}))
+	o, err = load(t, map[string]string{"ASYNC_LINGER": "0"})
 	require.NoError(t, err)
 	require.Negative(t, o.AsyncLinger, "0 turns the linger off: answer after the send")
 
 	for _, bad := range []string{"-1s", "5", "soon"} {
-		_, err = Env(envOf(map[string]string{"ASYNC_LINGER": bad}))
+		_, err = load(t, map[string]string{"ASYNC_LINGER": bad})
 		require.ErrorContains(t, err, "ASYNC_LINGER must be", "ASYNC_LINGER=%s", bad)
 	}
+}
+
+// Every local variable reaches Options; unset ones stay zero, for Start and the components to
+// default.
+func TestEnv(t *testing.T) {
+	t.Parallel()
+	o, err := load(t, nil)
+	require.NoError(t, err)
+	require.Equal(t, Options{}, o)
+
+	o, err = load(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "MAPPING_CONCURRENCY": "8", "MAPPING_BATCH_SIZE": "5",
+		"PROCESSOR_TIMEOUT": "10s", "SWEEP_INTERVAL": "1s", "SWEEP_BATCH_SIZE": "50", "SWEEP_GRACE": "0",
+		"VISIBILITY_HEARTBEAT": "1s", "VISIBILITY_EXTENSION": "4s"})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:0", o.HTTPAddr)
+	require.Equal(t, 8, o.MappingConcurrency)
+	require.Equal(t, 5, o.MappingBatchSize)
+	require.Equal(t, 10*time.Second, o.ProcessorTimeout)
+	require.Equal(t, time.Second, o.SweepInterval)
+	require.Equal(t, 50, o.Sweep.BatchSize)
+	require.Negative(t, o.Sweep.Grace, "SWEEP_GRACE=0: no grace, which sweeping.Config spells negative")
+	require.Equal(t, time.Second, o.VisibilityHeartbeat)
+	require.Equal(t, 4*time.Second, o.VisibilityExtension)
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/child"
-	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
 )
 
@@ -93,5 +93,5 @@ func NewClient(endpoint string) *sqs.Client {
 	// The project's own client options, so that tests exercise the client the product uses; retries
 	// are logged to stderr.
 	return sqs.New(sqs.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(endpoint)},
-		config.SQSOptions(slog.Default()))
+		queue.ClientOptions(slog.Default()))
 }

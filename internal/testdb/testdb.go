@@ -15,12 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	drv "github.com/go-sql-driver/mysql"
 )
 
 // DefaultDSN is the server `scripts/mariadb.sh ensure` (run by `make test`) provides.
-const DefaultDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/"
+const DefaultDSN = config.LocalServerDSN
 
 // ServerDSN returns the DSN of the server tests create their databases on: TEST_DB_DSN, or DefaultDSN.
 // Its database part is ignored.

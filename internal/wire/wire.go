@@ -1,0 +1,125 @@
+// Package wire builds the dependencies every entrypoint needs from a config.Config: the logger, the
+// store, the SQS client, and the settings of the sweeper and of the processor's visibility
+// extension, and the queue of local runs. It states no default of its own beyond what an unset
+// variable means here (DB_MIGRATE, QUEUE_NAME); every other default is the configured component's.
+package wire
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+)
+
+// Logger returns the process's JSON logger on stdout at LOG_LEVEL (CloudWatch parses it as
+// structured logs).
+func Logger(c config.Config) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: c.LogLevel}))
+}
+
+// AWS returns the SDK's configuration: region, credentials and the standard AWS_ENDPOINT_URL*
+// overrides. It is loaded once per process (the environment and shared files are read at the first
+// call) and shared by the database's IAM auth and the SQS client, which both need it at start-up.
+var AWS = sync.OnceValues(func() (aws.Config, error) {
+	return awsconfig.LoadDefaultConfig(context.Background())
+})
+
+// OpenStore opens the database, migrates it unless DB_MIGRATE is false (unset: it migrates), and
+// returns the store.
+func OpenStore(ctx context.Context, c config.Config) (*mysql.Store, error) {
+	conn := Conn(c.DB)
+	if conn.IAMAuth {
+		awsCfg, err := AWS()
+		if err != nil {
+			return nil, fmt.Errorf("AWS configuration for IAM database auth: %w", err)
+		}
+		conn.Credentials = awsCfg.Credentials
+		conn.Region = cmp.Or(conn.Region, awsCfg.Region)
+	}
+	db, err := mysql.Open(conn)
+	if err != nil {
+		return nil, err
+	}
+	if c.DB.Migrate == nil || *c.DB.Migrate {
+		if err := mysql.Migrate(ctx, db); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	store, err := mysql.NewStore(db, StoreConfig(c.Store))
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return store, nil
+}
+
+// Conn returns the mysql.ConnConfig of the configured database, without AWS credentials
+// (OpenStore adds them for IAM auth).
+func Conn(c config.DB) mysql.ConnConfig {
+	return mysql.ConnConfig{DSN: c.DSN, Host: c.Host, Port: c.Port, Name: c.Name, User: c.User,
+		Password: c.Password, IAMAuth: c.IAMAuth, TLS: c.TLS, Region: c.Region, MaxOpenConns: c.MaxOpenConns}
+}
+
+// StoreConfig returns the configured mysql.StoreConfig.
+func StoreConfig(c config.Store) mysql.StoreConfig {
+	return mysql.StoreConfig{Allocator: c.Allocator, BlockSize: c.BlockSize}
+}
+
+// SQS returns an SQS client from the AWS configuration (AWS_ENDPOINT_URL_SQS, credentials, region),
+// with the project's client options (queue.ClientOptions): retried attempts are logged to log.
+func SQS(log *slog.Logger) (*sqs.Client, error) {
+	awsCfg, err := AWS()
+	if err != nil {
+		return nil, err
+	}
+	return queue.NewClient(awsCfg, log), nil
+}
+
+// Sweeping returns the configured sweeping.Config, logging to log (nil: sweeping's default).
+func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
+	sc := sweeping.Config{BatchSize: c.Sweep.BatchSize, Logger: log}
+	if g := c.Sweep.Grace; g != nil {
+		// sweeping.Config.Grace takes zero for its default and a negative value for no grace.
+		sc.Grace = *g
+		if *g == 0 {
+			sc.Grace = -1
+		}
+	}
+	return sc
+}
+
+// Visibility returns the processor's visibility extension on client, for QUEUE_URL (empty: each
+// record's eventSourceARN names the queue), with the configured heartbeat and extension.
+func Visibility(c config.Config, client *sqs.Client) *sqsbatch.Visibility {
+	return &sqsbatch.Visibility{Client: client, QueueURL: c.QueueURL,
+		Heartbeat: c.Processor.VisibilityHeartbeat, Extension: c.Processor.VisibilityExtension}
+}
+
+// LocalQueue is the queue a local run creates if it is missing (cmd/local, cmd/invoke): named name
+// (QUEUE_NAME; empty: "events"), with its <name>-dlq: a 30 s visibility timeout, and redrive to
+// the DLQ after 5 receives, as deployed (infra/tuning.go).
+func LocalQueue(name string) queue.QueueSpec {
+	return queue.QueueSpec{Name: cmp.Or(name, "events"), VisibilityTimeout: 30, MaxReceiveCount: 5}
+}
+
+// Must logs err and exits. For entrypoints, before any handler runs: a Lambda whose init fails is
+// reported by the runtime as an init error and retried on the next invocation.
+func Must[T any](v T, err error) T {
+	if err != nil {
+		slog.Error("startup failed", "err", err)
+		os.Exit(1)
+	}
+	return v
+}
