@@ -95,11 +95,17 @@ type EventJSON struct {
 	ProcessedAt  *time.Time `json:"processedAt,omitempty"`
 	ProcessedBy  string     `json:"processedBy,omitempty"`
 	ProcessCount int        `json:"processCount"`
+	// Attempts, LastError and NextAttemptAt appear once the event's work has failed: how often, the
+	// last reason, and when it may be tried again (while it waits; a failed event has none).
+	Attempts      int        `json:"attempts,omitempty"`
+	LastError     string     `json:"lastError,omitempty"`
+	NextAttemptAt *time.Time `json:"nextAttemptAt,omitempty"`
 }
 
 func toJSON(e exactlyonce.Event) EventJSON {
 	j := EventJSON{ID: e.ID, Value: e.Value, State: e.State.String(), ProcessedAt: e.ProcessedAt,
-		ProcessedBy: e.ProcessedBy, ProcessCount: e.ProcessCount}
+		ProcessedBy: e.ProcessedBy, ProcessCount: e.ProcessCount, Attempts: e.Attempts, LastError: e.LastError,
+		NextAttemptAt: e.NextAttemptAt}
 	if !e.CreatedAt.IsZero() {
 		j.CreatedAt = &e.CreatedAt
 	}
