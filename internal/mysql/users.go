@@ -25,7 +25,7 @@ const (
 // table added by a migration adds the grants of the roles that use it here.
 var roleGrants = map[Role][]string{
 	RoleAPI:       {"GrantReadInsertEvents", "GrantAdvanceCounter"},
-	RoleProcessor: {"GrantClaimSettleEvents"},
+	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter"},
 	RoleSweeper:   {"GrantClaimSettleEvents"},
 }
 

@@ -35,5 +35,10 @@ GRANT SELECT, UPDATE ON status TO /*user*/;
 
 -- name: GrantClaimSettleEvents
 -- processor and sweeper: claim (SELECT ... FOR UPDATE SKIP LOCKED), lease, settle and release
--- events, and read their states. They never insert or delete one, and never touch the counter.
+-- events, and read their states. They never insert or delete one.
 GRANT SELECT, UPDATE ON events TO /*user*/;
+
+-- name: GrantReadCounter
+-- processor: Outcomes reads the counter (ReadCounter, a consistent read without a lock) to tell an
+-- id that names no event from a settled one. It never advances it.
+GRANT SELECT ON status TO /*user*/;
