@@ -51,7 +51,8 @@ if [ -z "${AWS_ENDPOINT_URL_SQS:-}" ] && [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   # The endpoint this run uses must be the one it started. If the port is taken, by the sqslocal of
   # another `make run` say, a check that something answers on it would pass, and the two runners
   # would share one queue. sqslocal prints its first line once it holds the port, and exits if it
-  # cannot bind: so this reads that line from the process it started, rather than probing the port.
+  # cannot bind: so this reads that line from the process it started, rather than probing the port
+  # (internal/localsqs waits for the same line).
   exec {sqslocal_out}< <(exec bin/sqslocal -addr "127.0.0.1:${port}")
   pids+=($!)
   line=""
