@@ -9,7 +9,9 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 .DEFAULT_GOAL := help
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
+		'{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1) } \
+		 END { f = "  %-" w "s  %s\n"; for (i = 1; i <= NR; i++) printf f, name[i], text[i] }'
 
 run: db sqslocal local ## run the whole system locally (MariaDB, local SQS, API on :8080, processor, sweeper)
 	scripts/run.sh

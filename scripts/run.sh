@@ -4,23 +4,43 @@
 # - MariaDB: started (and installed) unless DB_DSN points at another server; stopped again on exit
 #   if this script started it (KEEP_DB=1 leaves it running).
 # - SQS: a local goaws (bin/sqslocal) on 127.0.0.1:${SQSLOCAL_PORT:-4100}, unless AWS_ENDPOINT_URL_SQS or
-#   AWS_ENDPOINT_URL already points somewhere (LocalStack, AWS).
+#   AWS_ENDPOINT_URL already points somewhere (LocalStack, AWS). If that port is taken (another
+#   `make run`), it refuses to start: two runners on one queue would take each other's messages.
 # - bin/local: the API on HTTP_ADDR (default 127.0.0.1:8080), the processor behind a local event source
 #   mapping, and the sweeper every SWEEP_INTERVAL.
+#
+# A second `make run` beside the first needs its own ports: HTTP_ADDR=127.0.0.1:8081 SQSLOCAL_PORT=4101.
+# Ctrl-C exits 0 once everything stopped cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pids=()
+pids=()          # every process this script started, stopped on exit
+local_pid=""     # bin/local's
 started_db=""
 cleanup() {
+  local rc=$?
   trap - EXIT INT TERM
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ -n "$started_db" ] && [ -z "${KEEP_DB:-}" ]; then scripts/mariadb.sh stop || true; fi
   echo "run: stopped" >&2
+  exit "$rc"
+}
+# Ctrl-C: the terminal sends SIGINT to make, to this script and to everything it started. Once the
+# runner has stopped, a clean stop is a success (exit 0, so make does not report "Error 130"); a
+# signal before the runner started, or a runner that fails to stop, is not.
+on_signal() {
+  trap - INT TERM
+  local rc=130
+  if [ -n "$local_pid" ]; then
+    kill -TERM "$local_pid" 2>/dev/null || true # already signalled by a Ctrl-C, not by a plain kill
+    rc=0
+    wait "$local_pid" || rc=$?
+  fi
+  exit "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap on_signal INT TERM
 
 if [ -z "${DB_DSN:-}" ] && ! scripts/mariadb.sh running; then started_db=1; fi
 scripts/mariadb.sh ensure
@@ -28,18 +48,29 @@ scripts/mariadb.sh ensure
 export AWS_REGION="${AWS_REGION:-us-east-1}"
 if [ -z "${AWS_ENDPOINT_URL_SQS:-}" ] && [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   port="${SQSLOCAL_PORT:-4100}"
-  bin/sqslocal -addr "127.0.0.1:${port}" &
+  # The endpoint this run uses must be the one it started. If the port is taken, by the sqslocal of
+  # another `make run` say, a check that something answers on it would pass, and the two runners
+  # would share one queue. sqslocal prints its first line once it holds the port, and exits if it
+  # cannot bind: so this reads that line from the process it started, rather than probing the port
+  # (internal/localsqs waits for the same line).
+  exec {sqslocal_out}< <(exec bin/sqslocal -addr "127.0.0.1:${port}")
   pids+=($!)
-  for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/${port}") 2>/dev/null; then break; fi
-    if ! kill -0 "${pids[-1]}" 2>/dev/null; then echo "run: sqslocal did not start (is port ${port} taken? set SQSLOCAL_PORT)" >&2; exit 1; fi
-    sleep 0.1
-  done
+  line=""
+  read -r -t 30 -u "$sqslocal_out" line || true
+  if [ "$line" != "sqslocal listening on http://127.0.0.1:${port}" ]; then
+    echo "run: the local SQS endpoint (bin/sqslocal) did not start on 127.0.0.1:${port} (SQSLOCAL_PORT; its" \
+      "error is above). If the port is taken, by another \`make run\` perhaps, this run must not share its" \
+      "queue: stop that one, or give this run its own ports:" \
+      "HTTP_ADDR=127.0.0.1:8081 SQSLOCAL_PORT=$((port + 1)) make run" >&2
+    exit 1
+  fi
+  echo "$line"
   export AWS_ENDPOINT_URL_SQS="http://127.0.0.1:${port}"
   # goaws does not check signatures, but the SDK wants credentials to sign with.
   export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
 fi
 
 bin/local &
-pids+=($!)
-wait "${pids[-1]}"
+local_pid=$!
+pids+=("$local_pid")
+wait "$local_pid"

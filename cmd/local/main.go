@@ -30,7 +30,8 @@ func main() {
 	cfg := wire.Must(config.Load(getenv))
 	log := wire.Logger(cfg)
 
-	store := wire.Must(wire.OpenStore(ctx, cfg))
+	// A database DB_DSN names that does not exist is created if the user may (and a log line says so).
+	store := wire.Must(wire.OpenLocalStore(ctx, cfg, log))
 	log.Info("local: database ready", "allocator", cmp.Or(cfg.Store.Allocator, mysql.DefaultAllocator))
 	client := wire.Must(wire.SQS(log))
 	opt := local.Env(cfg)

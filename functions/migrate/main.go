@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -19,5 +20,8 @@ func main() {
 	open := func(ctx context.Context) (*mysql.Store, error) { return wire.OpenStore(ctx, cfg) }
 	h := &migration.Handler{Open: open, Logger: wire.Logger(cfg)}
 	h.Users = wire.Must(mysql.ParseFunctionUsers(os.Getenv("DB_FUNCTION_USERS"))) // each function's own database user
-	lambda.Start(h.Handle)
+	lambda.Start(func(ctx context.Context, ev json.RawMessage) (migration.Result, error) {
+		res, err := h.Handle(ctx, ev)
+		return res, wire.DatabaseError(cfg.DB, err) // a missing database: which, and what to do
+	})
 }

@@ -112,8 +112,15 @@ func (s *Sweeper) Handle(ctx context.Context, _ events.CloudWatchEvent) (Result,
 		s.cfg.Logger.Error("sweeper: sweep failed", "processed", res.Processed, "err", err)
 		return res, err
 	}
-	s.cfg.Logger.Info("sweeper: sweep done", "processed", res.Processed, "batches", res.Batches,
-		"stoppedForDeadline", res.Stopped, "ms", time.Since(start).Milliseconds())
+	// An idle sweep is the common case (every minute in AWS, every few seconds locally): it is said
+	// at debug level, so that the info log holds only sweeps that did something.
+	level := slog.LevelDebug
+	if res.Processed > 0 || res.Retrying > 0 || res.Failed > 0 || res.Stopped {
+		level = slog.LevelInfo
+	}
+	s.cfg.Logger.Log(ctx, level, "sweeper: sweep done", "processed", res.Processed, "retrying", res.Retrying,
+		"failed", res.Failed, "batches", res.Batches, "stoppedForDeadline", res.Stopped,
+		"ms", time.Since(start).Milliseconds())
 	return res, nil
 }
 

@@ -54,7 +54,7 @@ func OpenStore(ctx context.Context, c config.Config) (*mysql.Store, error) {
 	if c.DB.Migrate == nil || *c.DB.Migrate {
 		if err := mysql.Migrate(ctx, db); err != nil {
 			db.Close()
-			return nil, err
+			return nil, DatabaseError(c.DB, err)
 		}
 	}
 	store, err := mysql.NewStore(db, StoreConfig(c.Store))
@@ -114,11 +114,13 @@ func LocalQueue(name string) queue.QueueSpec {
 	return queue.QueueSpec{Name: cmp.Or(name, "events"), VisibilityTimeout: 30, MaxReceiveCount: 5}
 }
 
-// Must logs err and exits. For entrypoints, before any handler runs: a Lambda whose init fails is
-// reported by the runtime as an init error and retried on the next invocation.
+// Must logs err as one JSON line on stdout, like every other log line (Logger; the configuration,
+// and so LOG_LEVEL, may be what failed), and exits with status 1. For entrypoints, before any
+// handler runs: a Lambda whose init fails is reported by the runtime as an init error and retried
+// on the next invocation.
 func Must[T any](v T, err error) T {
 	if err != nil {
-		slog.Error("startup failed", "err", err)
+		slog.New(slog.NewJSONHandler(os.Stdout, nil)).Error("startup failed", "err", err)
 		os.Exit(1)
 	}
 	return v
