@@ -1,7 +1,8 @@
 // Command chaos runs the chaos run and prints its figures: concurrent sync and async creates
-// through the API while processor and sweeper processes are killed and restarted at random, the
-// database is restarted, and poison messages are injected; then it checks that every event was
-// processed exactly once and nothing was lost. It exits 1 on any violation.
+// through API processes built as `make run` builds its API, while the API, processor and sweeper
+// processes are killed and restarted at random, a contender holds row locks past the lock wait
+// timeout, the database is restarted, and poison messages are injected; then it checks that every
+// event was processed exactly once and nothing was lost. It exits 1 on any violation.
 //
 //	make chaos                       # the long form
 //	make chaos-short                 # the short form `make test` also runs
@@ -36,7 +37,11 @@ func main() {
 	flag.IntVar(&cfg.Clients, "clients", 0, "concurrent API clients (default 8)")
 	flag.IntVar(&cfg.Processors, "processors", 0, "processor processes (default 2)")
 	flag.IntVar(&cfg.Sweepers, "sweepers", 0, "sweeper processes (default 2)")
-	flag.DurationVar(&cfg.KillEvery, "kill-every", 0, "mean pause between two worker kills (default 1.5s)")
+	flag.IntVar(&cfg.APIs, "apis", 0, "API processes, built as `make run` builds its API (default 1)")
+	flag.IntVar(&cfg.Contenders, "contenders", 0, "processes holding row locks past the lock wait timeout, to provoke retries (default 1; -1: none)")
+	flag.IntVar(&cfg.LockWaitTimeout, "lock-wait-timeout", 0, "innodb_lock_wait_timeout of every session, in seconds (default 1)")
+	flag.BoolVar(&cfg.RequireRetries, "require-retries", false, "fail the run if no transaction was retried (the retry helper's retry branch did not run)")
+	flag.DurationVar(&cfg.KillEvery, "kill-every", 0, "mean pause between two kills of a processor, sweeper or API (default 1.5s)")
 	flag.IntVar(&cfg.DBRestarts, "db-restarts", 0, "database restarts, alternately stopped and killed (default 2)")
 	flag.IntVar(&cfg.Poison, "poison", 0, "malformed messages injected (default 6)")
 	flag.IntVar(&cfg.Visibility, "visibility", 0, "the queue's visibility timeout in seconds (default 3)")

@@ -1,36 +1,35 @@
 // Package chaos is the chaos run: the whole system on a private MariaDB and a real SQS endpoint,
-// driven by concurrent sync and async creates through the API while processor and sweeper
-// processes are killed (SIGKILL) and started again at random, the database is restarted (stopped,
-// and killed), and poison messages are injected; then an invariant checker verifies that every
-// event was processed exactly once and nothing was lost. `make chaos` runs the long form and
-// `make chaos-short` (and `make test`, through TestChaosShort) a short one.
+// driven by concurrent sync and async creates through API processes built as `make run` builds its
+// API (async creates answered on commit, messages sent by an outbox), while the API, processor and
+// sweeper processes are killed (SIGKILL) and started again at random, a contender process holds row
+// locks past the lock wait timeout and provokes deadlocks, the database is restarted (stopped, and
+// killed), and poison messages are injected; then an invariant checker verifies that every event
+// was processed exactly once and nothing was lost. `make chaos` runs the long form and `make
+// chaos-short` (which `make test` runs) a short one.
 //
 // One file per job: chaos.go sets the run up and drives it (Run); config.go holds its Config and
 // Report; supervise.go starts, kills and accounts for the worker processes, and worker.go is what
-// runs inside one; faults.go holds the fault loops (worker kills, database restarts, poison
-// messages); client.go is the API clients; progress.go the progress lines and the wait for the
-// system to settle; checker.go the invariant checker.
+// runs inside one; contention.go is the contender; faults.go holds the fault loops (worker kills,
+// database restarts, poison messages); client.go is the API clients; progress.go the progress
+// lines and the wait for the system to settle; checker.go the invariant checker.
 package chaos
 
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/fault"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	drv "github.com/go-sql-driver/mysql"
 )
 
 // run is one chaos run: what its loops share.
@@ -45,15 +44,17 @@ type run struct {
 	store  *mysql.Store
 	// reports is the directory where each worker process writes its reports of what it settled.
 	reports string
-	starts  int // workers started so far; every second one takes the lease path
+	starts  map[string]int // workers started so far, by role; every second one takes the lease path
 
 	mu      sync.Mutex
 	workers []*worker
-	retired WorkerStats // counters of workers that are gone
-	report  Report
+	retired map[string]*WorkerStats // counters of workers that are gone, by role
+	// apiStarted is closed, and replaced, whenever an API process starts: clients that found none
+	// live wait on it.
+	apiStarted chan struct{}
+	report     Report
 
-	dbDown      atomic.Bool
-	apiSnapshot mysql.StatsSnapshot // the API store's retry counters at the end
+	dbDown atomic.Bool
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -75,7 +76,8 @@ func (r *run) jitter(mean time.Duration) time.Duration {
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
 	started := time.Now()
-	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), starts: map[string]int{},
+		retired: map[string]*WorkerStats{}, apiStarted: make(chan struct{})}
 	r.report.Seed = cfg.Seed
 	r.report.OtherStatuses = map[int]int{}
 
@@ -90,7 +92,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := srv.CreateDatabase(ctx, "events"); err != nil {
 		return nil, err
 	}
-	dsn := srv.DSN("events")
+	// Every session of the run, in every process, waits at most LockWaitTimeout for a row lock.
+	dsnCfg, err := drv.ParseDSN(srv.DSN("events"))
+	if err != nil {
+		return nil, err
+	}
+	if dsnCfg.Params == nil {
+		dsnCfg.Params = map[string]string{}
+	}
+	dsnCfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(cfg.LockWaitTimeout)
+	dsn := dsnCfg.FormatDSN()
 	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn, MaxOpenConns: 16})
 	if err != nil {
 		return nil, err
@@ -130,33 +141,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	visibility := time.Duration(cfg.Visibility) * time.Second
 	r.env = []string{"DB_DSN=" + dsn, "QUEUE_URL=" + r.q.URL, "AWS_ENDPOINT_URL_SQS=" + endpoint,
 		"VISIBILITY_HEARTBEAT=" + (visibility / 2).String(), "VISIBILITY_EXTENSION=" + visibility.String(),
-		"SWEEP_GRACE=" + cfg.SweepGrace.String(), "CHAOS_LEASE=" + cfg.Lease.String()}
+		"SWEEP_GRACE=" + cfg.SweepGrace.String(), "CHAOS_LEASE=" + cfg.Lease.String(),
+		"CHAOS_LOCK_HOLD=" + (time.Duration(cfg.LockWaitTimeout) * 3 * time.Second / 2).String()}
 
-	// The API, in this process: it is not killed (that is another test's scenario), the database
-	// and the queue under it are.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	httpSrv := &http.Server{Handler: &api.Server{Store: store, Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL}, Logger: quiet},
-		ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = httpSrv.Serve(ln) }()
-	defer httpSrv.Close()
-	apiURL := "http://" + ln.Addr().String()
-
-	for range cfg.Processors {
-		if err := r.startWorker(RoleProcessor); err != nil {
-			return nil, err
-		}
-	}
-	for range cfg.Sweepers {
-		if err := r.startWorker(RoleSweeper); err != nil {
-			return nil, err
-		}
-	}
+	// The workers, each a process that the run kills and starts again: the APIs too.
 	defer r.stopWorkers()
-	r.logf("%d processors, %d sweepers, %d clients for %s; queue %s", cfg.Processors, cfg.Sweepers, cfg.Clients, cfg.Duration, r.q.URL)
+	for role, n := range map[string]int{RoleAPI: cfg.APIs, RoleProcessor: cfg.Processors, RoleSweeper: cfg.Sweepers, RoleContender: cfg.Contenders} {
+		for range n {
+			if err := r.startWorker(role); err != nil {
+				return nil, fmt.Errorf("start a %s: %w", role, err)
+			}
+		}
+	}
+	r.logf("%d APIs, %d processors, %d sweepers, %d contenders (locks held %s, lock wait timeout %d s), %d clients for %s; queue %s",
+		cfg.APIs, cfg.Processors, cfg.Sweepers, cfg.Contenders, time.Duration(cfg.LockWaitTimeout)*3*time.Second/2, cfg.LockWaitTimeout,
+		cfg.Clients, cfg.Duration, r.q.URL)
 
 	// The chaos.
 	runCtx, stopChaos := context.WithTimeout(ctx, cfg.Duration)
@@ -165,7 +164,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	results := make(chan created, 1024)
 	for range cfg.Clients {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.client_(runCtx, apiURL, results) }()
+		go func() { defer wg.Done(); r.client_(runCtx, results) }()
 	}
 	var collected []created
 	collectDone := make(chan struct{})
@@ -188,8 +187,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	// Settle: every worker running, the database up; wait until nothing is pending and the poison
-	// is in the DLQ.
+	// Settle: every worker running but the contenders, the database up; wait until nothing is
+	// pending and the poison is in the DLQ.
+	r.stopWorkers(RoleContender)
 	if !r.server.Running() {
 		if err := r.server.Start(); err != nil {
 			return nil, err
@@ -207,14 +207,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.mu.Unlock()
 	r.logf("creates done (%d answers); settling", len(collected))
 	settled := r.settle(ctx, db)
-	r.stopWorkers()
-	r.apiSnapshot = store.Stats()
+	// The check reads GET /events through an API, so the APIs stop last.
+	r.stopWorkers(RoleProcessor, RoleSweeper)
 	if cfg.BeforeCheck != nil {
 		if err := cfg.BeforeCheck(ctx, db, r.client, r.q, r.reports); err != nil {
 			return nil, err
 		}
 	}
-	r.check(ctx, apiURL, collected, settled)
+	r.check(ctx, collected, settled)
+	r.stopWorkers()
+	r.figures()
 	r.report.Duration = time.Since(started)
 	return &r.report, nil
 }

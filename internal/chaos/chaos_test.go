@@ -116,12 +116,15 @@ func TestChaosShort(t *testing.T) {
 	require.NoError(t, err)
 	rep, err := chaos.Run(context.Background(), chaos.Config{
 		Duration: duration, Clients: 6, Processors: 2, Sweepers: 1, KillEvery: time.Second, DBRestarts: 2, Poison: 4,
-		SQSEndpoint: localsqs.Endpoint(t), Log: logWriter{t},
+		Visibility: 2, MaxReceive: 8, RequireRetries: true, SQSEndpoint: localsqs.Endpoint(t), Log: logWriter{t},
 	})
 	require.NoError(t, err)
 	t.Log("\n" + rep.String())
 	require.True(t, rep.OK(), rep.String())
-	require.Positive(t, rep.ProcessorKills+rep.SweeperKills, "workers were killed")
+	require.Positive(t, rep.ProcessorKills, "processors were killed")
+	require.Positive(t, rep.SweeperKills, "sweepers were killed")
+	require.Positive(t, rep.APIKills, "API processes were killed")
+	require.Positive(t, rep.Retries, "transactions were retried")
 	require.Positive(t, rep.DBStops+rep.DBKills, "the database was restarted")
 	require.Positive(t, rep.AsyncCreates)
 	require.Positive(t, rep.SyncCreates)

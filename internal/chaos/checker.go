@@ -17,8 +17,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 )
 
-// check verifies the invariants and fills the report.
-func (r *run) check(ctx context.Context, apiURL string, collected []created, settled bool) {
+// check verifies the invariants and fills the report, through a live API process for GET /events.
+func (r *run) check(ctx context.Context, collected []created, settled bool) {
 	rep := &r.report
 	violate := func(format string, args ...any) {
 		rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
@@ -44,6 +44,8 @@ func (r *run) check(ctx context.Context, apiURL string, collected []created, set
 			}
 		case c.err == nil && c.status == http.StatusServiceUnavailable:
 			rep.Refused++
+		case c.err != nil && c.unreachable:
+			rep.Unreachable++
 		case c.err != nil:
 			rep.NoAnswer++
 		default:
@@ -115,6 +117,7 @@ func (r *run) check(ctx context.Context, apiURL string, collected []created, set
 	}
 
 	// GET /events equals the acknowledged creates (plus the commits whose answer was lost).
+	apiURL, _ := r.apiURL()
 	resp, err := http.Get(apiURL + "/events")
 	if err != nil {
 		violate("GET /events: %v", err)
@@ -155,14 +158,31 @@ func (r *run) check(ctx context.Context, apiURL string, collected []created, set
 	if strings.Join(dlq, "\n") != strings.Join(want, "\n") {
 		violate("the DLQ holds %q; the run injected %q", dlq, want)
 	}
+}
 
-	// Figures from every process.
+// figures sums the counters every worker process reported (each one's last stats line: a killed
+// worker's last 200 ms are not counted, so they are lower bounds), once every worker is gone. With
+// RequireRetries, a run that retried no transaction is a violation: the retry helper's retry branch
+// did not run.
+func (r *run) figures() {
+	rep := &r.report
+	rep.RetriesByRole = map[string]int64{}
+	var s WorkerStats
 	r.mu.Lock()
-	s := r.retired
+	for role, st := range r.retired {
+		s.add(*st)
+		if st.Retries > 0 {
+			rep.RetriesByRole[role] = st.Retries
+		}
+	}
 	r.mu.Unlock()
-	st := r.apiSnapshot
-	rep.Deadlocks, rep.LockWaitTimeouts, rep.Retries, rep.GaveUp = s.Deadlocks+st.Deadlocks, s.LockWaitTimeouts+st.LockWaitTimeouts, s.Retries+st.Retries, s.GaveUp+st.GaveUp
+	rep.Deadlocks, rep.LockWaitTimeouts, rep.Retries, rep.GaveUp = s.Deadlocks, s.LockWaitTimeouts, s.Retries, s.GaveUp
 	rep.Received, rep.Deleted, rep.Failed, rep.Extended = s.Received, s.Deleted, s.Failed, s.Extended
+	rep.ContenderHolds, rep.ContenderDeadlocks, rep.ContenderTimeouts = s.Holds, s.ContenderDeadlocks, s.ContenderTimeouts
+	if r.cfg.RequireRetries && rep.Retries == 0 {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("no transaction was retried (deadlocks %d, lock wait timeouts %d): the retry helper's retry branch did not run",
+			rep.Deadlocks, rep.LockWaitTimeouts))
+	}
 }
 
 func others(m map[int]int) int {

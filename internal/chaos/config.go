@@ -23,7 +23,24 @@ type Config struct {
 	Clients int
 	// Processors and Sweepers are the worker processes kept running (and killed). Defaults 2 and 2.
 	Processors, Sweepers int
-	// KillEvery is the mean pause between two kills of a random worker. Default 1.5 s.
+	// APIs are the API processes kept running (and killed), built as `make run` builds its API:
+	// POST /events/async answers on commit and an outbox sends the messages within
+	// local.DefaultAsyncLinger. Clients spread their creates over the live ones. Default 1.
+	APIs int
+	// Contenders are processes that play a foreign transaction (an operator's query, a batch job):
+	// they hold the counter's row lock, and the row locks of the open events, for longer than the
+	// lock wait timeout, and take them in an order that deadlocks with a settling worker, so that
+	// the store's retry helper has deadlocks and lock wait timeouts to retry. Default 1; negative:
+	// none.
+	Contenders int
+	// LockWaitTimeout is innodb_lock_wait_timeout, in seconds, of every session of the run (set in
+	// the DSN every process connects with). Default 1.
+	LockWaitTimeout int
+	// RequireRetries makes a run in which no transaction was retried (no deadlock or lock wait
+	// timeout was met, so the retry helper's retry branch never ran) a violation.
+	RequireRetries bool
+	// KillEvery is the mean pause between two kills of a random worker (a processor, a sweeper or
+	// an API). Default 1.5 s.
 	KillEvery time.Duration
 	// DBRestarts is how many times the database is restarted, alternately stopped and killed.
 	// Default 2; at least 1.
@@ -63,6 +80,9 @@ func (c *Config) defaults() {
 	c.Clients = cmp.Or(c.Clients, 8)
 	c.Processors = cmp.Or(c.Processors, 2)
 	c.Sweepers = cmp.Or(c.Sweepers, 2)
+	c.APIs = cmp.Or(c.APIs, 1)
+	c.Contenders = max(cmp.Or(c.Contenders, 1), 0)
+	c.LockWaitTimeout = cmp.Or(c.LockWaitTimeout, 1)
 	c.KillEvery = cmp.Or(c.KillEvery, 1500*time.Millisecond)
 	c.Lease = cmp.Or(c.Lease, 2*time.Second)
 	c.DBRestarts = max(cmp.Or(c.DBRestarts, 2), 1)
@@ -85,25 +105,36 @@ type Report struct {
 	Seed     uint64
 	Duration time.Duration // the whole run, settling included
 
-	// Creates acknowledged (201 / 202 with an id), and refused (503: the database was restarting).
+	// Creates acknowledged (201 / 202 with an id), and refused (503: the database was restarting,
+	// or a transaction gave up its retries).
 	SyncCreates, AsyncCreates int
 	Refused                   int
-	// NoAnswer counts creates that got no HTTP answer at all (none is expected: the API is not killed).
+	// NoAnswer counts creates that reached an API and got no HTTP answer: the API process was
+	// killed while it served them. They may or may not have committed.
 	NoAnswer int
+	// Unreachable counts creates whose connection was refused (the API process had just been
+	// killed): no API received them, so none of them can have stored anything.
+	Unreachable int
 	// OtherStatuses counts any other answer to a create, by status (none is expected).
 	OtherStatuses map[int]int
 	// Orphans are events stored whose create the client saw fail (a commit whose answer was lost
-	// while the database went down): allowed up to Refused, and processed like any other.
+	// while the database went down, an API killed between its commit and its answer): allowed up to
+	// Refused + NoAnswer, and processed like any other.
 	Orphans int
 
-	ProcessorKills, SweeperKills, WorkerStarts int
-	DBStops, DBKills                           int
-	PoisonInjected, PoisonInDLQ                int
+	ProcessorKills, SweeperKills, APIKills int
+	WorkerStarts, DBStops, DBKills         int
+	PoisonInjected, PoisonInDLQ            int
 
-	// Figures of the store's retry helper and the mapping, summed over every process.
+	// Figures of the store's retry helper and the mapping, summed over every process (APIs,
+	// processors, sweepers).
 	Deadlocks, LockWaitTimeouts, Retries, GaveUp int64
-	Received, Deleted, Failed, Extended          int64
-	ProcessedByProcessor, ProcessedBySweeper     int
+	RetriesByRole                                map[string]int64 // the Retries, by the role of the process that retried
+	// What the contenders did: lock holds, and the deadlocks and lock wait timeouts they lost
+	// themselves (a deadlock InnoDB resolved by rolling back the contender, not a worker).
+	ContenderHolds, ContenderDeadlocks, ContenderTimeouts int64
+	Received, Deleted, Failed, Extended                   int64
+	ProcessedByProcessor, ProcessedBySweeper              int
 
 	// Reports are the settlements the workers reported (internal/verify); Unreported the events
 	// settled by a claim whose worker reported starting it but not what it settled (killed between
@@ -118,6 +149,9 @@ type Report struct {
 	Violations                     []string
 }
 
+// Kills is the number of worker processes killed: processors, sweepers and APIs.
+func (r *Report) Kills() int { return r.ProcessorKills + r.SweeperKills + r.APIKills }
+
 // OK tells whether every invariant held.
 func (r *Report) OK() bool { return len(r.Violations) == 0 }
 
@@ -129,15 +163,17 @@ func (r *Report) String() string {
 		verdict = fmt.Sprintf("FAIL: %d violations", len(r.Violations))
 	}
 	fmt.Fprintf(&b, "chaos run (seed %d, %s): %s\n", r.Seed, r.Duration.Round(time.Second), verdict)
-	fmt.Fprintf(&b, "  creates acknowledged   %d (sync %d, async %d); refused (503) while the database was down: %d; no answer: %d; other answers: %v\n",
-		r.SyncCreates+r.AsyncCreates, r.SyncCreates, r.AsyncCreates, r.Refused, r.NoAnswer, r.OtherStatuses)
+	fmt.Fprintf(&b, "  creates acknowledged   %d (sync %d, async %d); refused (503): %d; no answer (API killed): %d; connection refused: %d; other answers: %v\n",
+		r.SyncCreates+r.AsyncCreates, r.SyncCreates, r.AsyncCreates, r.Refused, r.NoAnswer, r.Unreachable, r.OtherStatuses)
 	fmt.Fprintf(&b, "  committed unanswered   %d (stored, processed once; the client saw its create fail)\n", r.Orphans)
 	fmt.Fprintf(&b, "  GET /events            %d\n", r.CountReported)
-	fmt.Fprintf(&b, "  kills                  %d (processors %d, sweepers %d); worker starts %d\n",
-		r.ProcessorKills+r.SweeperKills, r.ProcessorKills, r.SweeperKills, r.WorkerStarts)
+	fmt.Fprintf(&b, "  kills                  %d (processors %d, sweepers %d, APIs %d); worker starts %d\n",
+		r.Kills(), r.ProcessorKills, r.SweeperKills, r.APIKills, r.WorkerStarts)
 	fmt.Fprintf(&b, "  database restarts      %d (stopped %d, killed %d)\n", r.DBStops+r.DBKills, r.DBStops, r.DBKills)
-	fmt.Fprintf(&b, "  retries                %d (deadlocks retried %d, lock wait timeouts %d, gave up %d)\n",
-		r.Retries, r.Deadlocks, r.LockWaitTimeouts, r.GaveUp)
+	fmt.Fprintf(&b, "  retries                %d (deadlocks %d, lock wait timeouts %d, gave up %d); retried by %v\n",
+		r.Retries, r.Deadlocks, r.LockWaitTimeouts, r.GaveUp, r.RetriesByRole)
+	fmt.Fprintf(&b, "  contention             %d lock holds past the lock wait timeout; the contender lost %d deadlocks and %d lock waits itself\n",
+		r.ContenderHolds, r.ContenderDeadlocks, r.ContenderTimeouts)
 	fmt.Fprintf(&b, "  queue                  received %d, acknowledged %d, failed %d, visibility extended %d\n",
 		r.Received, r.Deleted, r.Failed, r.Extended)
 	fmt.Fprintf(&b, "  processed async by     processor %d, sweeper %d\n", r.ProcessedByProcessor, r.ProcessedBySweeper)

@@ -9,32 +9,51 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
-// killLoop SIGKILLs a random worker every KillEvery (jittered) and starts a new one of the same
-// role a moment later.
+// killLoop SIGKILLs a worker of the system every KillEvery (jittered) and starts a new one of the
+// same role a moment later. The roles take turns (processor, sweeper, API), so that each is killed
+// every third kill whatever the run's length; within a role the worker is taken at random. The
+// contenders are the fault, not the system: they are not killed.
 func (r *run) killLoop(ctx context.Context) {
-	for {
+	roles := []string{RoleProcessor, RoleSweeper, RoleAPI}
+	for turn := 0; ; turn++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(r.jitter(r.cfg.KillEvery)):
 		}
 		r.mu.Lock()
-		if len(r.workers) == 0 {
+		var victims []int
+		for k := range roles {
+			role := roles[(turn+k)%len(roles)]
+			for i, w := range r.workers {
+				if w.role == role {
+					victims = append(victims, i)
+				}
+			}
+			if len(victims) > 0 {
+				break
+			}
+		}
+		if len(victims) == 0 {
 			r.mu.Unlock()
 			continue
 		}
-		i := r.intn(len(r.workers))
+		i := victims[r.intn(len(victims))]
 		w := r.workers[i]
 		r.workers = append(r.workers[:i:i], r.workers[i+1:]...)
-		if w.role == RoleProcessor {
+		switch w.role {
+		case RoleProcessor:
 			r.report.ProcessorKills++
-		} else {
+		case RoleSweeper:
 			r.report.SweeperKills++
+		case RoleAPI:
+			r.report.APIKills++
 		}
 		r.mu.Unlock()
 		w.child.Kill()
 		r.retire(w)
-		// Back after a pause, as Lambda would start a new execution environment.
+		// Back after a pause, as Lambda would start a new execution environment. A killed API's
+		// clients meanwhile use another API, or wait for this one's successor.
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Duration(r.intn(800)) * time.Millisecond):

@@ -30,7 +30,7 @@ func (r *run) progressLoop(ctx context.Context, db *sql.DB) {
 		rep := r.report
 		r.mu.Unlock()
 		r.logf("t=%s kills=%d db restarts=%d poison=%d pending=%d", time.Since(start).Round(time.Second),
-			rep.ProcessorKills+rep.SweeperKills, rep.DBStops+rep.DBKills, rep.PoisonInjected, pending)
+			rep.Kills(), rep.DBStops+rep.DBKills, rep.PoisonInjected, pending)
 	}
 }
 

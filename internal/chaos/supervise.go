@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 type worker struct {
 	role  string
 	child *child.Process
+	url   string // an API's base URL
 }
 
 // lastStats returns the last stats line the worker printed.
@@ -32,11 +34,11 @@ func (w *worker) lastStats() WorkerStats {
 }
 
 // startWorker starts a worker process of role. Each writes its reports of what it settled to a file
-// of its own in r.reports, and every second one takes the lease path.
+// of its own in r.reports, and every second one of its role takes the lease path.
 func (r *run) startWorker(role string) error {
 	r.mu.Lock()
-	r.starts++
-	n := r.starts
+	r.starts[role]++
+	n := r.starts[role]
 	r.mu.Unlock()
 	env := append([]string{child.RoleEnv + "=" + role,
 		"CHAOS_REPORTS=" + filepath.Join(r.reports, fmt.Sprintf("%s-%d.reports", role, n)),
@@ -45,21 +47,56 @@ func (r *run) startWorker(role string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.WaitLine("started", 30*time.Second); err != nil {
+	line, err := c.WaitLine("started", 30*time.Second)
+	if err != nil {
 		c.Kill()
 		return err
 	}
+	url, _ := strings.CutPrefix(line, "started ")
+	if role != RoleAPI {
+		url = ""
+	}
 	r.mu.Lock()
-	r.workers = append(r.workers, &worker{role: role, child: c})
+	r.workers = append(r.workers, &worker{role: role, child: c, url: url})
+	if role == RoleAPI {
+		close(r.apiStarted)
+		r.apiStarted = make(chan struct{})
+	}
 	r.report.WorkerStarts++
 	r.mu.Unlock()
 	return nil
 }
 
-func (r *run) stopWorkers() {
+// apiURL returns the base URL of a live API process, at random, or "" when none is live (one was
+// killed and its successor is not up yet) with a channel closed when one starts.
+func (r *run) apiURL() (string, <-chan struct{}) {
 	r.mu.Lock()
-	ws := r.workers
-	r.workers = nil
+	var urls []string
+	for _, w := range r.workers {
+		if w.role == RoleAPI {
+			urls = append(urls, w.url)
+		}
+	}
+	started := r.apiStarted
+	r.mu.Unlock()
+	if len(urls) == 0 {
+		return "", started
+	}
+	return urls[r.intn(len(urls))], nil
+}
+
+// stopWorkers kills the workers of the given roles (every role when none is given).
+func (r *run) stopWorkers(roles ...string) {
+	r.mu.Lock()
+	var ws, keep []*worker
+	for _, w := range r.workers {
+		if len(roles) == 0 || slices.Contains(roles, w.role) {
+			ws = append(ws, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	r.workers = keep
 	r.mu.Unlock()
 	for _, w := range ws {
 		w.child.Kill()
@@ -70,5 +107,8 @@ func (r *run) stopWorkers() {
 func (r *run) retire(w *worker) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.retired.add(w.lastStats())
+	if r.retired[w.role] == nil {
+		r.retired[w.role] = &WorkerStats{}
+	}
+	r.retired[w.role].add(w.lastStats())
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	stdlog "log"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -15,11 +17,14 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -30,6 +35,8 @@ import (
 const (
 	RoleProcessor = "processor" // the local event source mapping with the processor's handler
 	RoleSweeper   = "sweeper"   // the sweeper's worker loop
+	RoleAPI       = "api"       // the API as `make run` serves it: answers async creates on commit, an outbox sends
+	RoleContender = "contender" // a foreign transaction holding row locks (contention.go)
 )
 
 // WorkerStats is what a worker reports on stdout, as a line "stats {json}", every 200 ms: its
@@ -44,6 +51,10 @@ type WorkerStats struct {
 	Failed           int64 `json:"failed"`
 	Swept            int64 `json:"swept"`
 	Extended         int64 `json:"extended"`
+	// The contender's own figures (contention.go).
+	Holds              int64 `json:"holds,omitempty"`
+	ContenderDeadlocks int64 `json:"contenderDeadlocks,omitempty"`
+	ContenderTimeouts  int64 `json:"contenderTimeouts,omitempty"`
 }
 
 func (s *WorkerStats) add(o WorkerStats) {
@@ -56,6 +67,9 @@ func (s *WorkerStats) add(o WorkerStats) {
 	s.Failed += o.Failed
 	s.Swept += o.Swept
 	s.Extended += o.Extended
+	s.Holds += o.Holds
+	s.ContenderDeadlocks += o.ContenderDeadlocks
+	s.ContenderTimeouts += o.ContenderTimeouts
 }
 
 // RunWorker is a worker process's main: it runs role until SIGTERM (or until it is killed, which is
@@ -63,7 +77,10 @@ func (s *WorkerStats) add(o WorkerStats) {
 // internal/config as the functions read them (DB_DSN, QUEUE_URL, AWS_ENDPOINT_URL_SQS,
 // VISIBILITY_HEARTBEAT, VISIBILITY_EXTENSION, SWEEP_GRACE), and the run's own: CHAOS_REPORTS
 // (the file its reports of what it settled go to), CHAOS_LEASED (true: plain events take the lease
-// path) and CHAOS_LEASE (how long).
+// path), CHAOS_LEASE (how long) and CHAOS_LOCK_HOLD (how long a contender holds its locks).
+//
+// It prints "started" once it runs (an API: "started <its base URL>"), then a stats line every
+// 200 ms.
 func RunWorker(role string) int {
 	_ = drv.SetLogger(stdlog.New(io.Discard, "", 0))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -92,7 +109,45 @@ func RunWorker(role string) int {
 
 	var stats func() WorkerStats
 	var run func(context.Context)
+	started := "started"
 	switch role {
+	case RoleAPI:
+		// As `make run` builds it (internal/local): async creates answered on commit, their
+		// messages sent by the outbox within local.DefaultAsyncLinger; the default allocator.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
+		handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: cfg.QueueURL},
+			Logger: log, AsyncGroup: api.AsyncGroup{Linger: local.DefaultAsyncLinger}}
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		started = "started http://" + ln.Addr().String()
+		stats = func() WorkerStats {
+			st := store.Stats()
+			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries, GaveUp: st.GaveUp}
+		}
+		run = func(ctx context.Context) {
+			go func() {
+				<-ctx.Done()
+				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(sctx)
+				_ = handler.Drain(sctx)
+			}()
+			_ = srv.Serve(ln)
+		}
+	case RoleContender:
+		hold, err := time.ParseDuration(os.Getenv("CHAOS_LOCK_HOLD"))
+		if err != nil {
+			hold = 1500 * time.Millisecond
+		}
+		c := &contender{db: store.DB(), hold: hold}
+		stats = func() WorkerStats {
+			return WorkerStats{Holds: c.holds.Load(), ContenderDeadlocks: c.deadlocks.Load(), ContenderTimeouts: c.timeouts.Load()}
+		}
+		run = c.run
 	case RoleProcessor:
 		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
 		vis := wire.Visibility(cfg, client)
@@ -127,7 +182,7 @@ func RunWorker(role string) int {
 		b, _ := json.Marshal(stats())
 		fmt.Printf("stats %s\n", b)
 	}
-	fmt.Println("started")
+	fmt.Println(started)
 	done := make(chan struct{})
 	go func() { run(ctx); close(done) }()
 	t := time.NewTicker(200 * time.Millisecond)

@@ -56,12 +56,19 @@ func TestQueueUnreachableAfterTheAsyncInsertCommits(t *testing.T) {
 
 // Invariant: an API process killed mid-request leaves no half-written event, and every id a client
 // received exists. Creates that were cut off may or may not have committed (the client cannot
-// know); those that did are complete events, and the async ones are processed by the sweeper. The
+// know); those that did are complete events, and the async ones are processed by the sweeper. A
+// processor runs throughout, as in the real system, on the queue the API processes send to; the
 // API processes run no worker: the events they create settled (POST /events) are reported by
-// nobody, which the checker requires of them; the sweeper reports what it settles.
-// Both ways of answering async requests: after the message is sent (as on Lambda), and on commit
-// with the messages lingering in the outbox (as the local runner does), where a kill can lose the
-// messages of answered events.
+// nobody, which the checker requires of them; the processor and the sweeper report what they settle.
+//
+// Both ways of answering async requests, each held to the case it names:
+//   - answer after send (as on Lambda): the kill loses no message of an answered event: once the
+//     queue is drained, every async event a client was answered for is processed by the processor;
+//   - answer on commit (as the local runner does, here with a 1 s outbox linger): the outbox sends
+//     (events answered before the kill are processed by the processor through their messages, and
+//     so are all those the second process answered, since it is not killed), and the kill loses
+//     the messages of events answered within the linger before it: they sit pending with the queue
+//     drained, until the sweeper, after its grace period, settles them.
 func TestAPIKilledMidRequest(t *testing.T) {
 	t.Parallel()
 	for name, linger := range map[string]time.Duration{"answer after send": 0, "answer on commit": time.Second} {
@@ -73,12 +80,10 @@ func TestAPIKilledMidRequest(t *testing.T) {
 }
 
 func apiKilledMidRequest(t *testing.T, linger time.Duration) {
-	db, dsn := testdb.DB(t, 4)
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
-	require.NoError(t, err)
-	client := localsqs.Client(t)
-	q := localsqs.Queues(t, client, 30, 5)
-	env := []string{"DB_DSN=" + dsn, "QUEUE_URL=" + q.URL, "AWS_ENDPOINT_URL_SQS=" + localsqs.Endpoint(t),
+	ctx := context.Background()
+	db, dsn := testdb.DB(t, 8)
+	r := newRig(t, rigOptions{visibility: 5, maxReceive: 10, db: db})
+	env := []string{"DB_DSN=" + dsn, "QUEUE_URL=" + r.q.URL, "AWS_ENDPOINT_URL_SQS=" + localsqs.Endpoint(t),
 		"CHILD_LINGER=" + linger.String()}
 	startAPI := func() (*child.Process, string) {
 		c := child.Start(t, "api", env...)
@@ -86,15 +91,17 @@ func apiKilledMidRequest(t *testing.T, linger time.Duration) {
 		require.NoError(t, err)
 		return c, line[len("listening "):]
 	}
+	r.run(2, 10) // the processor, throughout
 
 	var (
 		mu       sync.Mutex
 		received = map[int64]string{} // id -> the path that created it
+		answered = map[int64]int{}    // async id -> the API process (1 or 2) that answered it
 		dups     []int64
 		cutOff   atomic.Int64 // requests sent that got no answer (not merely refused)
 	)
 	httpClient := &http.Client{Timeout: 10 * time.Second}
-	hammer := func(url string, stop <-chan struct{}) *sync.WaitGroup {
+	hammer := func(process int, url string, stop <-chan struct{}) *sync.WaitGroup {
 		var wg sync.WaitGroup
 		for c := range 12 {
 			wg.Add(1)
@@ -133,6 +140,9 @@ func apiKilledMidRequest(t *testing.T, linger time.Duration) {
 						dups = append(dups, id)
 					}
 					received[id] = path
+					if path == "/events/async" {
+						answered[id] = process
+					}
 					mu.Unlock()
 				}
 			}()
@@ -144,68 +154,147 @@ func apiKilledMidRequest(t *testing.T, linger time.Duration) {
 		defer mu.Unlock()
 		return len(received)
 	}
+	answeredBy := func(process int) []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		var ids []int64
+		for id, p := range answered {
+			if p == process {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	// states reads every event's row.
+	states := func() map[int64]mysql.Audit {
+		audit, err := r.checkStore.AuditEvents(ctx)
+		require.NoError(t, err)
+		rows := make(map[int64]mysql.Audit, len(audit))
+		for _, e := range audit {
+			_, dup := rows[e.ID]
+			require.False(t, dup, "id %d is stored twice", e.ID)
+			rows[e.ID] = e
+		}
+		return rows
+	}
+	// split divides ids into those the processor settled and those still pending.
+	split := func(ids []int64) (byProcessor, pending []int64) {
+		rows := states()
+		for _, id := range ids {
+			switch e := rows[id]; {
+			case e.State == exactlyonce.Processed && e.By == exactlyonce.ByProcessor:
+				byProcessor = append(byProcessor, id)
+			case e.State == exactlyonce.Pending:
+				pending = append(pending, id)
+			default:
+				t.Fatalf("answered async event %d: %+v (only the processor runs yet)", id, e)
+			}
+		}
+		return byProcessor, pending
+	}
 
 	proc, url := startAPI()
 	stop := make(chan struct{})
-	wg := hammer(url, stop)
-	testutil.Eventually(t, 30*time.Second, "the API answered 150 creates", func() bool { return count() >= 150 })
+	wg := hammer(1, url, stop)
+	// The kill comes once the system is under way: 150 answers, and async events answered by this
+	// process already processed through their messages (with the linger, the outbox has sent).
+	testutil.Eventually(t, 30*time.Second, "the API answered 150 creates and the processor processed answered async events", func() bool {
+		if count() < 150 {
+			return false
+		}
+		done, _ := split(answeredBy(1))
+		return len(done) > 0
+	})
 	proc.Kill() // mid-request: twelve clients are writing as fast as they can
 	wg.Wait()
 	require.Positive(t, cutOff.Load(), "the kill cut requests off")
 	close(stop)
 
-	// A new process takes over; ids stay unique across the two.
+	// Whatever process 1 sent is processed once the queue is drained; what is still pending then
+	// has no message.
+	testutil.Eventually(t, 30*time.Second, "the processor drained the queue", func() bool { return queueEmpty(t, r.client, r.q.URL) })
+	sent1, lost := split(answeredBy(1))
+	t.Logf("process 1 answered %d async events: %d processed through their messages, %d pending with no message",
+		len(sent1)+len(lost), len(sent1), len(lost))
+	require.NotEmpty(t, sent1, "messages of events answered before the kill were sent and processed")
+	if linger > 0 {
+		require.NotEmpty(t, lost, "answering on commit, the kill lost the messages of answered events: they are pending, the queue empty")
+	} else {
+		require.Empty(t, lost, "answering after the send, every answered async event has its message")
+	}
+
+	// A new process takes over; ids stay unique across the two. It is not killed: every async
+	// event it answers gets its message (with the linger, from its outbox within about a second).
 	_, url = startAPI()
 	before := count()
 	stop2 := make(chan struct{})
-	wg = hammer(url, stop2)
+	wg = hammer(2, url, stop2)
 	testutil.Eventually(t, 30*time.Second, "the new API process answers", func() bool { return count() >= before+50 })
 	close(stop2)
 	wg.Wait()
-
+	answered2 := answeredBy(2)
+	require.NotEmpty(t, answered2)
+	testutil.Eventually(t, 30*time.Second, "every async event the live process answered is processed through its message", func() bool {
+		_, pending := split(answered2)
+		return len(pending) == 0
+	})
 	require.Empty(t, dups, "every id unique")
-	audit, err := store.AuditEvents(context.Background())
-	require.NoError(t, err)
-	rows := map[int64]mysql.Audit{}
+
+	// The sweeper, with its grace period, settles the events left pending: the answered ones whose
+	// messages the kill lost, and creates committed without an answer.
+	sw := r.sweeper(sweeping.Config{Grace: 2 * time.Second})
+	rows := states()
+	var left []int64
+	for id, e := range rows {
+		if e.State == exactlyonce.Pending {
+			left = append(left, id)
+		}
+	}
+	require.Subset(t, left, lost, "the events whose messages were lost are still pending")
+	testutil.Eventually(t, 30*time.Second, "the sweeper settled the events left pending", func() bool {
+		_, err := sw.Sweep(ctx)
+		require.NoError(t, err)
+		return allSettled(t, r.checkStore, left)
+	})
+
+	rows = states()
 	orphans := 0
-	for _, e := range audit {
-		id := e.ID
-		_, dup := rows[id]
-		require.False(t, dup, "id %d is stored twice", id)
-		rows[id] = e
+	for id, e := range rows {
 		path, ok := received[id]
 		if !ok {
 			orphans++ // committed, but its client was cut off before the answer
 		}
+		// No half-written row: each is a whole create, settled once by the path its kind allows.
+		require.True(t, e.HasValue, "event %d: settled with a value", id)
 		switch {
-		case e.State == exactlyonce.Processed: // complete, processed at birth
-			require.True(t, e.HasValue, "event %d: processed with a value", id)
-			require.Equal(t, exactlyonce.ByAPI, e.By)
+		case e.State == exactlyonce.Processed && e.By == exactlyonce.ByAPI: // processed at birth
 			require.Empty(t, e.ClaimID, "event %d: born settled, by no claim", id)
-			require.True(t, !ok || path == "/events", "event %d created by %s is processed", id, path)
-		case e.State == exactlyonce.Pending: // complete, pending
-			require.False(t, e.HasValue, "event %d: pending without a value", id)
-			require.Empty(t, e.By, "event %d: pending, settled by nobody", id)
-			require.Empty(t, e.ClaimID, "event %d: pending, held by no claim", id)
-			require.True(t, !ok || path == "/events/async")
+			require.True(t, !ok || path == "/events", "event %d created by %s is processed at birth", id, path)
+		case e.State == exactlyonce.Processed && (e.By == exactlyonce.ByProcessor || e.By == exactlyonce.BySweeper):
+			require.NotEmpty(t, e.ClaimID, "event %d: settled by a claim", id)
+			require.True(t, !ok || path == "/events/async", "event %d created by %s was pending", id, path)
+			if e.By == exactlyonce.BySweeper {
+				require.Contains(t, left, id, "event %d: swept, so it was left pending", id)
+			}
 		default:
-			t.Fatalf("event %d is half-written: %+v", id, e)
+			t.Fatalf("event %d: %+v", id, e)
 		}
 	}
 	for id := range received {
 		_, ok := rows[id]
 		require.True(t, ok, "event %d, whose id a client received, exists", id)
 	}
+	for _, id := range lost {
+		require.Equal(t, exactlyonce.BySweeper, rows[id].By, "event %d, whose message was lost, is settled by the sweeper", id)
+	}
 	require.LessOrEqual(t, int64(orphans), cutOff.Load(), "every event nobody was told about is explained by a cut-off request")
-	t.Logf("received %d ids, %d requests cut off, %d events committed without an answer", len(received), cutOff.Load(), orphans)
+	t.Logf("received %d ids, %d requests cut off, %d events committed without an answer, %d answered events whose message was lost, %d swept",
+		len(received), cutOff.Load(), orphans, len(lost), len(left))
 
-	// The pending ones (including any whose message was never sent) are processed once.
-	ledger := verify.NewLedger()
-	_, err = sweeping.New(store, sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(context.Background())
-	require.NoError(t, err)
 	var all []int64
 	for id := range rows {
 		all = append(all, id)
 	}
-	requireSettledOnce(t, store, ledger, all, exactlyonce.ByAPI, exactlyonce.BySweeper)
+	r.settledOnce(all, exactlyonce.ByAPI, exactlyonce.ByProcessor, exactlyonce.BySweeper)
+	r.rec.requireNoViolations(t)
 }

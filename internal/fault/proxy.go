@@ -14,9 +14,12 @@ import (
 
 // Proxy is a TCP proxy on loopback between the application and a MySQL server, which the test
 // controls: it cuts every open connection (a network failure, a failover), refuses new ones (the
-// database unreachable), or lets a COMMIT reach the server and cuts the client before the reply
-// comes back (the commit happened; the client cannot know). Only the client-to-server direction is
-// parsed, and only to frame MySQL packets: 3 bytes of length, 1 of sequence, the payload.
+// database unreachable), or lets a commit reach the server and cuts the client before the reply
+// comes back (the commit happened; the client cannot know): the next COMMIT's
+// (LoseCommitReplies), or that of a given statement's write, whether it commits by itself in
+// autocommit or with its transaction (LoseRepliesCommitting). Only the client-to-server direction
+// is parsed, and only to frame MySQL packets (3 bytes of length, 1 of sequence, the payload) and to
+// read the text of COM_QUERY packets (the store sends no prepared statements).
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -25,11 +28,14 @@ type Proxy struct {
 	links    map[*link]struct{}
 	refusing bool
 
-	loseCommitReplies atomic.Int32
+	loseCommitReplies    atomic.Int32
+	loseStatementReplies atomic.Int32
+	statementPrefix      atomic.Pointer[string]
 
 	// Cut counts connections the proxy cut; Refused, connections it refused; LostCommitReplies,
-	// commits the server ran whose reply the client never got.
-	Cut, Refused, LostCommitReplies atomic.Int64
+	// commits the server ran whose reply the client never got (LoseCommitReplies);
+	// LostStatementReplies, the same for the statements armed with LoseRepliesCommitting.
+	Cut, Refused, LostCommitReplies, LostStatementReplies atomic.Int64
 }
 
 type link struct {
@@ -114,7 +120,11 @@ func (p *Proxy) pipe(l *link) {
 		p.mu.Unlock()
 	}()
 	swallow := make(chan struct{}) // closed when the next server reply must not reach the client
+	var lost *atomic.Int64         // the counter of the reply swallowed; set before swallow is closed
 	var swallowOnce sync.Once
+	lose := func(counter *atomic.Int64) {
+		swallowOnce.Do(func() { lost = counter; close(swallow) })
+	}
 	done := make(chan struct{})
 	go func() { // server -> client
 		defer close(done)
@@ -124,8 +134,8 @@ func (p *Proxy) pipe(l *link) {
 			if n > 0 {
 				select {
 				case <-swallow:
-					// The COMMIT's reply: the server has committed. Drop it and cut the client.
-					p.LostCommitReplies.Add(1)
+					// The commit's reply: the server has committed. Drop it and cut the client.
+					lost.Add(1)
 					l.close()
 					return
 				default:
@@ -139,8 +149,11 @@ func (p *Proxy) pipe(l *link) {
 			}
 		}
 	}()
-	// client -> server, packet by packet.
+	// client -> server, packet by packet. inTx: a transaction is open on this connection (it sent
+	// START TRANSACTION or BEGIN, and no COMMIT or ROLLBACK since); loseAtCommit: an armed
+	// statement ran in it, so its COMMIT's reply is the one to lose.
 	var header [4]byte
+	inTx, loseAtCommit := false, false
 	for {
 		if _, err := io.ReadFull(l.client, header[:]); err != nil {
 			break
@@ -150,8 +163,29 @@ func (p *Proxy) pipe(l *link) {
 		if _, err := io.ReadFull(l.client, payload); err != nil {
 			break
 		}
-		if isCommit(payload) && p.takeCommitLoss() {
-			swallowOnce.Do(func() { close(swallow) })
+		if q, ok := queryText(payload); ok {
+			switch {
+			case hasPrefixFold(q, "START TRANSACTION") || hasPrefixFold(q, "BEGIN"):
+				inTx, loseAtCommit = true, false
+			case strings.EqualFold(q, "COMMIT"):
+				if loseAtCommit {
+					lose(&p.LostStatementReplies)
+				} else if p.takeCommitLoss() {
+					lose(&p.LostCommitReplies)
+				}
+				inTx, loseAtCommit = false, false
+			case strings.EqualFold(q, "ROLLBACK"):
+				if loseAtCommit { // nothing committed: the loss stays armed for the next one
+					p.loseStatementReplies.Add(1)
+				}
+				inTx, loseAtCommit = false, false
+			case p.takeStatementLoss(q):
+				if inTx {
+					loseAtCommit = true
+				} else { // autocommit: this statement's reply is its commit's
+					lose(&p.LostStatementReplies)
+				}
+			}
 		}
 		if _, err := l.server.Write(append(header[:], payload...)); err != nil {
 			break
@@ -161,20 +195,37 @@ func (p *Proxy) pipe(l *link) {
 	<-done
 }
 
-// isCommit tells whether a client packet is COM_QUERY "COMMIT".
-func isCommit(payload []byte) bool {
+// queryText returns the statement of a COM_QUERY packet, trimmed.
+func queryText(payload []byte) (string, bool) {
 	const comQuery = 0x03
-	return len(payload) > 1 && payload[0] == comQuery &&
-		strings.EqualFold(string(bytes.TrimSpace(payload[1:])), "COMMIT")
+	if len(payload) < 2 || payload[0] != comQuery {
+		return "", false
+	}
+	return string(bytes.TrimSpace(payload[1:])), true
 }
 
-func (p *Proxy) takeCommitLoss() bool {
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+func (p *Proxy) takeStatementLoss(q string) bool {
+	prefix := p.statementPrefix.Load()
+	if prefix == nil || !hasPrefixFold(q, *prefix) {
+		return false
+	}
+	return takeOne(&p.loseStatementReplies)
+}
+
+func (p *Proxy) takeCommitLoss() bool { return takeOne(&p.loseCommitReplies) }
+
+// takeOne decrements n if it is positive, and tells whether it did.
+func takeOne(n *atomic.Int32) bool {
 	for {
-		n := p.loseCommitReplies.Load()
-		if n <= 0 {
+		v := n.Load()
+		if v <= 0 {
 			return false
 		}
-		if p.loseCommitReplies.CompareAndSwap(n, n-1) {
+		if n.CompareAndSwap(v, v-1) {
 			return true
 		}
 	}
@@ -183,6 +234,18 @@ func (p *Proxy) takeCommitLoss() bool {
 // LoseCommitReplies arms the proxy to let the next n COMMITs through to the server and cut their
 // clients before the server's reply reaches them.
 func (p *Proxy) LoseCommitReplies(n int) { p.loseCommitReplies.Add(int32(n)) }
+
+// LoseRepliesCommitting arms the proxy to lose the commit's reply of the next n statements whose
+// text begins with prefix (case-insensitive), e.g. "INSERT INTO events": a statement sent in
+// autocommit commits by itself, so its own reply is lost, after the server has run it; one sent
+// inside a transaction (START TRANSACTION or BEGIN on its connection) is committed by the COMMIT
+// that ends it, whose reply is lost instead (a ROLLBACK commits nothing and leaves the loss armed).
+// Either way the write is committed and the client, cut off, cannot know. A new prefix replaces
+// the previous one.
+func (p *Proxy) LoseRepliesCommitting(prefix string, n int) {
+	p.statementPrefix.Store(&prefix)
+	p.loseStatementReplies.Add(int32(n))
+}
 
 // CutAll closes every open connection, both ways, and returns how many it cut.
 func (p *Proxy) CutAll() int {
