@@ -1,7 +1,6 @@
 package fault
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"strings"
@@ -129,15 +128,22 @@ func (p *Proxy) pipe(l *link) {
 	go func() { // server -> client
 		defer close(done)
 		buf := make([]byte, 32<<10)
+		var dropped []byte // the swallowed reply so far
 		for {
 			n, err := l.server.Read(buf)
 			if n > 0 {
 				select {
 				case <-swallow:
-					// The commit's reply: the server has committed. Drop it and cut the client.
-					lost.Add(1)
-					l.close()
-					return
+					// The commit's reply: drop it, and cut the client once the server has sent all
+					// of it, so that every statement of a multi-statement text has run (the server
+					// sends each statement's result as it goes, the COMMIT's last).
+					dropped = append(dropped, buf[:n]...)
+					if replyComplete(dropped) {
+						lost.Add(1)
+						l.close()
+						return
+					}
+					continue
 				default:
 				}
 				if _, werr := l.client.Write(buf[:n]); werr != nil {
@@ -163,7 +169,7 @@ func (p *Proxy) pipe(l *link) {
 		if _, err := io.ReadFull(l.client, payload); err != nil {
 			break
 		}
-		if q, ok := queryText(payload); ok {
+		for _, q := range statements(payload) {
 			switch {
 			case hasPrefixFold(q, "START TRANSACTION") || hasPrefixFold(q, "BEGIN"):
 				inTx, loseAtCommit = true, false
@@ -195,13 +201,67 @@ func (p *Proxy) pipe(l *link) {
 	<-done
 }
 
-// queryText returns the statement of a COM_QUERY packet, trimmed.
-func queryText(payload []byte) (string, bool) {
+// statements returns the statements of a COM_QUERY packet, trimmed: one, or several for a
+// multi-statement text, which the store writes with ";\n" between its statements (a create's
+// transaction in one round trip).
+func statements(payload []byte) []string {
 	const comQuery = 0x03
 	if len(payload) < 2 || payload[0] != comQuery {
-		return "", false
+		return nil
 	}
-	return string(bytes.TrimSpace(payload[1:])), true
+	var out []string
+	for _, q := range strings.Split(string(payload[1:]), ";\n") {
+		if q = strings.TrimSuffix(strings.TrimSpace(q), ";"); q != "" {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// replyComplete tells whether b holds a whole reply to a text of statements that return no rows:
+// packets up to an ERR packet, or an OK packet without SERVER_MORE_RESULTS_EXISTS (the last
+// statement's).
+func replyComplete(b []byte) bool {
+	const moreResults = 0x0008
+	for len(b) >= 4 {
+		size := int(b[0]) | int(b[1])<<8 | int(b[2])<<16
+		if len(b) < 4+size {
+			return false
+		}
+		pkt := b[4 : 4+size]
+		b = b[4+size:]
+		switch {
+		case len(pkt) > 0 && pkt[0] == 0xff: // ERR: the text stops here
+			return true
+		case len(pkt) > 0 && pkt[0] == 0x00: // OK: affected rows, last insert id, then the status
+			rest := pkt[1:]
+			for range 2 {
+				rest = skipLenEnc(rest)
+			}
+			if len(rest) >= 2 && (int(rest[0])|int(rest[1])<<8)&moreResults == 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// skipLenEnc skips one length-encoded integer.
+func skipLenEnc(b []byte) []byte {
+	if len(b) == 0 {
+		return b
+	}
+	switch {
+	case b[0] < 0xfb:
+		return b[1:]
+	case b[0] == 0xfc && len(b) >= 3:
+		return b[3:]
+	case b[0] == 0xfd && len(b) >= 4:
+		return b[4:]
+	case b[0] == 0xfe && len(b) >= 9:
+		return b[9:]
+	}
+	return nil
 }
 
 func hasPrefixFold(s, prefix string) bool {
