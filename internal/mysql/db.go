@@ -64,10 +64,6 @@ func (c ConnConfig) driverConfig() (*mysql.Config, error) {
 	// No server-side prepared statements: RDS Proxy pins a session that prepares one, losing the
 	// pooling. Arguments are escaped by the driver instead.
 	cfg.InterpolateParams = true
-	// A create and its count are one transaction sent as one text of several statements
-	// (sql/event_counts.sql, CountedWrite): one round trip, as a lone INSERT was. Every argument is
-	// still escaped by the driver, and every statement's text is the code's own (sql/*.sql).
-	cfg.MultiStatements = true
 	cfg.ParseTime = true
 	// Timestamps are written by the database (NOW(6), in the session's time zone) and read back as
 	// UTC (Loc), so every session is pinned to UTC, whatever the server's default zone. The driver

@@ -58,7 +58,7 @@ func load(ctx context.Context, db *sql.DB, n int64, q string, onChunk func(done 
 	}
 	for lo := int64(1); lo <= n; lo += loadChunk {
 		hi := min(lo+loadChunk-1, n)
-		if err := loadCounted(ctx, db, q, first, lo, hi); err != nil {
+		if _, err := db.ExecContext(ctx, q, first, lo, hi); err != nil {
 			return 0, err
 		}
 		if onChunk != nil {
@@ -66,28 +66,6 @@ func load(ctx context.Context, db *sql.DB, n int64, q string, onChunk func(done 
 		}
 	}
 	return first, nil
-}
-
-// loadCounted runs one load statement and counts its events (AddCount) in the same transaction, as
-// every create does, so that GET /events stays exact on a loaded database.
-func loadCounted(ctx context.Context, db *sql.DB, q string, first, lo, hi int64) error {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	res, err := tx.ExecContext(ctx, q, first, lo, hi)
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, query("AddCount"), n, slotOf(first+lo-1)); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 // reserveIDs takes n ids from the status counter, as the allocators do (lockAndAdvance), in a
@@ -132,7 +110,7 @@ func ensureSeq(ctx context.Context, db *sql.DB, n int64) error {
 }
 
 // InsertProcessedInto returns the statement that stores one processed event as POST /events does
-// (InsertProcessedRows, one row), into table instead of events. The allocation benchmark measures the store's
+// (InsertProcessed), into table instead of events. The allocation benchmark measures the store's
 // create (allocation and insert) against this insert alone: into a copy of events (CREATE TABLE t
 // LIKE events), with ids it makes up (arguments: id, value), and, with idFromTable, into a table of
 // the same columns whose AUTO_INCREMENT key assigns the id (argument: value), the reference the

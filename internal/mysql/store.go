@@ -26,11 +26,10 @@ type StoreConfig struct {
 
 // Store reads and writes events. Safe for concurrent use; build one per process.
 type Store struct {
-	db     *sql.DB
-	alloc  allocator
-	stats  *Stats
-	retry  RetryPolicy
-	groups writeGroups // the creates of this process, written a group at a time (groups.go)
+	db    *sql.DB
+	alloc allocator
+	stats *Stats
+	retry RetryPolicy
 }
 
 // NewStore returns a Store on db, which must be migrated (see Migrate).
@@ -59,7 +58,7 @@ func (s *Store) Stats() StatsSnapshot { return s.stats.Snapshot() }
 
 // CreateProcessed stores a new event that is processed from birth, with the given value.
 func (s *Store) CreateProcessed(ctx context.Context, value string) (exactlyonce.Event, error) {
-	ids, err := s.write(ctx, 1, &value)
+	ids, err := s.write(ctx, 1, insertProcessed(value))
 	if err != nil {
 		return exactlyonce.Event{}, interpret("create event", err)
 	}
@@ -87,32 +86,25 @@ func (s *Store) CreatePendingBatch(ctx context.Context, n int) ([]int64, error) 
 	if err := checkPendingBatch(n); err != nil {
 		return nil, err
 	}
-	ids, err := s.write(ctx, n, nil)
+	ids, err := s.write(ctx, n, insertPending)
 	if err != nil {
 		return nil, interpret("create pending event", err)
 	}
 	return ids, nil
 }
 
-// write takes n ids and stores the events that use them: one processed event with *value, or n
-// pending events (value nil). Every create is counted in event_counts in the transaction that
-// inserts its events (sql/event_counts.sql), so GET /events reads the count instead of scanning
-// the history.
-//
-// With an allocator that takes ids outside any transaction (block), the creates of this process
-// are written a group at a time, each group in one round trip (groups.go): the INSERTs and the
-// count in one transaction, sent as one text (CountedWrite), so that there are no BEGIN and COMMIT
-// round trips on the hot path, and the statements are shared by the concurrent creates. With one
-// that takes them in the caller's transaction (literal), each create is one transaction of the
-// store's, whose INSERT and count are one round trip too.
-func (s *Store) write(ctx context.Context, n int, value *string) ([]int64, error) {
+// write takes n ids and inserts the rows that use them with insert. With an allocator that takes
+// ids outside any transaction (block), the insert is one autocommit statement, atomic by itself:
+// no BEGIN and COMMIT round trips on the hot path. With one that takes them in the caller's
+// transaction (literal), both run in one transaction of the store's.
+func (s *Store) write(ctx context.Context, n int, insert func(context.Context, execer, []int64) error) ([]int64, error) {
 	if !s.alloc.inTx() {
 		ids, err := s.alloc.take(ctx, nil, n)
 		if err != nil {
 			return nil, err
 		}
-		// A failed write loses these ids: gaps, never duplicates.
-		return ids, s.groups.write(ctx, s, &newEvents{ids: ids, value: value})
+		// A failed insert loses these ids: gaps, never duplicates.
+		return ids, insert(ctx, s.db, ids)
 	}
 	var ids []int64
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
@@ -120,9 +112,7 @@ func (s *Store) write(ctx context.Context, n int, value *string) ([]int64, error
 		if ids, err = s.alloc.take(ctx, tx, n); err != nil {
 			return err
 		}
-		q, args := countedWrites([]*newEvents{{ids: ids, value: value}})
-		_, err = tx.ExecContext(ctx, q, args...)
-		return err
+		return insert(ctx, tx, ids)
 	})
 	return ids, err
 }
@@ -134,24 +124,14 @@ func (s *Store) write(ctx context.Context, n int, value *string) ([]int64, error
 type Tx struct {
 	store *Store
 	tx    *sql.Tx
-	// created is the events inserted through this Tx so far, counted in slot when fn returns.
-	created, slot int64
 }
 
 // InTx runs fn in one write transaction and commits it, in the store's one transaction shape: READ
 // COMMITTED, rolled back on any error, run again after a deadlock or a lock wait timeout (so fn
 // must be safe to run again, touching the database only through its Tx). Ids taken by a
-// transaction that rolled back are never used: gaps, never duplicates. The events created through
-// the Tx are counted with one statement after fn returns, right before the commit: they are
-// counted if and only if they commit, and the count's row lock is held only for the commit.
+// transaction that rolled back are never used: gaps, never duplicates.
 func (s *Store) InTx(ctx context.Context, fn func(context.Context, *Tx) error) error {
-	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
-		t := &Tx{store: s, tx: tx}
-		if err := fn(ctx, t); err != nil {
-			return err
-		}
-		return t.count(ctx)
-	})
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error { return fn(ctx, &Tx{store: s, tx: tx}) })
 	return interpret("write transaction", err)
 }
 
@@ -164,7 +144,7 @@ func (t *Tx) CreatePending(ctx context.Context, n int) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ids, t.insert(ctx, &newEvents{ids: ids})
+	return ids, insertPending(ctx, t.tx, ids)
 }
 
 // CreateProcessed inserts a new event, processed from birth with value, in the transaction.
@@ -173,32 +153,10 @@ func (t *Tx) CreateProcessed(ctx context.Context, value string) (exactlyonce.Eve
 	if err != nil {
 		return exactlyonce.Event{}, err
 	}
-	if err := t.insert(ctx, &newEvents{ids: ids, value: &value}); err != nil {
+	if err := insertProcessed(value)(ctx, t.tx, ids); err != nil {
 		return exactlyonce.Event{}, err
 	}
 	return processedEvent(ids[0], value), nil
-}
-
-// insert inserts the events and notes them for count.
-func (t *Tx) insert(ctx context.Context, e *newEvents) error {
-	q, args := inserts([]*newEvents{e})
-	if _, err := t.tx.ExecContext(ctx, q, args...); err != nil {
-		return err
-	}
-	if t.created == 0 {
-		t.slot = slotOf(e.ids[0])
-	}
-	t.created += int64(len(e.ids))
-	return nil
-}
-
-// count adds the events created through t to their slot, in t's transaction.
-func (t *Tx) count(ctx context.Context) error {
-	if t.created == 0 {
-		return nil
-	}
-	_, err := t.tx.ExecContext(ctx, query("AddCount"), t.created, t.slot)
-	return err
 }
 
 func checkPendingBatch(n int) error {
@@ -206,6 +164,19 @@ func checkPendingBatch(n int) error {
 		return fmt.Errorf("create pending events: %d events; one batch is 1 to %d", n, MaxPendingBatch)
 	}
 	return nil
+}
+
+func insertPending(ctx context.Context, ex execer, ids []int64) error {
+	q, args := expandRows(query("InsertPendingRows"), "(?, NULL, 0, NOW(6))", ids)
+	_, err := ex.ExecContext(ctx, q, args...)
+	return err
+}
+
+func insertProcessed(value string) func(context.Context, execer, []int64) error {
+	return func(ctx context.Context, ex execer, ids []int64) error {
+		_, err := ex.ExecContext(ctx, query("InsertProcessed"), ids[0], value)
+		return err
+	}
 }
 
 func processedEvent(id int64, value string) exactlyonce.Event {
@@ -243,9 +214,7 @@ func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 	return e, nil
 }
 
-// Count returns the number of events, pending and processed: the sum of the count's slots, which
-// every create updates in its own transaction (sql/event_counts.sql), so it reads 32 rows whatever
-// the history, and sees every create committed before it began.
+// Count returns the number of events, pending and processed.
 func (s *Store) Count(ctx context.Context) (int64, error) {
 	var n int64
 	if err := s.db.QueryRowContext(ctx, query("Count")).Scan(&n); err != nil {

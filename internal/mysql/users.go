@@ -24,7 +24,7 @@ const (
 // roleGrants names each role's GRANT statements in sql/users.sql, each on one named table. A
 // table added by a migration adds the grants of the roles that use it here.
 var roleGrants = map[Role][]string{
-	RoleAPI:       {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantCountEvents"},
+	RoleAPI:       {"GrantReadInsertEvents", "GrantAdvanceCounter"},
 	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter"},
 	RoleSweeper:   {"GrantClaimSettleEvents"},
 }

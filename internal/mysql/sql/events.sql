@@ -3,19 +3,17 @@
 -- subpartitions those ids hash to (migrations/0002_subpartition_by_id.sql), and within what is
 -- left every statement is a scan.
 
--- name: InsertProcessedRows
--- POST /events: the events are born processed. No lock is needed beyond the rows it inserts; the
--- ids came from the status counter, so they are unique. One statement for the concurrent creates of
--- one process (store.go, writeGroups). /*rows*/ is one (?, ?, 10, NOW(6), NOW(6), 'api', 1) per
--- event. Always run with AddCount (event_counts.sql) in one transaction.
-INSERT INTO events (id, value, state, created_at, processed_at, processed_by, process_count) VALUES /*rows*/;
+-- name: InsertProcessed
+-- POST /events: the event is born processed. No lock is needed beyond the row it inserts; the id
+-- came from the status counter, so it is unique.
+INSERT INTO events (id, value, state, created_at, processed_at, processed_by, process_count)
+VALUES (?, ?, 10, NOW(6), NOW(6), 'api', 1);
 
 -- name: InsertPendingRows
 -- POST /events/async: the events are born pending, in the `open` partition. One statement for one
 -- request, or for the concurrent requests of one process, so they are committed together or not at
--- all. The queue message is sent only after this commits, so a message never names an event that
--- does not exist. /*rows*/ is one (?, NULL, 0, NOW(6)) per event. Always run with AddCount
--- (event_counts.sql) in one transaction.
+-- all. The queue message is sent only after this commits (autocommit), so a message never names an
+-- event that does not exist. /*rows*/ is one (?, NULL, 0, NOW(6)) per event.
 INSERT INTO events (id, value, state, created_at) VALUES /*rows*/;
 
 -- name: Get
@@ -23,6 +21,10 @@ INSERT INTO events (id, value, state, created_at) VALUES /*rows*/;
 SELECT id, kind, value, state, created_at, processed_at, processed_by, process_count,
        attempts, last_error, next_attempt_at
 FROM events WHERE id = ? LIMIT 1;
+
+-- name: Count
+-- A consistent (non-locking) count of every event: every partition, the one read that scans them all.
+SELECT COUNT(*) FROM events;
 
 -- name: ClaimIDs
 -- The processor's claim: locks those of the named events that are claimable (pending, or processing

@@ -33,11 +33,6 @@ GRANT SELECT, INSERT ON events TO /*user*/;
 -- the row.
 GRANT SELECT, UPDATE ON status TO /*user*/;
 
--- name: GrantCountEvents
--- api: every create adds its events to a slot of the count in its own transaction (AddCount), and
--- GET /events sums the slots (SumCounts). No INSERT or DELETE: only migrate creates the slots.
-GRANT SELECT, UPDATE ON event_counts TO /*user*/;
-
 -- name: GrantClaimSettleEvents
 -- processor and sweeper: claim (SELECT ... FOR UPDATE SKIP LOCKED), lease, settle and release
 -- events, and read their states. They never insert or delete one.
