@@ -298,3 +298,29 @@ func (s *Server) CreateDatabase(ctx context.Context, name string) error {
 	_, err = db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+name)
 	return err
 }
+
+// CheckPrivileges turns privilege checking on and runs setup (CREATE USER, GRANT ...) in the
+// session that did it. The server starts with --skip-grant-tables, so every user may do everything;
+// FLUSH PRIVILEGES loads the grant tables, and from then on privileges are checked, while this
+// session keeps its rights long enough to create the users a test needs. It returns that session,
+// closed when t ends.
+func (s *Server) CheckPrivileges(t testing.TB, setup ...string) *sql.Conn {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sql.Open("mysql", s.DSN(""))
+	if err != nil {
+		t.Fatalf("private MariaDB server: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatalf("private MariaDB server: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	for _, stmt := range append([]string{"FLUSH PRIVILEGES"}, setup...) {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("private MariaDB server: %s: %v", stmt, err)
+		}
+	}
+	return conn
+}

@@ -19,28 +19,15 @@ import (
 // user that may create users and grant (the cluster's admin user). It returns a DSN maker for
 // database events on it.
 //
-// The private server starts with --skip-grant-tables (every user may do everything); FLUSH
-// PRIVILEGES loads the grant tables, and from then on privileges are checked. The session that ran
-// it keeps its rights long enough to create the admin.
+// Privileges are checked on it from the start (fault.Server.CheckPrivileges).
 func grantingServer(t *testing.T) func(user, password string) string {
 	t.Helper()
 	srv := fault.PrivateServer(t)
 	ctx := context.Background()
 	require.NoError(t, srv.CreateDatabase(ctx, "events"))
-	boot, err := sql.Open("mysql", srv.DSN(""))
-	require.NoError(t, err)
-	defer boot.Close()
-	conn, err := boot.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	for _, stmt := range []string{
-		"FLUSH PRIVILEGES",
+	srv.CheckPrivileges(t,
 		"CREATE USER 'admin'@'%' IDENTIFIED BY 'admin-secret'",
-		"GRANT ALL PRIVILEGES ON *.* TO 'admin'@'%' WITH GRANT OPTION",
-	} {
-		_, err := conn.ExecContext(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
+		"GRANT ALL PRIVILEGES ON *.* TO 'admin'@'%' WITH GRANT OPTION")
 	return func(user, password string) string {
 		cfg := drv.NewConfig()
 		cfg.User, cfg.Passwd = user, password

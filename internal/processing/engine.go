@@ -170,9 +170,10 @@ func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int)
 		Retrying: len(claimed.Failed) - len(claimed.GaveUp) + done.failed - len(done.gaveUp), GaveUp: gaveUp}, nil
 }
 
-// releaseTimeout bounds the release of leased events whose work did not finish, which runs even
-// when the worker's own context has ended.
-const releaseTimeout = 5 * time.Second
+// afterWorkTimeout bounds what follows the work of leased events (their settlement, the record of
+// failed work, the release of work not done), which runs even when the worker's own context has
+// ended: the work is done, and these transactions are short.
+const afterWorkTimeout = 5 * time.Second
 
 // worked is what work did with a claim's leased events.
 type worked struct {
@@ -220,7 +221,7 @@ func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyo
 		results[ev.ID] = res
 	}
 	// Settle even if ctx has just ended: the work is done, and the settlement is short.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterWorkTimeout)
 	defer cancel()
 	if len(results) > 0 {
 		settled, err := e.Store.Settle(sctx, c.ID, c.By, results)

@@ -142,23 +142,10 @@ func TestOpenLocalStoreCannotCreateTheDatabase(t *testing.T) {
 	t.Parallel()
 	srv := fault.PrivateServer(t)
 	ctx := context.Background()
-	boot, err := sql.Open("mysql", srv.DSN(""))
-	require.NoError(t, err)
-	defer boot.Close()
-	conn, err := boot.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	// The server starts with --skip-grant-tables; FLUSH PRIVILEGES loads the grant tables and from
-	// then on privileges are checked (this session keeps its rights long enough to create users).
-	for _, stmt := range []string{
-		"FLUSH PRIVILEGES",
+	conn := srv.CheckPrivileges(t,
 		"CREATE USER 'reader'@'%' IDENTIFIED BY 'pw'",
 		"GRANT SELECT ON *.* TO 'reader'@'%'", // sees every database, may create none
-		"CREATE USER 'nobody'@'%' IDENTIFIED BY 'pw'",
-	} {
-		_, err := conn.ExecContext(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
+		"CREATE USER 'nobody'@'%' IDENTIFIED BY 'pw'")
 	dsn := func(user string) string {
 		cfg := drv.NewConfig()
 		cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = user, "pw", "tcp", srv.Addr(), "nosuch"
@@ -172,7 +159,7 @@ func TestOpenLocalStoreCannotCreateTheDatabase(t *testing.T) {
 	}
 	quiet := slog.New(slog.DiscardHandler)
 
-	_, err = wire.OpenLocalStore(ctx, load(t, map[string]string{"DB_DSN": dsn("reader")}), quiet)
+	_, err := wire.OpenLocalStore(ctx, load(t, map[string]string{"DB_DSN": dsn("reader")}), quiet)
 	require.Error(t, err)
 	require.ErrorContains(t, err, `database "nosuch" does not exist`)
 	require.ErrorContains(t, err, `user "reader" may not create it`)
