@@ -83,6 +83,16 @@ func TestChaosCheckerReportsEveryViolation(t *testing.T) {
 					return err
 				}
 			}
+			// These statements moved rows in and out of the counted partition behind the count's
+			// back (the system never deletes an event or un-settles one): the count's row is
+			// re-created from the counted events, as migrate does for a lost one, so that GET /events
+			// is exact again and only the violations made on purpose are reported.
+			if _, err := db.ExecContext(ctx, "DELETE FROM settled_count"); err != nil {
+				return err
+			}
+			if err := mysql.Migrate(ctx, db); err != nil {
+				return err
+			}
 			// a good message in the DLQ
 			_, err = client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.DLQURL), MessageBody: aws.String(queue.Encode(1))})
 			return err

@@ -126,7 +126,9 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 	pendingID, err := store.CreatePending(ctx)
 	require.NoError(t, err)
 	res = invoke(start1("sweeper", 30*time.Second, env), "scheduled.json")
-	require.JSONEq(t, `{"processed":1,"retrying":0,"failed":0,"batches":1,"stoppedForDeadline":false}`, string(res.Payload))
+	// It settled the pending event, then folded the three settled events (1, 2 and that one) into the
+	// count.
+	require.JSONEq(t, `{"processed":1,"retrying":0,"failed":0,"batches":1,"folded":3,"stoppedForDeadline":false}`, string(res.Payload))
 	// The bootstraps are the deployed binaries: they cannot report their settlements to a test (the
 	// functions' main packages wire no Reporter, and should not), so this is no exactly-once check.
 	// Given no reports, the checker accepts event 1, born settled by the API, and names the two
@@ -157,7 +159,7 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 	// The deadline header is honoured: with a 1 s function timeout, less than the sweeper's 2 s
 	// safety margin remains, so it starts no batch.
 	res = invoke(start1("sweeper", time.Second, env), "scheduled.json")
-	require.JSONEq(t, `{"processed":0,"retrying":0,"failed":0,"batches":0,"stoppedForDeadline":true}`, string(res.Payload))
+	require.JSONEq(t, `{"processed":0,"retrying":0,"failed":0,"batches":0,"folded":0,"stoppedForDeadline":true}`, string(res.Payload))
 
 	// A function that cannot start (no database configured) is reported as Lambda does.
 	var noDB []string

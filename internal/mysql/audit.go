@@ -32,6 +32,7 @@ func (s *Store) AuditEvents(ctx context.Context) ([]Audit, error) {
 		if err := rows.Scan(&a.ID, &a.State, &a.By, &a.ClaimID, &a.HasValue); err != nil {
 			return nil, interpret("audit events", err)
 		}
+		a.State = storedState(a.State)
 		out = append(out, a)
 	}
 	return out, interpret("audit events", rows.Err())

@@ -86,7 +86,8 @@ func LatestVersion() int {
 // After migrating it verifies the schema rules and fails if any is broken.
 //
 // Every run also checks the id counter (checkCounter): a lost counter row is re-created above the
-// largest id in use, and a counter with more than one row is an error.
+// largest id in use, and a counter with more than one row is an error; and the same of
+// settled_count's row (checkSettledCount, count.go).
 func Migrate(ctx context.Context, db *sql.DB) error {
 	ms, err := loadMigrations()
 	if err != nil {
@@ -95,7 +96,9 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	latest := ms[len(ms)-1].version
 	if v, err := currentVersion(ctx, db); err == nil && v >= latest {
 		var rows int
-		if err := db.QueryRowContext(ctx, query("CounterRows")).Scan(&rows); err == nil && rows == 1 {
+		var counts int
+		if err := db.QueryRowContext(ctx, query("CounterRows")).Scan(&rows); err == nil && rows == 1 &&
+			db.QueryRowContext(ctx, query("SettledCountRows")).Scan(&counts) == nil && counts == 1 {
 			return nil
 		}
 	}
@@ -163,6 +166,9 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	if err := checkCounter(ctx, conn); err != nil {
+		return err
+	}
+	if err := checkSettledCount(ctx, conn); err != nil {
 		return err
 	}
 	if violations, err := CheckRules(ctx, db); err != nil {

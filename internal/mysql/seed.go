@@ -177,7 +177,7 @@ type AsyncProcessed struct {
 // The id range bounds the scan to one round's events.
 func ProcessedAsync(ctx context.Context, db *sql.DB, lo, hi int64) ([]AsyncProcessed, error) {
 	rows, err := db.QueryContext(ctx,
-		"SELECT id, processed_at, processed_by FROM events WHERE state = 10 AND processed_by <> 'api' AND id BETWEEN ? AND ?", lo, hi)
+		"SELECT id, processed_at, processed_by FROM events WHERE state IN (10, 30) AND processed_by <> 'api' AND id BETWEEN ? AND ?", lo, hi)
 	if err != nil {
 		return nil, err
 	}

@@ -206,21 +206,13 @@ func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 	if processedAt.Valid {
 		e.ProcessedAt = &processedAt.Time
 	}
+	e.State = storedState(e.State)
 	e.ProcessedBy = by.String
 	e.LastError = lastError.String
 	if nextAttempt.Valid && e.State == exactlyonce.Pending {
 		e.NextAttemptAt = &nextAttempt.Time
 	}
 	return e, nil
-}
-
-// Count returns the number of events, pending and processed.
-func (s *Store) Count(ctx context.Context) (int64, error) {
-	var n int64
-	if err := s.db.QueryRowContext(ctx, query("Count")).Scan(&n); err != nil {
-		return 0, interpret("count events", err)
-	}
-	return n, nil
 }
 
 func scanIDs(rows *sql.Rows, err error) ([]int64, error) {

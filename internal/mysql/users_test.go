@@ -128,6 +128,9 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	settled, err := processDue(ctx, sweeper, false, 0, 100)
 	require.NoError(t, err)
 	require.Equal(t, len(pending)-3, settled)
+	folded, err := sweeper.FoldSettled(ctx, 100)
+	require.NoError(t, err, "the sweeper folds settled events into the count")
+	require.Positive(t, folded)
 
 	for _, worker := range []*mysql.Store{processor, sweeper} {
 		for _, stmt := range []string{
@@ -143,6 +146,9 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	// The processor reads the counter (Outcomes tells settled ids from unknown ones by it); the
 	// sweeper has no use for it.
 	requireDenied(t, sweeper.DB(), "SELECT id FROM status")
+	// Only the sweeper changes the count; the API reads it, the processor has no use for it.
+	requireDenied(t, apiDB, "UPDATE settled_count SET n = n + 1")
+	requireDenied(t, processor.DB(), "SELECT n FROM settled_count")
 	_, err = admin.ExecContext(ctx, "SELECT 1 FROM events LIMIT 1")
 	require.NoError(t, err, "the admin keeps every privilege")
 

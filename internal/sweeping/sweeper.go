@@ -45,7 +45,14 @@ type Config struct {
 	Backoff exactlyonce.Backoff
 	// Report, when set, hears of every settlement (the exactly-once checker's reports).
 	Report processing.Reporter
+	// FoldBatch is the most settled events one fold transaction moves into the count (fold.go).
+	// Default mysql.DefaultFoldBatch's value, 5000.
+	FoldBatch int
 }
+
+// DefaultFoldBatch is Config.FoldBatch's default (mysql.DefaultFoldBatch; not imported, so that
+// this package does not depend on the store).
+const DefaultFoldBatch = 5000
 
 // Sweeper processes due pending events.
 type Sweeper struct {
@@ -62,6 +69,7 @@ func New(store processing.Store, cfg Config) *Sweeper {
 		cfg.Grace = 0
 	}
 	cfg.StopBefore = cmp.Or(cfg.StopBefore, 2*time.Second)
+	cfg.FoldBatch = cmp.Or(cfg.FoldBatch, DefaultFoldBatch)
 	cfg.IdleSleep = cmp.Or(cfg.IdleSleep, time.Second)
 	cfg.IdleJitter = cmp.Or(cfg.IdleJitter, 500*time.Millisecond)
 	if cfg.Logger == nil {
@@ -73,16 +81,27 @@ func New(store processing.Store, cfg Config) *Sweeper {
 
 // Result says what one sweep did.
 type Result struct {
-	Processed int  `json:"processed"` // events settled
-	Retrying  int  `json:"retrying"`  // events whose work failed this time: they wait their backoff
-	Failed    int  `json:"failed"`    // events whose work failed for the last time: settled as failed
-	Batches   int  `json:"batches"`
-	Stopped   bool `json:"stoppedForDeadline"` // true if it stopped for the deadline with work possibly left
+	Processed int   `json:"processed"` // events settled
+	Retrying  int   `json:"retrying"`  // events whose work failed this time: they wait their backoff
+	Failed    int   `json:"failed"`    // events whose work failed for the last time: settled as failed
+	Batches   int   `json:"batches"`
+	Folded    int64 `json:"folded"`             // settled events folded into the count (fold.go)
+	Stopped   bool  `json:"stoppedForDeadline"` // true if it stopped for the deadline with work possibly left
 }
 
 // Sweep processes due events in batches until a batch comes back short (nothing more is due) or the
-// context's deadline is near. Each batch settles on its own, so a sweep cut short loses nothing.
+// context's deadline is near, then folds what is settled into the count. Each batch settles on its
+// own, so a sweep cut short loses nothing.
 func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
+	res, err := s.sweepDue(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Folded, err = s.fold(ctx)
+	return res, err
+}
+
+func (s *Sweeper) sweepDue(ctx context.Context) (Result, error) {
 	var res Result
 	for {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < s.cfg.StopBefore {
@@ -119,7 +138,7 @@ func (s *Sweeper) Handle(ctx context.Context, _ events.CloudWatchEvent) (Result,
 		level = slog.LevelInfo
 	}
 	s.cfg.Logger.Log(ctx, level, "sweeper: sweep done", "processed", res.Processed, "retrying", res.Retrying,
-		"failed", res.Failed, "batches", res.Batches, "stoppedForDeadline", res.Stopped,
+		"failed", res.Failed, "batches", res.Batches, "folded", res.Folded, "stoppedForDeadline", res.Stopped,
 		"ms", time.Since(start).Milliseconds())
 	return res, nil
 }

@@ -36,8 +36,12 @@ func TestSweepDrainsInBatchesAndStopsOnAShortBatch(t *testing.T) {
 	s := sweeping.New(store, sweeping.Config{BatchSize: 10, Grace: -1})
 	res, err := s.Handle(context.Background(), events.CloudWatchEvent{})
 	require.NoError(t, err)
-	require.Equal(t, sweeping.Result{Processed: 25, Batches: 3}, res)
+	require.Equal(t, sweeping.Result{Processed: 25, Batches: 3, Folded: 25}, res,
+		"every event it settled was then folded into the count")
 	require.Zero(t, countPending(t, store))
+	n, err := store.Count(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 25, n)
 
 	var wrong int
 	require.NoError(t, store.DB().QueryRow(
@@ -66,6 +70,7 @@ func TestSweepStopsBeforeTheDeadline(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Stopped)
 	require.Zero(t, res.Batches)
+	require.Zero(t, res.Folded, "nor a fold")
 	require.Equal(t, 5, countPending(t, store))
 }
 

@@ -1,5 +1,6 @@
 -- events: every event, pending, processing or processed. No index exists: `state < 10` prunes a statement to the
--- `open` partition (migrations/0001_init.sql), `id = ?` and `id IN (...)` prune it to the
+-- `open` partition (migrations/0001_init.sql), `state >= 10 AND state < 30` to `fresh` (settled
+-- and not yet counted, migrations/0005_settled_count.sql), `id = ?` and `id IN (...)` prune it to the
 -- subpartitions those ids hash to (migrations/0002_subpartition_by_id.sql), and within what is
 -- left every statement is a scan.
 
@@ -21,10 +22,6 @@ INSERT INTO events (id, value, state, created_at) VALUES /*rows*/;
 SELECT id, kind, value, state, created_at, processed_at, processed_by, process_count,
        attempts, last_error, next_attempt_at
 FROM events WHERE id = ? LIMIT 1;
-
--- name: Count
--- A consistent (non-locking) count of every event: every partition, the one read that scans them all.
-SELECT COUNT(*) FROM events;
 
 -- name: ClaimIDs
 -- The processor's claim: locks those of the named events that are claimable (pending, or processing

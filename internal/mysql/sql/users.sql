@@ -42,3 +42,13 @@ GRANT SELECT, UPDATE ON events TO /*user*/;
 -- processor: Outcomes reads the counter (ReadCounter, a consistent read without a lock) to tell an
 -- id that names no event from a settled one. It never advances it.
 GRANT SELECT ON status TO /*user*/;
+
+-- name: GrantReadSettledCount
+-- api: GET /events reads the count's row (Count, a consistent read without a lock). It never
+-- changes it.
+GRANT SELECT ON settled_count TO /*user*/;
+
+-- name: GrantFoldSettledCount
+-- sweeper: the fold adds what it moved to the count's row (AddSettled, an UPDATE under its row
+-- lock). No INSERT or DELETE: only migrate seeds the row.
+GRANT SELECT, UPDATE ON settled_count TO /*user*/;

@@ -1,0 +1,104 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// The exact count of events (migrations/0005_settled_count.sql, sql/count.sql). Settled events are
+// written in the `fresh` partition (states 10 and 20) and folded by the sweeper into `settled`
+// (states 30 and 40) in transactions that add what they moved to settled_count's one row, so that
+// GET /events reads that row plus a scan of `open` and `fresh`: a cost set by the pending events and
+// the events settled since the last fold, never by the history.
+
+// countedShift is what a fold adds to a settled state: 10 (processed) becomes 30, 20 (failed) 40.
+const countedShift = 20
+
+// storedState is the domain state of a stored state: a counted state reads as the state it was
+// before the fold. Callers never see the difference.
+func storedState(s exactlyonce.State) exactlyonce.State {
+	if s >= exactlyonce.Processed+countedShift {
+		return s - countedShift
+	}
+	return s
+}
+
+// DefaultFoldBatch is the most rows one fold transaction moves: about 50-100 ms of row moves on the
+// machine of docs/performance.md, short enough that its row locks (which nobody else wants) and its
+// undo stay small.
+const DefaultFoldBatch = 5000
+
+// Count returns the number of events, pending and settled: exact, in one consistent read.
+func (s *Store) Count(ctx context.Context) (int64, error) {
+	var n sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, query("Count")).Scan(&n); err != nil {
+		return 0, interpret("count events", err)
+	}
+	if !n.Valid {
+		return 0, interpret("count events", fmt.Errorf("settled_count has no row: the schema is not migrated"))
+	}
+	return n.Int64, nil
+}
+
+// FoldSettled moves up to limit settled events into the counted `settled` partition and adds them
+// to settled_count, in one transaction, and returns how many it moved. Zero means nothing was left
+// to fold. Safe to run from many processes at once: each row is moved and counted by one fold.
+func (s *Store) FoldSettled(ctx context.Context, limit int) (int64, error) {
+	if limit < 1 {
+		return 0, fmt.Errorf("fold settled events: limit %d; want at least 1", limit)
+	}
+	var moved int64
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, query("FoldSettled"), limit)
+		if err != nil {
+			return err
+		}
+		if moved, err = res.RowsAffected(); err != nil || moved == 0 {
+			return err
+		}
+		res, err = tx.ExecContext(ctx, query("AddSettled"), moved)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			return fmt.Errorf("settled_count has %d rows; it must have exactly one (migrate re-creates a lost one)", n)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, interpret("fold settled events", err)
+	}
+	return moved, nil
+}
+
+// checkSettledCount makes sure settled_count holds exactly one row, on the migration's connection
+// (under its named lock): a missing row is re-created with the number of events already counted
+// (the `settled` partition), so that the count stays exact; more than one row is an error that
+// names the fix, and nothing is changed.
+func checkSettledCount(ctx context.Context, conn *sql.Conn) error {
+	var rows int
+	if err := conn.QueryRowContext(ctx, query("SettledCountRows")).Scan(&rows); err != nil {
+		return fmt.Errorf("migrate: check settled_count: %w", err)
+	}
+	switch {
+	case rows == 1:
+		return nil
+	case rows > 1:
+		return fmt.Errorf("migrate: table settled_count holds %d rows; it must hold exactly one, the number "+
+			"of counted events (with more, GET /events cannot answer). Refusing to run. Run "+
+			"DELETE FROM settled_count and migrate again: it re-creates the row from the events table", rows)
+	}
+	var counted int64
+	if err := conn.QueryRowContext(ctx, query("CountSettledEvents")).Scan(&counted); err != nil {
+		return fmt.Errorf("migrate: re-create settled_count: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, query("SeedSettledCount"), counted); err != nil {
+		return fmt.Errorf("migrate: re-create settled_count: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+-- The exact count of events (migrations/0005_settled_count.sql): settled_count holds the number of
+-- events in the `settled` partition (states 30 and 40, counted); the `open` and `fresh` partitions
+-- (states below 30) are counted by a scan, whose size is the pending events plus what was settled
+-- since the sweeper's last fold, not the history.
+
+-- name: Count
+-- GET /events. One statement, so one consistent snapshot (a non-locking read, at READ COMMITTED a
+-- read view per statement, shared by its subqueries): a fold's move of rows out of `fresh` and its
+-- addition to settled_count commit together, so the reader sees both or neither and counts every
+-- committed event exactly once. `state < 30` prunes the scan to `open` and `fresh`. NULL (no row in
+-- settled_count: the schema is not migrated) is an error for the caller.
+SELECT (SELECT n FROM settled_count) + (SELECT COUNT(*) FROM events WHERE state < 30);
+
+-- name: FoldSettled
+-- The fold, first statement: moves up to ? settled events from `fresh` to `settled` (10 -> 30
+-- processed, 20 -> 40 failed), in the fold's transaction. `state >= 10 AND state < 30` prunes it to
+-- `fresh`. It locks the rows it moves until the commit; nobody else writes a settled row, so it
+-- waits for no writer. At READ COMMITTED a row that another transaction is settling right now (not
+-- committed) is skipped by the semi-consistent read, and folded next time. A second fold running at
+-- once waits for these rows' locks, then finds them moved and takes the next ones: each row is
+-- moved, and counted, by exactly one fold. The number of rows it changed is what the next statement
+-- adds.
+UPDATE events SET state = state + 20 WHERE state >= 10 AND state < 30 LIMIT ?;
+
+-- name: AddSettled
+-- The fold, second statement: adds the rows FoldSettled moved to the count, in the same transaction
+-- (its row lock orders concurrent folds). The caller checks that it changed one row: with none (the
+-- row was lost) the fold rolls back, so no row is moved without being counted.
+UPDATE settled_count SET n = n + ?;
+
+-- The count's row itself, checked by every Migrate (schema.go), like the id counter's.
+
+-- name: SettledCountRows
+-- How many rows settled_count has: exactly one is right. A consistent read, no lock.
+SELECT COUNT(*) FROM settled_count;
+
+-- name: CountSettledEvents
+-- The events in the `settled` partition, to re-create a lost settled_count row. A consistent read
+-- that scans the `settled` partition (the history): it runs only when the row is missing, under the
+-- migration lock. A fold cannot commit meanwhile (AddSettled finds no row and it rolls back).
+SELECT COUNT(*) FROM events WHERE state >= 30;
+
+-- name: SeedSettledCount
+-- Re-creates settled_count's row at ?, only if there is none. Only Migrate inserts here, under its
+-- named lock.
+INSERT INTO settled_count (n) SELECT ? FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM settled_count);
