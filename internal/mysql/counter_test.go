@@ -67,3 +67,26 @@ func TestMigrateRefusesTwoCounterRows(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM status").Scan(&rows))
 	require.Equal(t, 2, rows, "nothing was changed")
 }
+
+// A migration missing below the newest one recorded (a database migrated on a branch whose
+// migrations skipped a number, then upgraded to code that fills it) is applied: Migrate must not
+// take "the newest is recorded" for "all are".
+func TestMigrateAppliesAMigrationMissingBelowTheNewest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := testdb.DB(t, 2)
+	// Undo 0004 and forget it was applied, leaving the newer ones recorded.
+	_, err := db.ExecContext(ctx, "ALTER TABLE events DROP COLUMN attempts, DROP COLUMN last_error, DROP COLUMN next_attempt_at")
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version = 4")
+	require.NoError(t, err)
+
+	require.NoError(t, mysql.Migrate(ctx, db))
+	var columns int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'events' AND COLUMN_NAME IN ('attempts', 'last_error', 'next_attempt_at')`).Scan(&columns))
+	require.Equal(t, 3, columns, "0004 was applied again")
+	var recorded int
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations WHERE version = 4").Scan(&recorded))
+	require.Equal(t, 1, recorded)
+}
