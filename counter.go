@@ -38,7 +38,9 @@ type CounterKey struct {
 }
 
 // Key is the count the message changes.
-func (m CounterMessage) Key() CounterKey { return CounterKey{EntityType: m.EntityType, UserID: m.UserID} }
+func (m CounterMessage) Key() CounterKey {
+	return CounterKey{EntityType: m.EntityType, UserID: m.UserID}
+}
 
 // EntityHash identifies the message's entity (its type, user and id): the SHA-256 of the three,
 // each preceded by its length, so that no two different triples share an input.

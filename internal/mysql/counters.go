@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -572,3 +573,18 @@ func (s *Store) CounterSum(ctx context.Context, k exactlyonce.CounterKey) (exact
 // microseconds it is remembered until (big-endian). The idempotency keys' directories have the
 // same shape (a key's hash, its expiry).
 const counterEntrySize = 16
+
+// RandomCounterBuckets returns n distinct user buckets chosen at random (the sweeper's sample).
+func (s *Store) RandomCounterBuckets(n int) []int64 {
+	n = min(n, CounterBuckets)
+	out := make([]int64, 0, n)
+	seen := map[int64]bool{}
+	for len(out) < n {
+		b := mrand.Int64N(CounterBuckets)
+		if !seen[b] {
+			seen[b] = true
+			out = append(out, b)
+		}
+	}
+	return out
+}
