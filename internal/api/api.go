@@ -158,6 +158,10 @@ func (s *Server) routes() *router {
 	rt.handle("GET /events", s.count)
 	rt.handle("GET /events/{id}", s.get)
 	rt.handle("GET /events/{$}", s.get) // an empty id, a 400 as it always was, not a 404
+
+	// The counter service's counts (counters.go).
+	rt.handle("GET /counters/{userId}", s.counterSums)
+	rt.handle("GET /counters/{userId}/{entityType}", s.counterSum)
 	return rt
 }
 

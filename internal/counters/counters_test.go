@@ -259,6 +259,9 @@ func TestPoisonMessagesEndInTheDLQ(t *testing.T) {
 	require.Equal(t, exactlyonce.CounterSum{Sum: 20, Version: 20}, v)
 	notes := drain(t, client, results.URL, len(bodies), 30*time.Second)
 	require.Len(t, notes, len(bodies))
+	var unpublished int
+	require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM counter_notifications WHERE state = 0").Scan(&unpublished))
+	require.Zero(t, unpublished, "the consumer marks what it published")
 }
 
 // A commit whose reply was lost, or a message the queue delivers twice: the second delivery is a

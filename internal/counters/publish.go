@@ -32,11 +32,17 @@ func (p *SQSPublisher) Publish(ctx context.Context, ns []Notification) ([]string
 			errs = append(errs, err)
 			continue
 		}
-		for _, s := range out.Successful {
-			published = append(published, aws.ToString(s.Id))
-		}
+		// Every entry is either in Successful or in Failed; the local endpoint (goaws) answers the
+		// JSON protocol without Successful, so an entry is taken as sent unless it failed.
+		failed := map[string]bool{}
 		for _, f := range out.Failed {
+			failed[aws.ToString(f.Id)] = true
 			errs = append(errs, fmt.Errorf("notification %s: %s", aws.ToString(f.Id), aws.ToString(f.Message)))
+		}
+		for _, n := range chunk {
+			if !failed[n.ID] {
+				published = append(published, n.ID)
+			}
 		}
 	}
 	return published, errors.Join(errs...)
