@@ -253,4 +253,3 @@ func TestDatabaseStoppedMidRun(t *testing.T) {
 	require.Zero(t, res.Errors)
 	w.check(t, store, client, results.URL)
 }
-
