@@ -233,3 +233,28 @@ func TestPruneReadCounterEntities(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, bad)
 }
+
+// The benchmark's history, loaded directly, reads as if the consumer had stored it: its entities
+// are counted, a repeated "added" is a duplicate, and the counts reconcile.
+func TestLoadCounters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testdb.Store(t, mysql.StoreConfig{}, 4)
+	require.NoError(t, mysql.LoadCounters(ctx, s.DB(), 1000, 10, []string{"a", "b"}, nil))
+	v, err := s.CounterSum(ctx, exactlyonce.CounterKey{EntityType: "a", UserID: "seed-user-0"})
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.CounterSum{Sum: 100, Version: 100}, v)
+	r := applyOne(t, s, cmsg("seed-0", "a", "seed-user-0", "added"))
+	require.False(t, r.Applied)
+	r = applyOne(t, s, cmsg("seed-0", "a", "seed-user-0", "readed"))
+	require.True(t, r.Applied)
+	require.Equal(t, int64(99), r.Sum)
+	all := make([]int64, mysql.CounterBuckets)
+	for i := range all {
+		all[i] = int64(i)
+	}
+	checked, bad, err := s.ReconcileCounters(ctx, all, 100)
+	require.NoError(t, err)
+	require.Equal(t, 10, checked)
+	require.Empty(t, bad)
+}
