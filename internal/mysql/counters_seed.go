@@ -41,7 +41,7 @@ func LoadCounters(ctx context.Context, db *sql.DB, n int64, users int, types []s
 		}
 	}
 	for b, d := range dirs {
-		if _, err := db.ExecContext(ctx, "UPDATE counter_buckets SET directory = ? WHERE bucket = ?", d, b); err != nil {
+		if _, err := db.ExecContext(ctx, "UPDATE counter_directories SET directory = ? WHERE bucket = ?", d, b); err != nil {
 			return fmt.Errorf("load counter directories: %w", err)
 		}
 	}

@@ -30,7 +30,7 @@ var roleGrants = map[Role][]string{
 	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter"},
 	RoleSweeper: {"GrantClaimSettleEvents", "GrantFoldSettledCount",
 		"GrantReadCounterSums", "GrantSweepCounterFacts", "GrantSweepCounterNotifications"},
-	RoleCounter: {"GrantLockCounterBuckets", "GrantWriteCounterSums", "GrantInsertCounterFacts", "GrantRecordCounterNotifications"},
+	RoleCounter: {"GrantLockCounterBuckets", "GrantWriteCounterDirectories", "GrantWriteCounterSums", "GrantInsertCounterFacts", "GrantRecordCounterNotifications"},
 }
 
 // FunctionUser is the database user of one function.

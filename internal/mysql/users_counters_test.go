@@ -39,7 +39,7 @@ func TestCounterUserHasOnlyItsPrivileges(t *testing.T) {
 	require.NoError(t, counter.MarkCounterPublished(ctx, []string{rs[0].ID}))
 	for _, stmt := range []string{
 		"DELETE FROM t_counter", "UPDATE t_counter SET at = NOW()", "SELECT * FROM t_counter",
-		"DELETE FROM t_counter_sum", "DELETE FROM counter_notifications", "INSERT INTO counter_buckets VALUES (0, 0, '')",
+		"DELETE FROM t_counter_sum", "DELETE FROM counter_notifications", "INSERT INTO counter_buckets VALUES (0, 0)", "DELETE FROM counter_directories",
 		"DELETE FROM counter_buckets", "SELECT * FROM events", "DROP TABLE t_counter",
 	} {
 		requireDenied(t, counter.DB(), stmt)

@@ -28,9 +28,9 @@ UPDATE counter_buckets SET version = version + 1 WHERE bucket IN (/*ids*/);
 
 -- name: ReadCounterBuckets
 -- The directories of the buckets locked above, and the database's clock, which decides when a read
--- entity is forgotten (a consistent read: at READ COMMITTED it sees the last commit, and our row
--- locks keep every other writer of these rows out until we commit). No lock beyond the ones held.
-SELECT bucket, directory, NOW(6) FROM counter_buckets WHERE bucket IN (/*ids*/);
+-- entity is forgotten (a consistent read: at READ COMMITTED it sees the last commit, and the
+-- buckets' locks keep every other writer of these rows out until we commit). No lock.
+SELECT bucket, directory, NOW(6) FROM counter_directories WHERE bucket IN (/*ids*/);
 
 -- name: ReadCounterSums
 -- The sums of the batch's users (a consistent read, no lock): their users' bucket locks, held,
@@ -62,10 +62,10 @@ INSERT INTO t_counter (bucket, kind, entity_hash, entity_type, user_id, entity_i
 
 -- name: WriteCounterDirectories
 -- The directories of the entity buckets this batch changed: their remembered entries and the new
--- or changed ones, under the row locks taken by LockCounterBuckets. Entries of read entities past
--- the retention are dropped whenever a bucket is written. /*cases*/ is one WHEN ? THEN ? per
--- bucket.
-UPDATE counter_buckets SET directory = CASE bucket /*cases*/ END WHERE bucket IN (/*ids*/);
+-- or changed ones, under the buckets' locks taken by LockCounterBuckets (so nobody else writes
+-- these rows, and this UPDATE's own row locks never wait). Entries of read entities past the
+-- retention are dropped whenever a bucket is written. /*cases*/ is one WHEN ? THEN ? per bucket.
+UPDATE counter_directories SET directory = CASE bucket /*cases*/ END WHERE bucket IN (/*ids*/);
 
 -- name: InsertCounterNotifications
 -- The batch's notifications, unpublished (state 0), in the transaction of the changes they report:

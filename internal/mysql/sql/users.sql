@@ -54,10 +54,14 @@ GRANT SELECT ON settled_count TO /*user*/;
 GRANT SELECT, UPDATE ON settled_count TO /*user*/;
 
 -- name: GrantLockCounterBuckets
--- counter: locks its buckets and writes their directories (LockCounterBuckets,
--- WriteCounterDirectories, UPDATEs), and reads them (ReadCounterBuckets). No INSERT or DELETE: only
--- migrate seeds the buckets.
+-- counter: locks its buckets (LockCounterBuckets, an UPDATE whose WHERE needs SELECT). No INSERT or
+-- DELETE: only migrate seeds the buckets.
 GRANT SELECT, UPDATE ON counter_buckets TO /*user*/;
+
+-- name: GrantWriteCounterDirectories
+-- counter: reads and writes the directories of its locked buckets (ReadCounterBuckets,
+-- WriteCounterDirectories). No INSERT or DELETE: only migrate seeds them.
+GRANT SELECT, UPDATE ON counter_directories TO /*user*/;
 
 -- name: GrantWriteCounterSums
 -- counter: reads, creates and updates the counts (ReadCounterSums, InsertCounterSums,
