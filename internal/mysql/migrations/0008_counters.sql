@@ -33,9 +33,9 @@
 --
 -- t_counter_sum: one row per (entity type, user) with a count and a version that grows by one with
 -- every change, created by the first change of its key under its user's bucket lock. Partitioned
--- by HASH(bucket) of the user into 128 partitions: a user's sums are in one partition, and reading
--- or writing them scans that partition, about 1/128 of the counts (users times types; 30,000
--- counts: about 230 rows).
+-- by HASH(bucket) of the user into 512 partitions: a user's sums are in one partition, and reading
+-- or writing them scans that partition, about 1/512 of the counts (users times types; 30,000
+-- counts: about 60 rows).
 --
 -- counter_notifications: the outbox of result notifications, written in the transaction of the
 -- change and published after its commit. Partitioned by state, so that marking a notification
@@ -100,7 +100,7 @@ CREATE TABLE IF NOT EXISTS t_counter_sum (
   version     BIGINT       NOT NULL,
   updated_at  DATETIME(6)  NOT NULL
 ) ENGINE=InnoDB
-PARTITION BY HASH (bucket) PARTITIONS 128;
+PARTITION BY HASH (bucket) PARTITIONS 512;
 
 CREATE TABLE IF NOT EXISTS counter_notifications (
   id           BINARY(16)      NOT NULL,
