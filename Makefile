@@ -2,7 +2,7 @@
 SHELL := bash
 GO ?= go
 PKGS := . ./cmd/... ./functions/... ./internal/...
-FUNCTIONS := api processor sweeper migrate
+FUNCTIONS := api processor sweeper migrate counter
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
 .PHONY: help run test test-go db sqslocal local vet clean

@@ -4,7 +4,7 @@ GO ?= go
 CHAOS_DURATION ?= 3m
 CHAOS_FLAGS ?=
 FN ?= api
-EVENT ?= events/api-post-events.json
+EVENT ?= $(if $(filter counter,$(FN)),events/counter-batch.json,events/api-post-events.json)
 FUZZTIME ?= 60s
 
 .PHONY: chaos chaos-short invoke test-localstack fuzz-api

@@ -14,7 +14,7 @@ GO ?= go
 NPM ?= npm
 
 # --- Lambda bootstraps (docs/contract.md) ---------------------------------------------------------
-LAMBDA_FUNCTIONS ?= $(if $(FUNCTIONS),$(FUNCTIONS),api processor sweeper migrate)
+LAMBDA_FUNCTIONS ?= $(if $(FUNCTIONS),$(FUNCTIONS),api processor sweeper migrate counter)
 LAMBDA_DIR ?= build/lambda
 LAMBDA_GOOS ?= linux
 LAMBDA_GOARCH ?= arm64

@@ -14,7 +14,7 @@ import (
 func TestAlarms(t *testing.T) {
 	s := synth(t, variantAWS)
 	tpl := s.template
-	check(t, "six alarms", func() { tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6)) })
+	check(t, "six alarms, and the counter service's three (counters_test.go)", func() { tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6+3)) })
 	dlqName := map[string]any{"Fn::GetAtt": []any{s.ref(t, s.stack.Queues.DeadLetter.QueueUrl()), "QueueName"}}
 	mainName := map[string]any{"Fn::GetAtt": []any{s.ref(t, s.stack.Queues.Main.QueueUrl()), "QueueName"}}
 	processorName := map[string]any{"Ref": s.ref(t, s.stack.Functions.Processor.FunctionName())}

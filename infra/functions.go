@@ -19,7 +19,7 @@ import (
 
 // FunctionNames are the function folders of docs/contract.md: functions/<name>, built to
 // <assetDir>/<name>/bootstrap.
-var FunctionNames = []string{"api", "processor", "sweeper", "migrate"}
+var FunctionNames = []string{"api", "processor", "sweeper", "migrate", "counter"}
 
 // DatabaseAccess says how the functions reach the database: through the proxy inside the VPC
 // (Network and Database set), or with a DSN (LocalStack variant).
@@ -84,6 +84,7 @@ func NewFunctions(scope constructs.Construct, props FunctionsProps) *Functions {
 		// Migrate creates each function's database user, by role (internal/mysql, sql/users.sql).
 		f.Migrate.AddEnvironment(jsii.String("DB_FUNCTION_USERS"), jsii.String(strings.Join([]string{
 			"api:" + databaseAPIUser, "processor:" + databaseProcessorUser, "sweeper:" + databaseSweeperUser,
+			"counter:" + databaseCounterUser, // counters.go
 		}, ",")), nil)
 	}
 

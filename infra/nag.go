@@ -46,7 +46,7 @@ func addNagSuppressions(s *ExactlyOnceStack, cfg Config) {
 
 	// --- Functions ---------------------------------------------------------------------------
 	if s.Network != nil {
-		for _, fn := range []awslambda.Function{s.Functions.API, s.Functions.Processor, s.Functions.Sweeper, s.Functions.Migrate} {
+		for _, fn := range []awslambda.Function{s.Functions.API, s.Functions.Processor, s.Functions.Sweeper, s.Functions.Migrate, s.Counters.Function} {
 			suppress(fn.Role(), true,
 				nagFor("AwsSolutions-IAM5", "Resource::*",
 					"ec2:CreateNetworkInterface/DescribeNetworkInterfaces/DescribeSubnets/DeleteNetworkInterface/"+

@@ -24,6 +24,7 @@ type ExactlyOnceStack struct {
 	Queues    *Queues
 	Functions *Functions
 	API       awsapigateway.RestApi
+	Counters  *CounterService // counters.go
 }
 
 // NewExactlyOnceStack builds the stack. It needs no AWS account, region or context lookups:
@@ -95,6 +96,8 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 	}
 
 	wireProcessor(s.Functions.Processor, s.Queues.Main, !cfg.LocalStack)
+	s.Counters = NewCounterService(stack, "Counters", CounterServiceProps{Functions: FunctionsProps{AssetDir: cfg.AssetDir,
+		Architecture: lambdaArchitecture(cfg.LambdaArch), Access: dbAccess}, Sweeper: s.Functions.Sweeper, Trigger: trigger, CapConcurrency: !cfg.LocalStack})
 	NewSweepSchedule(stack, "SweepSchedule", s.Functions.Sweeper)
 	s.API = NewEventsAPI(stack, "Api", s.Functions.API, cfg.PublicAPI)
 	NewAlarms(stack, "Alarms", AlarmsProps{

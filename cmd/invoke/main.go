@@ -35,11 +35,11 @@ import (
 
 // passed are the variables handed to the function from this environment, as a function's
 // configuration would set them.
-var passed = []string{"DB_", "QUEUE_URL", "ALLOCATOR", "VISIBILITY_", "SWEEP_", "LOG_LEVEL", "AWS_ENDPOINT_URL",
+var passed = []string{"DB_", "QUEUE_URL", "COUNTER_", "ALLOCATOR", "VISIBILITY_", "SWEEP_", "LOG_LEVEL", "AWS_ENDPOINT_URL",
 	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION"}
 
 func main() {
-	fn := flag.String("fn", "", "function: api, processor, sweeper or migrate")
+	fn := flag.String("fn", "", "function: api, processor, sweeper, migrate or counter")
 	eventPath := flag.String("event", "", "the event JSON file (events/*.json)")
 	bootstrap := flag.String("bootstrap", "", "a bootstrap already built (default: build functions/<fn>)")
 	timeout := flag.Duration("timeout", 30*time.Second, "the function timeout (the invocation's deadline)")

@@ -36,6 +36,8 @@ func main() {
 	client := wire.Must(wire.SQS(log))
 	opt := local.Env(cfg)
 	opt.Queues = wire.Must(queue.Ensure(ctx, client, wire.LocalQueue(cfg.Local.QueueName)))
+	opt.Counters = wire.Must(local.EnsureCounters(ctx, client, wire.Must(wire.AWS()),
+		cmp.Or(os.Getenv("AWS_ENDPOINT_URL_SNS"), os.Getenv("AWS_ENDPOINT_URL_SQS"), os.Getenv("AWS_ENDPOINT_URL")), log))
 	sys := wire.Must(local.Start(ctx, store, client, opt, log))
 	<-ctx.Done()
 	log.Info("local: stopping")

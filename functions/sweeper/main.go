@@ -18,6 +18,7 @@ func main() {
 	// One EMF line per invocation on stdout, the function's log group: CloudWatch turns it into the
 	// metrics the sweeper's alarms watch (infra/alarms.go), per function name.
 	sc.Metrics = sweeping.Metrics{Out: os.Stdout, Function: os.Getenv("AWS_LAMBDA_FUNCTION_NAME")}
+	sc.Counters = wire.Must(wire.CounterSweep(wire.Logger(cfg))) // the counter service's outbox, reconciliation, pruning
 	s := sweeping.New(wire.Must(wire.OpenStore(context.Background(), cfg)), sc)
 	lambda.Start(s.Handle)
 }

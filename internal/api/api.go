@@ -5,6 +5,8 @@
 //	POST /events/async  202 {"id"}                 create a pending event and queue it
 //	GET  /events        200 {"count"}              count events
 //	GET  /events/{id}   200 {"id", "value", ...}   one event; 404 unknown; 400 not a positive integer
+//	GET  /counters/{userId}               200 {"userId", "counters"}   a user's counts (counters.go)
+//	GET  /counters/{userId}/{entityType}  200 {"userId", "entityType", "sum", "version"}   one count
 //
 // The routes are registered one a line in routes(), and routed by an http.ServeMux (router.go).
 // Any other path is a 404, and a known path with another method a 405 with an Allow header; HEAD
@@ -158,6 +160,10 @@ func (s *Server) routes() *router {
 	rt.handle("GET /events", s.count)
 	rt.handle("GET /events/{id}", s.get)
 	rt.handle("GET /events/{$}", s.get) // an empty id, a 400 as it always was, not a 404
+
+	// The counter service's counts (counters.go).
+	rt.handle("GET /counters/{userId}", s.counterSums)
+	rt.handle("GET /counters/{userId}/{entityType}", s.counterSum)
 	return rt
 }
 

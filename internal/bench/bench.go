@@ -65,7 +65,7 @@ type Config struct {
 }
 
 // AllGroups lists the groups in the order they run.
-var AllGroups = []string{"alloc", "claim", "count", "drain", "async", "api", "lambda"}
+var AllGroups = []string{"alloc", "claim", "count", "drain", "async", "api", "lambda", "counters"}
 
 // Row is one figure. Ratios name the row they were divided by in Reference.
 type Row struct {
@@ -195,6 +195,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	funcs := map[string]func(context.Context, *run) error{
 		"alloc": runAlloc, "claim": runClaim, "count": runCount, "drain": runDrain, "async": runAsync, "api": runAPI, "lambda": runLambda,
+		"counters": runCounters, // counters.go
 	}
 	for _, g := range AllGroups {
 		if !slices.Contains(groups, g) {

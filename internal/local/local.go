@@ -57,6 +57,8 @@ type Options struct {
 	// Report, when set, hears of every settlement the processor and the sweeper make (the
 	// exactly-once checker's reports, internal/verify); Sweep.Report, when set, is the sweeper's.
 	Report processing.Reporter
+	// Counters, when set, runs the counter service's consumer (counters.go).
+	Counters *Counters
 }
 
 // DefaultAsyncLinger is Options.AsyncLinger's default. At 16 clients it let a message name about 50
@@ -110,6 +112,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		BatchSize: opt.MappingBatchSize, Concurrency: opt.MappingConcurrency,
 		Timeout: opt.ProcessorTimeout, Logger: log,
 	})
+	counterMapping := startCounters(store, client, &opt, log) // counters.go
 	sweeper := sweeping.New(store, opt.Sweep)
 
 	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1), mapping: m}
@@ -142,6 +145,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		defer wg.Done()
 		_ = m.Run(ctx)
 	}()
+	runCounters(ctx, &wg, counterMapping) // counters.go
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -19,14 +19,18 @@ const (
 	// RoleProcessor and RoleSweeper read and update events.
 	RoleProcessor Role = "processor"
 	RoleSweeper   Role = "sweeper"
+	// RoleCounter applies counter messages: the counter service's consumer (sql/counters.sql).
+	RoleCounter Role = "counter"
 )
 
 // roleGrants names each role's GRANT statements in sql/users.sql, each on one named table. A
 // table added by a migration adds the grants of the roles that use it here.
 var roleGrants = map[Role][]string{
-	RoleAPI:       {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantReadSettledCount"},
+	RoleAPI:       {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantReadSettledCount", "GrantReadCounterSums"},
 	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter"},
-	RoleSweeper:   {"GrantClaimSettleEvents", "GrantFoldSettledCount"},
+	RoleSweeper: {"GrantClaimSettleEvents", "GrantFoldSettledCount",
+		"GrantReadCounterSums", "GrantSweepCounterFacts", "GrantSweepCounterNotifications"},
+	RoleCounter: {"GrantLockCounterBuckets", "GrantWriteCounterDirectories", "GrantWriteCounterSums", "GrantInsertCounterFacts", "GrantRecordCounterNotifications"},
 }
 
 // FunctionUser is the database user of one function.

@@ -75,6 +75,7 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 		{Role: mysql.RoleAPI, Name: "eo_api", Password: "api-secret"},
 		{Role: mysql.RoleProcessor, Name: "eo_processor", Password: "processor-secret"},
 		{Role: mysql.RoleSweeper, Name: "eo_sweeper", Password: "sweeper-secret"},
+		{Role: mysql.RoleCounter, Name: "eo_counter", Password: "counter-secret"}, // users_counters_test.go
 	}
 	require.NoError(t, mysql.EnsureUsers(ctx, admin, users))
 	require.NoError(t, mysql.EnsureUsers(ctx, admin, users), "idempotent: the migrate step runs it on every deploy")
@@ -156,7 +157,7 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	adminOnly := map[string]bool{"schema_migrations": true}
 	granted := map[string]bool{}
 	rows, err := admin.QueryContext(ctx, `SELECT DISTINCT TABLE_NAME FROM information_schema.TABLE_PRIVILEGES
-		WHERE TABLE_SCHEMA = DATABASE() AND GRANTEE IN ('''eo_api''@''%''', '''eo_processor''@''%''', '''eo_sweeper''@''%''')`)
+		WHERE TABLE_SCHEMA = DATABASE() AND GRANTEE IN ('''eo_api''@''%''', '''eo_processor''@''%''', '''eo_sweeper''@''%''', '''eo_counter''@''%''')`)
 	require.NoError(t, err)
 	for rows.Next() {
 		var name string

@@ -48,6 +48,7 @@ type Config struct {
 	// FoldBatch is the most settled events one fold transaction moves into the count (fold.go).
 	// Default mysql.DefaultFoldBatch's value, 5000.
 	FoldBatch int
+	Counters  *Counters // the counter service's part of every sweep (counters.go); nil: none
 }
 
 // DefaultFoldBatch is Config.FoldBatch's default (mysql.DefaultFoldBatch; not imported, so that
@@ -98,6 +99,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res.Folded, err = s.fold(ctx)
+	s.sweepCounters(ctx) // counters.go
 	return res, err
 }
 

@@ -52,3 +52,45 @@ GRANT SELECT ON settled_count TO /*user*/;
 -- sweeper: the fold adds what it moved to the count's row (AddSettled, an UPDATE under its row
 -- lock). No INSERT or DELETE: only migrate seeds the row.
 GRANT SELECT, UPDATE ON settled_count TO /*user*/;
+
+-- name: GrantLockCounterBuckets
+-- counter: locks its buckets (LockCounterBuckets, an UPDATE whose WHERE needs SELECT). No INSERT or
+-- DELETE: only migrate seeds the buckets.
+GRANT SELECT, UPDATE ON counter_buckets TO /*user*/;
+
+-- name: GrantWriteCounterDirectories
+-- counter: reads and writes the directories of its locked buckets (ReadCounterBuckets,
+-- WriteCounterDirectories). No INSERT or DELETE: only migrate seeds them.
+GRANT SELECT, UPDATE ON counter_directories TO /*user*/;
+
+-- name: GrantWriteCounterSums
+-- counter: reads, creates and updates the counts (ReadCounterSums, InsertCounterSums,
+-- UpdateCounterSums). It never deletes one.
+GRANT SELECT, INSERT, UPDATE ON t_counter_sum TO /*user*/;
+
+-- name: GrantInsertCounterFacts
+-- counter: inserts the entities' facts (InsertCounterFacts); it never reads, changes or deletes
+-- one.
+GRANT INSERT ON t_counter TO /*user*/;
+
+-- name: GrantRecordCounterNotifications
+-- counter: records its notifications and marks them published (InsertCounterNotifications,
+-- MarkCounterNotificationsPublished, whose WHERE needs SELECT). It never deletes one.
+GRANT SELECT, INSERT, UPDATE ON counter_notifications TO /*user*/;
+
+-- name: GrantReadCounterSums
+-- api: GET /counters reads the counts (CounterSumsOfUser, CounterSumOf); sweeper: the
+-- reconciliation reads them (SampleCounterSums, ReconcileCounterSum). No lock, no write.
+GRANT SELECT ON t_counter_sum TO /*user*/;
+
+-- name: GrantSweepCounterFacts
+-- sweeper: reads the facts to reconcile the counts and prunes the facts of entities read past the
+-- retention (OldReadCounterEntities, ReconcileCounterSum, DeleteCounterEntities). It never
+-- inserts or changes one.
+GRANT SELECT, DELETE ON t_counter TO /*user*/;
+
+-- name: GrantSweepCounterNotifications
+-- sweeper: republishes unpublished notifications, marks them, prunes published ones
+-- (UnpublishedCounterNotifications, MarkCounterNotificationsPublished,
+-- PruneCounterNotifications). It never inserts one.
+GRANT SELECT, UPDATE, DELETE ON counter_notifications TO /*user*/;

@@ -1,0 +1,26 @@
+// Command counter is the counter service's SQS-triggered Lambda: it applies counter messages to
+// the counts, exactly once each, reports per-message failures (the event source mapping needs
+// ReportBatchItemFailures), and publishes a result notification per message to the topic
+// COUNTER_TOPIC_ARN (internal/counters).
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/counters"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+)
+
+func main() {
+	cfg := wire.Must(config.Load(os.Getenv))
+	log := wire.Logger(cfg)
+	c := &counters.Consumer{Store: wire.Must(wire.OpenStore(context.Background(), cfg)), Logger: log,
+		Publisher: wire.Must(wire.CounterPublisher(log)),
+		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
+		// each record's eventSourceARN.
+		Visibility: wire.Visibility(cfg, wire.Must(wire.SQS(log)))}
+	lambda.Start(c.Handle)
+}

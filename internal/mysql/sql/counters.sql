@@ -1,0 +1,135 @@
+-- counter_buckets, t_counter, t_counter_sum and counter_notifications
+-- (migrations/0008_counters.sql): the counter service (counters.go). One transaction per batch of
+-- messages: lock the buckets of the batch's users and entities, read the entities' directories and
+-- the users' sums, insert the facts, create or update the sums, write the directories, record the
+-- notifications, commit; then publish the notifications and mark them published. `bucket IN
+-- (...)` prunes every statement to the partitions of the buckets named; the IN lists are expanded
+-- to one ? per value.
+--
+-- Lock order, the same everywhere: the buckets (one statement, in the order of its scan), then
+-- the sum rows of those buckets' users, then the rows inserted. Only the consumer locks buckets;
+-- the sweeper and the API read without locks, and the sweeper's deletes touch rows that no
+-- consumer reads or writes (old facts, published notifications).
+
+-- name: LockCounterBuckets
+-- The lock that makes an entity counted once and a sum row created once without a unique index:
+-- every transaction that changes a count first takes the row locks of its users' buckets (which
+-- guard their sum rows, created or not) and of its entities' buckets (which guard their
+-- directories), here, and holds them to its commit. Two messages for one entity or one user are
+-- serialised, and the second reads what the first committed. An UPDATE, not SELECT ... FOR
+-- UPDATE, because at READ COMMITTED an UPDATE reads the last committed version of a row another
+-- transaction holds and waits only if that row matches (semi-consistent read), so a bucket held
+-- elsewhere in the same partition does not make us wait; version changes so that the rows matched
+-- are the rows affected (the caller checks every bucket exists). Rows are locked in the order of
+-- the scan (partition, then row), the same for every transaction; a deadlock that still happens
+-- (a transaction that waits here while holding nothing cannot deadlock, so it would need a bug)
+-- is retried by inTx.
+UPDATE counter_buckets SET version = version + 1 WHERE bucket IN (/*ids*/);
+
+-- name: ReadCounterBuckets
+-- The directories of the buckets locked above, and the database's clock, which decides when a read
+-- entity is forgotten (a consistent read: at READ COMMITTED it sees the last commit, and the
+-- buckets' locks keep every other writer of these rows out until we commit). No lock.
+SELECT bucket, directory, NOW(6) FROM counter_directories WHERE bucket IN (/*ids*/);
+
+-- name: ReadCounterSums
+-- The sums of the batch's users (a consistent read, no lock): their users' bucket locks, held,
+-- keep every other writer of these rows out until we commit, and keep a missing row missing.
+-- Scans the partitions of the users' buckets: its cost grows with the number of counts (users
+-- times types) in a partition, not with the entities.
+SELECT entity_type, user_id, sum, version FROM t_counter_sum WHERE bucket IN (/*ids*/) AND user_id IN (/*users*/);
+
+-- name: InsertCounterSums
+-- The first change of a count creates its row: exactly once, because its user's bucket is locked
+-- and ReadCounterSums found no row. /*rows*/ is one (?, ?, ?, ?, ?, NOW(6)) per count.
+INSERT INTO t_counter_sum (bucket, entity_type, user_id, sum, version, updated_at) VALUES /*rows*/;
+
+-- name: UpdateCounterSums
+-- The counts this batch changed, set to what the batch computed from the values read above
+-- (under the users' bucket locks, so no change is lost). Row locks on the matched rows, which no
+-- one else writes (they wait on the bucket locks first). /*sums*/ and /*versions*/ are one
+-- WHEN user_id = ? AND entity_type = ? THEN ? per count; /*keys*/ one (?, ?) per count.
+UPDATE t_counter_sum
+SET sum = CASE /*sums*/ ELSE sum END, version = CASE /*versions*/ ELSE version END, updated_at = NOW(6)
+WHERE bucket IN (/*ids*/) AND (user_id, entity_type) IN (/*keys*/);
+
+-- name: InsertCounterFacts
+-- The facts of the batch's changes: an added row (kind 1) for an entity counted from now on, a read
+-- row (kind 2) for an entity read (counted or not before). Written once per entity and kind,
+-- because the entity's bucket is locked and its directory said the fact was new. No lock beyond
+-- the rows inserted. /*rows*/ is one (?, ?, ?, ?, ?, ?, NOW(6)) per fact.
+INSERT INTO t_counter (bucket, kind, entity_hash, entity_type, user_id, entity_id, at) VALUES /*rows*/;
+
+-- name: WriteCounterDirectories
+-- The directories of the entity buckets this batch changed: their remembered entries and the new
+-- or changed ones, under the buckets' locks taken by LockCounterBuckets (so nobody else writes
+-- these rows, and this UPDATE's own row locks never wait). Entries of read entities past the
+-- retention are dropped whenever a bucket is written. /*cases*/ is one WHEN ? THEN ? per bucket.
+UPDATE counter_directories SET directory = CASE bucket /*cases*/ END WHERE bucket IN (/*ids*/);
+
+-- name: InsertCounterNotifications
+-- The batch's notifications, unpublished (state 0), in the transaction of the changes they report:
+-- both commit or neither. No lock beyond the rows inserted. /*rows*/ is one (?, 0, ?, NOW(6)) per
+-- notification.
+INSERT INTO counter_notifications (id, state, body, created_at) VALUES /*rows*/;
+
+-- name: MarkCounterNotificationsPublished
+-- Notifications published (autocommit, after the publish). Scans the pending partition only; it
+-- locks the rows it changes, and at READ COMMITTED skips rows other transactions hold unless
+-- their last committed version matches (a concurrent sweeper republishing the same ones: one of
+-- the two waits a moment, then matches nothing). /*ids*/ is one ? per notification id.
+UPDATE counter_notifications SET state = 1, published_at = NOW(6) WHERE state = 0 AND id IN (/*ids*/);
+
+-- name: UnpublishedCounterNotifications
+-- The sweeper's: notifications still unpublished ? microseconds after they were recorded (their
+-- consumer's publish failed, or it died between its commit and its publish). A consistent read
+-- of the pending partition, no lock: no lock is held across the publish that follows, and a
+-- notification published twice is a repeat its consumers drop by id or version. At most ?.
+SELECT id, body FROM counter_notifications
+WHERE state = 0 AND created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?;
+
+-- name: PruneCounterNotifications
+-- The sweeper's pruning of notifications published more than ? seconds ago, in bounded batches
+-- (autocommit, LIMIT ?): a scan of the published partition, oldest first, that ends once it has
+-- found ? of them. It locks the rows it deletes, which nothing else reads with a lock.
+DELETE FROM counter_notifications WHERE state = 1 AND published_at < NOW(6) - INTERVAL ? SECOND LIMIT ?;
+
+-- name: OldReadCounterEntities
+-- The sweeper's: entities read more than ? seconds ago (the retention, longer than the queue's
+-- 14 days), whose facts may go: no message for them can still be delivered. A consistent read
+-- of the read partition, no lock. At most ?.
+SELECT bucket, entity_hash FROM t_counter WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT ?;
+
+-- name: DeleteCounterEntities
+-- The facts of the entities found above (autocommit): their read row and their added row, if any,
+-- both older than the retention. An entity's directory entry expires at the same time, so a
+-- message that somehow came after would find the entity new; `at <` keeps such a message's new
+-- fact. Locks the rows it deletes, which no consumer reads or writes (it only inserts).
+-- /*hashes*/ is one ? per entity hash.
+DELETE FROM t_counter WHERE bucket IN (/*ids*/) AND entity_hash IN (/*hashes*/) AND at < NOW(6) - INTERVAL ? SECOND;
+
+-- name: SampleCounterSums
+-- The sweeper's reconciliation: the counts of the users of a few buckets chosen at random, at most
+-- ?. A consistent read, no lock.
+SELECT bucket, entity_type, user_id FROM t_counter_sum WHERE bucket IN (/*ids*/) LIMIT ?;
+
+-- name: ReconcileCounterSum
+-- One count's stored sum beside the number of its entities counted by their facts (an added row
+-- and no read row), and the number of entities with a fact twice (which the directories should
+-- make impossible), in one statement and so one consistent snapshot: a consumer's commit is seen
+-- whole or not at all. No lock. Scans one subpartition of each kind of t_counter.
+SELECT s.sum,
+       (SELECT COUNT(*) FROM (SELECT SUM(kind = 1) AS a, SUM(kind = 2) AS r FROM t_counter
+          WHERE bucket = ? AND entity_type = ? AND user_id = ? GROUP BY entity_hash) f WHERE f.a = 1 AND f.r = 0),
+       (SELECT COUNT(*) FROM (SELECT SUM(kind = 1) AS a, SUM(kind = 2) AS r FROM t_counter
+          WHERE bucket = ? AND entity_type = ? AND user_id = ? GROUP BY entity_hash) f WHERE f.a > 1 OR f.r > 1)
+FROM t_counter_sum s WHERE s.bucket = ? AND s.entity_type = ? AND s.user_id = ?;
+
+-- name: CounterSumsOfUser
+-- GET /counters/{userId}: a user's counts (a consistent read, no lock), from their bucket's
+-- partition.
+SELECT entity_type, sum, version FROM t_counter_sum WHERE bucket = ? AND user_id = ?;
+
+-- name: CounterSumOf
+-- GET /counters/{userId}/{entityType}: one count (a consistent read, no lock).
+SELECT sum, version FROM t_counter_sum WHERE bucket = ? AND user_id = ? AND entity_type = ?;

@@ -1,0 +1,119 @@
+package sweeping_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/counters"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+// recorder is a publisher that keeps what it is given, and fails while failing is set.
+type recorder struct {
+	mu      sync.Mutex
+	got     map[string][]byte
+	failing bool
+}
+
+func (r *recorder) Publish(_ context.Context, ns []counters.Notification) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failing {
+		return nil, errors.New("topic unreachable")
+	}
+	if r.got == nil {
+		r.got = map[string][]byte{}
+	}
+	var ids []string
+	for _, n := range ns {
+		r.got[n.ID] = n.Body
+		ids = append(ids, n.ID)
+	}
+	return ids, nil
+}
+
+func counterMessages(n int) []exactlyonce.CounterMessage {
+	var ms []exactlyonce.CounterMessage
+	for i := range n {
+		ms = append(ms, exactlyonce.CounterMessage{EntityID: string(rune('a' + i)), EntityType: "t", UserID: "u", Action: exactlyonce.CounterAdded})
+	}
+	return ms
+}
+
+// Notifications that were recorded but never published (the consumer's publish failed, or it
+// died after its commit) are published by the sweep, once it succeeds, and then not again.
+func TestCounterSweepPublishesWhatWasNotPublished(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	pub := &recorder{failing: true}
+	results, err := store.ApplyCounterMessages(ctx, counterMessages(7))
+	require.NoError(t, err)
+
+	cfg := sweeping.Counters{Publisher: pub, RepublishAfter: -1, Batch: 3}
+	res := sweeping.SweepCounters(ctx, store, cfg, nil)
+	require.Equal(t, 1, res.Errors, "the publish failed")
+	require.Zero(t, res.Republished)
+
+	pub.failing = false
+	res = sweeping.SweepCounters(ctx, store, cfg, nil)
+	require.Zero(t, res.Errors)
+	require.Equal(t, 7, res.Republished)
+	require.Len(t, pub.got, 7)
+	for _, r := range results {
+		var got exactlyonce.CounterResult
+		require.NoError(t, json.Unmarshal(pub.got[r.ID], &got))
+		require.Equal(t, r, got)
+	}
+	res = sweeping.SweepCounters(ctx, store, cfg, nil)
+	require.Zero(t, res.Republished, "published ones are not published again")
+
+	// Young notifications are left to their consumer.
+	_, err = store.ApplyCounterMessages(ctx, counterMessages(2))
+	require.NoError(t, err)
+	res = sweeping.SweepCounters(ctx, store, sweeping.Counters{Publisher: pub}, nil)
+	require.Zero(t, res.Republished)
+}
+
+// A count broken on purpose is reported by the sweeper's reconciliation: an error log line naming
+// it and a metric.
+func TestSweeperReportsABrokenCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	_, err := store.ApplyCounterMessages(ctx, counterMessages(3))
+	require.NoError(t, err)
+	_, err = store.DB().ExecContext(ctx, "UPDATE t_counter_sum SET sum = 2")
+	require.NoError(t, err)
+
+	var logs logged
+	var out bytes.Buffer
+	// Every bucket is sampled, so the broken count is found on the first sweep.
+	s := sweeping.New(store, sweeping.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Metrics:  sweeping.Metrics{Out: &out},
+		Counters: &sweeping.Counters{SampleBuckets: mysql.CounterBuckets, SampleCounts: 100}})
+	_, err = s.Handle(ctx, events.CloudWatchEvent{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"ERROR"}, logs.levels(t, "sweeper: a count differs from its entities"))
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		if v, ok := m[sweeping.MetricCounterMismatches]; ok {
+			require.Equal(t, 1.0, v)
+			found = true
+		}
+	}
+	require.True(t, found, "a line with the mismatch metric: %s", out.String())
+}
