@@ -24,9 +24,9 @@ const (
 // roleGrants names each role's GRANT statements in sql/users.sql, each on one named table. A
 // table added by a migration adds the grants of the roles that use it here.
 var roleGrants = map[Role][]string{
-	RoleAPI:       {"GrantReadInsertEvents", "GrantAdvanceCounter"},
+	RoleAPI:       {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantKeyBuckets", "GrantReadInsertKeys"},
 	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter"},
-	RoleSweeper:   {"GrantClaimSettleEvents"},
+	RoleSweeper:   {"GrantClaimSettleEvents", "GrantPruneKeys"},
 }
 
 // FunctionUser is the database user of one function.

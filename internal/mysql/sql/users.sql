@@ -42,3 +42,17 @@ GRANT SELECT, UPDATE ON events TO /*user*/;
 -- processor: Outcomes reads the counter (ReadCounter, a consistent read without a lock) to tell an
 -- id that names no event from a settled one. It never advances it.
 GRANT SELECT ON status TO /*user*/;
+
+-- name: GrantKeyBuckets
+-- api: keyed creates (idempotency.sql) lock and rewrite their buckets' rows (LockKeyBuckets,
+-- WriteKeyDirectories). No INSERT or DELETE: only migrate seeds them.
+GRANT SELECT, UPDATE ON idempotency_buckets TO /*user*/;
+
+-- name: GrantReadInsertKeys
+-- api: keyed creates read stored keys (FindKeys) and insert new ones (InsertKeys); never update or
+-- delete one.
+GRANT SELECT, INSERT ON idempotency_keys TO /*user*/;
+
+-- name: GrantPruneKeys
+-- sweeper: deletes expired keys (PruneKeys), and nothing else of them.
+GRANT SELECT, DELETE ON idempotency_keys TO /*user*/;
