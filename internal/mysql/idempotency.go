@@ -3,7 +3,6 @@ package mysql
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
 	"errors"
@@ -18,62 +17,10 @@ import (
 
 // KeyBuckets is the number of buckets of idempotency keys: rows of idempotency_buckets created by
 // migration 0006, each a lock and a directory (sql/idempotency.sql). A key's bucket is computed
-// from its hash (KeyHash), in Go, and stored with it.
+// from its hash (exactlyonce.KeyHash), in Go, and stored with it.
 const KeyBuckets = 4096
 
-// KeyHash is the identity of an idempotency key: the SHA-256 of the caller's scope and the key,
-// each prefixed by its length, so that no two (scope, key) pairs share a hash and one caller's key
-// never names another's.
-func KeyHash(scope, key string) [32]byte {
-	h := sha256.New()
-	var n [8]byte
-	for _, s := range []string{scope, key} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
-	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
-}
-
 func keyBucket(hash [32]byte) int64 { return int64(binary.BigEndian.Uint32(hash[:4]) % KeyBuckets) }
-
-// KeyedCreate is one create that carries an idempotency key.
-type KeyedCreate struct {
-	Key         [32]byte // KeyHash of the caller's scope and key
-	Fingerprint [32]byte // of the request: what a repeat must match
-	// Pending creates a pending event (POST /events/async); otherwise the event is processed at
-	// birth with Value (POST /events).
-	Pending bool
-	Value   string
-	// Answer is the answer the create gives once its event has its id: it is stored with the key,
-	// and a repeat gets it byte for byte.
-	Answer func(id int64) (status int, body []byte)
-}
-
-// KeyRecord is a stored key: the request it was first used with, and the answer that got.
-type KeyRecord struct {
-	Fingerprint [32]byte
-	Status      int
-	Body        []byte
-	EventID     int64
-}
-
-// KeyedResult is what one KeyedCreate came to.
-type KeyedResult struct {
-	// Created: this create stored its event and its key (Record is its own answer). Otherwise the
-	// key was stored, unexpired, by an earlier create, whose record Record is: the caller compares
-	// fingerprints.
-	Created bool
-	Record  KeyRecord
-}
-
-// KeyOptions says how long keys live and how long a create waits for another holding its key.
-type KeyOptions struct {
-	TTL  time.Duration // how long a stored key answers repeats
-	Wait time.Duration // how long to wait for the lock of a key another transaction holds
-}
 
 // errKeyBusy marks a wait for a key's lock that outlasted KeyOptions.Wait.
 var errKeyBusy = exactlyonce.Errorf(exactlyonce.ECONFLICT,
@@ -93,7 +40,7 @@ var errNothingToWrite = errors.New("every key is stored: nothing to write")
 //
 // One transaction for the lot (a group of concurrent requests, internal/api): its statements,
 // eight round trips at most, are shared by every create in it.
-func (s *Store) CreateKeyed(ctx context.Context, opt KeyOptions, creates []KeyedCreate) ([]KeyedResult, error) {
+func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, creates []exactlyonce.KeyedCreate) ([]exactlyonce.KeyedResult, error) {
 	if len(creates) == 0 {
 		return nil, nil
 	}
@@ -119,7 +66,7 @@ func (s *Store) CreateKeyed(ctx context.Context, opt KeyOptions, creates []Keyed
 		}
 	}
 	waitUntil := time.Now().Add(opt.Wait)
-	var results []KeyedResult
+	var results []exactlyonce.KeyedResult
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 		var err error
 		results, err = s.createKeyed(ctx, tx, waitUntil, opt.TTL, creates, ids)
@@ -145,7 +92,7 @@ const dirEntrySize = 16
 // pins the session of a larger statement.
 const maxDirectoryStatement = 12 << 10
 
-func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time, ttl time.Duration, creates []KeyedCreate, ids []int64) ([]KeyedResult, error) {
+func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64) ([]exactlyonce.KeyedResult, error) {
 	var buckets []int64
 	for _, c := range creates {
 		buckets = append(buckets, keyBucket(c.Key))
@@ -200,14 +147,14 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	nowMicro := now.UnixMicro()
 
 	// Which keys the directories say are stored: those are read; the others are fresh.
-	results := make([]KeyedResult, len(creates))
+	results := make([]exactlyonce.KeyedResult, len(creates))
 	var maybe [][32]byte
 	for _, c := range creates {
 		if dirHas(dirs[keyBucket(c.Key)], c.Key, nowMicro) {
 			maybe = append(maybe, c.Key)
 		}
 	}
-	stored := map[[32]byte]KeyRecord{}
+	stored := map[[32]byte]exactlyonce.KeyRecord{}
 	if len(maybe) > 0 {
 		if stored, err = findKeys(ctx, tx, maybe, now); err != nil {
 			return nil, err
@@ -216,7 +163,7 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	var fresh []int
 	for i, c := range creates {
 		if r, ok := stored[c.Key]; ok {
-			results[i] = KeyedResult{Record: r}
+			results[i] = exactlyonce.KeyedResult{Record: r}
 		} else {
 			fresh = append(fresh, i)
 		}
@@ -252,7 +199,7 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 		keyRows = append(keyRows, "(?, ?, ?, ?, ?, ?, NOW(6), ?)")
 		keyArgs = append(keyArgs, b, c.Key[:], c.Fingerprint[:], status, body, id, expires)
 		added[b] = appendEntry(added[b], c.Key, expires.UnixMicro())
-		results[i] = KeyedResult{Created: true, Record: KeyRecord{Fingerprint: c.Fingerprint, Status: status, Body: body, EventID: id}}
+		results[i] = exactlyonce.KeyedResult{Created: true, Record: exactlyonce.KeyRecord{Fingerprint: c.Fingerprint, Status: status, Body: body, EventID: id}}
 	}
 	if _, err := tx.ExecContext(ctx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
 		return nil, err
@@ -327,7 +274,7 @@ func appendEntry(dir []byte, key [32]byte, expiresMicro int64) []byte {
 }
 
 // findKeys reads the stored, unexpired records of keys.
-func findKeys(ctx context.Context, tx *sql.Tx, keys [][32]byte, now time.Time) (map[[32]byte]KeyRecord, error) {
+func findKeys(ctx context.Context, tx *sql.Tx, keys [][32]byte, now time.Time) (map[[32]byte]exactlyonce.KeyRecord, error) {
 	var buckets []int64
 	hashes := make([]any, len(keys))
 	for i, k := range keys {
@@ -344,10 +291,10 @@ func findKeys(ctx context.Context, tx *sql.Tx, keys [][32]byte, now time.Time) (
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[[32]byte]KeyRecord{}
+	out := map[[32]byte]exactlyonce.KeyRecord{}
 	for rows.Next() {
 		var hash, fp []byte
-		var r KeyRecord
+		var r exactlyonce.KeyRecord
 		if err := rows.Scan(&hash, &fp, &r.Status, &r.Body, &r.EventID); err != nil {
 			return nil, err
 		}

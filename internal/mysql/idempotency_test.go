@@ -14,12 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func keyed(scope, key string, pending bool, body string) mysql.KeyedCreate {
-	return mysql.KeyedCreate{Key: mysql.KeyHash(scope, key), Fingerprint: sha256.Sum256([]byte(body)), Pending: pending, Value: "v-" + key,
+func keyed(scope, key string, pending bool, body string) exactlyonce.KeyedCreate {
+	return exactlyonce.KeyedCreate{Key: exactlyonce.KeyHash(scope, key), Fingerprint: sha256.Sum256([]byte(body)), Pending: pending, Value: "v-" + key,
 		Answer: func(id int64) (int, []byte) { return 201, fmt.Appendf(nil, `{"id":%d,"key":%q}`, id, key) }}
 }
 
-var keyOpts = mysql.KeyOptions{TTL: time.Hour, Wait: 5 * time.Second}
+var keyOpts = exactlyonce.KeyOptions{TTL: time.Hour, Wait: 5 * time.Second}
 
 // Invariant: a key is stored with its event and answer once; a repeat gets that record and writes
 // nothing; keys of different scopes are different keys.
@@ -30,7 +30,7 @@ func TestKeyedCreateStoresOnceAndReplays(t *testing.T) {
 		t.Run(alloc, func(t *testing.T) {
 			t.Parallel()
 			store := testdb.Store(t, mysql.StoreConfig{Allocator: alloc}, 4)
-			first, err := store.CreateKeyed(ctx, keyOpts, []mysql.KeyedCreate{keyed("", "a", false, "x"), keyed("", "b", true, "x"), keyed("other", "a", false, "x")})
+			first, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "a", false, "x"), keyed("", "b", true, "x"), keyed("other", "a", false, "x")})
 			require.NoError(t, err)
 			for _, r := range first {
 				require.True(t, r.Created)
@@ -43,7 +43,7 @@ func TestKeyedCreateStoresOnceAndReplays(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, exactlyonce.Pending, e.State)
 
-			again, err := store.CreateKeyed(ctx, keyOpts, []mysql.KeyedCreate{keyed("", "a", false, "y"), keyed("", "b", true, "x"), keyed("", "c", true, "x")})
+			again, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "a", false, "y"), keyed("", "b", true, "x"), keyed("", "c", true, "x")})
 			require.NoError(t, err)
 			require.False(t, again[0].Created)
 			require.Equal(t, first[0].Record.EventID, again[0].Record.EventID)
@@ -66,12 +66,12 @@ func TestConcurrentKeyedCreatesStoreOneEvent(t *testing.T) {
 	ctx := context.Background()
 	store := testdb.Store(t, mysql.StoreConfig{}, 32)
 	var mu sync.Mutex
-	var records []mysql.KeyedResult
+	var records []exactlyonce.KeyedResult
 	// 32 transactions queue on one bucket's lock, each with its commit: a generous wait.
-	patient := mysql.KeyOptions{TTL: time.Hour, Wait: time.Minute}
+	patient := exactlyonce.KeyOptions{TTL: time.Hour, Wait: time.Minute}
 	together(t, 32, func(w int) error {
 		// Another key of the same scope in each transaction too, so that groups overlap.
-		res, err := store.CreateKeyed(ctx, patient, []mysql.KeyedCreate{keyed("", "same", false, "x"), keyed("", fmt.Sprint("own", w), true, "x")})
+		res, err := store.CreateKeyed(ctx, patient, []exactlyonce.KeyedCreate{keyed("", "same", false, "x"), keyed("", fmt.Sprint("own", w), true, "x")})
 		if err != nil {
 			return err
 		}
@@ -98,8 +98,8 @@ func TestKeyedCreateAfterTheTTL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	short := mysql.KeyOptions{TTL: 300 * time.Millisecond, Wait: time.Second}
-	first, err := store.CreateKeyed(ctx, short, []mysql.KeyedCreate{keyed("", "k", false, "x")})
+	short := exactlyonce.KeyOptions{TTL: 300 * time.Millisecond, Wait: time.Second}
+	first, err := store.CreateKeyed(ctx, short, []exactlyonce.KeyedCreate{keyed("", "k", false, "x")})
 	require.NoError(t, err)
 	require.True(t, first[0].Created)
 	expired := func() bool {
@@ -108,7 +108,7 @@ func TestKeyedCreateAfterTheTTL(t *testing.T) {
 		return ok
 	}
 	require.Eventually(t, expired, 10*time.Second, 20*time.Millisecond)
-	again, err := store.CreateKeyed(ctx, short, []mysql.KeyedCreate{keyed("", "k", false, "x")})
+	again, err := store.CreateKeyed(ctx, short, []exactlyonce.KeyedCreate{keyed("", "k", false, "x")})
 	require.NoError(t, err)
 	require.True(t, again[0].Created, "expired: a new create")
 	require.NotEqual(t, first[0].Record.EventID, again[0].Record.EventID)
@@ -116,7 +116,7 @@ func TestKeyedCreateAfterTheTTL(t *testing.T) {
 	pruned, err := store.PruneKeys(ctx, 1, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, pruned, "the expired key is pruned, the live one kept")
-	third, err := store.CreateKeyed(ctx, short, []mysql.KeyedCreate{keyed("", "k", false, "x")})
+	third, err := store.CreateKeyed(ctx, short, []exactlyonce.KeyedCreate{keyed("", "k", false, "x")})
 	require.NoError(t, err)
 	require.False(t, third[0].Created, "the second key is live")
 	require.Equal(t, again[0].Record.EventID, third[0].Record.EventID)
@@ -136,12 +136,12 @@ func TestKeyedCreateWaitsForTheKeyHolderThenConflicts(t *testing.T) {
 	_, err = tx.ExecContext(ctx, "UPDATE idempotency_buckets SET version = version + 1")
 	require.NoError(t, err)
 	start := time.Now()
-	_, err = store.CreateKeyed(ctx, mysql.KeyOptions{TTL: time.Hour, Wait: 300 * time.Millisecond}, []mysql.KeyedCreate{k})
+	_, err = store.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: 300 * time.Millisecond}, []exactlyonce.KeyedCreate{k})
 	require.Error(t, err)
 	require.Equal(t, exactlyonce.ECONFLICT, exactlyonce.ErrorCode(err), "%v", err)
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
 	require.NoError(t, tx.Rollback())
-	res, err := store.CreateKeyed(ctx, keyOpts, []mysql.KeyedCreate{k})
+	res, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{k})
 	require.NoError(t, err)
 	require.True(t, res[0].Created, "nothing was written by the one that gave up")
 }
