@@ -94,6 +94,9 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 		pending = append(pending, ids...)
 		_, err = api.Count(ctx)
 		require.NoError(t, err, alloc)
+		_, err = api.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: time.Second}, []exactlyonce.KeyedCreate{{
+			Key: exactlyonce.KeyHash("", alloc), Value: "keyed", Answer: func(int64) (int, []byte) { return 201, []byte("{}") }}})
+		require.NoError(t, err, "a keyed create, %s", alloc)
 	}
 	apiDB := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{}).DB()
 	for _, stmt := range []string{
@@ -109,6 +112,10 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 		"GRANT SELECT ON events TO 'eo_sweeper'@'%'",
 		"CREATE USER 'intruder'@'%' IDENTIFIED BY 'x'",
 		"SELECT * FROM schema_migrations",
+		"DELETE FROM idempotency_keys",
+		"UPDATE idempotency_keys SET status = 0",
+		"DELETE FROM idempotency_buckets",
+		"INSERT INTO idempotency_buckets (bucket, version, directory) VALUES (5000, 0, '')",
 	} {
 		requireDenied(t, apiDB, stmt)
 	}
@@ -143,6 +150,10 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	// The processor reads the counter (Outcomes tells settled ids from unknown ones by it); the
 	// sweeper has no use for it.
 	requireDenied(t, sweeper.DB(), "SELECT id FROM status")
+	// The sweeper prunes expired idempotency keys; the processor has no use for them.
+	_, err = sweeper.PruneKeys(ctx, 10, 10)
+	require.NoError(t, err)
+	requireDenied(t, processor.DB(), "DELETE FROM idempotency_keys")
 	_, err = admin.ExecContext(ctx, "SELECT 1 FROM events LIMIT 1")
 	require.NoError(t, err, "the admin keeps every privilege")
 
