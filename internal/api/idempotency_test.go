@@ -222,7 +222,7 @@ func TestDuplicateInFlightElsewhereWaitsThenConflicts(t *testing.T) {
 	tx, err := b.store.DB().Begin()
 	require.NoError(t, err)
 	defer tx.Rollback()
-	_, err = tx.Exec("UPDATE idempotency_buckets SET version = version + 1") // every bucket held
+	_, err = tx.Exec("SELECT bucket FROM idempotency_buckets FOR UPDATE") // every bucket held
 	require.NoError(t, err)
 	start := time.Now()
 	a := postKeyed(t, b.srv.URL, "/events", "k", "")

@@ -3,12 +3,14 @@
 // compared figure as a ratio to a reference measured in the same run: these machines are noisy, and
 // only figures taken together can be compared.
 //
-// Six groups, each a function that returns rows:
+// Seven groups, each a function that returns rows:
 //
 //	alloc   allocation + insert (POST /events's write path) per allocator strategy and client count,
 //	        against an AUTO_INCREMENT table in a scratch database
 //	claim   draining pending events with and without 1,000,000 processed rows of history
 //	async   POST /events/async to processed, end to end on the local stack, beside POST /events
+//	idem    POST /events with a fresh Idempotency-Key beside none, with 1,000,000 keys stored beside
+//	        none, and replays of one key (idempotency.go)
 //	api     requests/s and latency of every endpoint under load
 //	lambda  bootstrap sizes and start-up time beside a hello-world bootstrap
 //	drain   100,000 pending events burned down by the sweeper's claim path
@@ -63,7 +65,7 @@ type Config struct {
 }
 
 // AllGroups lists the groups in the order they run.
-var AllGroups = []string{"alloc", "claim", "drain", "async", "api", "lambda"}
+var AllGroups = []string{"alloc", "claim", "drain", "async", "idem", "api", "lambda"}
 
 // Row is one figure. Ratios name the row they were divided by in Reference.
 type Row struct {
@@ -192,7 +194,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.report.Host.Database = v
 	}
 	funcs := map[string]func(context.Context, *run) error{
-		"alloc": runAlloc, "claim": runClaim, "drain": runDrain, "async": runAsync, "api": runAPI, "lambda": runLambda,
+		"alloc": runAlloc, "claim": runClaim, "drain": runDrain, "async": runAsync, "idem": runIdem, "api": runAPI, "lambda": runLambda,
 	}
 	for _, g := range AllGroups {
 		if !slices.Contains(groups, g) {

@@ -100,34 +100,14 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	slices.Sort(buckets)
 	buckets = slices.Compact(buckets)
 
-	// The buckets' locks: a duplicate in flight elsewhere holds one, and we wait for its commit.
+	// The buckets' locks and directories, and the database's clock, in one statement: a duplicate
+	// in flight elsewhere holds its bucket's lock, and we wait for its commit.
 	lockCtx, cancel := context.WithDeadline(ctx, waitUntil)
+	defer cancel()
 	q, args := expandIDs(query("LockKeyBuckets"), buckets)
-	res, err := tx.ExecContext(lockCtx, q, args...)
-	cancel()
+	rows, err := tx.QueryContext(lockCtx, q, args...)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-		case lockCtx.Err() != nil || isLockWaitTimeout(err) && !time.Now().Before(waitUntil):
-			return nil, errors.Join(errKeyBusy, err)
-		case isLockWaitTimeout(err):
-			// innodb_lock_wait_timeout is shorter than the wait: the transaction helper runs it
-			// again, and if it gives up, the key was still busy.
-			return nil, errors.Join(errKeyLockWait, err)
-		}
-		return nil, err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return nil, err
-	} else if n != int64(len(buckets)) {
-		return nil, fmt.Errorf("idempotency_buckets: locked %d of %d buckets: rows are missing (migration 0006 seeds %d)", n, len(buckets), KeyBuckets)
-	}
-
-	// Their directories, and the database's clock.
-	q, args = expandIDs(query("ReadKeyBuckets"), buckets)
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
+		return nil, lockFailed(ctx, lockCtx, waitUntil, err)
 	}
 	dirs := map[int64][]byte{}
 	var now time.Time
@@ -142,7 +122,10 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, lockFailed(ctx, lockCtx, waitUntil, err)
+	}
+	if len(dirs) != len(buckets) {
+		return nil, fmt.Errorf("idempotency_buckets: found %d of %d buckets: rows are missing (migration 0006 seeds %d)", len(dirs), len(buckets), KeyBuckets)
 	}
 	nowMicro := now.UnixMicro()
 
@@ -169,8 +152,7 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 		}
 	}
 	if len(fresh) == 0 {
-		// Nothing to write: roll back (the buckets' version increments), which spares a replay
-		// the commit's log flush.
+		// Nothing to write: roll back, which releases the locks as a commit would.
 		return results, errNothingToWrite
 	}
 
@@ -304,6 +286,22 @@ func findKeys(ctx context.Context, tx *sql.Tx, keys [][32]byte, now time.Time) (
 		out[k] = r
 	}
 	return out, rows.Err()
+}
+
+// lockFailed says what a failure to lock the buckets means: a wait for a key another transaction
+// holds that outlasted opt.Wait (errKeyBusy), or a lock wait timeout before it, which the
+// transaction helper retries (errKeyLockWait), or anything else.
+func lockFailed(ctx, lockCtx context.Context, waitUntil time.Time, err error) error {
+	switch {
+	case ctx.Err() != nil:
+	case lockCtx.Err() != nil || isLockWaitTimeout(err) && !time.Now().Before(waitUntil):
+		return errors.Join(errKeyBusy, err)
+	case isLockWaitTimeout(err):
+		// innodb_lock_wait_timeout is shorter than the wait: the transaction helper runs it
+		// again, and if it gives up, the key was still busy.
+		return errors.Join(errKeyLockWait, err)
+	}
+	return err
 }
 
 func isLockWaitTimeout(err error) bool {

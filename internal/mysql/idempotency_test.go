@@ -133,7 +133,7 @@ func TestKeyedCreateWaitsForTheKeyHolderThenConflicts(t *testing.T) {
 	tx, err := store.DB().BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, "UPDATE idempotency_buckets SET version = version + 1")
+	_, err = tx.ExecContext(ctx, "SELECT bucket FROM idempotency_buckets FOR UPDATE")
 	require.NoError(t, err)
 	start := time.Now()
 	_, err = store.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: 300 * time.Millisecond}, []exactlyonce.KeyedCreate{k})
@@ -144,4 +144,21 @@ func TestKeyedCreateWaitsForTheKeyHolderThenConflicts(t *testing.T) {
 	res, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{k})
 	require.NoError(t, err)
 	require.True(t, res[0].Created, "nothing was written by the one that gave up")
+}
+
+// Invariant: the keys LoadKeys stores (for the benchmark) are found as the store's own are: their
+// directory entries agree with what the store writes.
+func TestLoadedKeysAreFound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	require.NoError(t, mysql.LoadKeys(ctx, store.DB(), 100, time.Hour, nil))
+	loaded := exactlyonce.KeyedCreate{Key: sha256.Sum256([]byte("bench-key-42")), Value: "v",
+		Answer: func(int64) (int, []byte) { return 201, []byte("new") }}
+	res, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{loaded, keyed("", "fresh", false, "x")})
+	require.NoError(t, err)
+	require.False(t, res[0].Created, "a loaded key is stored")
+	require.Equal(t, `{"id":0}`, string(res[0].Record.Body))
+	require.EqualValues(t, 42, res[0].Record.EventID)
+	require.True(t, res[1].Created)
 }

@@ -115,7 +115,7 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 		"DELETE FROM idempotency_keys",
 		"UPDATE idempotency_keys SET status = 0",
 		"DELETE FROM idempotency_buckets",
-		"INSERT INTO idempotency_buckets (bucket, version, directory) VALUES (5000, 0, '')",
+		"INSERT INTO idempotency_buckets (bucket, directory) VALUES (5000, '')",
 	} {
 		requireDenied(t, apiDB, stmt)
 	}

@@ -6,27 +6,21 @@
 
 -- name: LockKeyBuckets
 -- The lock that makes a key unique without a unique index: every transaction that writes a key
--- first takes the row lock of its bucket's row here, and holds it to its commit, so two requests
--- with one key (or two keys of one bucket) are serialised, and the second reads what the first
--- committed. A concurrent duplicate waits here, for the first one's outcome (bounded by
--- IDEMPOTENCY_WAIT through the statement's context). It is an UPDATE, not SELECT ... FOR UPDATE,
--- because at READ COMMITTED an UPDATE reads the last committed version of a row another
--- transaction holds and waits only if that row matches (semi-consistent read), so a bucket held
--- elsewhere in the same partition does not make us wait; version changes so that the rows matched
--- are the rows affected (the caller checks every bucket exists). Rows are locked in the order of
--- the scan (partition, then row), the same for every transaction, so lockers cannot deadlock each
--- other.
-UPDATE idempotency_buckets SET version = version + 1 WHERE bucket IN (/*ids*/);
-
--- name: ReadKeyBuckets
--- The directories of the buckets locked above, and the database's clock, which decides expiry (a
--- consistent read: at READ COMMITTED it sees the last commit, and our row locks keep every other
--- writer of these rows out until we commit). No lock beyond the ones held.
-SELECT bucket, directory, NOW(6) FROM idempotency_buckets WHERE bucket IN (/*ids*/);
+-- first locks its bucket's row here, and holds it to its commit, so two requests with one key (or
+-- two keys of one bucket) are serialised, and the second reads what the first committed: a
+-- concurrent duplicate waits here for the first one's outcome (bounded by IDEMPOTENCY_WAIT through
+-- the statement's context). The same statement reads the buckets' directories and the database's
+-- clock, which decides expiry. `bucket IN (...)` prunes the scan to the buckets' partitions, 64
+-- rows each; a locking read at READ COMMITTED waits for a row another transaction holds even if it
+-- is not one of ours, so a create also waits for one holding another bucket of the same partition
+-- (64 rows share a partition), for one short transaction. Rows are locked in the order of the scan
+-- (partition, then row), the same for every transaction, and a scan releases at once the rows that
+-- do not match, so lockers cannot deadlock each other.
+SELECT bucket, directory, NOW(6) FROM idempotency_buckets WHERE bucket IN (/*ids*/) FOR UPDATE;
 
 -- name: FindKeys
 -- The stored answers of keys whose directory entries say they are stored and unexpired at ? (the
--- clock read above): a replay, or a mismatch. A consistent read, no lock: the buckets' locks
+-- clock LockKeyBuckets read): a replay, or a mismatch. A consistent read, no lock: the buckets' locks
 -- keep these keys from being written meanwhile. It scans the partitions of the buckets named,
 -- where the keys of every bucket of the partition are, so its cost grows with the keys stored
 -- (a replay's cost, not a fresh key's: a fresh key's directory says it is absent and this does not
@@ -51,7 +45,7 @@ VALUES /*rows*/;
 
 -- name: WriteKeyDirectories
 -- The directories of the buckets that got new keys: their unexpired entries and the new ones,
--- under the row locks taken by LockKeyBuckets. Expired entries are dropped whenever a bucket is
+-- under the row locks LockKeyBuckets took. Expired entries are dropped whenever a bucket is
 -- written. /*cases*/ is one WHEN ? THEN ? per bucket.
 UPDATE idempotency_buckets SET directory = CASE bucket /*cases*/ END WHERE bucket IN (/*ids*/);
 

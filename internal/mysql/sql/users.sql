@@ -44,8 +44,9 @@ GRANT SELECT, UPDATE ON events TO /*user*/;
 GRANT SELECT ON status TO /*user*/;
 
 -- name: GrantKeyBuckets
--- api: keyed creates (idempotency.sql) lock and rewrite their buckets' rows (LockKeyBuckets,
--- WriteKeyDirectories). No INSERT or DELETE: only migrate seeds them.
+-- api: keyed creates (idempotency.sql) lock their buckets' rows (LockKeyBuckets, SELECT ... FOR
+-- UPDATE, which MySQL 8 allows with SELECT plus UPDATE) and rewrite their directories
+-- (WriteKeyDirectories). No INSERT or DELETE: only migrate seeds them.
 GRANT SELECT, UPDATE ON idempotency_buckets TO /*user*/;
 
 -- name: GrantReadInsertKeys
