@@ -64,6 +64,9 @@ func (c ConnConfig) driverConfig() (*mysql.Config, error) {
 	// No server-side prepared statements: RDS Proxy pins a session that prepares one, losing the
 	// pooling. Arguments are escaped by the driver instead.
 	cfg.InterpolateParams = true
+	// A keyed create's transaction is sent as two texts of several statements (keyedtext.go). Every
+	// statement's text is still the code's own and every argument escaped by the driver.
+	cfg.MultiStatements = true
 	cfg.ParseTime = true
 	// Timestamps are written by the database (NOW(6), in the session's time zone) and read back as
 	// UTC (Loc), so every session is pinned to UTC, whatever the server's default zone. The driver

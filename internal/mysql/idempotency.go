@@ -67,11 +67,21 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 	}
 	waitUntil := time.Now().Add(opt.Wait)
 	var results []exactlyonce.KeyedResult
-	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
-		var err error
-		results, err = s.createKeyed(ctx, tx, waitUntil, opt.TTL, creates, ids)
-		return err
-	})
+	var err error
+	if ids != nil {
+		// The ids are taken: the transaction is two texts, two round trips (keyedtext.go).
+		err = s.inText(ctx, func(sess keyedSession) error {
+			var err error
+			results, err = s.createKeyed(ctx, sess, waitUntil, opt.TTL, creates, ids)
+			return err
+		})
+	} else {
+		err = inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+			var err error
+			results, err = s.createKeyed(ctx, txSession{tx}, waitUntil, opt.TTL, creates, ids)
+			return err
+		})
+	}
 	if errors.Is(err, errNothingToWrite) {
 		return results, nil
 	}
@@ -92,7 +102,7 @@ const dirEntrySize = 16
 // pins the session of a larger statement.
 const maxDirectoryStatement = 12 << 10
 
-func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64) ([]exactlyonce.KeyedResult, error) {
+func (s *Store) createKeyed(ctx context.Context, tx keyedSession, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64) ([]exactlyonce.KeyedResult, error) {
 	var buckets []int64
 	for _, c := range creates {
 		buckets = append(buckets, keyBucket(c.Key))
@@ -159,7 +169,7 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	if ids == nil {
 		// The literal allocator: in this transaction, after the buckets' locks (the order every
 		// keyed create takes them in: buckets, then the counter).
-		if ids, err = s.alloc.take(ctx, tx, len(fresh)); err != nil {
+		if ids, err = s.alloc.take(ctx, tx.(txSession).Tx, len(fresh)); err != nil {
 			return nil, err
 		}
 	}
@@ -183,10 +193,10 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 		added[b] = appendEntry(added[b], c.Key, expires.UnixMicro())
 		results[i] = exactlyonce.KeyedResult{Created: true, Record: exactlyonce.KeyRecord{Fingerprint: c.Fingerprint, Status: status, Body: body, EventID: id}}
 	}
-	if _, err := tx.ExecContext(ctx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
+	if err := tx.exec(ctx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(keyRows, ", "), 1), keyArgs...); err != nil {
+	if err := tx.exec(ctx, strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(keyRows, ", "), 1), keyArgs...); err != nil {
 		return nil, err
 	}
 	return results, writeDirectories(ctx, tx, dirs, added, nowMicro)
@@ -194,7 +204,7 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 
 // writeDirectories writes the directory of each bucket that got keys: its unexpired entries and
 // the new ones, a few buckets per statement.
-func writeDirectories(ctx context.Context, tx *sql.Tx, dirs, added map[int64][]byte, nowMicro int64) error {
+func writeDirectories(ctx context.Context, tx keyedSession, dirs, added map[int64][]byte, nowMicro int64) error {
 	var buckets []int64
 	for b := range added {
 		buckets = append(buckets, b)
@@ -210,7 +220,7 @@ func writeDirectories(ctx context.Context, tx *sql.Tx, dirs, added map[int64][]b
 		}
 		q := strings.Replace(query("WriteKeyDirectories"), "/*cases*/", strings.Join(cases, " "), 1)
 		q, ids := expandIDs(q, batch)
-		_, err := tx.ExecContext(ctx, q, append(args, ids...)...)
+		err := tx.exec(ctx, q, append(args, ids...)...)
 		batch, cases, args, size = nil, nil, nil, 0
 		return err
 	}
@@ -256,7 +266,7 @@ func appendEntry(dir []byte, key [32]byte, expiresMicro int64) []byte {
 }
 
 // findKeys reads the stored, unexpired records of keys.
-func findKeys(ctx context.Context, tx *sql.Tx, keys [][32]byte, now time.Time) (map[[32]byte]exactlyonce.KeyRecord, error) {
+func findKeys(ctx context.Context, tx keyedSession, keys [][32]byte, now time.Time) (map[[32]byte]exactlyonce.KeyRecord, error) {
 	var buckets []int64
 	hashes := make([]any, len(keys))
 	for i, k := range keys {

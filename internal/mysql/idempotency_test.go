@@ -162,3 +162,37 @@ func TestLoadedKeysAreFound(t *testing.T) {
 	require.EqualValues(t, 42, res[0].Record.EventID)
 	require.True(t, res[1].Created)
 }
+
+// Invariant: a keyed create whose transaction fails part-way (here its key's INSERT, after its
+// event's, in the text sent with the COMMIT) stores nothing, and leaves no transaction open on its
+// connection: the next create on that one connection commits, and another session sees it.
+func TestFailedKeyedCreateLeavesNoOpenTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, alloc := range []string{mysql.AllocatorBlock, mysql.AllocatorLiteral} {
+		t.Run(alloc, func(t *testing.T) {
+			t.Parallel()
+			db, dsn := testdb.DB(t, 2)
+			check, err := mysql.NewStore(db, mysql.StoreConfig{})
+			require.NoError(t, err)
+			one, err := mysql.Open(mysql.ConnConfig{DSN: dsn, MaxOpenConns: 1})
+			require.NoError(t, err)
+			t.Cleanup(func() { one.Close() })
+			store, err := mysql.NewStore(one, mysql.StoreConfig{Allocator: alloc})
+			require.NoError(t, err)
+			tooLong := keyed("", "too-long", false, "x")
+			tooLong.Answer = func(int64) (int, []byte) { return 201, make([]byte, 5000) } // the body column holds 4,096
+			_, err = store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{tooLong})
+			require.Error(t, err)
+			n, err := check.Count(ctx)
+			require.NoError(t, err)
+			require.Zero(t, n, "the event inserted before the failure is rolled back")
+			res, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "next", false, "x")})
+			require.NoError(t, err)
+			require.True(t, res[0].Created)
+			n, err = check.Count(ctx)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n, "the next create on the same connection committed")
+		})
+	}
+}
