@@ -94,9 +94,12 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 	return results, nil
 }
 
-// dirEntrySize is one directory entry: 8 bytes of the key's hash, 8 of its expiry (Unix
-// microseconds, big-endian).
-const dirEntrySize = 16
+// dirEntrySize is one directory entry: 4 bytes of the key's hash (bytes 8-11: the first four
+// choose the bucket) and its expiry in Unix seconds, rounded up (big-endian, good until 2106). Small,
+// because every lookup scans a partition of directories: a key whose 4 bytes match another's in its
+// bucket (about one lookup in 2^32 / the bucket's keys) costs a read of the keys, never a wrong
+// answer, and an entry that outlives its key by under a second the same.
+const dirEntrySize = 8
 
 // maxDirectoryStatement keeps a statement writing directories under 16 KB where it can: RDS Proxy
 // pins the session of a larger statement.
@@ -190,7 +193,7 @@ func (s *Store) createKeyed(ctx context.Context, tx keyedSession, waitUntil time
 		b := keyBucket(c.Key)
 		keyRows = append(keyRows, "(?, ?, ?, ?, ?, ?, NOW(6), ?)")
 		keyArgs = append(keyArgs, b, c.Key[:], c.Fingerprint[:], status, body, id, expires)
-		added[b] = appendEntry(added[b], c.Key, expires.UnixMicro())
+		added[b] = appendEntry(added[b], c.Key, expires)
 		results[i] = exactlyonce.KeyedResult{Created: true, Record: exactlyonce.KeyRecord{Fingerprint: c.Fingerprint, Status: status, Body: body, EventID: id}}
 	}
 	if err := tx.exec(ctx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
@@ -242,7 +245,7 @@ func writeDirectories(ctx context.Context, tx keyedSession, dirs, added map[int6
 // dirHas tells whether dir holds an unexpired entry for key.
 func dirHas(dir []byte, key [32]byte, nowMicro int64) bool {
 	for i := 0; i+dirEntrySize <= len(dir); i += dirEntrySize {
-		if bytes.Equal(dir[i:i+8], key[8:16]) && int64(binary.BigEndian.Uint64(dir[i+8:i+16])) > nowMicro {
+		if bytes.Equal(dir[i:i+4], key[8:12]) && entryLive(dir[i:], nowMicro) {
 			return true
 		}
 	}
@@ -253,16 +256,24 @@ func dirHas(dir []byte, key [32]byte, nowMicro int64) bool {
 func liveEntries(dir []byte, nowMicro int64) []byte {
 	out := make([]byte, 0, len(dir)+dirEntrySize)
 	for i := 0; i+dirEntrySize <= len(dir); i += dirEntrySize {
-		if int64(binary.BigEndian.Uint64(dir[i+8:i+16])) > nowMicro {
+		if entryLive(dir[i:], nowMicro) {
 			out = append(out, dir[i:i+dirEntrySize]...)
 		}
 	}
 	return out
 }
 
-func appendEntry(dir []byte, key [32]byte, expiresMicro int64) []byte {
-	dir = append(dir, key[8:16]...)
-	return binary.BigEndian.AppendUint64(dir, uint64(expiresMicro))
+func entryLive(entry []byte, nowMicro int64) bool {
+	return int64(binary.BigEndian.Uint32(entry[4:8]))*1_000_000 > nowMicro
+}
+
+func appendEntry(dir []byte, key [32]byte, expires time.Time) []byte {
+	sec := expires.Unix()
+	if expires.Nanosecond() > 0 {
+		sec++
+	}
+	dir = append(dir, key[8:12]...)
+	return binary.BigEndian.AppendUint32(dir, uint32(sec))
 }
 
 // findKeys reads the stored, unexpired records of keys.

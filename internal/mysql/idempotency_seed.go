@@ -30,8 +30,8 @@ FROM (SELECT n, UNHEX(SHA2(CONCAT('bench-key-', n), 256)) AS h FROM %s WHERE n B
 			onChunk(hi)
 		}
 	}
-	// The directories: 8 bytes of each key's hash (bytes 9-16) and its expiry in Unix
-	// microseconds, big-endian, as idempotency.go writes them (the session's time zone is UTC).
+	// The directories: 4 bytes of each key's hash (bytes 9-12) and its expiry in Unix seconds,
+	// rounded up, big-endian, as idempotency.go writes them (the session's time zone is UTC).
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
@@ -41,8 +41,8 @@ FROM (SELECT n, UNHEX(SHA2(CONCAT('bench-key-', n), 256)) AS h FROM %s WHERE n B
 		return err
 	}
 	_, err = conn.ExecContext(ctx, `UPDATE idempotency_buckets b JOIN (
-  SELECT bucket, GROUP_CONCAT(CONCAT(SUBSTRING(key_hash, 9, 8),
-    UNHEX(LPAD(HEX(CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS UNSIGNED)), 16, '0'))) SEPARATOR '') AS d
+  SELECT bucket, GROUP_CONCAT(CONCAT(SUBSTRING(key_hash, 9, 4),
+    UNHEX(LPAD(HEX(CAST(CEIL(UNIX_TIMESTAMP(expires_at)) AS UNSIGNED)), 8, '0'))) SEPARATOR '') AS d
   FROM idempotency_keys GROUP BY bucket) k ON k.bucket = b.bucket
 SET b.directory = CONCAT(b.directory, k.d)`)
 	if err != nil {

@@ -10,10 +10,10 @@
 -- two keys of one bucket) are serialised, and the second reads what the first committed: a
 -- concurrent duplicate waits here for the first one's outcome (bounded by IDEMPOTENCY_WAIT through
 -- the statement's context). The same statement reads the buckets' directories and the database's
--- clock, which decides expiry. `bucket IN (...)` prunes the scan to the buckets' partitions, 64
+-- clock, which decides expiry. `bucket IN (...)` prunes the scan to the buckets' partitions, 16
 -- rows each; a locking read at READ COMMITTED waits for a row another transaction holds even if it
 -- is not one of ours, so a create also waits for one holding another bucket of the same partition
--- (64 rows share a partition), for one short transaction. Rows are locked in the order of the scan
+-- (16 rows share a partition), for one short transaction. Rows are locked in the order of the scan
 -- (partition, then row), the same for every transaction, and a scan releases at once the rows that
 -- do not match, so lockers cannot deadlock each other.
 SELECT bucket, directory, NOW(6) FROM idempotency_buckets WHERE bucket IN (/*ids*/) FOR UPDATE;
