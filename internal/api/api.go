@@ -6,6 +6,8 @@
 //	GET  /events        200 {"count"}              count events
 //	GET  /events/{id}   200 {"id", "value", ...}   one event; 404 unknown; 400 not a positive integer
 //
+// Both creates take an Idempotency-Key header: a repeat gets the first answer (idempotency.go).
+//
 // The routes are registered one a line in routes(), and routed by an http.ServeMux (router.go).
 // Any other path is a 404, and a known path with another method a 405 with an Allow header; HEAD
 // is not GET, and no path is ever cleaned or redirected.
