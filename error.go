@@ -12,6 +12,7 @@ const (
 	EMETHOD      = "method"      // the resource exists but not with this method
 	ETOOLARGE    = "too_large"   // the request body is over the limit
 	EUNAVAILABLE = "unavailable" // a dependency is down; the caller may retry
+	ECONFLICT    = "conflict"    // another request holds what this one needs (its idempotency key); retry later
 	EINTERNAL    = "internal"    // a bug or an unexpected failure
 )
 

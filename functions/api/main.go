@@ -3,9 +3,11 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
@@ -20,9 +22,34 @@ func main() {
 	// its context, and answered after both, because Lambda freezes the environment once the answer is
 	// returned: nothing of a request may run after it (api.AsyncGroup.Inline).
 	server := &api.Server{Store: wire.Must(wire.OpenStore(context.Background(), cfg)), Logger: log,
-		AsyncGroup: api.AsyncGroup{Inline: true}}
+		AsyncGroup: api.AsyncGroup{Inline: true}, Idempotency: idempotency(cfg)}
 	if cfg.QueueURL != "" {
 		server.Queue = &queue.SQSSender{Client: wire.Must(wire.SQS(log)), QueueURL: cfg.QueueURL}
 	}
 	lambda.Start(httpadapter.New(server).ProxyWithContext)
+}
+
+// idempotency configures the Idempotency-Key header: each key is scoped to the caller's IAM
+// identity (callerScope).
+func idempotency(cfg config.Config) api.Idempotency {
+	return api.Idempotency{TTL: cfg.Idempotency.TTL, Wait: cfg.Idempotency.Wait, Required: cfg.Idempotency.Required,
+		Scope: callerScope}
+}
+
+// callerScope is the caller's identity as API Gateway authenticated it (the REST API's IAM
+// authorisation, SigV4): its IAM ARN, which is part of every idempotency key, so that one caller
+// never gets another's stored answer. A request with no identity (an API without authorisation)
+// has the empty scope, shared by all such callers.
+func callerScope(r *http.Request) string {
+	rc, ok := core.GetAPIGatewayContextFromContext(r.Context())
+	if !ok {
+		return ""
+	}
+	switch id := rc.Identity; {
+	case id.UserArn != "":
+		return "arn:" + id.UserArn
+	case id.Caller != "":
+		return "caller:" + rc.AccountID + ":" + id.Caller
+	}
+	return ""
 }

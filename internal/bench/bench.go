@@ -11,6 +11,8 @@
 //	count   GET /events's exact count on 1,000,000 events beside 1,000; the write path with the
 //	        count's fold beside it
 //	async   POST /events/async to processed, end to end on the local stack, beside POST /events
+//	idem    POST /events with a fresh Idempotency-Key beside none, with 1,000,000 keys stored beside
+//	        none, and replays of one key (idempotency.go)
 //	api     requests/s and latency of every endpoint under load
 //	lambda  bootstrap sizes and start-up time beside a hello-world bootstrap
 //	drain   100,000 pending events burned down by the sweeper's claim path
@@ -65,7 +67,7 @@ type Config struct {
 }
 
 // AllGroups lists the groups in the order they run.
-var AllGroups = []string{"alloc", "claim", "count", "drain", "async", "api", "lambda", "counters"}
+var AllGroups = []string{"alloc", "claim", "count", "drain", "async", "idem", "api", "lambda", "counters"}
 
 // Row is one figure. Ratios name the row they were divided by in Reference.
 type Row struct {
@@ -194,7 +196,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.report.Host.Database = v
 	}
 	funcs := map[string]func(context.Context, *run) error{
-		"alloc": runAlloc, "claim": runClaim, "count": runCount, "drain": runDrain, "async": runAsync, "api": runAPI, "lambda": runLambda,
+		"alloc": runAlloc, "claim": runClaim, "count": runCount, "drain": runDrain, "async": runAsync, "idem": runIdem, "api": runAPI, "lambda": runLambda,
 		"counters": runCounters, // counters.go
 	}
 	for _, g := range AllGroups {

@@ -40,6 +40,8 @@ type Config struct {
 	QueueURL  string
 	Processor Processor
 	Sweep     Sweep
+	// Idempotency configures the API's Idempotency-Key header (api.Idempotency).
+	Idempotency Idempotency
 	// LogLevel is LOG_LEVEL: debug, info, warn or error. Unset: slog's zero Level, info.
 	LogLevel slog.Level
 	// Local is read by the local runner only.
@@ -105,6 +107,17 @@ type Sweep struct {
 	Grace *time.Duration
 }
 
+// Idempotency configures idempotency keys (api.Idempotency; zero fields take its defaults).
+type Idempotency struct {
+	// TTL is IDEMPOTENCY_TTL: how long a stored key answers repeats.
+	TTL time.Duration
+	// Wait is IDEMPOTENCY_WAIT: how long a request waits for one with its key in flight before
+	// answering 409.
+	Wait time.Duration
+	// Required is IDEMPOTENCY_REQUIRED: creates without the header are refused (400).
+	Required bool
+}
+
 // Local configures the local runner (cmd/local, internal/local.Env); the functions ignore it.
 type Local struct {
 	// HTTPAddr is HTTP_ADDR: where the API listens, host:port (port 0 picks one).
@@ -155,6 +168,11 @@ func Load(getenv func(string) string) (Config, error) {
 		Sweep: Sweep{
 			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, 0),
 			Grace:     p.nonNegative("SWEEP_GRACE", "a duration such as 10s, or 0 for no grace"),
+		},
+		Idempotency: Idempotency{
+			TTL:      p.positive("IDEMPOTENCY_TTL"),
+			Wait:     p.positive("IDEMPOTENCY_WAIT"),
+			Required: p.flag("IDEMPOTENCY_REQUIRED"),
 		},
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),

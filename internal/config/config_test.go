@@ -135,3 +135,20 @@ func TestLocalDSNs(t *testing.T) {
 	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/", config.LocalServerDSN)
 	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce", config.LocalDSN)
 }
+
+// The idempotency variables: durations above zero and a boolean; unset, zero (the API's defaults).
+func TestIdempotency(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DB_DSN": "d", "IDEMPOTENCY_TTL": "1h", "IDEMPOTENCY_WAIT": "2s",
+		"IDEMPOTENCY_REQUIRED": "true"}))
+	require.NoError(t, err)
+	require.Equal(t, config.Idempotency{TTL: time.Hour, Wait: 2 * time.Second, Required: true}, c.Idempotency)
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d"}))
+	require.NoError(t, err)
+	require.Zero(t, c.Idempotency)
+	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "IDEMPOTENCY_TTL": "0", "IDEMPOTENCY_WAIT": "soon",
+		"IDEMPOTENCY_REQUIRED": "sometimes"}))
+	for _, k := range []string{"IDEMPOTENCY_TTL", "IDEMPOTENCY_WAIT", "IDEMPOTENCY_REQUIRED"} {
+		require.ErrorContains(t, err, k+" must be")
+	}
+}

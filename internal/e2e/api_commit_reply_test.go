@@ -31,8 +31,8 @@ import (
 // through and cuts the connection before its answer: with the default block allocator the INSERT
 // is one autocommit statement, with the literal one it commits in a transaction and the COMMIT's
 // answer is lost). The client gets 503 with Retry-After; the event IS stored, complete; and the
-// retry the 503 invites stores a second event. The API has no idempotency key yet: when it has,
-// the retry must answer with the first event instead, and this test must change with it.
+// retry the 503 invites, without an Idempotency-Key, stores a second event. With a key, the retry
+// answers with the first event instead: TestKeyedCreateWhoseCommitReplyIsLost.
 func TestCreateWhoseCommitReplyIsLost(t *testing.T) {
 	t.Parallel()
 	// The API as functions/api wires it (the async create runs in the request, its answer follows

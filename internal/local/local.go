@@ -54,6 +54,9 @@ type Options struct {
 	// within about this long. Negative (ASYNC_LINGER=0): answer after the message is sent, as a
 	// Lambda does.
 	AsyncLinger time.Duration
+	// Idempotency configures the Idempotency-Key header (IDEMPOTENCY_TTL, IDEMPOTENCY_WAIT,
+	// IDEMPOTENCY_REQUIRED; defaults: api.Idempotency's). Locally every caller has one scope.
+	Idempotency api.Idempotency
 	// Report, when set, hears of every settlement the processor and the sweeper make (the
 	// exactly-once checker's reports, internal/verify); Sweep.Report, when set, is the sweeper's.
 	Report processing.Reporter
@@ -102,7 +105,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	// into one INSERT, and sends messages naming many events (api.AsyncGroup); a Lambda serves one
 	// request at a time, and answers after its message is sent.
 	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
-		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}}
+		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency}
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	processor := &processing.Processor{Store: store, Logger: log, Report: opt.Report,
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
@@ -188,6 +191,8 @@ func Env(c config.Config) Options {
 		Sweep:               wire.Sweeping(c, nil),
 		VisibilityHeartbeat: c.Processor.VisibilityHeartbeat,
 		VisibilityExtension: c.Processor.VisibilityExtension,
+		Idempotency: api.Idempotency{TTL: c.Idempotency.TTL, Wait: c.Idempotency.Wait,
+			Required: c.Idempotency.Required},
 	}
 	if l := c.Local.AsyncLinger; l != nil {
 		o.AsyncLinger = *l

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -82,7 +83,9 @@ func TestMigrateConcurrentlyOnEmptyDatabase(t *testing.T) {
 	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM status").Scan(&statusRows))
 	require.NoError(t, db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT version) FROM schema_migrations").Scan(&versions, &distinctVersions))
 	require.Equal(t, 1, statusRows, "the counter must have exactly one row")
-	require.Equal(t, mysql.LatestVersion(), versions)
+	files, err := os.ReadDir("migrations")
+	require.NoError(t, err)
+	require.Equal(t, len(files), versions, "every migration recorded (versions may skip a number)")
 	require.Equal(t, versions, distinctVersions, "each migration recorded once")
 
 	// Migrating again is a no-op.

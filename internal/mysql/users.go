@@ -26,9 +26,10 @@ const (
 // roleGrants names each role's GRANT statements in sql/users.sql, each on one named table. A
 // table added by a migration adds the grants of the roles that use it here.
 var roleGrants = map[Role][]string{
-	RoleAPI:       {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantReadSettledCount", "GrantReadCounterSums"},
+	RoleAPI: {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantReadSettledCount", "GrantReadCounterSums",
+		"GrantKeyBuckets", "GrantReadInsertKeys"},
 	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter"},
-	RoleSweeper: {"GrantClaimSettleEvents", "GrantFoldSettledCount",
+	RoleSweeper: {"GrantClaimSettleEvents", "GrantFoldSettledCount", "GrantPruneKeys",
 		"GrantReadCounterSums", "GrantSweepCounterFacts", "GrantSweepCounterNotifications"},
 	RoleCounter: {"GrantLockCounterBuckets", "GrantWriteCounterDirectories", "GrantWriteCounterSums", "GrantInsertCounterFacts", "GrantRecordCounterNotifications"},
 }

@@ -95,6 +95,9 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 		pending = append(pending, ids...)
 		_, err = api.Count(ctx)
 		require.NoError(t, err, alloc)
+		_, err = api.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: time.Second}, []exactlyonce.KeyedCreate{{
+			Key: exactlyonce.KeyHash("", alloc), Value: "keyed", Answer: func(int64) (int, []byte) { return 201, []byte("{}") }}})
+		require.NoError(t, err, "a keyed create, %s", alloc)
 	}
 	apiDB := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{}).DB()
 	for _, stmt := range []string{
@@ -110,6 +113,10 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 		"GRANT SELECT ON events TO 'eo_sweeper'@'%'",
 		"CREATE USER 'intruder'@'%' IDENTIFIED BY 'x'",
 		"SELECT * FROM schema_migrations",
+		"DELETE FROM idempotency_keys",
+		"UPDATE idempotency_keys SET status = 0",
+		"DELETE FROM idempotency_buckets",
+		"INSERT INTO idempotency_buckets (bucket, directory) VALUES (5000, '')",
 	} {
 		requireDenied(t, apiDB, stmt)
 	}
@@ -150,6 +157,10 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	// Only the sweeper changes the count; the API reads it, the processor has no use for it.
 	requireDenied(t, apiDB, "UPDATE settled_count SET n = n + 1")
 	requireDenied(t, processor.DB(), "SELECT n FROM settled_count")
+	// The sweeper prunes expired idempotency keys; the processor has no use for them.
+	_, err = sweeper.PruneKeys(ctx, 10, 10)
+	require.NoError(t, err)
+	requireDenied(t, processor.DB(), "DELETE FROM idempotency_keys")
 	_, err = admin.ExecContext(ctx, "SELECT 1 FROM events LIMIT 1")
 	require.NoError(t, err, "the admin keeps every privilege")
 

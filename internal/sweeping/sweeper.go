@@ -128,6 +128,7 @@ func (s *Sweeper) sweepDue(ctx context.Context) (Result, error) {
 func (s *Sweeper) Handle(ctx context.Context, _ events.CloudWatchEvent) (Result, error) {
 	start := time.Now()
 	res, err := s.Sweep(ctx)
+	s.pruneKeys(ctx) // idempotency.go
 	s.publish(ctx, res, err)
 	if err != nil {
 		s.cfg.Logger.Error("sweeper: sweep failed", "processed", res.Processed, "err", err)

@@ -94,3 +94,18 @@ GRANT SELECT, DELETE ON t_counter TO /*user*/;
 -- (UnpublishedCounterNotifications, MarkCounterNotificationsPublished,
 -- PruneCounterNotifications). It never inserts one.
 GRANT SELECT, UPDATE, DELETE ON counter_notifications TO /*user*/;
+
+-- name: GrantKeyBuckets
+-- api: keyed creates (idempotency.sql) lock their buckets' rows (LockKeyBuckets, SELECT ... FOR
+-- UPDATE, which MySQL 8 allows with SELECT plus UPDATE) and rewrite their directories
+-- (WriteKeyDirectories). No INSERT or DELETE: only migrate seeds them.
+GRANT SELECT, UPDATE ON idempotency_buckets TO /*user*/;
+
+-- name: GrantReadInsertKeys
+-- api: keyed creates read stored keys (FindKeys) and insert new ones (InsertKeys); never update or
+-- delete one.
+GRANT SELECT, INSERT ON idempotency_keys TO /*user*/;
+
+-- name: GrantPruneKeys
+-- sweeper: deletes expired keys (PruneKeys), and nothing else of them.
+GRANT SELECT, DELETE ON idempotency_keys TO /*user*/;

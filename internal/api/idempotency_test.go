@@ -1,0 +1,235 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+type keyedAnswer struct {
+	status   int
+	body     string
+	replayed string
+	retry    string
+}
+
+func postKeyed(t *testing.T, url, path, key, body string) keyedAnswer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set(api.KeyHeader, key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return keyedAnswer{resp.StatusCode, string(b), resp.Header.Get(api.ReplayedHeader), resp.Header.Get("Retry-After")}
+}
+
+func idOf(t *testing.T, body string) int64 {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &m), body)
+	return int64(m["id"].(float64))
+}
+
+func keyedServer(t *testing.T, idem api.Idempotency, group api.AsyncGroup) (*testBundle, *api.Server) {
+	t.Helper()
+	b := &testBundle{store: testdb.Store(t, mysql.StoreConfig{}, 8), queue: &recordingQueue{}}
+	srv := &api.Server{Store: b.store, Queue: b.queue, Idempotency: idem, AsyncGroup: group}
+	b.srv = httptest.NewServer(srv)
+	t.Cleanup(b.srv.Close)
+	return b, srv
+}
+
+func count(t *testing.T, b *testBundle) int64 {
+	t.Helper()
+	n, err := b.store.Count(context.Background())
+	require.NoError(t, err)
+	return n
+}
+
+// Invariant: 32 concurrent identical requests with one key store one event and send one message,
+// and all 32 get the same answer (one original, 31 replays), on both creates, grouped (a process
+// serving many requests) and inline (Lambda).
+func TestConcurrentRequestsWithOneKeyStoreOneEvent(t *testing.T) {
+	t.Parallel()
+	for name, group := range map[string]api.AsyncGroup{"grouped": {}, "inline": {Inline: true}} {
+		for _, path := range []string{"/events", "/events/async"} {
+			t.Run(name+" "+path, func(t *testing.T) {
+				t.Parallel()
+				b, _ := keyedServer(t, api.Idempotency{Wait: time.Minute}, group)
+				answers := make([]keyedAnswer, 32)
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for i := range answers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						answers[i] = postKeyed(t, b.srv.URL, path, "same-key", "{}")
+					}()
+				}
+				close(start)
+				wg.Wait()
+				originals := 0
+				for _, a := range answers {
+					require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, a.status, a.body)
+					require.Equal(t, answers[0].body, a.body, "every answer the same, byte for byte")
+					if a.replayed == "" {
+						originals++
+					} else {
+						require.Equal(t, "true", a.replayed)
+					}
+				}
+				require.Equal(t, 1, originals, "one answer is the original, the others replays")
+				require.EqualValues(t, 1, count(t, b), "one event")
+				if path == "/events/async" {
+					b.queue.mu.Lock()
+					defer b.queue.mu.Unlock()
+					require.Equal(t, []int64{idOf(t, answers[0].body)}, b.queue.ids, "one message, naming the event")
+				}
+			})
+		}
+	}
+}
+
+// Invariant: a repeat after success gets the stored answer with Idempotent-Replayed and stores
+// nothing; the same key with another body or path is a 422 that stores nothing; another key is
+// another event; a request without a key is unaffected.
+func TestRepeatAndMismatch(t *testing.T) {
+	t.Parallel()
+	b, _ := keyedServer(t, api.Idempotency{}, api.AsyncGroup{})
+	first := postKeyed(t, b.srv.URL, "/events", "k1", "")
+	require.Equal(t, http.StatusCreated, first.status, first.body)
+	require.Empty(t, first.replayed)
+	again := postKeyed(t, b.srv.URL, "/events", "k1", "")
+	require.Equal(t, first.status, again.status)
+	require.Equal(t, first.body, again.body, "byte for byte")
+	require.Equal(t, "true", again.replayed)
+	quoted := postKeyed(t, b.srv.URL, "/events", `"k1"`, "")
+	require.Equal(t, first.body, quoted.body, "the structured-field string form names the same key")
+
+	for _, other := range []struct{ path, body string }{{"/events", "{}"}, {"/events/async", ""}} {
+		m := postKeyed(t, b.srv.URL, other.path, "k1", other.body)
+		require.Equal(t, http.StatusUnprocessableEntity, m.status, m.body)
+		require.Contains(t, m.body, api.KeyHeader)
+	}
+	require.EqualValues(t, 1, count(t, b), "repeats and mismatches store nothing")
+
+	async := postKeyed(t, b.srv.URL, "/events/async", "k2", "{}")
+	require.Equal(t, http.StatusAccepted, async.status)
+	require.Equal(t, async.body, postKeyed(t, b.srv.URL, "/events/async", "k2", "{}").body)
+	plain := postKeyed(t, b.srv.URL, "/events", "", "")
+	require.Equal(t, http.StatusCreated, plain.status)
+	require.EqualValues(t, 3, count(t, b))
+	b.queue.mu.Lock()
+	defer b.queue.mu.Unlock()
+	require.Equal(t, []int64{idOf(t, async.body)}, b.queue.ids, "the replay sent no message")
+}
+
+// Invariant: after the TTL a key is fresh: its repeat is a new event.
+func TestRepeatAfterTheTTL(t *testing.T) {
+	t.Parallel()
+	b, _ := keyedServer(t, api.Idempotency{TTL: 300 * time.Millisecond}, api.AsyncGroup{})
+	first := postKeyed(t, b.srv.URL, "/events", "k", "")
+	require.Equal(t, http.StatusCreated, first.status)
+	require.Eventually(t, func() bool {
+		var expired bool
+		require.NoError(t, b.store.DB().QueryRow("SELECT MAX(expires_at) <= NOW(6) FROM idempotency_keys").Scan(&expired))
+		return expired
+	}, 10*time.Second, 20*time.Millisecond, "the key expires on the database's clock")
+	later := postKeyed(t, b.srv.URL, "/events", "k", "")
+	require.Equal(t, http.StatusCreated, later.status)
+	require.Empty(t, later.replayed)
+	require.NotEqual(t, idOf(t, first.body), idOf(t, later.body), "a new event")
+	require.EqualValues(t, 2, count(t, b))
+}
+
+// Invariant: a bad key is a 400 naming the header, and nothing is written; so is a missing one
+// when keys are required.
+func TestBadKeys(t *testing.T) {
+	t.Parallel()
+	b, handler := keyedServer(t, api.Idempotency{}, api.AsyncGroup{})
+	bad := map[string]string{
+		"empty":          "",
+		"empty quoted":   `""`,
+		"256 characters": strings.Repeat("k", 256),
+		"256 quoted":     `"` + strings.Repeat("k", 256) + `"`,
+		"control":        "a\x01b",
+		"tab":            "a\tb",
+		"DEL":            "a\x7fb",
+		"non-ASCII":      "clé",
+		"open quote":     `"abc`,
+		"bad escape":     `"a\nb"`,
+		"inner quote":    `"a"b"`,
+		"space in bare":  "a b",
+	}
+	for name, key := range bad {
+		for _, path := range []string{"/events", "/events/async"} {
+			// Straight to the handler: Go's client and server refuse control characters in a
+			// header, API Gateway passes what it gets to the Lambda.
+			req := httptest.NewRequest(http.MethodPost, path, nil)
+			req.Header[api.KeyHeader] = []string{key} // as sent, even empty
+			rec := httptest.NewRecorder()
+			handler.ServeHTTP(rec, req)
+			require.Equal(t, http.StatusBadRequest, rec.Code, "%s on %s: %s", name, path, rec.Body)
+			require.Contains(t, rec.Body.String(), api.KeyHeader, name)
+		}
+	}
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/events", nil)
+	require.NoError(t, err)
+	req.Header[api.KeyHeader] = []string{"a", "b"}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "two keys")
+	require.EqualValues(t, 0, count(t, b), "nothing written")
+
+	for _, good := range []string{strings.Repeat("k", 255), `"` + strings.Repeat("k", 255) + `"`, `"with space \" and \\"`, "!~"} {
+		require.Equal(t, http.StatusCreated, postKeyed(t, b.srv.URL, "/events", good, "").status, good)
+	}
+
+	required, _ := keyedServer(t, api.Idempotency{Required: true}, api.AsyncGroup{})
+	for _, path := range []string{"/events", "/events/async"} {
+		a := postKeyed(t, required.srv.URL, path, "", "")
+		require.Equal(t, http.StatusBadRequest, a.status)
+		require.Contains(t, a.body, "required")
+	}
+	require.EqualValues(t, 0, count(t, required))
+	require.Equal(t, http.StatusCreated, postKeyed(t, required.srv.URL, "/events", "k", "").status)
+}
+
+// Invariant: a request whose key another transaction holds (a duplicate in flight in another
+// process) waits up to IDEMPOTENCY_WAIT, then answers 409 with Retry-After and writes nothing; once
+// the holder is done, the request runs.
+func TestDuplicateInFlightElsewhereWaitsThenConflicts(t *testing.T) {
+	t.Parallel()
+	b, _ := keyedServer(t, api.Idempotency{Wait: 300 * time.Millisecond}, api.AsyncGroup{Inline: true})
+	tx, err := b.store.DB().Begin()
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.Exec("SELECT bucket FROM idempotency_buckets FOR UPDATE") // every bucket held
+	require.NoError(t, err)
+	start := time.Now()
+	a := postKeyed(t, b.srv.URL, "/events", "k", "")
+	require.Equal(t, http.StatusConflict, a.status, a.body)
+	require.Equal(t, "1", a.retry)
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "it waited")
+	require.NoError(t, tx.Rollback())
+	require.EqualValues(t, 0, count(t, b))
+	require.Equal(t, http.StatusCreated, postKeyed(t, b.srv.URL, "/events", "k", "").status)
+}

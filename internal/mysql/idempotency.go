@@ -1,0 +1,344 @@
+package mysql
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/go-sql-driver/mysql"
+)
+
+// KeyBuckets is the number of buckets of idempotency keys: rows of idempotency_buckets created by
+// migration 0006, each a lock and a directory (sql/idempotency.sql). A key's bucket is computed
+// from its hash (exactlyonce.KeyHash), in Go, and stored with it.
+const KeyBuckets = 4096
+
+func keyBucket(hash [32]byte) int64 { return int64(binary.BigEndian.Uint32(hash[:4]) % KeyBuckets) }
+
+// errKeyBusy marks a wait for a key's lock that outlasted KeyOptions.Wait.
+var errKeyBusy = exactlyonce.Errorf(exactlyonce.ECONFLICT,
+	"a request with this idempotency key is still in progress; retry later")
+
+// errKeyLockWait marks a lock wait timeout on a key's bucket before opt.Wait has passed.
+var errKeyLockWait = errors.New("lock wait timeout on an idempotency key's bucket")
+
+// errNothingToWrite ends a transaction that found every key stored: it is rolled back.
+var errNothingToWrite = errors.New("every key is stored: nothing to write")
+
+// CreateKeyed stores the creates whose keys are not stored yet, each event with its key and its
+// answer, in one transaction: all of them or none. The keys must be distinct. For a key stored
+// and unexpired, nothing is written and its record is returned. A create whose key's lock is held
+// by another transaction waits for it (a duplicate in flight elsewhere) up to opt.Wait, and then
+// fails with an ECONFLICT error, having written nothing.
+//
+// One transaction for the lot (a group of concurrent requests, internal/api): its statements,
+// eight round trips at most, are shared by every create in it.
+func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, creates []exactlyonce.KeyedCreate) ([]exactlyonce.KeyedResult, error) {
+	if len(creates) == 0 {
+		return nil, nil
+	}
+	if opt.TTL <= 0 || opt.Wait <= 0 {
+		return nil, fmt.Errorf("create keyed: TTL and Wait must be positive, got %s and %s", opt.TTL, opt.Wait)
+	}
+	seen := make(map[[32]byte]bool, len(creates))
+	for _, c := range creates {
+		if seen[c.Key] {
+			return nil, errors.New("create keyed: one key twice in one transaction")
+		}
+		seen[c.Key] = true
+	}
+	// An allocator that takes ids outside any transaction (block) takes them before ours begins:
+	// a refill inside it would need a second connection while this one holds the buckets' locks,
+	// and with every connection of the pool held by creates queued on those locks it would wait
+	// for ever. Ids of the creates that turn out to be repeats are never used: gaps.
+	var ids []int64
+	if !s.alloc.inTx() {
+		var err error
+		if ids, err = s.alloc.take(ctx, nil, len(creates)); err != nil {
+			return nil, interpret("create keyed", err)
+		}
+	}
+	waitUntil := time.Now().Add(opt.Wait)
+	var results []exactlyonce.KeyedResult
+	var err error
+	err = inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		var err error
+		results, err = s.createKeyed(ctx, txSession{tx}, waitUntil, opt.TTL, creates, ids)
+		return err
+	})
+	if errors.Is(err, errNothingToWrite) {
+		return results, nil
+	}
+	if err != nil {
+		if errors.Is(err, errKeyBusy) || errors.Is(err, errKeyLockWait) {
+			return nil, errKeyBusy
+		}
+		return nil, interpret("create keyed", err)
+	}
+	return results, nil
+}
+
+// dirEntrySize is one directory entry: 4 bytes of the key's hash (bytes 8-11: the first four
+// choose the bucket) and its expiry in Unix seconds, rounded up (big-endian, good until 2106). Small,
+// because every lookup scans a partition of directories: a key whose 4 bytes match another's in its
+// bucket (about one lookup in 2^32 / the bucket's keys) costs a read of the keys, never a wrong
+// answer, and an entry that outlives its key by under a second the same.
+const dirEntrySize = 8
+
+// maxDirectoryStatement keeps a statement writing directories under 16 KB where it can: RDS Proxy
+// pins the session of a larger statement.
+const maxDirectoryStatement = 12 << 10
+
+func (s *Store) createKeyed(ctx context.Context, tx keyedSession, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64) ([]exactlyonce.KeyedResult, error) {
+	var buckets []int64
+	for _, c := range creates {
+		buckets = append(buckets, keyBucket(c.Key))
+	}
+	slices.Sort(buckets)
+	buckets = slices.Compact(buckets)
+
+	// The buckets' locks and directories, and the database's clock, in one statement: a duplicate
+	// in flight elsewhere holds its bucket's lock, and we wait for its commit.
+	lockCtx, cancel := context.WithDeadline(ctx, waitUntil)
+	defer cancel()
+	q, args := expandIDs(query("LockKeyBuckets"), buckets)
+	rows, err := tx.QueryContext(lockCtx, q, args...)
+	if err != nil {
+		return nil, lockFailed(ctx, lockCtx, waitUntil, err)
+	}
+	dirs := map[int64][]byte{}
+	var now time.Time
+	for rows.Next() {
+		var b int64
+		var d []byte
+		if err := rows.Scan(&b, &d, &now); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		dirs[b] = d
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, lockFailed(ctx, lockCtx, waitUntil, err)
+	}
+	if len(dirs) != len(buckets) {
+		return nil, fmt.Errorf("idempotency_buckets: found %d of %d buckets: rows are missing (migration 0006 seeds %d)", len(dirs), len(buckets), KeyBuckets)
+	}
+	nowMicro := now.UnixMicro()
+
+	// Which keys the directories say are stored: those are read; the others are fresh.
+	results := make([]exactlyonce.KeyedResult, len(creates))
+	var maybe [][32]byte
+	for _, c := range creates {
+		if dirHas(dirs[keyBucket(c.Key)], c.Key, nowMicro) {
+			maybe = append(maybe, c.Key)
+		}
+	}
+	stored := map[[32]byte]exactlyonce.KeyRecord{}
+	if len(maybe) > 0 {
+		if stored, err = findKeys(ctx, tx, maybe, now); err != nil {
+			return nil, err
+		}
+	}
+	var fresh []int
+	for i, c := range creates {
+		if r, ok := stored[c.Key]; ok {
+			results[i] = exactlyonce.KeyedResult{Record: r}
+		} else {
+			fresh = append(fresh, i)
+		}
+	}
+	if len(fresh) == 0 {
+		// Nothing to write: roll back, which releases the locks as a commit would.
+		return results, errNothingToWrite
+	}
+
+	if ids == nil {
+		// The literal allocator: in this transaction, after the buckets' locks (the order every
+		// keyed create takes them in: buckets, then the counter).
+		if ids, err = s.alloc.take(ctx, tx.(txSession).Tx, len(fresh)); err != nil {
+			return nil, err
+		}
+	}
+	expires := now.Add(ttl)
+	var eventRows, keyRows []string
+	var eventArgs, keyArgs []any
+	added := map[int64][]byte{}
+	for j, i := range fresh {
+		c, id := creates[i], ids[j]
+		status, body := c.Answer(id)
+		if c.Pending {
+			eventRows = append(eventRows, "(?, NULL, 0, NOW(6), NULL, NULL, 0)")
+			eventArgs = append(eventArgs, id)
+		} else {
+			eventRows = append(eventRows, "(?, ?, 10, NOW(6), NOW(6), 'api', 1)")
+			eventArgs = append(eventArgs, id, c.Value)
+		}
+		b := keyBucket(c.Key)
+		keyRows = append(keyRows, "(?, ?, ?, ?, ?, ?, NOW(6), ?)")
+		keyArgs = append(keyArgs, b, c.Key[:], c.Fingerprint[:], status, body, id, expires)
+		added[b] = appendEntry(added[b], c.Key, expires)
+		results[i] = exactlyonce.KeyedResult{Created: true, Record: exactlyonce.KeyRecord{Fingerprint: c.Fingerprint, Status: status, Body: body, EventID: id}}
+	}
+	if err := tx.exec(ctx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
+		return nil, err
+	}
+	if err := tx.exec(ctx, strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(keyRows, ", "), 1), keyArgs...); err != nil {
+		return nil, err
+	}
+	return results, writeDirectories(ctx, tx, dirs, added, nowMicro)
+}
+
+// writeDirectories writes the directory of each bucket that got keys: its unexpired entries and
+// the new ones, a few buckets per statement.
+func writeDirectories(ctx context.Context, tx keyedSession, dirs, added map[int64][]byte, nowMicro int64) error {
+	var buckets []int64
+	for b := range added {
+		buckets = append(buckets, b)
+	}
+	slices.Sort(buckets)
+	var batch []int64
+	var cases []string
+	var args []any
+	size := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		q := strings.Replace(query("WriteKeyDirectories"), "/*cases*/", strings.Join(cases, " "), 1)
+		q, ids := expandIDs(q, batch)
+		err := tx.exec(ctx, q, append(args, ids...)...)
+		batch, cases, args, size = nil, nil, nil, 0
+		return err
+	}
+	for _, b := range buckets {
+		d := append(liveEntries(dirs[b], nowMicro), added[b]...)
+		if size > 0 && size+len(d) > maxDirectoryStatement {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		batch = append(batch, b)
+		cases = append(cases, "WHEN ? THEN ?")
+		args = append(args, b, d)
+		size += len(d)
+	}
+	return flush()
+}
+
+// dirHas tells whether dir holds an unexpired entry for key.
+func dirHas(dir []byte, key [32]byte, nowMicro int64) bool {
+	for i := 0; i+dirEntrySize <= len(dir); i += dirEntrySize {
+		if bytes.Equal(dir[i:i+4], key[8:12]) && entryLive(dir[i:], nowMicro) {
+			return true
+		}
+	}
+	return false
+}
+
+// liveEntries returns a copy of dir's unexpired entries.
+func liveEntries(dir []byte, nowMicro int64) []byte {
+	out := make([]byte, 0, len(dir)+dirEntrySize)
+	for i := 0; i+dirEntrySize <= len(dir); i += dirEntrySize {
+		if entryLive(dir[i:], nowMicro) {
+			out = append(out, dir[i:i+dirEntrySize]...)
+		}
+	}
+	return out
+}
+
+func entryLive(entry []byte, nowMicro int64) bool {
+	return int64(binary.BigEndian.Uint32(entry[4:8]))*1_000_000 > nowMicro
+}
+
+func appendEntry(dir []byte, key [32]byte, expires time.Time) []byte {
+	sec := expires.Unix()
+	if expires.Nanosecond() > 0 {
+		sec++
+	}
+	dir = append(dir, key[8:12]...)
+	return binary.BigEndian.AppendUint32(dir, uint32(sec))
+}
+
+// findKeys reads the stored, unexpired records of keys.
+func findKeys(ctx context.Context, tx keyedSession, keys [][32]byte, now time.Time) (map[[32]byte]exactlyonce.KeyRecord, error) {
+	var buckets []int64
+	hashes := make([]any, len(keys))
+	for i, k := range keys {
+		buckets = append(buckets, keyBucket(k))
+		hashes[i] = k[:]
+	}
+	slices.Sort(buckets)
+	buckets = slices.Compact(buckets)
+	q, args := expandIDs(query("FindKeys"), buckets)
+	q = strings.Replace(q, "/*hashes*/", placeholders(len(keys)), 1)
+	args = append(append(args, hashes...), now)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[[32]byte]exactlyonce.KeyRecord{}
+	for rows.Next() {
+		var hash, fp []byte
+		var r exactlyonce.KeyRecord
+		if err := rows.Scan(&hash, &fp, &r.Status, &r.Body, &r.EventID); err != nil {
+			return nil, err
+		}
+		var k [32]byte
+		copy(k[:], hash)
+		copy(r.Fingerprint[:], fp)
+		out[k] = r
+	}
+	return out, rows.Err()
+}
+
+// lockFailed says what a failure to lock the buckets means: a wait for a key another transaction
+// holds that outlasted opt.Wait (errKeyBusy), or a lock wait timeout before it, which the
+// transaction helper retries (errKeyLockWait), or anything else.
+func lockFailed(ctx, lockCtx context.Context, waitUntil time.Time, err error) error {
+	switch {
+	case ctx.Err() != nil:
+	case lockCtx.Err() != nil || isLockWaitTimeout(err) && !time.Now().Before(waitUntil):
+		return errors.Join(errKeyBusy, err)
+	case isLockWaitTimeout(err):
+		// innodb_lock_wait_timeout is shorter than the wait: the transaction helper runs it
+		// again, and if it gives up, the key was still busy.
+		return errors.Join(errKeyLockWait, err)
+	}
+	return err
+}
+
+func isLockWaitTimeout(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == errLockWaitTimeout
+}
+
+// PruneKeys deletes up to limit expired idempotency keys, in batches of at most batch, and
+// returns how many it deleted. The sweeper runs it after each sweep.
+func (s *Store) PruneKeys(ctx context.Context, batch, limit int) (int, error) {
+	total := 0
+	for total < limit {
+		n := min(batch, limit-total)
+		res, err := s.db.ExecContext(ctx, query("PruneKeys"), n)
+		if err != nil {
+			return total, interpret("prune idempotency keys", err)
+		}
+		got, err := res.RowsAffected()
+		if err != nil {
+			return total, interpret("prune idempotency keys", err)
+		}
+		total += int(got)
+		if got < int64(n) {
+			break
+		}
+	}
+	return total, nil
+}
