@@ -60,6 +60,14 @@ type Agent struct {
 	LastPulseAt time.Time
 }
 
+// AgentSpec is what an agent registers with.
+type AgentSpec struct {
+	Name, Kind string
+	Sharding   Sharding
+	// Total and Index are a static agent's assignment; a dynamic one registers without (nil).
+	Total, Index *int
+}
+
 // Assigned tells whether a's persisted assignment is (total, index).
 func (a Agent) Assigned(total, index int) bool {
 	return a.TotalShardCount != nil && a.AssignedShardIndex != nil &&

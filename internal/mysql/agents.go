@@ -12,19 +12,11 @@ import (
 // The agents table (sql/agents.sql): registration, pulse, ejection, assignment, leaving. The
 // coordination itself (when to pulse, what the assignment is, when to run) is internal/agents'.
 
-// AgentSpec is what an agent registers with.
-type AgentSpec struct {
-	Name, Kind string
-	Sharding   exactlyonce.Sharding
-	// Total and Index are a static agent's assignment; a dynamic one registers without (nil).
-	Total, Index *int
-}
-
 // RegisterAgent inserts a new agent, WAITING, expiring after expiration on the database's clock,
 // and returns it. Its id is taken from the status counter under its row lock in the same
 // transaction, so it is unique, and larger than every id taken before (ordering agents by id
 // orders them by registration).
-func (s *Store) RegisterAgent(ctx context.Context, spec AgentSpec, expiration time.Duration) (exactlyonce.Agent, error) {
+func (s *Store) RegisterAgent(ctx context.Context, spec exactlyonce.AgentSpec, expiration time.Duration) (exactlyonce.Agent, error) {
 	var id int64
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 		var err error

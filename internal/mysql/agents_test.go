@@ -73,7 +73,7 @@ func TestRegisterAgentsAtOnceGivesDistinctIDs(t *testing.T) {
 	var mu sync.Mutex
 	ids := map[int64]bool{}
 	together(t, 16, func(w int) error {
-		a, err := store.RegisterAgent(ctx, mysql.AgentSpec{Name: "a", Kind: "test", Sharding: exactlyonce.ShardingDynamic}, time.Minute)
+		a, err := store.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "a", Kind: "test", Sharding: exactlyonce.ShardingDynamic}, time.Minute)
 		if err != nil {
 			return err
 		}
@@ -105,7 +105,7 @@ func TestPulseAndEjectOnTheDatabaseClock(t *testing.T) {
 	t.Parallel()
 	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	ctx := context.Background()
-	spec := mysql.AgentSpec{Name: "x", Kind: "test", Sharding: exactlyonce.ShardingDynamic}
+	spec := exactlyonce.AgentSpec{Name: "x", Kind: "test", Sharding: exactlyonce.ShardingDynamic}
 	live, err := store.RegisterAgent(ctx, spec, time.Minute)
 	require.NoError(t, err)
 	dying, err := store.RegisterAgent(ctx, spec, 200*time.Millisecond)

@@ -1,0 +1,137 @@
+package agents
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+)
+
+// Defaults of the processing loop, as the anchor has them.
+const (
+	DefaultBatchSize    = 50
+	DefaultPollInterval = time.Second
+	DefaultPollJitter   = 500 * time.Millisecond
+	// DefaultBatchTimeout bounds one batch, which runs to its end even after the agent is told to
+	// stop (SIGTERM): it finishes its batch, then leaves.
+	DefaultBatchTimeout = 30 * time.Second
+)
+
+// Config configures an Agent. Zero values take the defaults shown.
+type Config struct {
+	Member MemberConfig
+	// BatchSize is the most events one claim takes. Default 50.
+	BatchSize int
+	// Grace leaves pending events younger than this to the queue path (as the sweeper's grace).
+	// Zero: no grace, every pending event is due.
+	Grace time.Duration
+	// PollInterval and PollJitter are the pause when nothing is due, or when the agent may not
+	// claim (WAITING, SUSPENDED, its pulse failing): PollInterval plus up to PollJitter. Defaults
+	// 1 s and 0.5 s. A member that is not RUNNING also pulses every PollInterval rather than every
+	// pulse interval, so that a topology change settles in a few seconds.
+	PollInterval, PollJitter time.Duration
+	// BatchTimeout bounds one batch. Default 30 s.
+	BatchTimeout time.Duration
+}
+
+// Agent is a standalone agent's loop: pulse when due; if it may claim, process a batch of due
+// events of its range; otherwise, or when nothing was due, wait the polling interval.
+type Agent struct {
+	Member *Member
+	Engine *processing.Engine
+	cfg    Config
+	log    *slog.Logger
+}
+
+// New returns an agent that processes with engine.
+func New(store Store, engine *processing.Engine, cfg Config) (*Agent, error) {
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
+	cfg.PollJitter = cmp.Or(cfg.PollJitter, DefaultPollJitter)
+	cfg.BatchTimeout = cmp.Or(cfg.BatchTimeout, DefaultBatchTimeout)
+	m, err := NewMember(store, cfg.Member)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{Member: m, Engine: engine, cfg: cfg, log: m.cfg.Logger}, nil
+}
+
+// Run runs the loop until ctx ends, then leaves (deletes its row) and returns. A batch under way
+// when ctx ends runs to its end first. Errors are logged and the loop goes on: a database restart
+// must not stop an agent.
+func (a *Agent) Run(ctx context.Context) error {
+	defer func() {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := a.Member.Leave(lctx); err != nil {
+			a.log.Warn("agent: could not leave; the others take its range after its expiration", "err", err)
+		}
+	}()
+	var nextPulse time.Time
+	for ctx.Err() == nil {
+		if !time.Now().Before(nextPulse) {
+			if err := a.Member.Pulse(ctx); err != nil && ctx.Err() == nil {
+				a.log.Error("agent: pulse failed; it claims nothing while its membership is in doubt", "agent", a.Member.ID(), "err", err)
+			}
+			every := a.Member.cfg.PulseInterval
+			if a.Member.State() != exactlyonce.AgentRunning {
+				every = min(every, a.cfg.PollInterval)
+			}
+			nextPulse = time.Now().Add(every)
+		}
+		r, ok := a.Member.Assignment()
+		if !ok {
+			a.pause(ctx, nextPulse, false)
+			continue
+		}
+		b, err := a.batch(ctx, r)
+		if err != nil {
+			a.log.Warn("agent: batch failed; retrying", "agent", a.Member.ID(), "err", err)
+			a.pause(ctx, nextPulse, true)
+			continue
+		}
+		if b.Settled > 0 || b.Retrying > 0 || b.GaveUp > 0 {
+			a.log.Debug("agent: processed", "agent", a.Member.ID(), "settled", b.Settled, "range", r.String())
+		}
+		if b.Claimed < a.cfg.BatchSize {
+			a.pause(ctx, nextPulse, true)
+		}
+	}
+	return nil
+}
+
+// batch processes one batch of range r, to its end even if ctx ends meanwhile.
+func (a *Agent) batch(ctx context.Context, r exactlyonce.HashRange) (processing.Batch, error) {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.BatchTimeout)
+	defer cancel()
+	var hr *exactlyonce.HashRange
+	if r != exactlyonce.AllHashes {
+		hr = &r
+	}
+	b, err := a.Engine.ProcessDueIn(bctx, a.cfg.Grace, a.cfg.BatchSize, hr)
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return b, nil
+	}
+	return b, err
+}
+
+// pause waits the polling interval (plus jitter when idle) or until the next pulse is due,
+// whichever comes first, or until ctx ends.
+func (a *Agent) pause(ctx context.Context, nextPulse time.Time, jitter bool) {
+	d := a.cfg.PollInterval
+	if jitter {
+		d += time.Duration(rand.Int64N(int64(a.cfg.PollJitter) + 1))
+	}
+	d = min(d, max(time.Until(nextPulse), time.Millisecond))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
