@@ -270,3 +270,39 @@ func TestAgentsJoiningAndLeavingNeverOverlap(t *testing.T) {
 	}
 	t.Logf("%d samples of the table without overlap", stopSampling())
 }
+
+// counting counts the events one agent settled.
+type counting struct{ n atomic.Int64 }
+
+func (c *counting) Claiming(string)               {}
+func (c *counting) Settled(_ string, ids []int64) { c.n.Add(int64(len(ids))) }
+
+// Shares: 100,000 pending events and 4 agents: each settles its quarter, 25% plus or minus 2%.
+func TestFourAgentsShareTheEventsEvenly(t *testing.T) {
+	t.Parallel()
+	const events, n = 100_000, 4
+	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	counts := make([]*counting, n)
+	for i := range counts {
+		counts[i] = &counting{}
+		startAgent(t, store, agents.Config{Member: memberConfig(fmt.Sprintf("agent-%d", i)), BatchSize: 500}, counts[i])
+	}
+	require.Eventually(t, func() bool {
+		as, err := store.Agents(context.Background())
+		return err == nil && converged(as, n)
+	}, 30*time.Second, 10*time.Millisecond)
+	_, err := mysql.LoadPending(context.Background(), store.DB(), events, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		open, err := mysql.CountOpen(context.Background(), store.DB())
+		return err == nil && open == 0
+	}, 5*time.Minute, 50*time.Millisecond)
+	total := int64(0)
+	for i, c := range counts {
+		share := float64(c.n.Load()) / events
+		t.Logf("agent %d settled %d events (%.2f%%)", i, c.n.Load(), 100*share)
+		require.InDeltaf(t, 0.25, share, 0.02, "agent %d's share", i)
+		total += c.n.Load()
+	}
+	require.EqualValues(t, events, total)
+}

@@ -40,6 +40,7 @@ type Config struct {
 	QueueURL  string
 	Processor Processor
 	Sweep     Sweep
+	Agent     Agent
 	// LogLevel is LOG_LEVEL: debug, info, warn or error. Unset: slog's zero Level, info.
 	LogLevel slog.Level
 	// Local is read by the local runner only.
@@ -105,6 +106,23 @@ type Sweep struct {
 	Grace *time.Duration
 }
 
+// Agent configures agents: the standalone agent (cmd/agent) and the sweepers that run as agents
+// (internal/agents, through wire.Agent; zero fields take its defaults).
+type Agent struct {
+	// Name is AGENT_NAME: the agent's name in the agents table (default: host and process id).
+	Name string
+	// PulseInterval and Expiration are AGENT_PULSE_INTERVAL and AGENT_EXPIRATION: how often an agent
+	// pulses, and how long after its last pulse the others eject it (at least 3 pulse intervals).
+	PulseInterval, Expiration time.Duration
+	// PollInterval is AGENT_POLL_INTERVAL: the pause when nothing is due (plus up to half of it).
+	PollInterval time.Duration
+	// BatchSize is AGENT_BATCH_SIZE: the events one claim of an agent takes.
+	BatchSize int
+	// ShardsTotal and ShardsAssigned are SHARDS_TOTAL and SHARDS_ASSIGNED: static sharding, this
+	// agent's shard of the total. Both or neither; nil: dynamic sharding.
+	ShardsTotal, ShardsAssigned *int
+}
+
 // Local configures the local runner (cmd/local, internal/local.Env); the functions ignore it.
 type Local struct {
 	// HTTPAddr is HTTP_ADDR: where the API listens, host:port (port 0 picks one).
@@ -156,6 +174,15 @@ func Load(getenv func(string) string) (Config, error) {
 			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, 0),
 			Grace:     p.nonNegative("SWEEP_GRACE", "a duration such as 10s, or 0 for no grace"),
 		},
+		Agent: Agent{
+			Name:           p.str("AGENT_NAME"),
+			PulseInterval:  p.positive("AGENT_PULSE_INTERVAL"),
+			Expiration:     p.positive("AGENT_EXPIRATION"),
+			PollInterval:   p.positive("AGENT_POLL_INTERVAL"),
+			BatchSize:      p.integer("AGENT_BATCH_SIZE", 1, 0),
+			ShardsTotal:    p.optionalInt("SHARDS_TOTAL", 1),
+			ShardsAssigned: p.optionalInt("SHARDS_ASSIGNED", 0),
+		},
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
 			QueueName:          p.str("QUEUE_NAME"),
@@ -171,6 +198,14 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if a := c.Store.Allocator; a != "" && !slices.Contains(Allocators(), a) {
 		p.fail(fmt.Sprintf("ALLOCATOR must be %s, got %q", strings.Join(quoted(Allocators()), " or "), a))
+	}
+	if a := c.Agent; (a.ShardsTotal == nil) != (a.ShardsAssigned == nil) {
+		p.fail("set SHARDS_TOTAL and SHARDS_ASSIGNED together (static sharding), or neither (dynamic sharding)")
+	} else if a.ShardsTotal != nil && *a.ShardsAssigned >= *a.ShardsTotal {
+		p.fail(fmt.Sprintf("SHARDS_ASSIGNED (%d) must be below SHARDS_TOTAL (%d): shards are numbered from 0", *a.ShardsAssigned, *a.ShardsTotal))
+	}
+	if a := c.Agent; a.PulseInterval > 0 && a.Expiration > 0 && a.Expiration < 3*a.PulseInterval {
+		p.fail(fmt.Sprintf("AGENT_EXPIRATION (%s) must be at least 3 times AGENT_PULSE_INTERVAL (%s)", a.Expiration, a.PulseInterval))
 	}
 	if h, e := c.Processor.VisibilityHeartbeat, c.Processor.VisibilityExtension; h > 0 && e > 0 && e <= h {
 		p.fail(fmt.Sprintf("VISIBILITY_EXTENSION (%s) must be longer than VISIBILITY_HEARTBEAT (%s)", e, h))
@@ -218,6 +253,20 @@ func (p *parser) integer(k string, min, max int) int {
 		return 0
 	}
 	return n
+}
+
+// optionalInt reads an integer of at least min, nil when unset.
+func (p *parser) optionalInt(k string, min int) *int {
+	v := p.str(k)
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min {
+		p.fail(fmt.Sprintf("%s must be an integer >= %d, got %q", k, min, v))
+		return nil
+	}
+	return &n
 }
 
 func (p *parser) boolean(k string) *bool {

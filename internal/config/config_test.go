@@ -135,3 +135,26 @@ func TestLocalDSNs(t *testing.T) {
 	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/", config.LocalServerDSN)
 	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce", config.LocalDSN)
 }
+
+func TestAgent(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d", "AGENT_NAME": "a1", "AGENT_PULSE_INTERVAL": "1s",
+		"AGENT_EXPIRATION": "10s", "AGENT_POLL_INTERVAL": "500ms", "AGENT_BATCH_SIZE": "20",
+		"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "0"}))
+	require.NoError(t, err)
+	require.Equal(t, config.Agent{Name: "a1", PulseInterval: time.Second, Expiration: 10 * time.Second,
+		PollInterval: 500 * time.Millisecond, BatchSize: 20, ShardsTotal: new(4), ShardsAssigned: new(0)}, c.Agent)
+
+	for _, bad := range []struct {
+		vars map[string]string
+		want string
+	}{
+		{map[string]string{"SHARDS_TOTAL": "4"}, "set SHARDS_TOTAL and SHARDS_ASSIGNED together"},
+		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "4"}, "SHARDS_ASSIGNED (4) must be below SHARDS_TOTAL (4)"},
+		{map[string]string{"SHARDS_TOTAL": "0", "SHARDS_ASSIGNED": "0"}, "SHARDS_TOTAL must be an integer >= 1"},
+		{map[string]string{"AGENT_PULSE_INTERVAL": "2s", "AGENT_EXPIRATION": "5s"}, "AGENT_EXPIRATION (5s) must be at least 3 times"},
+	} {
+		_, err := config.Load(env(bad.vars))
+		require.ErrorContains(t, err, bad.want)
+	}
+}

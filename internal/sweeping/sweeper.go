@@ -20,6 +20,9 @@ import (
 // DefaultBatchSize is Config.BatchSize's default.
 const DefaultBatchSize = 500
 
+// DefaultGrace is Config.Grace's default.
+const DefaultGrace = 10 * time.Second
+
 // Config configures a Sweeper. Zero values take the defaults shown.
 type Config struct {
 	// BatchSize is the number of events claimed and processed per transaction. Default 500
@@ -57,7 +60,7 @@ type Sweeper struct {
 func New(store processing.Store, cfg Config) *Sweeper {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	if cfg.Grace == 0 {
-		cfg.Grace = 10 * time.Second
+		cfg.Grace = DefaultGrace
 	} else if cfg.Grace < 0 {
 		cfg.Grace = 0
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
@@ -98,6 +99,33 @@ func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
 		}
 	}
 	return sc
+}
+
+// Agent returns the configured agents.Config for an agent of kind, logging to log: AGENT_* and
+// SHARDS_* for its membership and loop, SWEEP_GRACE for the pending events it leaves to the queue
+// path (unset: the sweeper's default grace).
+func Agent(c config.Config, kind string, log *slog.Logger) agents.Config {
+	a := c.Agent
+	name := a.Name
+	if name == "" {
+		host, _ := os.Hostname()
+		name = fmt.Sprintf("%s-%d-%s", kind, os.Getpid(), host)
+	}
+	ac := agents.Config{
+		Member: agents.MemberConfig{Name: name, Kind: kind, PulseInterval: a.PulseInterval,
+			Expiration: a.Expiration, Logger: log},
+		BatchSize:    a.BatchSize,
+		PollInterval: a.PollInterval,
+		PollJitter:   a.PollInterval / 2,
+		Grace:        sweeping.DefaultGrace,
+	}
+	if g := c.Sweep.Grace; g != nil {
+		ac.Grace = *g
+	}
+	if a.ShardsTotal != nil && a.ShardsAssigned != nil {
+		ac.Member.Static = &agents.Shard{Total: *a.ShardsTotal, Index: *a.ShardsAssigned}
+	}
+	return ac
 }
 
 // Visibility returns the processor's visibility extension on client, for QUEUE_URL (empty: each
