@@ -24,9 +24,10 @@ const (
 // roleGrants names each role's GRANT statements in sql/users.sql, each on one named table. A
 // table added by a migration adds the grants of the roles that use it here.
 var roleGrants = map[Role][]string{
-	RoleAPI:       {"GrantReadInsertEvents", "GrantAdvanceCounter"},
+	RoleAPI:       {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantReadAgents"},
 	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter"},
-	RoleSweeper:   {"GrantClaimSettleEvents"},
+	// A sweeper registers as an agent, whose id it takes from the counter (RegisterAgent).
+	RoleSweeper: {"GrantClaimSettleEvents", "GrantAgents", "GrantAdvanceCounter"},
 }
 
 // FunctionUser is the database user of one function.

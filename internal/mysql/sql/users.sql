@@ -30,7 +30,8 @@ GRANT SELECT, INSERT ON events TO /*user*/;
 -- name: GrantAdvanceCounter
 -- api: the allocators lock the counter and advance it (LockCounter's SELECT ... FOR UPDATE, which
 -- MySQL 8 allows with SELECT plus UPDATE; AdvanceCounter). No INSERT or DELETE: only migrate seeds
--- the row.
+-- the row. sweeper: an agent takes its id from the counter when it registers (RegisterAgent), so
+-- that agent ids are unique without a unique index.
 GRANT SELECT, UPDATE ON status TO /*user*/;
 
 -- name: GrantClaimSettleEvents
@@ -42,3 +43,12 @@ GRANT SELECT, UPDATE ON events TO /*user*/;
 -- processor: Outcomes reads the counter (ReadCounter, a consistent read without a lock) to tell an
 -- id that names no event from a settled one. It never advances it.
 GRANT SELECT ON status TO /*user*/;
+
+-- name: GrantAgents
+-- sweeper: the sweepers are agents (internal/agents): they register (INSERT), pulse and persist
+-- their assignment (UPDATE), eject expired agents and leave (DELETE), and read the topology.
+GRANT SELECT, INSERT, UPDATE, DELETE ON agents TO /*user*/;
+
+-- name: GrantReadAgents
+-- api: GET /agents lists the agents (a consistent read).
+GRANT SELECT ON agents TO /*user*/;
