@@ -5,6 +5,7 @@
 //	POST /events/async  202 {"id"}                 create a pending event and queue it
 //	GET  /events        200 {"count"}              count events
 //	GET  /events/{id}   200 {"id", "value", ...}   one event; 404 unknown; 400 not a positive integer
+//	GET  /agents        200 {"agents": [...]}      the registered agents, ordered by id (agents.go)
 //
 // The routes are registered one a line in routes(), and routed by an http.ServeMux (router.go).
 // Any other path is a 404, and a known path with another method a 405 with an Allow header; HEAD
@@ -158,6 +159,7 @@ func (s *Server) routes() *router {
 	rt.handle("GET /events", s.count)
 	rt.handle("GET /events/{id}", s.get)
 	rt.handle("GET /events/{$}", s.get) // an empty id, a 400 as it always was, not a 404
+	rt.handle("GET /agents", s.listAgents)
 	return rt
 }
 
