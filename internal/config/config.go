@@ -130,8 +130,9 @@ type Local struct {
 	// QueueName is QUEUE_NAME: the queue (and <name>-dlq) created on the SQS endpoint if missing.
 	QueueName string
 	// MappingConcurrency and MappingBatchSize are MAPPING_CONCURRENCY and MAPPING_BATCH_SIZE: the
-	// pollers and batch size of the local event source mapping.
-	MappingConcurrency int
+	// pollers and batch size of the local event source mapping. MappingConcurrency is nil when
+	// unset; 0 turns the local queue consumer off, leaving every async event to the agents.
+	MappingConcurrency *int
 	MappingBatchSize   int
 	// ProcessorTimeout is PROCESSOR_TIMEOUT: the deadline of each processor invocation.
 	ProcessorTimeout time.Duration
@@ -186,7 +187,7 @@ func Load(getenv func(string) string) (Config, error) {
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
 			QueueName:          p.str("QUEUE_NAME"),
-			MappingConcurrency: p.integer("MAPPING_CONCURRENCY", 1, 0),
+			MappingConcurrency: p.optionalInt("MAPPING_CONCURRENCY", 0),
 			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, 0),
 			ProcessorTimeout:   p.positive("PROCESSOR_TIMEOUT"),
 			AsyncLinger:        p.nonNegative("ASYNC_LINGER", "a duration such as 5ms, or 0 to answer after sending"),

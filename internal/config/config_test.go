@@ -74,7 +74,7 @@ func TestLocal(t *testing.T) {
 		"MAPPING_CONCURRENCY": "8", "MAPPING_BATCH_SIZE": "5", "PROCESSOR_TIMEOUT": "10s", "ASYNC_LINGER": "20ms",
 		"SWEEP_INTERVAL": "1s"}))
 	require.NoError(t, err)
-	require.Equal(t, config.Local{HTTPAddr: "127.0.0.1:0", QueueName: "mine", MappingConcurrency: 8, MappingBatchSize: 5,
+	require.Equal(t, config.Local{HTTPAddr: "127.0.0.1:0", QueueName: "mine", MappingConcurrency: new(8), MappingBatchSize: 5,
 		ProcessorTimeout: 10 * time.Second, AsyncLinger: new(20 * time.Millisecond), SweepInterval: time.Second}, c.Local)
 
 	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "ASYNC_LINGER": "0"}))

@@ -102,25 +102,31 @@ func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
 }
 
 // Agent returns the configured agents.Config for an agent of kind, logging to log: AGENT_* and
-// SHARDS_* for its membership and loop, SWEEP_GRACE for the pending events it leaves to the queue
-// path (unset: the sweeper's default grace).
+// SHARDS_* for its membership and loop (AgentVars), a name made of kind, process id and host when
+// AGENT_NAME is unset, and SWEEP_GRACE for the pending events it leaves to the queue path (unset:
+// the sweeper's default grace).
 func Agent(c config.Config, kind string, log *slog.Logger) agents.Config {
-	a := c.Agent
-	name := a.Name
-	if name == "" {
+	ac := AgentVars(c.Agent)
+	if ac.Member.Name == "" {
 		host, _ := os.Hostname()
-		name = fmt.Sprintf("%s-%d-%s", kind, os.Getpid(), host)
+		ac.Member.Name = fmt.Sprintf("%s-%d-%s", kind, os.Getpid(), host)
 	}
+	ac.Member.Kind, ac.Member.Logger = kind, log
+	ac.Grace = sweeping.DefaultGrace
+	if g := c.Sweep.Grace; g != nil {
+		ac.Grace = *g
+	}
+	return ac
+}
+
+// AgentVars returns the agents.Config that AGENT_* and SHARDS_* set, and nothing else: zero where
+// they are unset, for agents' defaults.
+func AgentVars(a config.Agent) agents.Config {
 	ac := agents.Config{
-		Member: agents.MemberConfig{Name: name, Kind: kind, PulseInterval: a.PulseInterval,
-			Expiration: a.Expiration, Logger: log},
+		Member:       agents.MemberConfig{Name: a.Name, PulseInterval: a.PulseInterval, Expiration: a.Expiration},
 		BatchSize:    a.BatchSize,
 		PollInterval: a.PollInterval,
 		PollJitter:   a.PollInterval / 2,
-		Grace:        sweeping.DefaultGrace,
-	}
-	if g := c.Sweep.Grace; g != nil {
-		ac.Grace = *g
 	}
 	if a.ShardsTotal != nil && a.ShardsAssigned != nil {
 		ac.Member.Static = &agents.Shard{Total: *a.ShardsTotal, Index: *a.ShardsAssigned}
