@@ -3,7 +3,7 @@
 // compared figure as a ratio to a reference measured in the same run: these machines are noisy, and
 // only figures taken together can be compared.
 //
-// Six groups, each a function that returns rows:
+// Seven groups, each a function that returns rows:
 //
 //	alloc   allocation + insert (POST /events's write path) per allocator strategy and client count,
 //	        against an AUTO_INCREMENT table in a scratch database
@@ -12,6 +12,8 @@
 //	api     requests/s and latency of every endpoint under load
 //	lambda  bootstrap sizes and start-up time beside a hello-world bootstrap
 //	drain   100,000 pending events burned down by the sweeper's claim path
+//	agents  the same with 1, 2, 4 and 8 standalone agent processes splitting the hash space; the
+//	        time from a SIGKILL of one of 4 agents to its range processed again; idle statements
 //
 // Every database the benchmark creates is a scratch database (bench_...) that it drops when done.
 // cmd/bench is the entrypoint; `make bench` runs it.
@@ -63,7 +65,7 @@ type Config struct {
 }
 
 // AllGroups lists the groups in the order they run.
-var AllGroups = []string{"alloc", "claim", "drain", "async", "api", "lambda"}
+var AllGroups = []string{"alloc", "claim", "drain", "agents", "async", "api", "lambda"}
 
 // Row is one figure. Ratios name the row they were divided by in Reference.
 type Row struct {
@@ -192,7 +194,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.report.Host.Database = v
 	}
 	funcs := map[string]func(context.Context, *run) error{
-		"alloc": runAlloc, "claim": runClaim, "drain": runDrain, "async": runAsync, "api": runAPI, "lambda": runLambda,
+		"alloc": runAlloc, "claim": runClaim, "drain": runDrain, "agents": runAgents, "async": runAsync, "api": runAPI, "lambda": runLambda,
 	}
 	for _, g := range AllGroups {
 		if !slices.Contains(groups, g) {
