@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -44,8 +45,19 @@ type Config struct {
 type Agent struct {
 	Member *Member
 	Engine *processing.Engine
+	// Totals counts what the agent's batches did. Safe for concurrent use.
+	Totals Totals
 	cfg    Config
 	log    *slog.Logger
+}
+
+// Totals counts what an agent's batches did.
+type Totals struct {
+	Batches  atomic.Int64
+	Settled  atomic.Int64 // events settled
+	Retrying atomic.Int64 // events whose work failed and wait their backoff
+	GaveUp   atomic.Int64 // events whose work failed for the last time
+	Errors   atomic.Int64 // batches that failed (their claim's transaction)
 }
 
 // New returns an agent that processes with engine.
@@ -62,11 +74,19 @@ func New(store Store, engine *processing.Engine, cfg Config) (*Agent, error) {
 }
 
 // Run runs the loop until ctx ends, then leaves (deletes its row) and returns. A batch under way
-// when ctx ends runs to its end first. Errors are logged and the loop goes on: a database restart
-// must not stop an agent.
+// when ctx ends runs to its end first (SIGTERM: it finishes its batch). Errors are logged and the
+// loop goes on: a database restart must not stop an agent.
 func (a *Agent) Run(ctx context.Context) error {
+	return a.RunUntil(context.WithoutCancel(ctx), ctx)
+}
+
+// RunUntil runs the loop until stop ends, then leaves and returns. hard bounds everything,
+// including the batch under way when stop ends and the leaving: a Lambda's invocation, whose
+// deadline nothing may outlive, with stop ending a few seconds before it.
+func (a *Agent) RunUntil(hard, stop context.Context) error {
+	ctx := stop
 	defer func() {
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		lctx, cancel := context.WithTimeout(hard, 5*time.Second)
 		defer cancel()
 		if err := a.Member.Leave(lctx); err != nil {
 			a.log.Warn("agent: could not leave; the others take its range after its expiration", "err", err)
@@ -89,8 +109,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.pause(ctx, nextPulse, false)
 			continue
 		}
-		b, err := a.batch(ctx, r)
+		b, err := a.batch(hard, ctx, r)
+		a.Totals.Batches.Add(1)
+		a.Totals.Settled.Add(int64(b.Settled))
+		a.Totals.Retrying.Add(int64(b.Retrying))
+		a.Totals.GaveUp.Add(int64(b.GaveUp))
 		if err != nil {
+			a.Totals.Errors.Add(1)
 			a.log.Warn("agent: batch failed; retrying", "agent", a.Member.ID(), "err", err)
 			a.pause(ctx, nextPulse, true)
 			continue
@@ -105,9 +130,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// batch processes one batch of range r, to its end even if ctx ends meanwhile.
-func (a *Agent) batch(ctx context.Context, r exactlyonce.HashRange) (processing.Batch, error) {
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.BatchTimeout)
+// batch processes one batch of range r, to its end even if ctx (stop) ends meanwhile, within hard.
+func (a *Agent) batch(hard, ctx context.Context, r exactlyonce.HashRange) (processing.Batch, error) {
+	bctx, cancel := context.WithTimeout(hard, a.cfg.BatchTimeout)
 	defer cancel()
 	var hr *exactlyonce.HashRange
 	if r != exactlyonce.AllHashes {

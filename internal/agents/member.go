@@ -62,6 +62,10 @@ type MemberConfig struct {
 	// Static, when set, is the agent's static shard; nil: dynamic sharding (the shard count is the
 	// number of live agents, the index the agent's position among them ordered by id).
 	Static *Shard
+	// Handover, for a static agent, makes a shard held by an older agent a hand-over to wait for
+	// (WAITING, until the older leaves or expires) instead of a conflict (SUSPENDED): the scheduled
+	// sweepers, where each tick's invocation takes its shard over from the previous tick's.
+	Handover bool
 	Logger *slog.Logger
 }
 
@@ -244,7 +248,7 @@ func (m *Member) pulse(ctx context.Context) error {
 		return errors.New("ejected during the pulse; it registers again at the next")
 	}
 	self := all[pos]
-	state, total, index, why := decide(all, pos, m.cfg.Static)
+	state, total, index, why := decide(all, pos, m.cfg.Static, m.cfg.Handover)
 	if self.State != state || !sameAssignment(self, total, index) {
 		ok, err := m.store.AssignAgent(ctx, id, state, total, index)
 		if err != nil {
@@ -321,7 +325,7 @@ func sameAssignment(a exactlyonce.Agent, total, index *int) bool {
 // RUNNING with the shard count and index expected of it, so that no two RUNNING agents' ranges
 // overlap: an agent RUNNING on a count saw every member persist that count, and a member changes
 // its count only by writing WAITING first.
-func decide(all []exactlyonce.Agent, pos int, static *Shard) (state exactlyonce.AgentState, total, index *int, why string) {
+func decide(all []exactlyonce.Agent, pos int, static *Shard, handover bool) (state exactlyonce.AgentState, total, index *int, why string) {
 	self := all[pos]
 	want := exactlyonce.ShardingDynamic
 	if static != nil {
@@ -335,7 +339,7 @@ func decide(all []exactlyonce.Agent, pos int, static *Shard) (state exactlyonce.
 		}
 	}
 	if static != nil {
-		return decideStatic(all, pos, *static)
+		return decideStatic(all, pos, *static, handover)
 	}
 	// Dynamic: the members are the agents not suspended, the target the position among them.
 	var members []exactlyonce.Agent
@@ -365,7 +369,7 @@ func decide(all []exactlyonce.Agent, pos int, static *Shard) (state exactlyonce.
 	return exactlyonce.AgentRunning, total, index, ""
 }
 
-func decideStatic(all []exactlyonce.Agent, pos int, s Shard) (exactlyonce.AgentState, *int, *int, string) {
+func decideStatic(all []exactlyonce.Agent, pos int, s Shard, handover bool) (exactlyonce.AgentState, *int, *int, string) {
 	self := all[pos]
 	total, index := new(s.Total), new(s.Index)
 	for i, a := range all {
@@ -375,6 +379,10 @@ func decideStatic(all []exactlyonce.Agent, pos int, s Shard) (exactlyonce.AgentS
 		if *a.TotalShardCount != s.Total {
 			return exactlyonce.AgentSuspended, total, index, fmt.Sprintf("conflicting SHARDS_TOTAL: this agent has %d, "+
 				"agent %d (%s) has %d; every static agent must have the same total", s.Total, a.ID, a.Name, *a.TotalShardCount)
+		}
+		if a.Assigned(s.Total, s.Index) && a.ID < self.ID && handover && a.State != exactlyonce.AgentSuspended {
+			return exactlyonce.AgentWaiting, total, index, fmt.Sprintf("waiting for agent %d (%s) to hand shard %d of %d over",
+				a.ID, a.Name, s.Index, s.Total)
 		}
 		if a.Assigned(s.Total, s.Index) && a.ID < self.ID {
 			return exactlyonce.AgentSuspended, total, index, fmt.Sprintf("shard %d of %d (SHARDS_ASSIGNED) is held by "+

@@ -104,6 +104,9 @@ type Sweep struct {
 	// Grace is SWEEP_GRACE: pending events younger than this are left to the queue path. Nil:
 	// unset; zero: no grace, every pending event is due.
 	Grace *time.Duration
+	// Shards is SWEEPER_SHARDS: how many static shards the scheduled sweeper agents split the hash
+	// space into (the stack runs one rule per shard).
+	Shards int
 }
 
 // Agent configures agents: the standalone agent (cmd/agent) and the sweepers that run as agents
@@ -174,6 +177,7 @@ func Load(getenv func(string) string) (Config, error) {
 		Sweep: Sweep{
 			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, 0),
 			Grace:     p.nonNegative("SWEEP_GRACE", "a duration such as 10s, or 0 for no grace"),
+			Shards:    p.integer("SWEEPER_SHARDS", 1, 0),
 		},
 		Agent: Agent{
 			Name:           p.str("AGENT_NAME"),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 )
 
@@ -48,6 +49,15 @@ type Config struct {
 	Backoff exactlyonce.Backoff
 	// Report, when set, hears of every settlement (the exactly-once checker's reports).
 	Report processing.Reporter
+	// Shards (SWEEPER_SHARDS, default 1), Agent and AgentStore configure HandleAgent, the scheduled
+	// sweeper as an agent (agent.go): how many static shards the sweepers split the hash space into,
+	// the membership's intervals, and the agents table.
+	Shards     int
+	Agent      agents.Config
+	AgentStore agents.Store
+	// AgentStopBefore is how long before its deadline HandleAgent stops starting batches and leaves.
+	// Default DefaultAgentStopBefore.
+	AgentStopBefore time.Duration
 }
 
 // Sweeper processes due pending events.
@@ -81,6 +91,8 @@ type Result struct {
 	Failed    int  `json:"failed"`    // events whose work failed for the last time: settled as failed
 	Batches   int  `json:"batches"`
 	Stopped   bool `json:"stoppedForDeadline"` // true if it stopped for the deadline with work possibly left
+	// PulseFailures counts the agent's failed pulses (HandleAgent): while they fail it claims nothing.
+	PulseFailures int `json:"pulseFailures,omitempty"`
 }
 
 // Sweep processes due events in batches until a batch comes back short (nothing more is due) or the

@@ -90,7 +90,7 @@ func SQS(log *slog.Logger) (*sqs.Client, error) {
 
 // Sweeping returns the configured sweeping.Config, logging to log (nil: sweeping's default).
 func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
-	sc := sweeping.Config{BatchSize: c.Sweep.BatchSize, Logger: log}
+	sc := sweeping.Config{BatchSize: c.Sweep.BatchSize, Logger: log, Shards: c.Sweep.Shards, Agent: AgentVars(c.Agent)}
 	if g := c.Sweep.Grace; g != nil {
 		// sweeping.Config.Grace takes zero for its default and a negative value for no grace.
 		sc.Grace = *g
