@@ -66,7 +66,7 @@ type MemberConfig struct {
 	// (WAITING, until the older leaves or expires) instead of a conflict (SUSPENDED): the scheduled
 	// sweepers, where each tick's invocation takes its shard over from the previous tick's.
 	Handover bool
-	Logger *slog.Logger
+	Logger   *slog.Logger
 }
 
 func (c MemberConfig) withDefaults() MemberConfig {
