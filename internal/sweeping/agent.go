@@ -72,8 +72,13 @@ func (s *Sweeper) runAgent(ctx context.Context, in ShardInput) (Result, error) {
 	}
 	stop := ctx
 	if dl, ok := ctx.Deadline(); ok {
+		end := dl.Add(-cmp.Or(s.cfg.AgentStopBefore, DefaultAgentStopBefore))
+		if time.Until(end) <= 0 {
+			// Too short an invocation to join and leave in: it does nothing.
+			return Result{Stopped: true}, nil
+		}
 		var cancel context.CancelFunc
-		stop, cancel = context.WithDeadline(ctx, dl.Add(-cmp.Or(s.cfg.AgentStopBefore, DefaultAgentStopBefore)))
+		stop, cancel = context.WithDeadline(ctx, end)
 		defer cancel()
 	}
 	_ = a.RunUntil(ctx, stop)
