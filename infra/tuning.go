@@ -29,7 +29,7 @@ const (
 const (
 	apiMaxOpenConns       = 2
 	processorMaxOpenConns = 4
-	sweeperMaxOpenConns   = 4
+	sweeperMaxOpenConns   = 2 // an agent's loop runs one statement at a time: pulse or batch
 	migrateMaxOpenConns   = 2
 )
 
