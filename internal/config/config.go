@@ -143,7 +143,7 @@ type Local struct {
 	// message names the events committed within this long. Nil: unset; zero: answer after the
 	// message is sent, as a Lambda does.
 	AsyncLinger *time.Duration
-	// SweepInterval is SWEEP_INTERVAL: how often the sweeper is invoked.
+	// SweepInterval is SWEEP_INTERVAL: the local sweeper agent's pause when nothing is due.
 	SweepInterval time.Duration
 }
 
