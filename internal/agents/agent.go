@@ -40,8 +40,8 @@ type Config struct {
 	BatchTimeout time.Duration
 }
 
-// Agent is a standalone agent's loop: pulse when due; if it may claim, process a batch of due
-// events of its range; otherwise, or when nothing was due, wait the polling interval.
+// Agent is a standalone agent's loop: if it may claim, process a batch of due events of its range;
+// otherwise, or when nothing was due, wait the polling interval. It pulses beside the loop.
 type Agent struct {
 	Member *Member
 	Engine *processing.Engine
@@ -83,30 +83,30 @@ func (a *Agent) Run(ctx context.Context) error {
 // RunUntil runs the loop until stop ends, then leaves and returns. hard bounds everything,
 // including the batch under way when stop ends and the leaving: a Lambda's invocation, whose
 // deadline nothing may outlive, with stop ending a few seconds before it.
+//
+// The pulse runs on its own goroutine, beside the batches, where the source document's loop takes
+// turns: a batch that waits (on a row lock a stalled process holds, on slow work) must not stop
+// the pulse, or a live agent would be ejected and its range reshuffled for nothing. Whether the
+// agent may claim is checked before every batch (Member.Assignment).
 func (a *Agent) RunUntil(hard, stop context.Context) error {
 	ctx := stop
+	pulsing := make(chan struct{})
+	go func() {
+		defer close(pulsing)
+		a.pulseLoop(ctx)
+	}()
 	defer func() {
+		<-pulsing
 		lctx, cancel := context.WithTimeout(hard, 5*time.Second)
 		defer cancel()
 		if err := a.Member.Leave(lctx); err != nil {
 			a.log.Warn("agent: could not leave; the others take its range after its expiration", "err", err)
 		}
 	}()
-	var nextPulse time.Time
 	for ctx.Err() == nil {
-		if !time.Now().Before(nextPulse) {
-			if err := a.Member.Pulse(ctx); err != nil && ctx.Err() == nil {
-				a.log.Error("agent: pulse failed; it claims nothing while its membership is in doubt", "agent", a.Member.ID(), "err", err)
-			}
-			every := a.Member.cfg.PulseInterval
-			if a.Member.State() != exactlyonce.AgentRunning {
-				every = min(every, a.cfg.PollInterval)
-			}
-			nextPulse = time.Now().Add(every)
-		}
 		r, ok := a.Member.Assignment()
 		if !ok {
-			a.pause(ctx, nextPulse, false)
+			a.pause(ctx, false)
 			continue
 		}
 		b, err := a.batch(hard, ctx, r)
@@ -117,17 +117,38 @@ func (a *Agent) RunUntil(hard, stop context.Context) error {
 		if err != nil {
 			a.Totals.Errors.Add(1)
 			a.log.Warn("agent: batch failed; retrying", "agent", a.Member.ID(), "err", err)
-			a.pause(ctx, nextPulse, true)
+			a.pause(ctx, true)
 			continue
 		}
 		if b.Settled > 0 || b.Retrying > 0 || b.GaveUp > 0 {
 			a.log.Debug("agent: processed", "agent", a.Member.ID(), "settled", b.Settled, "range", r.String())
 		}
 		if b.Claimed < a.cfg.BatchSize {
-			a.pause(ctx, nextPulse, true)
+			a.pause(ctx, true)
 		}
 	}
 	return nil
+}
+
+// pulseLoop pulses every pulse interval (every poll interval while the agent is not RUNNING, so
+// that a topology change settles in a few seconds) until ctx ends. A failed pulse is an error line
+// and a count in Member.Stats; the agent claims nothing once its lease runs short.
+func (a *Agent) pulseLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := a.Member.Pulse(ctx); err != nil && ctx.Err() == nil {
+			a.log.Error("agent: pulse failed; it claims nothing while its membership is in doubt", "agent", a.Member.ID(), "err", err)
+		}
+		every := a.Member.cfg.PulseInterval
+		if a.Member.State() != exactlyonce.AgentRunning {
+			every = min(every, a.cfg.PollInterval)
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // batch processes one batch of range r, to its end even if ctx (stop) ends meanwhile, within hard.
@@ -145,14 +166,12 @@ func (a *Agent) batch(hard, ctx context.Context, r exactlyonce.HashRange) (proce
 	return b, err
 }
 
-// pause waits the polling interval (plus jitter when idle) or until the next pulse is due,
-// whichever comes first, or until ctx ends.
-func (a *Agent) pause(ctx context.Context, nextPulse time.Time, jitter bool) {
+// pause waits the polling interval (plus jitter when idle), or until ctx ends.
+func (a *Agent) pause(ctx context.Context, jitter bool) {
 	d := a.cfg.PollInterval
 	if jitter {
 		d += time.Duration(rand.Int64N(int64(a.cfg.PollJitter) + 1))
 	}
-	d = min(d, max(time.Until(nextPulse), time.Millisecond))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -107,7 +107,16 @@ func newCluster(t *testing.T, env ...string) *cluster {
 	require.NoError(t, err)
 	base := []string{"DB_DSN=" + dsn, "SWEEP_GRACE=0", "AGENT_PULSE_INTERVAL=200ms", "AGENT_EXPIRATION=1s",
 		"AGENT_POLL_INTERVAL=50ms", "AGENT_BATCH_SIZE=20", "WORK_DELAY=2ms", "LEASE=3s"}
-	return &cluster{t: t, dsn: dsn, store: store, dir: t.TempDir(), env: append(base, env...)}
+	c := &cluster{t: t, dsn: dsn, store: store, dir: t.TempDir(), env: append(base, env...)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, p := range c.procs {
+				out := p.Output()
+				t.Logf("agent-%d's last lines:\n%s", i, strings.Join(out[max(0, len(out)-30):], "\n"))
+			}
+		}
+	})
+	return c
 }
 
 // start starts one more agent process and returns its index.
