@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
@@ -28,6 +29,7 @@ func main() {
 	a := wire.Must(agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log},
 		wire.Agent(cfg, "standalone", log)))
 	log.Info("agent: starting", "name", a.Member.Config().Name)
+	go a.LogStatsEvery(ctx, time.Minute)
 	_ = a.Run(ctx)
 	log.Info("agent: stopped")
 }

@@ -179,3 +179,24 @@ func (a *Agent) pause(ctx context.Context, jitter bool) {
 	case <-t.C:
 	}
 }
+
+// LogStatsEvery logs the agent's counters every d until ctx ends: pulses and failed pulses,
+// registrations and ejections, batches and what they settled. It is the standalone agent's metric
+// line (the sweeper Lambda publishes its own as EMF); a failing pulse shows there as well as in its
+// error line.
+func (a *Agent) LogStatsEvery(ctx context.Context, d time.Duration) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			st := &a.Member.Stats
+			a.log.Info("agent: stats", "agent", a.Member.ID(), "state", a.Member.State(),
+				"pulses", st.Pulses.Load(), "pulseFailures", st.PulseFailures.Load(),
+				"registrations", st.Registrations.Load(), "ejected", st.Ejected.Load(), "ejectedOthers", st.EjectedOthers.Load(),
+				"batches", a.Totals.Batches.Load(), "settled", a.Totals.Settled.Load(), "batchErrors", a.Totals.Errors.Load())
+		}
+	}
+}
