@@ -5,7 +5,7 @@ PKGS := . ./cmd/... ./functions/... ./internal/...
 FUNCTIONS := api processor sweeper migrate counter
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: help run test test-go db sqslocal local vet clean
+.PHONY: help run test test-go db sqslocal local agent vet clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -33,6 +33,10 @@ sqslocal: ## build the local SQS endpoint (goaws as a library, its own module)
 
 local: ## build the local runner
 	$(GO) build -o bin/local ./cmd/local
+
+agent: db ## build and run a standalone agent on `make run`'s database; run it in several terminals to see them split the work
+	$(GO) build -o bin/agent ./cmd/agent
+	DB_DSN="$${DB_DSN:-exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce}" bin/agent
 
 vet: ## static checks
 	$(GO) vet $(PKGS) ./localstack/

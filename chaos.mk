@@ -11,11 +11,11 @@ FUZZTIME ?= 60s
 
 chaos: db sqslocal ## the long chaos run (CHAOS_DURATION=3m): kills (APIs too), lock contention, database restarts, poison; checks the invariants, prints the figures
 	$(GO) build -o bin/chaos ./cmd/chaos
-	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal bin/chaos -duration $(CHAOS_DURATION) -clients 8 -processors 3 -sweepers 2 -apis 2 -db-restarts 4 -poison 10 -require-retries $(CHAOS_FLAGS)
+	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal bin/chaos -duration $(CHAOS_DURATION) -clients 8 -processors 3 -sweepers 3 -apis 2 -db-restarts 4 -poison 10 -require-retries $(CHAOS_FLAGS)
 
 chaos-short: db sqslocal ## the short chaos run (30 s of creates); `make test` runs the same as TestChaosShort
 	$(GO) build -o bin/chaos ./cmd/chaos
-	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal bin/chaos -duration 30s -clients 6 -processors 2 -sweepers 1 -kill-every 1s -poison 4 -visibility 2 -max-receive 8 -require-retries $(CHAOS_FLAGS)
+	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal bin/chaos -duration 30s -clients 6 -processors 2 -sweepers 2 -kill-every 1s -poison 4 -visibility 2 -max-receive 8 -require-retries $(CHAOS_FLAGS)
 
 invoke: db sqslocal ## run a function's real bootstrap on a local Lambda Runtime API: make invoke FN=api EVENT=events/api-post-events.json
 	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal $(GO) run ./cmd/invoke -fn $(FN) -event $(EVENT)

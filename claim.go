@@ -24,6 +24,9 @@ type Claim struct {
 	Works Works
 	// Backoff says how often an event whose work fails is tried again, and after how long.
 	Backoff Backoff
+	// Range, for a claim of due events, narrows it to the events whose routing hash lies in it: an
+	// agent's shard. Nil: every hash. A claim of named events ignores it.
+	Range *HashRange
 }
 
 // Backoff is the retry policy of failed work: a failed attempt makes the event wait a random time up

@@ -12,6 +12,7 @@ require (
 	github.com/awslabs/aws-lambda-go-api-proxy v0.16.2
 	github.com/go-sql-driver/mysql v1.9.3
 	github.com/stretchr/testify v1.10.0
+	github.com/twmb/murmur3 v1.1.8
 )
 
 require (

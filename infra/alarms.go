@@ -39,7 +39,9 @@ const (
 	// pendingAgeAlarm is the age of the oldest waiting event above which the sweeper has failed to
 	// take it. A working sweeper claims every pending event (and every expired lease) older than its
 	// grace, whatever its queue message is doing: an event becomes due sweepGrace after its creation,
-	// the next run starts at most sweepRate later and ends within sweeperTimeout. 130 s.
+	// and the sweeper agent of its shard claims it within a poll interval; should that invocation
+	// die, the next starts at most sweepRate later and takes the shard within an expiration (30 s),
+	// well within sweeperTimeout. 145 s.
 	pendingAgeAlarm = sweepGrace + sweepRate + sweeperTimeout
 	// Both alarms look at one-minute periods (one sweeper run each) and need 3 bad ones out of the
 	// last 5: a sweeper that fails or falls silent alarms in 3 to 5 minutes, while one failed run (a

@@ -113,8 +113,8 @@ func TestSweeperAlarms(t *testing.T) {
 		}
 		// Grace, plus the wait for the next run, plus the run itself: docs/deploy.md.
 		want := sweepGrace + sweepRate + sweeperTimeout
-		if got := time.Duration(*threshold.AsNumber() * float64(time.Second)); got != want || got != 130*time.Second {
-			t.Errorf("oldest pending age threshold %s, want grace %s + rate %s + sweeper timeout %s = 130s (docs/deploy.md)",
+		if got := time.Duration(*threshold.AsNumber() * float64(time.Second)); got != want || got != 145*time.Second {
+			t.Errorf("oldest pending age threshold %s, want grace %s + rate %s + sweeper timeout %s = 145s (docs/deploy.md)",
 				got, sweepGrace, sweepRate, sweeperTimeout)
 		}
 	})

@@ -26,6 +26,9 @@ const (
 	ctxAWSEndpointURL = "awsEndpointUrl"
 	// ctxLambdaArch is arm64 (default, what AWS runs) or x86_64 (LocalStack on an x86 host without emulation).
 	ctxLambdaArch = "lambdaArch"
+	// ctxSweeperShards is SWEEPER_SHARDS: how many sweeper agents run at once, each on its static
+	// shard of the hash space, each with its own schedule rule (default defaultSweeperShards).
+	ctxSweeperShards = "sweeperShards"
 )
 
 // Defaults for the LocalStack variant: the MySQL and LocalStack services of localstack/docker-compose.yml,
@@ -50,6 +53,8 @@ type Config struct {
 	AWSEndpointURL string
 	// LambdaArch is "arm64" or "x86_64".
 	LambdaArch string
+	// SweeperShards is how many sweeper agents run at once (SWEEPER_SHARDS), 1 to maxSweeperShards.
+	SweeperShards int
 }
 
 // ConfigFromContext reads Config from the construct tree's context (cdk.json and -c flags).
@@ -59,6 +64,7 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 		DBDSN:          DefaultLocalDSN,
 		AWSEndpointURL: DefaultLocalEndpointURL,
 		LambdaArch:     "arm64",
+		SweeperShards:  defaultSweeperShards,
 	}
 	var err error
 	if v, ok := contextString(node, ctxAssetDir); ok {
@@ -79,6 +85,13 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 	if v, ok := contextString(node, ctxLambdaArch); ok {
 		cfg.LambdaArch = v
 	}
+	if v, ok := contextString(node, ctxSweeperShards); ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return cfg, fmt.Errorf("context %s=%q: want an integer", ctxSweeperShards, v)
+		}
+		cfg.SweeperShards = n
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -91,6 +104,9 @@ func (c Config) Validate() error {
 	case "arm64", "x86_64":
 	default:
 		return fmt.Errorf("context %s=%q: want arm64 or x86_64", ctxLambdaArch, c.LambdaArch)
+	}
+	if c.SweeperShards < 1 || c.SweeperShards > maxSweeperShards {
+		return fmt.Errorf("context %s=%d: want 1 to %d", ctxSweeperShards, c.SweeperShards, maxSweeperShards)
 	}
 	if c.LocalStack && c.DBDSN == "" {
 		return fmt.Errorf("context %s=true needs %s", ctxLocalStack, ctxDBDSN)

@@ -37,6 +37,8 @@ type FunctionsProps struct {
 	Architecture awslambda.Architecture
 	Access       DatabaseAccess
 	Queue        awssqs.IQueue // the api sends to it
+	// SweeperShards is the sweeper's SWEEPER_SHARDS: the static shards its invocations run.
+	SweeperShards int
 }
 
 // Functions are the four Lambda functions of the application. They sit directly in the stack as
@@ -97,6 +99,9 @@ func NewFunctions(scope constructs.Construct, props FunctionsProps) *Functions {
 		// with the mapping's consume permissions); it finds the queue URL from the records' ARN.
 		f.Processor.Connections().AllowTo(n.SqsEndpoint, awsec2.Port_Tcp(jsii.Number(443)), jsii.String("processor to the SQS endpoint"))
 	}
+
+	// Each invocation is an agent on the shard its rule names, of SWEEPER_SHARDS (schedule.go).
+	f.Sweeper.AddEnvironment(jsii.String("SWEEPER_SHARDS"), jsii.String(fmt.Sprint(max(props.SweeperShards, 1))), nil)
 
 	// The sweeper runs again next minute: a failed or stale tick is not worth a retry.
 	f.Sweeper.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{

@@ -85,7 +85,8 @@ const (
 )
 
 func (v variant) config() Config {
-	cfg := Config{AssetDir: assetDir, DBDSN: DefaultLocalDSN, AWSEndpointURL: DefaultLocalEndpointURL, LambdaArch: "arm64"}
+	cfg := Config{AssetDir: assetDir, DBDSN: DefaultLocalDSN, AWSEndpointURL: DefaultLocalEndpointURL, LambdaArch: "arm64",
+		SweeperShards: defaultSweeperShards}
 	switch v {
 	case variantPublic:
 		cfg.PublicAPI = true

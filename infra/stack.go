@@ -54,10 +54,11 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 	}
 
 	s.Functions = NewFunctions(stack, FunctionsProps{
-		AssetDir:     cfg.AssetDir,
-		Architecture: lambdaArchitecture(cfg.LambdaArch),
-		Access:       dbAccess,
-		Queue:        s.Queues.Main,
+		AssetDir:      cfg.AssetDir,
+		Architecture:  lambdaArchitecture(cfg.LambdaArch),
+		Access:        dbAccess,
+		Queue:         s.Queues.Main,
+		SweeperShards: cfg.SweeperShards,
 	})
 
 	if s.Network != nil {
@@ -98,7 +99,7 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 	wireProcessor(s.Functions.Processor, s.Queues.Main, !cfg.LocalStack)
 	s.Counters = NewCounterService(stack, "Counters", CounterServiceProps{Functions: FunctionsProps{AssetDir: cfg.AssetDir,
 		Architecture: lambdaArchitecture(cfg.LambdaArch), Access: dbAccess}, Sweeper: s.Functions.Sweeper, Trigger: trigger, CapConcurrency: !cfg.LocalStack})
-	NewSweepSchedule(stack, "SweepSchedule", s.Functions.Sweeper)
+	NewSweepSchedule(stack, "SweepSchedule", s.Functions.Sweeper, max(cfg.SweeperShards, 1))
 	s.API = NewEventsAPI(stack, "Api", s.Functions.API, cfg.PublicAPI)
 	NewAlarms(stack, "Alarms", AlarmsProps{
 		Queues:    s.Queues,

@@ -14,8 +14,12 @@ import (
 const (
 	apiTimeout       = 10 * time.Second // API Gateway's own limit is 29 s; a request that needs more is broken.
 	processorTimeout = 30 * time.Second // a batch of batchSize events, each one short transaction.
-	sweeperTimeout   = 60 * time.Second // one scheduled tick; the sweeper stops before its deadline.
-	migrateTimeout   = 5 * time.Minute  // first deploy: waits for the proxy target to become available.
+	// One scheduled tick and the hand-over: each invocation is an agent for its whole duration
+	// (docs/deploy.md, "The sweepers are agents"); it overlaps the next tick's by sweeperTimeout -
+	// sweepRate, during which the next one waits for it to leave. Under 2 sweepRates: at most two
+	// invocations of a shard at once.
+	sweeperTimeout   = 75 * time.Second
+	migrateTimeout   = 5 * time.Minute // first deploy: waits for the proxy target to become available.
 	triggerTimeout   = migrateTimeout + time.Minute
 	functionMemoryMB = 256
 )
@@ -25,7 +29,7 @@ const (
 const (
 	apiMaxOpenConns       = 2
 	processorMaxOpenConns = 4
-	sweeperMaxOpenConns   = 4
+	sweeperMaxOpenConns   = 2 // an agent's loop runs one statement at a time: pulse or batch
 	migrateMaxOpenConns   = 2
 )
 
@@ -42,6 +46,18 @@ const (
 
 // Sweeper schedule: rate(1 minute) is the shortest rate() expression EventBridge accepts.
 const sweepRate = 1 * time.Minute
+
+// Sweeper agents (SWEEPER_SHARDS): how many run at once, each on its static shard of the hash
+// space with a rule of its own. Two: the sweeping of a large backlog is split, and a shard whose
+// invocation dies is one of two. At most maxSweeperShards: each holds up to sweeperMaxOpenConns
+// connections, twice during a hand-over.
+const (
+	defaultSweeperShards = 2
+	maxSweeperShards     = 8
+	// sweepingAgentStopBefore is how long before its deadline an invocation leaves
+	// (internal/sweeping.DefaultAgentStopBefore): the ticks must overlap by more.
+	sweepingAgentStopBefore = 8 * time.Second
+)
 
 // Aurora Serverless v2 capacity range and RDS Proxy pool settings.
 const (

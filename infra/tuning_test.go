@@ -10,8 +10,10 @@ import "testing"
 func TestConnectionBudget(t *testing.T) {
 	maxConnections := auroraMySQLMaxConnections(maxACU)
 	budget := maxConnections * proxyMaxConnsPercent / 100
-	const sweeperOverlap = 2 // a tick can overlap the next one by at most one invocation
-	workers := processorConcurrency*processorMaxOpenConns + sweeperOverlap*sweeperMaxOpenConns + migrateMaxOpenConns
+	// Each shard's tick overlaps the next one by at most one invocation (the hand-over), and at most
+	// maxSweeperShards shards are allowed.
+	const sweeperOverlap = 2
+	workers := processorConcurrency*processorMaxOpenConns + maxSweeperShards*sweeperOverlap*sweeperMaxOpenConns + migrateMaxOpenConns
 	apiEnvs := (budget - workers) / apiMaxOpenConns
 	t.Logf("max_connections≈%d, proxy budget %d, processor+sweeper+migrate %d, room for %d concurrent api environments", maxConnections, budget, workers, apiEnvs)
 	if workers > budget/2 {

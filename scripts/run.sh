@@ -7,7 +7,7 @@
 #   AWS_ENDPOINT_URL already points somewhere (LocalStack, AWS). If that port is taken (another
 #   `make run`), it refuses to start: two runners on one queue would take each other's messages.
 # - bin/local: the API on HTTP_ADDR (default 127.0.0.1:8080), the processor behind a local event source
-#   mapping, and the sweeper every SWEEP_INTERVAL.
+#   mapping, and the sweeper as an agent (README, "Agents"; `make agent` adds standalone ones).
 #
 # A second `make run` beside the first needs its own ports: HTTP_ADDR=127.0.0.1:8081 SQSLOCAL_PORT=4101.
 # Ctrl-C exits 0 once everything stopped cleanly.

@@ -3,7 +3,7 @@
 //
 //	BENCH=full|smoke     how long (default full; smoke takes seconds and judges no targets)
 //	BENCH_OUT=file.json  where the JSON goes (default bench-results.json)
-//	BENCH_GROUPS=a,b     run only these groups (alloc, claim, drain, async, api, lambda)
+//	BENCH_GROUPS=a,b     run only these groups (alloc, claim, drain, agents, async, api, lambda)
 //	BENCH_DB_DSN=dsn     the server to create scratch databases on (default: the `make db` server)
 //	SQSLOCAL_BIN=path    the goaws binary (default bin/sqslocal)
 //	BENCH_CPUPROFILE=f   write this process's CPU profile (the API, processor and load generator) to f
@@ -25,11 +25,16 @@ import (
 	"syscall"
 
 	"github.com/exactlyonce/exactlyonce/internal/bench"
+	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
 )
 
 func main() {
+	// The agents group starts this binary again as standalone agents.
+	if os.Getenv(child.RoleEnv) == bench.AgentRole {
+		os.Exit(bench.RunAgent())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx); err != nil {

@@ -1,5 +1,7 @@
-// Command sweeper is the scheduled Lambda: it processes pending events the queue path missed, and
-// stops before its deadline.
+// Command sweeper is the scheduled Lambda: it processes pending events the queue path missed. Each
+// invocation is an agent (internal/agents) for its whole duration, with the static shard of
+// SWEEPER_SHARDS its input names ({"shard": i}), and hands its shard over to the next tick's
+// invocation before its deadline (sweeping.Sweeper.HandleAgent; docs/deploy.md).
 package main
 
 import (
@@ -19,6 +21,8 @@ func main() {
 	// metrics the sweeper's alarms watch (infra/alarms.go), per function name.
 	sc.Metrics = sweeping.Metrics{Out: os.Stdout, Function: os.Getenv("AWS_LAMBDA_FUNCTION_NAME")}
 	sc.Counters = wire.Must(wire.CounterSweep(wire.Logger(cfg))) // the counter service's outbox, reconciliation, pruning
-	s := sweeping.New(wire.Must(wire.OpenStore(context.Background(), cfg)), sc)
-	lambda.Start(s.Handle)
+	store := wire.Must(wire.OpenStore(context.Background(), cfg))
+	sc.AgentStore = store
+	s := sweeping.New(store, sc)
+	lambda.Start(s.HandleAgent)
 }

@@ -9,6 +9,7 @@
 //	GET  /counters/{userId}/{entityType}  200 {"userId", "entityType", "sum", "version"}   one count
 //
 // Both creates take an Idempotency-Key header: a repeat gets the first answer (idempotency.go).
+//	GET  /agents        200 {"agents": [...]}      the registered agents, ordered by id (agents.go)
 //
 // The routes are registered one a line in routes(), and routed by an http.ServeMux (router.go).
 // Any other path is a 404, and a known path with another method a 405 with an Allow header; HEAD
@@ -173,6 +174,7 @@ func (s *Server) routes() *router {
 	// The counter service's counts (counters.go).
 	rt.handle("GET /counters/{userId}", s.counterSums)
 	rt.handle("GET /counters/{userId}/{entityType}", s.counterSum)
+	rt.handle("GET /agents", s.listAgents)
 	return rt
 }
 

@@ -16,6 +16,8 @@
 //	api     requests/s and latency of every endpoint under load
 //	lambda  bootstrap sizes and start-up time beside a hello-world bootstrap
 //	drain   100,000 pending events burned down by the sweeper's claim path
+//	agents  the same with 1, 2, 4 and 8 standalone agent processes splitting the hash space; the
+//	        time from a SIGKILL of one of 4 agents to its range processed again; idle statements
 //
 // Every database the benchmark creates is a scratch database (bench_...) that it drops when done.
 // cmd/bench is the entrypoint; `make bench` runs it.
@@ -67,7 +69,7 @@ type Config struct {
 }
 
 // AllGroups lists the groups in the order they run.
-var AllGroups = []string{"alloc", "claim", "count", "drain", "async", "idem", "api", "lambda", "counters"}
+var AllGroups = []string{"alloc", "claim", "count", "drain", "agents", "async", "idem", "api", "lambda", "counters"}
 
 // Row is one figure. Ratios name the row they were divided by in Reference.
 type Row struct {
@@ -196,7 +198,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.report.Host.Database = v
 	}
 	funcs := map[string]func(context.Context, *run) error{
-		"alloc": runAlloc, "claim": runClaim, "count": runCount, "drain": runDrain, "async": runAsync, "idem": runIdem, "api": runAPI, "lambda": runLambda,
+		"alloc": runAlloc, "claim": runClaim, "count": runCount, "drain": runDrain, "agents": runAgents, "async": runAsync,
+		"idem": runIdem, "api": runAPI, "lambda": runLambda,
 		"counters": runCounters, // counters.go
 	}
 	for _, g := range AllGroups {

@@ -125,7 +125,7 @@ func TestChaosShort(t *testing.T) {
 	duration, err := time.ParseDuration(v)
 	require.NoError(t, err)
 	rep, err := chaos.Run(context.Background(), chaos.Config{
-		Duration: duration, Clients: 6, Processors: 2, Sweepers: 1, KillEvery: time.Second, DBRestarts: 2, Poison: 4,
+		Duration: duration, Clients: 6, Processors: 2, Sweepers: 2, KillEvery: time.Second, DBRestarts: 2, Poison: 4,
 		Visibility: 2, MaxReceive: 8, RequireRetries: true, SQSEndpoint: localsqs.Endpoint(t), Log: logWriter{t},
 	})
 	require.NoError(t, err)

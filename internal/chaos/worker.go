@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
@@ -24,8 +25,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
-	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
@@ -162,17 +163,29 @@ func RunWorker(role string) int {
 		}
 		run = func(ctx context.Context) { _ = m.Run(ctx) }
 	case RoleSweeper:
+		// The sweepers are agents, as in `make run` and on AWS: each registers, pulses and claims
+		// only its hash range, so killing one leaves its range to the others once its row expires
+		// (fast intervals: a pulse every 200 ms, ejected after 1 s), and a database restart makes
+		// their pulses fail and their rows expire.
 		counting := &settleCounter{Reporter: reports}
-		sc := wire.Sweeping(cfg, log)
-		sc.BatchSize, sc.IdleSleep, sc.IdleJitter = 20, 200*time.Millisecond, 200*time.Millisecond
-		sc.Report, sc.Works, sc.Lease = counting, works, lease
-		s := sweeping.New(store, sc)
+		ac := wire.Agent(cfg, "chaos", log)
+		ac.BatchSize, ac.PollInterval, ac.PollJitter = 20, 200*time.Millisecond, 200*time.Millisecond
+		ac.Member.PulseInterval, ac.Member.Expiration = 200*time.Millisecond, time.Second
+		// And they fold the count between batches, every second, so that the count's folds run
+		// under the kills and restarts too (the run checks GET /events against the creates).
+		ac.Maintain = sweeping.New(store, sweeping.Config{Logger: log, MaintainEvery: time.Second}).AgentMaintenance()
+		a, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: works,
+			Lease: lease, Report: counting, Logger: log}, ac)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
 		stats = func() WorkerStats {
 			st := store.Stats()
 			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
 				GaveUp: st.GaveUp, Swept: counting.settled.Load()}
 		}
-		run = func(ctx context.Context) { _ = s.Run(ctx) }
+		run = func(ctx context.Context) { _ = a.Run(ctx) }
 	default:
 		fmt.Fprintf(os.Stderr, "unknown worker role %q\n", role)
 		return 2

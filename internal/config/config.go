@@ -42,6 +42,7 @@ type Config struct {
 	Sweep     Sweep
 	// Idempotency configures the API's Idempotency-Key header (api.Idempotency).
 	Idempotency Idempotency
+	Agent       Agent
 	// LogLevel is LOG_LEVEL: debug, info, warn or error. Unset: slog's zero Level, info.
 	LogLevel slog.Level
 	// Local is read by the local runner only.
@@ -105,6 +106,26 @@ type Sweep struct {
 	// Grace is SWEEP_GRACE: pending events younger than this are left to the queue path. Nil:
 	// unset; zero: no grace, every pending event is due.
 	Grace *time.Duration
+	// Shards is SWEEPER_SHARDS: how many static shards the scheduled sweeper agents split the hash
+	// space into (the stack runs one rule per shard).
+	Shards int
+}
+
+// Agent configures agents: the standalone agent (cmd/agent) and the sweepers that run as agents
+// (internal/agents, through wire.Agent; zero fields take its defaults).
+type Agent struct {
+	// Name is AGENT_NAME: the agent's name in the agents table (default: host and process id).
+	Name string
+	// PulseInterval and Expiration are AGENT_PULSE_INTERVAL and AGENT_EXPIRATION: how often an agent
+	// pulses, and how long after its last pulse the others eject it (at least 3 pulse intervals).
+	PulseInterval, Expiration time.Duration
+	// PollInterval is AGENT_POLL_INTERVAL: the pause when nothing is due (plus up to half of it).
+	PollInterval time.Duration
+	// BatchSize is AGENT_BATCH_SIZE: the events one claim of an agent takes.
+	BatchSize int
+	// ShardsTotal and ShardsAssigned are SHARDS_TOTAL and SHARDS_ASSIGNED: static sharding, this
+	// agent's shard of the total. Both or neither; nil: dynamic sharding.
+	ShardsTotal, ShardsAssigned *int
 }
 
 // Idempotency configures idempotency keys (api.Idempotency; zero fields take its defaults).
@@ -125,8 +146,9 @@ type Local struct {
 	// QueueName is QUEUE_NAME: the queue (and <name>-dlq) created on the SQS endpoint if missing.
 	QueueName string
 	// MappingConcurrency and MappingBatchSize are MAPPING_CONCURRENCY and MAPPING_BATCH_SIZE: the
-	// pollers and batch size of the local event source mapping.
-	MappingConcurrency int
+	// pollers and batch size of the local event source mapping. MappingConcurrency is nil when
+	// unset; 0 turns the local queue consumer off, leaving every async event to the agents.
+	MappingConcurrency *int
 	MappingBatchSize   int
 	// ProcessorTimeout is PROCESSOR_TIMEOUT: the deadline of each processor invocation.
 	ProcessorTimeout time.Duration
@@ -134,7 +156,7 @@ type Local struct {
 	// message names the events committed within this long. Nil: unset; zero: answer after the
 	// message is sent, as a Lambda does.
 	AsyncLinger *time.Duration
-	// SweepInterval is SWEEP_INTERVAL: how often the sweeper is invoked.
+	// SweepInterval is SWEEP_INTERVAL: the local sweeper agent's pause when nothing is due.
 	SweepInterval time.Duration
 }
 
@@ -168,6 +190,16 @@ func Load(getenv func(string) string) (Config, error) {
 		Sweep: Sweep{
 			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, 0),
 			Grace:     p.nonNegative("SWEEP_GRACE", "a duration such as 10s, or 0 for no grace"),
+			Shards:    p.integer("SWEEPER_SHARDS", 1, 0),
+		},
+		Agent: Agent{
+			Name:           p.str("AGENT_NAME"),
+			PulseInterval:  p.positive("AGENT_PULSE_INTERVAL"),
+			Expiration:     p.positive("AGENT_EXPIRATION"),
+			PollInterval:   p.positive("AGENT_POLL_INTERVAL"),
+			BatchSize:      p.integer("AGENT_BATCH_SIZE", 1, 0),
+			ShardsTotal:    p.optionalInt("SHARDS_TOTAL", 1),
+			ShardsAssigned: p.optionalInt("SHARDS_ASSIGNED", 0),
 		},
 		Idempotency: Idempotency{
 			TTL:      p.positive("IDEMPOTENCY_TTL"),
@@ -177,7 +209,7 @@ func Load(getenv func(string) string) (Config, error) {
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
 			QueueName:          p.str("QUEUE_NAME"),
-			MappingConcurrency: p.integer("MAPPING_CONCURRENCY", 1, 0),
+			MappingConcurrency: p.optionalInt("MAPPING_CONCURRENCY", 0),
 			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, 0),
 			ProcessorTimeout:   p.positive("PROCESSOR_TIMEOUT"),
 			AsyncLinger:        p.nonNegative("ASYNC_LINGER", "a duration such as 5ms, or 0 to answer after sending"),
@@ -189,6 +221,14 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if a := c.Store.Allocator; a != "" && !slices.Contains(Allocators(), a) {
 		p.fail(fmt.Sprintf("ALLOCATOR must be %s, got %q", strings.Join(quoted(Allocators()), " or "), a))
+	}
+	if a := c.Agent; (a.ShardsTotal == nil) != (a.ShardsAssigned == nil) {
+		p.fail("set SHARDS_TOTAL and SHARDS_ASSIGNED together (static sharding), or neither (dynamic sharding)")
+	} else if a.ShardsTotal != nil && *a.ShardsAssigned >= *a.ShardsTotal {
+		p.fail(fmt.Sprintf("SHARDS_ASSIGNED (%d) must be below SHARDS_TOTAL (%d): shards are numbered from 0", *a.ShardsAssigned, *a.ShardsTotal))
+	}
+	if a := c.Agent; a.PulseInterval > 0 && a.Expiration > 0 && a.Expiration < 3*a.PulseInterval {
+		p.fail(fmt.Sprintf("AGENT_EXPIRATION (%s) must be at least 3 times AGENT_PULSE_INTERVAL (%s)", a.Expiration, a.PulseInterval))
 	}
 	if h, e := c.Processor.VisibilityHeartbeat, c.Processor.VisibilityExtension; h > 0 && e > 0 && e <= h {
 		p.fail(fmt.Sprintf("VISIBILITY_EXTENSION (%s) must be longer than VISIBILITY_HEARTBEAT (%s)", e, h))
@@ -236,6 +276,20 @@ func (p *parser) integer(k string, min, max int) int {
 		return 0
 	}
 	return n
+}
+
+// optionalInt reads an integer of at least min, nil when unset.
+func (p *parser) optionalInt(k string, min int) *int {
+	v := p.str(k)
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min {
+		p.fail(fmt.Sprintf("%s must be an integer >= %d, got %q", k, min, v))
+		return nil
+	}
+	return &n
 }
 
 func (p *parser) boolean(k string) *bool {

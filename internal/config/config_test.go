@@ -74,7 +74,7 @@ func TestLocal(t *testing.T) {
 		"MAPPING_CONCURRENCY": "8", "MAPPING_BATCH_SIZE": "5", "PROCESSOR_TIMEOUT": "10s", "ASYNC_LINGER": "20ms",
 		"SWEEP_INTERVAL": "1s"}))
 	require.NoError(t, err)
-	require.Equal(t, config.Local{HTTPAddr: "127.0.0.1:0", QueueName: "mine", MappingConcurrency: 8, MappingBatchSize: 5,
+	require.Equal(t, config.Local{HTTPAddr: "127.0.0.1:0", QueueName: "mine", MappingConcurrency: new(8), MappingBatchSize: 5,
 		ProcessorTimeout: 10 * time.Second, AsyncLinger: new(20 * time.Millisecond), SweepInterval: time.Second}, c.Local)
 
 	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "ASYNC_LINGER": "0"}))
@@ -150,5 +150,28 @@ func TestIdempotency(t *testing.T) {
 		"IDEMPOTENCY_REQUIRED": "sometimes"}))
 	for _, k := range []string{"IDEMPOTENCY_TTL", "IDEMPOTENCY_WAIT", "IDEMPOTENCY_REQUIRED"} {
 		require.ErrorContains(t, err, k+" must be")
+	}
+}
+
+func TestAgent(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d", "AGENT_NAME": "a1", "AGENT_PULSE_INTERVAL": "1s",
+		"AGENT_EXPIRATION": "10s", "AGENT_POLL_INTERVAL": "500ms", "AGENT_BATCH_SIZE": "20",
+		"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "0"}))
+	require.NoError(t, err)
+	require.Equal(t, config.Agent{Name: "a1", PulseInterval: time.Second, Expiration: 10 * time.Second,
+		PollInterval: 500 * time.Millisecond, BatchSize: 20, ShardsTotal: new(4), ShardsAssigned: new(0)}, c.Agent)
+
+	for _, bad := range []struct {
+		vars map[string]string
+		want string
+	}{
+		{map[string]string{"SHARDS_TOTAL": "4"}, "set SHARDS_TOTAL and SHARDS_ASSIGNED together"},
+		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "4"}, "SHARDS_ASSIGNED (4) must be below SHARDS_TOTAL (4)"},
+		{map[string]string{"SHARDS_TOTAL": "0", "SHARDS_ASSIGNED": "0"}, "SHARDS_TOTAL must be an integer >= 1"},
+		{map[string]string{"AGENT_PULSE_INTERVAL": "2s", "AGENT_EXPIRATION": "5s"}, "AGENT_EXPIRATION (5s) must be at least 3 times"},
+	} {
+		_, err := config.Load(env(bad.vars))
+		require.ErrorContains(t, err, bad.want)
 	}
 }

@@ -68,7 +68,7 @@ func startCounters(store *mysql.Store, client *sqs.Client, opt *Options, log *sl
 	consumer := &counters.Consumer{Store: store, Publisher: c.Publisher, Logger: log,
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: c.Queues.URL}}
 	m := mapping.New(client, consumer.Handle, mapping.Config{QueueURL: c.Queues.URL, QueueARN: c.Queues.ARN,
-		BatchSize: opt.MappingBatchSize, Concurrency: opt.MappingConcurrency, Timeout: opt.ProcessorTimeout, Logger: log})
+		BatchSize: opt.MappingBatchSize, Concurrency: max(opt.MappingConcurrency, 0), Timeout: opt.ProcessorTimeout, Logger: log})
 	log.Info("local: counter consumer polling", "queue", c.Queues.URL, "dlq", c.Queues.DLQURL,
 		"results", c.ResultsURL, "concurrency", m.Config().Concurrency)
 	return m

@@ -1,6 +1,8 @@
 // Package local runs the whole system in one process, with the same handlers the Lambdas run: the
 // API as a plain HTTP server, the processor behind a local stand-in for the SQS event source
-// mapping, and the sweeper on a schedule, as the EventBridge rule would invoke it.
+// mapping, and the sweeper as an agent (internal/agents): it registers, pulses and processes the
+// due events of its hash range, sharing them with any standalone agent (`make agent`) on the same
+// database.
 package local
 
 import (
@@ -11,11 +13,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
@@ -35,17 +39,23 @@ type Options struct {
 	// Queues are the queue and DLQ the API sends to and the mapping polls.
 	Queues queue.Queues
 	// MappingConcurrency and MappingBatchSize shape the local event source mapping
-	// (MAPPING_CONCURRENCY, MAPPING_BATCH_SIZE; defaults: mapping.Config's).
+	// (MAPPING_CONCURRENCY, MAPPING_BATCH_SIZE; defaults: mapping.Config's). A negative
+	// MappingConcurrency (MAPPING_CONCURRENCY=0) runs no queue consumer at all: every async event is
+	// left to the agents, for demos and tests of them.
 	MappingConcurrency, MappingBatchSize int
 	// ProcessorTimeout is each processor invocation's deadline (PROCESSOR_TIMEOUT; default:
 	// mapping.Config.Timeout's).
 	ProcessorTimeout time.Duration
-	// SweepInterval is how often the sweeper is invoked (SWEEP_INTERVAL, default 5s), and
-	// SweepTimeout each invocation's deadline (default 30s).
-	SweepInterval, SweepTimeout time.Duration
-	// Sweep configures the sweeper (SWEEP_BATCH_SIZE, SWEEP_GRACE; defaults: sweeping.Config's). Its
+	// SweepInterval is how long the sweeper's agent waits when nothing is due (SWEEP_INTERVAL, or
+	// AGENT_POLL_INTERVAL; default: agents.DefaultPollInterval), plus up to half of it.
+	SweepInterval time.Duration
+	// Sweep configures the sweeper's work (SWEEP_GRACE, as sweeping.Config.Grace has it; Works,
+	// Lease, Backoff, Report); SWEEP_BATCH_SIZE is its batch when AGENT_BATCH_SIZE is unset. Its
 	// Logger defaults to Start's.
 	Sweep sweeping.Config
+	// Agent configures the sweeper's membership (AGENT_*, SHARDS_*; defaults: agents'); its name
+	// defaults to "local-<pid>-<host>".
+	Agent agents.Config
 	// VisibilityHeartbeat and VisibilityExtension shape the processor's visibility extension
 	// (VISIBILITY_HEARTBEAT, VISIBILITY_EXTENSION; defaults: sqsbatch.Visibility's).
 	VisibilityHeartbeat, VisibilityExtension time.Duration
@@ -77,8 +87,11 @@ type System struct {
 	mapping *mapping.Mapping
 }
 
-// MappingStats returns what the local event source mapping has done so far.
+// MappingStats returns what the local event source mapping has done so far (nothing if it is off).
 func (s *System) MappingStats() (batches, received, deleted, failed, errored int64) {
+	if s.mapping == nil {
+		return 0, 0, 0, 0, 0
+	}
 	return s.mapping.Stats.Snapshot()
 }
 
@@ -89,8 +102,6 @@ func (s *System) Wait() error { return <-s.done }
 // returns when they have stopped.
 func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Options, log *slog.Logger) (*System, error) {
 	opt.HTTPAddr = cmp.Or(opt.HTTPAddr, "127.0.0.1:8080")
-	opt.SweepInterval = cmp.Or(opt.SweepInterval, 5*time.Second)
-	opt.SweepTimeout = cmp.Or(opt.SweepTimeout, 30*time.Second)
 	opt.AsyncLinger = max(cmp.Or(opt.AsyncLinger, DefaultAsyncLinger), 0)
 	opt.Sweep.Logger = cmp.Or(opt.Sweep.Logger, log)
 	if opt.Sweep.Report == nil {
@@ -110,19 +121,31 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	processor := &processing.Processor{Store: store, Logger: log, Report: opt.Report,
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
 			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}}
-	m := mapping.New(client, processor.Handle, mapping.Config{
-		QueueURL: opt.Queues.URL, QueueARN: opt.Queues.ARN,
-		BatchSize: opt.MappingBatchSize, Concurrency: opt.MappingConcurrency,
-		Timeout: opt.ProcessorTimeout, Logger: log,
-	})
-	counterMapping := startCounters(store, client, &opt, log) // counters.go
-	sweeper := sweeping.New(store, opt.Sweep)
+	var m *mapping.Mapping
+	if opt.MappingConcurrency >= 0 {
+		m = mapping.New(client, processor.Handle, mapping.Config{
+			QueueURL: opt.Queues.URL, QueueARN: opt.Queues.ARN,
+			BatchSize: opt.MappingBatchSize, Concurrency: opt.MappingConcurrency,
+			Timeout: opt.ProcessorTimeout, Logger: log,
+		})
+	}
+	counterMapping := startCounters(store, client, &opt, log) // counters.go; sets opt.Sweep.Counters
+	sweeper, err := sweeperAgent(store, opt, log)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 
 	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1), mapping: m}
 	log.Info("local: api listening", "url", sys.URL, "async_linger", opt.AsyncLinger.String())
-	log.Info("local: processor polling", "queue", opt.Queues.URL, "dlq", opt.Queues.DLQURL,
-		"concurrency", m.Config().Concurrency)
-	log.Info("local: sweeper scheduled", "every", opt.SweepInterval.String())
+	if m != nil {
+		log.Info("local: processor polling", "queue", opt.Queues.URL, "dlq", opt.Queues.DLQURL,
+			"concurrency", m.Config().Concurrency)
+	} else {
+		log.Info("local: no queue consumer (MAPPING_CONCURRENCY=0): every async event is left to the agents",
+			"queue", opt.Queues.URL)
+	}
+	log.Info("local: sweeper running as an agent", "name", sweeper.Member.Config().Name)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
@@ -146,24 +169,15 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	}()
 	go func() {
 		defer wg.Done()
-		_ = m.Run(ctx)
+		if m != nil {
+			_ = m.Run(ctx)
+		}
 	}()
 	runCounters(ctx, &wg, counterMapping) // counters.go
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(opt.SweepInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				ictx, cancel := context.WithTimeout(ctx, opt.SweepTimeout)
-				_, _ = sweeper.Handle(ictx, events.CloudWatchEvent{DetailType: "Scheduled Event", Source: "aws.events"})
-				cancel()
-			}
-		}
+		_ = sweeper.Run(ctx) // leaves (deletes its row) when ctx ends
 	}()
 	go func() {
 		wg.Wait()
@@ -177,6 +191,35 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	return sys, nil
 }
 
+// sweeperAgent returns the local sweeper: an agent of kind "sweeper" with the sweeper's work,
+// grace and report.
+func sweeperAgent(store *mysql.Store, opt Options, log *slog.Logger) (*agents.Agent, error) {
+	sc := opt.Sweep
+	grace := sc.Grace // sweeping.Config's spelling: 0 the default, negative none
+	if grace == 0 {
+		grace = sweeping.DefaultGrace
+	} else if grace < 0 {
+		grace = 0
+	}
+	ac := opt.Agent
+	if ac.Member.Name == "" {
+		host, _ := os.Hostname()
+		ac.Member.Name = fmt.Sprintf("local-%d-%s", os.Getpid(), host)
+	}
+	ac.Member.Kind = "sweeper"
+	ac.Member.Logger = cmp.Or(ac.Member.Logger, sc.Logger)
+	ac.BatchSize = cmp.Or(ac.BatchSize, sc.BatchSize)
+	ac.PollInterval = cmp.Or(ac.PollInterval, opt.SweepInterval)
+	ac.PollJitter = cmp.Or(ac.PollJitter, ac.PollInterval/2)
+	ac.Grace = grace
+	engine := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: sc.Works, Lease: sc.Lease,
+		Backoff: sc.Backoff, Report: sc.Report, Logger: sc.Logger}
+	// Between its batches the agent does the sweeper's maintenance: the fold of the count, pruning
+	// expired keys, the counter service's sweep.
+	ac.Maintain = sweeping.New(store, sc).AgentMaintenance()
+	return agents.New(store, engine, ac)
+}
+
 // Env returns the Options the configuration asks for (config.Config.Local, the sweeper's and the
 // processor's variables), as config.Load read them from the environment: zero for what the
 // environment leaves unset, so that Start and the components apply their defaults. Queues is left
@@ -184,7 +227,6 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 func Env(c config.Config) Options {
 	o := Options{
 		HTTPAddr:            c.Local.HTTPAddr,
-		MappingConcurrency:  c.Local.MappingConcurrency,
 		MappingBatchSize:    c.Local.MappingBatchSize,
 		ProcessorTimeout:    c.Local.ProcessorTimeout,
 		SweepInterval:       c.Local.SweepInterval,
@@ -193,6 +235,13 @@ func Env(c config.Config) Options {
 		VisibilityExtension: c.Processor.VisibilityExtension,
 		Idempotency: api.Idempotency{TTL: c.Idempotency.TTL, Wait: c.Idempotency.Wait,
 			Required: c.Idempotency.Required},
+		Agent: wire.AgentVars(c.Agent),
+	}
+	if mc := c.Local.MappingConcurrency; mc != nil {
+		o.MappingConcurrency = *mc
+		if *mc == 0 {
+			o.MappingConcurrency = -1 // no queue consumer
+		}
 	}
 	if l := c.Local.AsyncLinger; l != nil {
 		o.AsyncLinger = *l

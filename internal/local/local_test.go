@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/stretchr/testify/require"
 )
@@ -66,4 +67,12 @@ func TestEnv(t *testing.T) {
 	require.Negative(t, o.Sweep.Grace, "SWEEP_GRACE=0: no grace, which sweeping.Config spells negative")
 	require.Equal(t, time.Second, o.VisibilityHeartbeat)
 	require.Equal(t, 4*time.Second, o.VisibilityExtension)
+
+	o, err = load(t, map[string]string{"MAPPING_CONCURRENCY": "0", "AGENT_PULSE_INTERVAL": "1s", "AGENT_EXPIRATION": "9s",
+		"SHARDS_TOTAL": "2", "SHARDS_ASSIGNED": "1"})
+	require.NoError(t, err)
+	require.Negative(t, o.MappingConcurrency, "MAPPING_CONCURRENCY=0: no queue consumer")
+	require.Equal(t, time.Second, o.Agent.Member.PulseInterval)
+	require.Equal(t, 9*time.Second, o.Agent.Member.Expiration)
+	require.Equal(t, &agents.Shard{Total: 2, Index: 1}, o.Agent.Member.Static)
 }

@@ -32,11 +32,16 @@ func (s *Store) ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64) 
 }
 
 // ClaimDue claims up to limit due events that nobody else holds, in one transaction (see Claim):
-// pending events older than grace, and processing events whose lease expired. Fewer than limit
-// (Claimed.Count) means no more were due when it looked.
+// pending events older than grace, and processing events whose lease expired, whose routing hash
+// lies in c.Range (nil: every hash). Fewer than limit (Claimed.Count) means no more were due in
+// that range when it looked.
 func (s *Store) ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Duration, limit int) (exactlyonce.Claimed, error) {
+	r := exactlyonce.AllHashes
+	if c.Range != nil {
+		r = *c.Range
+	}
 	out, err := s.claim(ctx, c, func(tx *sql.Tx) ([]claimed, error) {
-		return scanClaimed(tx.QueryContext(ctx, query("ClaimDue"), grace.Microseconds(), limit))
+		return scanClaimed(tx.QueryContext(ctx, query("ClaimDue"), r.Lo, r.Hi, grace.Microseconds(), limit))
 	})
 	return out, interpret("claim due events", err)
 }

@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"net"
 	"strconv"
@@ -102,14 +103,25 @@ func (c ConnConfig) driverConfig() (*mysql.Config, error) {
 
 // Open returns a pool for the configuration. It does not connect; the first statement does.
 func Open(c ConnConfig) (*sql.DB, error) {
+	connector, err := Connector(c)
+	if err != nil {
+		return nil, err
+	}
+	return OpenConnector(connector, c), nil
+}
+
+// Connector returns the driver's connector for the configuration, with the settings the system
+// relies on forced (for a caller that wraps it: the benchmark counts the statements agents send).
+func Connector(c ConnConfig) (driver.Connector, error) {
 	cfg, err := c.driverConfig()
 	if err != nil {
 		return nil, err
 	}
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, err
-	}
+	return mysql.NewConnector(cfg)
+}
+
+// OpenConnector returns a pool on connector, sized and aged as Open's.
+func OpenConnector(connector driver.Connector, c ConnConfig) *sql.DB {
 	db := sql.OpenDB(connector)
 	n := cmp.Or(c.MaxOpenConns, 4)
 	db.SetMaxOpenConns(n)
@@ -117,5 +129,5 @@ func Open(c ConnConfig) (*sql.DB, error) {
 	// Below RDS Proxy's and MySQL's idle timeouts, so a pooled connection is not found dead.
 	db.SetConnMaxIdleTime(4 * time.Minute)
 	db.SetConnMaxLifetime(30 * time.Minute)
-	return db, nil
+	return db
 }

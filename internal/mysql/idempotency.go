@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/routing"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -175,11 +176,11 @@ func (s *Store) createKeyed(ctx context.Context, tx keyedSession, waitUntil time
 		c, id := creates[i], ids[j]
 		status, body := c.Answer(id)
 		if c.Pending {
-			eventRows = append(eventRows, "(?, NULL, 0, NOW(6), NULL, NULL, 0)")
-			eventArgs = append(eventArgs, id)
+			eventRows = append(eventRows, "(?, ?, NULL, 0, NOW(6), NULL, NULL, 0)")
+			eventArgs = append(eventArgs, id, routing.EventHash(id))
 		} else {
-			eventRows = append(eventRows, "(?, ?, 10, NOW(6), NOW(6), 'api', 1)")
-			eventArgs = append(eventArgs, id, c.Value)
+			eventRows = append(eventRows, "(?, ?, ?, 10, NOW(6), NOW(6), 'api', 1)")
+			eventArgs = append(eventArgs, id, routing.EventHash(id), c.Value)
 		}
 		b := keyBucket(c.Key)
 		keyRows = append(keyRows, "(?, ?, ?, ?, ?, ?, NOW(6), ?)")

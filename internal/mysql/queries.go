@@ -4,6 +4,8 @@ import (
 	"embed"
 	"fmt"
 	"strings"
+
+	"github.com/exactlyonce/exactlyonce/internal/routing"
 )
 
 //go:embed sql/*.sql
@@ -62,11 +64,15 @@ func expandIDs(q string, ids []int64) (string, []any) {
 	return strings.Replace(q, "/*ids*/", placeholders(len(ids)), 1), idArgs(ids)
 }
 
-// expandRows replaces the /*rows*/ marker with one row (a tuple with one placeholder, for the id)
-// per id, and returns the ids as arguments.
-func expandRows(q, row string, ids []int64) (string, []any) {
+// expandEventRows replaces the /*rows*/ marker with one row per id (a tuple whose two placeholders
+// are the event's id and its routing hash), and returns those as arguments.
+func expandEventRows(q, row string, ids []int64) (string, []any) {
 	rows := strings.TrimSuffix(strings.Repeat(row+", ", len(ids)), ", ")
-	return strings.Replace(q, "/*rows*/", rows, 1), idArgs(ids)
+	args := make([]any, 0, 2*len(ids))
+	for _, id := range ids {
+		args = append(args, id, routing.EventHash(id))
+	}
+	return strings.Replace(q, "/*rows*/", rows, 1), args
 }
 
 func idArgs(ids []int64) []any {

@@ -20,10 +20,10 @@ const seqTable = "bench_seq"
 
 // Bulk loads of events with ids first..first+n-1 (the ids reserved from the status counter), their
 // rows numbered by the sequence table from lo to hi: arguments first, lo, hi.
+//
+// Processed history keeps routing_hash 0: only claims read the hash, and they never read settled
+// rows. Pending events get their real hash (LoadPending), computed in Go as the store does.
 const (
-	// Pending events, as POST /events/async stores them (InsertPendingRows): no value, state 0.
-	loadPendingSQL = "INSERT INTO events (id, value, state, created_at) SELECT ? + n - 1, NULL, 0, NOW(6) FROM " +
-		seqTable + " WHERE n BETWEEN ? AND ?"
 	// Processed history, as a sweeper leaves it: a value, state 10, processed once.
 	loadProcessedSQL = "INSERT INTO events (id, value, state, created_at, processed_at, processed_by, process_count)\n" +
 		"SELECT ? + n - 1, CONCAT('history-', n), 10, NOW(6), NOW(6), 'sweeper', 1 FROM " + seqTable + " WHERE n BETWEEN ? AND ?"
@@ -39,7 +39,26 @@ const loadChunk = 250_000
 // events loaded after each statement. For the benchmark's scratch databases: it creates a helper
 // table there.
 func LoadPending(ctx context.Context, db *sql.DB, n int64, onChunk func(done int64)) (int64, error) {
-	return load(ctx, db, n, loadPendingSQL, onChunk)
+	first, err := reserveIDs(ctx, db, n)
+	if err != nil {
+		return 0, err
+	}
+	// MySQL has no murmur3, so the rows are sent with their hashes, as InsertPendingRows sends them,
+	// pendingChunk rows per statement.
+	const pendingChunk = 2000
+	for lo := int64(0); lo < n; lo += pendingChunk {
+		ids := make([]int64, 0, pendingChunk)
+		for id := first + lo; id < first+min(lo+pendingChunk, n); id++ {
+			ids = append(ids, id)
+		}
+		if err := insertPending(ctx, db, ids); err != nil {
+			return 0, err
+		}
+		if onChunk != nil {
+			onChunk(min(lo+pendingChunk, n))
+		}
+	}
+	return first, nil
 }
 
 // LoadProcessed inserts n processed events (processed once, by the sweeper): the history that

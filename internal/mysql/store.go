@@ -10,6 +10,7 @@ import (
 	"net"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/routing"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -167,14 +168,14 @@ func checkPendingBatch(n int) error {
 }
 
 func insertPending(ctx context.Context, ex execer, ids []int64) error {
-	q, args := expandRows(query("InsertPendingRows"), "(?, NULL, 0, NOW(6))", ids)
+	q, args := expandEventRows(query("InsertPendingRows"), "(?, ?, NULL, 0, NOW(6))", ids)
 	_, err := ex.ExecContext(ctx, q, args...)
 	return err
 }
 
 func insertProcessed(value string) func(context.Context, execer, []int64) error {
 	return func(ctx context.Context, ex execer, ids []int64) error {
-		_, err := ex.ExecContext(ctx, query("InsertProcessed"), ids[0], value)
+		_, err := ex.ExecContext(ctx, query("InsertProcessed"), ids[0], routing.EventHash(ids[0]), value)
 		return err
 	}
 }

@@ -27,9 +27,10 @@ const (
 // table added by a migration adds the grants of the roles that use it here.
 var roleGrants = map[Role][]string{
 	RoleAPI: {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantReadSettledCount", "GrantReadCounterSums",
-		"GrantKeyBuckets", "GrantReadInsertKeys"},
+		"GrantKeyBuckets", "GrantReadInsertKeys", "GrantReadAgents"},
 	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter"},
-	RoleSweeper: {"GrantClaimSettleEvents", "GrantFoldSettledCount", "GrantPruneKeys",
+	// A sweeper registers as an agent, whose id it takes from the counter (RegisterAgent).
+	RoleSweeper: {"GrantClaimSettleEvents", "GrantAgents", "GrantAdvanceCounter", "GrantFoldSettledCount", "GrantPruneKeys",
 		"GrantReadCounterSums", "GrantSweepCounterFacts", "GrantSweepCounterNotifications"},
 	RoleCounter: {"GrantLockCounterBuckets", "GrantWriteCounterDirectories", "GrantWriteCounterSums", "GrantInsertCounterFacts", "GrantRecordCounterNotifications"},
 }

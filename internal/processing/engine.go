@@ -157,7 +157,14 @@ type Batch struct {
 // ProcessDue claims up to limit due events (pending for longer than grace, or leased with an expired
 // lease) that nobody else holds, and processes them.
 func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int) (Batch, error) {
+	return e.ProcessDueIn(ctx, grace, limit, nil)
+}
+
+// ProcessDueIn is ProcessDue narrowed to the events whose routing hash lies in r (an agent's
+// shard); nil is every hash.
+func (e *Engine) ProcessDueIn(ctx context.Context, grace time.Duration, limit int, r *exactlyonce.HashRange) (Batch, error) {
 	c := e.claim()
+	c.Range = r
 	claimed, err := e.Store.ClaimDue(ctx, c, grace, limit)
 	if err != nil {
 		return Batch{}, err

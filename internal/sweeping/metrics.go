@@ -27,6 +27,9 @@ const (
 	// failed with their error (GET /events/{id} shows it).
 	MetricRetrying     = "RetryingEvents"
 	MetricFailedEvents = "FailedEvents"
+	// MetricPulseFailures is the number of the sweeper agent's pulses that failed (HandleAgent):
+	// while its pulse fails an agent claims nothing.
+	MetricPulseFailures = "PulseFailures"
 
 	// DefaultNamespace is Metrics.Namespace's default.
 	DefaultNamespace = "ExactlyOnce"
@@ -81,6 +84,7 @@ func (s *Sweeper) publish(ctx context.Context, res Result, sweepErr error) {
 		{Name: MetricSweepErrors, Unit: metrics.Count, Value: failed},
 		{Name: MetricRetrying, Unit: metrics.Count, Value: float64(res.Retrying)},
 		{Name: MetricFailedEvents, Unit: metrics.Count, Value: float64(res.Failed)},
+		{Name: MetricPulseFailures, Unit: metrics.Count, Value: float64(res.PulseFailures)},
 	}
 	if age, ok := s.oldestAge(ctx); ok {
 		values = append(values, metrics.Value{Name: MetricOldestPendingAge, Unit: metrics.Seconds, Value: age.Seconds()})

@@ -10,15 +10,21 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 )
 
 // DefaultBatchSize is Config.BatchSize's default.
 const DefaultBatchSize = 500
+
+// DefaultGrace is Config.Grace's default.
+const DefaultGrace = 10 * time.Second
 
 // Config configures a Sweeper. Zero values take the defaults shown.
 type Config struct {
@@ -49,6 +55,19 @@ type Config struct {
 	// Default mysql.DefaultFoldBatch's value, 5000.
 	FoldBatch int
 	Counters  *Counters // the counter service's part of every sweep (counters.go); nil: none
+	// Shards (SWEEPER_SHARDS, default 1), Agent and AgentStore configure HandleAgent, the scheduled
+	// sweeper as an agent (agent.go): how many static shards the sweepers split the hash space into,
+	// the membership's intervals, and the agents table.
+	Shards     int
+	Agent      agents.Config
+	AgentStore agents.Store
+	// AgentStopBefore is how long before its deadline HandleAgent stops starting batches and leaves.
+	// Default DefaultAgentStopBefore.
+	AgentStopBefore time.Duration
+	// MaintainEvery is how often, at most, an agent's loop runs the sweeper's maintenance (Maintain:
+	// the fold, pruning keys, the counter service's sweep) between its batches. Default 30 s (the
+	// scheduled sweeper ran it once a minute before it became an agent).
+	MaintainEvery time.Duration
 }
 
 // DefaultFoldBatch is Config.FoldBatch's default (mysql.DefaultFoldBatch; not imported, so that
@@ -59,18 +78,23 @@ const DefaultFoldBatch = 5000
 type Sweeper struct {
 	engine *processing.Engine
 	cfg    Config
+
+	folded       atomic.Int64 // events Maintain folded, for HandleAgent's result
+	mu           sync.Mutex
+	lastMaintain time.Time
 }
 
 // New returns a Sweeper.
 func New(store processing.Store, cfg Config) *Sweeper {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	if cfg.Grace == 0 {
-		cfg.Grace = 10 * time.Second
+		cfg.Grace = DefaultGrace
 	} else if cfg.Grace < 0 {
 		cfg.Grace = 0
 	}
 	cfg.StopBefore = cmp.Or(cfg.StopBefore, 2*time.Second)
 	cfg.FoldBatch = cmp.Or(cfg.FoldBatch, DefaultFoldBatch)
+	cfg.MaintainEvery = cmp.Or(cfg.MaintainEvery, 30*time.Second)
 	cfg.IdleSleep = cmp.Or(cfg.IdleSleep, time.Second)
 	cfg.IdleJitter = cmp.Or(cfg.IdleJitter, 500*time.Millisecond)
 	if cfg.Logger == nil {
@@ -88,6 +112,8 @@ type Result struct {
 	Batches   int   `json:"batches"`
 	Folded    int64 `json:"folded"`             // settled events folded into the count (fold.go)
 	Stopped   bool  `json:"stoppedForDeadline"` // true if it stopped for the deadline with work possibly left
+	// PulseFailures counts the agent's failed pulses (HandleAgent): while they fail it claims nothing.
+	PulseFailures int `json:"pulseFailures,omitempty"`
 }
 
 // Sweep processes due events in batches until a batch comes back short (nothing more is due) or the
@@ -98,10 +124,44 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Folded, err = s.fold(ctx)
-	s.sweepCounters(ctx) // counters.go
+	res.Folded, err = s.Maintain(ctx)
 	return res, err
 }
+
+// Maintain is what a sweeper does besides processing due events: it folds settled events into the
+// count (fold.go), prunes expired idempotency keys (idempotency.go) and runs the counter service's
+// sweep (counters.go). Each is bounded and safe to run from many sweepers at once. It returns how
+// many events it folded; only the fold's error is returned (the others log theirs).
+func (s *Sweeper) Maintain(ctx context.Context) (int64, error) {
+	folded, err := s.fold(ctx)
+	s.pruneKeys(ctx)
+	s.sweepCounters(ctx)
+	s.folded.Add(folded)
+	return folded, err
+}
+
+// maintainBetweenBatches is an agent's hook (agents.Config.Maintain): Maintain, at most every
+// MaintainEvery, so that an agent that is never idle still folds, and an idle one does not run it
+// on every poll.
+func (s *Sweeper) maintainBetweenBatches(ctx context.Context) {
+	s.mu.Lock()
+	due := time.Since(s.lastMaintain) >= s.cfg.MaintainEvery
+	if due {
+		s.lastMaintain = time.Now()
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	if _, err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
+		s.cfg.Logger.Warn("sweeper: fold failed; it is tried again later", "err", err)
+	}
+}
+
+// AgentMaintenance returns the hook that gives an agent the sweeper's maintenance between its
+// batches (agents.Config.Maintain), for agents that run outside HandleAgent (the local runner's,
+// cmd/agent's).
+func (s *Sweeper) AgentMaintenance() func(context.Context) { return s.maintainBetweenBatches }
 
 func (s *Sweeper) sweepDue(ctx context.Context) (Result, error) {
 	var res Result
@@ -128,7 +188,6 @@ func (s *Sweeper) sweepDue(ctx context.Context) (Result, error) {
 func (s *Sweeper) Handle(ctx context.Context, _ events.CloudWatchEvent) (Result, error) {
 	start := time.Now()
 	res, err := s.Sweep(ctx)
-	s.pruneKeys(ctx) // idempotency.go
 	s.publish(ctx, res, err)
 	if err != nil {
 		s.cfg.Logger.Error("sweeper: sweep failed", "processed", res.Processed, "err", err)

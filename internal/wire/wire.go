@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
@@ -89,7 +90,7 @@ func SQS(log *slog.Logger) (*sqs.Client, error) {
 
 // Sweeping returns the configured sweeping.Config, logging to log (nil: sweeping's default).
 func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
-	sc := sweeping.Config{BatchSize: c.Sweep.BatchSize, Logger: log}
+	sc := sweeping.Config{BatchSize: c.Sweep.BatchSize, Logger: log, Shards: c.Sweep.Shards, Agent: AgentVars(c.Agent)}
 	if g := c.Sweep.Grace; g != nil {
 		// sweeping.Config.Grace takes zero for its default and a negative value for no grace.
 		sc.Grace = *g
@@ -98,6 +99,39 @@ func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
 		}
 	}
 	return sc
+}
+
+// Agent returns the configured agents.Config for an agent of kind, logging to log: AGENT_* and
+// SHARDS_* for its membership and loop (AgentVars), a name made of kind, process id and host when
+// AGENT_NAME is unset, and SWEEP_GRACE for the pending events it leaves to the queue path (unset:
+// the sweeper's default grace).
+func Agent(c config.Config, kind string, log *slog.Logger) agents.Config {
+	ac := AgentVars(c.Agent)
+	if ac.Member.Name == "" {
+		host, _ := os.Hostname()
+		ac.Member.Name = fmt.Sprintf("%s-%d-%s", kind, os.Getpid(), host)
+	}
+	ac.Member.Kind, ac.Member.Logger = kind, log
+	ac.Grace = sweeping.DefaultGrace
+	if g := c.Sweep.Grace; g != nil {
+		ac.Grace = *g
+	}
+	return ac
+}
+
+// AgentVars returns the agents.Config that AGENT_* and SHARDS_* set, and nothing else: zero where
+// they are unset, for agents' defaults.
+func AgentVars(a config.Agent) agents.Config {
+	ac := agents.Config{
+		Member:       agents.MemberConfig{Name: a.Name, PulseInterval: a.PulseInterval, Expiration: a.Expiration},
+		BatchSize:    a.BatchSize,
+		PollInterval: a.PollInterval,
+		PollJitter:   a.PollInterval / 2,
+	}
+	if a.ShardsTotal != nil && a.ShardsAssigned != nil {
+		ac.Member.Static = &agents.Shard{Total: *a.ShardsTotal, Index: *a.ShardsAssigned}
+	}
+	return ac
 }
 
 // Visibility returns the processor's visibility extension on client, for QUEUE_URL (empty: each

@@ -6,16 +6,18 @@
 
 -- name: InsertProcessed
 -- POST /events: the event is born processed. No lock is needed beyond the row it inserts; the id
--- came from the status counter, so it is unique.
-INSERT INTO events (id, value, state, created_at, processed_at, processed_by, process_count)
-VALUES (?, ?, 10, NOW(6), NOW(6), 'api', 1);
+-- came from the status counter, so it is unique. routing_hash is the murmur3 hash of its routing
+-- key, computed in Go (internal/routing).
+INSERT INTO events (id, routing_hash, value, state, created_at, processed_at, processed_by, process_count)
+VALUES (?, ?, ?, 10, NOW(6), NOW(6), 'api', 1);
 
 -- name: InsertPendingRows
 -- POST /events/async: the events are born pending, in the `open` partition. One statement for one
 -- request, or for the concurrent requests of one process, so they are committed together or not at
 -- all. The queue message is sent only after this commits (autocommit), so a message never names an
--- event that does not exist. /*rows*/ is one (?, NULL, 0, NOW(6)) per event.
-INSERT INTO events (id, value, state, created_at) VALUES /*rows*/;
+-- event that does not exist. /*rows*/ is one (?, ?, NULL, 0, NOW(6)) per event: its id and its
+-- routing hash (internal/routing), by which agents split the pending events between them.
+INSERT INTO events (id, routing_hash, value, state, created_at) VALUES /*rows*/;
 
 -- name: Get
 -- A consistent (non-locking) read of one event: one subpartition of each state partition.
@@ -56,8 +58,14 @@ WHERE state < 10 AND id IN (/*ids*/)
 -- gave up). An event waiting its backoff does not match, so a failing event never holds up the rows
 -- behind it. Several sweepers and processors can run this at once; each gets a disjoint set of rows.
 -- `state < 10` prunes it to the `open` partition.
+--
+-- `routing_hash BETWEEN ? AND ?` narrows it to the agent's hash range (the whole space for a lone
+-- agent or a sweeper outside any agent), so that agents do not scan past and skip each other's
+-- rows. It is not what makes the claim exclusive: two agents with a stale view of the ranges both
+-- claiming one range still get disjoint rows from SKIP LOCKED, and the settle's guard holds.
 SELECT id, kind, attempts FROM events
 WHERE state < 10
+  AND routing_hash BETWEEN ? AND ?
   AND ((state = 0 AND created_at <= NOW(6) - INTERVAL ? MICROSECOND
         AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6)))
     OR (state = 1 AND lease_expires_at <= NOW(6)))

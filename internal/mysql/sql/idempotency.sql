@@ -30,11 +30,12 @@ WHERE bucket IN (/*ids*/) AND key_hash IN (/*hashes*/) AND expires_at > ?;
 
 -- name: InsertKeyedEvents
 -- The events of fresh keyed creates, in the transaction that stores their keys: both commit or
--- neither. /*rows*/ is one (?, NULL, 0, NOW(6), NULL, NULL, 0) per pending event (POST
--- /events/async) and one (?, ?, 10, NOW(6), NOW(6), 'api', 1) per event processed at birth (POST
--- /events), as InsertPendingRows and InsertProcessed in events.sql insert them. No lock beyond the
--- rows inserted; the ids come from the status counter.
-INSERT INTO events (id, value, state, created_at, processed_at, processed_by, process_count) VALUES /*rows*/;
+-- neither. /*rows*/ is one (?, ?, NULL, 0, NOW(6), NULL, NULL, 0) per pending event (POST
+-- /events/async) and one (?, ?, ?, 10, NOW(6), NOW(6), 'api', 1) per event processed at birth (POST
+-- /events), as InsertPendingRows and InsertProcessed in events.sql insert them, with the routing
+-- hash the agents' ranges split by. No lock beyond the rows inserted; the ids come from the status
+-- counter.
+INSERT INTO events (id, routing_hash, value, state, created_at, processed_at, processed_by, process_count) VALUES /*rows*/;
 
 -- name: InsertKeys
 -- The fresh keys with the answers their creates gave, expiring at ? each (the clock read above

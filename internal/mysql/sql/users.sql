@@ -30,7 +30,8 @@ GRANT SELECT, INSERT ON events TO /*user*/;
 -- name: GrantAdvanceCounter
 -- api: the allocators lock the counter and advance it (LockCounter's SELECT ... FOR UPDATE, which
 -- MySQL 8 allows with SELECT plus UPDATE; AdvanceCounter). No INSERT or DELETE: only migrate seeds
--- the row.
+-- the row. sweeper: an agent takes its id from the counter when it registers (RegisterAgent), so
+-- that agent ids are unique without a unique index.
 GRANT SELECT, UPDATE ON status TO /*user*/;
 
 -- name: GrantClaimSettleEvents
@@ -109,3 +110,12 @@ GRANT SELECT, INSERT ON idempotency_keys TO /*user*/;
 -- name: GrantPruneKeys
 -- sweeper: deletes expired keys (PruneKeys), and nothing else of them.
 GRANT SELECT, DELETE ON idempotency_keys TO /*user*/;
+
+-- name: GrantAgents
+-- sweeper: the sweepers are agents (internal/agents): they register (INSERT), pulse and persist
+-- their assignment (UPDATE), eject expired agents and leave (DELETE), and read the topology.
+GRANT SELECT, INSERT, UPDATE, DELETE ON agents TO /*user*/;
+
+-- name: GrantReadAgents
+-- api: GET /agents lists the agents (a consistent read).
+GRANT SELECT ON agents TO /*user*/;

@@ -1,0 +1,38 @@
+// Command agent is the standalone agent: a long-running process that registers in the agents
+// table, pulses, and processes the due events of its share of the hash space (internal/agents).
+// Run as many as you like, anywhere that reaches the database: they split the events between them
+// and take over the range of one that stops. SIGTERM (or Ctrl-C): it finishes its batch, deletes
+// its row and exits. Configuration is the same environment as the Lambdas (DB_DSN, SWEEP_GRACE,
+// ...) and AGENT_* and SHARDS_* (README, "Agents").
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg := wire.Must(config.Load(os.Getenv))
+	log := wire.Logger(cfg)
+	store := wire.Must(wire.OpenStore(ctx, cfg))
+	ac := wire.Agent(cfg, "standalone", log)
+	// Between its batches it does the sweeper's maintenance (the count's fold, pruning).
+	ac.Maintain = sweeping.New(store, wire.Sweeping(cfg, log)).AgentMaintenance()
+	a := wire.Must(agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log}, ac))
+	log.Info("agent: starting", "name", a.Member.Config().Name)
+	go a.LogStatsEvery(ctx, time.Minute)
+	_ = a.Run(ctx)
+	log.Info("agent: stopped")
+}

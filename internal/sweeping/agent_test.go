@@ -1,0 +1,117 @@
+package sweeping_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/stretchr/testify/require"
+)
+
+// The scheduled sweepers as agents: SWEEPER_SHARDS=2 shards, each tick's invocation an agent for
+// its whole duration, overlapping the previous tick's. The next invocation of a shard waits for the
+// previous one to hand the shard over (it never runs beside it), takes it within a pulse or two of
+// the leaving (far less than an expiration), and every event is settled exactly once.
+func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	ctx := context.Background()
+	for range 10 {
+		_, err := store.CreatePendingBatch(ctx, 200)
+		require.NoError(t, err)
+	}
+	ledger := verify.NewLedger()
+	const expiration = 2 * time.Second
+	s := sweeping.New(store, sweeping.Config{Grace: -1, BatchSize: 20, Report: ledger, Shards: 2, AgentStore: store,
+		AgentStopBefore: 300 * time.Millisecond, Logger: quietLogger(),
+		Agent: agents.Config{Member: agents.MemberConfig{PulseInterval: 100 * time.Millisecond, Expiration: expiration},
+			PollInterval: 50 * time.Millisecond}})
+
+	// Sample the table throughout: never two RUNNING agents on one shard; how long shard 0 goes
+	// without a RUNNING agent once it had one.
+	sctx, stopSampling := context.WithCancel(ctx)
+	var (
+		overlap  string
+		longest  time.Duration
+		sampling sync.WaitGroup
+	)
+	sampling.Add(1)
+	go func() {
+		defer sampling.Done()
+		var since time.Time // when shard 0 lost its RUNNING agent
+		seen := false
+		for sctx.Err() == nil {
+			as, err := store.Agents(sctx)
+			if err != nil {
+				continue
+			}
+			running := map[int]int{}
+			for _, a := range as {
+				if a.State == exactlyonce.AgentRunning {
+					running[*a.AssignedShardIndex]++
+					if running[*a.AssignedShardIndex] > 1 && overlap == "" {
+						overlap = "two RUNNING agents on one shard"
+					}
+				}
+			}
+			switch {
+			case running[0] > 0 && !since.IsZero():
+				longest = max(longest, time.Since(since))
+				since = time.Time{}
+			case running[0] > 0:
+				seen = true
+			case seen && since.IsZero():
+				since = time.Now()
+			}
+		}
+	}()
+
+	// Three ticks of shard 0, each 1.5 s long, starting every second (the overlap of timeout and
+	// rate), and one long invocation of shard 1.
+	var wg sync.WaitGroup
+	invoke := func(shard int, after, length time.Duration) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(after)
+			ictx, cancel := context.WithTimeout(ctx, length)
+			defer cancel()
+			_, err := s.HandleAgent(ictx, sweeping.ShardInput{Shard: &shard})
+			require.NoError(t, err)
+		}()
+	}
+	invoke(1, 0, 4*time.Second)
+	for tick := range 3 {
+		invoke(0, time.Duration(tick)*time.Second, 1500*time.Millisecond)
+	}
+	wg.Wait()
+	stopSampling()
+	sampling.Wait()
+	require.Empty(t, overlap)
+	t.Logf("shard 0 went at most %s without a RUNNING agent between ticks (expiration %s)", longest, expiration)
+	require.Less(t, longest, expiration)
+
+	audit, err := store.AuditEvents(ctx)
+	require.NoError(t, err)
+	res := verify.Check(audit, ledger)
+	require.True(t, res.OK(), "%s", res)
+	require.Empty(t, res.Open)
+	as, err := store.Agents(ctx)
+	require.NoError(t, err)
+	require.Empty(t, as, "every invocation left")
+
+	var bad int = 2
+	_, err = s.HandleAgent(ctx, sweeping.ShardInput{Shard: &bad})
+	require.ErrorContains(t, err, "shard 2 of 2")
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
