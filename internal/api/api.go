@@ -9,6 +9,7 @@
 //	GET  /counters/{userId}/{entityType}  200 {"userId", "entityType", "sum", "version"}   one count
 //
 // Both creates take an Idempotency-Key header: a repeat gets the first answer (idempotency.go).
+//
 //	GET  /agents        200 {"agents": [...]}      the registered agents, ordered by id (agents.go)
 //
 // The routes are registered one a line in routes(), and routed by an http.ServeMux (router.go).
