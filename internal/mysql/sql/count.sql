@@ -3,13 +3,20 @@
 -- (states below 30) are counted by a scan, whose size is the pending events plus what was settled
 -- since the sweeper's last fold, not the history.
 
--- name: Count
--- GET /events. One statement, so one consistent snapshot (a non-locking read, at READ COMMITTED a
--- read view per statement, shared by its subqueries): a fold's move of rows out of `fresh` and its
--- addition to settled_count commit together, so the reader sees both or neither and counts every
--- committed event exactly once. `state < 30` prunes the scan to `open` and `fresh`. NULL (no row in
--- settled_count: the schema is not migrated) is an error for the caller.
-SELECT (SELECT n FROM settled_count) + (SELECT COUNT(*) FROM events WHERE state < 30);
+-- name: LockSettledCount
+-- GET /events, first statement (count.go): the count's row under a shared lock, in a READ
+-- COMMITTED transaction. A fold holds the row's exclusive lock from its addition to its commit, so
+-- this waits for a fold that is committing, and no fold can commit until the count's transaction
+-- ends: the scan that follows sees every fold that committed before it whole, and none half. Many
+-- readers share the lock; a fold waits for them only as long as a count takes (a bounded scan).
+-- No row (the schema is not migrated) is an error for the caller.
+SELECT n FROM settled_count LOCK IN SHARE MODE;
+
+-- name: CountUnfolded
+-- GET /events, second statement: the events not folded yet, by a consistent (non-locking) read.
+-- `state < 30` prunes the scan to `open` and `fresh`: the pending events and those settled since
+-- the last fold.
+SELECT COUNT(*) FROM events WHERE state < 30;
 
 -- name: FoldSettled
 -- The fold, first statement: moves up to ? settled events from `fresh` to `settled` (10 -> 30

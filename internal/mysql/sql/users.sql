@@ -45,9 +45,9 @@ GRANT SELECT, UPDATE ON events TO /*user*/;
 GRANT SELECT ON status TO /*user*/;
 
 -- name: GrantReadSettledCount
--- api: GET /events reads the count's row (Count, a consistent read without a lock). It never
--- changes it.
-GRANT SELECT ON settled_count TO /*user*/;
+-- api: GET /events reads the count's row under a shared lock (LockSettledCount). MySQL 8 allows a
+-- locking read with SELECT plus UPDATE (as LockCounter's); the API never changes the row.
+GRANT SELECT, UPDATE ON settled_count TO /*user*/;
 
 -- name: GrantFoldSettledCount
 -- sweeper: the fold adds what it moved to the count's row (AddSettled, an UPDATE under its row
