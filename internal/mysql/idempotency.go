@@ -71,7 +71,7 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 	var err error
 	err = inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 		var err error
-		results, err = s.createKeyed(ctx, txSession{tx}, waitUntil, opt.TTL, creates, ids)
+		results, err = s.createKeyed(ctx, tx, waitUntil, opt.TTL, creates, ids)
 		return err
 	})
 	if errors.Is(err, errNothingToWrite) {
@@ -97,7 +97,7 @@ const dirEntrySize = 8
 // pins the session of a larger statement.
 const maxDirectoryStatement = 12 << 10
 
-func (s *Store) createKeyed(ctx context.Context, tx keyedSession, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64) ([]exactlyonce.KeyedResult, error) {
+func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64) ([]exactlyonce.KeyedResult, error) {
 	var buckets []int64
 	for _, c := range creates {
 		buckets = append(buckets, keyBucket(c.Key))
@@ -164,7 +164,7 @@ func (s *Store) createKeyed(ctx context.Context, tx keyedSession, waitUntil time
 	if ids == nil {
 		// The literal allocator: in this transaction, after the buckets' locks (the order every
 		// keyed create takes them in: buckets, then the counter).
-		if ids, err = s.alloc.take(ctx, tx.(txSession).Tx, len(fresh)); err != nil {
+		if ids, err = s.alloc.take(ctx, tx, len(fresh)); err != nil {
 			return nil, err
 		}
 	}
@@ -188,10 +188,10 @@ func (s *Store) createKeyed(ctx context.Context, tx keyedSession, waitUntil time
 		added[b] = appendEntry(added[b], c.Key, expires)
 		results[i] = exactlyonce.KeyedResult{Created: true, Record: exactlyonce.KeyRecord{Fingerprint: c.Fingerprint, Status: status, Body: body, EventID: id}}
 	}
-	if err := tx.exec(ctx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
+	if err := execDiscard(ctx, tx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
 		return nil, err
 	}
-	if err := tx.exec(ctx, strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(keyRows, ", "), 1), keyArgs...); err != nil {
+	if err := execDiscard(ctx, tx, strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(keyRows, ", "), 1), keyArgs...); err != nil {
 		return nil, err
 	}
 	return results, writeDirectories(ctx, tx, dirs, added, nowMicro)
@@ -199,7 +199,7 @@ func (s *Store) createKeyed(ctx context.Context, tx keyedSession, waitUntil time
 
 // writeDirectories writes the directory of each bucket that got keys: its unexpired entries and
 // the new ones, a few buckets per statement.
-func writeDirectories(ctx context.Context, tx keyedSession, dirs, added map[int64][]byte, nowMicro int64) error {
+func writeDirectories(ctx context.Context, tx *sql.Tx, dirs, added map[int64][]byte, nowMicro int64) error {
 	var buckets []int64
 	for b := range added {
 		buckets = append(buckets, b)
@@ -215,7 +215,7 @@ func writeDirectories(ctx context.Context, tx keyedSession, dirs, added map[int6
 		}
 		q := strings.Replace(query("WriteKeyDirectories"), "/*cases*/", strings.Join(cases, " "), 1)
 		q, ids := expandIDs(q, batch)
-		err := tx.exec(ctx, q, append(args, ids...)...)
+		err := execDiscard(ctx, tx, q, append(args, ids...)...)
 		batch, cases, args, size = nil, nil, nil, 0
 		return err
 	}
@@ -269,7 +269,7 @@ func appendEntry(dir []byte, key [32]byte, expires time.Time) []byte {
 }
 
 // findKeys reads the stored, unexpired records of keys.
-func findKeys(ctx context.Context, tx keyedSession, keys [][32]byte, now time.Time) (map[[32]byte]exactlyonce.KeyRecord, error) {
+func findKeys(ctx context.Context, tx *sql.Tx, keys [][32]byte, now time.Time) (map[[32]byte]exactlyonce.KeyRecord, error) {
 	var buckets []int64
 	hashes := make([]any, len(keys))
 	for i, k := range keys {
@@ -342,4 +342,10 @@ func (s *Store) PruneKeys(ctx context.Context, batch, limit int) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// execDiscard runs a statement of a keyed create's transaction whose result is not needed.
+func execDiscard(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+	_, err := tx.ExecContext(ctx, q, args...)
+	return err
 }
