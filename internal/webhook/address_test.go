@@ -1,0 +1,176 @@
+package webhook
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// The classifier over every range, their mapped and embedded forms, and public examples. These are
+// classified only, never dialled.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	const (
+		allowed = iota
+		loopback
+		private
+		forbidden
+	)
+	for _, tc := range []struct {
+		addr string
+		want int
+		what string // a part of the reason
+	}{
+		// Public examples.
+		{"8.8.8.8", allowed, ""},
+		{"1.1.1.1", allowed, ""},
+		{"93.184.215.14", allowed, ""},
+		{"100.63.255.255", allowed, ""},
+		{"100.128.0.0", allowed, ""},
+		{"172.15.255.255", allowed, ""},
+		{"172.32.0.0", allowed, ""},
+		{"192.167.255.255", allowed, ""},
+		{"192.169.0.0", allowed, ""},
+		{"169.253.255.255", allowed, ""},
+		{"223.255.255.255", allowed, ""},
+		{"2606:4700::1", allowed, ""},
+		{"2001:4860:4860::8888", allowed, ""},
+		{"2a00:1450:4001::200e", allowed, ""},
+		{"::ffff:8.8.8.8", allowed, ""},
+		{"64:ff9b::808:808", allowed, ""}, // NAT64 of 8.8.8.8
+		{"2001:200::1", allowed, ""},      // just above 2001::/23
+
+		// Loopback.
+		{"127.0.0.1", loopback, "loopback"},
+		{"127.1.2.3", loopback, "loopback"},
+		{"127.255.255.255", loopback, "loopback"},
+		{"::1", loopback, "loopback"},
+		{"::ffff:127.0.0.1", loopback, "IPv4-mapped form of a loopback"},
+
+		// Private.
+		{"10.0.0.1", private, "RFC 1918"},
+		{"10.255.255.255", private, "RFC 1918"},
+		{"172.16.0.1", private, "RFC 1918"},
+		{"172.31.255.255", private, "RFC 1918"},
+		{"192.168.1.1", private, "RFC 1918"},
+		{"::ffff:10.1.2.3", private, "IPv4-mapped form of a private"},
+		{"fc00::1", private, "unique local"},
+		{"fd00:ec2::254", private, "unique local"}, // the EC2 IPv6 metadata endpoint
+
+		// Forbidden whatever the settings.
+		{"0.0.0.0", forbidden, "unspecified"},
+		{"0.1.2.3", forbidden, "this network"},
+		{"::", forbidden, "unspecified"},
+		{"::ffff:0.0.0.0", forbidden, "mapped form of the unspecified"},
+		{"100.64.0.1", forbidden, "carrier-grade NAT"},
+		{"100.127.255.255", forbidden, "carrier-grade NAT"},
+		{"169.254.169.254", forbidden, "link-local"},
+		{"169.254.169.253", forbidden, "link-local"},
+		{"::ffff:169.254.169.254", forbidden, "mapped form of a link-local"},
+		{"fe80::1", forbidden, "link-local"},
+		{"fe80::1%eth0", forbidden, "link-local"},
+		{"febf:ffff::1", forbidden, "link-local"},
+		{"fec0::1", forbidden, "site-local"},
+		{"224.0.0.1", forbidden, "multicast"},
+		{"239.255.255.250", forbidden, "multicast"},
+		{"ff02::1", forbidden, "multicast"},
+		{"ff05::2", forbidden, "multicast"},
+		{"255.255.255.255", forbidden, "broadcast"},
+		{"240.0.0.1", forbidden, "reserved"},
+		{"192.0.0.170", forbidden, "IETF protocol"},
+		{"192.0.2.1", forbidden, "documentation"},
+		{"198.51.100.7", forbidden, "documentation"},
+		{"203.0.113.9", forbidden, "documentation"},
+		{"198.18.0.1", forbidden, "benchmarking"},
+		{"198.19.255.255", forbidden, "benchmarking"},
+		{"192.88.99.1", forbidden, "6to4 relay"},
+		{"::7f00:1", forbidden, "IPv4-compatible"}, // ::127.0.0.1
+		{"::808:808", forbidden, "IPv4-compatible"}, // ::8.8.8.8: deprecated, refused whatever it embeds
+		{"64:ff9b::7f00:1", forbidden, "NAT64 form (64:ff9b::/96) of a loopback"},
+		{"64:ff9b::a00:1", forbidden, "NAT64 form (64:ff9b::/96) of a private"},
+		{"64:ff9b::a9fe:a9fe", forbidden, "NAT64 form (64:ff9b::/96) of a link-local"},
+		{"64:ff9b:1::808:808", forbidden, "local-use NAT64"},
+		{"2001::1", forbidden, "Teredo"},
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", forbidden, "Teredo"},
+		{"2001:db8::1", forbidden, "documentation"},
+		{"2001:2::1", forbidden, "IETF protocol"},
+		{"2002:7f00:1::1", forbidden, "6to4"},
+		{"2002:808:808::1", forbidden, "6to4"},
+		{"3fff::1", forbidden, "documentation"},
+		{"100::1", forbidden, "discard-only"},
+		{"4000::1", forbidden, "not a global unicast"},
+		{"1::1", forbidden, "not a global unicast"},
+	} {
+		a := netip.MustParseAddr(tc.addr)
+		rg, ok := classify(a)
+		got := forbidden
+		switch {
+		case ok:
+			got = allowed
+		case rg.kind == kindLoopback:
+			got = loopback
+		case rg.kind == kindPrivate:
+			got = private
+		}
+		if got != tc.want {
+			t.Errorf("classify(%s) = %d (%s), want %d", tc.addr, got, rg.what, tc.want)
+			continue
+		}
+		if !strings.Contains(rg.what, tc.what) {
+			t.Errorf("classify(%s) says %q, want it to contain %q", tc.addr, rg.what, tc.what)
+		}
+
+		// The policies: what each setting allows.
+		for _, p := range []policy{{}, {allowLoopback: true}, {allowPrivate: true}, {true, true}} {
+			wantOK := tc.want == allowed || (tc.want == loopback && p.allowLoopback) || (tc.want == private && p.allowPrivate)
+			e := p.check(a)
+			if (e == nil) != wantOK {
+				t.Errorf("%+v.check(%s) = %v, want allowed=%v", p, tc.addr, e, wantOK)
+			}
+			if e != nil && !strings.Contains(e.Error(), a.String()) {
+				t.Errorf("the refusal %q does not name the address %s", e, a)
+			}
+		}
+	}
+	if e := (policy{}).check(netip.MustParseAddr("127.0.0.1")); !strings.Contains(e.Error(), "WEBHOOK_ALLOW_LOOPBACK") {
+		t.Errorf("the refusal %q does not say how to allow loopback", e)
+	}
+	if e := (policy{}).check(netip.MustParseAddr("10.0.0.1")); !strings.Contains(e.Error(), "WEBHOOK_ALLOW_PRIVATE") {
+		t.Errorf("the refusal %q does not say how to allow private addresses", e)
+	}
+}
+
+// The numeric host forms inet_aton reads as IPv4 addresses, and names that are not numeric.
+func TestLegacyIPv4(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		host    string
+		want    string // "" when not parsed
+		numeric bool
+	}{
+		{"127.1", "127.0.0.1", true},
+		{"2130706433", "127.0.0.1", true},
+		{"0x7f.1", "127.0.0.1", true},
+		{"0177.0.0.1", "127.0.0.1", true},
+		{"0x7f000001", "127.0.0.1", true},
+		{"127.0.1", "127.0.0.1", true},
+		{"10.1.2.3.", "10.1.2.3", true},
+		{"017700000001", "127.0.0.1", true},
+		{"134744072", "8.8.8.8", true},
+		{"0", "0.0.0.0", true},
+		{"4294967296", "", true},
+		{"256.1", "", true},
+		{"1.2.3.4.5", "", true},
+		{"08.1", "", true},       // not octal
+		{"foo.123", "", true},    // ends in a number: never a DNS name
+		{"example.com", "", false},
+		{"localhost", "", false},
+		{"123.example", "", false},
+		{"0xg", "", false},
+	} {
+		a, parsed, numeric := legacyIPv4(tc.host)
+		if numeric != tc.numeric || parsed != (tc.want != "") || (parsed && a.String() != tc.want) {
+			t.Errorf("legacyIPv4(%q) = %v, %v, %v; want %q, numeric %v", tc.host, a, parsed, numeric, tc.want, tc.numeric)
+		}
+	}
+}
