@@ -84,7 +84,7 @@ func TestClassify(t *testing.T) {
 		{"198.18.0.1", forbidden, "benchmarking"},
 		{"198.19.255.255", forbidden, "benchmarking"},
 		{"192.88.99.1", forbidden, "6to4 relay"},
-		{"::7f00:1", forbidden, "IPv4-compatible"}, // ::127.0.0.1
+		{"::7f00:1", forbidden, "IPv4-compatible"},  // ::127.0.0.1
 		{"::808:808", forbidden, "IPv4-compatible"}, // ::8.8.8.8: deprecated, refused whatever it embeds
 		{"64:ff9b::7f00:1", forbidden, "NAT64 form (64:ff9b::/96) of a loopback"},
 		{"64:ff9b::a00:1", forbidden, "NAT64 form (64:ff9b::/96) of a private"},
@@ -161,8 +161,8 @@ func TestLegacyIPv4(t *testing.T) {
 		{"4294967296", "", true},
 		{"256.1", "", true},
 		{"1.2.3.4.5", "", true},
-		{"08.1", "", true},       // not octal
-		{"foo.123", "", true},    // ends in a number: never a DNS name
+		{"08.1", "", true},    // not octal
+		{"foo.123", "", true}, // ends in a number: never a DNS name
 		{"example.com", "", false},
 		{"localhost", "", false},
 		{"123.example", "", false},
