@@ -43,6 +43,8 @@ type Config struct {
 	// Idempotency configures the API's Idempotency-Key header (api.Idempotency).
 	Idempotency Idempotency
 	Agent       Agent
+	// Webhook configures the delivery of tasks (internal/webhook).
+	Webhook Webhook
 	// LogLevel is LOG_LEVEL: debug, info, warn or error. Unset: slog's zero Level, info.
 	LogLevel slog.Level
 	// Local is read by the local runner only.
@@ -139,6 +141,42 @@ type Idempotency struct {
 	Required bool
 }
 
+// Webhook configures the delivery of tasks, events that carry a webhook (internal/webhook's Config
+// and RetryDelay; zero fields take its defaults).
+type Webhook struct {
+	// Secret is WEBHOOK_SECRET: the Standard Webhooks signing secret, whsec_ and the key in base64
+	// (webhook.ParseSecret checks it; its errors never contain it). Never printed: String and
+	// GoString redact it.
+	Secret string
+	// SecretARN is WEBHOOK_SECRET_ARN: the Secrets Manager secret the Lambda functions read the
+	// signing secret from, instead of WEBHOOK_SECRET (never both).
+	SecretARN string
+	// Timeout is WEBHOOK_TIMEOUT: how long one delivery may take.
+	Timeout time.Duration
+	// RetryBase and RetryMax are RETRY_BASE and RETRY_MAX: the backoff after a temporary failure,
+	// base*2^(attempt-1) with full jitter, capped at RetryMax (at least RetryBase when both are set).
+	RetryBase, RetryMax time.Duration
+	// AllowLoopback is WEBHOOK_ALLOW_LOOPBACK: deliveries may connect to 127.0.0.0/8 and ::1 (local
+	// runs).
+	AllowLoopback bool
+	// AllowPrivate is WEBHOOK_ALLOW_PRIVATE: deliveries may connect to RFC 1918 and fc00::/7
+	// addresses (receivers inside a VPC).
+	AllowPrivate bool
+}
+
+// String prints w with its Secret redacted (fmt uses it for %v and %+v, also inside a Config).
+func (w Webhook) String() string {
+	secret := ""
+	if w.Secret != "" {
+		secret = "[redacted]"
+	}
+	return fmt.Sprintf("{Secret:%s SecretARN:%s Timeout:%s RetryBase:%s RetryMax:%s AllowLoopback:%t AllowPrivate:%t}",
+		secret, w.SecretARN, w.Timeout, w.RetryBase, w.RetryMax, w.AllowLoopback, w.AllowPrivate)
+}
+
+// GoString is String, for %#v.
+func (w Webhook) GoString() string { return "config.Webhook" + w.String() }
+
 // Local configures the local runner (cmd/local, internal/local.Env); the functions ignore it.
 type Local struct {
 	// HTTPAddr is HTTP_ADDR: where the API listens, host:port (port 0 picks one).
@@ -206,6 +244,15 @@ func Load(getenv func(string) string) (Config, error) {
 			Wait:     p.positive("IDEMPOTENCY_WAIT"),
 			Required: p.flag("IDEMPOTENCY_REQUIRED"),
 		},
+		Webhook: Webhook{
+			Secret:        p.str("WEBHOOK_SECRET"),
+			SecretARN:     p.str("WEBHOOK_SECRET_ARN"),
+			Timeout:       p.positive("WEBHOOK_TIMEOUT"),
+			RetryBase:     p.positive("RETRY_BASE"),
+			RetryMax:      p.positive("RETRY_MAX"),
+			AllowLoopback: p.flag("WEBHOOK_ALLOW_LOOPBACK"),
+			AllowPrivate:  p.flag("WEBHOOK_ALLOW_PRIVATE"),
+		},
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
 			QueueName:          p.str("QUEUE_NAME"),
@@ -232,6 +279,15 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if h, e := c.Processor.VisibilityHeartbeat, c.Processor.VisibilityExtension; h > 0 && e > 0 && e <= h {
 		p.fail(fmt.Sprintf("VISIBILITY_EXTENSION (%s) must be longer than VISIBILITY_HEARTBEAT (%s)", e, h))
+	}
+	if w := c.Webhook; w.Secret != "" && w.SecretARN != "" {
+		p.fail("set WEBHOOK_SECRET or WEBHOOK_SECRET_ARN, not both")
+	}
+	if a := c.Webhook.SecretARN; a != "" && (!strings.HasPrefix(a, "arn:") || !strings.Contains(a, ":secretsmanager:") || !strings.Contains(a, ":secret:")) {
+		p.fail(fmt.Sprintf("WEBHOOK_SECRET_ARN must be a Secrets Manager secret ARN (arn:aws:secretsmanager:…), got %q", a))
+	}
+	if w := c.Webhook; w.RetryBase > 0 && w.RetryMax > 0 && w.RetryMax < w.RetryBase {
+		p.fail(fmt.Sprintf("RETRY_MAX (%s) must be at least RETRY_BASE (%s)", w.RetryMax, w.RetryBase))
 	}
 	if v := p.str("HTTP_ADDR"); v != "" {
 		if _, _, err := net.SplitHostPort(v); err != nil {

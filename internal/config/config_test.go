@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -173,5 +174,54 @@ func TestAgent(t *testing.T) {
 	} {
 		_, err := config.Load(env(bad.vars))
 		require.ErrorContains(t, err, bad.want)
+	}
+}
+
+// The webhook variables: the secret (or where to read it), durations above zero with the maximum
+// delay at least the base, and two booleans; unset, zero (internal/webhook's defaults).
+func TestWebhook(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	c, err := config.Load(env(map[string]string{"DB_DSN": "d", "WEBHOOK_SECRET": secret, "WEBHOOK_TIMEOUT": "3s",
+		"RETRY_BASE": "500ms", "RETRY_MAX": "10m", "WEBHOOK_ALLOW_LOOPBACK": "true", "WEBHOOK_ALLOW_PRIVATE": "1"}))
+	require.NoError(t, err)
+	require.Equal(t, config.Webhook{Secret: secret, Timeout: 3 * time.Second, RetryBase: 500 * time.Millisecond,
+		RetryMax: 10 * time.Minute, AllowLoopback: true, AllowPrivate: true}, c.Webhook)
+	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprint(c.Webhook)} {
+		require.NotContains(t, s, "MfKQ9r8G", "the secret is not printed")
+	}
+	require.Contains(t, fmt.Sprint(c.Webhook), "Secret:[redacted]")
+
+	const arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:exactlyonce/webhook-AbCdEf"
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "WEBHOOK_SECRET_ARN": arn, "RETRY_BASE": "1s", "RETRY_MAX": "1s"}))
+	require.NoError(t, err)
+	require.Equal(t, config.Webhook{SecretARN: arn, RetryBase: time.Second, RetryMax: time.Second}, c.Webhook)
+
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d"}))
+	require.NoError(t, err)
+	require.Zero(t, c.Webhook)
+
+	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "RETRY_MAX": "5s"}))
+	require.NoError(t, err, "RETRY_MAX alone is checked by its own rule: the base is the webhook package's default")
+
+	for _, bad := range []struct {
+		vars map[string]string
+		want string
+	}{
+		{map[string]string{"WEBHOOK_TIMEOUT": "0"}, `WEBHOOK_TIMEOUT must be a positive duration such as 5s, got "0"`},
+		{map[string]string{"WEBHOOK_TIMEOUT": "10"}, `WEBHOOK_TIMEOUT must be a positive duration such as 5s, got "10"`},
+		{map[string]string{"RETRY_BASE": "-1s"}, `RETRY_BASE must be a positive duration such as 5s, got "-1s"`},
+		{map[string]string{"RETRY_MAX": "soon"}, `RETRY_MAX must be a positive duration such as 5s, got "soon"`},
+		{map[string]string{"RETRY_BASE": "2s", "RETRY_MAX": "1s"}, "RETRY_MAX (1s) must be at least RETRY_BASE (2s)"},
+		{map[string]string{"WEBHOOK_ALLOW_LOOPBACK": "yes"}, `WEBHOOK_ALLOW_LOOPBACK must be true or false, got "yes"`},
+		{map[string]string{"WEBHOOK_ALLOW_PRIVATE": "2"}, `WEBHOOK_ALLOW_PRIVATE must be true or false, got "2"`},
+		{map[string]string{"WEBHOOK_SECRET_ARN": "exactlyonce/webhook"}, `WEBHOOK_SECRET_ARN must be a Secrets Manager secret ARN (arn:aws:secretsmanager:…), got "exactlyonce/webhook"`},
+		{map[string]string{"WEBHOOK_SECRET_ARN": "arn:aws:s3:::bucket"}, `WEBHOOK_SECRET_ARN must be a Secrets Manager secret ARN`},
+		{map[string]string{"WEBHOOK_SECRET": secret, "WEBHOOK_SECRET_ARN": arn}, "set WEBHOOK_SECRET or WEBHOOK_SECRET_ARN, not both"},
+	} {
+		bad.vars["DB_DSN"] = "d"
+		_, err := config.Load(env(bad.vars))
+		require.ErrorContains(t, err, bad.want)
+		require.NotContains(t, err.Error(), "MfKQ9r8G", "the secret is not in the error")
 	}
 }
