@@ -202,9 +202,10 @@ func (c *Client) deliver(ctx context.Context, r Request, start time.Time) Result
 		return Result{Outcome: Refused, Message: e.Error()}
 	}
 
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(r.Payload))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Payload))
 	if err != nil {
 		return Result{Outcome: Permanent, Message: "url is not a valid url"}
 	}
@@ -221,7 +222,7 @@ func (c *Client) deliver(ctx context.Context, r Request, start time.Time) Result
 			refused.Host = u.Hostname()
 			return Result{Outcome: Refused, Message: refused.Error()}
 		}
-		return Result{Outcome: Temporary, Message: c.errorText(ctx, err)}
+		return Result{Outcome: Temporary, Message: c.errorText(parent, ctx, err)}
 	}
 	defer resp.Body.Close()
 
@@ -242,7 +243,10 @@ func (c *Client) deliver(ctx context.Context, r Request, start time.Time) Result
 		res.Outcome = Permanent
 	}
 	res.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-	res.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, validUTF8(string(head), MessageBodyBytes))
+	res.Message = fmt.Sprintf("HTTP %d", resp.StatusCode)
+	if len(head) > 0 {
+		res.Message += ": " + validUTF8(string(head), MessageBodyBytes)
+	}
 	return res
 }
 
@@ -274,13 +278,14 @@ func (c *Client) checkHost(host string) *RefusedError {
 	return e
 }
 
-// errorText describes a failed request without the url (the caller knows it): the timeout as a
-// timeout, else the innermost useful error.
-func (c *Client) errorText(ctx context.Context, err error) string {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded) {
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= 0 {
-			return fmt.Sprintf("timeout: no answer within %s", c.timeout)
-		}
+// errorText describes a failed request without the url (the caller knows it): the caller's context
+// ending as such, the delivery's timeout as a timeout, else the innermost useful error.
+func (c *Client) errorText(parent, ctx context.Context, err error) string {
+	if perr := parent.Err(); perr != nil {
+		return "stopped before an answer: " + context.Cause(parent).Error()
+	}
+	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("timeout: no answer within %s", c.timeout)
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {

@@ -403,6 +403,7 @@ func TestClassification(t *testing.T) {
 		switch r.URL.Query().Get("b") {
 		case "big":
 			io.WriteString(w, big)
+		case "empty":
 		case "invalid":
 			w.Write([]byte("bad \xff\xfe bytes"))
 		default:
@@ -428,6 +429,7 @@ func TestClassification(t *testing.T) {
 		{"/429?h=seconds", Temporary, 7 * time.Second, "HTTP 429: status 429"},
 		{"/503?h=date", Temporary, time.Hour, "HTTP 503: status 503"},
 		{"/503?h=past", Temporary, 0, "HTTP 503"},
+		{"/503?b=empty", Temporary, 0, "HTTP 503"},
 		{"/503?h=junk", Temporary, 0, "HTTP 503"},
 		{"/400", Permanent, 0, "HTTP 400: status 400"},
 		{"/404", Permanent, 0, "HTTP 404: status 404"},
@@ -456,6 +458,9 @@ func TestClassification(t *testing.T) {
 		}
 		if !utf8.ValidString(res.Message) {
 			t.Errorf("%s: message is not valid UTF-8", tc.path)
+		}
+		if strings.Contains(tc.path, "empty") && res.Message != "HTTP 503" {
+			t.Errorf("an empty body's message is %q, want the status alone", res.Message)
 		}
 		if strings.Contains(tc.path, "big") {
 			// The first 1 KiB of the body, cut before the character that straddles its end.
@@ -549,8 +554,15 @@ func TestFailuresWithoutAnAnswer(t *testing.T) {
 	// The caller's context ending stops the attempt: temporary, the task is not lost.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if res := slow.Deliver(ctx, Request{ID: "t", URL: blocking.URL}); res.Outcome != Temporary {
+	if res := slow.Deliver(ctx, Request{ID: "t", URL: blocking.URL}); res.Outcome != Temporary || res.Message != "stopped before an answer: context canceled" {
 		t.Errorf("cancelled context: %+v", res)
+	}
+	// The caller's deadline (an invocation's) bounds the attempt when it comes before the timeout.
+	ctx, cancel = context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	res = slow.Deliver(ctx, Request{ID: "t", URL: blocking.URL})
+	if res.Outcome != Temporary || res.Message != "stopped before an answer: context deadline exceeded" || res.Duration > 4*time.Second {
+		t.Errorf("caller's deadline: %+v", res)
 	}
 }
 
@@ -594,4 +606,37 @@ func TestNewWithoutKeyPanics(t *testing.T) {
 		}
 	}()
 	New(Config{})
+}
+
+// One Client delivers concurrently.
+func TestConcurrentDeliveries(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	seen := map[string]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen[r.Header.Get(HeaderID)] = string(body)
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	c := New(Config{Key: testKey(t), AllowLoopback: true})
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			id := "task_" + strconv.Itoa(i)
+			if res := c.Deliver(t.Context(), Request{ID: id, URL: srv.URL, Payload: []byte(strconv.Itoa(i))}); res.Outcome != Delivered {
+				t.Errorf("%s: %+v", id, res)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range n {
+		if got := seen["task_"+strconv.Itoa(i)]; got != strconv.Itoa(i) {
+			t.Errorf("task_%d: the receiver got %q", i, got)
+		}
+	}
 }
