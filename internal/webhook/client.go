@@ -127,7 +127,8 @@ type Request struct {
 	Payload []byte
 }
 
-// Outcome is how an attempt ended.
+// Outcome is how an attempt ended. The zero Outcome is none of them, so a zero Result is never
+// taken for a delivery.
 type Outcome int
 
 const (
@@ -138,7 +139,9 @@ const (
 	// Permanent: any other status (3xx, 4xx, 1xx), or a url that fails ValidateURL. Do not retry.
 	Permanent
 	// Refused: the url's host is, or resolves to, an address the rule forbids (see address.go). No
-	// connection was made. A permanent failure: do not retry.
+	// connection was made. A permanent failure: do not retry. (A name resolving to several
+	// addresses is dialled at each in turn, each checked; the first failure names the attempt, so a
+	// name whose first address is forbidden is refused even if a later one would be allowed.)
 	Refused
 )
 
