@@ -140,8 +140,9 @@ const (
 	Permanent
 	// Refused: the url's host is, or resolves to, an address the rule forbids (see address.go). No
 	// connection was made. A permanent failure: do not retry. (A name resolving to several
-	// addresses is dialled at each in turn, each checked; the first failure names the attempt, so a
-	// name whose first address is forbidden is refused even if a later one would be allowed.)
+	// addresses is dialled at each in turn, each checked: a forbidden one is skipped and an allowed
+	// one may be delivered to; when none connects, the first address's failure names the attempt,
+	// so a name whose first address is forbidden and whose others are down is refused.)
 	Refused
 )
 
