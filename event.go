@@ -35,6 +35,8 @@ func (s State) String() string {
 		return "pending"
 	case Processing:
 		return "processing"
+	case Queued:
+		return "queued"
 	case Processed:
 		return "processed"
 	case Failed:
@@ -64,6 +66,8 @@ type Event struct {
 	Attempts      int
 	LastError     string
 	NextAttemptAt *time.Time
+	// Task is set for a task (Kind KindTask): its webhook and its place in its reference's order.
+	Task *Task
 }
 
 // Who processed an event.

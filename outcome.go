@@ -20,6 +20,11 @@ const (
 	// OutcomeFailed: this attempt's work failed for the last allowed time; the event is settled as
 	// failed, with the error, and never tried again.
 	OutcomeFailed
+	// OutcomeDeferred: the event is a task that the database itself will bring back to a worker: it
+	// is queued behind an earlier task of its reference, or waits its backoff (this attempt's
+	// delivery failed, or an earlier one's). Its message can be acknowledged: the agents claim it
+	// when it is due, and the settlement of the task before it hands it on.
+	OutcomeDeferred
 )
 
 func (o Outcome) String() string {
@@ -34,6 +39,8 @@ func (o Outcome) String() string {
 		return "missing"
 	case OutcomeFailed:
 		return "failed"
+	case OutcomeDeferred:
+		return "deferred"
 	}
 	return "unknown"
 }

@@ -15,6 +15,12 @@ type claimed struct {
 	id       int64
 	kind     exactlyonce.Kind
 	attempts int // failed attempts so far
+	task     *exactlyonce.Task
+}
+
+// event is the claimed row as the work sees it.
+func (c claimed) event(state exactlyonce.State) exactlyonce.Event {
+	return exactlyonce.Event{ID: c.id, Kind: c.kind, State: state, Attempts: c.attempts, Task: c.task}
 }
 
 // ClaimIDs claims those of the named events that are claimable and that nobody else holds, in one
@@ -69,7 +75,7 @@ func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, lock func(*sql.T
 					return err
 				}
 			case w.Inline():
-				res, werr := w.Do(ctx, exactlyonce.Event{ID: r.id, Kind: r.kind, Attempts: r.attempts})
+				res, werr := w.Do(ctx, r.event(exactlyonce.Processing))
 				if werr != nil {
 					if err := recordFailure(ctx, tx, &out, c, r, werr); err != nil {
 						return err
@@ -80,7 +86,7 @@ func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, lock func(*sql.T
 				out.Settled = append(out.Settled, r.id)
 			default:
 				leased = append(leased, r.id)
-				out.Leased = append(out.Leased, exactlyonce.Event{ID: r.id, Kind: r.kind, State: exactlyonce.Processing, Attempts: r.attempts})
+				out.Leased = append(out.Leased, r.event(exactlyonce.Processing))
 			}
 		}
 		if err := markProcessed(ctx, tx, out.Settled, values, c.By, c.ID); err != nil {
@@ -224,7 +230,8 @@ func (s *Store) Release(ctx context.Context, claimID string, ids []int64) error 
 }
 
 // Outcomes tells, for ids a claim did not take, what each is: open but held by another worker (its
-// row lock or its lease, or waiting its backoff), settled already, or missing. It reads only the
+// row lock or its lease, or waiting its backoff), a task the database brings back by itself (queued
+// behind its reference, or waiting its backoff: deferred), settled already, or missing. It reads only the
 // `open` partition and the one-row counter, never the settled history, so its cost does not grow
 // with history: an id at or below the counter that is not open is settled (processed or failed),
 // one above it names no event. The one case this cannot tell apart is an id the allocator handed out
@@ -237,16 +244,30 @@ func (s *Store) Outcomes(ctx context.Context, ids []int64) (map[int64]exactlyonc
 		return out, nil
 	}
 	q, args := expandIDs(query("OpenStates"), ids)
-	open, err := scanIDs(s.db.QueryContext(ctx, q, args...))
+	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
+		return nil, interpret("read event states", err)
+	}
+	for rows.Next() {
+		var id int64
+		var kind exactlyonce.Kind
+		var waits sql.NullBool
+		if err := rows.Scan(&id, &kind, &waits); err != nil {
+			rows.Close()
+			return nil, interpret("read event states", err)
+		}
+		out[id] = exactlyonce.OutcomeBusy
+		if kind == exactlyonce.KindTask && waits.Bool {
+			out[id] = exactlyonce.OutcomeDeferred
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return nil, interpret("read event states", err)
 	}
 	var counter int64
 	if err := s.db.QueryRowContext(ctx, query("ReadCounter")).Scan(&counter); err != nil {
 		return nil, interpret("read the id counter", err)
-	}
-	for _, id := range open {
-		out[id] = exactlyonce.OutcomeBusy
 	}
 	for _, id := range ids {
 		if _, ok := out[id]; ok {
@@ -390,9 +411,12 @@ func scanClaimed(rows *sql.Rows, err error) ([]claimed, error) {
 	var out []claimed
 	for rows.Next() {
 		var c claimed
-		if err := rows.Scan(&c.id, &c.kind, &c.attempts); err != nil {
+		var t taskColumns
+		if err := rows.Scan(&c.id, &c.kind, &c.attempts, &t.url, &t.payload, &t.reference, &t.maxRetries, &t.hash,
+			&t.position); err != nil {
 			return nil, err
 		}
+		c.task = t.task(c.kind)
 		out = append(out, c)
 	}
 	return out, rows.Err()

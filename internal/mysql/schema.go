@@ -216,12 +216,17 @@ func checkCounter(ctx context.Context, conn *sql.Conn) error {
 // whose column exists.
 const errDuplicateColumn = 1060
 
+// errSamePartitionName is ER_SAME_NAME_PARTITION, "Duplicate partition name": an ALTER TABLE ...
+// REORGANIZE PARTITION run again after it was applied (0009 splits `open` into `open` and `queued`;
+// a rerun finds `queued` there). The ALTER is atomic, so the error means the layout is the new one.
+const errSamePartitionName = 1517
+
 // alreadyApplied tells whether a migration statement failed only because an earlier run of the
 // same migration applied it: MySQL 8 has no ADD COLUMN IF NOT EXISTS, and one ALTER TABLE is atomic,
 // so a duplicate column means that ALTER completed before.
 func alreadyApplied(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == errDuplicateColumn
+	return errors.As(err, &me) && (me.Number == errDuplicateColumn || me.Number == errSamePartitionName)
 }
 
 // appliedCount is how many of the embedded migrations schema_migrations records as applied. Not

@@ -185,16 +185,17 @@ func processedEvent(id int64, value string) exactlyonce.Event {
 		ProcessedBy: exactlyonce.ByAPI, ProcessCount: 1}
 }
 
-// Get returns one event, or an ENOTFOUND error.
+// Get returns one event, or an ENOTFOUND error. A task comes with its webhook (Event.Task).
 func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 	var (
 		e                        exactlyonce.Event
 		value, by, lastError     sql.NullString
 		processedAt, nextAttempt sql.NullTime
+		t                        taskColumns
 	)
 	err := s.db.QueryRowContext(ctx, query("Get"), id).
 		Scan(&e.ID, &e.Kind, &value, &e.State, &e.CreatedAt, &processedAt, &by, &e.ProcessCount,
-			&e.Attempts, &lastError, &nextAttempt)
+			&e.Attempts, &lastError, &nextAttempt, &t.url, &t.payload, &t.reference, &t.maxRetries, &t.hash, &t.position)
 	if errors.Is(err, sql.ErrNoRows) {
 		return exactlyonce.Event{}, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
 	}
@@ -210,9 +211,10 @@ func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 	e.State = storedState(e.State)
 	e.ProcessedBy = by.String
 	e.LastError = lastError.String
-	if nextAttempt.Valid && e.State == exactlyonce.Pending {
+	if nextAttempt.Valid && (e.State == exactlyonce.Pending || e.State == exactlyonce.Queued) {
 		e.NextAttemptAt = &nextAttempt.Time
 	}
+	e.Task = t.task(e.Kind)
 	return e, nil
 }
 

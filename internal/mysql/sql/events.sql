@@ -1,5 +1,6 @@
--- events: every event, pending, processing or processed. No index exists: `state < 10` prunes a statement to the
--- `open` partition (migrations/0001_init.sql), `state >= 10 AND state < 30` to `fresh` (settled
+-- events: every event, pending, processing or processed. No index exists: `state < 2` prunes a statement to the
+-- `open` partition (migrations/0001_init.sql; `state = 2` to `queued`, the tasks waiting for an
+-- earlier task of their reference, 0009_tasks.sql), `state >= 10 AND state < 30` to `fresh` (settled
 -- and not yet counted, migrations/0005_settled_count.sql), `id = ?` and `id IN (...)` prune it to the
 -- subpartitions those ids hash to (migrations/0002_subpartition_by_id.sql), and within what is
 -- left every statement is a scan.
@@ -22,7 +23,7 @@ INSERT INTO events (id, routing_hash, value, state, created_at) VALUES /*rows*/;
 -- name: Get
 -- A consistent (non-locking) read of one event: one subpartition of each state partition.
 SELECT id, kind, value, state, created_at, processed_at, processed_by, process_count,
-       attempts, last_error, next_attempt_at
+       attempts, last_error, next_attempt_at, url, payload, reference_id, max_retries, routing_hash, position
 FROM events WHERE id = ? LIMIT 1;
 
 -- name: ClaimIDs
@@ -31,14 +32,15 @@ FROM events WHERE id = ? LIMIT 1;
 -- another: an event locked elsewhere is simply not returned, and the caller reports its message as
 -- failed so that it comes back later. An event leased to another claim whose lease has not expired
 -- does not match (at READ COMMITTED its row lock is released at once), so it is not claimed either.
--- `state < 10` keeps the scan inside the `open` partition; LIMIT (the number of ids) ends the scan
+-- `state < 2` keeps the scan inside the `open` partition (queued tasks, state 2, have a partition of
+-- their own and are never claimed: migrations/0009_tasks.sql); LIMIT (the number of ids) ends the scan
 -- as soon as every named event is found. The list is expanded to one ? per id.
 --
 -- A locking scan locks each row it reads and, at READ COMMITTED, releases the rows that do not
 -- match at once. So another worker's scan can hold one of our rows for an instant, and SKIP LOCKED
 -- then skips it although nobody is processing it. claimIDs asks again for such rows (ClaimableIDs).
-SELECT id, kind, attempts FROM events
-WHERE state < 10 AND id IN (/*ids*/)
+SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position FROM events
+WHERE state < 2 AND id IN (/*ids*/)
   AND ((state = 0 AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6))) OR lease_expires_at <= NOW(6))
 LIMIT ? FOR UPDATE SKIP LOCKED;
 
@@ -48,7 +50,7 @@ LIMIT ? FOR UPDATE SKIP LOCKED;
 -- worker really holds (still claimable) from one that is settled, leased, waiting its backoff, or
 -- unknown.
 SELECT id FROM events
-WHERE state < 10 AND id IN (/*ids*/)
+WHERE state < 2 AND id IN (/*ids*/)
   AND ((state = 0 AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6))) OR lease_expires_at <= NOW(6));
 
 -- name: ClaimDue
@@ -57,14 +59,14 @@ WHERE state < 10 AND id IN (/*ids*/)
 -- their work failed before, is over, and processing events whose lease expired (their worker died or
 -- gave up). An event waiting its backoff does not match, so a failing event never holds up the rows
 -- behind it. Several sweepers and processors can run this at once; each gets a disjoint set of rows.
--- `state < 10` prunes it to the `open` partition.
+-- `state < 2` prunes it to the `open` partition.
 --
 -- `routing_hash BETWEEN ? AND ?` narrows it to the agent's hash range (the whole space for a lone
 -- agent or a sweeper outside any agent), so that agents do not scan past and skip each other's
 -- rows. It is not what makes the claim exclusive: two agents with a stale view of the ranges both
 -- claiming one range still get disjoint rows from SKIP LOCKED, and the settle's guard holds.
-SELECT id, kind, attempts FROM events
-WHERE state < 10
+SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position FROM events
+WHERE state < 2
   AND routing_hash BETWEEN ? AND ?
   AND ((state = 0 AND created_at <= NOW(6) - INTERVAL ? MICROSECOND
         AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6)))
@@ -75,16 +77,16 @@ LIMIT ? FOR UPDATE SKIP LOCKED;
 -- Leases claimed events to one claim, in the transaction that holds their row locks: they become
 -- `processing`, held by claim_id until lease_expires_at (the database's clock, so that workers'
 -- clocks do not matter). The transaction then commits, releasing the row locks: the work runs
--- outside any transaction, and the lease, not a lock, keeps other workers off. `state < 10` with our
+-- outside any transaction, and the lease, not a lock, keeps other workers off. `state < 2` with our
 -- row locks held is the guard. The IN list is expanded to one ? per id.
 UPDATE events
 SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND
-WHERE state < 10 AND id IN (/*ids*/)
+WHERE state < 2 AND id IN (/*ids*/)
 LIMIT ?;
 
 -- name: MarkProcessed
 -- The one-transaction path (inline work): gives claimed events their values and moves them to the
--- `settled` partition, in the transaction that holds their locks. `state < 10` is the guard that
+-- `settled` partition, in the transaction that holds their locks. `state < 2` is the guard that
 -- makes a second write impossible even if a lock were lost: a processed row no longer matches. At
 -- READ COMMITTED the scan does a semi-consistent read of rows other workers hold and does not wait
 -- for them (they do not match our ids). LIMIT (the number of ids) ends the scan at the last of our
@@ -99,7 +101,7 @@ SET value = CASE id /*cases*/ END,
     process_count = process_count + 1,
     claim_id = ?,
     lease_expires_at = NULL
-WHERE state < 10 AND id IN (/*ids*/)
+WHERE state < 2 AND id IN (/*ids*/)
 LIMIT ?;
 
 -- name: LockLeased
@@ -136,7 +138,7 @@ WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
 
 -- name: FailClaimed
 -- The one-transaction path: records a failed attempt of an event claimed in this transaction (its
--- row lock held, so `state < 10` is the guard). state is 0 (pending, waiting next_attempt_at) or 20
+-- row lock held, so `state < 2` is the guard). state is 0 (pending, waiting next_attempt_at) or 20
 -- (failed for good: out of attempts). Assignments are evaluated left to right, so `attempts` is
 -- incremented last. claim_id names the claim that recorded the failure; for a failed event it is the
 -- claim that gave up, and processed_at the time it did.
@@ -144,7 +146,7 @@ UPDATE events
 SET state = ?, last_error = ?, next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND,
     processed_at = IF(? = 20, NOW(6), NULL), processed_by = IF(? = 20, ?, NULL),
     claim_id = ?, lease_expires_at = NULL, attempts = attempts + 1
-WHERE state < 10 AND id = ?
+WHERE state < 2 AND id = ?
 LIMIT 1;
 
 -- name: FailLeased
@@ -161,11 +163,13 @@ LIMIT 1;
 
 -- name: OpenStates
 -- After a claim, which of the ids it did not take are still open: held by another worker (its row
--- lock or its lease) or waiting a backoff. A consistent read of the `open` partition only (`state <
+-- lock or its lease), waiting a backoff, or (a task) queued behind an earlier task of its
+-- reference. kind, and whether the event waits (queued, or a backoff not over), tell a task the
+-- database will bring back by itself from one a worker holds. A consistent read of the `open` partition only (`state <
 -- 10`), so its cost is bounded by the pending set, not by the settled history: the ids it does not
 -- find are settled or unknown, which the status counter tells apart (Outcomes). It takes no lock
 -- and waits for none.
-SELECT id FROM events WHERE state < 10 AND id IN (/*ids*/);
+SELECT id, kind, state = 2 OR next_attempt_at > NOW(6) FROM events WHERE state < 10 AND id IN (/*ids*/);
 
 -- name: Audit
 -- For checkers only (tests, the chaos run, the bench): every event with what settled it. A

@@ -7,9 +7,9 @@
 -- (state 0, which includes events released after failed work), or leased with an expired lease
 -- (state 1, its worker gone): exactly what ClaimDue can take, grace aside. An event under a live lease
 -- has a worker and is not counted. NULL when nothing waits. Age is counted from created_at, so an
--- event that keeps failing or keeps being skipped grows older until it is settled. `state < 10`
--- prunes it to the `open` partition: its cost is bounded by the open events, never by the processed
+-- event that keeps failing or keeps being skipped grows older until it is settled. `state < 2`
+-- prunes it to the `open` partition (a queued task waits for the task before it, not for a worker): its cost is bounded by the open events, never by the processed
 -- history. The sweeper publishes it after every run (OldestPendingAgeSeconds).
 SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6))
 FROM events
-WHERE state < 10 AND (state = 0 OR lease_expires_at <= NOW(6));
+WHERE state < 2 AND (state = 0 OR lease_expires_at <= NOW(6));

@@ -119,3 +119,26 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON agents TO /*user*/;
 -- name: GrantReadAgents
 -- api: GET /agents lists the agents (a consistent read).
 GRANT SELECT ON agents TO /*user*/;
+
+-- name: GrantTaskBuckets
+-- api, processor and sweeper: lock the buckets of the references whose order they decide
+-- (LockTaskBuckets, a SELECT ... FOR UPDATE, which MySQL 8 allows with SELECT plus UPDATE) and
+-- advance their position sequences (AdvanceTaskBucket). No INSERT or DELETE: only migrate seeds the
+-- buckets.
+GRANT SELECT, UPDATE ON task_buckets TO /*user*/;
+
+-- name: GrantRecordAttempts
+-- processor and sweeper: record delivery attempts (InsertAttempts). They never read, change or
+-- delete one.
+GRANT INSERT ON task_attempts TO /*user*/;
+
+-- name: GrantReadAttempts
+-- api: GET /events/{id}/attempts reads them (Attempts).
+GRANT SELECT ON task_attempts TO /*user*/;
+
+-- name: GrantRetryTasks
+-- api: POST /events/{id}/retry puts a failed task back in its reference's order (RetryTask,
+-- RequeueTask, under LockFailedTask's and ReferenceHead's row locks). The one UPDATE the API makes
+-- on events, and only on the columns a retry resets: never an event's value, its id or its task.
+GRANT UPDATE (state, position, attempts, last_error, next_attempt_at, processed_at, processed_by, claim_id,
+  lease_expires_at) ON events TO /*user*/;

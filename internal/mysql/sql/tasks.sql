@@ -1,0 +1,125 @@
+-- Tasks: events of kind 'task' that carry a webhook (migrations/0009_tasks.sql). The statements
+-- that decide a reference's order run under the lock of the reference's bucket (LockTaskBuckets),
+-- always taken before any event row, so that creates, settlements and retries of one reference are
+-- serialised and never deadlock on each other: bucket locks first (in partition order, the same
+-- for every transaction), event rows after.
+
+-- name: LockTaskBuckets
+-- Locks the buckets of the references a transaction orders, and reads their position sequences.
+-- `bucket IN (...)` prunes the scan to the partitions of those buckets (64 short rows each); the
+-- scan locks the rows it passes in partition order, the same order for every transaction, so two
+-- transactions locking overlapping buckets queue rather than deadlock. At READ COMMITTED the rows
+-- of the partitions' other buckets are released at once.
+SELECT bucket, position FROM task_buckets WHERE bucket IN (/*ids*/) FOR UPDATE;
+
+-- name: AdvanceTaskBucket
+-- Sets a bucket's sequence to the last position a create (or a retry to the end) took from it, in
+-- the transaction that locked it.
+UPDATE task_buckets SET position = ? WHERE bucket = ?;
+
+-- name: OpenReferences
+-- Which of the named references have an open task (pending, processing or queued): a consistent
+-- read of `open` and `queued` (the pending set, never the history), run with the references'
+-- buckets locked, so that no settlement or create of theirs is in flight. /*hashes*/ and
+-- /*refs*/ are expanded to one ? each.
+SELECT DISTINCT reference_id FROM events
+WHERE state < 10 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
+
+-- name: InsertTaskRows
+-- Stores tasks, in the create's transaction: /*rows*/ is one (?, 'task', ?, ?, NOW(6), ?, ?, ?, ?, ?)
+-- per task (id, routing hash, state, url, payload, reference, max retries, position). state is 0
+-- (pending) for a task that heads its reference (or has none), 2 (queued) for one behind an open
+-- task of its reference.
+INSERT INTO events (id, kind, routing_hash, state, created_at, url, payload, reference_id, max_retries, position)
+VALUES /*rows*/;
+
+-- name: QueuedOfReferences
+-- The queued tasks of the named references, to promote the first of each (the lowest position) when
+-- the task before it settles. A consistent read of the `queued` partition only (`state = 2`), run
+-- with the references' buckets locked.
+SELECT id, reference_id, position FROM events
+WHERE state = 2 AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
+
+-- name: PromoteQueued
+-- Makes queued tasks pending: each heads its reference now. Guarded by `state = 2`; the buckets'
+-- locks make it the only promotion of these references in flight.
+UPDATE events SET state = 0, next_attempt_at = NULL WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
+
+-- name: PromoteQueuedLeased
+-- Like PromoteQueued, but leases the promoted tasks to the settling claim at once (state 1), so
+-- that the worker that delivered a reference's task goes on with the next one without another
+-- claim: the lease, as every lease, lets another worker take them over if this one dies.
+UPDATE events SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND, next_attempt_at = NULL
+WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
+
+-- name: LeasedTasks
+-- The tasks just leased by PromoteQueuedLeased, to work them: `state = 1 AND claim_id = ?` prunes
+-- to `open` and to the claim's rows.
+SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position FROM events
+WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
+
+-- name: InsertAttempts
+-- Records delivery attempts, in the transaction that records their outcome (the settlement or
+-- the failure), only for the tasks whose lease that transaction found held: an attempt is recorded
+-- once. /*rows*/ is one (?, ?, ?, ?, ?, ?, ?) per attempt.
+INSERT INTO task_attempts (event_id, number, started_at, duration_us, status, error, claim_id) VALUES /*rows*/;
+
+-- name: Attempts
+-- GET /events/{id}/attempts: one task's attempts, pruned by HASH(event_id) to one partition.
+SELECT number, started_at, duration_us, status, COALESCE(error, '') FROM task_attempts
+WHERE event_id = ? ORDER BY started_at, number;
+
+-- name: ReferencePosition
+-- The position of one task of a reference (the cursor of GET /references/{id}/events?after=).
+-- Pruned by id to one subpartition of each state partition.
+SELECT position FROM events WHERE id = ? AND kind = 'task' AND reference_id = ? LIMIT 1;
+
+-- name: ReferenceTasks
+-- GET /references/{id}/events: a reference's tasks in delivery order, after a position. No
+-- partition is pruned: it scans the history (see docs/guarantees.md, "Tasks"); routing_hash is
+-- compared first, so most rows are rejected on an integer.
+SELECT id, state, position, attempts, created_at, processed_at FROM events
+WHERE routing_hash = ? AND kind = 'task' AND reference_id = ? AND position > ?
+ORDER BY position LIMIT ?;
+
+-- name: LockFailedTask
+-- A manual retry: locks the task, if it is failed (20, or 40 once counted). Pruned by id to one
+-- subpartition of `fresh` and `settled`. Run after its bucket's lock.
+SELECT state, COALESCE(reference_id, ''), routing_hash, COALESCE(position, 0) FROM events
+WHERE id = ? AND kind = 'task' AND state IN (20, 40) FOR UPDATE;
+
+-- name: TaskOf
+-- A manual retry, first statement: is the event a task, and what is its reference (whose bucket is
+-- locked next). Consistent read, pruned by id.
+SELECT kind, state, reference_id, routing_hash FROM events WHERE id = ? LIMIT 1;
+
+-- name: LaterTaskStarted
+-- A manual retry: has a task of the reference after this one started (settled, processing, or
+-- attempted)? Then the retried task goes to the end of its reference's queue, else back in its
+-- place. Scans the history of every partition (a manual operation, rare).
+SELECT COUNT(*) FROM events
+WHERE routing_hash = ? AND kind = 'task' AND reference_id = ? AND position > ?
+  AND (state NOT IN (0, 2) OR attempts > 0)
+LIMIT 1;
+
+-- name: ReferenceHead
+-- A manual retry in place: the reference's pending head (it has not started: LaterTaskStarted said
+-- so), which goes back to the queue behind the retried task. `state = 0` prunes to `open`.
+SELECT id, position FROM events WHERE state = 0 AND routing_hash = ? AND kind = 'task' AND reference_id = ? FOR UPDATE;
+
+-- name: RequeueTask
+-- Puts a pending head back in the queue (state 2), behind a task retried in place.
+UPDATE events SET state = 2 WHERE state = 0 AND id = ? LIMIT 1;
+
+-- name: RetryTask
+-- Gives a failed task a fresh retry budget: pending (0) or queued (2), attempts and its last error
+-- cleared, at position ?. Guarded by the failed states, with the row locked by LockFailedTask.
+UPDATE events
+SET state = ?, position = ?, attempts = 0, last_error = NULL, next_attempt_at = NULL, processed_at = NULL,
+    processed_by = NULL, claim_id = NULL, lease_expires_at = NULL
+WHERE id = ? AND state IN (20, 40) LIMIT 1;
+
+-- name: UncountRetried
+-- A retried task that had been folded into settled_count (state 40) is open again, and counted by
+-- the scan of the open partitions: it leaves the folded count, in the retry's transaction.
+UPDATE settled_count SET n = n - 1;

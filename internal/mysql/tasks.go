@@ -1,0 +1,634 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/routing"
+)
+
+// taskBuckets is the number of rows of task_buckets (migrations/0009_tasks.sql).
+const taskBuckets = 4096
+
+// taskBucket is the bucket of a reference with routing hash h.
+func taskBucket(h uint32) int64 { return int64(h % taskBuckets) }
+
+// ReferenceHash is the routing hash of a task's reference: every task of one reference has it, so
+// they fall in one agent's range and share one bucket.
+func ReferenceHash(ref string) uint32 { return routing.Hash([]byte(ref)) }
+
+// taskColumns are the task's columns of an events row, NULL for other kinds.
+type taskColumns struct {
+	url, reference       sql.NullString
+	payload              []byte
+	maxRetries, position sql.NullInt64
+	hash                 uint32
+}
+
+func (t taskColumns) task(kind exactlyonce.Kind) *exactlyonce.Task {
+	if kind != exactlyonce.KindTask {
+		return nil
+	}
+	return &exactlyonce.Task{URL: t.url.String, Payload: t.payload, ReferenceID: t.reference.String,
+		MaxRetries: int(t.maxRetries.Int64), Position: t.position.Int64, Hash: t.hash}
+}
+
+// CreatedTask is one task a create stored.
+type CreatedTask struct {
+	ID int64
+	// Head tells whether the task is pending now (it heads its reference, or has none): a queue
+	// message may name it. A task that is not is queued behind an earlier task of its reference, and
+	// the settlement of that task hands it on.
+	Head bool
+}
+
+// CreateTasks stores tasks, all or none, in one transaction, in the order given: a reference's
+// tasks are delivered in the order their creates committed, and, within one call, in the order of
+// tasks.
+func (s *Store) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]CreatedTask, error) {
+	var out []CreatedTask
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		var err error
+		out, err = (&Tx{store: s, tx: tx}).CreateTasks(ctx, tasks)
+		return err
+	})
+	if err != nil {
+		return nil, interpret("create tasks", err)
+	}
+	return out, nil
+}
+
+// maxTaskInsertBytes bounds the payload bytes of one INSERT, well under the smallest
+// max_allowed_packet in use (16 MiB on MariaDB 10.11).
+const maxTaskInsertBytes = 4 << 20
+
+// CreateTasks stores tasks in the transaction (see Store.CreateTasks).
+func (t *Tx) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]CreatedTask, error) {
+	if len(tasks) < 1 || len(tasks) > MaxPendingBatch {
+		return nil, fmt.Errorf("create tasks: %d tasks; one batch is 1 to %d", len(tasks), MaxPendingBatch)
+	}
+	ids, err := t.store.alloc.take(ctx, t.tx, len(tasks))
+	if err != nil {
+		return nil, err
+	}
+	// The references' buckets, locked before anything else of theirs is read.
+	hashes := map[string]uint32{}
+	var buckets []int64
+	for _, task := range tasks {
+		if task.ReferenceID == "" {
+			continue
+		}
+		if _, ok := hashes[task.ReferenceID]; !ok {
+			h := ReferenceHash(task.ReferenceID)
+			hashes[task.ReferenceID] = h
+			buckets = append(buckets, taskBucket(h))
+		}
+	}
+	positions, err := lockTaskBuckets(ctx, t.tx, buckets)
+	if err != nil {
+		return nil, err
+	}
+	open, err := openReferences(ctx, t.tx, hashes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]CreatedTask, len(tasks))
+	rows := make([]taskRow, len(tasks))
+	touched := map[int64]bool{}
+	for i, task := range tasks {
+		r := taskRow{id: ids[i], task: task, state: exactlyonce.Pending, hash: routing.EventHash(ids[i])}
+		if ref := task.ReferenceID; ref != "" {
+			r.hash = hashes[ref]
+			b := taskBucket(r.hash)
+			positions[b]++
+			touched[b] = true
+			r.position = sql.NullInt64{Int64: positions[b], Valid: true}
+			if open[ref] {
+				r.state = exactlyonce.Queued
+			}
+			open[ref] = true
+		}
+		rows[i] = r
+		out[i] = CreatedTask{ID: r.id, Head: r.state == exactlyonce.Pending}
+	}
+	for b := range touched {
+		if _, err := t.tx.ExecContext(ctx, query("AdvanceTaskBucket"), positions[b], b); err != nil {
+			return nil, err
+		}
+	}
+	if err := insertTasks(ctx, t.tx, rows); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+type taskRow struct {
+	id       int64
+	task     exactlyonce.NewTask
+	state    exactlyonce.State
+	hash     uint32
+	position sql.NullInt64
+}
+
+func insertTasks(ctx context.Context, tx *sql.Tx, rows []taskRow) error {
+	for len(rows) > 0 {
+		n, size := 0, 0
+		for n < len(rows) && (n == 0 || size+len(rows[n].task.Payload) <= maxTaskInsertBytes) {
+			size += len(rows[n].task.Payload)
+			n++
+		}
+		chunk := rows[:n]
+		rows = rows[n:]
+		args := make([]any, 0, 8*len(chunk))
+		for _, r := range chunk {
+			var ref sql.NullString
+			if r.task.ReferenceID != "" {
+				ref = sql.NullString{String: r.task.ReferenceID, Valid: true}
+			}
+			args = append(args, r.id, r.hash, r.state, r.task.URL, []byte(r.task.Payload), ref, r.task.MaxRetries, r.position)
+		}
+		q := strings.Replace(query("InsertTaskRows"), "/*rows*/",
+			strings.TrimSuffix(strings.Repeat("(?, 'task', ?, ?, NOW(6), ?, ?, ?, ?, ?), ", len(chunk)), ", "), 1)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockTaskBuckets locks the buckets and returns their sequences.
+func lockTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int64]int64, error) {
+	out := map[int64]int64{}
+	if len(buckets) == 0 {
+		return out, nil
+	}
+	buckets = unique(buckets)
+	slices.Sort(buckets)
+	q, args := expandIDs(query("LockTaskBuckets"), buckets)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var b, pos int64
+		if err := rows.Scan(&b, &pos); err != nil {
+			return nil, err
+		}
+		out[b] = pos
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) != len(buckets) {
+		return nil, fmt.Errorf("task_buckets holds %d of the %d buckets asked for: the table was changed by hand", len(out), len(buckets))
+	}
+	return out, nil
+}
+
+// refArgs expands /*hashes*/ and /*refs*/ in q for the references of hashes.
+func refArgs(q string, hashes map[string]uint32) (string, []any) {
+	var hs, refs []any
+	seen := map[uint32]bool{}
+	for ref, h := range hashes {
+		refs = append(refs, ref)
+		if !seen[h] {
+			seen[h] = true
+			hs = append(hs, h)
+		}
+	}
+	q = strings.Replace(q, "/*hashes*/", placeholders(len(hs)), 1)
+	q = strings.Replace(q, "/*refs*/", placeholders(len(refs)), 1)
+	return q, append(hs, refs...)
+}
+
+// openReferences tells which of the references have an open task.
+func openReferences(ctx context.Context, tx *sql.Tx, hashes map[string]uint32) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(hashes) == 0 {
+		return out, nil
+	}
+	q, args := refArgs(query("OpenReferences"), hashes)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ref string
+		if err := rows.Scan(&ref); err != nil {
+			return nil, err
+		}
+		out[ref] = true
+	}
+	return out, rows.Err()
+}
+
+// TaskOutcome is what one delivery attempt of a leased task came to.
+type TaskOutcome struct {
+	// Event is the task as it was leased (Event.Task set).
+	Event   exactlyonce.Event
+	Attempt exactlyonce.Attempt
+	// Delivered: the receiver took it; the task completes. Otherwise the attempt failed: Final fails
+	// the task for good now (a permanent failure, or its retries spent); else it waits Wait and is
+	// tried again. Attempt.Error is the reason kept on the task.
+	Delivered bool
+	Final     bool
+	Wait      time.Duration
+}
+
+// TaskSettlement is what SettleTasks did.
+type TaskSettlement struct {
+	// Completed and GaveUp are the tasks settled (completed, or failed for good); Retrying those
+	// that wait their backoff. A task in none was not this claim's any more (its lease was taken
+	// over), and nothing was written for it.
+	Completed, GaveUp, Retrying []int64
+	// Next are the tasks promoted to head their references, leased to the claim (when chain was
+	// asked for): work them next. Without chain they are pending, for any worker.
+	Next []exactlyonce.Event
+}
+
+// SettleTasks records, in one short transaction, the outcomes of delivery attempts of tasks leased
+// to claim c, and for each reference whose task settled, hands the reference on to its next queued
+// task: pending, or, with chain, leased to c (returned in Next). Each outcome is written only if
+// the task is still leased to c (the guard of every settlement), with its attempt.
+func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []TaskOutcome, chain bool) (TaskSettlement, error) {
+	var out TaskSettlement
+	if len(outcomes) == 0 {
+		return out, nil
+	}
+	ids := make([]int64, len(outcomes))
+	var buckets []int64
+	for i, o := range outcomes {
+		ids[i] = o.Event.ID
+		if o.Event.Task != nil && o.Event.Task.ReferenceID != "" {
+			buckets = append(buckets, taskBucket(o.Event.Task.Hash))
+		}
+	}
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		out = TaskSettlement{}
+		if _, err := lockTaskBuckets(ctx, tx, buckets); err != nil {
+			return err
+		}
+		held := map[int64]bool{}
+		for rest := ids; len(rest) > 0; {
+			chunk := rest[:min(len(rest), markChunk)]
+			rest = rest[len(chunk):]
+			q, args := expandIDs(query("LockLeased"), chunk)
+			got, err := scanIDs(tx.QueryContext(ctx, q, append([]any{c.ID}, args...)...))
+			if err != nil {
+				return err
+			}
+			for _, id := range got {
+				held[id] = true
+			}
+		}
+		values := map[int64]string{}
+		var completed []int64
+		settledRefs := map[string]uint32{}
+		var attempts []TaskOutcome
+		for _, o := range outcomes {
+			id := o.Event.ID
+			if !held[id] {
+				continue
+			}
+			delete(held, id) // an id given twice is written once
+			attempts = append(attempts, o)
+			if o.Delivered {
+				values[id] = "HTTP " + strconv.Itoa(o.Attempt.Status)
+				completed = append(completed, id)
+			} else {
+				state, wait := exactlyonce.Pending, o.Wait
+				if o.Final {
+					state, wait = exactlyonce.Failed, 0
+				}
+				text := truncateError(o.Attempt.Error)
+				if _, err := tx.ExecContext(ctx, query("FailLeased"), state, text, wait.Microseconds(), state, state, c.By,
+					c.ID, c.ID, id); err != nil {
+					return err
+				}
+				if !o.Final {
+					out.Retrying = append(out.Retrying, id)
+					continue
+				}
+				out.GaveUp = append(out.GaveUp, id)
+			}
+			if t := o.Event.Task; t != nil && t.ReferenceID != "" {
+				settledRefs[t.ReferenceID] = t.Hash
+			}
+		}
+		for rest := completed; len(rest) > 0; {
+			chunk := rest[:min(len(rest), markChunk)]
+			rest = rest[len(chunk):]
+			n, err := setValues(ctx, tx, "SettleLeased", chunk, values, []any{c.By, c.ID})
+			if err != nil {
+				return err
+			}
+			if n != int64(len(chunk)) {
+				return fmt.Errorf("settled %d rows for %d leased tasks", n, len(chunk))
+			}
+		}
+		out.Completed = completed
+		if err := insertAttempts(ctx, tx, c.ID, attempts); err != nil {
+			return err
+		}
+		next, err := promote(ctx, tx, c, settledRefs, chain)
+		out.Next = next
+		return err
+	})
+	if err != nil {
+		return TaskSettlement{}, interpret("settle tasks", err)
+	}
+	return out, nil
+}
+
+func truncateError(text string) string {
+	text = strings.ToValidUTF8(text, "?")
+	if len(text) > maxErrorText {
+		text = strings.ToValidUTF8(text[:maxErrorText], "")
+	}
+	return text
+}
+
+func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []TaskOutcome) error {
+	for rest := outcomes; len(rest) > 0; {
+		chunk := rest[:min(len(rest), markChunk)]
+		rest = rest[len(chunk):]
+		args := make([]any, 0, 7*len(chunk))
+		for _, o := range chunk {
+			a := o.Attempt
+			var text sql.NullString
+			if a.Error != "" {
+				text = sql.NullString{String: truncateError(a.Error), Valid: true}
+			}
+			args = append(args, o.Event.ID, a.Number, a.Started.UTC(), a.Duration.Microseconds(), a.Status, text, claimID)
+		}
+		q := strings.Replace(query("InsertAttempts"), "/*rows*/",
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(chunk)), ", "), 1)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// promote hands each of the references on to its next queued task (the lowest position), in the
+// transaction that settled the reference's head, with the references' buckets locked: pending, or,
+// with chain, leased to c and returned.
+func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, refs map[string]uint32, chain bool) ([]exactlyonce.Event, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	q, args := refArgs(query("QueuedOfReferences"), refs)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	type head struct{ id, pos int64 }
+	first := map[string]head{}
+	for rows.Next() {
+		var h head
+		var ref string
+		if err := rows.Scan(&h.id, &ref, &h.pos); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if cur, ok := first[ref]; !ok || h.pos < cur.pos {
+			first[ref] = h
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(first) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, 0, len(first))
+	for _, h := range first {
+		ids = append(ids, h.id)
+	}
+	slices.Sort(ids)
+	name, pre := "PromoteQueued", []any(nil)
+	if chain {
+		name, pre = "PromoteQueuedLeased", []any{c.ID, c.Lease.Microseconds()}
+	}
+	q, idArgs := expandIDs(query(name), ids)
+	res, err := tx.ExecContext(ctx, q, append(append(pre, idArgs...), len(ids))...)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, err
+	} else if n != int64(len(ids)) {
+		return nil, fmt.Errorf("promoted %d rows for %d queued tasks", n, len(ids))
+	}
+	if !chain {
+		return nil, nil
+	}
+	q, idArgs = expandIDs(query("LeasedTasks"), ids)
+	got, err := scanClaimed(tx.QueryContext(ctx, q, append([]any{c.ID}, idArgs...)...))
+	if err != nil {
+		return nil, err
+	}
+	next := make([]exactlyonce.Event, len(got))
+	for i, r := range got {
+		next[i] = r.event(exactlyonce.Processing)
+	}
+	return next, nil
+}
+
+// Attempts returns a task's delivery attempts, oldest first.
+func (s *Store) Attempts(ctx context.Context, id int64) ([]exactlyonce.Attempt, error) {
+	rows, err := s.db.QueryContext(ctx, query("Attempts"), id)
+	if err != nil {
+		return nil, interpret("read attempts", err)
+	}
+	defer rows.Close()
+	out := []exactlyonce.Attempt{}
+	for rows.Next() {
+		var a exactlyonce.Attempt
+		var us int64
+		if err := rows.Scan(&a.Number, &a.Started, &us, &a.Status, &a.Error); err != nil {
+			return nil, interpret("read attempts", err)
+		}
+		a.Duration = time.Duration(us) * time.Microsecond
+		out = append(out, a)
+	}
+	return out, interpret("read attempts", rows.Err())
+}
+
+// ReferenceTasks returns up to limit tasks of a reference in delivery order, after the task with
+// id after (0: from the first). An after that names no task of the reference is an EINVALID error.
+func (s *Store) ReferenceTasks(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error) {
+	var from int64
+	if after > 0 {
+		var pos sql.NullInt64
+		err := s.db.QueryRowContext(ctx, query("ReferencePosition"), after, ref).Scan(&pos)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && !pos.Valid) {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "after: event %d is not a task of this reference", after)
+		}
+		if err != nil {
+			return nil, interpret("list reference tasks", err)
+		}
+		from = pos.Int64
+	}
+	rows, err := s.db.QueryContext(ctx, query("ReferenceTasks"), ReferenceHash(ref), ref, from, limit)
+	if err != nil {
+		return nil, interpret("list reference tasks", err)
+	}
+	defer rows.Close()
+	out := []exactlyonce.Event{}
+	for rows.Next() {
+		e := exactlyonce.Event{Kind: exactlyonce.KindTask, Task: &exactlyonce.Task{ReferenceID: ref}}
+		var processedAt sql.NullTime
+		if err := rows.Scan(&e.ID, &e.State, &e.Task.Position, &e.Attempts, &e.CreatedAt, &processedAt); err != nil {
+			return nil, interpret("list reference tasks", err)
+		}
+		e.State = storedState(e.State)
+		if processedAt.Valid {
+			e.ProcessedAt = &processedAt.Time
+		}
+		out = append(out, e)
+	}
+	return out, interpret("list reference tasks", rows.Err())
+}
+
+// RetryTask gives a failed task a fresh retry budget (attempts cleared). A task of a reference goes
+// back in its place if no later task of its reference has started (those go back to waiting behind
+// it), else to the end of its reference's queue. It returns where it went, and whether it is
+// pending now (it heads its reference: a queue message may name it). A task that is not failed is
+// an ECONFLICT error; an unknown id ENOTFOUND.
+func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlacement, bool, error) {
+	var placement exactlyonce.RetryPlacement
+	var head bool
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		// The bucket comes first: read the task's reference without a lock, lock its bucket, then the
+		// task (and check again that it is failed).
+		var kind exactlyonce.Kind
+		var state exactlyonce.State
+		var ref sql.NullString
+		var hash uint32
+		err := tx.QueryRowContext(ctx, query("TaskOf"), id).
+			Scan(&kind, &state, &ref, &hash)
+		if errors.Is(err, sql.ErrNoRows) {
+			return exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		if kind != exactlyonce.KindTask {
+			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "event %d is not a task: only a failed task can be retried", id)
+		}
+		positions, err := lockTaskBuckets(ctx, tx, bucketsOf(ref, hash))
+		if err != nil {
+			return err
+		}
+		var pos int64
+		var refText string
+		err = tx.QueryRowContext(ctx, query("LockFailedTask"), id).Scan(&state, &refText, &hash, &pos)
+		if errors.Is(err, sql.ErrNoRows) {
+			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "task %d is %s, not failed: only a failed task can be retried",
+				id, exactlyonce.TaskState(storedState(state)))
+		}
+		if err != nil {
+			return err
+		}
+		newState := exactlyonce.Pending
+		placement = exactlyonce.RetryAlone
+		if refText != "" {
+			placement, newState, pos, err = placeRetry(ctx, tx, refText, hash, pos, positions)
+			if err != nil {
+				return err
+			}
+		}
+		res, err := tx.ExecContext(ctx, query("RetryTask"), newState, nullPosition(refText, pos), id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			return fmt.Errorf("retried %d rows for task %d", n, id)
+		}
+		if state >= exactlyonce.Processed+countedShift {
+			if _, err := tx.ExecContext(ctx, query("UncountRetried")); err != nil {
+				return err
+			}
+		}
+		head = newState == exactlyonce.Pending
+		return nil
+	})
+	if err != nil {
+		return "", false, interpret("retry task", err)
+	}
+	return placement, head, nil
+}
+
+func bucketsOf(ref sql.NullString, hash uint32) []int64 {
+	if !ref.Valid || ref.String == "" {
+		return nil
+	}
+	return []int64{taskBucket(hash)}
+}
+
+func nullPosition(ref string, pos int64) sql.NullInt64 {
+	return sql.NullInt64{Int64: pos, Valid: ref != ""}
+}
+
+// placeRetry decides where a retried task of reference ref (at position pos) goes, with its bucket
+// locked: in place, ahead of the reference's pending head, if no later task has started; else at
+// the end, with a new position from the bucket.
+func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos int64, positions map[int64]int64) (exactlyonce.RetryPlacement, exactlyonce.State, int64, error) {
+	var started int
+	if err := tx.QueryRowContext(ctx, query("LaterTaskStarted"), hash, ref, pos).Scan(&started); err != nil {
+		return "", 0, 0, err
+	}
+	type head struct{ id, pos int64 }
+	var heads []head
+	rows, err := tx.QueryContext(ctx, query("ReferenceHead"), hash, ref)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	for rows.Next() {
+		var h head
+		if err := rows.Scan(&h.id, &h.pos); err != nil {
+			rows.Close()
+			return "", 0, 0, err
+		}
+		heads = append(heads, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", 0, 0, err
+	}
+	open, err := openReferences(ctx, tx, map[string]uint32{ref: hash})
+	if err != nil {
+		return "", 0, 0, err
+	}
+	if started == 0 && !slices.ContainsFunc(heads, func(h head) bool { return h.pos < pos }) {
+		for _, h := range heads {
+			if _, err := tx.ExecContext(ctx, query("RequeueTask"), h.id); err != nil {
+				return "", 0, 0, err
+			}
+		}
+		return exactlyonce.RetryInPlace, exactlyonce.Pending, pos, nil
+	}
+	b := taskBucket(hash)
+	positions[b]++
+	if _, err := tx.ExecContext(ctx, query("AdvanceTaskBucket"), positions[b], b); err != nil {
+		return "", 0, 0, err
+	}
+	state := exactlyonce.Pending
+	if open[ref] {
+		state = exactlyonce.Queued
+	}
+	return exactlyonce.RetryAtEnd, state, positions[b], nil
+}

@@ -1,0 +1,94 @@
+package exactlyonce
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// KindTask is an event that carries a webhook: its work is an HTTP POST of its payload to its URL,
+// retried on temporary failures, and, for tasks of one reference, delivered in the order the
+// tasks were created.
+const KindTask Kind = "task"
+
+// Queued is the state of a task that waits for an earlier task of its reference to settle: it is
+// open (in the `open`-side partitions) but no claim takes it. When the task before it settles
+// (completed or failed), the settling transaction promotes the earliest queued task of the reference
+// to Pending. Open states are below 10.
+const Queued State = 2
+
+// Task limits, checked by the API before anything is written.
+const (
+	MaxTaskURLBytes       = 2048
+	MaxTaskPayloadBytes   = 256 << 10
+	MaxReferenceIDBytes   = 255
+	MaxTaskRetries        = 25
+	DefaultTaskMaxRetries = 3
+)
+
+// NewTask is a task as a producer asks for it.
+type NewTask struct {
+	URL string
+	// Payload is the exact body every delivery posts (JSON; "null" when the producer gave none).
+	Payload json.RawMessage
+	// ReferenceID orders the task after every earlier task of the same reference; empty orders it
+	// with nothing.
+	ReferenceID string
+	// MaxRetries is how many times a temporary failure is retried before the task fails.
+	MaxRetries int
+}
+
+// Task is what a task event carries, beside the event's own fields.
+type Task struct {
+	URL         string
+	Payload     json.RawMessage
+	ReferenceID string
+	MaxRetries  int
+	// Position orders the tasks of one reference: increasing in the order they were created (and a
+	// task manually retried to the end of its reference's queue takes a new one). 0 for a task
+	// without a reference.
+	Position int64
+	// Hash is the routing hash: of the reference (so that a reference's tasks fall in one agent's
+	// range), or of the id for a task without one.
+	Hash uint32
+}
+
+// TaskState is a task's state under the names of the task API: pending (queued or waiting its
+// backoff included), processing, completed or failed.
+func TaskState(s State) string {
+	switch {
+	case s == Processing:
+		return "processing"
+	case s == Processed:
+		return "completed"
+	case s == Failed:
+		return "failed"
+	default:
+		return "pending"
+	}
+}
+
+// Attempt is one delivery attempt of a task.
+type Attempt struct {
+	Number   int
+	Started  time.Time
+	Duration time.Duration
+	// Status is the receiver's HTTP status, 0 when none came (a connection error, a timeout, a
+	// refused address).
+	Status int
+	// Error says why the attempt failed; empty for a delivered one.
+	Error string
+}
+
+// RetryPlacement says where a manually retried task went in its reference's order.
+type RetryPlacement string
+
+const (
+	// RetryInPlace: no later task of the reference had started, so the retried task is delivered
+	// before them, in its original place.
+	RetryInPlace RetryPlacement = "in-place"
+	// RetryAtEnd: a later task had started (or settled), so the retried task goes after every task
+	// of its reference open now.
+	RetryAtEnd RetryPlacement = "end"
+	// RetryAlone: the task has no reference; it is simply pending again.
+	RetryAlone RetryPlacement = "unordered"
+)
