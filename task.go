@@ -1,7 +1,9 @@
 package exactlyonce
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"time"
 )
 
@@ -92,3 +94,38 @@ const (
 	// RetryAlone: the task has no reference; it is simply pending again.
 	RetryAlone RetryPlacement = "unordered"
 )
+
+// TaskOutcome is what one delivery attempt of a leased task came to.
+type TaskOutcome struct {
+	// Event is the task as it was leased (Event.Task set).
+	Event   Event
+	Attempt Attempt
+	// Delivered: the receiver took it; the task completes. Otherwise the attempt failed: Final fails
+	// the task for good now (a permanent failure, or its retries spent); else it waits Wait and is
+	// tried again. Attempt.Error is the reason kept on the task.
+	Delivered bool
+	Final     bool
+	Wait      time.Duration
+}
+
+// TaskSettlement is what the settlement of a group of task outcomes did.
+type TaskSettlement struct {
+	// Completed and GaveUp are the tasks settled (completed, or failed for good); Retrying those
+	// that wait their backoff. A task in none was not the claim's any more (its lease was taken
+	// over), and nothing was written for it.
+	Completed, GaveUp, Retrying []int64
+	// Next are the tasks promoted to head their references, leased to the claim (when the
+	// settlement was asked to chain): work them next. Otherwise they are pending, for any worker.
+	Next []Event
+}
+
+// TaskWork marks the kind KindTask as worked, and leased (never inline): the engine's task path
+// delivers tasks (internal/processing), concurrently across references and in order within one;
+// Do is never called.
+type TaskWork struct{}
+
+func (TaskWork) Do(context.Context, Event) (Result, error) {
+	return Result{}, errors.New("tasks are delivered by the engine's task path, not by Work.Do")
+}
+
+func (TaskWork) Inline() bool { return false }

@@ -70,6 +70,10 @@ func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, lock func(*sql.T
 		for _, r := range rows {
 			w, ok := c.Works[r.kind]
 			switch {
+			case !ok && r.kind == exactlyonce.KindTask:
+				// A worker that cannot deliver tasks leaves them as they are (its transaction's end
+				// releases their locks): a failure recorded here would settle a task without handing
+				// its reference on.
 			case !ok:
 				if err := recordFailure(ctx, tx, &out, c, r, fmt.Errorf("no work for events of kind %q", r.kind)); err != nil {
 					return err

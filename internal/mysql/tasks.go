@@ -231,36 +231,12 @@ func openReferences(ctx context.Context, tx *sql.Tx, hashes map[string]uint32) (
 	return out, rows.Err()
 }
 
-// TaskOutcome is what one delivery attempt of a leased task came to.
-type TaskOutcome struct {
-	// Event is the task as it was leased (Event.Task set).
-	Event   exactlyonce.Event
-	Attempt exactlyonce.Attempt
-	// Delivered: the receiver took it; the task completes. Otherwise the attempt failed: Final fails
-	// the task for good now (a permanent failure, or its retries spent); else it waits Wait and is
-	// tried again. Attempt.Error is the reason kept on the task.
-	Delivered bool
-	Final     bool
-	Wait      time.Duration
-}
-
-// TaskSettlement is what SettleTasks did.
-type TaskSettlement struct {
-	// Completed and GaveUp are the tasks settled (completed, or failed for good); Retrying those
-	// that wait their backoff. A task in none was not this claim's any more (its lease was taken
-	// over), and nothing was written for it.
-	Completed, GaveUp, Retrying []int64
-	// Next are the tasks promoted to head their references, leased to the claim (when chain was
-	// asked for): work them next. Without chain they are pending, for any worker.
-	Next []exactlyonce.Event
-}
-
 // SettleTasks records, in one short transaction, the outcomes of delivery attempts of tasks leased
 // to claim c, and for each reference whose task settled, hands the reference on to its next queued
 // task: pending, or, with chain, leased to c (returned in Next). Each outcome is written only if
 // the task is still leased to c (the guard of every settlement), with its attempt.
-func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []TaskOutcome, chain bool) (TaskSettlement, error) {
-	var out TaskSettlement
+func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error) {
+	var out exactlyonce.TaskSettlement
 	if len(outcomes) == 0 {
 		return out, nil
 	}
@@ -273,7 +249,7 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		}
 	}
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
-		out = TaskSettlement{}
+		out = exactlyonce.TaskSettlement{}
 		if _, err := lockTaskBuckets(ctx, tx, buckets); err != nil {
 			return err
 		}
@@ -293,7 +269,7 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		values := map[int64]string{}
 		var completed []int64
 		settledRefs := map[string]uint32{}
-		var attempts []TaskOutcome
+		var attempts []exactlyonce.TaskOutcome
 		for _, o := range outcomes {
 			id := o.Event.ID
 			if !held[id] {
@@ -344,7 +320,7 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		return err
 	})
 	if err != nil {
-		return TaskSettlement{}, interpret("settle tasks", err)
+		return exactlyonce.TaskSettlement{}, interpret("settle tasks", err)
 	}
 	return out, nil
 }
@@ -357,7 +333,7 @@ func truncateError(text string) string {
 	return text
 }
 
-func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []TaskOutcome) error {
+func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []exactlyonce.TaskOutcome) error {
 	for rest := outcomes; len(rest) > 0; {
 		chunk := rest[:min(len(rest), markChunk)]
 		rest = rest[len(chunk):]

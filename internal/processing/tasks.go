@@ -1,0 +1,262 @@
+package processing
+
+import (
+	"cmp"
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
+)
+
+// Deliverer makes one delivery attempt of a task (internal/webhook's Client).
+type Deliverer interface {
+	Deliver(ctx context.Context, r webhook.Request) webhook.Result
+}
+
+// Tasks configures an engine's delivery of tasks. An engine without it (or without a Deliverer)
+// does not claim tasks: they wait for a worker that delivers them.
+type Tasks struct {
+	Deliverer Deliverer
+	// RetryBase and RetryMax shape the backoff of temporary failures (webhook.RetryDelay; zero:
+	// its defaults).
+	RetryBase, RetryMax time.Duration
+	// Timeout is the longest one delivery takes (the Deliverer's; default webhook.DefaultTimeout): a
+	// worker starts no delivery, and takes over no next task of a reference, unless its deadline
+	// leaves that long plus a margin. What it cannot start is released, pending, for another worker.
+	Timeout time.Duration
+	// Concurrency bounds the deliveries in flight at once (default 64): tasks of different
+	// references are delivered concurrently, a reference's tasks one after the other.
+	Concurrency int
+	// SettleLinger is how long a settlement waits for the outcomes of other deliveries to settle
+	// them in one transaction (default 2 ms).
+	SettleLinger time.Duration
+}
+
+// taskSettleBatch is the most outcomes one settlement transaction records.
+const taskSettleBatch = 200
+
+// deadlineMargin is kept, beyond a delivery's timeout, for the settlement after it.
+const deadlineMargin = 2 * time.Second
+
+func (t *Tasks) timeout() time.Duration { return cmp.Or(t.Timeout, webhook.DefaultTimeout) }
+
+// timeFor tells whether ctx leaves time for one more delivery and its settlement.
+func (t *Tasks) timeFor(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	return !ok || time.Until(d) > t.timeout()+deadlineMargin
+}
+
+// WebhookID is the webhook-id of every delivery of task id: stable across its attempts (and across
+// workers), so that a receiver can drop a duplicate.
+func WebhookID(id int64) string { return "task_" + strconv.FormatInt(id, 10) }
+
+// taskWorked is what the task path did.
+type taskWorked struct {
+	completed, gaveUp, retrying, released []int64
+	// chained counts the tasks of the claim's references delivered after the ones claimed: they were
+	// handed on to this worker by the settlement of the task before them.
+	chained int
+}
+
+// workTasks delivers tasks leased to claim c: every reference at once (up to Concurrency deliveries
+// in flight), and, as each task settles, the next task of its reference, handed on to this claim by
+// the settlement, while the deadline allows. No row lock is held across a delivery: the lease keeps
+// other workers off, the settlement is a short transaction guarded by it.
+func (e *Engine) workTasks(ctx context.Context, c exactlyonce.Claim, tasks []exactlyonce.Event) taskWorked {
+	cfg := e.Tasks
+	st := &taskSettler{e: e, c: c, cfg: cfg, in: make(chan settleRequest)}
+	go st.run(ctx)
+	sem := make(chan struct{}, cmp.Or(cfg.Concurrency, 64))
+	var wg sync.WaitGroup
+	for _, t := range tasks {
+		wg.Add(1)
+		go func(t exactlyonce.Event) {
+			defer wg.Done()
+			e.deliverChain(ctx, c, t, st, sem)
+		}(t)
+	}
+	wg.Wait()
+	close(st.in)
+	<-st.done()
+	return st.worked
+}
+
+// deliverChain delivers t, then each next task of its reference that the settlements hand on.
+func (e *Engine) deliverChain(ctx context.Context, c exactlyonce.Claim, t exactlyonce.Event, st *taskSettler, sem chan struct{}) {
+	cfg := e.Tasks
+	for first := true; ; first = false {
+		if !cfg.timeFor(ctx) {
+			st.release(t)
+			return
+		}
+		sem <- struct{}{}
+		res := cfg.Deliverer.Deliver(ctx, webhook.Request{ID: WebhookID(t.ID), URL: t.Task.URL, Payload: t.Task.Payload})
+		<-sem
+		if res.Outcome == webhook.Temporary && ctx.Err() != nil {
+			st.release(t) // cut short by the deadline: not the receiver's failure
+			return
+		}
+		if !first {
+			st.chained()
+		}
+		next, ok := st.settle(ctx, e.outcome(t, res))
+		if !ok {
+			return
+		}
+		t = next
+	}
+}
+
+// outcome is the settlement's view of one attempt.
+func (e *Engine) outcome(t exactlyonce.Event, res webhook.Result) exactlyonce.TaskOutcome {
+	attempt := t.Attempts + 1
+	o := exactlyonce.TaskOutcome{Event: t, Attempt: exactlyonce.Attempt{Number: attempt, Started: res.Started,
+		Duration: res.Duration, Status: res.Status, Error: res.Message}}
+	switch {
+	case res.Outcome == webhook.Delivered:
+		o.Delivered = true
+	case res.Outcome == webhook.Temporary && attempt <= t.Task.MaxRetries:
+		o.Wait = webhook.RetryDelay(attempt, e.Tasks.RetryBase, e.Tasks.RetryMax, res.RetryAfter)
+	default: // permanent, refused, or the retries are spent
+		o.Final = true
+	}
+	return o
+}
+
+type settleRequest struct {
+	o     exactlyonce.TaskOutcome
+	reply chan *exactlyonce.Event
+}
+
+// taskSettler settles the outcomes of a claim's concurrent deliveries in groups: one short
+// transaction records every outcome that arrived while the last one ran (or within SettleLinger).
+type taskSettler struct {
+	e   *Engine
+	c   exactlyonce.Claim
+	cfg *Tasks
+	in  chan settleRequest
+
+	mu      sync.Mutex
+	worked  taskWorked
+	release []int64
+	fin     chan struct{}
+	once    sync.Once
+}
+
+func (st *taskSettler) done() chan struct{} {
+	st.once.Do(func() { st.fin = make(chan struct{}) })
+	return st.fin
+}
+
+func (st *taskSettler) chained() {
+	st.mu.Lock()
+	st.worked.chained++
+	st.mu.Unlock()
+}
+
+func (st *taskSettler) release(t exactlyonce.Event) {
+	st.mu.Lock()
+	st.release = append(st.release, t.ID)
+	st.mu.Unlock()
+}
+
+// settle hands o to the settler and waits for its transaction: it returns the next task of o's
+// reference if the settlement handed it on to this claim.
+func (st *taskSettler) settle(ctx context.Context, o exactlyonce.TaskOutcome) (exactlyonce.Event, bool) {
+	r := settleRequest{o: o, reply: make(chan *exactlyonce.Event, 1)}
+	st.in <- r
+	next := <-r.reply
+	if next == nil {
+		return exactlyonce.Event{}, false
+	}
+	return *next, true
+}
+
+func (st *taskSettler) run(ctx context.Context) {
+	defer close(st.done())
+	linger := cmp.Or(st.cfg.SettleLinger, 2*time.Millisecond)
+	for {
+		first, ok := <-st.in
+		if !ok {
+			break
+		}
+		group := []settleRequest{first}
+		timer := time.NewTimer(linger)
+	gather:
+		for len(group) < taskSettleBatch {
+			select {
+			case r, ok := <-st.in:
+				if !ok {
+					break gather
+				}
+				group = append(group, r)
+			case <-timer.C:
+				break gather
+			}
+		}
+		timer.Stop()
+		st.flush(ctx, group)
+	}
+	st.mu.Lock()
+	release := st.release
+	st.mu.Unlock()
+	if len(release) > 0 {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterWorkTimeout)
+		defer cancel()
+		if err := st.e.Store.Release(sctx, st.c.ID, release); err != nil {
+			st.e.logger().Warn(st.e.By+": release failed; the tasks are claimable when their lease expires", "tasks", len(release), "err", err)
+		}
+		st.mu.Lock()
+		st.worked.released = append(st.worked.released, release...)
+		st.mu.Unlock()
+	}
+}
+
+// flush settles one group and answers each request with the next task of its reference, if any.
+func (st *taskSettler) flush(ctx context.Context, group []settleRequest) {
+	outcomes := make([]exactlyonce.TaskOutcome, len(group))
+	for i, r := range group {
+		outcomes[i] = r.o
+	}
+	// Settle even if ctx has just ended: the deliveries are done, and the settlement is short.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterWorkTimeout)
+	defer cancel()
+	chain := st.cfg.timeFor(ctx)
+	res, err := st.e.Store.SettleTasks(sctx, st.c, outcomes, chain)
+	if err != nil {
+		// The tasks stay leased until their lease expires; then they are delivered again.
+		st.e.logger().Error(st.e.By+": task settlement failed; the tasks are delivered again after their lease",
+			"tasks", len(group), "err", err)
+		for _, r := range group {
+			r.reply <- nil
+		}
+		return
+	}
+	st.e.reportSettled(st.c.ID, append(append([]int64(nil), res.Completed...), res.GaveUp...))
+	st.mu.Lock()
+	st.worked.completed = append(st.worked.completed, res.Completed...)
+	st.worked.gaveUp = append(st.worked.gaveUp, res.GaveUp...)
+	st.worked.retrying = append(st.worked.retrying, res.Retrying...)
+	st.mu.Unlock()
+	next := map[string]*exactlyonce.Event{}
+	for i := range res.Next {
+		n := &res.Next[i]
+		next[n.Task.ReferenceID] = n
+	}
+	for _, r := range group {
+		var n *exactlyonce.Event
+		if t := r.o.Event.Task; t.ReferenceID != "" {
+			n = next[t.ReferenceID]
+			delete(next, t.ReferenceID)
+		}
+		r.reply <- n
+	}
+	// A next task whose reference had two outcomes in the group (cannot happen: one reference has one
+	// task open at a time) would stay leased until its lease expires.
+}
