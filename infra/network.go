@@ -31,6 +31,9 @@ type Network struct {
 	constructs.Construct
 	Vpc         awsec2.Vpc
 	SqsEndpoint awsec2.InterfaceVpcEndpoint
+	// NatAddresses are the public IPv4 addresses of the NAT gateways (Ref of their Elastic IPs): the
+	// source address of every delivery, which receivers may allow in their firewalls.
+	NatAddresses []*string
 }
 
 // NewNetwork creates the VPC with natGateways NAT gateways (1 or 2: one per AZ), its
@@ -73,7 +76,14 @@ func NewNetwork(scope constructs.Construct, id string, natGateways int) *Network
 		PrivateDnsEnabled: jsii.Bool(true),
 		Open:              jsii.Bool(false),
 	})
-	return &Network{Construct: c, Vpc: vpc, SqsEndpoint: sqs}
+	// CDK gives each NAT gateway's Elastic IP the ID "EIP" under its public subnet.
+	var addresses []*string
+	for _, sub := range *vpc.PublicSubnets() {
+		if eip, ok := sub.Node().TryFindChild(jsii.String("EIP")).(awsec2.CfnEIP); ok {
+			addresses = append(addresses, eip.Ref())
+		}
+	}
+	return &Network{Construct: c, Vpc: vpc, SqsEndpoint: sqs, NatAddresses: addresses}
 }
 
 // FunctionSubnets selects the isolated subnets of the functions that do not deliver webhooks (api,

@@ -51,6 +51,8 @@ func TestNetworkEgress(t *testing.T) {
 		}
 	}
 
+	s.checkDeliverySourceIps(t, defaultNatGateways)
+
 	routes := s.routesByTable(t)
 	total := 0
 	for _, rs := range routes {
@@ -106,6 +108,7 @@ func TestTwoNATGateways(t *testing.T) {
 		s.template.ResourceCountIs(jsii.String("AWS::EC2::NatGateway"), jsii.Number(2))
 		s.template.ResourceCountIs(jsii.String("AWS::EC2::EIP"), jsii.Number(2))
 	})
+	s.checkDeliverySourceIps(t, 2)
 	routes := s.routesByTable(t)
 	natInSubnet := s.natGatewaysBySubnet(t)
 	publicSubnets := *n.Vpc.SelectSubnets(n.PublicSubnets()).Subnets
@@ -125,6 +128,36 @@ func TestTwoNATGateways(t *testing.T) {
 			t.Errorf("delivery subnet %d is in %s, its NAT gateway's subnet in %s", i, got, want)
 		}
 	}
+}
+
+// checkDeliverySourceIps: the output DeliverySourceIps lists the addresses of the n Elastic IPs
+// (Ref of an EIP is its address), the NAT gateways' and the only ones of the stack.
+func (s *synthesized) checkDeliverySourceIps(t *testing.T, n int) {
+	t.Helper()
+	var addresses []any
+	for _, sub := range *s.stack.Network.Vpc.SelectSubnets(s.stack.Network.PublicSubnets()).Subnets {
+		for id, raw := range s.resources() {
+			r := raw.(map[string]any)
+			if r["Type"] != "AWS::EC2::NatGateway" || mustJSON(r["Properties"].(map[string]any)["SubnetId"]) != mustJSON(refTo(s.ref(t, sub.SubnetId()))) {
+				continue
+			}
+			alloc, _ := r["Properties"].(map[string]any)["AllocationId"].(map[string]any)["Fn::GetAtt"].([]any)
+			if len(alloc) != 2 {
+				t.Fatalf("NAT gateway %s: AllocationId %v, want the GetAtt of an EIP", id, r["Properties"])
+			}
+			addresses = append(addresses, refTo(alloc[0].(string)))
+		}
+	}
+	if len(addresses) != n {
+		t.Fatalf("%d NAT gateways with an Elastic IP in the public subnets, want %d", len(addresses), n)
+	}
+	var want any = map[string]any{"Fn::Join": []any{",", addresses}}
+	if n == 1 {
+		want = addresses[0] // CDK writes a join of one as the one
+	}
+	check(t, "output DeliverySourceIps: the NAT gateways' addresses", func() {
+		s.template.HasOutput(jsii.String("DeliverySourceIps"), obj(map[string]any{"Value": want}))
+	})
 }
 
 // routesByTable returns the properties of every AWS::EC2::Route, by the logical ID of its route table.

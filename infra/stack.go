@@ -132,6 +132,10 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 		Value:       s.Webhooks.Secret.SecretArn(),
 	})
 	if s.Database != nil {
+		awscdk.NewCfnOutput(stack, jsii.String("DeliverySourceIps"), &awscdk.CfnOutputProps{
+			Description: jsii.String("Public IPv4 addresses every webhook delivery comes from (the NAT gateways'), comma-separated"),
+			Value:       awscdk.Fn_Join(jsii.String(","), &s.Network.NatAddresses),
+		})
 		awscdk.NewCfnOutput(stack, jsii.String("DatabaseProxyEndpoint"), &awscdk.CfnOutputProps{
 			Description: jsii.String("RDS Proxy endpoint the functions connect to (IAM auth, TLS)"),
 			Value:       s.Database.Proxy.Endpoint(),
