@@ -8,7 +8,9 @@ require (
 	github.com/aws/aws-sdk-go-v2/config v1.31.0
 	github.com/aws/aws-sdk-go-v2/credentials v1.18.4
 	github.com/aws/aws-sdk-go-v2/feature/rds/auth v1.5.0
+	github.com/aws/aws-sdk-go-v2/service/secretsmanager v1.38.1
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.42.0
+	github.com/aws/smithy-go v1.22.5
 	github.com/awslabs/aws-lambda-go-api-proxy v0.16.2
 	github.com/go-sql-driver/mysql v1.9.3
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
@@ -27,7 +29,6 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sso v1.28.0 // indirect
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.33.0 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sts v1.37.0 // indirect
-	github.com/aws/smithy-go v1.22.5 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect

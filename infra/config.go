@@ -29,6 +29,10 @@ const (
 	// ctxSweeperShards is SWEEPER_SHARDS: how many sweeper agents run at once, each on its static
 	// shard of the hash space, each with its own schedule rule (default defaultSweeperShards).
 	ctxSweeperShards = "sweeperShards"
+	// ctxNatGateways is how many NAT gateways give the delivering functions their way out: 1 (default,
+	// in the first AZ) or 2 (one per AZ, so that deliveries survive the loss of an AZ's NAT gateway).
+	// Ignored by the LocalStack variant, which has no VPC.
+	ctxNatGateways = "natGateways"
 )
 
 // Defaults for the LocalStack variant: the MySQL and LocalStack services of localstack/docker-compose.yml,
@@ -55,6 +59,8 @@ type Config struct {
 	LambdaArch string
 	// SweeperShards is how many sweeper agents run at once (SWEEPER_SHARDS), 1 to maxSweeperShards.
 	SweeperShards int
+	// NatGateways is how many NAT gateways the VPC has, 1 to vpcMaxAzs (docs/deploy.md, "Webhook delivery").
+	NatGateways int
 }
 
 // ConfigFromContext reads Config from the construct tree's context (cdk.json and -c flags).
@@ -65,6 +71,7 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 		AWSEndpointURL: DefaultLocalEndpointURL,
 		LambdaArch:     "arm64",
 		SweeperShards:  defaultSweeperShards,
+		NatGateways:    defaultNatGateways,
 	}
 	var err error
 	if v, ok := contextString(node, ctxAssetDir); ok {
@@ -92,6 +99,13 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 		}
 		cfg.SweeperShards = n
 	}
+	if v, ok := contextString(node, ctxNatGateways); ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return cfg, fmt.Errorf("context %s=%q: want an integer", ctxNatGateways, v)
+		}
+		cfg.NatGateways = n
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -107,6 +121,9 @@ func (c Config) Validate() error {
 	}
 	if c.SweeperShards < 1 || c.SweeperShards > maxSweeperShards {
 		return fmt.Errorf("context %s=%d: want 1 to %d", ctxSweeperShards, c.SweeperShards, maxSweeperShards)
+	}
+	if !c.LocalStack && (c.NatGateways < 1 || c.NatGateways > vpcMaxAzs) {
+		return fmt.Errorf("context %s=%d: want 1 to %d (one per AZ); webhook delivery needs a way out", ctxNatGateways, c.NatGateways, vpcMaxAzs)
 	}
 	if c.LocalStack && c.DBDSN == "" {
 		return fmt.Errorf("context %s=true needs %s", ctxLocalStack, ctxDBDSN)

@@ -14,8 +14,15 @@ func TestConfigFromContext(t *testing.T) {
 		check   func(Config) bool
 	}{
 		{map[string]any{}, "", func(c Config) bool {
-			return c.AssetDir == "build/lambda" && !c.LocalStack && !c.PublicAPI && c.LambdaArch == "arm64"
+			return c.AssetDir == "build/lambda" && !c.LocalStack && !c.PublicAPI && c.LambdaArch == "arm64" && c.NatGateways == 1
 		}},
+		{map[string]any{"natGateways": "2"}, "", func(c Config) bool { return c.NatGateways == 2 }},
+		{map[string]any{"natGateways": 1}, "", func(c Config) bool { return c.NatGateways == 1 }},
+		{map[string]any{"natGateways": "0"}, "natGateways", nil},
+		{map[string]any{"natGateways": "3"}, "natGateways", nil},
+		{map[string]any{"natGateways": "one"}, "natGateways", nil},
+		// No VPC in the LocalStack variant: the setting is ignored.
+		{map[string]any{"localstack": "true", "natGateways": "0"}, "", func(c Config) bool { return c.LocalStack }},
 		{map[string]any{"localstack": "true", "dbDsn": "a:b@tcp(x:1)/y"}, "", func(c Config) bool {
 			return c.LocalStack && c.DBDSN == "a:b@tcp(x:1)/y"
 		}},

@@ -61,6 +61,9 @@ type functionSpec struct {
 	// migrateOnStart leaves DB_MIGRATE at its default (true); the others skip it because the
 	// migrate trigger has applied the schema before they can run.
 	migrateOnStart bool
+	// delivers marks the functions that POST webhooks (processor, sweeper): they run in the delivery
+	// subnets, the only ones with a route out of the VPC (webhooks.go opens their egress).
+	delivers bool
 }
 
 // NewFunctions creates the functions, each with its own role, log group and (in AWS) security group.
@@ -72,11 +75,11 @@ func NewFunctions(scope constructs.Construct, props FunctionsProps) *Functions {
 	})
 	f.Processor = newFunction(scope, props, functionSpec{
 		name: "processor", description: "Processes events from the SQS queue, reporting per-message failures",
-		timeout: processorTimeout, maxOpenConns: processorMaxOpenConns, dbUser: databaseProcessorUser,
+		timeout: processorTimeout, maxOpenConns: processorMaxOpenConns, dbUser: databaseProcessorUser, delivers: true,
 	})
 	f.Sweeper = newFunction(scope, props, functionSpec{
 		name: "sweeper", description: "Scheduled sweep of pending events the queue path missed",
-		timeout: sweeperTimeout, maxOpenConns: sweeperMaxOpenConns, dbUser: databaseSweeperUser,
+		timeout: sweeperTimeout, maxOpenConns: sweeperMaxOpenConns, dbUser: databaseSweeperUser, delivers: true,
 	})
 	f.Migrate = newFunction(scope, props, functionSpec{
 		name: "migrate", description: "Applies and verifies the schema; invoked by a CDK Trigger on deploy",
@@ -164,7 +167,11 @@ func newFunction(scope constructs.Construct, props FunctionsProps, spec function
 
 		fnProps.Vpc = access.Network.Vpc
 		fnProps.VpcSubnets = access.Network.FunctionSubnets()
-		// Egress is opened rule by rule below (proxy; the api also the SQS endpoint).
+		if spec.delivers {
+			fnProps.VpcSubnets = access.Network.DeliverySubnets()
+		}
+		// Egress is opened rule by rule below (proxy; the api also the SQS endpoint; the delivering
+		// functions 443 and 80 anywhere: webhooks.go).
 		fnProps.AllowAllOutbound = jsii.Bool(false)
 		// What the Lambda service needs to attach the function to the VPC. These EC2 actions do not
 		// support resource-level permissions, hence "*" (the same statement as the AWS managed policy

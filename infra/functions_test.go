@@ -26,13 +26,14 @@ type fnExpect struct {
 	dbUser     string
 	queueURL   bool // gets QUEUE_URL
 	sqsNetwork bool // may reach the SQS endpoint
+	delivers   bool // POSTs webhooks: in the delivery subnets, 443 and 80 out (webhooks_test.go)
 }
 
 var fnExpectations = []fnExpect{
-	{"api", func(f *Functions) awslambda.Function { return f.API }, apiTimeout.Seconds(), apiMaxOpenConns, false, databaseAPIUser, true, true},
-	{"processor", func(f *Functions) awslambda.Function { return f.Processor }, processorTimeout.Seconds(), processorMaxOpenConns, false, databaseProcessorUser, false, true},
-	{"sweeper", func(f *Functions) awslambda.Function { return f.Sweeper }, sweeperTimeout.Seconds(), sweeperMaxOpenConns, false, databaseSweeperUser, false, false},
-	{"migrate", func(f *Functions) awslambda.Function { return f.Migrate }, migrateTimeout.Seconds(), migrateMaxOpenConns, true, databaseAdminUsername, false, false},
+	{"api", func(f *Functions) awslambda.Function { return f.API }, apiTimeout.Seconds(), apiMaxOpenConns, false, databaseAPIUser, true, true, false},
+	{"processor", func(f *Functions) awslambda.Function { return f.Processor }, processorTimeout.Seconds(), processorMaxOpenConns, false, databaseProcessorUser, false, true, true},
+	{"sweeper", func(f *Functions) awslambda.Function { return f.Sweeper }, sweeperTimeout.Seconds(), sweeperMaxOpenConns, false, databaseSweeperUser, false, false, true},
+	{"migrate", func(f *Functions) awslambda.Function { return f.Migrate }, migrateTimeout.Seconds(), migrateMaxOpenConns, true, databaseAdminUsername, false, false, false},
 }
 
 // What migrate is told to create: each function's own user, by role (internal/mysql's roles).
@@ -44,6 +45,7 @@ func TestFunctions(t *testing.T) {
 	proxyID := s.ref(t, s.stack.Database.Proxy.DbProxyName())
 	queueID := s.ref(t, s.stack.Queues.Main.QueueUrl())
 	fnSubnets := s.subnetRefs(t, s.stack.Network.FunctionSubnets())
+	deliverySubnets := s.subnetRefs(t, s.stack.Network.DeliverySubnets())
 	for _, e := range fnExpectations {
 		t.Run(e.name, func(t *testing.T) {
 			fn := e.fn(s.stack.Functions)
@@ -74,6 +76,10 @@ func TestFunctions(t *testing.T) {
 			if e.queueURL {
 				env["QUEUE_URL"] = refTo(queueID)
 			}
+			subnets := fnSubnets
+			if e.delivers {
+				subnets = deliverySubnets
+			}
 			logGroup := assertions.NewCapture(nil)
 			must(t, "runtime, architecture, handler, timeout, memory, code asset, JSON logs, environment, subnets", func() {
 				one.HasResourceProperties(jsii.String("AWS::Lambda::Function"), obj(map[string]any{
@@ -88,9 +94,10 @@ func TestFunctions(t *testing.T) {
 					// Structured logs into its own log group (retention checked below).
 					"LoggingConfig": map[string]any{"LogFormat": "JSON", "LogGroup": map[string]any{"Ref": logGroup}},
 					"Environment":   map[string]any{"Variables": assertions.Match_ObjectLike(&env)},
-					// In the functions' isolated subnets (its security group: checkFunctionEgress).
+					// In the functions' isolated subnets, or the delivery subnets for those that deliver
+					// webhooks, and no others (its security group: checkFunctionEgress).
 					"VpcConfig": assertions.Match_ObjectLike(obj(map[string]any{
-						"SubnetIds": assertions.Match_ArrayWith(arr(fnSubnets...)),
+						"SubnetIds": subnets,
 					})),
 				}))
 			})
@@ -142,19 +149,20 @@ func TestOnlyMigrateConnectsAsTheAdmin(t *testing.T) {
 	}
 }
 
-// checkFunctionEgress: no egress to the internet; 3306 to the proxy; 443 to the SQS endpoint for the
-// api (SendMessage) and the processor (ChangeMessageVisibility) only; no other egress rule.
+// checkFunctionEgress: 443 and 80 to any IPv4 address for the delivering functions (processor,
+// sweeper), no egress to the internet for the others; 3306 to the proxy; 443 to the SQS endpoint for
+// the api (SendMessage) and the processor (ChangeMessageVisibility) only; no other egress rule.
 func (s *synthesized) checkFunctionEgress(t *testing.T, fn awslambda.Function, e fnExpect) {
 	t.Helper()
 	sgID := s.getAttID(t, (*fn.Connections().SecurityGroups())[0].SecurityGroupId())
-	check(t, "security group without inline egress to the internet", func() {
-		sg := s.only(t, sgID)
-		for _, internet := range []map[string]any{{"CidrIp": "0.0.0.0/0"}, {"CidrIpv6": "::/0"}} {
-			sg.ResourcePropertiesCountIs(jsii.String("AWS::EC2::SecurityGroup"), obj(map[string]any{
-				"SecurityGroupEgress": assertions.Match_ArrayWith(arr(assertions.Match_ObjectLike(&internet))),
-			}), jsii.Number(0))
+	internet := s.internetEgress(t, sgID) // webhooks_test.go
+	if e.delivers {
+		if want := []string{"tcp 0.0.0.0/0 443-443", "tcp 0.0.0.0/0 80-80"}; mustJSON(internet) != mustJSON(want) {
+			t.Errorf("%s: egress to the internet %v, want %v (webhook deliveries and Secrets Manager)", e.name, internet, want)
 		}
-	})
+	} else if len(internet) != 0 {
+		t.Errorf("%s: egress to the internet %v, want none", e.name, internet)
+	}
 
 	// The standalone egress rules of this security group, all of them and by destination.
 	rules := func(match map[string]any) int {
@@ -265,7 +273,9 @@ func TestLeastPrivilege(t *testing.T) {
 		}
 	}
 	for name, st := range map[string][]statement{"api": api, "processor": processor, "sweeper": sweeper, "migrate": migrate} {
-		if grantsAnywhere(st, "secretsmanager:GetSecretValue") {
+		// The database's secret is the proxy's alone; the webhook signing secret is the delivering
+		// functions' (webhooks_test.go: TestWebhookSecretGrants).
+		if allows(st, "secretsmanager:GetSecretValue", s.ref(t, s.stack.Database.Cluster.Secret().SecretArn())) {
 			t.Errorf("%s may read the database secret; only the proxy may", name)
 		}
 		if allows(st, "sqs:SendMessage", dlqID) {

@@ -76,6 +76,7 @@ const (
 	variantAWS        variant = "aws"
 	variantPublic     variant = "public"
 	variantLocalStack variant = "localstack"
+	variantTwoNATs    variant = "two-nat-gateways" // natGateways=2: one per AZ
 )
 
 // Settings of the LocalStack variant under test; deliberately not the defaults, to see them passed through.
@@ -86,10 +87,12 @@ const (
 
 func (v variant) config() Config {
 	cfg := Config{AssetDir: assetDir, DBDSN: DefaultLocalDSN, AWSEndpointURL: DefaultLocalEndpointURL, LambdaArch: "arm64",
-		SweeperShards: defaultSweeperShards}
+		SweeperShards: defaultSweeperShards, NatGateways: defaultNatGateways}
 	switch v {
 	case variantPublic:
 		cfg.PublicAPI = true
+	case variantTwoNATs:
+		cfg.NatGateways = 2
 	case variantLocalStack:
 		cfg.LocalStack = true
 		cfg.DBDSN = testDSN

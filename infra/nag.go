@@ -57,6 +57,14 @@ func addNagSuppressions(s *ExactlyOnceStack, cfg Config) {
 		}
 	}
 
+	// --- Webhooks ----------------------------------------------------------------------------
+	suppress(s.Webhooks.Secret, true,
+		nag("AwsSolutions-SMG4",
+			"The webhook signing secret is shared with every receiver, which must be given the new value before "+
+				"deliveries are signed with it: an automatic rotation would break every receiver's verification at "+
+				"once. It is rotated by an operator, in step with the receivers (docs/deploy.md, \"Webhook delivery\")."),
+	)
+
 	// --- Database ----------------------------------------------------------------------------
 	if db := s.Database; db != nil {
 		suppress(db.Cluster, true,

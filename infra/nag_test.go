@@ -14,7 +14,7 @@ import (
 // TestCDKNag: the AwsSolutions pack ran on every variant and left no unsuppressed error or warning.
 func TestCDKNag(t *testing.T) {
 	pattern := assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))
-	for _, v := range []variant{variantAWS, variantPublic, variantLocalStack} {
+	for _, v := range []variant{variantAWS, variantPublic, variantLocalStack, variantTwoNATs} {
 		s := synth(t, v)
 		for _, m := range *s.annotations.FindError(jsii.String("*"), pattern) {
 			t.Errorf("%s: cdk-nag error at %s: %v", v, *m.Id, m.Entry.Data)

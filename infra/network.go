@@ -8,32 +8,53 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// Subnet group names: the functions and the database live in separate isolated subnets.
+// Subnet groups. The database and the functions that only talk to AWS (api, migrate, counter) are in
+// isolated subnets, with no route out of the VPC. The functions that deliver webhooks (processor,
+// sweeper) are in the delivery subnets, whose default route goes to a NAT gateway in a public
+// subnet. Nothing but the NAT gateways is placed in the public subnets.
 const (
 	functionsSubnets = "functions"
 	databaseSubnets  = "database"
+	deliverySubnets  = "delivery"
+	publicSubnets    = "public"
 )
 
-// Network is a VPC with no route to the internet: isolated subnets only, no NAT gateway, no internet
-// gateway. The one AWS API the functions call (SQS, from the api) is reached through an interface
-// endpoint. IAM database auth tokens are signed locally and need no STS call; CloudWatch Logs are
-// shipped by the Lambda service, not from inside the VPC.
+// vpcMaxAzs is how many AZs the VPC spans, and so the most NAT gateways that make sense (one per AZ).
+const vpcMaxAzs = 2
+
+// Network is a VPC whose one way out is the NAT gateways of the delivery subnets: webhook deliveries
+// (processor, sweeper) and their Secrets Manager read go through them. The database subnets and the
+// other functions' subnets have no route out. The AWS APIs the functions call on the data path (SQS,
+// SNS) are reached through interface endpoints. IAM database auth tokens are signed locally and need
+// no STS call; CloudWatch Logs are shipped by the Lambda service, not from inside the VPC.
 type Network struct {
 	constructs.Construct
 	Vpc         awsec2.Vpc
 	SqsEndpoint awsec2.InterfaceVpcEndpoint
+	// NatAddresses are the public IPv4 addresses of the NAT gateways (Ref of their Elastic IPs): the
+	// source address of every delivery, which receivers may allow in their firewalls.
+	NatAddresses []*string
 }
 
-// NewNetwork creates the VPC, its rejected-traffic flow log and the SQS interface endpoint.
-func NewNetwork(scope constructs.Construct, id string) *Network {
+// NewNetwork creates the VPC with natGateways NAT gateways (1 or 2: one per AZ), its
+// rejected-traffic flow log and the SQS interface endpoint.
+func NewNetwork(scope constructs.Construct, id string, natGateways int) *Network {
 	c := constructs.NewConstruct(scope, &id)
 	vpc := awsec2.NewVpc(c, jsii.String("Vpc"), &awsec2.VpcProps{
 		// Environment-agnostic stack: two AZs picked by Fn::GetAZs at deploy time, no lookup at synth.
-		MaxAzs:      jsii.Number(2),
-		NatGateways: jsii.Number(0),
+		MaxAzs: jsii.Number(vpcMaxAzs),
+		// With one, it sits in the first AZ and the other AZ's delivery subnet routes to it too.
+		NatGateways:       jsii.Number(natGateways),
+		NatGatewaySubnets: &awsec2.SubnetSelection{SubnetGroupName: jsii.String(publicSubnets)},
+		// The new groups come last: CIDRs are handed out in this order, so the functions' and the
+		// database's subnets keep the blocks they had before delivery needed a way out (no replacement).
 		SubnetConfiguration: &[]*awsec2.SubnetConfiguration{
 			{Name: jsii.String(functionsSubnets), SubnetType: awsec2.SubnetType_PRIVATE_ISOLATED, CidrMask: jsii.Number(24)},
 			{Name: jsii.String(databaseSubnets), SubnetType: awsec2.SubnetType_PRIVATE_ISOLATED, CidrMask: jsii.Number(24)},
+			{Name: jsii.String(deliverySubnets), SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS, CidrMask: jsii.Number(24)},
+			// A NAT gateway needs one address; nothing launched here gets a public IP of its own.
+			{Name: jsii.String(publicSubnets), SubnetType: awsec2.SubnetType_PUBLIC, CidrMask: jsii.Number(28),
+				MapPublicIpOnLaunch: jsii.Bool(false)},
 		},
 		RestrictDefaultSecurityGroup: jsii.Bool(false),
 	})
@@ -55,12 +76,31 @@ func NewNetwork(scope constructs.Construct, id string) *Network {
 		PrivateDnsEnabled: jsii.Bool(true),
 		Open:              jsii.Bool(false),
 	})
-	return &Network{Construct: c, Vpc: vpc, SqsEndpoint: sqs}
+	// CDK gives each NAT gateway's Elastic IP the ID "EIP" under its public subnet.
+	var addresses []*string
+	for _, sub := range *vpc.PublicSubnets() {
+		if eip, ok := sub.Node().TryFindChild(jsii.String("EIP")).(awsec2.CfnEIP); ok {
+			addresses = append(addresses, eip.Ref())
+		}
+	}
+	return &Network{Construct: c, Vpc: vpc, SqsEndpoint: sqs, NatAddresses: addresses}
 }
 
-// FunctionSubnets selects the subnets the Lambda functions run in.
+// FunctionSubnets selects the isolated subnets of the functions that do not deliver webhooks (api,
+// migrate, counter), and of the interface endpoints.
 func (n *Network) FunctionSubnets() *awsec2.SubnetSelection {
 	return &awsec2.SubnetSelection{SubnetGroupName: jsii.String(functionsSubnets)}
+}
+
+// DeliverySubnets selects the subnets of the functions that deliver webhooks (processor, sweeper):
+// the only ones with a route out of the VPC, through the NAT gateways.
+func (n *Network) DeliverySubnets() *awsec2.SubnetSelection {
+	return &awsec2.SubnetSelection{SubnetGroupName: jsii.String(deliverySubnets)}
+}
+
+// PublicSubnets selects the subnets of the NAT gateways.
+func (n *Network) PublicSubnets() *awsec2.SubnetSelection {
+	return &awsec2.SubnetSelection{SubnetGroupName: jsii.String(publicSubnets)}
 }
 
 // DatabaseSubnets selects the subnets of the Aurora cluster and the proxy.

@@ -25,6 +25,7 @@ type ExactlyOnceStack struct {
 	Functions *Functions
 	API       awsapigateway.RestApi
 	Counters  *CounterService // counters.go
+	Webhooks  *Webhooks       // webhooks.go
 }
 
 // NewExactlyOnceStack builds the stack. It needs no AWS account, region or context lookups:
@@ -48,7 +49,7 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 		// LocalStack's free plan has no RDS: the functions talk to the MySQL the user runs.
 		dbAccess = DatabaseAccess{DSN: cfg.DBDSN, AWSEndpointURL: cfg.AWSEndpointURL}
 	} else {
-		s.Network = NewNetwork(stack, "Network")
+		s.Network = NewNetwork(stack, "Network", cfg.NatGateways)
 		s.Database = NewDatabase(stack, "Database", s.Network)
 		dbAccess = DatabaseAccess{Network: s.Network, Database: s.Database}
 	}
@@ -96,6 +97,12 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 		fn.Node().DefaultChild().Node().AddDependency(trigger)
 	}
 
+	// Task delivery: the signing secret and, in AWS, the way out through the NAT gateway.
+	s.Webhooks = NewWebhooks(stack, "Webhooks", WebhooksProps{
+		Delivering: []awslambda.Function{s.Functions.Processor, s.Functions.Sweeper},
+		Network:    s.Network,
+	})
+
 	wireProcessor(s.Functions.Processor, s.Queues.Main, !cfg.LocalStack)
 	s.Counters = NewCounterService(stack, "Counters", CounterServiceProps{Functions: FunctionsProps{AssetDir: cfg.AssetDir,
 		Architecture: lambdaArchitecture(cfg.LambdaArch), Access: dbAccess}, Sweeper: s.Functions.Sweeper, Trigger: trigger, CapConcurrency: !cfg.LocalStack})
@@ -120,7 +127,15 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 		Description: jsii.String("Dead-letter queue (redrive with StartMessageMoveTask)"),
 		Value:       s.Queues.DeadLetter.QueueUrl(),
 	})
+	awscdk.NewCfnOutput(stack, jsii.String("WebhookSecretArn"), &awscdk.CfnOutputProps{
+		Description: jsii.String("Secrets Manager secret the webhooks are signed with: receivers verify with whsec_<its value>"),
+		Value:       s.Webhooks.Secret.SecretArn(),
+	})
 	if s.Database != nil {
+		awscdk.NewCfnOutput(stack, jsii.String("DeliverySourceIps"), &awscdk.CfnOutputProps{
+			Description: jsii.String("Public IPv4 addresses every webhook delivery comes from (the NAT gateways'), comma-separated"),
+			Value:       awscdk.Fn_Join(jsii.String(","), &s.Network.NatAddresses),
+		})
 		awscdk.NewCfnOutput(stack, jsii.String("DatabaseProxyEndpoint"), &awscdk.CfnOutputProps{
 			Description: jsii.String("RDS Proxy endpoint the functions connect to (IAM auth, TLS)"),
 			Value:       s.Database.Proxy.Endpoint(),

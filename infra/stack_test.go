@@ -152,6 +152,7 @@ func TestOutputs(t *testing.T) {
 		{"QueueUrl", refTo(s.ref(t, s.stack.Queues.Main.QueueUrl()))},
 		{"DeadLetterQueueUrl", refTo(s.ref(t, s.stack.Queues.DeadLetter.QueueUrl()))},
 		{"DatabaseProxyEndpoint", getAtt(s.ref(t, s.stack.Database.Proxy.DbProxyName()), "Endpoint")},
+		{"WebhookSecretArn", refTo(s.ref(t, s.stack.Webhooks.Secret.SecretArn()))},
 	} {
 		check(t, "output "+o.name, func() {
 			s.template.HasOutput(jsii.String(o.name), obj(map[string]any{"Value": o.value}))
@@ -162,9 +163,14 @@ func TestOutputs(t *testing.T) {
 func TestLocalStackVariant(t *testing.T) {
 	s := synth(t, variantLocalStack)
 	tpl := s.template
-	for _, typ := range []string{"AWS::RDS::DBCluster", "AWS::RDS::DBInstance", "AWS::RDS::DBProxy", "AWS::EC2::VPC", "AWS::EC2::VPCEndpoint", "AWS::SecretsManager::Secret"} {
+	for _, typ := range []string{"AWS::RDS::DBCluster", "AWS::RDS::DBInstance", "AWS::RDS::DBProxy", "AWS::EC2::VPC", "AWS::EC2::VPCEndpoint", "AWS::EC2::NatGateway"} {
 		check(t, "no "+typ, func() { tpl.ResourceCountIs(jsii.String(typ), jsii.Number(0)) })
 	}
+	// The database's is not there; the webhook signing secret is (LocalStack implements Secrets Manager).
+	check(t, "one secret, the webhook signing secret", func() {
+		s.only(t, s.ref(t, s.stack.Webhooks.Secret.SecretArn())).ResourceCountIs(jsii.String("AWS::SecretsManager::Secret"), jsii.Number(1))
+		tpl.ResourceCountIs(jsii.String("AWS::SecretsManager::Secret"), jsii.Number(1))
+	})
 	// Counts: each of the four functions (the only provided.al2023 ones) must match.
 	check(t, "five functions outside any VPC", func() {
 		tpl.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::Function"), obj(map[string]any{

@@ -59,6 +59,23 @@ const (
 	sweepingAgentStopBefore = 8 * time.Second
 )
 
+// Webhook delivery (processor and sweeper; docs/deploy.md, "Webhook delivery").
+const (
+	// webhookTimeout is WEBHOOK_TIMEOUT: one delivery's whole HTTP exchange, connect to last byte.
+	webhookTimeout = 10 * time.Second
+	// deliveryMargin is what a delivery needs besides its HTTP exchange: claiming before it and
+	// settling after it (each a short transaction, behind proxyBorrowTimeout at worst), and leaving
+	// before the invocation's deadline. An invocation must hold webhookTimeout + deliveryMargin.
+	deliveryMargin = 10 * time.Second
+	// processingLease is internal/processing.DefaultLease: how long a claimed task is held before
+	// another worker may claim it. An invocation must end before its claims' leases do, or a second
+	// worker would deliver a task the first is still delivering.
+	processingLease = 2 * time.Minute
+	// defaultNatGateways is the NatGateways setting's default: one, in the first AZ. The database has
+	// one writer, in one AZ, so a second NAT gateway buys little availability for its $36.50 a month.
+	defaultNatGateways = 1
+)
+
 // Aurora Serverless v2 capacity range and RDS Proxy pool settings.
 const (
 	minACU                = 0.5 // auto-pause (0 ACU) cannot work with RDS Proxy and a per-minute sweeper.
