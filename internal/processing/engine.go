@@ -30,6 +30,9 @@ type Store interface {
 	Fail(ctx context.Context, c exactlyonce.Claim, failures map[int64]exactlyonce.Failure) ([]int64, error)
 	// Outcomes tells, for ids a claim did not take, whether each is settled, busy or missing.
 	Outcomes(ctx context.Context, ids []int64) (map[int64]exactlyonce.Outcome, error)
+	// SettleTasks records the outcomes of delivery attempts of tasks leased to claim c, and hands
+	// each reference whose task settled on to its next task (leased to c when chain is set).
+	SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error)
 }
 
 // Reporter hears, from a worker itself, of every settlement the worker makes: the exactly-once
@@ -64,6 +67,9 @@ type Engine struct {
 	Report Reporter
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Tasks, when set with a Deliverer, makes the engine deliver tasks (tasks.go). Without it the
+	// engine claims no task.
+	Tasks *Tasks
 }
 
 func (e *Engine) claim() exactlyonce.Claim {
@@ -72,6 +78,14 @@ func (e *Engine) claim() exactlyonce.Claim {
 	if c.Works == nil {
 		c.Works = exactlyonce.DefaultWorks()
 	}
+	if e.delivers() {
+		works := make(exactlyonce.Works, len(c.Works)+1)
+		for k, w := range c.Works {
+			works[k] = w
+		}
+		works[exactlyonce.KindTask] = exactlyonce.TaskWork{}
+		c.Works = works
+	}
 	if e.Report != nil {
 		e.Report.Claiming(c.ID)
 	}
@@ -79,6 +93,9 @@ func (e *Engine) claim() exactlyonce.Claim {
 }
 
 func (e *Engine) logger() *slog.Logger { return cmp.Or(e.Logger, slog.Default()) }
+
+// delivers tells whether the engine delivers tasks.
+func (e *Engine) delivers() bool { return e.Tasks != nil && e.Tasks.Deliverer != nil }
 
 func (e *Engine) reportSettled(claimID string, ids []int64) {
 	if e.Report != nil && len(ids) > 0 {
@@ -118,6 +135,11 @@ func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactly
 	for _, id := range append(claimed.GaveUp, done.gaveUp...) {
 		out[id] = exactlyonce.OutcomeFailed
 	}
+	// A task whose delivery failed this time, or that this worker could not start before its
+	// deadline, is the database's to bring back (its backoff, or at once): deferred.
+	for _, id := range done.deferred {
+		out[id] = exactlyonce.OutcomeDeferred
+	}
 	for _, ev := range claimed.Leased {
 		if _, ok := out[ev.ID]; !ok {
 			out[ev.ID] = exactlyonce.OutcomeBusy
@@ -152,6 +174,10 @@ type Batch struct {
 	Settled int
 	// Retrying is how many of them failed and wait their backoff; GaveUp how many failed for good.
 	Retrying, GaveUp int
+	// Chained is how many tasks beyond the claimed ones were delivered and settled (counted in
+	// Settled, GaveUp or Retrying too): each handed on to this worker by the settlement of the task
+	// before it in its reference.
+	Chained int
 }
 
 // ProcessDue claims up to limit due events (pending for longer than grace, or leased with an expired
@@ -174,7 +200,8 @@ func (e *Engine) ProcessDueIn(ctx context.Context, grace time.Duration, limit in
 	done := e.work(ctx, c, claimed)
 	gaveUp := len(claimed.GaveUp) + len(done.gaveUp)
 	return Batch{Claimed: claimed.Count(), Settled: len(claimed.Settled) + len(done.settled),
-		Retrying: len(claimed.Failed) - len(claimed.GaveUp) + done.failed - len(done.gaveUp), GaveUp: gaveUp}, nil
+		Retrying: len(claimed.Failed) - len(claimed.GaveUp) + done.failed - len(done.gaveUp), GaveUp: gaveUp,
+		Chained: done.chained}, nil
 }
 
 // afterWorkTimeout bounds what follows the work of leased events (their settlement, the record of
@@ -184,9 +211,11 @@ const afterWorkTimeout = 5 * time.Second
 
 // worked is what work did with a claim's leased events.
 type worked struct {
-	settled []int64 // settled
-	gaveUp  []int64 // failed for good
-	failed  int     // work failed (gaveUp included)
+	settled  []int64 // settled
+	gaveUp   []int64 // failed for good
+	failed   int     // work failed (gaveUp included)
+	deferred []int64 // tasks waiting their backoff, or released
+	chained  int     // tasks delivered beyond the claimed ones (tasks.go)
 }
 
 // work does the work of the events leased to claim c, outside any transaction, and settles those
@@ -199,13 +228,29 @@ func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyo
 		log.Warn(e.By+": work failed", "id", id, "err", err)
 	}
 	var out worked
-	if len(claimed.Leased) == 0 {
+	var tasks, others []exactlyonce.Event
+	for _, ev := range claimed.Leased {
+		if ev.Kind == exactlyonce.KindTask && e.delivers() {
+			tasks = append(tasks, ev)
+		} else {
+			others = append(others, ev)
+		}
+	}
+	if len(tasks) > 0 {
+		tw := e.workTasks(ctx, c, tasks)
+		out.settled = append(out.settled, tw.completed...)
+		out.gaveUp = append(out.gaveUp, tw.gaveUp...)
+		out.failed = len(tw.gaveUp) + len(tw.retrying)
+		out.deferred = append(append(out.deferred, tw.retrying...), tw.released...)
+		out.chained = tw.chained
+	}
+	if len(others) == 0 {
 		return out
 	}
-	results := make(map[int64]exactlyonce.Result, len(claimed.Leased))
+	results := make(map[int64]exactlyonce.Result, len(others))
 	failures := map[int64]exactlyonce.Failure{}
 	var release []int64
-	for _, ev := range claimed.Leased {
+	for _, ev := range others {
 		if ctx.Err() != nil {
 			release = append(release, ev.ID)
 			continue
@@ -237,16 +282,16 @@ func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyo
 			log.Error(e.By+": settlement failed; the events are worked again after their lease", "events", len(results), "err", err)
 		}
 		e.reportSettled(c.ID, settled)
-		out.settled = settled
+		out.settled = append(out.settled, settled...)
 	}
 	if len(failures) > 0 {
-		out.failed = len(failures)
+		out.failed += len(failures)
 		gaveUp, err := e.Store.Fail(sctx, c, failures)
 		if err != nil {
 			log.Warn(e.By+": recording failed work failed; the events are claimable when their lease expires", "events", len(failures), "err", err)
 		}
 		e.reportSettled(c.ID, gaveUp)
-		out.gaveUp = gaveUp
+		out.gaveUp = append(out.gaveUp, gaveUp...)
 	}
 	if len(release) > 0 {
 		if err := e.Store.Release(sctx, c.ID, release); err != nil {

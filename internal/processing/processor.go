@@ -27,6 +27,8 @@ type Processor struct {
 	// Visibility, when set, keeps a batch's messages invisible for as long as the batch is being
 	// processed. Nil: no extension.
 	Visibility *sqsbatch.Visibility
+	// Tasks, when set with a Deliverer, makes the processor deliver tasks (Engine.Tasks).
+	Tasks *Tasks
 }
 
 // Handle is the Lambda handler. It never returns an error (which would fail the whole batch): it
@@ -66,7 +68,7 @@ func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) 
 		ids = append(ids, m.Body...)
 	}
 	engine := &Engine{Store: p.Store, By: exactlyonce.ByProcessor, Works: p.Works, Lease: p.Lease, Backoff: p.Backoff, Report: p.Report,
-		Logger: p.logger()}
+		Logger: p.logger(), Tasks: p.Tasks}
 	outcomes, err := engine.ProcessIDs(ctx, ids)
 	if err != nil {
 		return nil, err
@@ -84,6 +86,9 @@ func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) 
 			if o == exactlyonce.OutcomeSettled || o == exactlyonce.OutcomeAlreadySettled || o == exactlyonce.OutcomeFailed {
 				continue // settled: processed, or failed for good (its error is on the event)
 			}
+			if o == exactlyonce.OutcomeDeferred {
+				continue // a task the database brings back by itself: queued, or waiting its backoff
+			}
 			if o == exactlyonce.OutcomeMissing {
 				p.logger().Warn("processor: message names no event", "messageId", m.ID, "id", id)
 			}
@@ -93,7 +98,7 @@ func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) 
 	}
 	p.logger().Info("processor: batch done", "messages", len(msgs), "events", len(outcomes),
 		"settled", counts[exactlyonce.OutcomeSettled], "alreadySettled", counts[exactlyonce.OutcomeAlreadySettled],
-		"busy", counts[exactlyonce.OutcomeBusy], "missing", counts[exactlyonce.OutcomeMissing],
+		"busy", counts[exactlyonce.OutcomeBusy], "deferred", counts[exactlyonce.OutcomeDeferred], "missing", counts[exactlyonce.OutcomeMissing],
 		"gaveUp", counts[exactlyonce.OutcomeFailed], "messagesFailed", len(failed))
 	return failed, nil
 }

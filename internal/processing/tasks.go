@@ -142,11 +142,11 @@ type taskSettler struct {
 	cfg *Tasks
 	in  chan settleRequest
 
-	mu      sync.Mutex
-	worked  taskWorked
-	release []int64
-	fin     chan struct{}
-	once    sync.Once
+	mu        sync.Mutex
+	worked    taskWorked
+	toRelease []int64
+	fin       chan struct{}
+	once      sync.Once
 }
 
 func (st *taskSettler) done() chan struct{} {
@@ -162,7 +162,7 @@ func (st *taskSettler) chained() {
 
 func (st *taskSettler) release(t exactlyonce.Event) {
 	st.mu.Lock()
-	st.release = append(st.release, t.ID)
+	st.toRelease = append(st.toRelease, t.ID)
 	st.mu.Unlock()
 }
 
@@ -204,7 +204,7 @@ func (st *taskSettler) run(ctx context.Context) {
 		st.flush(ctx, group)
 	}
 	st.mu.Lock()
-	release := st.release
+	release := st.toRelease
 	st.mu.Unlock()
 	if len(release) > 0 {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterWorkTimeout)

@@ -1,0 +1,206 @@
+package processing_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/stretchr/testify/require"
+)
+
+// orderReceiver is a webhook receiver on loopback that checks, as requests arrive, that no task of
+// a reference is attempted before the task before it got a final answer (2xx, or a permanent 4xx),
+// and records each reference's first successful deliveries.
+type orderReceiver struct {
+	t  *testing.T
+	mu sync.Mutex
+	// answer decides the status of an attempt of (ref, seq): n is the attempt's number for it.
+	answer    func(ref string, seq, n int) int
+	attempts  map[string]map[int]int // ref -> seq -> attempts seen
+	final     map[string]int         // ref -> highest seq answered finally (-1 none)
+	delivered map[string][]int       // ref -> seqs in the order of their first success
+	early     []string               // violations
+	hookIDs   map[string]string      // webhook-id -> ref/seq
+}
+
+type orderPayload struct {
+	Ref string `json:"ref"`
+	Seq int    `json:"seq"`
+}
+
+func newOrderReceiver(t *testing.T, answer func(ref string, seq, n int) int) (*orderReceiver, *httptest.Server) {
+	r := &orderReceiver{t: t, answer: answer, attempts: map[string]map[int]int{}, final: map[string]int{},
+		delivered: map[string][]int{}, hookIDs: map[string]string{}}
+	srv := httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(srv.Close)
+	return r, srv
+}
+
+func (r *orderReceiver) serve(w http.ResponseWriter, req *http.Request) {
+	var p orderPayload
+	if err := json.NewDecoder(req.Body).Decode(&p); err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	if r.attempts[p.Ref] == nil {
+		r.attempts[p.Ref] = map[int]int{}
+		r.final[p.Ref] = -1
+	}
+	if p.Seq > r.final[p.Ref]+1 {
+		r.early = append(r.early, fmt.Sprintf("%s: task %d attempted while task %d had no final answer", p.Ref, p.Seq, r.final[p.Ref]+1))
+	}
+	id := req.Header.Get("webhook-id")
+	if prev, ok := r.hookIDs[id]; ok && prev != fmt.Sprintf("%s/%d", p.Ref, p.Seq) {
+		r.early = append(r.early, fmt.Sprintf("webhook-id %s used for %s and %s/%d", id, prev, p.Ref, p.Seq))
+	}
+	r.hookIDs[id] = fmt.Sprintf("%s/%d", p.Ref, p.Seq)
+	r.attempts[p.Ref][p.Seq]++
+	status := r.answer(p.Ref, p.Seq, r.attempts[p.Ref][p.Seq])
+	if status < 300 || (status >= 400 && status < 500 && status != 408 && status != 429) {
+		if p.Seq > r.final[p.Ref] {
+			r.final[p.Ref] = p.Seq
+		}
+		if status < 300 {
+			r.delivered[p.Ref] = append(r.delivered[p.Ref], p.Seq)
+		}
+	}
+	r.mu.Unlock()
+	w.WriteHeader(status)
+}
+
+func taskEngine(store *mysql.Store, by string) *processing.Engine {
+	client := webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second})
+	return &processing.Engine{Store: store, By: by, Tasks: &processing.Tasks{Deliverer: client,
+		RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond}}
+}
+
+// A reference's tasks are delivered in the order they were created, whatever the workers: here
+// sweepers and processors race for them, some receivers fail twice with 503, one answers 400 (the
+// task fails and lets the next one go), and every reference's first successful deliveries arrive in
+// creation order, with no attempt of a task before the one before it settled.
+func TestTasksOfAReferenceAreDeliveredInOrderByRacingWorkers(t *testing.T) {
+	t.Parallel()
+	const refs, perRef = 12, 8
+	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rec, srv := newOrderReceiver(t, func(ref string, seq, n int) int {
+		switch {
+		case ref == "ref-3" && seq == 2:
+			return http.StatusBadRequest // permanent: this task fails, the next goes
+		case (ref == "ref-1" || ref == "ref-5") && n <= 2:
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+
+	// Each reference's tasks are created one after the other by its own client; the references'
+	// clients run at once.
+	heads := make(chan int64, refs*perRef)
+	var wg sync.WaitGroup
+	for r := 0; r < refs; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			ref := fmt.Sprintf("ref-%d", r)
+			for k := 0; k < perRef; k++ {
+				payload, _ := json.Marshal(orderPayload{Ref: ref, Seq: k})
+				got, err := store.CreateTasks(ctx, []exactlyonce.NewTask{{URL: srv.URL + "/hook", Payload: payload,
+					ReferenceID: ref, MaxRetries: 3}})
+				require.NoError(t, err)
+				require.Equal(t, k == 0, got[0].Head, "only a reference's first task heads it at creation (%s/%d)", ref, k)
+				if got[0].Head {
+					heads <- got[0].ID
+				}
+			}
+		}(r)
+	}
+	wg.Wait()
+	close(heads)
+	var headIDs []int64
+	for id := range heads {
+		headIDs = append(headIDs, id)
+	}
+
+	// Processors are given the heads (as queue messages would name them), sweepers claim what is due.
+	var workers sync.WaitGroup
+	done := make(chan struct{})
+	for i := 0; i < 3; i++ {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			e := taskEngine(store, exactlyonce.BySweeper)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, err := e.ProcessDue(ctx, 0, 5); err != nil {
+					t.Errorf("sweeper: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 2; i++ {
+		workers.Add(1)
+		go func(i int) {
+			defer workers.Done()
+			e := taskEngine(store, exactlyonce.ByProcessor)
+			for j := i; j < len(headIDs); j += 2 {
+				if _, err := e.ProcessIDs(ctx, []int64{headIDs[j]}); err != nil {
+					t.Errorf("processor: %v", err)
+				}
+			}
+		}(i)
+	}
+	require.Eventually(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		n := 0
+		for _, f := range rec.final {
+			n += f + 1
+		}
+		return n == refs*perRef
+	}, time.Minute, 20*time.Millisecond, "every task gets a final answer")
+	// Wait for the last settlements, then stop the workers.
+	require.Eventually(t, func() bool {
+		open, err := store.Outcomes(ctx, headIDs)
+		require.NoError(t, err)
+		for _, o := range open {
+			if o == exactlyonce.OutcomeBusy || o == exactlyonce.OutcomeDeferred {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 20*time.Millisecond)
+	close(done)
+	workers.Wait()
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Empty(t, rec.early)
+	for r := 0; r < refs; r++ {
+		ref := fmt.Sprintf("ref-%d", r)
+		var want []int
+		for k := 0; k < perRef; k++ {
+			if !(ref == "ref-3" && k == 2) {
+				want = append(want, k)
+			}
+		}
+		require.Equal(t, want, rec.delivered[ref], "first successful deliveries of %s", ref)
+	}
+	require.Equal(t, 3, rec.attempts["ref-1"][0], "two 503s, then the delivery")
+}
