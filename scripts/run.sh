@@ -70,6 +70,16 @@ if [ -z "${AWS_ENDPOINT_URL_SQS:-}" ] && [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
 fi
 
+# Tasks (README, "Tasks and webhooks"): local receivers listen on loopback, which deliveries refuse by
+# default (no server-side request forgery); a local run allows it, and signs with a fixed development
+# secret unless WEBHOOK_SECRET is set. Neither belongs in a deployment.
+if [ -z "${WEBHOOK_SECRET:-}" ] && [ -z "${WEBHOOK_SECRET_ARN:-}" ]; then
+  export WEBHOOK_SECRET="whsec_ZXhhY3RseW9uY2UtbG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0"
+  echo "run: tasks are signed with the development secret WEBHOOK_SECRET=${WEBHOOK_SECRET}"
+fi
+export WEBHOOK_ALLOW_LOOPBACK="${WEBHOOK_ALLOW_LOOPBACK:-true}"
+echo "run: WEBHOOK_ALLOW_LOOPBACK=${WEBHOOK_ALLOW_LOOPBACK}: tasks may be delivered to receivers on 127.0.0.0/8 and ::1"
+
 bin/local &
 local_pid=$!
 pids+=("$local_pid")

@@ -30,7 +30,8 @@ func main() {
 	ac := wire.Agent(cfg, "standalone", log)
 	// Between its batches it does the sweeper's maintenance (the count's fold, pruning).
 	ac.Maintain = sweeping.New(store, wire.Sweeping(cfg, log)).AgentMaintenance()
-	a := wire.Must(agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log}, ac))
+	a := wire.Must(agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log,
+		Tasks: wire.Must(wire.Tasks(context.Background(), cfg, log))}, ac))
 	log.Info("agent: starting", "name", a.Member.Config().Name)
 	go a.LogStatsEvery(ctx, time.Minute)
 	_ = a.Run(ctx)

@@ -35,6 +35,7 @@ func main() {
 	log.Info("local: database ready", "allocator", cmp.Or(cfg.Store.Allocator, mysql.DefaultAllocator))
 	client := wire.Must(wire.SQS(log))
 	opt := local.Env(cfg)
+	opt.Sweep.Tasks = wire.Must(wire.Tasks(ctx, cfg, log)) // the processor and the sweeper agent deliver tasks
 	opt.Queues = wire.Must(queue.Ensure(ctx, client, wire.LocalQueue(cfg.Local.QueueName)))
 	opt.Counters = wire.Must(local.EnsureCounters(ctx, client, wire.Must(wire.AWS()),
 		cmp.Or(os.Getenv("AWS_ENDPOINT_URL_SNS"), os.Getenv("AWS_ENDPOINT_URL_SQS"), os.Getenv("AWS_ENDPOINT_URL")), log))

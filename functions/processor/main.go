@@ -16,6 +16,8 @@ func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
 	p := &processing.Processor{Store: wire.Must(wire.OpenStore(context.Background(), cfg)), Logger: log,
+		// Tasks are delivered with the signing secret of WEBHOOK_SECRET_ARN, read once here.
+		Tasks: wire.Must(wire.Tasks(context.Background(), cfg, log)),
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
 		Visibility: wire.Visibility(cfg, wire.Must(wire.SQS(log)))}

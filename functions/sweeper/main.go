@@ -23,6 +23,7 @@ func main() {
 	sc.Counters = wire.Must(wire.CounterSweep(wire.Logger(cfg))) // the counter service's outbox, reconciliation, pruning
 	store := wire.Must(wire.OpenStore(context.Background(), cfg))
 	sc.AgentStore = store
+	sc.Tasks = wire.Must(wire.Tasks(context.Background(), cfg, wire.Logger(cfg)))
 	s := sweeping.New(store, sc)
 	lambda.Start(s.HandleAgent)
 }

@@ -118,7 +118,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
 		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency}
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	processor := &processing.Processor{Store: store, Logger: log, Report: opt.Report,
+	processor := &processing.Processor{Store: store, Logger: log, Report: opt.Report, Tasks: opt.Sweep.Tasks,
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
 			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}}
 	var m *mapping.Mapping
@@ -213,7 +213,7 @@ func sweeperAgent(store *mysql.Store, opt Options, log *slog.Logger) (*agents.Ag
 	ac.PollJitter = cmp.Or(ac.PollJitter, ac.PollInterval/2)
 	ac.Grace = grace
 	engine := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: sc.Works, Lease: sc.Lease,
-		Backoff: sc.Backoff, Report: sc.Report, Logger: sc.Logger}
+		Backoff: sc.Backoff, Report: sc.Report, Logger: sc.Logger, Tasks: sc.Tasks}
 	// Between its batches the agent does the sweeper's maintenance: the fold of the count, pruning
 	// expired keys, the counter service's sweep.
 	ac.Maintain = sweeping.New(store, sc).AgentMaintenance()

@@ -51,6 +51,8 @@ type Config struct {
 	Backoff exactlyonce.Backoff
 	// Report, when set, hears of every settlement (the exactly-once checker's reports).
 	Report processing.Reporter
+	// Tasks, when set, makes the sweeper deliver tasks (processing.Engine.Tasks).
+	Tasks *processing.Tasks
 	// FoldBatch is the most settled events one fold transaction moves into the count (fold.go).
 	// Default mysql.DefaultFoldBatch's value, 5000.
 	FoldBatch int
@@ -101,7 +103,7 @@ func New(store processing.Store, cfg Config) *Sweeper {
 		cfg.Logger = slog.Default()
 	}
 	return &Sweeper{cfg: cfg, engine: &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: cfg.Works,
-		Lease: cfg.Lease, Backoff: cfg.Backoff, Report: cfg.Report, Logger: cfg.Logger}}
+		Lease: cfg.Lease, Backoff: cfg.Backoff, Report: cfg.Report, Logger: cfg.Logger, Tasks: cfg.Tasks}}
 }
 
 // Result says what one sweep did.

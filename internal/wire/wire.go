@@ -18,9 +18,12 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/secrets"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
 )
 
 // Logger returns the process's JSON logger on stdout at LOG_LEVEL (CloudWatch parses it as
@@ -158,4 +161,33 @@ func Must[T any](v T, err error) T {
 		os.Exit(1)
 	}
 	return v
+}
+
+// Tasks returns how this process delivers tasks: the webhook client, signed with WEBHOOK_SECRET or
+// with the secret WEBHOOK_SECRET_ARN names (read from Secrets Manager once), and the retry and
+// timeout settings. With neither variable set it returns nil and logs a warning: the process then
+// claims no task, and tasks wait for a process that can sign them.
+func Tasks(ctx context.Context, c config.Config, log *slog.Logger) (*processing.Tasks, error) {
+	w := c.Webhook
+	secret := w.Secret
+	if w.SecretARN != "" {
+		var err error
+		if secret, err = secrets.Resolve(ctx, w.SecretARN); err != nil {
+			return nil, fmt.Errorf("WEBHOOK_SECRET_ARN: %w", err)
+		}
+	}
+	if secret == "" {
+		log.Warn("neither WEBHOOK_SECRET nor WEBHOOK_SECRET_ARN is set: this process delivers no task")
+		return nil, nil
+	}
+	key, err := webhook.ParseSecret(secret)
+	if err != nil {
+		return nil, fmt.Errorf("webhook signing secret: %w", err)
+	}
+	if w.AllowLoopback {
+		log.Warn("WEBHOOK_ALLOW_LOOPBACK=true: tasks may be delivered to 127.0.0.0/8 and ::1 (local runs only)")
+	}
+	client := webhook.New(webhook.Config{Key: key, Timeout: w.Timeout, AllowLoopback: w.AllowLoopback,
+		AllowPrivate: w.AllowPrivate})
+	return &processing.Tasks{Deliverer: client, RetryBase: w.RetryBase, RetryMax: w.RetryMax, Timeout: w.Timeout}, nil
 }
