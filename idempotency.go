@@ -34,6 +34,8 @@ type KeyedCreate struct {
 	// birth with Value (POST /events).
 	Pending bool
 	Value   string
+	// Task, with Pending, creates a task instead of a plain pending event.
+	Task *NewTask
 	// Answer is the answer the create gives once its event has its id: it is stored with the key,
 	// and a repeat gets it byte for byte.
 	Answer func(id int64) (status int, body []byte)

@@ -184,3 +184,17 @@ func (g *asyncGroups) drain(ctx context.Context) error {
 	}
 	return g.out.drain(ctx)
 }
+
+// queueCommitted queues a message naming ids, events whose rows are committed (a task's create, a
+// retried task): through the outbox when the server lingers, else sent now under ctx. What cannot be
+// sent is left to the sweeper.
+func (g *asyncGroups) queueCommitted(ctx context.Context, ids []int64) {
+	switch {
+	case g.out != nil:
+		g.out.add(ids)
+	case g.queue != nil:
+		ctx, cancel := context.WithTimeout(ctx, g.expire)
+		defer cancel()
+		sendOrLeave(ctx, g.queue, g.log, ids)
+	}
+}

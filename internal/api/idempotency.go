@@ -136,7 +136,7 @@ func fingerprint(r *http.Request, body []byte) [32]byte {
 
 // createKeyed answers a create that carries a key: the first answer with this key, stored with its
 // event, or, for a repeat, that answer again.
-func (s *Server) createKeyed(w http.ResponseWriter, r *http.Request, key string, body []byte, pending bool) {
+func (s *Server) createKeyed(w http.ResponseWriter, r *http.Request, key string, body []byte, pending bool, task *exactlyonce.NewTask) {
 	ks, ok := s.Store.(KeyStore)
 	if !ok {
 		s.error(w, r, exactlyonce.Errorf(exactlyonce.EINTERNAL, "idempotency keys are not available"))
@@ -146,7 +146,7 @@ func (s *Server) createKeyed(w http.ResponseWriter, r *http.Request, key string,
 	if s.Idempotency.Scope != nil {
 		scope = s.Idempotency.Scope(r)
 	}
-	c := exactlyonce.KeyedCreate{Key: exactlyonce.KeyHash(scope, key), Fingerprint: fingerprint(r, body), Pending: pending}
+	c := exactlyonce.KeyedCreate{Key: exactlyonce.KeyHash(scope, key), Fingerprint: fingerprint(r, body), Pending: pending, Task: task}
 	if pending {
 		c.Answer = func(id int64) (int, []byte) { return http.StatusAccepted, answerJSON(map[string]int64{"id": id}) }
 	} else {

@@ -172,10 +172,16 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	var eventRows, keyRows []string
 	var eventArgs, keyArgs []any
 	added := map[int64][]byte{}
+	var tasks []exactlyonce.NewTask
+	var taskIDs []int64
 	for j, i := range fresh {
 		c, id := creates[i], ids[j]
 		status, body := c.Answer(id)
-		if c.Pending {
+		if c.Pending && c.Task != nil {
+			// A task: stored below, in its reference's order (tasks.go), after the keys' buckets.
+			tasks = append(tasks, *c.Task)
+			taskIDs = append(taskIDs, id)
+		} else if c.Pending {
 			eventRows = append(eventRows, "(?, ?, NULL, 0, NOW(6), NULL, NULL, 0)")
 			eventArgs = append(eventArgs, id, routing.EventHash(id))
 		} else {
@@ -188,8 +194,15 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 		added[b] = appendEntry(added[b], c.Key, expires)
 		results[i] = exactlyonce.KeyedResult{Created: true, Record: exactlyonce.KeyRecord{Fingerprint: c.Fingerprint, Status: status, Body: body, EventID: id}}
 	}
-	if err := execDiscard(ctx, tx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
-		return nil, err
+	if len(eventRows) > 0 {
+		if err := execDiscard(ctx, tx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
+			return nil, err
+		}
+	}
+	if len(tasks) > 0 {
+		if _, err := createTaskRows(ctx, tx, tasks, taskIDs); err != nil {
+			return nil, err
+		}
 	}
 	if err := execDiscard(ctx, tx, strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(keyRows, ", "), 1), keyArgs...); err != nil {
 		return nil, err

@@ -78,6 +78,12 @@ func (t *Tx) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]Cr
 	if err != nil {
 		return nil, err
 	}
+	return createTaskRows(ctx, t.tx, tasks, ids)
+}
+
+// createTaskRows stores tasks with the given ids in tx: the references' buckets locked, each task
+// pending if it heads its reference, else queued behind it.
+func createTaskRows(ctx context.Context, tx *sql.Tx, tasks []exactlyonce.NewTask, ids []int64) ([]CreatedTask, error) {
 	// The references' buckets, locked before anything else of theirs is read.
 	hashes := map[string]uint32{}
 	var buckets []int64
@@ -91,11 +97,11 @@ func (t *Tx) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]Cr
 			buckets = append(buckets, taskBucket(h))
 		}
 	}
-	positions, err := lockTaskBuckets(ctx, t.tx, buckets)
+	positions, err := lockTaskBuckets(ctx, tx, buckets)
 	if err != nil {
 		return nil, err
 	}
-	open, err := openReferences(ctx, t.tx, hashes)
+	open, err := openReferences(ctx, tx, hashes)
 	if err != nil {
 		return nil, err
 	}
@@ -119,11 +125,11 @@ func (t *Tx) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]Cr
 		out[i] = CreatedTask{ID: r.id, Head: r.state == exactlyonce.Pending}
 	}
 	for b := range touched {
-		if _, err := t.tx.ExecContext(ctx, query("AdvanceTaskBucket"), positions[b], b); err != nil {
+		if _, err := tx.ExecContext(ctx, query("AdvanceTaskBucket"), positions[b], b); err != nil {
 			return nil, err
 		}
 	}
-	if err := insertTasks(ctx, t.tx, rows); err != nil {
+	if err := insertTasks(ctx, tx, rows); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -4,13 +4,14 @@
 -- events gets the task's columns, NULL for every other kind: url, payload (the exact body every
 -- delivery posts, up to 256 KiB), reference_id, max_retries, and position, which orders a
 -- reference's tasks: it comes from the reference's bucket (below), so it increases in the order
--- the tasks were committed, whichever process took their ids. Columns at the end, one ALTER
+-- the tasks were committed, whichever process took their ids. reference_id compares byte for byte
+-- (utf8mb4_bin): "A" and "a" are two references, as their routing hashes are. Columns at the end, one ALTER
 -- (atomic; INSTANT on MySQL 8); a rerun gets 1060 "duplicate column", which the runner treats as
 -- applied.
 ALTER TABLE events
   ADD COLUMN url          VARCHAR(2048) NULL,
   ADD COLUMN payload      MEDIUMBLOB    NULL,
-  ADD COLUMN reference_id VARCHAR(255)  NULL,
+  ADD COLUMN reference_id VARCHAR(255)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
   ADD COLUMN max_retries  INT           NULL,
   ADD COLUMN position     BIGINT        NULL;
 

@@ -1,0 +1,339 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
+)
+
+// Tasks (README, "Tasks and webhooks"): POST /events/async with a url stores a task, an event whose
+// work is to POST its payload to the url, in order with the other tasks of its referenceId.
+//
+//	POST /events/async                      202 {"id"}    a task: {"url", "payload", "referenceId", "maxRetries"}
+//	GET  /events/{id}/attempts              200 {"id", "attempts": [...]}
+//	GET  /references/{referenceId}/events   200 {"referenceId", "events": [...], "next"}   ?after=<id>&limit=<n>
+//	POST /events/{id}/retry                 200 {"id", "state", "placement"}   409 unless the task failed
+
+// TaskStore is what tasks need of the store (mysql.Store has it).
+type TaskStore interface {
+	CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]mysql.CreatedTask, error)
+	Attempts(ctx context.Context, id int64) ([]exactlyonce.Attempt, error)
+	ReferenceTasks(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error)
+	RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlacement, bool, error)
+}
+
+// Reference listing limits.
+const (
+	DefaultReferenceLimit = 100
+	MaxReferenceLimit     = 1000
+)
+
+func (s *Server) taskStore() (TaskStore, error) {
+	ts, ok := s.Store.(TaskStore)
+	if !ok {
+		return nil, exactlyonce.Errorf(exactlyonce.EINTERNAL, "tasks are not available")
+	}
+	return ts, nil
+}
+
+// taskFields are the fields of a task's create.
+var taskFields = []string{"url", "payload", "referenceId", "maxRetries"}
+
+// parseTask reads a create's body: nil for no body or an empty object (a plain event), else the task
+// it asks for. Every mistake is an EINVALID error naming its field; nothing is written before.
+func parseTask(body []byte) (*exactlyonce.NewTask, error) {
+	trimmed := bytes.TrimLeft(body, jsonSpace)
+	if len(trimmed) == 0 {
+		return nil, nil
+	}
+	var fields map[string]json.RawMessage
+	if trimmed[0] != '{' || json.Unmarshal(body, &fields) != nil {
+		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "request body must be a JSON object")
+	}
+	if len(fields) == 0 {
+		return nil, nil
+	}
+	for k := range fields {
+		known := false
+		for _, f := range taskFields {
+			known = known || k == f
+		}
+		if !known {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "unknown field %q: a task has url, payload, referenceId and maxRetries",
+				sanitize(k))
+		}
+	}
+	raw, ok := fields["url"]
+	if !ok {
+		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url is required: it is what makes the event a task")
+	}
+	t := &exactlyonce.NewTask{Payload: json.RawMessage("null"), MaxRetries: exactlyonce.DefaultTaskMaxRetries}
+	if json.Unmarshal(raw, &t.URL) != nil {
+		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url must be a string")
+	}
+	if err := webhook.ValidateURL(t.URL); err != nil {
+		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url: %s", err.Error())
+	}
+	if p, ok := fields["payload"]; ok {
+		if len(p) > exactlyonce.MaxTaskPayloadBytes {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload is %d bytes; at most %d (256 KiB)", len(p), exactlyonce.MaxTaskPayloadBytes)
+		}
+		t.Payload = append(json.RawMessage(nil), p...)
+	}
+	if r, ok := fields["referenceId"]; ok {
+		if json.Unmarshal(r, &t.ReferenceID) != nil {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "referenceId must be a string")
+		}
+		if err := checkReference(t.ReferenceID); err != nil {
+			return nil, err
+		}
+	}
+	if m, ok := fields["maxRetries"]; ok {
+		n, err := strconv.Atoi(string(m))
+		if err != nil || n < 0 || n > exactlyonce.MaxTaskRetries {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "maxRetries must be an integer from 0 to %d, got %s",
+				exactlyonce.MaxTaskRetries, sanitize(string(m)))
+		}
+		t.MaxRetries = n
+	}
+	return t, nil
+}
+
+// checkReference checks a referenceId: 1 to 255 characters of valid UTF-8, no control character,
+// and no '/', as it is a path segment of GET /references/{referenceId}/events.
+func checkReference(ref string) error {
+	n := utf8.RuneCountInString(ref)
+	switch {
+	case n == 0 || n > exactlyonce.MaxReferenceIDBytes:
+		return exactlyonce.Errorf(exactlyonce.EINVALID, "referenceId must be 1 to %d characters, got %d", exactlyonce.MaxReferenceIDBytes, n)
+	case !utf8.ValidString(ref):
+		return exactlyonce.Errorf(exactlyonce.EINVALID, "referenceId must be valid UTF-8")
+	case strings.ContainsFunc(ref, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return exactlyonce.Errorf(exactlyonce.EINVALID, "referenceId must not contain control characters")
+	case strings.Contains(ref, "/"):
+		return exactlyonce.Errorf(exactlyonce.EINVALID, "referenceId must not contain '/': it is a path segment of GET /references/{referenceId}/events")
+	}
+	return nil
+}
+
+// createTask stores one task and queues it if it heads its reference (a task queued behind another
+// is handed on by the settlement of the one before it).
+func (s *Server) createTask(w http.ResponseWriter, r *http.Request, t exactlyonce.NewTask) {
+	ts, err := s.taskStore()
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	created, err := ts.CreateTasks(r.Context(), []exactlyonce.NewTask{t})
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	if created[0].Head {
+		s.asyncGroups().queueCommitted(r.Context(), []int64{created[0].ID})
+	}
+	writeJSON(w, http.StatusAccepted, map[string]int64{"id": created[0].ID})
+}
+
+// TaskJSON is a task as the API shows it, with the names of the source document.
+type TaskJSON struct {
+	ID               int64           `json:"id"`
+	Kind             string          `json:"kind"`
+	State            string          `json:"state"`
+	URL              string          `json:"url"`
+	Payload          json.RawMessage `json:"payload"`
+	ReferenceID      *string         `json:"referenceId"`
+	MaxRetries       int             `json:"maxRetries"`
+	CreatedAt        time.Time       `json:"createdAt"`
+	CompletedAt      *time.Time      `json:"completedAt"`
+	IsCompleted      bool            `json:"isCompleted"`
+	IsFailed         bool            `json:"isFailed"`
+	ExceptionMessage *string         `json:"exceptionMessage"`
+	// Attempts counts the delivery attempts made (within the current retry budget).
+	Attempts      int        `json:"attempts"`
+	NextAttemptAt *time.Time `json:"nextAttemptAt"`
+	ProcessedBy   string     `json:"processedBy,omitempty"`
+}
+
+func taskJSON(e exactlyonce.Event) TaskJSON {
+	t := e.Task
+	j := TaskJSON{ID: e.ID, Kind: string(exactlyonce.KindTask), State: exactlyonce.TaskState(e.State), URL: t.URL,
+		Payload: t.Payload, MaxRetries: t.MaxRetries, CreatedAt: e.CreatedAt, IsCompleted: e.State == exactlyonce.Processed,
+		IsFailed: e.State == exactlyonce.Failed, Attempts: e.Attempts, NextAttemptAt: e.NextAttemptAt, ProcessedBy: e.ProcessedBy}
+	if len(j.Payload) == 0 {
+		j.Payload = json.RawMessage("null")
+	}
+	if t.ReferenceID != "" {
+		ref := t.ReferenceID
+		j.ReferenceID = &ref
+	}
+	if j.IsCompleted {
+		j.CompletedAt = e.ProcessedAt
+		j.Attempts++ // the attempts column counts the failed ones
+	}
+	if e.LastError != "" {
+		msg := e.LastError
+		j.ExceptionMessage = &msg
+	}
+	return j
+}
+
+// eventID reads the {id} path value: a positive integer in canonical form.
+func (s *Server) eventID(r *http.Request) (int64, error) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != raw {
+		return 0, exactlyonce.Errorf(exactlyonce.EINVALID, "event id must be a positive integer, got %q", sanitize(raw))
+	}
+	return id, nil
+}
+
+// AttemptJSON is one delivery attempt.
+type AttemptJSON struct {
+	Number     int       `json:"number"`
+	StartedAt  time.Time `json:"startedAt"`
+	DurationMs float64   `json:"durationMs"`
+	Status     *int      `json:"status"`
+	Error      *string   `json:"error"`
+}
+
+func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
+	id, err := s.eventID(r)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	ts, err := s.taskStore()
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	e, err := s.Store.Get(r.Context(), id)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	if e.Task == nil {
+		s.error(w, r, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d is not a task: it has no delivery attempts", id))
+		return
+	}
+	as, err := ts.Attempts(r.Context(), id)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	out := make([]AttemptJSON, len(as))
+	for i, a := range as {
+		j := AttemptJSON{Number: a.Number, StartedAt: a.Started.UTC(), DurationMs: float64(a.Duration.Microseconds()) / 1000}
+		if a.Status != 0 {
+			st := a.Status
+			j.Status = &st
+		}
+		if a.Error != "" {
+			msg := a.Error
+			j.Error = &msg
+		}
+		out[i] = j
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "attempts": out})
+}
+
+// ReferenceEventJSON is one task in a reference's listing.
+type ReferenceEventJSON struct {
+	ID        int64      `json:"id"`
+	State     string     `json:"state"`
+	Attempts  int        `json:"attempts"`
+	CreatedAt time.Time  `json:"createdAt"`
+	SettledAt *time.Time `json:"settledAt"`
+}
+
+func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
+	ref := r.PathValue("referenceId")
+	if err := checkReference(ref); err != nil {
+		s.error(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	for k := range q {
+		if k != "after" && k != "limit" {
+			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "unknown query parameter %q: the listing takes after and limit", sanitize(k)))
+			return
+		}
+	}
+	var after int64
+	if v := q.Get("after"); v != "" || q.Has("after") {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "after must be a task's id, a positive integer, got %q", sanitize(v)))
+			return
+		}
+		after = n
+	}
+	limit := DefaultReferenceLimit
+	if v := q.Get("limit"); v != "" || q.Has("limit") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxReferenceLimit {
+			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "limit must be an integer from 1 to %d, got %q", MaxReferenceLimit, sanitize(v)))
+			return
+		}
+		limit = n
+	}
+	ts, err := s.taskStore()
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	got, err := ts.ReferenceTasks(r.Context(), ref, after, limit+1)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	var next *int64
+	if len(got) > limit {
+		got = got[:limit]
+		id := got[limit-1].ID
+		next = &id
+	}
+	out := make([]ReferenceEventJSON, len(got))
+	for i, e := range got {
+		out[i] = ReferenceEventJSON{ID: e.ID, State: exactlyonce.TaskState(e.State), Attempts: e.Attempts, CreatedAt: e.CreatedAt}
+		if e.State.Settled() {
+			out[i].SettledAt = e.ProcessedAt
+			if e.State == exactlyonce.Processed {
+				out[i].Attempts++
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"referenceId": ref, "events": out, "next": next})
+}
+
+func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
+	id, err := s.eventID(r)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	ts, err := s.taskStore()
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	placement, head, err := ts.RetryTask(r.Context(), id)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	if head {
+		s.asyncGroups().queueCommitted(r.Context(), []int64{id})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": "pending", "placement": placement})
+}

@@ -1,0 +1,245 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/stretchr/testify/require"
+)
+
+func taskServer(t *testing.T) *testBundle {
+	t.Helper()
+	b := &testBundle{store: testdb.Store(t, mysql.StoreConfig{}, 4), queue: &recordingQueue{}}
+	b.srv = httptest.NewServer(&api.Server{Store: b.store, Queue: b.queue})
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+// Every mistake in a task's create is a 400 that names the field, and writes nothing.
+func TestTaskValidation(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	for _, tc := range []struct{ body, names string }{
+		{`{"url": "ftp://example.com/x"}`, "url"},
+		{`{"url": "javascript:alert(1)"}`, "url"},
+		{`{"url": "https://user:pass@example.com/x"}`, "url"},
+		{`{"url": "https://example.com/` + strings.Repeat("a", 2049) + `"}`, "url"},
+		{`{"url": "https:///nohost"}`, "url"},
+		{`{"url": 5}`, "url"},
+		{`{"payload": {}}`, "url"},
+		{`{"url": "https://example.com/x", "payload": "` + strings.Repeat("p", 256<<10) + `"}`, "payload"},
+		{`{"url": "https://example.com/x", "extra": 1}`, "extra"},
+		{`{"url": "https://example.com/x", "referenceId": ""}`, "referenceId"},
+		{`{"url": "https://example.com/x", "referenceId": "` + strings.Repeat("r", 256) + `"}`, "referenceId"},
+		{`{"url": "https://example.com/x", "referenceId": 7}`, "referenceId"},
+		{`{"url": "https://example.com/x", "referenceId": "a/b"}`, "referenceId"},
+		{`{"url": "https://example.com/x", "maxRetries": 26}`, "maxRetries"},
+		{`{"url": "https://example.com/x", "maxRetries": -1}`, "maxRetries"},
+		{`{"url": "https://example.com/x", "maxRetries": 2.5}`, "maxRetries"},
+		{`{"url": "https://example.com/x", "maxRetries": "3"}`, "maxRetries"},
+	} {
+		status, body, _ := b.do(t, "POST", "/events/async", tc.body)
+		require.Equal(t, http.StatusBadRequest, status, "%.80s", tc.body)
+		require.Contains(t, body["error"], tc.names, "%.80s", tc.body)
+	}
+	n, err := b.store.Count(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n, "no request above may write")
+	require.Empty(t, b.queue.ids)
+
+	// The limits themselves are accepted: 255 characters of reference, 25 retries, 256 KiB of payload.
+	status, _, _ := b.do(t, "POST", "/events/async", `{"url": "https://example.com/x", "referenceId": "`+strings.Repeat("é", 255)+
+		`", "maxRetries": 25, "payload": "`+strings.Repeat("p", 256<<10-2)+`"}`)
+	require.Equal(t, http.StatusAccepted, status)
+}
+
+// hookRecorder answers each delivery with the status of a script, and records what it received.
+type hookRecorder struct {
+	mu     sync.Mutex
+	status []int // answered in turn; the last one repeats
+	bodies []string
+	ids    []string
+}
+
+func (h *hookRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.bodies = append(h.bodies, string(body))
+	h.ids = append(h.ids, r.Header.Get("webhook-id"))
+	st := h.status[min(len(h.bodies), len(h.status))-1]
+	w.WriteHeader(st)
+	_, _ = fmt.Fprintf(w, "answer %d", st)
+}
+
+func deliverAll(t *testing.T, store *mysql.Store) {
+	t.Helper()
+	client := webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second})
+	e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: client,
+		RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond}}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := e.ProcessDue(context.Background(), 0, 50)
+		require.NoError(t, err)
+		if b.Claimed == 0 {
+			// Nothing due: done, unless a task waits its (millisecond) backoff.
+			out, err := store.Outcomes(context.Background(), openIDs(t, store))
+			require.NoError(t, err)
+			if len(out) == 0 {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	t.Fatal("tasks still open after 30 s")
+}
+
+// openIDs lists the open events (for a test's small database only: it scans the table).
+func openIDs(t *testing.T, store *mysql.Store) []int64 {
+	rows, err := store.DB().Query("SELECT id FROM events WHERE state < 10")
+	require.NoError(t, err)
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func createTask(t *testing.T, b *testBundle, body string) int64 {
+	t.Helper()
+	status, answer, _ := b.do(t, "POST", "/events/async", body)
+	require.Equal(t, http.StatusAccepted, status, "%v", answer)
+	return int64(answer["id"].(float64))
+}
+
+// A task's life through the API: created, delivered after two 503s, shown with its fields and its
+// attempts; a 400 fails the next one at once, which a manual retry puts back; the reference lists
+// them in delivery order.
+func TestTaskLifeThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	hook := &hookRecorder{status: []int{503, 503, 200, 400, 200}}
+	recv := httptest.NewServer(hook)
+	t.Cleanup(recv.Close)
+
+	first := createTask(t, b, `{"url": "`+recv.URL+`/a", "payload": {"n": 1}, "referenceId": "order-7", "maxRetries": 5}`)
+	second := createTask(t, b, `{"url": "`+recv.URL+`/b", "payload": [2], "referenceId": "order-7"}`)
+	require.Equal(t, []int64{first}, b.queue.ids, "only the reference's head is queued; the second waits for it")
+
+	status, got, _ := b.do(t, "GET", fmt.Sprintf("/events/%d", second), "")
+	require.Equal(t, 200, status)
+	require.Equal(t, "pending", got["state"])
+	require.Equal(t, "order-7", got["referenceId"])
+	require.EqualValues(t, 3, got["maxRetries"], "the default")
+	require.Equal(t, []any{2.0}, got["payload"])
+
+	deliverAll(t, b.store)
+	status, got, _ = b.do(t, "GET", fmt.Sprintf("/events/%d", first), "")
+	require.Equal(t, 200, status)
+	require.Equal(t, "completed", got["state"])
+	require.Equal(t, true, got["isCompleted"])
+	require.Equal(t, false, got["isFailed"])
+	require.EqualValues(t, 3, got["attempts"])
+	require.NotNil(t, got["completedAt"])
+	require.Equal(t, map[string]any{"n": 1.0}, got["payload"])
+
+	status, got, _ = b.do(t, "GET", fmt.Sprintf("/events/%d", second), "")
+	require.Equal(t, 200, status)
+	require.Equal(t, "failed", got["state"], "a 400 is permanent")
+	require.Equal(t, true, got["isFailed"])
+	require.Equal(t, "HTTP 400: answer 400", got["exceptionMessage"])
+
+	status, got, _ = b.do(t, "GET", fmt.Sprintf("/events/%d/attempts", first), "")
+	require.Equal(t, 200, status)
+	attempts := got["attempts"].([]any)
+	require.Len(t, attempts, 3)
+	for i, want := range []float64{503, 503, 200} {
+		a := attempts[i].(map[string]any)
+		require.EqualValues(t, i+1, a["number"])
+		require.Equal(t, want, a["status"])
+	}
+	require.Equal(t, "HTTP 503: answer 503", attempts[0].(map[string]any)["error"])
+	require.Equal(t, hook.ids[0], hook.ids[2], "one webhook-id across a task's attempts")
+	require.Equal(t, `{"n": 1}`, hook.bodies[0], "the body is the payload, byte for byte")
+
+	// A retry of a completed task is a conflict; of the failed one, it is delivered again.
+	status, _, _ = b.do(t, "POST", fmt.Sprintf("/events/%d/retry", first), "")
+	require.Equal(t, http.StatusConflict, status)
+	status, got, _ = b.do(t, "POST", fmt.Sprintf("/events/%d/retry", second), "")
+	require.Equal(t, 200, status, "%v", got)
+	require.Equal(t, "in-place", got["placement"], "nothing after it had started")
+	deliverAll(t, b.store)
+	status, got, _ = b.do(t, "GET", fmt.Sprintf("/events/%d", second), "")
+	require.Equal(t, 200, status)
+	require.Equal(t, "completed", got["state"])
+
+	status, got, _ = b.do(t, "GET", "/references/order-7/events", "")
+	require.Equal(t, 200, status)
+	events := got["events"].([]any)
+	require.Len(t, events, 2)
+	require.EqualValues(t, first, events[0].(map[string]any)["id"])
+	require.EqualValues(t, second, events[1].(map[string]any)["id"])
+	require.Nil(t, got["next"])
+	status, got, _ = b.do(t, "GET", "/references/order-7/events?limit=1", "")
+	require.Equal(t, 200, status)
+	require.Len(t, got["events"].([]any), 1)
+	require.EqualValues(t, first, got["next"])
+	status, got, _ = b.do(t, "GET", fmt.Sprintf("/references/order-7/events?after=%d", first), "")
+	require.Equal(t, 200, status)
+	require.EqualValues(t, second, got["events"].([]any)[0].(map[string]any)["id"])
+
+	for _, path := range []string{"/references/order-7/events?limit=0", "/references/order-7/events?limit=1001",
+		"/references/order-7/events?after=x", "/references/order-7/events?sort=1", "/references/order-7/events?after=999999"} {
+		status, got, _ = b.do(t, "GET", path, "")
+		require.Equal(t, 400, status, "%s: %v", path, got)
+	}
+	status, _, _ = b.do(t, "GET", "/events/999999/attempts", "")
+	require.Equal(t, 404, status)
+	status, _, _ = b.do(t, "POST", "/events/999999/retry", "")
+	require.Equal(t, 404, status)
+}
+
+// A failed task whose reference went on (a later task was delivered) is retried at the end of its
+// reference's queue: after every task open now.
+func TestRetryAfterLaterTasksStartedGoesToTheEnd(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	hook := &hookRecorder{status: []int{400, 200}}
+	recv := httptest.NewServer(hook)
+	t.Cleanup(recv.Close)
+	first := createTask(t, b, `{"url": "`+recv.URL+`", "payload": 1, "referenceId": "r"}`)
+	createTask(t, b, `{"url": "`+recv.URL+`", "payload": 2, "referenceId": "r"}`)
+	deliverAll(t, b.store)
+	third := createTask(t, b, `{"url": "`+recv.URL+`", "payload": 3, "referenceId": "r"}`)
+	status, got, _ := b.do(t, "POST", fmt.Sprintf("/events/%d/retry", first), "")
+	require.Equal(t, 200, status, "%v", got)
+	require.Equal(t, "end", got["placement"])
+	deliverAll(t, b.store)
+	require.Equal(t, []string{"1", "2", "3", "1"}, hook.bodies, "the retried task after the one open when it was retried")
+	_, got, _ = b.do(t, "GET", "/references/r/events", "")
+	var order []int64
+	for _, e := range got["events"].([]any) {
+		order = append(order, int64(e.(map[string]any)["id"].(float64)))
+	}
+	require.Equal(t, third, order[1], "listed in delivery order: the retried task last")
+	require.Equal(t, first, order[2])
+	n, err := b.store.Count(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+}
