@@ -53,10 +53,30 @@ type CreatedTask struct {
 // tasks are delivered in the order their creates committed, and, within one call, in the order of
 // tasks.
 func (s *Store) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]CreatedTask, error) {
+	if err := checkTaskBatch(tasks); err != nil {
+		return nil, err
+	}
+	// An allocator that takes ids outside any transaction (block) takes them before ours begins: a
+	// refill inside it would need a second connection while this one holds the buckets' locks, and
+	// with every connection of the pool held by creates it would wait for ever (as CreateKeyed).
+	var ids []int64
+	if !s.alloc.inTx() {
+		var err error
+		if ids, err = s.alloc.take(ctx, nil, len(tasks)); err != nil {
+			return nil, interpret("create tasks", err)
+		}
+	}
 	var out []CreatedTask
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		taken := ids
+		if taken == nil {
+			var err error
+			if taken, err = s.alloc.take(ctx, tx, len(tasks)); err != nil {
+				return err
+			}
+		}
 		var err error
-		out, err = (&Tx{store: s, tx: tx}).CreateTasks(ctx, tasks)
+		out, err = createTaskRows(ctx, tx, tasks, taken)
 		return err
 	})
 	if err != nil {
@@ -69,16 +89,11 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([
 // max_allowed_packet in use (16 MiB on MariaDB 10.11).
 const maxTaskInsertBytes = 4 << 20
 
-// CreateTasks stores tasks in the transaction (see Store.CreateTasks).
-func (t *Tx) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]CreatedTask, error) {
+func checkTaskBatch(tasks []exactlyonce.NewTask) error {
 	if len(tasks) < 1 || len(tasks) > MaxPendingBatch {
-		return nil, fmt.Errorf("create tasks: %d tasks; one batch is 1 to %d", len(tasks), MaxPendingBatch)
+		return fmt.Errorf("create tasks: %d tasks; one batch is 1 to %d", len(tasks), MaxPendingBatch)
 	}
-	ids, err := t.store.alloc.take(ctx, t.tx, len(tasks))
-	if err != nil {
-		return nil, err
-	}
-	return createTaskRows(ctx, t.tx, tasks, ids)
+	return nil
 }
 
 // createTaskRows stores tasks with the given ids in tx: the references' buckets locked, each task
