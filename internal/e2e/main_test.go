@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
@@ -21,6 +22,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	drv "github.com/go-sql-driver/mysql"
 )
 
@@ -46,7 +48,9 @@ func TestMain(m *testing.M) {
 //	                       before the processor reports the settlement (so a kill leaves it
 //	                       unreported); "handled" hangs after the handler has returned (committed
 //	                       and reported) and before the mapping acknowledges (deletes)
-//	REPORTS                processor only (required): the file the processor reports its
+//	                       The taskworker role delivers tasks (to loopback), says "delivered
+//	                       <webhook-id> <status>" after each answer and hangs before settling it.
+//	REPORTS                processor and taskworker (required): the file the processor reports its
 //	                       settlements to (verify.FileReporter), for the test's exactly-once check.
 //	                       The api role settles nothing but the events it creates settled, which
 //	                       no worker reports.
@@ -98,6 +102,24 @@ func runChild(role string) int {
 		fmt.Println("polling")
 		_ = m.Run(context.Background())
 		return 0
+	case "taskworker":
+		// A sweeper-like worker that delivers tasks and dies between a receiver's answer and the
+		// settlement: it says "delivered <webhook-id> <status>" and hangs until the test kills it.
+		reports, err := verify.OpenFileReporter(os.Getenv("REPORTS"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "REPORTS:", err)
+			return 2
+		}
+		tasks := testTasks()
+		tasks.Deliverer = hangAfterDelivery{d: tasks.Deliverer, hang: hang}
+		e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Report: reports,
+			Lease: 2 * time.Second, Tasks: tasks}
+		fmt.Println("polling")
+		for {
+			if b, err := e.ProcessDue(context.Background(), 0, 10); err != nil || b.Claimed == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
 	case "api":
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -131,4 +153,17 @@ func (h hangBeforeReporting) Settled(claimID string, ids []int64) {
 		fmt.Printf("committed %d\n", id)
 	}
 	h.hang()
+}
+
+// hangAfterDelivery delivers, says so, and hangs before the settlement can run.
+type hangAfterDelivery struct {
+	d    processing.Deliverer
+	hang func()
+}
+
+func (h hangAfterDelivery) Deliver(ctx context.Context, r webhook.Request) webhook.Result {
+	res := h.d.Deliver(ctx, r)
+	fmt.Printf("delivered %s %d\n", r.ID, res.Status)
+	h.hang()
+	return res
 }

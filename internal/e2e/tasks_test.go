@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -15,7 +16,9 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -196,4 +199,62 @@ func TestTasksAreDeliveredInOrderPerReferenceByProcessorsAndSweepers(t *testing.
 	t.Logf("settled by path: %v", perPath)
 	require.Positive(t, perPath[exactlyonce.ByProcessor], "the processors delivered some")
 	require.Positive(t, perPath[exactlyonce.BySweeper], "the sweepers delivered some")
+}
+
+// A worker killed with SIGKILL between the receiver's 200 and the settlement: the task's lease
+// expires, another worker delivers it again with the same webhook-id (so the receiver can drop the
+// duplicate), and it completes once. The receiver verifies every delivery's signature with the
+// Standard Webhooks library.
+func TestTaskDeliveredAgainAfterTheWorkerDiedBeforeSettling(t *testing.T) {
+	t.Parallel()
+	db, dsn := testdb.DB(t, 4)
+	r := newRig(t, rigOptions{db: db})
+	var mu sync.Mutex
+	var seen []string
+	wh, err := standardwebhooks.NewWebhookRaw(testKey)
+	require.NoError(t, err)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		if err := wh.Verify(body, req.Header); err != nil {
+			t.Errorf("signature: %v", err)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		mu.Lock()
+		seen = append(seen, req.Header.Get("webhook-id"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(recv.Close)
+	created, err := r.store.CreateTasks(context.Background(), []exactlyonce.NewTask{{URL: recv.URL, Payload: json.RawMessage(`{"a":1}`),
+		ReferenceID: "kill-me", MaxRetries: 3}})
+	require.NoError(t, err)
+	id := created[0].ID
+
+	proc, _ := r.child("taskworker", "DB_DSN="+dsn)
+	line, err := proc.WaitLine("delivered ", 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("delivered %s 200", processing.WebhookID(id)), line)
+	proc.Kill()
+	<-proc.Exited()
+	e, err := r.store.Get(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Processing, e.State, "delivered, never settled: the dead worker's lease holds it")
+
+	// Another worker takes it over once the lease (2 s) has expired, and delivers it again.
+	e2 := r.engine(exactlyonce.BySweeper)
+	e2.Tasks = testTasks()
+	require.Eventually(t, func() bool {
+		b, err := e2.ProcessDue(context.Background(), 0, 10)
+		require.NoError(t, err)
+		return b.Settled == 1
+	}, 30*time.Second, 50*time.Millisecond)
+	mu.Lock()
+	require.Equal(t, []string{processing.WebhookID(id), processing.WebhookID(id)}, seen, "delivered twice, with one webhook-id")
+	mu.Unlock()
+	r.settledOnce([]int64{id}, exactlyonce.BySweeper)
+	e, err = r.store.Get(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Processed, e.State)
+	require.Equal(t, 1, e.ProcessCount, "completed once")
 }

@@ -204,3 +204,128 @@ func TestTasksOfAReferenceAreDeliveredInOrderByRacingWorkers(t *testing.T) {
 	}
 	require.Equal(t, 3, rec.attempts["ref-1"][0], "two 503s, then the delivery")
 }
+
+// scriptedReceiver answers with fixed statuses (and headers), and counts its connections.
+type scriptedReceiver struct {
+	mu       sync.Mutex
+	requests int
+	handle   func(n int, w http.ResponseWriter)
+}
+
+func (s *scriptedReceiver) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	s.requests++
+	n := s.requests
+	s.mu.Unlock()
+	s.handle(n, w)
+}
+
+func (s *scriptedReceiver) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests
+}
+
+func oneTask(t *testing.T, store *mysql.Store, url string, maxRetries int) int64 {
+	t.Helper()
+	got, err := store.CreateTasks(context.Background(), []exactlyonce.NewTask{{URL: url, Payload: []byte(`{}`), MaxRetries: maxRetries}})
+	require.NoError(t, err)
+	return got[0].ID
+}
+
+// Temporary failures are retried with backoff until maxRetries retries are spent, then the task
+// fails with the last answer; a Retry-After is honoured up to RETRY_MAX; a permanent answer fails
+// the task at once; a forbidden address fails it without a connection.
+func TestTaskRetriesBackoffAndFailures(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	ctx := context.Background()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	engine := func(allowLoopback bool, base, max time.Duration) *processing.Engine {
+		return &processing.Engine{Store: store, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{
+			Deliverer: webhook.New(webhook.Config{Key: key, AllowLoopback: allowLoopback, Timeout: 5 * time.Second}),
+			RetryBase: base, RetryMax: max}}
+	}
+	get := func(id int64) exactlyonce.Event {
+		e, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		return e
+	}
+
+	// maxRetries 2, always 500: three attempts, then failed with the last answer.
+	always500 := &scriptedReceiver{handle: func(_ int, w http.ResponseWriter) {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte("boom"))
+	}}
+	srv500 := httptest.NewServer(always500)
+	t.Cleanup(srv500.Close)
+	id := oneTask(t, store, srv500.URL, 2)
+	e := engine(true, time.Millisecond, 2*time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, err := e.ProcessIDs(ctx, []int64{id})
+		require.NoError(t, err)
+		return get(id).State == exactlyonce.Failed
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 3, always500.count(), "the first attempt and maxRetries retries")
+	got := get(id)
+	require.Equal(t, "HTTP 500: boom", got.LastError)
+	require.Equal(t, 3, got.Attempts)
+	attempts, err := store.Attempts(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, attempts, 3)
+
+	// The backoff of a first failure lies in (0, RETRY_BASE].
+	id = oneTask(t, store, srv500.URL, 5)
+	before := time.Now()
+	_, err = engine(true, 300*time.Millisecond, time.Hour).ProcessIDs(ctx, []int64{id})
+	require.NoError(t, err)
+	got = get(id)
+	require.Equal(t, exactlyonce.Pending, got.State)
+	require.NotNil(t, got.NextAttemptAt)
+	wait := got.NextAttemptAt.Sub(before)
+	require.Greater(t, wait, time.Duration(0))
+	require.LessOrEqual(t, wait, 300*time.Millisecond+time.Since(before), "full jitter under the first bound")
+
+	// Retry-After: 3 s is honoured with a RETRY_MAX of 10 s, and capped by a RETRY_MAX of 1 s.
+	retryAfter := &scriptedReceiver{handle: func(_ int, w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}}
+	srvRA := httptest.NewServer(retryAfter)
+	t.Cleanup(srvRA.Close)
+	for _, tc := range []struct {
+		max      time.Duration
+		min, top time.Duration
+	}{{10 * time.Second, 3 * time.Second, 10 * time.Second}, {time.Second, 0, time.Second}} {
+		id = oneTask(t, store, srvRA.URL, 5)
+		before = time.Now()
+		_, err = engine(true, time.Millisecond, tc.max).ProcessIDs(ctx, []int64{id})
+		require.NoError(t, err)
+		got = get(id)
+		wait = got.NextAttemptAt.Sub(before)
+		require.GreaterOrEqual(t, wait, tc.min-100*time.Millisecond, "RETRY_MAX %s", tc.max) // the database's clock, to the millisecond
+		require.LessOrEqual(t, wait, tc.top+time.Since(before), "RETRY_MAX %s", tc.max)
+	}
+
+	// A permanent answer fails the task at once, whatever its retries.
+	gone := &scriptedReceiver{handle: func(_ int, w http.ResponseWriter) { w.WriteHeader(http.StatusGone) }}
+	srvGone := httptest.NewServer(gone)
+	t.Cleanup(srvGone.Close)
+	id = oneTask(t, store, srvGone.URL, 25)
+	_, err = engine(true, time.Millisecond, time.Millisecond).ProcessIDs(ctx, []int64{id})
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Failed, get(id).State)
+	require.Equal(t, 1, gone.count())
+
+	// Loopback not allowed: the task fails at once, says why, and the receiver sees no connection.
+	refused := &scriptedReceiver{handle: func(_ int, w http.ResponseWriter) { w.WriteHeader(http.StatusOK) }}
+	srvRefused := httptest.NewServer(refused)
+	t.Cleanup(srvRefused.Close)
+	id = oneTask(t, store, srvRefused.URL, 25)
+	_, err = engine(false, time.Millisecond, time.Millisecond).ProcessIDs(ctx, []int64{id})
+	require.NoError(t, err)
+	got = get(id)
+	require.Equal(t, exactlyonce.Failed, got.State)
+	require.Contains(t, got.LastError, "loopback")
+	require.Zero(t, refused.count())
+}
