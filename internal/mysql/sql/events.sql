@@ -55,8 +55,9 @@ WHERE state < 2 AND id IN (/*ids*/)
 
 -- name: ClaimDue
 -- The sweeper's claim: locks up to ? claimable events, skipping any another worker holds: pending
--- events older than the grace period (younger ones are left to the queue path) whose backoff, if
--- their work failed before, is over, and processing events whose lease expired (their worker died or
+-- events older than the grace period (younger ones are left to the queue path), or whose backoff is
+-- over (their work was tried: the grace no longer applies; a released event, or a task handed on by
+-- the settlement of the one before it, is due at once), and processing events whose lease expired (their worker died or
 -- gave up). An event waiting its backoff does not match, so a failing event never holds up the rows
 -- behind it. Several sweepers and processors can run this at once; each gets a disjoint set of rows.
 -- `state < 2` prunes it to the `open` partition.
@@ -68,8 +69,8 @@ WHERE state < 2 AND id IN (/*ids*/)
 SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position FROM events
 WHERE state < 2
   AND routing_hash BETWEEN ? AND ?
-  AND ((state = 0 AND created_at <= NOW(6) - INTERVAL ? MICROSECOND
-        AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6)))
+  AND ((state = 0 AND ((next_attempt_at IS NULL AND created_at <= NOW(6) - INTERVAL ? MICROSECOND)
+                        OR next_attempt_at <= NOW(6)))
     OR (state = 1 AND lease_expires_at <= NOW(6)))
 LIMIT ? FOR UPDATE SKIP LOCKED;
 
@@ -130,10 +131,11 @@ LIMIT ?;
 
 -- name: Release
 -- Gives leased events back, pending, when their work failed or could not finish before the worker's
--- deadline: they are claimable at once instead of after their lease. Guarded by the lease holder,
+-- deadline: they are claimable at once instead of after their lease, by any claim (next_attempt_at
+-- now: the sweeper's grace does not hold them back). Guarded by the lease holder,
 -- like the settlement: an event whose lease was taken over is not touched.
 UPDATE events
-SET state = 0, claim_id = NULL, lease_expires_at = NULL
+SET state = 0, claim_id = NULL, lease_expires_at = NULL, next_attempt_at = NOW(6)
 WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
 
 -- name: FailClaimed

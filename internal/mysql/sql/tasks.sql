@@ -41,9 +41,11 @@ SELECT id, reference_id, position FROM events
 WHERE state = 2 AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
 
 -- name: PromoteQueued
--- Makes queued tasks pending: each heads its reference now. Guarded by `state = 2`; the buckets'
--- locks make it the only promotion of these references in flight.
-UPDATE events SET state = 0, next_attempt_at = NULL WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
+-- Makes queued tasks pending: each heads its reference now, due at once (next_attempt_at now, so
+-- that the sweeper's grace, meant for events the queue path has not had yet, does not hold them
+-- back). Guarded by `state = 2`; the buckets' locks make it the only promotion of these references
+-- in flight.
+UPDATE events SET state = 0, next_attempt_at = NOW(6) WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 
 -- name: PromoteQueuedLeased
 -- Like PromoteQueued, but leases the promoted tasks to the settling claim at once (state 1), so

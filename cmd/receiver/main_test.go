@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/stretchr/testify/require"
+)
+
+// The example receiver takes what the project's deliverer signs, once per webhook-id, and refuses
+// what it did not sign.
+func TestReceiverVerifiesAndDeduplicates(t *testing.T) {
+	const secret = "whsec_ZXhhY3RseW9uY2UtbG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0"
+	h, err := newHandler(secret, 1)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	h.out = &out
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	key, err := webhook.ParseSecret(secret)
+	require.NoError(t, err)
+	client := webhook.New(webhook.Config{Key: key, AllowLoopback: true, Timeout: 5 * time.Second})
+	req := webhook.Request{ID: "task_7", URL: srv.URL, Payload: []byte(`{"order":7}`)}
+
+	require.Equal(t, http.StatusServiceUnavailable, client.Deliver(t.Context(), req).Status, "-fail 1: the first attempt")
+	require.Equal(t, webhook.Delivered, client.Deliver(t.Context(), req).Outcome)
+	require.Equal(t, webhook.Delivered, client.Deliver(t.Context(), req).Outcome, "a duplicate is answered too")
+	require.Equal(t, "task_7 {\"order\":7}\n", out.String(), "and taken once")
+
+	other, err := webhook.ParseSecret("whsec_b3RoZXItc2VjcmV0LW90aGVyLXNlY3JldC1vdGhlci1zZWNyZXQ=")
+	require.NoError(t, err)
+	forged := webhook.New(webhook.Config{Key: other, AllowLoopback: true, Timeout: 5 * time.Second})
+	res := forged.Deliver(t.Context(), webhook.Request{ID: "task_8", URL: srv.URL, Payload: []byte(`{}`)})
+	require.Equal(t, http.StatusUnauthorized, res.Status)
+	require.Equal(t, webhook.Permanent, res.Outcome)
+}
