@@ -36,6 +36,7 @@ import (
 // passed are the variables handed to the function from this environment, as a function's
 // configuration would set them.
 var passed = []string{"DB_", "QUEUE_URL", "COUNTER_", "ALLOCATOR", "VISIBILITY_", "SWEEP_", "LOG_LEVEL", "AWS_ENDPOINT_URL",
+	"WEBHOOK_", "RETRY_BASE", "RETRY_MAX",
 	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION"}
 
 func main() {
