@@ -329,3 +329,33 @@ func TestTaskRetriesBackoffAndFailures(t *testing.T) {
 	require.Contains(t, got.LastError, "loopback")
 	require.Zero(t, refused.count())
 }
+
+// A worker whose deadline leaves no room for a delivery and its settlement does not start one: the
+// tasks it claimed are released, pending and due at once, with no attempt counted, for a worker with
+// time; the processor acknowledges their messages (deferred), since the database brings them back.
+func TestTasksAreReleasedNotStartedPastTheDeadline(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	recv := &scriptedReceiver{handle: func(_ int, w http.ResponseWriter) { w.WriteHeader(http.StatusOK) }}
+	srv := httptest.NewServer(recv)
+	t.Cleanup(srv.Close)
+	id := oneTask(t, store, srv.URL, 3)
+	e := taskEngine(store, exactlyonce.ByProcessor)
+	e.Tasks.Timeout = 10 * time.Second // a delivery may take 10 s; the invocation has 3 left
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	out, err := e.ProcessIDs(ctx, []int64{id})
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.OutcomeDeferred, out[id])
+	require.Zero(t, recv.count(), "no delivery started")
+	got, err := store.Get(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Pending, got.State)
+	require.Zero(t, got.Attempts)
+
+	// A worker with time delivers it at once (the sweeper's grace does not hold a released task back).
+	b, err := taskEngine(store, exactlyonce.BySweeper).ProcessDue(context.Background(), time.Hour, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.Settled)
+	require.Equal(t, 1, recv.count())
+}
