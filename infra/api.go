@@ -12,7 +12,7 @@ import (
 // APIStageName is the stage of the REST API; the URL is https://<id>.execute-api.<region>.amazonaws.com/v1/.
 const APIStageName = "v1"
 
-// NewEventsAPI creates the REST API (v1) with Lambda proxy integrations for the four routes of
+// NewEventsAPI creates the REST API (v1) with Lambda proxy integrations for the routes of
 // docs/contract.md. Every method requires SigV4-signed requests (AuthorizationType AWS_IAM) unless
 // public is true.
 func NewEventsAPI(scope constructs.Construct, id string, handler awslambda.IFunction, public bool) awsapigateway.RestApi {
@@ -60,10 +60,24 @@ func NewEventsAPI(scope constructs.Construct, id string, handler awslambda.IFunc
 	events.AddMethod(jsii.String("GET"), nil, withValidator)
 	events.AddMethod(jsii.String("POST"), nil, withValidator)
 	events.AddResource(jsii.String("async"), nil).AddMethod(jsii.String("POST"), nil, withValidator)
-	events.AddResource(jsii.String("{id}"), nil).AddMethod(jsii.String("GET"), nil, &awsapigateway.MethodOptions{
-		AuthorizationType: auth,
-		RequestValidator:  validator,
-		RequestParameters: &map[string]*bool{"method.request.path.id": jsii.Bool(true)},
-	})
+	withPath := func(params ...string) *awsapigateway.MethodOptions {
+		required := map[string]*bool{}
+		for _, p := range params {
+			required["method.request.path."+p] = jsii.Bool(true)
+		}
+		return &awsapigateway.MethodOptions{AuthorizationType: auth, RequestValidator: validator, RequestParameters: &required}
+	}
+	event := events.AddResource(jsii.String("{id}"), nil)
+	event.AddMethod(jsii.String("GET"), nil, withPath("id"))
+	// Tasks: a task's attempts, its manual retry, and a reference's tasks in delivery order.
+	event.AddResource(jsii.String("attempts"), nil).AddMethod(jsii.String("GET"), nil, withPath("id"))
+	event.AddResource(jsii.String("retry"), nil).AddMethod(jsii.String("POST"), nil, withPath("id"))
+	api.Root().AddResource(jsii.String("references"), nil).AddResource(jsii.String("{referenceId}"), nil).
+		AddResource(jsii.String("events"), nil).AddMethod(jsii.String("GET"), nil, withPath("referenceId"))
+	// The agents and the counter service's counts.
+	api.Root().AddResource(jsii.String("agents"), nil).AddMethod(jsii.String("GET"), nil, withValidator)
+	user := api.Root().AddResource(jsii.String("counters"), nil).AddResource(jsii.String("{userId}"), nil)
+	user.AddMethod(jsii.String("GET"), nil, withPath("userId"))
+	user.AddResource(jsii.String("{entityType}"), nil).AddMethod(jsii.String("GET"), nil, withPath("userId", "entityType"))
 	return api
 }

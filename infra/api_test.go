@@ -19,7 +19,7 @@ func TestAPI(t *testing.T) {
 		tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::RestApi"), jsii.Number(1))
 		tpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Api"), jsii.Number(0))
 	})
-	check(t, "four methods", func() { tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(4)) })
+	check(t, "ten methods", func() { tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(10)) })
 	check(t, "every method requires IAM (SigV4) and proxies to the api function", func() {
 		tpl.AllResourcesProperties(jsii.String("AWS::ApiGateway::Method"), obj(map[string]any{
 			"AuthorizationType": "AWS_IAM",
@@ -33,7 +33,7 @@ func TestAPI(t *testing.T) {
 	})
 
 	// The routes of the contract: each path found through the Resource tree from this API's root,
-	// each method on its resource. With four methods in all (above), they are the only ones.
+	// each method on its resource. With ten methods in all (above), they are the only ones.
 	resource := func(parent any, pathPart string) string {
 		t.Helper()
 		var id string
@@ -48,12 +48,21 @@ func TestAPI(t *testing.T) {
 		})
 		return id
 	}
-	events := resource(getAtt(apiID, "RootResourceId"), "events")
+	root := getAtt(apiID, "RootResourceId")
+	events := resource(root, "events")
+	event := resource(refTo(events), "{id}")
+	user := resource(refTo(resource(root, "counters")), "{userId}")
 	for _, r := range []struct{ method, path, resourceID string }{
 		{"GET", "/events", events},
 		{"POST", "/events", events},
 		{"POST", "/events/async", resource(refTo(events), "async")},
-		{"GET", "/events/{id}", resource(refTo(events), "{id}")},
+		{"GET", "/events/{id}", event},
+		{"GET", "/events/{id}/attempts", resource(refTo(event), "attempts")},
+		{"POST", "/events/{id}/retry", resource(refTo(event), "retry")},
+		{"GET", "/references/{referenceId}/events", resource(refTo(resource(refTo(resource(root, "references")), "{referenceId}")), "events")},
+		{"GET", "/agents", resource(root, "agents")},
+		{"GET", "/counters/{userId}", user},
+		{"GET", "/counters/{userId}/{entityType}", resource(refTo(user), "{entityType}")},
 	} {
 		check(t, "route "+r.method+" "+r.path, func() {
 			tpl.HasResourceProperties(jsii.String("AWS::ApiGateway::Method"), obj(map[string]any{
@@ -92,11 +101,11 @@ func TestAPI(t *testing.T) {
 	})
 
 	// The api function may be invoked by this API only, per method.
-	check(t, "4 API Gateway invoke permissions, one per method, no test-invoke", func() {
+	check(t, "10 API Gateway invoke permissions, one per method, no test-invoke", func() {
 		tpl.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::Permission"), obj(map[string]any{
 			"Principal":    "apigateway.amazonaws.com",
 			"FunctionName": getAtt(apiFnID, "Arn"),
-		}), jsii.Number(4))
+		}), jsii.Number(10))
 	})
 }
 
