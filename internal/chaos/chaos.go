@@ -55,6 +55,8 @@ type run struct {
 	report     Report
 
 	dbDown atomic.Bool
+	// tasks is the run's webhook receiver (tasks.go); nil when the run creates no tasks.
+	tasks *taskReceiver
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -144,6 +146,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		"SWEEP_GRACE=" + cfg.SweepGrace.String(), "CHAOS_LEASE=" + cfg.Lease.String(),
 		"CHAOS_LOCK_HOLD=" + (time.Duration(cfg.LockWaitTimeout) * 3 * time.Second / 2).String()}
 
+	// The webhook receiver of the tasks, in this process, which no fault touches.
+	if cfg.TaskEvery > 0 {
+		if r.tasks, err = startTaskReceiver(); err != nil {
+			return nil, err
+		}
+		defer r.tasks.close()
+		r.env = append(r.env, "WEBHOOK_SECRET="+taskSecret, "WEBHOOK_ALLOW_LOOPBACK=true", "RETRY_BASE=20ms", "RETRY_MAX=500ms")
+	}
+
 	// The workers, each a process that the run kills and starts again: the APIs too.
 	defer r.stopWorkers()
 	for role, n := range map[string]int{RoleAPI: cfg.APIs, RoleProcessor: cfg.Processors, RoleSweeper: cfg.Sweepers, RoleContender: cfg.Contenders} {
@@ -162,9 +173,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer stopChaos()
 	var wg sync.WaitGroup
 	results := make(chan created, 1024)
-	for range cfg.Clients {
+	for i := range cfg.Clients {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.client_(runCtx, results) }()
+		go func() { defer wg.Done(); r.client_(runCtx, i, results) }()
 	}
 	var collected []created
 	collectDone := make(chan struct{})

@@ -111,6 +111,29 @@ func (r *run) check(ctx context.Context, collected []created, settled bool) {
 			rep.Orphans++
 		}
 	}
+
+	// Tasks: each one acknowledged is completed and was delivered; none was attempted out of its
+	// reference's order.
+	if r.tasks != nil {
+		for _, c := range collected {
+			if !c.task || c.err != nil || c.status != http.StatusAccepted || c.id <= 0 {
+				continue
+			}
+			rep.TasksCreated++
+			if e, ok := stored[c.id]; ok && e.State != exactlyonce.Processed {
+				violate("task %d (%s/%d) is %s, not completed", c.id, c.ref, c.seq, e.State)
+			}
+			if !r.tasks.wasDelivered(fmt.Sprintf("task_%d", c.id)) {
+				rep.Lost++
+				violate("task %d (%s/%d) was never delivered", c.id, c.ref, c.seq)
+			}
+		}
+		var problems []string
+		rep.TasksDelivered, rep.TaskRepeats, problems = r.tasks.taskFigures()
+		for _, p := range problems {
+			violate("%s", p)
+		}
+	}
 	if rep.Orphans > rep.Refused+rep.NoAnswer+others(rep.OtherStatuses) {
 		violate("%d events stored that no client was told about, more than the %d creates that failed", rep.Orphans,
 			rep.Refused+rep.NoAnswer+others(rep.OtherStatuses))

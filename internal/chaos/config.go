@@ -69,6 +69,9 @@ type Config struct {
 	// settled under the lease's guard). Default 2 s, so that a killed worker's leases expire
 	// within the run.
 	Lease time.Duration
+	// TaskEvery makes every TaskEvery-th async create of a client a task, an event with a webhook,
+	// delivered to a receiver in this process (tasks.go). Default 3; negative: no tasks.
+	TaskEvery int
 	// BeforeCheck, when set, runs after the system settled and before the checker: the checker's
 	// own test uses it to break the invariants on purpose and see each violation reported. reports
 	// is the directory of the workers' report files (internal/verify).
@@ -91,6 +94,7 @@ func (c *Config) defaults() {
 	c.MaxReceive = cmp.Or(c.MaxReceive, 10)
 	c.SweepGrace = cmp.Or(c.SweepGrace, 3*time.Second)
 	c.Settle = cmp.Or(c.Settle, 120*time.Second)
+	c.TaskEvery = max(cmp.Or(c.TaskEvery, 3), 0)
 	c.Self = cmp.Or(c.Self, os.Args[0])
 	if c.Log == nil {
 		c.Log = io.Discard
@@ -145,8 +149,11 @@ type Report struct {
 	// (events settled other than exactly once, by the workers' own reports), Lost (acknowledged ids
 	// not stored, or events never processed).
 	DuplicateIDs, Duplicates, Lost int
-	CountReported                  int64 // GET /events at the end
-	Violations                     []string
+	// Tasks acknowledged to their clients, tasks the receiver took (2xx), and deliveries it took
+	// again (a worker killed between the answer and the settlement: at least once, same webhook-id).
+	TasksCreated, TasksDelivered, TaskRepeats int
+	CountReported                             int64 // GET /events at the end
+	Violations                                []string
 }
 
 // Kills is the number of worker processes killed: processors, sweepers and APIs.
@@ -179,6 +186,8 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "  processed async by     processor %d, sweeper %d\n", r.ProcessedByProcessor, r.ProcessedBySweeper)
 	fmt.Fprintf(&b, "  workers' reports       %d settlements; %d events settled by a worker killed before it could report them\n",
 		r.Reports, r.Unreported)
+	fmt.Fprintf(&b, "  tasks                  %d acknowledged, %d delivered (each reference checked in order), %d deliveries repeated (same webhook-id)\n",
+		r.TasksCreated, r.TasksDelivered, r.TaskRepeats)
 	fmt.Fprintf(&b, "  poison                 injected %d, in the DLQ %d\n", r.PoisonInjected, r.PoisonInDLQ)
 	fmt.Fprintf(&b, "  duplicates found       %d ids, %d effects\n", r.DuplicateIDs, r.Duplicates)
 	fmt.Fprintf(&b, "  lost found             %d\n", r.Lost)

@@ -152,7 +152,13 @@ func RunWorker(role string) int {
 	case RoleProcessor:
 		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
 		vis := wire.Visibility(cfg, client)
-		p := &processing.Processor{Store: store, Logger: log, Visibility: vis, Works: works, Lease: lease, Report: reports}
+		tasks, err := wire.Tasks(ctx, cfg, log)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		p := &processing.Processor{Store: store, Logger: log, Visibility: vis, Works: works, Lease: lease, Report: reports,
+			Tasks: tasks}
 		m := mapping.New(client, p.Handle, mapping.Config{QueueURL: cfg.QueueURL, Concurrency: 2, BatchSize: 10,
 			WaitTime: time.Second, Timeout: 30 * time.Second, Logger: log})
 		stats = func() WorkerStats {
@@ -174,8 +180,13 @@ func RunWorker(role string) int {
 		// And they fold the count between batches, every second, so that the count's folds run
 		// under the kills and restarts too (the run checks GET /events against the creates).
 		ac.Maintain = sweeping.New(store, sweeping.Config{Logger: log, MaintainEvery: time.Second}).AgentMaintenance()
+		tasks, err := wire.Tasks(ctx, cfg, log)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
 		a, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: works,
-			Lease: lease, Report: counting, Logger: log}, ac)
+			Lease: lease, Report: counting, Logger: log, Tasks: tasks}, ac)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
