@@ -206,15 +206,23 @@ type AttemptJSON struct {
 	Error      *string   `json:"error"`
 }
 
-func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
+// taskRequest reads the {id} of a request on a task and the task store; on an error it has
+// answered, and ok is false.
+func (s *Server) taskRequest(w http.ResponseWriter, r *http.Request) (id int64, ts TaskStore, ok bool) {
 	id, err := s.eventID(r)
-	if err != nil {
-		s.error(w, r, err)
-		return
+	if err == nil {
+		ts, err = s.taskStore()
 	}
-	ts, err := s.taskStore()
 	if err != nil {
 		s.error(w, r, err)
+		return 0, nil, false
+	}
+	return id, ts, true
+}
+
+func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
+	id, ts, ok := s.taskRequest(w, r)
+	if !ok {
 		return
 	}
 	e, err := s.Store.Get(r.Context(), id)
@@ -317,14 +325,8 @@ func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
-	id, err := s.eventID(r)
-	if err != nil {
-		s.error(w, r, err)
-		return
-	}
-	ts, err := s.taskStore()
-	if err != nil {
-		s.error(w, r, err)
+	id, ts, ok := s.taskRequest(w, r)
+	if !ok {
 		return
 	}
 	placement, head, err := ts.RetryTask(r.Context(), id)
