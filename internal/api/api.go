@@ -35,7 +35,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -273,10 +272,9 @@ func (s *Server) count(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	raw := r.PathValue("id")
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != raw {
-		s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "event id must be a positive integer, got %q", sanitize(raw)))
+	id, err := s.eventID(r)
+	if err != nil {
+		s.error(w, r, err)
 		return
 	}
 	e, err := s.Store.Get(r.Context(), id)
