@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -135,45 +136,56 @@ func TestSendFailureDeletesNothing(t *testing.T) {
 }
 
 // failingSends is an SQS whose n-th SendMessage fails: with an error of its own, or by cancelling
-// the context first (a Ctrl-C).
+// the context first (a Ctrl-C); or which cancels the context right after the n-th send succeeded
+// (a Ctrl-C between a send and its delete).
 type failingSends struct {
 	SQS
 	n, calls int
 	cancel   context.CancelFunc // nil: fail with an error
+	after    bool               // cancel after the send
 }
 
 func (f *failingSends) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
 	f.calls++
 	if f.calls == f.n {
-		if f.cancel == nil {
+		switch {
+		case f.cancel == nil:
 			return nil, errors.New("send failed on purpose")
+		case f.after:
+			defer f.cancel()
+		default:
+			f.cancel()
 		}
-		f.cancel()
 	}
 	return f.SQS.SendMessage(ctx, in, opts...)
 }
 
 // A send that fails mid-way, by an error or a cancelled context: what was sent is in the source queue
-// and gone from the DLQ; everything else is still in the DLQ, visible, and nowhere else.
+// and gone from the DLQ; everything else is still in the DLQ, visible, and nowhere else. A context
+// cancelled between a send and its delete still lets the delete happen.
 func TestFailureMidwayDeletesOnlyWhatWasSent(t *testing.T) {
 	t.Parallel()
-	for _, cancelled := range []bool{false, true} {
-		t.Run(map[bool]string{false: "error", true: "cancelled"}[cancelled], func(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		cancelled, after bool
+		moved            int
+	}{{"error", false, false, 2}, {"cancelled", true, false, 2}, {"cancelled after a send", true, true, 3}} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			client, q := setup(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			f := &failingSends{SQS: client, n: 3}
-			if cancelled {
+			f := &failingSends{SQS: client, n: 3, after: c.after}
+			if c.cancelled {
 				f.cancel = cancel
 			}
 			moved, err := moveOneByOne(ctx, f, q, &bytes.Buffer{})
-			require.ErrorContains(t, err, "moved 2 of 6 messages")
-			require.Equal(t, 2, moved)
+			require.ErrorContains(t, err, fmt.Sprintf("moved %d of 6 messages", c.moved))
+			require.Equal(t, c.moved, moved)
 
 			sent, left := bodies(drain(t, client, q.SourceURL)), bodies(drain(t, client, q.DLQURL))
-			require.Len(t, sent, 2)
-			require.Len(t, left, 4)
+			require.Len(t, sent, c.moved)
+			require.Len(t, left, 6-c.moved)
 			require.Equal(t, sorted(dlqBodies), sorted(append(sent, left...)), "each message in exactly one queue")
 		})
 	}
