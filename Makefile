@@ -5,7 +5,7 @@ PKGS := . ./cmd/... ./functions/... ./internal/...
 FUNCTIONS := api processor sweeper migrate counter
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: help run test test-go db sqslocal local agent vet clean
+.PHONY: help run test test-go db sqslocal local agent redrive vet clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -37,6 +37,10 @@ local: ## build the local runner
 agent: db ## build and run a standalone agent on `make run`'s database; run it in several terminals to see them split the work
 	$(GO) build -o bin/agent ./cmd/agent
 	DB_DSN="$${DB_DSN:-exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce}" bin/agent
+
+redrive: ## move a DLQ's messages back to its source queue: QUEUE=events (DRY_RUN=1 lists only; LOCAL=1 for `make run`'s SQS; DLQ=<name>)
+	$(GO) build -o bin/redrive ./cmd/redrive
+	bin/redrive
 
 vet: ## static checks
 	$(GO) vet $(PKGS) ./localstack/

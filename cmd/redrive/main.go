@@ -1,0 +1,95 @@
+// Command redrive moves the messages of a dead-letter queue back to its source queue, once the cause
+// that put them there is fixed (docs/runbook.md, "The DLQ has messages").
+//
+//	make redrive QUEUE=events DRY_RUN=1   # list what would move; moves and deletes nothing
+//	make redrive QUEUE=events             # move them
+//	make redrive QUEUE=events LOCAL=1     # against the local SQS endpoint of `make run`
+//
+// QUEUE names the source queue (a name, or a URL); its DLQ is the one the source queue's
+// RedrivePolicy names (deadLetterTargetArn), as on AWS and locally (queue.Ensure sets the same
+// policy); DLQ=<name or URL> names another. The SQS client is configured the standard way (region,
+// credentials, AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL); LOCAL=1 instead points it at
+// http://127.0.0.1:$SQSLOCAL_PORT (default 4100) with dummy credentials, as `make run` does.
+//
+// On AWS it starts an SQS message move task (StartMessageMoveTask, from the DLQ to the source queue)
+// and reports its progress until it ends. An endpoint that lacks that action (the local goaws, which
+// answers an unknown action with a bare 400 "Bad Request") gets the messages moved one by one:
+// received from the DLQ, sent to the source queue with the same body and message attributes, and
+// deleted from the DLQ only after the send succeeded. A redrive is at least once: a message sent
+// whose delete then fails is sent again by the next redrive, which both queues' consumers tolerate
+// (an events message names events processed exactly once in the database; a counter message carries
+// its own id).
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+)
+
+func main() {
+	queueName := flag.String("queue", os.Getenv("QUEUE"), "the source queue, a name or URL (default $QUEUE)")
+	dlqName := flag.String("dlq", os.Getenv("DLQ"), "its dead-letter queue, a name or URL (default $DLQ; empty: the one the source queue's RedrivePolicy names)")
+	dryRun := flag.Bool("dry-run", envBool("DRY_RUN"), "list the messages that would move; move and delete nothing (default $DRY_RUN)")
+	local := flag.Bool("local", envBool("LOCAL"), "use the local SQS endpoint of `make run`, http://127.0.0.1:$SQSLOCAL_PORT (default $LOCAL)")
+	every := flag.Duration("every", 5*time.Second, "how often to report a move task's progress")
+	flag.Parse()
+	if *queueName == "" {
+		fmt.Fprintln(os.Stderr, "usage: make redrive QUEUE=<source queue> [DLQ=<name>] [DRY_RUN=1] [LOCAL=1]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *queueName, *dlqName, *dryRun, *local, *every, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "redrive:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, queueName, dlqName string, dryRun, local bool, every time.Duration, out io.Writer) error {
+	var client *sqs.Client
+	if local {
+		endpoint := "http://127.0.0.1:" + cmp.Or(os.Getenv("SQSLOCAL_PORT"), "4100")
+		client = localsqs.NewClient(endpoint)
+		fmt.Fprintf(out, "endpoint: %s (LOCAL)\n", endpoint)
+	} else {
+		var err error
+		if client, err = wire.SQS(slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
+			return fmt.Errorf("AWS configuration: %w", err)
+		}
+		endpoint := cmp.Or(os.Getenv("AWS_ENDPOINT_URL_SQS"), os.Getenv("AWS_ENDPOINT_URL"), "AWS, region "+client.Options().Region)
+		fmt.Fprintf(out, "endpoint: %s\n", endpoint)
+	}
+	q, err := resolve(ctx, client, queueName, dlqName)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "source queue: %s\nDLQ:          %s\n", q.SourceURL, q.DLQURL)
+	if dryRun {
+		_, err := peek(ctx, client, q, out)
+		return err
+	}
+	return redrive(ctx, client, q, every, out)
+}
+
+// envBool reads a yes/no variable: unset, empty, 0 and false are no.
+func envBool(name string) bool {
+	v := os.Getenv(name)
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	return err != nil || b // anything else that is set (DRY_RUN=yes) means yes: the careful reading
+}

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+)
+
+// SQS is what the one-by-one move and the dry run ask of SQS; *sqs.Client is one.
+type SQS interface {
+	GetQueueUrl(context.Context, *sqs.GetQueueUrlInput, ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+	GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	SendMessage(context.Context, *sqs.SendMessageInput, ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+	DeleteMessage(context.Context, *sqs.DeleteMessageInput, ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
+	ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+}
+
+// Mover is SQS's message move tasks, which AWS has and goaws lacks; *sqs.Client is one.
+type Mover interface {
+	StartMessageMoveTask(context.Context, *sqs.StartMessageMoveTaskInput, ...func(*sqs.Options)) (*sqs.StartMessageMoveTaskOutput, error)
+	ListMessageMoveTasks(context.Context, *sqs.ListMessageMoveTasksInput, ...func(*sqs.Options)) (*sqs.ListMessageMoveTasksOutput, error)
+}
+
+// Queues are the source queue and its DLQ.
+type Queues struct {
+	SourceURL, SourceARN string
+	DLQURL, DLQARN       string
+}
+
+// resolve finds the source queue (a name or URL) and its DLQ: dlq (a name or URL) if given, or the
+// queue the source queue's RedrivePolicy names.
+func resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
+	var q Queues
+	var err error
+	if q.SourceURL, err = queueURL(ctx, c, source, ""); err != nil {
+		return q, err
+	}
+	attrs, err := attributes(ctx, c, q.SourceURL, types.QueueAttributeNameQueueArn, types.QueueAttributeNameRedrivePolicy)
+	if err != nil {
+		return q, err
+	}
+	q.SourceARN = attrs[string(types.QueueAttributeNameQueueArn)]
+	if dlq != "" {
+		if q.DLQURL, err = queueURL(ctx, c, dlq, ""); err != nil {
+			return q, err
+		}
+		dattrs, err := attributes(ctx, c, q.DLQURL, types.QueueAttributeNameQueueArn)
+		if err != nil {
+			return q, err
+		}
+		q.DLQARN = dattrs[string(types.QueueAttributeNameQueueArn)]
+	} else {
+		policy := attrs[string(types.QueueAttributeNameRedrivePolicy)]
+		var p struct {
+			DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+		}
+		if policy == "" || json.Unmarshal([]byte(policy), &p) != nil || p.DeadLetterTargetArn == "" {
+			return q, fmt.Errorf("queue %s has no RedrivePolicy naming its DLQ (%q): name the DLQ with DLQ=<name>", source, policy)
+		}
+		// arn:aws:sqs:<region>:<account>:<name>
+		parts := strings.Split(p.DeadLetterTargetArn, ":")
+		if len(parts) != 6 || parts[5] == "" {
+			return q, fmt.Errorf("queue %s's RedrivePolicy names %q, which is not a queue ARN: name the DLQ with DLQ=<name>", source, p.DeadLetterTargetArn)
+		}
+		q.DLQARN = p.DeadLetterTargetArn
+		if q.DLQURL, err = queueURL(ctx, c, parts[5], parts[4]); err != nil {
+			return q, err
+		}
+	}
+	if q.SourceARN == "" || q.DLQARN == "" {
+		return q, fmt.Errorf("the endpoint gave no QueueArn for %s or %s", q.SourceURL, q.DLQURL)
+	}
+	if q.SourceURL == q.DLQURL {
+		return q, fmt.Errorf("the source queue and the DLQ are the same queue, %s", q.SourceURL)
+	}
+	return q, nil
+}
+
+// queueURL returns nameOrURL if it is a URL, else the URL of the queue of that name (of account
+// owner, if not empty).
+func queueURL(ctx context.Context, c SQS, nameOrURL, owner string) (string, error) {
+	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
+		return nameOrURL, nil
+	}
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)}
+	if owner != "" {
+		in.QueueOwnerAWSAccountId = aws.String(owner)
+	}
+	out, err := c.GetQueueUrl(ctx, in)
+	if err != nil {
+		return "", fmt.Errorf("queue %q: %w", nameOrURL, err)
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
+
+func attributes(ctx context.Context, c SQS, url string, names ...types.QueueAttributeName) (map[string]string, error) {
+	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: names})
+	if err != nil {
+		return nil, fmt.Errorf("attributes of %s: %w", url, err)
+	}
+	return out.Attributes, nil
+}
+
+// visible returns how many messages a queue holds visible (approximately, as SQS says; goaws's count
+// is exact, and counts in-flight messages too, which a DLQ nobody receives from has none of).
+func visible(ctx context.Context, c SQS, url string) (int, error) {
+	attrs, err := attributes(ctx, c, url, types.QueueAttributeNameApproximateNumberOfMessages)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(attrs[string(types.QueueAttributeNameApproximateNumberOfMessages)])
+	if err != nil {
+		return 0, fmt.Errorf("ApproximateNumberOfMessages of %s: %w", url, err)
+	}
+	return n, nil
+}
+
+// redrive moves the DLQ's messages to the source queue: with a message move task where the endpoint
+// has them, one by one where it answers that it lacks the action.
+func redrive(ctx context.Context, c *sqs.Client, q Queues, every time.Duration, out io.Writer) error {
+	handle, err := startMoveTask(ctx, c, q)
+	if errors.Is(err, errNoMoveTasks) {
+		fmt.Fprintf(out, "the endpoint lacks StartMessageMoveTask (%v): moving the messages one by one\n", err)
+		_, err = moveOneByOne(ctx, c, q, out)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "started message move task %s\n", handle)
+	return awaitMoveTask(ctx, c, q.DLQARN, handle, every, out)
+}
+
+// errNoMoveTasks is the error of an endpoint that lacks StartMessageMoveTask.
+var errNoMoveTasks = errors.New("no message move tasks")
+
+// startMoveTask starts moving the DLQ's messages to the source queue, and returns the task's
+// handle, or an error wrapping errNoMoveTasks when the endpoint answered that it lacks the action.
+func startMoveTask(ctx context.Context, m Mover, q Queues) (string, error) {
+	rec := &recorder{}
+	out, err := m.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{
+		SourceArn: aws.String(q.DLQARN), DestinationArn: aws.String(q.SourceARN),
+	}, rec.option)
+	if err != nil {
+		if why := unknownAction(err, rec); why != "" {
+			return "", fmt.Errorf("%w: %s", errNoMoveTasks, why)
+		}
+		return "", fmt.Errorf("start message move task from %s to %s: %w", q.DLQARN, q.SourceARN, err)
+	}
+	return aws.ToString(out.TaskHandle), nil
+}
+
+// unknownAction says why err is an endpoint's answer that it lacks the action called, or "" if it
+// is not: one of the error codes AWS's protocols give an unknown action (InvalidAction for the query
+// protocol, UnknownOperationException for JSON), or goaws's answer, which is no SQS error at all but
+// a bare 400 whose whole body is "Bad Request" (goaws v0.5.4, app/router/router.go, actionHandler).
+func unknownAction(err error, rec *recorder) string {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		switch code := apiErr.ErrorCode(); code {
+		case "InvalidAction", "UnknownOperationException", "UnknownOperation":
+			return "error code " + code
+		}
+		return ""
+	}
+	if rec.status == http.StatusBadRequest && strings.TrimSpace(string(rec.body)) == "Bad Request" {
+		return `HTTP 400 "Bad Request"`
+	}
+	return ""
+}
+
+// recorder keeps the status and the start of the body of the answers to the calls it is an option
+// of, so that an answer the SDK cannot decode (goaws's to an unknown action) can still be told apart.
+type recorder struct {
+	next   aws.HTTPClient
+	status int
+	body   []byte
+}
+
+func (r *recorder) option(o *sqs.Options) { r.next, o.HTTPClient = o.HTTPClient, r }
+
+func (r *recorder) Do(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.Do(req)
+	if err != nil {
+		return resp, err
+	}
+	r.status = resp.StatusCode
+	r.body, err = io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(r.body), resp.Body), resp.Body}
+	return resp, nil
+}
+
+// awaitMoveTask reports the progress of the move task from dlqARN every interval until it ends:
+// nil when it completed, an error when it failed or was cancelled, or when ctx ends (the task goes on).
+// ListMessageMoveTasks gives a task's handle only while it runs, so the task is the one with handle,
+// or, once no task has it, the most recent one (the first listed): one task at a time can move from a
+// queue, and this one was started last.
+func awaitMoveTask(ctx context.Context, m Mover, dlqARN, handle string, every time.Duration, out io.Writer) error {
+	last := ""
+	for {
+		res, err := m.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(dlqARN), MaxResults: aws.Int32(10)})
+		if ctx.Err() != nil {
+			return stopped(ctx, handle)
+		}
+		if err != nil {
+			return fmt.Errorf("list message move tasks of %s: %w", dlqARN, err)
+		}
+		var task *types.ListMessageMoveTasksResultEntry
+		for i := range res.Results {
+			if aws.ToString(res.Results[i].TaskHandle) == handle {
+				task = &res.Results[i]
+				break
+			}
+		}
+		if task == nil && len(res.Results) > 0 {
+			task = &res.Results[0]
+		}
+		if task == nil {
+			return fmt.Errorf("message move task %s: ListMessageMoveTasks of %s lists no task", handle, dlqARN)
+		}
+		status := aws.ToString(task.Status)
+		total := "?"
+		if task.ApproximateNumberOfMessagesToMove != nil {
+			total = strconv.FormatInt(*task.ApproximateNumberOfMessagesToMove, 10)
+		}
+		line := fmt.Sprintf("move task %s: moved %d / %s", status, task.ApproximateNumberOfMessagesMoved, total)
+		if line != last {
+			fmt.Fprintln(out, line)
+			last = line
+		}
+		switch status {
+		case "COMPLETED":
+			fmt.Fprintf(out, "done: moved %d messages from %s to their source queue\n", task.ApproximateNumberOfMessagesMoved, dlqARN)
+			return nil
+		case "FAILED":
+			return fmt.Errorf("message move task failed after moving %d messages: %s", task.ApproximateNumberOfMessagesMoved, aws.ToString(task.FailureReason))
+		case "CANCELLED", "CANCELLING":
+			return fmt.Errorf("message move task %s after moving %d messages", strings.ToLower(status), task.ApproximateNumberOfMessagesMoved)
+		}
+		select {
+		case <-ctx.Done():
+			return stopped(ctx, handle)
+		case <-time.After(every):
+		}
+	}
+}
+
+func stopped(ctx context.Context, handle string) error {
+	return fmt.Errorf("stopped watching; the message move task goes on (aws sqs cancel-message-move-task --task-handle %s stops it): %w", handle, ctx.Err())
+}
+
+// receiveVisibility is how long a message received by the one-by-one move stays invisible: time
+// enough to send it and delete it. One that is not (the move failed) is made visible again at once.
+const receiveVisibility = 60
+
+// moveOneByOne moves the DLQ's messages to the source queue: each is received, sent with the same
+// body and message attributes, and deleted from the DLQ only once the send succeeded. It moves at
+// most as many messages as the DLQ held at the start, so that a message that fails again and comes
+// back to the DLQ during the move is not moved round and round. On an error it stops and makes the
+// messages it received and did not send visible again; it returns how many it moved.
+func moveOneByOne(ctx context.Context, c SQS, q Queues, out io.Writer) (int, error) {
+	total, err := visible(ctx, c, q.DLQURL)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(out, "the DLQ holds %d messages\n", total)
+	moved := 0
+	for moved < total {
+		res, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(q.DLQURL), MaxNumberOfMessages: int32(min(10, total-moved)),
+			VisibilityTimeout: receiveVisibility, MessageAttributeNames: []string{"All"},
+		})
+		if err != nil {
+			return moved, summary(moved, total, fmt.Errorf("receive from the DLQ: %w", err))
+		}
+		if len(res.Messages) == 0 {
+			break
+		}
+		for i, m := range res.Messages {
+			if err := moveOne(ctx, c, q, m); err != nil {
+				release(c, q.DLQURL, res.Messages[i:])
+				return moved, summary(moved, total, err)
+			}
+			moved++
+			fmt.Fprintf(out, "moved %d/%d: %s %s\n", moved, total, aws.ToString(m.MessageId), truncate(aws.ToString(m.Body)))
+		}
+	}
+	left, err := visible(ctx, c, q.DLQURL)
+	if err != nil {
+		return moved, err
+	}
+	fmt.Fprintf(out, "done: moved %d of %d messages from %s to %s; the DLQ now holds %d\n", moved, total, q.DLQURL, q.SourceURL, left)
+	return moved, nil
+}
+
+// moveOne sends m to the source queue, then deletes it from the DLQ.
+func moveOne(ctx context.Context, c SQS, q Queues, m types.Message) error {
+	in := &sqs.SendMessageInput{QueueUrl: aws.String(q.SourceURL), MessageBody: m.Body}
+	if len(m.MessageAttributes) > 0 {
+		in.MessageAttributes = make(map[string]types.MessageAttributeValue, len(m.MessageAttributes))
+		for k, v := range m.MessageAttributes {
+			in.MessageAttributes[k] = types.MessageAttributeValue{DataType: v.DataType, StringValue: v.StringValue, BinaryValue: v.BinaryValue}
+		}
+	}
+	if _, err := c.SendMessage(ctx, in); err != nil {
+		return fmt.Errorf("send message %s to %s (it stays in the DLQ): %w", aws.ToString(m.MessageId), q.SourceURL, err)
+	}
+	// Sent: delete it even if ctx has just ended, so that a Ctrl-C between the two leaves no copy.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := c.DeleteMessage(dctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(q.DLQURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
+		return fmt.Errorf("message %s was sent to %s but not deleted from the DLQ (a next redrive sends it again): %w", aws.ToString(m.MessageId), q.SourceURL, err)
+	}
+	return nil
+}
+
+func summary(moved, total int, err error) error {
+	return fmt.Errorf("moved %d of %d messages, then: %w", moved, total, err)
+}
+
+// release makes msgs visible again in the queue at url, at once rather than after their visibility
+// timeout. Best effort, and on a context of its own: the caller's may be what ended.
+func release(c SQS, url string, msgs []types.Message) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range msgs {
+		_, _ = c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0,
+		})
+	}
+}
+
+// peekVisibility is how long a message the dry run has listed stays invisible, so that the next
+// receive gives the next messages; the dry run makes them all visible again when it ends.
+const peekVisibility = 30
+
+// peek lists the messages of the DLQ (ids and bodies, truncated) without moving or deleting any, and
+// returns how many it listed. It receives them with a short visibility timeout and makes them visible
+// again at the end.
+func peek(ctx context.Context, c SQS, q Queues, out io.Writer) (int, error) {
+	var held []types.Message
+	defer func() { release(c, q.DLQURL, held) }()
+	seen := map[string]bool{}
+	for {
+		res, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(q.DLQURL), MaxNumberOfMessages: 10, VisibilityTimeout: peekVisibility,
+		})
+		if err != nil {
+			return len(seen), fmt.Errorf("receive from the DLQ: %w", err)
+		}
+		if len(res.Messages) == 0 {
+			break
+		}
+		again := false
+		for _, m := range res.Messages {
+			held = append(held, m)
+			id := aws.ToString(m.MessageId)
+			if seen[id] { // visible again: a listing longer than peekVisibility; it has them all
+				again = true
+				continue
+			}
+			seen[id] = true
+			fmt.Fprintf(out, "would move %s %s\n", id, truncate(aws.ToString(m.Body)))
+		}
+		if again {
+			break
+		}
+	}
+	fmt.Fprintf(out, "dry run: %d messages would move from %s to %s; nothing was moved or deleted\n", len(seen), q.DLQURL, q.SourceURL)
+	return len(seen), nil
+}
+
+// truncate quotes a body, cut to 120 bytes.
+func truncate(body string) string {
+	const limit = 120
+	if len(body) > limit {
+		return strconv.Quote(strings.ToValidUTF8(body[:limit], "")) + fmt.Sprintf("... (%d bytes)", len(body))
+	}
+	return strconv.Quote(body)
+}
