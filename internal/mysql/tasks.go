@@ -191,6 +191,10 @@ func lockTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int6
 	buckets = unique(buckets)
 	slices.Sort(buckets)
 	q, args := expandIDs(query("LockTaskBuckets"), buckets)
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return nil, err
+	}
+	q, args = expandIDs(query("ReadTaskBuckets"), buckets)
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err

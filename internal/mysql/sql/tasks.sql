@@ -5,12 +5,22 @@
 -- for every transaction), event rows after.
 
 -- name: LockTaskBuckets
--- Locks the buckets of the references a transaction orders, and reads their position sequences.
--- `bucket IN (...)` prunes the scan to the partitions of those buckets (64 short rows each); the
--- scan locks the rows it passes in partition order, the same order for every transaction, so two
--- transactions locking overlapping buckets queue rather than deadlock. At READ COMMITTED the rows
--- of the partitions' other buckets are released at once.
-SELECT bucket, position FROM task_buckets WHERE bucket IN (/*ids*/) FOR UPDATE;
+-- Locks the buckets of the references a transaction orders (it changes nothing: the lock is the
+-- point; ReadTaskBuckets reads their sequences next). `bucket IN (...)` prunes the scan to the
+-- partitions of those buckets (64 short rows each); it locks the matching rows in partition order,
+-- the same order for every transaction, so two transactions locking overlapping buckets queue
+-- rather than deadlock. An UPDATE, not a SELECT ... FOR UPDATE: at READ COMMITTED an UPDATE's scan
+-- reads a row another transaction holds semi-consistently (its last committed version) and passes
+-- it by if it is not one of ours, where a locking SELECT waits for every row it passes; so a bucket
+-- lock waits only for the same bucket, not for the other 63 buckets of its partition (the tasks
+-- benchmark saw creates and settlements queue behind each other's partitions).
+UPDATE task_buckets SET position = position WHERE bucket IN (/*ids*/);
+
+-- name: ReadTaskBuckets
+-- The position sequences of buckets this transaction has locked (LockTaskBuckets): a consistent
+-- read, which at READ COMMITTED sees the last committed value, and no other transaction can change
+-- a locked bucket. Pruned to the buckets' partitions.
+SELECT bucket, position FROM task_buckets WHERE bucket IN (/*ids*/);
 
 -- name: AdvanceTaskBucket
 -- Sets a bucket's sequence to the last position a create (or a retry to the end) took from it, in
