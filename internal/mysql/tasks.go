@@ -200,20 +200,22 @@ func checkTaskBatch(tasks []exactlyonce.NewTask) error {
 // createTaskRows stores tasks with the given ids in tx: the references' buckets locked, each task
 // pending if it heads its reference, else queued behind it.
 func createTaskRows(ctx context.Context, tx *sql.Tx, tasks []exactlyonce.NewTask, ids []int64) ([]CreatedTask, error) {
-	// The references' buckets, locked before anything else of theirs is read.
+	// The references' buckets, locked and advanced by the positions the tasks take, before
+	// anything else of theirs is read.
 	hashes := map[string]uint32{}
-	var buckets []int64
+	counts := map[int64]int64{}
 	for _, task := range tasks {
 		if task.ReferenceID == "" {
 			continue
 		}
-		if _, ok := hashes[task.ReferenceID]; !ok {
-			h := ReferenceHash(task.ReferenceID)
+		h, ok := hashes[task.ReferenceID]
+		if !ok {
+			h = ReferenceHash(task.ReferenceID)
 			hashes[task.ReferenceID] = h
-			buckets = append(buckets, taskBucket(h))
 		}
+		counts[taskBucket(h)]++
 	}
-	positions, err := lockTaskBuckets(ctx, tx, buckets)
+	positions, err := advanceTaskBuckets(ctx, tx, counts)
 	if err != nil {
 		return nil, err
 	}
@@ -223,14 +225,12 @@ func createTaskRows(ctx context.Context, tx *sql.Tx, tasks []exactlyonce.NewTask
 	}
 	out := make([]CreatedTask, len(tasks))
 	rows := make([]taskRow, len(tasks))
-	touched := map[int64]bool{}
 	for i, task := range tasks {
 		r := taskRow{id: ids[i], task: task, state: exactlyonce.Pending, hash: routing.EventHash(ids[i])}
 		if ref := task.ReferenceID; ref != "" {
 			r.hash = hashes[ref]
 			b := taskBucket(r.hash)
 			positions[b]++
-			touched[b] = true
 			r.position = sql.NullInt64{Int64: positions[b], Valid: true}
 			if open[ref] {
 				r.state = exactlyonce.Queued
@@ -239,11 +239,6 @@ func createTaskRows(ctx context.Context, tx *sql.Tx, tasks []exactlyonce.NewTask
 		}
 		rows[i] = r
 		out[i] = CreatedTask{ID: r.id, Head: r.state == exactlyonce.Pending}
-	}
-	for b := range touched {
-		if _, err := tx.ExecContext(ctx, query("AdvanceTaskBucket"), positions[b], b); err != nil {
-			return nil, err
-		}
 	}
 	if err := insertTasks(ctx, tx, rows); err != nil {
 		return nil, err
@@ -297,7 +292,13 @@ func lockTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int6
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return nil, err
 	}
-	q, args = expandIDs(query("ReadTaskBuckets"), buckets)
+	return readTaskBuckets(ctx, tx, buckets)
+}
+
+// readTaskBuckets reads the sequences of buckets the transaction has locked.
+func readTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int64]int64, error) {
+	out := map[int64]int64{}
+	q, args := expandIDs(query("ReadTaskBuckets"), buckets)
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -315,6 +316,37 @@ func lockTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int6
 	}
 	if len(out) != len(buckets) {
 		return nil, fmt.Errorf("task_buckets holds %d of the %d buckets asked for: the table was changed by hand", len(out), len(buckets))
+	}
+	return out, nil
+}
+
+// advanceTaskBuckets locks the buckets and advances each one's sequence by its count, in one
+// statement, and returns each sequence as it was before: the create's tasks take the positions
+// after it.
+func advanceTaskBuckets(ctx context.Context, tx *sql.Tx, counts map[int64]int64) (map[int64]int64, error) {
+	if len(counts) == 0 {
+		return map[int64]int64{}, nil
+	}
+	buckets := make([]int64, 0, len(counts))
+	for b := range counts {
+		buckets = append(buckets, b)
+	}
+	slices.Sort(buckets)
+	args := make([]any, 0, 3*len(buckets))
+	for _, b := range buckets {
+		args = append(args, b, counts[b])
+	}
+	q, ids := expandIDs(strings.Replace(query("AdvanceTaskBuckets"), "/*cases*/",
+		strings.TrimSuffix(strings.Repeat("WHEN ? THEN ? ", len(buckets)), " "), 1), buckets)
+	if _, err := tx.ExecContext(ctx, q, append(args, ids...)...); err != nil {
+		return nil, err
+	}
+	out, err := readTaskBuckets(ctx, tx, buckets)
+	if err != nil {
+		return nil, err
+	}
+	for b, n := range counts {
+		out[b] -= n
 	}
 	return out, nil
 }

@@ -22,9 +22,16 @@ UPDATE task_buckets SET position = position WHERE bucket IN (/*ids*/);
 -- a locked bucket. Pruned to the buckets' partitions.
 SELECT bucket, position FROM task_buckets WHERE bucket IN (/*ids*/);
 
+-- name: AdvanceTaskBuckets
+-- A create: locks the buckets of its references and advances each one's sequence by the number of
+-- positions its tasks take from it, in one statement (/*cases*/ is one `WHEN ? THEN ?` per bucket:
+-- the bucket, its count). The lock is LockTaskBuckets's: an UPDATE, which waits only for the
+-- buckets named, taken in partition order. ReadTaskBuckets reads the advanced sequences next.
+UPDATE task_buckets SET position = position + CASE bucket /*cases*/ ELSE 0 END WHERE bucket IN (/*ids*/);
+
 -- name: AdvanceTaskBucket
--- Sets a bucket's sequence to the last position a create (or a retry to the end) took from it, in
--- the transaction that locked it.
+-- Sets a bucket's sequence to the last position a retry to the end took from it, in the
+-- transaction that locked it.
 UPDATE task_buckets SET position = ? WHERE bucket = ?;
 
 -- name: OpenReferences
