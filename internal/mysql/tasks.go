@@ -282,17 +282,28 @@ func insertTasks(ctx context.Context, tx *sql.Tx, rows []taskRow) error {
 
 // lockTaskBuckets locks the buckets and returns their sequences.
 func lockTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int64]int64, error) {
-	out := map[int64]int64{}
 	if len(buckets) == 0 {
-		return out, nil
+		return map[int64]int64{}, nil
+	}
+	buckets = unique(buckets)
+	slices.Sort(buckets)
+	if err := lockTaskBucketsOnly(ctx, tx, buckets); err != nil {
+		return nil, err
+	}
+	return readTaskBuckets(ctx, tx, buckets)
+}
+
+// lockTaskBucketsOnly locks the buckets, for a transaction that takes no position from them (a
+// settlement): one statement.
+func lockTaskBucketsOnly(ctx context.Context, tx *sql.Tx, buckets []int64) error {
+	if len(buckets) == 0 {
+		return nil
 	}
 	buckets = unique(buckets)
 	slices.Sort(buckets)
 	q, args := expandIDs(query("LockTaskBuckets"), buckets)
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return nil, err
-	}
-	return readTaskBuckets(ctx, tx, buckets)
+	_, err := tx.ExecContext(ctx, q, args...)
+	return err
 }
 
 // readTaskBuckets reads the sequences of buckets the transaction has locked.
@@ -408,7 +419,7 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 	}
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 		out = exactlyonce.TaskSettlement{}
-		if _, err := lockTaskBuckets(ctx, tx, buckets); err != nil {
+		if err := lockTaskBucketsOnly(ctx, tx, buckets); err != nil {
 			return err
 		}
 		held := map[int64]bool{}
