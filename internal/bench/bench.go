@@ -3,7 +3,7 @@
 // compared figure as a ratio to a reference measured in the same run: these machines are noisy, and
 // only figures taken together can be compared.
 //
-// Seven groups, each a function that returns rows:
+// Groups, each a function that returns rows:
 //
 //	alloc   allocation + insert (POST /events's write path) per allocator strategy and client count,
 //	        against an AUTO_INCREMENT table in a scratch database
@@ -18,6 +18,8 @@
 //	drain   100,000 pending events burned down by the sweeper's claim path
 //	agents  the same with 1, 2, 4 and 8 standalone agent processes splitting the hash space; the
 //	        time from a SIGKILL of one of 4 agents to its range processed again; idle statements
+//	tasks   webhooks delivered in order per reference beside unordered, paced, and with 10% of the
+//	        references failing (tasks.go)
 //
 // Every database the benchmark creates is a scratch database (bench_...) that it drops when done.
 // cmd/bench is the entrypoint; `make bench` runs it.
@@ -69,7 +71,7 @@ type Config struct {
 }
 
 // AllGroups lists the groups in the order they run.
-var AllGroups = []string{"alloc", "claim", "count", "drain", "agents", "async", "idem", "api", "lambda", "counters"}
+var AllGroups = []string{"alloc", "claim", "count", "drain", "agents", "async", "idem", "api", "lambda", "counters", "tasks"}
 
 // Row is one figure. Ratios name the row they were divided by in Reference.
 type Row struct {
@@ -201,6 +203,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		"alloc": runAlloc, "claim": runClaim, "count": runCount, "drain": runDrain, "agents": runAgents, "async": runAsync,
 		"idem": runIdem, "api": runAPI, "lambda": runLambda,
 		"counters": runCounters, // counters.go
+		"tasks":    runTasks,    // tasks.go
 	}
 	for _, g := range AllGroups {
 		if !slices.Contains(groups, g) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -94,3 +95,40 @@ func TestCPUMeterChargesTheSpinningProcess(t *testing.T) {
 }
 
 var spinSink int
+
+// The tasks group's receiver fails the order check when a reference's task is attempted before the
+// task ahead of it was delivered, answers a failing reference's first attempts with 503, and counts
+// a second delivery of a task as a duplicate.
+func TestTaskReceiverCatchesOutOfOrderDeliveries(t *testing.T) {
+	t.Parallel()
+	recv := newTaskReceiver(0)
+	defer recv.close()
+	spec := taskSpec{name: "t", refs: 2, perRef: 3, ordered: true, failEvery: 2} // reference 1 fails
+	rr := recv.begin(7, spec)
+	post := func(ref, seq int) int {
+		b, _ := json.Marshal(taskPayload{Tag: 7, Ref: ref, Seq: seq})
+		resp, err := http.Post(recv.srv.URL, "application/json", bytes.NewReader(b))
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, post(0, 0))
+	require.Equal(t, http.StatusOK, post(0, 1))
+	require.Zero(t, rr.check.outOfOrder)
+	require.Equal(t, http.StatusServiceUnavailable, post(1, 0))
+	require.Equal(t, http.StatusServiceUnavailable, post(1, 0))
+	require.Equal(t, http.StatusServiceUnavailable, post(1, 2)) // task 2 before tasks 0 and 1
+	require.Equal(t, 1, rr.check.outOfOrder)
+	require.Contains(t, rr.check.firstViolation, "reference 1: task 2 attempted while task 0 was not delivered")
+	require.Equal(t, http.StatusOK, post(0, 1))
+	require.Equal(t, 1, rr.check.duplicates)
+	require.Equal(t, http.StatusOK, post(1, 0)) // its third attempt
+	for seq := 1; seq <= 2; seq++ {
+		for post(1, seq) != http.StatusOK {
+		}
+	}
+	require.Equal(t, http.StatusOK, post(0, 2))
+	<-rr.done
+	require.Equal(t, 1, rr.check.outOfOrder)
+	require.Equal(t, 6, rr.check.failed)
+}

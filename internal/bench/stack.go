@@ -60,7 +60,9 @@ const (
 )
 
 // startStack starts the local system with a quiet logger (warnings and errors only, to stderr).
-func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
+// opts, if any, adjust the local system's options before it starts (the tasks group gives its
+// workers a deliverer and lets the sweeper in).
+func (r *run) startStack(ctx context.Context, label string, opts ...func(*local.Options)) (*stack, error) {
 	s, err := r.newScratch(ctx, label, true)
 	if err != nil {
 		return nil, err
@@ -109,12 +111,16 @@ func (r *run) startStack(ctx context.Context, label string) (*stack, error) {
 
 	sctx, cancelSys := context.WithCancel(context.WithoutCancel(ctx))
 	st.ledger = verify.NewLedger()
-	sys, err := local.Start(sctx, st.store, client, local.Options{
+	opt := local.Options{
 		HTTPAddr: "127.0.0.1:0", Queues: queues, Report: st.ledger,
 		MappingConcurrency: stackMappingConcurrency, MappingBatchSize: stackMappingBatchSize,
 		// Everything async must come through the queue: the sweeper stays out of the measurement.
 		SweepInterval: time.Hour, Sweep: sweeping.Config{Grace: time.Hour, Logger: log},
-	}, log)
+	}
+	for _, o := range opts {
+		o(&opt)
+	}
+	sys, err := local.Start(sctx, st.store, client, opt, log)
 	if err != nil {
 		cancelSys()
 		return fail(err)

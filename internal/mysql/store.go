@@ -31,6 +31,8 @@ type Store struct {
 	alloc allocator
 	stats *Stats
 	retry RetryPolicy
+	// taskCreates groups concurrent CreateTasks calls into shared transactions (tasks.go).
+	taskCreates taskCreates
 }
 
 // NewStore returns a Store on db, which must be migrated (see Migrate).

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/routing"
@@ -47,13 +49,34 @@ type CreatedTask struct {
 	Head bool
 }
 
-// CreateTasks stores tasks, all or none, in one transaction, in the order given: a reference's
-// tasks are delivered in the order their creates committed, and, within one call, in the order of
-// tasks.
+// CreateTasks stores tasks, all or none, in the order given: a reference's tasks are delivered in
+// the order their creates committed, and, within one call, in the order of tasks.
+//
+// Concurrent calls share transactions (group commit, taskCreates): while one transaction runs, the
+// calls that arrive wait, and the next transaction stores all of them, each call's tasks in the
+// order of the call and the calls in the order they arrived. So a create costs its share of one
+// transaction's statements (the references' bucket locks, the read of which have an open task, one
+// INSERT, one commit) rather than all of them: the tasks benchmark's creates were bound by the
+// database's per-statement cost. A call returns once the transaction holding its tasks committed.
+// If a shared transaction fails, each of its calls is run again in a transaction of its own, so a
+// call fails only for its own sake.
 func (s *Store) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]CreatedTask, error) {
 	if err := checkTaskBatch(tasks); err != nil {
 		return nil, err
 	}
+	c := &createCall{tasks: tasks, done: make(chan struct{})}
+	s.taskCreates.add(s, c)
+	select {
+	case <-c.done:
+		return c.out, c.err
+	case <-ctx.Done():
+		// The call may still commit: as with a transaction whose commit's answer is lost.
+		return nil, interpret("create tasks", ctx.Err())
+	}
+}
+
+// createTasksAlone stores tasks in a transaction of its own (one call's, or a group's).
+func (s *Store) createTasksAlone(ctx context.Context, tasks []exactlyonce.NewTask) ([]CreatedTask, error) {
 	// An allocator that takes ids outside any transaction (block) takes them before ours begins: a
 	// refill inside it would need a second connection while this one holds the buckets' locks, and
 	// with every connection of the pool held by creates it would wait for ever (as CreateKeyed).
@@ -83,6 +106,86 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([
 	return out, nil
 }
 
+// createCall is one CreateTasks call waiting for its transaction.
+type createCall struct {
+	tasks []exactlyonce.NewTask
+	out   []CreatedTask
+	err   error
+	done  chan struct{}
+}
+
+// taskCreates is the group commit of CreateTasks: at most one transaction at a time, run by a
+// goroutine that takes every call waiting (up to MaxPendingBatch tasks) into the next one, until
+// none waits.
+type taskCreates struct {
+	mu      sync.Mutex
+	waiting []*createCall
+	running bool
+}
+
+// createGroupTimeout bounds one shared transaction, retries included: it runs for callers that may
+// have gone, so it has its own deadline rather than theirs.
+const createGroupTimeout = 30 * time.Second
+
+func (g *taskCreates) add(s *Store, c *createCall) {
+	g.mu.Lock()
+	g.waiting = append(g.waiting, c)
+	start := !g.running
+	g.running = true
+	g.mu.Unlock()
+	if start {
+		go g.run(s)
+	}
+}
+
+func (g *taskCreates) run(s *Store) {
+	for {
+		g.mu.Lock()
+		n, tasks := 0, 0
+		for n < len(g.waiting) && (n == 0 || tasks+len(g.waiting[n].tasks) <= MaxPendingBatch) {
+			tasks += len(g.waiting[n].tasks)
+			n++
+		}
+		if n == 0 {
+			g.running = false
+			g.mu.Unlock()
+			return
+		}
+		calls := g.waiting[:n:n]
+		g.waiting = append([]*createCall(nil), g.waiting[n:]...)
+		g.mu.Unlock()
+		s.createGroup(calls)
+	}
+}
+
+// createGroup stores the calls' tasks in one transaction, or, if that fails, each call's alone.
+func (s *Store) createGroup(calls []*createCall) {
+	ctx, cancel := context.WithTimeout(context.Background(), createGroupTimeout)
+	defer cancel()
+	if len(calls) == 1 {
+		c := calls[0]
+		c.out, c.err = s.createTasksAlone(ctx, c.tasks)
+		close(c.done)
+		return
+	}
+	var all []exactlyonce.NewTask
+	for _, c := range calls {
+		all = append(all, c.tasks...)
+	}
+	out, err := s.createTasksAlone(ctx, all)
+	if err != nil {
+		for _, c := range calls {
+			c.out, c.err = s.createTasksAlone(ctx, c.tasks)
+			close(c.done)
+		}
+		return
+	}
+	for _, c := range calls {
+		c.out, out = out[:len(c.tasks):len(c.tasks)], out[len(c.tasks):]
+		close(c.done)
+	}
+}
+
 // maxTaskInsertBytes bounds the payload bytes of one INSERT, well under the smallest
 // max_allowed_packet in use (16 MiB on MariaDB 10.11).
 const maxTaskInsertBytes = 4 << 20
@@ -97,20 +200,22 @@ func checkTaskBatch(tasks []exactlyonce.NewTask) error {
 // createTaskRows stores tasks with the given ids in tx: the references' buckets locked, each task
 // pending if it heads its reference, else queued behind it.
 func createTaskRows(ctx context.Context, tx *sql.Tx, tasks []exactlyonce.NewTask, ids []int64) ([]CreatedTask, error) {
-	// The references' buckets, locked before anything else of theirs is read.
+	// The references' buckets, locked and advanced by the positions the tasks take, before
+	// anything else of theirs is read.
 	hashes := map[string]uint32{}
-	var buckets []int64
+	counts := map[int64]int64{}
 	for _, task := range tasks {
 		if task.ReferenceID == "" {
 			continue
 		}
-		if _, ok := hashes[task.ReferenceID]; !ok {
-			h := ReferenceHash(task.ReferenceID)
+		h, ok := hashes[task.ReferenceID]
+		if !ok {
+			h = ReferenceHash(task.ReferenceID)
 			hashes[task.ReferenceID] = h
-			buckets = append(buckets, taskBucket(h))
 		}
+		counts[taskBucket(h)]++
 	}
-	positions, err := lockTaskBuckets(ctx, tx, buckets)
+	positions, err := advanceTaskBuckets(ctx, tx, counts)
 	if err != nil {
 		return nil, err
 	}
@@ -120,14 +225,12 @@ func createTaskRows(ctx context.Context, tx *sql.Tx, tasks []exactlyonce.NewTask
 	}
 	out := make([]CreatedTask, len(tasks))
 	rows := make([]taskRow, len(tasks))
-	touched := map[int64]bool{}
 	for i, task := range tasks {
 		r := taskRow{id: ids[i], task: task, state: exactlyonce.Pending, hash: routing.EventHash(ids[i])}
 		if ref := task.ReferenceID; ref != "" {
 			r.hash = hashes[ref]
 			b := taskBucket(r.hash)
 			positions[b]++
-			touched[b] = true
 			r.position = sql.NullInt64{Int64: positions[b], Valid: true}
 			if open[ref] {
 				r.state = exactlyonce.Queued
@@ -136,11 +239,6 @@ func createTaskRows(ctx context.Context, tx *sql.Tx, tasks []exactlyonce.NewTask
 		}
 		rows[i] = r
 		out[i] = CreatedTask{ID: r.id, Head: r.state == exactlyonce.Pending}
-	}
-	for b := range touched {
-		if _, err := tx.ExecContext(ctx, query("AdvanceTaskBucket"), positions[b], b); err != nil {
-			return nil, err
-		}
 	}
 	if err := insertTasks(ctx, tx, rows); err != nil {
 		return nil, err
@@ -184,13 +282,34 @@ func insertTasks(ctx context.Context, tx *sql.Tx, rows []taskRow) error {
 
 // lockTaskBuckets locks the buckets and returns their sequences.
 func lockTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int64]int64, error) {
-	out := map[int64]int64{}
 	if len(buckets) == 0 {
-		return out, nil
+		return map[int64]int64{}, nil
+	}
+	buckets = unique(buckets)
+	slices.Sort(buckets)
+	if err := lockTaskBucketsOnly(ctx, tx, buckets); err != nil {
+		return nil, err
+	}
+	return readTaskBuckets(ctx, tx, buckets)
+}
+
+// lockTaskBucketsOnly locks the buckets, for a transaction that takes no position from them (a
+// settlement): one statement.
+func lockTaskBucketsOnly(ctx context.Context, tx *sql.Tx, buckets []int64) error {
+	if len(buckets) == 0 {
+		return nil
 	}
 	buckets = unique(buckets)
 	slices.Sort(buckets)
 	q, args := expandIDs(query("LockTaskBuckets"), buckets)
+	_, err := tx.ExecContext(ctx, q, args...)
+	return err
+}
+
+// readTaskBuckets reads the sequences of buckets the transaction has locked.
+func readTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int64]int64, error) {
+	out := map[int64]int64{}
+	q, args := expandIDs(query("ReadTaskBuckets"), buckets)
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -208,6 +327,37 @@ func lockTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int6
 	}
 	if len(out) != len(buckets) {
 		return nil, fmt.Errorf("task_buckets holds %d of the %d buckets asked for: the table was changed by hand", len(out), len(buckets))
+	}
+	return out, nil
+}
+
+// advanceTaskBuckets locks the buckets and advances each one's sequence by its count, in one
+// statement, and returns each sequence as it was before: the create's tasks take the positions
+// after it.
+func advanceTaskBuckets(ctx context.Context, tx *sql.Tx, counts map[int64]int64) (map[int64]int64, error) {
+	if len(counts) == 0 {
+		return map[int64]int64{}, nil
+	}
+	buckets := make([]int64, 0, len(counts))
+	for b := range counts {
+		buckets = append(buckets, b)
+	}
+	slices.Sort(buckets)
+	args := make([]any, 0, 3*len(buckets))
+	for _, b := range buckets {
+		args = append(args, b, counts[b])
+	}
+	q, ids := expandIDs(strings.Replace(query("AdvanceTaskBuckets"), "/*cases*/",
+		strings.TrimSuffix(strings.Repeat("WHEN ? THEN ? ", len(buckets)), " "), 1), buckets)
+	if _, err := tx.ExecContext(ctx, q, append(args, ids...)...); err != nil {
+		return nil, err
+	}
+	out, err := readTaskBuckets(ctx, tx, buckets)
+	if err != nil {
+		return nil, err
+	}
+	for b, n := range counts {
+		out[b] -= n
 	}
 	return out, nil
 }
@@ -269,7 +419,7 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 	}
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 		out = exactlyonce.TaskSettlement{}
-		if _, err := lockTaskBuckets(ctx, tx, buckets); err != nil {
+		if err := lockTaskBucketsOnly(ctx, tx, buckets); err != nil {
 			return err
 		}
 		held := map[int64]bool{}

@@ -5,25 +5,47 @@
 -- for every transaction), event rows after.
 
 -- name: LockTaskBuckets
--- Locks the buckets of the references a transaction orders, and reads their position sequences.
--- `bucket IN (...)` prunes the scan to the partitions of those buckets (64 short rows each); the
--- scan locks the rows it passes in partition order, the same order for every transaction, so two
--- transactions locking overlapping buckets queue rather than deadlock. At READ COMMITTED the rows
--- of the partitions' other buckets are released at once.
-SELECT bucket, position FROM task_buckets WHERE bucket IN (/*ids*/) FOR UPDATE;
+-- Locks the buckets of the references a transaction orders (it changes nothing: the lock is the
+-- point; ReadTaskBuckets reads their sequences next). `bucket IN (...)` prunes the scan to the
+-- partitions of those buckets (64 short rows each); it locks the matching rows in partition order,
+-- the same order for every transaction, so two transactions locking overlapping buckets queue
+-- rather than deadlock. An UPDATE, not a SELECT ... FOR UPDATE: at READ COMMITTED an UPDATE's scan
+-- reads a row another transaction holds semi-consistently (its last committed version) and passes
+-- it by if it is not one of ours, where a locking SELECT waits for every row it passes; so a bucket
+-- lock waits only for the same bucket, not for the other 63 buckets of its partition (the tasks
+-- benchmark saw creates and settlements queue behind each other's partitions).
+UPDATE task_buckets SET position = position WHERE bucket IN (/*ids*/);
+
+-- name: ReadTaskBuckets
+-- The position sequences of buckets this transaction has locked (LockTaskBuckets): a consistent
+-- read, which at READ COMMITTED sees the last committed value, and no other transaction can change
+-- a locked bucket. Pruned to the buckets' partitions.
+SELECT bucket, position FROM task_buckets WHERE bucket IN (/*ids*/);
+
+-- name: AdvanceTaskBuckets
+-- A create: locks the buckets of its references and advances each one's sequence by the number of
+-- positions its tasks take from it, in one statement (/*cases*/ is one `WHEN ? THEN ?` per bucket:
+-- the bucket, its count). The lock is LockTaskBuckets's: an UPDATE, which waits only for the
+-- buckets named, taken in partition order. ReadTaskBuckets reads the advanced sequences next.
+UPDATE task_buckets SET position = position + CASE bucket /*cases*/ ELSE 0 END WHERE bucket IN (/*ids*/);
 
 -- name: AdvanceTaskBucket
--- Sets a bucket's sequence to the last position a create (or a retry to the end) took from it, in
--- the transaction that locked it.
+-- Sets a bucket's sequence to the last position a retry to the end took from it, in the
+-- transaction that locked it.
 UPDATE task_buckets SET position = ? WHERE bucket = ?;
 
 -- name: OpenReferences
--- Which of the named references have an open task (pending, processing or queued): a consistent
--- read of `open` and `queued` (the pending set, never the history), run with the references'
--- buckets locked, so that no settlement or create of theirs is in flight. /*hashes*/ and
--- /*refs*/ are expanded to one ? each.
+-- Which of the named references have an open task: a consistent read of `open` only (pending and
+-- processing), run with the references' buckets locked, so that no settlement or create of theirs
+-- is in flight. `queued` is not read: a reference with a queued task always has an open head
+-- (pending or processing), as every transaction that leaves a task queued keeps or makes one: a
+-- create queues a task only behind an open one; a settlement promotes the next queued task in the
+-- transaction that settles the head; a retry in place requeues the pending head behind the task it
+-- makes pending. So `open` answers alone, and a create does not scan the queue, which is as long as
+-- the backlog (the tasks benchmark: 20,000 rows scanned per create, the database's CPU the limit).
+-- /*hashes*/ and /*refs*/ are expanded to one ? each.
 SELECT DISTINCT reference_id FROM events
-WHERE state < 10 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
+WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
 
 -- name: InsertTaskRows
 -- Stores tasks, in the create's transaction: /*rows*/ is one (?, 'task', ?, ?, NOW(6), ?, ?, ?, ?, ?)

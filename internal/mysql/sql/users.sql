@@ -122,7 +122,7 @@ GRANT SELECT ON agents TO /*user*/;
 
 -- name: GrantTaskBuckets
 -- api, processor and sweeper: lock the buckets of the references whose order they decide
--- (LockTaskBuckets, a SELECT ... FOR UPDATE, which MySQL 8 allows with SELECT plus UPDATE) and
+-- (LockTaskBuckets, an UPDATE that changes nothing, and ReadTaskBuckets) and
 -- advance their position sequences (AdvanceTaskBucket). No INSERT or DELETE: only migrate seeds the
 -- buckets.
 GRANT SELECT, UPDATE ON task_buckets TO /*user*/;
