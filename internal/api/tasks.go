@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -51,16 +50,9 @@ var taskFields = []string{"url", "payload", "referenceId", "maxRetries"}
 // parseTask reads a create's body: nil for no body or an empty object (a plain event), else the task
 // it asks for. Every mistake is an EINVALID error naming its field; nothing is written before.
 func parseTask(body []byte) (*exactlyonce.NewTask, error) {
-	trimmed := bytes.TrimLeft(body, jsonSpace)
-	if len(trimmed) == 0 {
-		return nil, nil
-	}
-	var fields map[string]json.RawMessage
-	if trimmed[0] != '{' || json.Unmarshal(body, &fields) != nil {
-		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "request body must be a JSON object")
-	}
-	if len(fields) == 0 {
-		return nil, nil
+	fields, err := jsonObject(body)
+	if err != nil || len(fields) == 0 {
+		return nil, err
 	}
 	for k := range fields {
 		known := false
