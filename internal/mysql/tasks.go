@@ -280,19 +280,6 @@ func insertTasks(ctx context.Context, tx *sql.Tx, rows []taskRow) error {
 	return nil
 }
 
-// lockTaskBuckets locks the buckets and returns their sequences.
-func lockTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int64]int64, error) {
-	if len(buckets) == 0 {
-		return map[int64]int64{}, nil
-	}
-	buckets = unique(buckets)
-	slices.Sort(buckets)
-	if err := lockTaskBucketsOnly(ctx, tx, buckets); err != nil {
-		return nil, err
-	}
-	return readTaskBuckets(ctx, tx, buckets)
-}
-
 // lockTaskBucketsOnly locks the buckets, for a transaction that takes no position from them (a
 // settlement): one statement.
 func lockTaskBucketsOnly(ctx context.Context, tx *sql.Tx, buckets []int64) error {

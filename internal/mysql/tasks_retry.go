@@ -96,8 +96,7 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 		if kind != exactlyonce.KindTask {
 			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "event %d is not a task: only a failed task can be retried", id)
 		}
-		positions, err := lockTaskBuckets(ctx, tx, bucketsOf(ref, hash))
-		if err != nil {
+		if err := lockTaskBucketsOnly(ctx, tx, bucketsOf(ref, hash)); err != nil {
 			return err
 		}
 		var pos int64
@@ -113,7 +112,7 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 		newState := exactlyonce.Pending
 		placement = exactlyonce.RetryAlone
 		if refText != "" {
-			placement, newState, pos, err = placeRetry(ctx, tx, refText, hash, pos, positions)
+			placement, newState, pos, err = placeRetry(ctx, tx, refText, hash, pos)
 			if err != nil {
 				return err
 			}
@@ -155,7 +154,7 @@ func nullPosition(ref string, pos int64) sql.NullInt64 {
 // placeRetry decides where a retried task of reference ref (at position pos) goes, with its bucket
 // locked: in place, ahead of the reference's pending head, if no later task has started; else at
 // the end, with a new position from the bucket.
-func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos int64, positions map[int64]int64) (exactlyonce.RetryPlacement, exactlyonce.State, int64, error) {
+func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos int64) (exactlyonce.RetryPlacement, exactlyonce.State, int64, error) {
 	var started int
 	if err := tx.QueryRowContext(ctx, query("LaterTaskStarted"), hash, ref, pos).Scan(&started); err != nil {
 		return "", 0, 0, err
@@ -190,14 +189,15 @@ func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos in
 		}
 		return exactlyonce.RetryInPlace, exactlyonce.Pending, pos, nil
 	}
+	// To the end: the next position of the bucket's sequence, taken as a create takes it.
 	b := taskBucket(hash)
-	positions[b]++
-	if _, err := tx.ExecContext(ctx, query("AdvanceTaskBucket"), positions[b], b); err != nil {
+	before, err := advanceTaskBuckets(ctx, tx, map[int64]int64{b: 1})
+	if err != nil {
 		return "", 0, 0, err
 	}
 	state := exactlyonce.Pending
 	if open[ref] {
 		state = exactlyonce.Queued
 	}
-	return exactlyonce.RetryAtEnd, state, positions[b], nil
+	return exactlyonce.RetryAtEnd, state, before[b] + 1, nil
 }

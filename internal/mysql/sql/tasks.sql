@@ -5,8 +5,8 @@
 -- for every transaction), event rows after.
 
 -- name: LockTaskBuckets
--- Locks the buckets of the references a transaction orders (it changes nothing: the lock is the
--- point; ReadTaskBuckets reads their sequences next). `bucket IN (...)` prunes the scan to the
+-- Locks the buckets of the references a transaction orders (a settlement, a retry; it changes
+-- nothing: the lock is the point). `bucket IN (...)` prunes the scan to the
 -- partitions of those buckets (64 short rows each); it locks the matching rows in partition order,
 -- the same order for every transaction, so two transactions locking overlapping buckets queue
 -- rather than deadlock. An UPDATE, not a SELECT ... FOR UPDATE: at READ COMMITTED an UPDATE's scan
@@ -28,11 +28,6 @@ SELECT bucket, position FROM task_buckets WHERE bucket IN (/*ids*/);
 -- the bucket, its count). The lock is LockTaskBuckets's: an UPDATE, which waits only for the
 -- buckets named, taken in partition order. ReadTaskBuckets reads the advanced sequences next.
 UPDATE task_buckets SET position = position + CASE bucket /*cases*/ ELSE 0 END WHERE bucket IN (/*ids*/);
-
--- name: AdvanceTaskBucket
--- Sets a bucket's sequence to the last position a retry to the end took from it, in the
--- transaction that locked it.
-UPDATE task_buckets SET position = ? WHERE bucket = ?;
 
 -- name: OpenReferences
 -- Which of the named references have an open task: a consistent read of `open` only (pending and
