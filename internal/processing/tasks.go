@@ -70,7 +70,7 @@ type taskWorked struct {
 // other workers off, the settlement is a short transaction guarded by it.
 func (e *Engine) workTasks(ctx context.Context, c exactlyonce.Claim, tasks []exactlyonce.Event) taskWorked {
 	cfg := e.Tasks
-	st := &taskSettler{e: e, c: c, cfg: cfg, in: make(chan settleRequest)}
+	st := &taskSettler{e: e, c: c, cfg: cfg, in: make(chan settleRequest), fin: make(chan struct{})}
 	go st.run(ctx)
 	sem := make(chan struct{}, cmp.Or(cfg.Concurrency, 64))
 	var wg sync.WaitGroup
@@ -83,7 +83,7 @@ func (e *Engine) workTasks(ctx context.Context, c exactlyonce.Claim, tasks []exa
 	}
 	wg.Wait()
 	close(st.in)
-	<-st.done()
+	<-st.fin
 	return st.worked
 }
 
@@ -105,7 +105,7 @@ func (e *Engine) deliverChain(ctx context.Context, c exactlyonce.Claim, t exactl
 		if !first {
 			st.chained()
 		}
-		next, ok := st.settle(ctx, e.outcome(t, res))
+		next, ok := st.settle(e.outcome(t, res))
 		if !ok {
 			return
 		}
@@ -141,17 +141,11 @@ type taskSettler struct {
 	c   exactlyonce.Claim
 	cfg *Tasks
 	in  chan settleRequest
+	fin chan struct{} // closed when run has settled and released everything
 
 	mu        sync.Mutex
 	worked    taskWorked
 	toRelease []int64
-	fin       chan struct{}
-	once      sync.Once
-}
-
-func (st *taskSettler) done() chan struct{} {
-	st.once.Do(func() { st.fin = make(chan struct{}) })
-	return st.fin
 }
 
 func (st *taskSettler) chained() {
@@ -168,7 +162,7 @@ func (st *taskSettler) release(t exactlyonce.Event) {
 
 // settle hands o to the settler and waits for its transaction: it returns the next task of o's
 // reference if the settlement handed it on to this claim.
-func (st *taskSettler) settle(ctx context.Context, o exactlyonce.TaskOutcome) (exactlyonce.Event, bool) {
+func (st *taskSettler) settle(o exactlyonce.TaskOutcome) (exactlyonce.Event, bool) {
 	r := settleRequest{o: o, reply: make(chan *exactlyonce.Event, 1)}
 	st.in <- r
 	next := <-r.reply
@@ -179,7 +173,7 @@ func (st *taskSettler) settle(ctx context.Context, o exactlyonce.TaskOutcome) (e
 }
 
 func (st *taskSettler) run(ctx context.Context) {
-	defer close(st.done())
+	defer close(st.fin)
 	linger := cmp.Or(st.cfg.SettleLinger, 2*time.Millisecond)
 	for {
 		first, ok := <-st.in
