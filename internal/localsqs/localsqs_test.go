@@ -2,7 +2,10 @@ package localsqs_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -61,4 +64,100 @@ func TestStartAndStop(t *testing.T) {
 	_, err = localsqs.NewClient(srv.URL).ListQueues(context.Background(), &sqs.ListQueuesInput{})
 	require.NoError(t, err)
 	srv.Stop()
+}
+
+// Queues created and deleted while other clients send to and receive from theirs do not bring the
+// endpoint down. goaws reads its queue map without a lock in several actions, so a create or delete
+// at the same moment was a fatal "concurrent map read and map write" that killed the whole process
+// (and every test of the binary with it); sqslocal serialises the actions that change the map.
+func TestQueueChurnBesideTrafficKeepsTheEndpointUp(t *testing.T) {
+	t.Parallel()
+	srv, err := localsqs.Start("")
+	require.NoError(t, err)
+	defer srv.Stop()
+	client := localsqs.NewClient(srv.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	steady, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("steady")})
+	require.NoError(t, err)
+	const rounds = 300
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	gctx := ctx
+	g := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	for w := range 4 {
+		g(func() error { // churn: create and delete queues
+			for i := range rounds {
+				out, err := client.CreateQueue(gctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("churn-%d-%d", w, i))})
+				if err != nil {
+					return err
+				}
+				if _, err := client.DeleteQueue(gctx, &sqs.DeleteQueueInput{QueueUrl: out.QueueUrl}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		g(func() error { // traffic: send and receive on a queue that stays
+			for range rounds {
+				if _, err := client.SendMessage(gctx, &sqs.SendMessageInput{QueueUrl: steady.QueueUrl, MessageBody: aws.String("m")}); err != nil {
+					return err
+				}
+				out, err := client.ReceiveMessage(gctx, &sqs.ReceiveMessageInput{QueueUrl: steady.QueueUrl, MaxNumberOfMessages: 10})
+				if err != nil {
+					return err
+				}
+				for _, m := range out.Messages {
+					if _, err := client.DeleteMessage(gctx, &sqs.DeleteMessageInput{QueueUrl: steady.QueueUrl, ReceiptHandle: m.ReceiptHandle}); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err, "every call answered: the endpoint stayed up")
+	}
+}
+
+// A long poll waits for a message and returns it once it is sent, and queues can be created while it
+// waits (sqslocal long-polls by receives that do not wait, so that it never holds a create back).
+func TestLongPollWaitsForASendWithoutHoldingCreates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := localsqs.Client(t)
+	q := localsqs.Queues(t, client, 30, 5)
+	got := make(chan *sqs.ReceiveMessageOutput, 1)
+	go func() {
+		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), MaxNumberOfMessages: 1, WaitTimeSeconds: 20})
+		if err != nil {
+			out = nil
+		}
+		got <- out
+	}()
+	other := localsqs.Queues(t, client, 30, 5) // created while the receive waits, or before it starts
+	require.NotEmpty(t, other.URL)
+	select {
+	case out := <-got:
+		t.Fatalf("the long poll returned before any message was sent: %+v", out)
+	default:
+	}
+	_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String("hello")})
+	require.NoError(t, err)
+	out := <-got
+	require.NotNil(t, out, "the receive failed")
+	require.Len(t, out.Messages, 1)
+	require.Equal(t, "hello", aws.ToString(out.Messages[0].Body))
 }

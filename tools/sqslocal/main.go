@@ -2,7 +2,8 @@
 // system without AWS or Docker. It is goaws (github.com/Admiral-Piett/goaws) used as a library, so
 // that it listens on 127.0.0.1 only (goaws's own command binds every interface) and takes its
 // address from a flag. It lives in its own Go module so goaws's dependencies stay out of the
-// application's.
+// application's. Requests pass through a gate (gate.go) that keeps goaws's unlocked reads of its
+// queue map away from the actions that write it, which otherwise crash the process.
 //
 //	sqslocal -addr 127.0.0.1:4100
 //
@@ -65,7 +66,7 @@ func main() {
 	// goaws returns invisible messages to the queue and moves them to a DLQ on this tick.
 	go gosqs.PeriodicTasks(100*time.Millisecond, quit)
 
-	srv := &http.Server{Handler: router.New(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newGate(router.New()), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
