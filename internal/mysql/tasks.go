@@ -215,11 +215,7 @@ func createTaskRows(ctx context.Context, tx *sql.Tx, tasks []exactlyonce.NewTask
 		}
 		counts[taskBucket(h)]++
 	}
-	positions, err := advanceTaskBuckets(ctx, tx, counts)
-	if err != nil {
-		return nil, err
-	}
-	open, err := openReferences(ctx, tx, hashes)
+	positions, open, err := advanceTaskBuckets(ctx, tx, counts, hashes)
 	if err != nil {
 		return nil, err
 	}
@@ -293,37 +289,14 @@ func lockTaskBucketsOnly(ctx context.Context, tx *sql.Tx, buckets []int64) error
 	return err
 }
 
-// readTaskBuckets reads the sequences of buckets the transaction has locked.
-func readTaskBuckets(ctx context.Context, tx *sql.Tx, buckets []int64) (map[int64]int64, error) {
-	out := map[int64]int64{}
-	q, args := expandIDs(query("ReadTaskBuckets"), buckets)
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var b, pos int64
-		if err := rows.Scan(&b, &pos); err != nil {
-			return nil, err
-		}
-		out[b] = pos
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(out) != len(buckets) {
-		return nil, fmt.Errorf("task_buckets holds %d of the %d buckets asked for: the table was changed by hand", len(out), len(buckets))
-	}
-	return out, nil
-}
-
 // advanceTaskBuckets locks the buckets and advances each one's sequence by its count, in one
-// statement, and returns each sequence as it was before: the create's tasks take the positions
-// after it.
-func advanceTaskBuckets(ctx context.Context, tx *sql.Tx, counts map[int64]int64) (map[int64]int64, error) {
+// statement (AdvanceTaskBuckets), then reads in one more (BucketsAndOpen) each sequence as it was
+// before, from which the tasks take the positions after it, and which of the references (hashes)
+// have an open task.
+func advanceTaskBuckets(ctx context.Context, tx *sql.Tx, counts map[int64]int64, hashes map[string]uint32) (map[int64]int64, map[string]bool, error) {
+	positions, open := map[int64]int64{}, map[string]bool{}
 	if len(counts) == 0 {
-		return map[int64]int64{}, nil
+		return positions, open, nil
 	}
 	buckets := make([]int64, 0, len(counts))
 	for b := range counts {
@@ -337,16 +310,34 @@ func advanceTaskBuckets(ctx context.Context, tx *sql.Tx, counts map[int64]int64)
 	q, ids := expandIDs(strings.Replace(query("AdvanceTaskBuckets"), "/*cases*/",
 		strings.TrimSuffix(strings.Repeat("WHEN ? THEN ? ", len(buckets)), " "), 1), buckets)
 	if _, err := tx.ExecContext(ctx, q, append(args, ids...)...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out, err := readTaskBuckets(ctx, tx, buckets)
+	q, ids = expandIDs(query("BucketsAndOpen"), buckets)
+	q, refs := refArgs(q, hashes)
+	rows, err := tx.QueryContext(ctx, q, append(ids, refs...)...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	for b, n := range counts {
-		out[b] -= n
+	defer rows.Close()
+	for rows.Next() {
+		var part, bucket, pos int64
+		var ref sql.NullString
+		if err := rows.Scan(&part, &bucket, &pos, &ref); err != nil {
+			return nil, nil, err
+		}
+		if part == 0 {
+			positions[bucket] = pos - counts[bucket]
+		} else {
+			open[ref.String] = true
+		}
 	}
-	return out, nil
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	if len(positions) != len(buckets) {
+		return nil, nil, fmt.Errorf("task_buckets holds %d of the %d buckets asked for: the table was changed by hand", len(positions), len(buckets))
+	}
+	return positions, open, nil
 }
 
 // refArgs expands /*hashes*/ and /*refs*/ in q for the references of hashes.
@@ -363,28 +354,6 @@ func refArgs(q string, hashes map[string]uint32) (string, []any) {
 	q = strings.Replace(q, "/*hashes*/", placeholders(len(hs)), 1)
 	q = strings.Replace(q, "/*refs*/", placeholders(len(refs)), 1)
 	return q, append(hs, refs...)
-}
-
-// openReferences tells which of the references have an open task.
-func openReferences(ctx context.Context, tx *sql.Tx, hashes map[string]uint32) (map[string]bool, error) {
-	out := map[string]bool{}
-	if len(hashes) == 0 {
-		return out, nil
-	}
-	q, args := refArgs(query("OpenReferences"), hashes)
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var ref string
-		if err := rows.Scan(&ref); err != nil {
-			return nil, err
-		}
-		out[ref] = true
-	}
-	return out, rows.Err()
 }
 
 // SettleTasks records, in one short transaction, the outcomes of delivery attempts of tasks leased

@@ -177,10 +177,6 @@ func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos in
 	if err := rows.Err(); err != nil {
 		return "", 0, 0, err
 	}
-	open, err := openReferences(ctx, tx, map[string]uint32{ref: hash})
-	if err != nil {
-		return "", 0, 0, err
-	}
 	if started == 0 && !slices.ContainsFunc(heads, func(h head) bool { return h.pos < pos }) {
 		for _, h := range heads {
 			if _, err := tx.ExecContext(ctx, query("RequeueTask"), h.id); err != nil {
@@ -191,7 +187,7 @@ func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos in
 	}
 	// To the end: the next position of the bucket's sequence, taken as a create takes it.
 	b := taskBucket(hash)
-	before, err := advanceTaskBuckets(ctx, tx, map[int64]int64{b: 1})
+	before, open, err := advanceTaskBuckets(ctx, tx, map[int64]int64{b: 1}, map[string]uint32{ref: hash})
 	if err != nil {
 		return "", 0, 0, err
 	}

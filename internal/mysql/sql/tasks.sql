@@ -16,30 +16,29 @@
 -- benchmark saw creates and settlements queue behind each other's partitions).
 UPDATE task_buckets SET position = position WHERE bucket IN (/*ids*/);
 
--- name: ReadTaskBuckets
--- The position sequences of buckets this transaction has locked (LockTaskBuckets): a consistent
--- read, which at READ COMMITTED sees the last committed value, and no other transaction can change
--- a locked bucket. Pruned to the buckets' partitions.
-SELECT bucket, position FROM task_buckets WHERE bucket IN (/*ids*/);
-
 -- name: AdvanceTaskBuckets
--- A create: locks the buckets of its references and advances each one's sequence by the number of
--- positions its tasks take from it, in one statement (/*cases*/ is one `WHEN ? THEN ?` per bucket:
--- the bucket, its count). The lock is LockTaskBuckets's: an UPDATE, which waits only for the
--- buckets named, taken in partition order. ReadTaskBuckets reads the advanced sequences next.
+-- A create (or a retry to the end): locks the buckets of its references and advances each one's
+-- sequence by the number of positions its tasks take from it, in one statement (/*cases*/ is one
+-- `WHEN ? THEN ?` per bucket: the bucket, its count). The lock is LockTaskBuckets's: an UPDATE, which
+-- waits only for the buckets named, taken in partition order. BucketsAndOpen reads the advanced
+-- sequences next.
 UPDATE task_buckets SET position = position + CASE bucket /*cases*/ ELSE 0 END WHERE bucket IN (/*ids*/);
 
--- name: OpenReferences
--- Which of the named references have an open task: a consistent read of `open` only (pending and
--- processing), run with the references' buckets locked, so that no settlement or create of theirs
--- is in flight. `queued` is not read: a reference with a queued task always has an open head
--- (pending or processing), as every transaction that leaves a task queued keeps or makes one: a
--- create queues a task only behind an open one; a settlement promotes the next queued task in the
--- transaction that settles the head; a retry in place requeues the pending head behind the task it
--- makes pending. So `open` answers alone, and a create does not scan the queue, which is as long as
--- the backlog (the tasks benchmark: 20,000 rows scanned per create, the database's CPU the limit).
--- /*hashes*/ and /*refs*/ are expanded to one ? each.
-SELECT DISTINCT reference_id FROM events
+-- name: BucketsAndOpen
+-- A create's second statement: two reads in one round trip. Rows `0, bucket, position, NULL` are the
+-- sequences of the buckets it has just advanced (a consistent read sees this transaction's own
+-- change, and no other transaction can change a locked bucket); rows `1, 0, 0, reference_id` name
+-- its references that have an open task (pending or processing), read from `open` only, under the
+-- buckets' locks, so that no settlement or create of theirs is in flight. `queued` is not read: a
+-- reference with a queued task always has an open head, as every transaction that leaves a task
+-- queued keeps or makes one: a create queues a task only behind an open one; a settlement promotes
+-- the next queued task in the transaction that settles the head; a retry in place requeues the
+-- pending head behind the task it makes pending. So `open` answers alone, and a create does not scan
+-- the queue, which is as long as the backlog (the tasks benchmark: 20,000 rows scanned per create,
+-- the database's CPU the limit). /*ids*/, /*hashes*/ and /*refs*/ are expanded to one ? each.
+SELECT 0, bucket, position, NULL FROM task_buckets WHERE bucket IN (/*ids*/)
+UNION ALL
+SELECT DISTINCT 1, 0, 0, reference_id FROM events
 WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
 
 -- name: InsertTaskRows

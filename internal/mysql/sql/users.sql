@@ -122,7 +122,7 @@ GRANT SELECT ON agents TO /*user*/;
 
 -- name: GrantTaskBuckets
 -- api, processor and sweeper: lock the buckets of the references whose order they decide
--- (LockTaskBuckets, an UPDATE that changes nothing, and ReadTaskBuckets) and
+-- (LockTaskBuckets, an UPDATE that changes nothing, and BucketsAndOpen) and
 -- advance their position sequences (AdvanceTaskBuckets). No INSERT or DELETE: only migrate seeds the
 -- buckets.
 GRANT SELECT, UPDATE ON task_buckets TO /*user*/;
