@@ -31,6 +31,12 @@ const (
 	metricCounterRejected     = "CounterRejected"
 )
 
+// NamedQueue is a queue and the short name its lines are labelled with (events, events-dlq, ...).
+type NamedQueue struct {
+	Name  string
+	Queue awssqs.Queue
+}
+
 // dashboardPeriod is the period of every graph: one minute, the sweeper's rhythm.
 const dashboardPeriod = time.Minute
 
@@ -40,7 +46,7 @@ type DashboardProps struct {
 	Functions *Functions
 	Counter   awslambda.Function
 	// Queues are shown in this order, each queue followed by its DLQ.
-	Queues   []awssqs.Queue
+	Queues   []NamedQueue
 	Database *Database
 	Alarms   []awscloudwatch.Alarm
 }
@@ -116,8 +122,8 @@ func NewDashboard(scope constructs.Construct, id string, props DashboardProps) a
 	})
 
 	var depth, age, inFlight []awscloudwatch.IMetric
-	for _, q := range props.Queues {
-		name := *q.Node().Path()
+	for _, nq := range props.Queues {
+		q, name := nq.Queue, nq.Name
 		depth = append(depth, q.MetricApproximateNumberOfMessagesVisible(labelled("visible "+name, "Maximum")))
 		inFlight = append(inFlight, q.MetricApproximateNumberOfMessagesNotVisible(labelled("in flight "+name, "Maximum")))
 		age = append(age, q.MetricApproximateAgeOfOldestMessage(labelled("oldest "+name, "Maximum")))

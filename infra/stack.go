@@ -6,7 +6,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/triggers"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -131,7 +130,8 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 	s.Notifications.Notify(alarms...)
 	s.Dashboard = NewDashboard(stack, "Dashboard", DashboardProps{
 		API: s.API, Functions: s.Functions, Counter: s.Counters.Function, Database: s.Database, Alarms: alarms,
-		Queues: []awssqs.Queue{s.Queues.Main, s.Queues.DeadLetter, s.Counters.Queue, s.Counters.DeadLetter},
+		Queues: []NamedQueue{{"events", s.Queues.Main}, {"events-dlq", s.Queues.DeadLetter},
+			{"counters", s.Counters.Queue}, {"counters-dlq", s.Counters.DeadLetter}},
 	})
 
 	awscdk.NewCfnOutput(stack, jsii.String("ApiUrl"), &awscdk.CfnOutputProps{
