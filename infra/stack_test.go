@@ -153,6 +153,7 @@ func TestOutputs(t *testing.T) {
 		{"DeadLetterQueueUrl", refTo(s.ref(t, s.stack.Queues.DeadLetter.QueueUrl()))},
 		{"DatabaseProxyEndpoint", getAtt(s.ref(t, s.stack.Database.Proxy.DbProxyName()), "Endpoint")},
 		{"WebhookSecretArn", refTo(s.ref(t, s.stack.Webhooks.Secret.SecretArn()))},
+		{"AlarmTopicArn", refTo(s.ref(t, s.stack.Notifications.Topic.TopicArn()))},
 	} {
 		check(t, "output "+o.name, func() {
 			s.template.HasOutput(jsii.String(o.name), obj(map[string]any{"Value": o.value}))
