@@ -177,7 +177,12 @@ func NewDashboard(scope constructs.Construct, id string, props DashboardProps) a
 	}
 	rows = append(rows, []awscloudwatch.IWidget{
 		graph("Lambda throttles", throttles),
-		graph("Lambda concurrent executions", concurrency),
+		// Against the account's limit: what the whole account and region holds (reserved and
+		// unreserved), which throttles every function when it reaches the quota.
+		graph("Lambda concurrent executions", concurrency, awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+			Namespace: jsii.String("AWS/Lambda"), MetricName: jsii.String("ClaimedAccountConcurrency"),
+			Statistic: jsii.String("Maximum"), Period: period, Label: jsii.String("ClaimedAccountConcurrency (account)"),
+		})),
 		graph("Lambda errors", errs),
 	})
 

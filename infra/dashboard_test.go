@@ -95,6 +95,7 @@ func TestDashboard(t *testing.T) {
 			metric("AWS/Lambda", m, "FunctionName", fnRef(fn))
 		}
 	}
+	want = append(want, `["AWS/Lambda","ClaimedAccountConcurrency",{`)
 	for _, w := range want {
 		if !strings.Contains(body, w) {
 			t.Errorf("the dashboard does not show %s", w)

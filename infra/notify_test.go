@@ -49,6 +49,16 @@ func TestEveryAlarmNotifiesAndNamesItsRunbookEntry(t *testing.T) {
 					t.Errorf("%s: alarm %s %s = %s, want the alarm topic alone", v, id, key, got)
 				}
 			}
+			// CloudWatch refuses an alarm whose metric math reads more than 10 metrics.
+			stats := 0
+			for _, q := range asList(p["Metrics"]) {
+				if _, ok := q.(map[string]any)["MetricStat"]; ok {
+					stats++
+				}
+			}
+			if stats > 10 {
+				t.Errorf("%s: alarm %s reads %d metrics; an alarm may read 10 at most", v, id, stats)
+			}
 			desc, _ := p["AlarmDescription"].(string)
 			m := link.FindStringSubmatch(desc)
 			if m == nil {
