@@ -19,8 +19,8 @@ type AlarmsProps struct {
 	API       awsapigateway.RestApi
 }
 
-// Alarms are the signals that exactly-once processing has stopped being true or timely.
-// They have no actions: attach an SNS topic (or look at them in the console) per account policy.
+// Alarms are the signals that exactly-once processing has stopped being true or timely. The stack
+// makes each report to the alarm topic (notify.go); each description names its runbook entry.
 type Alarms struct {
 	constructs.Construct
 	DeadLetters    awscloudwatch.Alarm
@@ -54,6 +54,11 @@ const (
 	sweeperMetricDimension  = "FunctionName"            // sweeping.FunctionNameDimension
 )
 
+// All returns the alarms.
+func (a *Alarms) All() []awscloudwatch.Alarm {
+	return []awscloudwatch.Alarm{a.DeadLetters, a.QueueAge, a.ProcessorError, a.API5xx, a.SweeperErrors, a.PendingAge}
+}
+
 // NewAlarms creates the alarms.
 func NewAlarms(scope constructs.Construct, id string, props AlarmsProps) *Alarms {
 	c := constructs.NewConstruct(scope, &id)
@@ -64,7 +69,7 @@ func NewAlarms(scope constructs.Construct, id string, props AlarmsProps) *Alarms
 	a.DeadLetters = props.Queues.DeadLetter.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
 		Period: minute, Statistic: jsii.String("Maximum"),
 	}).CreateAlarm(c, jsii.String("DeadLetters"), &awscloudwatch.CreateAlarmOptions{
-		AlarmDescription:   jsii.String("Messages in the dead-letter queue: an event failed maxReceiveCount times. Inspect, fix, then redrive."),
+		AlarmDescription:   jsii.String("Messages in the dead-letter queue: an event failed maxReceiveCount times. Inspect, fix, then redrive." + runbook("the-dlq-has-messages")),
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
@@ -74,7 +79,8 @@ func NewAlarms(scope constructs.Construct, id string, props AlarmsProps) *Alarms
 	a.QueueAge = props.Queues.Main.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
 		Period: minute, Statistic: jsii.String("Maximum"),
 	}).CreateAlarm(c, jsii.String("QueueAge"), &awscloudwatch.CreateAlarmOptions{
-		AlarmDescription:   jsii.String("The oldest message on the events queue has waited over 5 minutes for 5 minutes: the processor is not keeping up or keeps failing."),
+		AlarmDescription: jsii.String("The oldest message on the events queue has waited over 5 minutes for 5 minutes: the processor is not keeping up or keeps failing." +
+			runbook("queue-messages-are-getting-old")),
 		Threshold:          jsii.Number(queueAgeAlarmSeconds),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(5),
@@ -84,7 +90,8 @@ func NewAlarms(scope constructs.Construct, id string, props AlarmsProps) *Alarms
 	a.ProcessorError = props.Processor.MetricErrors(&awscloudwatch.MetricOptions{
 		Period: fiveMinutes, Statistic: jsii.String("Sum"),
 	}).CreateAlarm(c, jsii.String("ProcessorErrors"), &awscloudwatch.CreateAlarmOptions{
-		AlarmDescription:   jsii.String("The processor failed whole batches (crash, timeout or returned error); per-message failures are reported, not errors."),
+		AlarmDescription: jsii.String("The processor failed whole batches (crash, timeout or returned error); per-message failures are reported, not errors." +
+			runbook("a-function-fails-whole-invocations")),
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
@@ -95,7 +102,7 @@ func NewAlarms(scope constructs.Construct, id string, props AlarmsProps) *Alarms
 	a.API5xx = props.API.MetricServerError(&awscloudwatch.MetricOptions{
 		Period: fiveMinutes, Statistic: jsii.String("Average"),
 	}).CreateAlarm(c, jsii.String("Api5xxRate"), &awscloudwatch.CreateAlarmOptions{
-		AlarmDescription:   jsii.String("More than 5% of API requests answered 5xx over 5 minutes."),
+		AlarmDescription:   jsii.String("More than 5% of API requests answered 5xx over 5 minutes." + runbook("the-api-answers-5xx")),
 		Threshold:          jsii.Number(api5xxRateThreshold),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
@@ -111,7 +118,7 @@ func NewAlarms(scope constructs.Construct, id string, props AlarmsProps) *Alarms
 		Period: sweeperPeriod, Statistic: jsii.String("Sum"),
 	}).CreateAlarm(c, jsii.String("SweeperErrors"), &awscloudwatch.CreateAlarmOptions{
 		AlarmDescription: jsii.String("The sweeper failed (error, timeout, or could not start) in 3 of the last 5 minutes: " +
-			"events whose queue message was lost are not being processed. See its log group."),
+			"events whose queue message was lost are not being processed. See its log group." + runbook("the-sweeper-fails")),
 		Threshold:          jsii.Number(1),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(sweeperAlarmEvaluations),
@@ -131,7 +138,7 @@ func NewAlarms(scope constructs.Construct, id string, props AlarmsProps) *Alarms
 	}).CreateAlarm(c, jsii.String("PendingAge"), &awscloudwatch.CreateAlarmOptions{
 		AlarmDescription: jsii.String("An event has waited for a worker longer than a working sweeper allows " +
 			"(grace + one schedule interval + one run), or the sweeper published no age (not running, " +
-			"cannot start, or cannot read the database), in 3 of the last 5 minutes."),
+			"cannot start, or cannot read the database), in 3 of the last 5 minutes." + runbook("events-wait-too-long")),
 		Threshold:          jsii.Number(pendingAgeAlarm.Seconds()),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(sweeperAlarmEvaluations),

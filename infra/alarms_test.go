@@ -14,7 +14,9 @@ import (
 func TestAlarms(t *testing.T) {
 	s := synth(t, variantAWS)
 	tpl := s.template
-	check(t, "six alarms, and the counter service's three (counters_test.go)", func() { tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6+3)) })
+	check(t, "six alarms, the counter service's three (counters_test.go) and the signals' eight (alarms_signals_test.go)", func() {
+		tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6+3+8))
+	})
 	dlqName := map[string]any{"Fn::GetAtt": []any{s.ref(t, s.stack.Queues.DeadLetter.QueueUrl()), "QueueName"}}
 	mainName := map[string]any{"Fn::GetAtt": []any{s.ref(t, s.stack.Queues.Main.QueueUrl()), "QueueName"}}
 	processorName := map[string]any{"Ref": s.ref(t, s.stack.Functions.Processor.FunctionName())}

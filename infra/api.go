@@ -36,6 +36,9 @@ func NewEventsAPI(scope constructs.Construct, id string, handler awslambda.IFunc
 			ThrottlingRateLimit:  jsii.Number(apiRateLimit),
 			ThrottlingBurstLimit: jsii.Number(apiBurstLimit),
 			MetricsEnabled:       jsii.Bool(true),
+			// X-Ray: the stage samples with the account's sampling rules (the default: the first
+			// request each second and 5 % of the rest); no request, no trace (docs/deploy.md, "Tracing").
+			TracingEnabled:       jsii.Bool(true),
 			AccessLogDestination: awsapigateway.NewLogGroupLogDestination(accessLogs),
 			AccessLogFormat: awsapigateway.AccessLogFormat_JsonWithStandardFields(&awsapigateway.JsonWithStandardFieldProps{
 				Caller: jsii.Bool(true), HttpMethod: jsii.Bool(true), Ip: jsii.Bool(true),

@@ -94,6 +94,9 @@ func TestAPI(t *testing.T) {
 			},
 		}))
 	})
+	check(t, "X-Ray tracing on the stage (docs/deploy.md, \"Tracing\")", func() {
+		stage.HasResourceProperties(jsii.String("AWS::ApiGateway::Stage"), obj(map[string]any{"TracingEnabled": true}))
+	})
 	check(t, "access logs go to a log group with retention", func() {
 		s.only(t, *logGroup.AsString()).HasResourceProperties(jsii.String("AWS::Logs::LogGroup"), obj(map[string]any{
 			"RetentionInDays": logRetentionDays,

@@ -33,6 +33,9 @@ const (
 	// in the first AZ) or 2 (one per AZ, so that deliveries survive the loss of an AZ's NAT gateway).
 	// Ignored by the LocalStack variant, which has no VPC.
 	ctxNatGateways = "natGateways"
+	// ctxAlarmEmail, when set, subscribes this address to the alarm topic (notify.go). SNS sends it a
+	// confirmation mail first; until it is confirmed nothing is delivered.
+	ctxAlarmEmail = "alarmEmail"
 )
 
 // Defaults for the LocalStack variant: the MySQL and LocalStack services of localstack/docker-compose.yml,
@@ -61,6 +64,8 @@ type Config struct {
 	SweeperShards int
 	// NatGateways is how many NAT gateways the VPC has, 1 to vpcMaxAzs (docs/deploy.md, "Webhook delivery").
 	NatGateways int
+	// AlarmEmail, if not empty, is subscribed to the alarm topic.
+	AlarmEmail string
 }
 
 // ConfigFromContext reads Config from the construct tree's context (cdk.json and -c flags).
@@ -106,6 +111,9 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 		}
 		cfg.NatGateways = n
 	}
+	if v, ok := contextString(node, ctxAlarmEmail); ok {
+		cfg.AlarmEmail = strings.TrimSpace(v)
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -124,6 +132,9 @@ func (c Config) Validate() error {
 	}
 	if !c.LocalStack && (c.NatGateways < 1 || c.NatGateways > vpcMaxAzs) {
 		return fmt.Errorf("context %s=%d: want 1 to %d (one per AZ); webhook delivery needs a way out", ctxNatGateways, c.NatGateways, vpcMaxAzs)
+	}
+	if c.AlarmEmail != "" && !validEmail(c.AlarmEmail) {
+		return fmt.Errorf("context %s=%q: want one email address (name@domain)", ctxAlarmEmail, c.AlarmEmail)
 	}
 	if c.LocalStack && c.DBDSN == "" {
 		return fmt.Errorf("context %s=true needs %s", ctxLocalStack, ctxDBDSN)
@@ -159,4 +170,12 @@ func contextBool(node constructs.Node, key string) (bool, error) {
 		return false, fmt.Errorf("context %s=%q: want true or false", key, s)
 	}
 	return b, nil
+}
+
+// validEmail is a sanity check of an address, not RFC 5322: one @, something either side, a dot in
+// the domain, no spaces or commas (one address, not a list).
+func validEmail(s string) bool {
+	local, domain, ok := strings.Cut(s, "@")
+	return ok && local != "" && strings.Contains(domain, ".") && !strings.HasPrefix(domain, ".") &&
+		!strings.HasSuffix(domain, ".") && !strings.ContainsAny(s, " ,;\t") && !strings.Contains(domain, "@")
 }

@@ -94,7 +94,7 @@ func NewCounterService(scope constructs.Construct, id string, props CounterServi
 
 	s.Function = newFunction(scope, props.Functions, functionSpec{
 		name: "counter", description: "Counts entities from the counters queue, exactly once each, and publishes each result",
-		timeout: counterTimeout, maxOpenConns: counterMaxOpenConns, dbUser: databaseCounterUser,
+		timeout: counterTimeout, maxOpenConns: counterMaxOpenConns, dbUser: databaseCounterUser, traced: true,
 	})
 	s.Function.Node().DefaultChild().Node().AddDependency(props.Trigger)
 	mapping := &awslambdaeventsources.SqsEventSourceProps{
@@ -146,7 +146,8 @@ func NewCounterService(scope constructs.Construct, id string, props CounterServi
 	s.DeadLetters = s.DeadLetter.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
 		Period: minute, Statistic: jsii.String("Maximum"),
 	}).CreateAlarm(c, jsii.String("DeadLetters"), &awscloudwatch.CreateAlarmOptions{
-		AlarmDescription:   jsii.String("Counter messages in the dead-letter queue: malformed, or failed 5 times. Inspect, fix, then redrive."),
+		AlarmDescription: jsii.String("Counter messages in the dead-letter queue: malformed, or failed 5 times. Inspect, fix, then redrive." +
+			runbook("the-dlq-has-messages")),
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
@@ -155,7 +156,8 @@ func NewCounterService(scope constructs.Construct, id string, props CounterServi
 	s.Errors = s.Function.MetricErrors(&awscloudwatch.MetricOptions{
 		Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum"),
 	}).CreateAlarm(c, jsii.String("Errors"), &awscloudwatch.CreateAlarmOptions{
-		AlarmDescription:   jsii.String("The counter function failed whole invocations (crash, timeout); per-message failures are reported, not errors."),
+		AlarmDescription: jsii.String("The counter function failed whole invocations (crash, timeout); per-message failures are reported, not errors." +
+			runbook("a-function-fails-whole-invocations")),
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
@@ -168,7 +170,8 @@ func NewCounterService(scope constructs.Construct, id string, props CounterServi
 		Period:        minute,
 		Statistic:     jsii.String("Maximum"),
 	}).CreateAlarm(c, jsii.String("Mismatches"), &awscloudwatch.CreateAlarmOptions{
-		AlarmDescription:   jsii.String("The sweeper found a count that differs from its entities (sweeper log: \"a count differs from its entities\")."),
+		AlarmDescription: jsii.String("The sweeper found a count that differs from its entities (sweeper log: \"a count differs from its entities\")." +
+			runbook("a-count-differs-from-its-entities")),
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),

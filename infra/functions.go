@@ -64,6 +64,9 @@ type functionSpec struct {
 	// delivers marks the functions that POST webhooks (processor, sweeper): they run in the delivery
 	// subnets, the only ones with a route out of the VPC (webhooks.go opens their egress).
 	delivers bool
+	// traced turns on X-Ray active tracing: the functions a request or a message invokes (api,
+	// processor, counter), so that at idle nothing is traced (docs/deploy.md, "Tracing").
+	traced bool
 }
 
 // NewFunctions creates the functions, each with its own role, log group and (in AWS) security group.
@@ -71,11 +74,11 @@ func NewFunctions(scope constructs.Construct, props FunctionsProps) *Functions {
 	f := &Functions{}
 	f.API = newFunction(scope, props, functionSpec{
 		name: "api", description: "Events REST API (API Gateway proxy integration)",
-		timeout: apiTimeout, maxOpenConns: apiMaxOpenConns, dbUser: databaseAPIUser,
+		timeout: apiTimeout, maxOpenConns: apiMaxOpenConns, dbUser: databaseAPIUser, traced: true,
 	})
 	f.Processor = newFunction(scope, props, functionSpec{
 		name: "processor", description: "Processes events from the SQS queue, reporting per-message failures",
-		timeout: processorTimeout, maxOpenConns: processorMaxOpenConns, dbUser: databaseProcessorUser, delivers: true,
+		timeout: processorTimeout, maxOpenConns: processorMaxOpenConns, dbUser: databaseProcessorUser, delivers: true, traced: true,
 	})
 	f.Sweeper = newFunction(scope, props, functionSpec{
 		name: "sweeper", description: "Scheduled sweep of pending events the queue path missed",
@@ -154,6 +157,11 @@ func newFunction(scope constructs.Construct, props FunctionsProps, spec function
 		LogGroup:      logs,
 		LoggingFormat: awslambda.LoggingFormat_JSON,
 		Environment:   &env,
+	}
+	if spec.traced {
+		// CDK adds xray:PutTraceSegments and xray:PutTelemetryRecords to the role (on "*": X-Ray
+		// has no resource-level permissions for them; nag.go).
+		fnProps.Tracing = awslambda.Tracing_ACTIVE
 	}
 
 	access := props.Access

@@ -285,8 +285,11 @@ func TestLeastPrivilege(t *testing.T) {
 			for _, r := range stmt.Resources {
 				if r == "*" {
 					for _, a := range stmt.Actions {
-						if !strings.HasPrefix(a, "ec2:") {
-							t.Errorf("%s has %s on *; only the EC2 ENI actions of the VPC attachment may be unscoped", name, a)
+						// X-Ray's two write actions have no resource-level permissions: the traced
+						// functions (api, processor) need them on *, the others not at all.
+						xray := (a == "xray:PutTraceSegments" || a == "xray:PutTelemetryRecords") && (name == "api" || name == "processor")
+						if !strings.HasPrefix(a, "ec2:") && !xray {
+							t.Errorf("%s has %s on *; only the EC2 ENI actions of the VPC attachment, and X-Ray's writes of a traced function, may be unscoped", name, a)
 						}
 					}
 				}
@@ -317,5 +320,34 @@ func TestEventSourceMapping(t *testing.T) {
 	}
 	if w := *window.AsNumber(); w <= 0 || w > 300 {
 		t.Errorf("MaximumBatchingWindowInSeconds %v, want 1..300", w)
+	}
+}
+
+// X-Ray active tracing on the functions a request or a message invokes, with the permission to
+// write traces; not on the sweeper (the schedule invokes it every minute: traces at idle) nor on
+// migrate (docs/deploy.md, "Tracing").
+func TestTracing(t *testing.T) {
+	s := synth(t, variantAWS)
+	f := s.stack.Functions
+	for _, c := range []struct {
+		name   string
+		fn     awslambda.Function
+		traced bool
+	}{{"api", f.API, true}, {"processor", f.Processor, true}, {"counter", s.stack.Counters.Function, true},
+		{"sweeper", f.Sweeper, false}, {"migrate", f.Migrate, false}} {
+		mode := assertions.Match_Absent()
+		if c.traced {
+			mode = assertions.Match_ObjectEquals(obj(map[string]any{"Mode": "Active"}))
+		}
+		check(t, c.name+" tracing", func() {
+			s.only(t, s.ref(t, c.fn.FunctionName())).HasResourceProperties(jsii.String("AWS::Lambda::Function"),
+				obj(map[string]any{"TracingConfig": mode}))
+		})
+		stmts := s.policiesOfRole(t, s.ref(t, c.fn.Role().RoleName()))
+		for _, action := range []string{"xray:PutTraceSegments", "xray:PutTelemetryRecords"} {
+			if got := allows(stmts, action, `"*"`); got != c.traced {
+				t.Errorf("%s may %s: %v, want %v", c.name, action, got, c.traced)
+			}
+		}
 	}
 }

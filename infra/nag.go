@@ -45,17 +45,36 @@ func addNagSuppressions(s *ExactlyOnceStack, cfg Config) {
 	}
 
 	// --- Functions ---------------------------------------------------------------------------
-	if s.Network != nil {
-		for _, fn := range []awslambda.Function{s.Functions.API, s.Functions.Processor, s.Functions.Sweeper, s.Functions.Migrate, s.Counters.Function} {
-			suppress(fn.Role(), true,
-				nagFor("AwsSolutions-IAM5", "Resource::*",
-					"ec2:CreateNetworkInterface/DescribeNetworkInterfaces/DescribeSubnets/DeleteNetworkInterface/"+
-						"AssignPrivateIpAddresses/UnassignPrivateIpAddresses for the Lambda VPC attachment; these EC2 "+
-						"actions do not support resource-level permissions (the same statement as the AWS managed "+
-						"policy AWSLambdaVPCAccessExecutionRole). Every other grant of this role is scoped to one resource."),
-			)
+	const vpcReason = "ec2:CreateNetworkInterface/DescribeNetworkInterfaces/DescribeSubnets/DeleteNetworkInterface/" +
+		"AssignPrivateIpAddresses/UnassignPrivateIpAddresses for the Lambda VPC attachment; these EC2 " +
+		"actions do not support resource-level permissions (the same statement as the AWS managed " +
+		"policy AWSLambdaVPCAccessExecutionRole)."
+	const xrayReason = "xray:PutTraceSegments/PutTelemetryRecords for X-Ray active tracing, added by CDK with " +
+		"Tracing ACTIVE; X-Ray does not support resource-level permissions for them (the same statement as " +
+		"the AWS managed policy AWSXRayDaemonWriteAccess)."
+	traced := map[awslambda.Function]bool{s.Functions.API: true, s.Functions.Processor: true, s.Counters.Function: true}
+	for _, fn := range []awslambda.Function{s.Functions.API, s.Functions.Processor, s.Functions.Sweeper, s.Functions.Migrate, s.Counters.Function} {
+		var reasons []string
+		if s.Network != nil {
+			reasons = append(reasons, vpcReason)
+		}
+		if traced[fn] {
+			reasons = append(reasons, xrayReason)
+		}
+		if len(reasons) > 0 {
+			suppress(fn.Role(), true, nagFor("AwsSolutions-IAM5", "Resource::*",
+				strings.Join(reasons, " ")+" Every other grant of this role is scoped to one resource."))
 		}
 	}
+
+	// --- Alarm topic -------------------------------------------------------------------------
+	suppress(s.Notifications.Topic, true,
+		nag("AwsSolutions-SNS2",
+			"No server-side encryption: CloudWatch alarms cannot publish to a topic encrypted with the AWS managed "+
+				"key (aws/sns), and a customer managed key costs $1 a month or more to protect notifications that hold "+
+				"an alarm's name, metric and state, nothing else. Publishing requires TLS (AwsSolutions-SNS3) and "+
+				"only this account's CloudWatch alarms may publish."),
+	)
 
 	// --- Webhooks ----------------------------------------------------------------------------
 	suppress(s.Webhooks.Secret, true,

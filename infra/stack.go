@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/triggers"
@@ -26,6 +27,11 @@ type ExactlyOnceStack struct {
 	API       awsapigateway.RestApi
 	Counters  *CounterService // counters.go
 	Webhooks  *Webhooks       // webhooks.go
+
+	Alarms        *Alarms        // alarms.go
+	SignalAlarms  *SignalAlarms  // alarms_signals.go
+	Notifications *Notifications // notify.go: the topic every alarm reports to
+	Dashboard     awscloudwatch.Dashboard
 }
 
 // NewExactlyOnceStack builds the stack. It needs no AWS account, region or context lookups:
@@ -108,11 +114,24 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 		Architecture: lambdaArchitecture(cfg.LambdaArch), Access: dbAccess}, Sweeper: s.Functions.Sweeper, Trigger: trigger, CapConcurrency: !cfg.LocalStack})
 	NewSweepSchedule(stack, "SweepSchedule", s.Functions.Sweeper, max(cfg.SweeperShards, 1))
 	s.API = NewEventsAPI(stack, "Api", s.Functions.API, cfg.PublicAPI)
-	NewAlarms(stack, "Alarms", AlarmsProps{
+	s.Alarms = NewAlarms(stack, "Alarms", AlarmsProps{
 		Queues:    s.Queues,
 		Processor: s.Functions.Processor,
 		Sweeper:   s.Functions.Sweeper,
 		API:       s.API,
+	})
+	s.SignalAlarms = NewSignalAlarms(stack, "SignalAlarms", SignalAlarmsProps{
+		API: s.API, Functions: s.Functions, Counter: s.Counters.Function, CounterQueue: s.Counters.Queue, Database: s.Database,
+	})
+	// Every alarm of the stack reports to the operator's topic, and shows on the dashboard.
+	alarms := append(s.Alarms.All(), s.Counters.DeadLetters, s.Counters.Errors, s.Counters.Mismatches)
+	alarms = append(alarms, s.SignalAlarms.All()...)
+	s.Notifications = NewNotifications(stack, "Notifications", cfg.AlarmEmail)
+	s.Notifications.Notify(alarms...)
+	s.Dashboard = NewDashboard(stack, "Dashboard", DashboardProps{
+		API: s.API, Functions: s.Functions, Counter: s.Counters.Function, Database: s.Database, Alarms: alarms,
+		Queues: []NamedQueue{{"events", s.Queues.Main}, {"events-dlq", s.Queues.DeadLetter},
+			{"counters", s.Counters.Queue}, {"counters-dlq", s.Counters.DeadLetter}},
 	})
 
 	awscdk.NewCfnOutput(stack, jsii.String("ApiUrl"), &awscdk.CfnOutputProps{

@@ -153,6 +153,7 @@ func TestOutputs(t *testing.T) {
 		{"DeadLetterQueueUrl", refTo(s.ref(t, s.stack.Queues.DeadLetter.QueueUrl()))},
 		{"DatabaseProxyEndpoint", getAtt(s.ref(t, s.stack.Database.Proxy.DbProxyName()), "Endpoint")},
 		{"WebhookSecretArn", refTo(s.ref(t, s.stack.Webhooks.Secret.SecretArn()))},
+		{"AlarmTopicArn", refTo(s.ref(t, s.stack.Notifications.Topic.TopicArn()))},
 	} {
 		check(t, "output "+o.name, func() {
 			s.template.HasOutput(jsii.String(o.name), obj(map[string]any{"Value": o.value}))
@@ -202,7 +203,7 @@ func TestLocalStackVariant(t *testing.T) {
 		tpl.ResourceCountIs(jsii.String("AWS::Events::Rule"), jsii.Number(defaultSweeperShards))
 		tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(10))
 		tpl.ResourceCountIs(jsii.String("Custom::Trigger"), jsii.Number(1))
-		tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6+3))
+		tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6+3+6)) // no database, no database alarms
 	})
 	if n := len(*tpl.FindOutputs(jsii.String("DatabaseProxyEndpoint"), nil)); n != 0 {
 		t.Errorf("LocalStack variant outputs a proxy endpoint")
