@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -215,7 +214,11 @@ func createTaskRows(ctx context.Context, tx *sql.Tx, tasks []exactlyonce.NewTask
 		}
 		counts[taskBucket(h)]++
 	}
-	positions, open, err := advanceTaskBuckets(ctx, tx, counts, hashes)
+	positions, heads, err := advanceTaskBuckets(ctx, tx, counts, hashes)
+	if err != nil {
+		return nil, err
+	}
+	open, err := lockHeads(ctx, tx, hashes, heads)
 	if err != nil {
 		return nil, err
 	}
@@ -290,13 +293,12 @@ func lockTaskBucketsOnly(ctx context.Context, tx *sql.Tx, buckets []int64) error
 }
 
 // advanceTaskBuckets locks the buckets and advances each one's sequence by its count, in one
-// statement (AdvanceTaskBuckets), then reads in one more (BucketsAndOpen) each sequence as it was
-// before, from which the tasks take the positions after it, and which of the references (hashes)
-// have an open task.
-func advanceTaskBuckets(ctx context.Context, tx *sql.Tx, counts map[int64]int64, hashes map[string]uint32) (map[int64]int64, map[string]bool, error) {
-	positions, open := map[int64]int64{}, map[string]bool{}
+// statement (AdvanceTaskBuckets), then reads in one more (BucketsAndHeads) each sequence as it was
+// before, from which the tasks take the positions after it, and the open tasks (heads) of the
+// references (hashes).
+func advanceTaskBuckets(ctx context.Context, tx *sql.Tx, counts map[int64]int64, hashes map[string]uint32) (map[int64]int64, map[string][]int64, error) {
 	if len(counts) == 0 {
-		return positions, open, nil
+		return map[int64]int64{}, map[string][]int64{}, nil
 	}
 	buckets := make([]int64, 0, len(counts))
 	for b := range counts {
@@ -312,32 +314,93 @@ func advanceTaskBuckets(ctx context.Context, tx *sql.Tx, counts map[int64]int64,
 	if _, err := tx.ExecContext(ctx, q, append(args, ids...)...); err != nil {
 		return nil, nil, err
 	}
-	q, ids = expandIDs(query("BucketsAndOpen"), buckets)
+	q, ids = expandIDs(query("BucketsAndHeads"), buckets)
 	q, refs := refArgs(q, hashes)
-	rows, err := tx.QueryContext(ctx, q, append(ids, refs...)...)
+	positions, heads, err := scanBucketsAndHeads(tx.QueryContext(ctx, q, append(ids, refs...)...))
 	if err != nil {
-		return nil, nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var part, bucket, pos int64
-		var ref sql.NullString
-		if err := rows.Scan(&part, &bucket, &pos, &ref); err != nil {
-			return nil, nil, err
-		}
-		if part == 0 {
-			positions[bucket] = pos - counts[bucket]
-		} else {
-			open[ref.String] = true
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return nil, nil, err
 	}
 	if len(positions) != len(buckets) {
 		return nil, nil, fmt.Errorf("task_buckets holds %d of the %d buckets asked for: the table was changed by hand", len(positions), len(buckets))
 	}
-	return positions, open, nil
+	for b, n := range counts {
+		positions[b] -= n
+	}
+	return positions, heads, nil
+}
+
+// scanBucketsAndHeads reads the rows of BucketsAndHeads (or OpenHeads): bucket sequences, and the
+// ids of the references' open tasks.
+func scanBucketsAndHeads(rows *sql.Rows, err error) (map[int64]int64, map[string][]int64, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	positions, heads := map[int64]int64{}, map[string][]int64{}
+	for rows.Next() {
+		var part, n, pos int64
+		var ref sql.NullString
+		if err := rows.Scan(&part, &n, &pos, &ref); err != nil {
+			return nil, nil, err
+		}
+		if part == 0 {
+			positions[n] = pos
+		} else {
+			heads[ref.String] = append(heads[ref.String], n)
+		}
+	}
+	return positions, heads, rows.Err()
+}
+
+// openHeads reads the open tasks (heads) of the references.
+func openHeads(ctx context.Context, tx *sql.Tx, hashes map[string]uint32) (map[string][]int64, error) {
+	q, args := refArgs(query("OpenHeads"), hashes)
+	_, heads, err := scanBucketsAndHeads(tx.QueryContext(ctx, q, args...))
+	return heads, err
+}
+
+// lockHeads locks the open tasks (heads) of the references, as read (heads), and tells which of the
+// references have one once they are locked. A head settled while LockHeads waited for it is not open
+// any more: the references whose heads were just locked are read again, and a head promoted in the
+// meantime is locked in turn, until every head read is one this transaction holds (each round
+// follows a settlement, so it ends). No head can appear otherwise: a create or retry that makes one
+// needs the reference's bucket, which the caller holds.
+func lockHeads(ctx context.Context, tx *sql.Tx, hashes map[string]uint32, heads map[string][]int64) (map[string]bool, error) {
+	locked := map[int64]bool{}
+	for {
+		var ids []int64
+		again := map[string]uint32{}
+		for ref, hs := range heads {
+			for _, id := range hs {
+				if !locked[id] {
+					ids = append(ids, id)
+					again[ref] = hashes[ref]
+				}
+			}
+		}
+		if len(ids) == 0 {
+			open := map[string]bool{}
+			for ref, hs := range heads {
+				open[ref] = len(hs) > 0
+			}
+			return open, nil
+		}
+		slices.Sort(ids)
+		q, args := expandIDs(query("LockHeads"), ids)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			locked[id] = true
+		}
+		fresh, err := openHeads(ctx, tx, again)
+		if err != nil {
+			return nil, err
+		}
+		for ref := range again {
+			heads[ref] = fresh[ref]
+		}
+	}
 }
 
 // refArgs expands /*hashes*/ and /*refs*/ in q for the references of hashes.
@@ -354,194 +417,4 @@ func refArgs(q string, hashes map[string]uint32) (string, []any) {
 	q = strings.Replace(q, "/*hashes*/", placeholders(len(hs)), 1)
 	q = strings.Replace(q, "/*refs*/", placeholders(len(refs)), 1)
 	return q, append(hs, refs...)
-}
-
-// SettleTasks records, in one short transaction, the outcomes of delivery attempts of tasks leased
-// to claim c, and for each reference whose task settled, hands the reference on to its next queued
-// task: pending, or, with chain, leased to c (returned in Next). Each outcome is written only if
-// the task is still leased to c (the guard of every settlement), with its attempt.
-func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error) {
-	var out exactlyonce.TaskSettlement
-	if len(outcomes) == 0 {
-		return out, nil
-	}
-	ids := make([]int64, len(outcomes))
-	var buckets []int64
-	for i, o := range outcomes {
-		ids[i] = o.Event.ID
-		if o.Event.Task != nil && o.Event.Task.ReferenceID != "" {
-			buckets = append(buckets, taskBucket(o.Event.Task.Hash))
-		}
-	}
-	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
-		out = exactlyonce.TaskSettlement{}
-		if err := lockTaskBucketsOnly(ctx, tx, buckets); err != nil {
-			return err
-		}
-		held := map[int64]bool{}
-		for rest := ids; len(rest) > 0; {
-			chunk := rest[:min(len(rest), markChunk)]
-			rest = rest[len(chunk):]
-			q, args := expandIDs(query("LockLeased"), chunk)
-			got, err := scanIDs(tx.QueryContext(ctx, q, append([]any{c.ID}, args...)...))
-			if err != nil {
-				return err
-			}
-			for _, id := range got {
-				held[id] = true
-			}
-		}
-		values := map[int64]string{}
-		var completed []int64
-		settledRefs := map[string]uint32{}
-		var attempts []exactlyonce.TaskOutcome
-		for _, o := range outcomes {
-			id := o.Event.ID
-			if !held[id] {
-				continue
-			}
-			delete(held, id) // an id given twice is written once
-			attempts = append(attempts, o)
-			if o.Delivered {
-				values[id] = "HTTP " + strconv.Itoa(o.Attempt.Status)
-				completed = append(completed, id)
-			} else {
-				state, wait := exactlyonce.Pending, o.Wait
-				if o.Final {
-					state, wait = exactlyonce.Failed, 0
-				}
-				text := truncateError(o.Attempt.Error)
-				if _, err := tx.ExecContext(ctx, query("FailLeased"), state, text, wait.Microseconds(), state, state, c.By,
-					c.ID, c.ID, id); err != nil {
-					return err
-				}
-				if !o.Final {
-					out.Retrying = append(out.Retrying, id)
-					continue
-				}
-				out.GaveUp = append(out.GaveUp, id)
-			}
-			if t := o.Event.Task; t != nil && t.ReferenceID != "" {
-				settledRefs[t.ReferenceID] = t.Hash
-			}
-		}
-		for rest := completed; len(rest) > 0; {
-			chunk := rest[:min(len(rest), markChunk)]
-			rest = rest[len(chunk):]
-			n, err := setValues(ctx, tx, "SettleLeased", chunk, values, []any{c.By, c.ID})
-			if err != nil {
-				return err
-			}
-			if n != int64(len(chunk)) {
-				return fmt.Errorf("settled %d rows for %d leased tasks", n, len(chunk))
-			}
-		}
-		out.Completed = completed
-		if err := insertAttempts(ctx, tx, c.ID, attempts); err != nil {
-			return err
-		}
-		next, err := promote(ctx, tx, c, settledRefs, chain)
-		out.Next = next
-		return err
-	})
-	if err != nil {
-		return exactlyonce.TaskSettlement{}, interpret("settle tasks", err)
-	}
-	return out, nil
-}
-
-func truncateError(text string) string {
-	text = strings.ToValidUTF8(text, "?")
-	if len(text) > maxErrorText {
-		text = strings.ToValidUTF8(text[:maxErrorText], "")
-	}
-	return text
-}
-
-func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []exactlyonce.TaskOutcome) error {
-	for rest := outcomes; len(rest) > 0; {
-		chunk := rest[:min(len(rest), markChunk)]
-		rest = rest[len(chunk):]
-		args := make([]any, 0, 7*len(chunk))
-		for _, o := range chunk {
-			a := o.Attempt
-			var text sql.NullString
-			if a.Error != "" {
-				text = sql.NullString{String: truncateError(a.Error), Valid: true}
-			}
-			args = append(args, o.Event.ID, a.Number, a.Started.UTC(), a.Duration.Microseconds(), a.Status, text, claimID)
-		}
-		q := strings.Replace(query("InsertAttempts"), "/*rows*/",
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(chunk)), ", "), 1)
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// promote hands each of the references on to its next queued task (the lowest position), in the
-// transaction that settled the reference's head, with the references' buckets locked: pending, or,
-// with chain, leased to c and returned.
-func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, refs map[string]uint32, chain bool) ([]exactlyonce.Event, error) {
-	if len(refs) == 0 {
-		return nil, nil
-	}
-	q, args := refArgs(query("QueuedOfReferences"), refs)
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	type head struct{ id, pos int64 }
-	first := map[string]head{}
-	for rows.Next() {
-		var h head
-		var ref string
-		if err := rows.Scan(&h.id, &ref, &h.pos); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if cur, ok := first[ref]; !ok || h.pos < cur.pos {
-			first[ref] = h
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(first) == 0 {
-		return nil, nil
-	}
-	ids := make([]int64, 0, len(first))
-	for _, h := range first {
-		ids = append(ids, h.id)
-	}
-	slices.Sort(ids)
-	name, pre := "PromoteQueued", []any(nil)
-	if chain {
-		name, pre = "PromoteQueuedLeased", []any{c.ID, c.Lease.Microseconds()}
-	}
-	q, idArgs := expandIDs(query(name), ids)
-	res, err := tx.ExecContext(ctx, q, append(append(pre, idArgs...), len(ids))...)
-	if err != nil {
-		return nil, err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return nil, err
-	} else if n != int64(len(ids)) {
-		return nil, fmt.Errorf("promoted %d rows for %d queued tasks", n, len(ids))
-	}
-	if !chain {
-		return nil, nil
-	}
-	q, idArgs = expandIDs(query("LeasedTasks"), ids)
-	got, err := scanClaimed(tx.QueryContext(ctx, q, append([]any{c.ID}, idArgs...)...))
-	if err != nil {
-		return nil, err
-	}
-	next := make([]exactlyonce.Event, len(got))
-	for i, r := range got {
-		next[i] = r.event(exactlyonce.Processing)
-	}
-	return next, nil
 }

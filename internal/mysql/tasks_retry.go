@@ -153,14 +153,24 @@ func nullPosition(ref string, pos int64) sql.NullInt64 {
 
 // placeRetry decides where a retried task of reference ref (at position pos) goes, with its bucket
 // locked: in place, ahead of the reference's pending head, if no later task has started; else at
-// the end, with a new position from the bucket.
+// the end, with a new position from the bucket. The reference's head is locked first, so that no
+// claim starts it and no settlement promotes past it while the retry decides.
 func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos int64) (exactlyonce.RetryPlacement, exactlyonce.State, int64, error) {
+	refs := map[string]uint32{ref: hash}
+	heads, err := openHeads(ctx, tx, refs)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	open, err := lockHeads(ctx, tx, refs, heads)
+	if err != nil {
+		return "", 0, 0, err
+	}
 	var started int
 	if err := tx.QueryRowContext(ctx, query("LaterTaskStarted"), hash, ref, pos).Scan(&started); err != nil {
 		return "", 0, 0, err
 	}
 	type head struct{ id, pos int64 }
-	var heads []head
+	var pending []head
 	rows, err := tx.QueryContext(ctx, query("ReferenceHead"), hash, ref)
 	if err != nil {
 		return "", 0, 0, err
@@ -171,23 +181,24 @@ func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos in
 			rows.Close()
 			return "", 0, 0, err
 		}
-		heads = append(heads, h)
+		pending = append(pending, h)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return "", 0, 0, err
 	}
-	if started == 0 && !slices.ContainsFunc(heads, func(h head) bool { return h.pos < pos }) {
-		for _, h := range heads {
+	if started == 0 && !slices.ContainsFunc(pending, func(h head) bool { return h.pos < pos }) {
+		for _, h := range pending {
 			if _, err := tx.ExecContext(ctx, query("RequeueTask"), h.id); err != nil {
 				return "", 0, 0, err
 			}
 		}
 		return exactlyonce.RetryInPlace, exactlyonce.Pending, pos, nil
 	}
-	// To the end: the next position of the bucket's sequence, taken as a create takes it.
+	// To the end: the next position of the bucket's sequence, taken as a create takes it, behind
+	// the head locked above, if there is one.
 	b := taskBucket(hash)
-	before, open, err := advanceTaskBuckets(ctx, tx, map[int64]int64{b: 1}, map[string]uint32{ref: hash})
+	before, _, err := advanceTaskBuckets(ctx, tx, map[int64]int64{b: 1}, refs)
 	if err != nil {
 		return "", 0, 0, err
 	}

@@ -1,12 +1,14 @@
--- Tasks: events of kind 'task' that carry a webhook (migrations/0009_tasks.sql). The statements
--- that decide a reference's order run under the lock of the reference's bucket (LockTaskBuckets),
--- always taken before any event row, so that creates, settlements and retries of one reference are
--- serialised and never deadlock on each other: bucket locks first (in partition order, the same
--- for every transaction), event rows after.
+-- Tasks: events of kind 'task' that carry a webhook (migrations/0009_tasks.sql). A reference's
+-- order is decided under two kinds of lock, always taken in this order: the reference's bucket
+-- (LockTaskBuckets, AdvanceTaskBuckets), which serialises the creates and retries of one reference
+-- and gives them positions; and its head, the reference's one open task (LockHeads, LockLeasedTasks),
+-- which a create locks before it queues a task behind it and a settlement locks before it promotes
+-- the next. So a settlement never waits for a bucket: only for a create queueing behind the very
+-- task it settles.
 
 -- name: LockTaskBuckets
--- Locks the buckets of the references a transaction orders (a settlement, a retry; it changes
--- nothing: the lock is the point). `bucket IN (...)` prunes the scan to the
+-- Locks the buckets of the references a manual retry orders (it changes nothing: the lock is the
+-- point). `bucket IN (...)` prunes the scan to the
 -- partitions of those buckets (64 short rows each); it locks the matching rows in partition order,
 -- the same order for every transaction, so two transactions locking overlapping buckets queue
 -- rather than deadlock. An UPDATE, not a SELECT ... FOR UPDATE: at READ COMMITTED an UPDATE's scan
@@ -20,26 +22,58 @@ UPDATE task_buckets SET position = position WHERE bucket IN (/*ids*/);
 -- A create (or a retry to the end): locks the buckets of its references and advances each one's
 -- sequence by the number of positions its tasks take from it, in one statement (/*cases*/ is one
 -- `WHEN ? THEN ?` per bucket: the bucket, its count). The lock is LockTaskBuckets's: an UPDATE, which
--- waits only for the buckets named, taken in partition order. BucketsAndOpen reads the advanced
+-- waits only for the buckets named, taken in partition order. BucketsAndHeads reads the advanced
 -- sequences next.
 UPDATE task_buckets SET position = position + CASE bucket /*cases*/ ELSE 0 END WHERE bucket IN (/*ids*/);
 
--- name: BucketsAndOpen
+-- name: BucketsAndHeads
 -- A create's second statement: two reads in one round trip. Rows `0, bucket, position, NULL` are the
 -- sequences of the buckets it has just advanced (a consistent read sees this transaction's own
--- change, and no other transaction can change a locked bucket); rows `1, 0, 0, reference_id` name
--- its references that have an open task (pending or processing), read from `open` only, under the
--- buckets' locks, so that no settlement or create of theirs is in flight. `queued` is not read: a
--- reference with a queued task always has an open head, as every transaction that leaves a task
--- queued keeps or makes one: a create queues a task only behind an open one; a settlement promotes
--- the next queued task in the transaction that settles the head; a retry in place requeues the
--- pending head behind the task it makes pending. So `open` answers alone, and a create does not scan
--- the queue, which is as long as the backlog (the tasks benchmark: 20,000 rows scanned per create,
--- the database's CPU the limit). /*ids*/, /*hashes*/ and /*refs*/ are expanded to one ? each.
+-- change, and no other transaction can change a locked bucket); rows `1, id, 0, reference_id` are
+-- the open tasks (pending or processing) of its references: their heads, which the create locks
+-- (LockHeads) before it queues a task behind one. Read from `open` only: a reference with a queued
+-- task always has an open head, as every transaction that leaves a task queued keeps or makes one: a
+-- create queues a task only behind an open head, which it has locked; a settlement promotes the next
+-- queued task in the transaction that settles the head; a retry in place requeues the pending head
+-- behind the task it makes pending. So `open` answers alone, and a create does not scan the queue,
+-- which is as long as the backlog (the tasks benchmark: 20,000 rows scanned per create, the
+-- database's CPU the limit). /*ids*/, /*hashes*/ and /*refs*/ are expanded to one ? each.
 SELECT 0, bucket, position, NULL FROM task_buckets WHERE bucket IN (/*ids*/)
 UNION ALL
-SELECT DISTINCT 1, 0, 0, reference_id FROM events
+SELECT 1, id, 0, reference_id FROM events
 WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
+
+-- name: OpenHeads
+-- The open tasks (heads) of references, read again after LockHeads: a head that was settled while
+-- LockHeads waited for it is not open any more, and the task its settlement promoted (if any) heads
+-- the reference now. Consistent read of `open` only; the same rows as BucketsAndHeads's second part.
+SELECT 1, id, 0, reference_id FROM events
+WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
+
+-- name: LockHeads
+-- A create (or a retry to the end) locks the heads it will queue tasks behind, before it inserts
+-- them: an UPDATE that changes nothing (the lock is the point, as LockTaskBuckets). This lock, not
+-- the bucket's, is what a settlement waits for: it locks its heads (LockLeasedTasks) before it reads
+-- the reference's queue, so every create that decided to queue behind one of them has committed by
+-- then and its task is seen and promoted; a create that locks later waits here until the settlement
+-- commits, passes the head (no longer open, so no longer matching), reads the heads again
+-- (OpenHeads), and queues behind the promoted task, or becomes the head. `state < 2` prunes to
+-- `open`; the UPDATE's semi-consistent read waits only for the rows named.
+UPDATE events SET position = position WHERE state < 2 AND id IN (/*ids*/);
+
+-- name: LockLeasedTasks
+-- A task settlement's first statement: locks the named tasks that are still leased to this claim,
+-- as LockLeased does for events, but as an UPDATE that changes nothing: its semi-consistent read
+-- waits only for rows leased to this claim (a create queueing behind one of them: LockHeads), where
+-- LockLeased's locking SELECT waits for every locked row of `open` it passes, among them the heads
+-- that creates of other references hold. LeasedTasksOf reads which rows it locked.
+UPDATE events SET claim_id = claim_id WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
+
+-- name: LeasedTasksOf
+-- Which of the named tasks are leased to this claim, read after LockLeasedTasks: a row still leased
+-- to the claim was locked by it (a lease changes hands only by an UPDATE, which would have waited
+-- for our lock, and no settlement or claim gives a task back to a claim that lost it).
+SELECT id FROM events WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
 
 -- name: InsertTaskRows
 -- Stores tasks, in the create's transaction: /*rows*/ is one (?, 'task', ?, ?, NOW(6), ?, ?, ?, ?, ?)
@@ -122,8 +156,9 @@ LIMIT 1;
 
 -- name: ReferenceHead
 -- A manual retry in place: the reference's pending head (it has not started: LaterTaskStarted said
--- so), which goes back to the queue behind the retried task. `state = 0` prunes to `open`.
-SELECT id, position FROM events WHERE state = 0 AND routing_hash = ? AND kind = 'task' AND reference_id = ? FOR UPDATE;
+-- so), which goes back to the queue behind the retried task. A consistent read: the retry holds the
+-- reference's heads (LockHeads). `state = 0` prunes to `open`.
+SELECT id, position FROM events WHERE state = 0 AND routing_hash = ? AND kind = 'task' AND reference_id = ?;
 
 -- name: RequeueTask
 -- Puts a pending head back in the queue (state 2), behind a task retried in place.

@@ -1,0 +1,141 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+// The order of a reference's tasks rests on its head's lock (internal/mysql/sql/tasks.sql): a
+// settlement locks the head it settles before it reads the reference's queue, and a create that
+// queues a task behind a head locks that head first. These tests hold a head's lock from a
+// transaction of their own, as the other side would, at the moment that matters.
+
+// awaitStatement waits until a statement that starts with prefix runs on this test's database (the
+// call under test has reached the lock the test holds, and waits for it there), or fails the test
+// if the call returned first. (MariaDB's INNODB_TRX does not always list a transaction waiting on a
+// partitioned table, so the processlist is read.)
+func awaitStatement(t *testing.T, db *sql.DB, prefix string, done <-chan struct{}) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE DB = DATABASE() AND INFO LIKE CONCAT(?, '%')`, prefix).Scan(&n))
+		if n > 0 {
+			return
+		}
+		select {
+		case <-done:
+			t.Fatalf("the call returned without running %q", prefix)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%q did not run within 30 s", prefix)
+}
+
+func refTask(ref string, i int) exactlyonce.NewTask {
+	return exactlyonce.NewTask{URL: "https://example.com/hook", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), ReferenceID: ref, MaxRetries: 3}
+}
+
+// A create that finds the reference's head being settled waits for the settlement; when the
+// settlement promoted nothing (the head was the reference's last task), the new task is the head,
+// not queued behind a task that is gone (where it would wait for ever).
+func TestACreateBehindAHeadBeingSettledWaitsAndBecomesTheHead(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, _ := testdb.DB(t, 8)
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	first, err := store.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 1)})
+	require.NoError(t, err)
+	require.True(t, first[0].Head)
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute,
+		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
+	claimed, err := store.ClaimIDs(ctx, c, []int64{first[0].ID})
+	require.NoError(t, err)
+	require.Len(t, claimed.Leased, 1)
+
+	// A settlement of the head, by hand: lock it (LockLeasedTasks), settle it, promote nothing.
+	settle, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer settle.Rollback()
+	res, err := settle.ExecContext(ctx, `UPDATE events SET claim_id = claim_id WHERE state = 1 AND claim_id = ? AND id = ?`, c.ID, first[0].ID)
+	require.NoError(t, err)
+	_, err = res.RowsAffected()
+	require.NoError(t, err)
+
+	done := make(chan struct{})
+	var second []mysql.CreatedTask
+	var createErr error
+	go func() {
+		defer close(done)
+		second, createErr = store.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 2)})
+	}()
+	awaitStatement(t, db, "UPDATE events SET position = position", done)
+	_, err = settle.ExecContext(ctx, `UPDATE events SET state = ?, processed_at = NOW(6), value = 'HTTP 200' WHERE id = ?`,
+		exactlyonce.Processed, first[0].ID)
+	require.NoError(t, err)
+	require.NoError(t, settle.Commit())
+	<-done
+	require.NoError(t, createErr)
+	require.True(t, second[0].Head, "the task behind a head settled meanwhile heads its reference")
+	e, err := store.Get(ctx, second[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Pending, e.State, "pending, so that a worker finds it")
+}
+
+// A settlement waits for a create that is queueing a task behind the head it settles, and then
+// promotes that task: the create's task is not left queued behind a settled head.
+func TestASettlementWaitsForACreateQueueingBehindItsHead(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, _ := testdb.DB(t, 8)
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	first, err := store.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 1)})
+	require.NoError(t, err)
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute,
+		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
+	claimed, err := store.ClaimIDs(ctx, c, []int64{first[0].ID})
+	require.NoError(t, err)
+	require.Len(t, claimed.Leased, 1)
+	head := claimed.Leased[0]
+
+	// A create, by hand, that has locked the head and queued a task behind it, not committed yet.
+	create, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer create.Rollback()
+	_, err = create.ExecContext(ctx, `UPDATE events SET position = position WHERE state < 2 AND id = ?`, head.ID)
+	require.NoError(t, err)
+	const queuedID = 1 << 40
+	_, err = create.ExecContext(ctx, `INSERT INTO events (id, kind, routing_hash, state, created_at, url, payload, reference_id, max_retries, position)
+		VALUES (?, 'task', ?, 2, NOW(6), 'https://example.com/hook', '{}', 'r', 3, ?)`, queuedID, mysql.ReferenceHash("r"), head.Task.Position+1)
+	require.NoError(t, err)
+
+	done := make(chan struct{})
+	var settled exactlyonce.TaskSettlement
+	var settleErr error
+	go func() {
+		defer close(done)
+		settled, settleErr = store.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
+			Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, true)
+	}()
+	awaitStatement(t, db, "UPDATE events SET claim_id = claim_id", done)
+	require.NoError(t, create.Commit())
+	<-done
+	require.NoError(t, settleErr)
+	require.Equal(t, []int64{head.ID}, settled.Completed)
+	require.Len(t, settled.Next, 1, "the settlement handed the reference on to the task queued meanwhile")
+	require.Equal(t, int64(queuedID), settled.Next[0].ID)
+}

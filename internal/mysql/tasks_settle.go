@@ -1,0 +1,202 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// SettleTasks records, in one short transaction, the outcomes of delivery attempts of tasks leased
+// to claim c, and for each reference whose task settled, hands the reference on to its next queued
+// task: pending, or, with chain, leased to c (returned in Next). Each outcome is written only if
+// the task is still leased to c (the guard of every settlement), with its attempt.
+func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error) {
+	var out exactlyonce.TaskSettlement
+	if len(outcomes) == 0 {
+		return out, nil
+	}
+	ids := make([]int64, len(outcomes))
+	for i, o := range outcomes {
+		ids[i] = o.Event.ID
+	}
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		out = exactlyonce.TaskSettlement{}
+		// The tasks still leased to c, locked: a create queueing behind one of them holds it until
+		// it commits (LockHeads), so the promotion below sees its task.
+		held := map[int64]bool{}
+		for rest := ids; len(rest) > 0; {
+			chunk := rest[:min(len(rest), markChunk)]
+			rest = rest[len(chunk):]
+			q, args := expandIDs(query("LockLeasedTasks"), chunk)
+			args = append([]any{c.ID}, args...)
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return err
+			}
+			q, _ = expandIDs(query("LeasedTasksOf"), chunk)
+			got, err := scanIDs(tx.QueryContext(ctx, q, args...))
+			if err != nil {
+				return err
+			}
+			for _, id := range got {
+				held[id] = true
+			}
+		}
+		values := map[int64]string{}
+		var completed []int64
+		settledRefs := map[string]uint32{}
+		var attempts []exactlyonce.TaskOutcome
+		for _, o := range outcomes {
+			id := o.Event.ID
+			if !held[id] {
+				continue
+			}
+			delete(held, id) // an id given twice is written once
+			attempts = append(attempts, o)
+			if o.Delivered {
+				values[id] = "HTTP " + strconv.Itoa(o.Attempt.Status)
+				completed = append(completed, id)
+			} else {
+				state, wait := exactlyonce.Pending, o.Wait
+				if o.Final {
+					state, wait = exactlyonce.Failed, 0
+				}
+				text := truncateError(o.Attempt.Error)
+				if _, err := tx.ExecContext(ctx, query("FailLeased"), state, text, wait.Microseconds(), state, state, c.By,
+					c.ID, c.ID, id); err != nil {
+					return err
+				}
+				if !o.Final {
+					out.Retrying = append(out.Retrying, id)
+					continue
+				}
+				out.GaveUp = append(out.GaveUp, id)
+			}
+			if t := o.Event.Task; t != nil && t.ReferenceID != "" {
+				settledRefs[t.ReferenceID] = t.Hash
+			}
+		}
+		for rest := completed; len(rest) > 0; {
+			chunk := rest[:min(len(rest), markChunk)]
+			rest = rest[len(chunk):]
+			n, err := setValues(ctx, tx, "SettleLeased", chunk, values, []any{c.By, c.ID})
+			if err != nil {
+				return err
+			}
+			if n != int64(len(chunk)) {
+				return fmt.Errorf("settled %d rows for %d leased tasks", n, len(chunk))
+			}
+		}
+		out.Completed = completed
+		if err := insertAttempts(ctx, tx, c.ID, attempts); err != nil {
+			return err
+		}
+		next, err := promote(ctx, tx, c, settledRefs, chain)
+		out.Next = next
+		return err
+	})
+	if err != nil {
+		return exactlyonce.TaskSettlement{}, interpret("settle tasks", err)
+	}
+	return out, nil
+}
+
+func truncateError(text string) string {
+	text = strings.ToValidUTF8(text, "?")
+	if len(text) > maxErrorText {
+		text = strings.ToValidUTF8(text[:maxErrorText], "")
+	}
+	return text
+}
+
+func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []exactlyonce.TaskOutcome) error {
+	for rest := outcomes; len(rest) > 0; {
+		chunk := rest[:min(len(rest), markChunk)]
+		rest = rest[len(chunk):]
+		args := make([]any, 0, 7*len(chunk))
+		for _, o := range chunk {
+			a := o.Attempt
+			var text sql.NullString
+			if a.Error != "" {
+				text = sql.NullString{String: truncateError(a.Error), Valid: true}
+			}
+			args = append(args, o.Event.ID, a.Number, a.Started.UTC(), a.Duration.Microseconds(), a.Status, text, claimID)
+		}
+		q := strings.Replace(query("InsertAttempts"), "/*rows*/",
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(chunk)), ", "), 1)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// promote hands each of the references on to its next queued task (the lowest position), in the
+// transaction that settled the reference's head, with that head locked (so every create that queued
+// a task behind it has committed): pending, or, with chain, leased to c and returned.
+func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, refs map[string]uint32, chain bool) ([]exactlyonce.Event, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	q, args := refArgs(query("QueuedOfReferences"), refs)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	type head struct{ id, pos int64 }
+	first := map[string]head{}
+	for rows.Next() {
+		var h head
+		var ref string
+		if err := rows.Scan(&h.id, &ref, &h.pos); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if cur, ok := first[ref]; !ok || h.pos < cur.pos {
+			first[ref] = h
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(first) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, 0, len(first))
+	for _, h := range first {
+		ids = append(ids, h.id)
+	}
+	slices.Sort(ids)
+	name, pre := "PromoteQueued", []any(nil)
+	if chain {
+		name, pre = "PromoteQueuedLeased", []any{c.ID, c.Lease.Microseconds()}
+	}
+	q, idArgs := expandIDs(query(name), ids)
+	res, err := tx.ExecContext(ctx, q, append(append(pre, idArgs...), len(ids))...)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, err
+	} else if n != int64(len(ids)) {
+		return nil, fmt.Errorf("promoted %d rows for %d queued tasks", n, len(ids))
+	}
+	if !chain {
+		return nil, nil
+	}
+	q, idArgs = expandIDs(query("LeasedTasks"), ids)
+	got, err := scanClaimed(tx.QueryContext(ctx, q, append([]any{c.ID}, idArgs...)...))
+	if err != nil {
+		return nil, err
+	}
+	next := make([]exactlyonce.Event, len(got))
+	for i, r := range got {
+		next[i] = r.event(exactlyonce.Processing)
+	}
+	return next, nil
+}
