@@ -13,8 +13,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/routing"
 )
 
-// taskBuckets is the number of rows of task_buckets (migrations/0009_tasks.sql).
-const taskBuckets = 4096
+// taskBuckets is the number of rows of task_buckets (migrations/0009_tasks.sql, which says why 64).
+const taskBuckets = 64
 
 // taskBucket is the bucket of a reference with routing hash h.
 func taskBucket(h uint32) int64 { return int64(h % taskBuckets) }

@@ -65,7 +65,7 @@ func TestACreateBehindAHeadBeingSettledWaitsAndBecomesTheHead(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed.Leased, 1)
 
-	// A settlement of the head, by hand: lock it (LockLeasedTasks), settle it, promote nothing.
+	// A settlement of the head, by hand: lock it (as LockLeased does), settle it, promote nothing.
 	settle, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	require.NoError(t, err)
 	defer settle.Rollback()
@@ -131,7 +131,7 @@ func TestASettlementWaitsForACreateQueueingBehindItsHead(t *testing.T) {
 		settled, settleErr = store.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
 			Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, true)
 	}()
-	awaitStatement(t, db, "UPDATE events SET claim_id = claim_id", done)
+	awaitStatement(t, db, "SELECT id FROM events WHERE state = 1 AND claim_id", done)
 	require.NoError(t, create.Commit())
 	<-done
 	require.NoError(t, settleErr)

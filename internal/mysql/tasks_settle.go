@@ -32,13 +32,8 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		for rest := ids; len(rest) > 0; {
 			chunk := rest[:min(len(rest), markChunk)]
 			rest = rest[len(chunk):]
-			q, args := expandIDs(query("LockLeasedTasks"), chunk)
-			args = append([]any{c.ID}, args...)
-			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-				return err
-			}
-			q, _ = expandIDs(query("LeasedTasksOf"), chunk)
-			got, err := scanIDs(tx.QueryContext(ctx, q, args...))
+			q, args := expandIDs(query("LockLeased"), chunk)
+			got, err := scanIDs(tx.QueryContext(ctx, q, append([]any{c.ID}, args...)...))
 			if err != nil {
 				return err
 			}

@@ -111,6 +111,8 @@ LIMIT ?;
 -- (or is settled already) and does not match, so only the current holder can settle, and only once.
 -- The row locks taken here make the UPDATE that follows change exactly these rows, and no claim can
 -- take them over in between. `state = 1` prunes it to the `open` partition.
+-- A task settlement (SettleTasks) locks its heads here before it reads their references' queues: a
+-- create queueing a task behind one of them holds it (LockHeads in tasks.sql) until it commits.
 SELECT id FROM events WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) FOR UPDATE;
 
 -- name: SettleLeased

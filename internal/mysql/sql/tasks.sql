@@ -1,28 +1,26 @@
 -- Tasks: events of kind 'task' that carry a webhook (migrations/0009_tasks.sql). A reference's
 -- order is decided under two kinds of lock, always taken in this order: the reference's bucket
 -- (LockTaskBuckets, AdvanceTaskBuckets), which serialises the creates and retries of one reference
--- and gives them positions; and its head, the reference's one open task (LockHeads, LockLeasedTasks),
+-- and gives them positions; and its head, the reference's one open task (LockHeads; a settlement's LockLeased),
 -- which a create locks before it queues a task behind it and a settlement locks before it promotes
 -- the next. So a settlement never waits for a bucket: only for a create queueing behind the very
 -- task it settles.
 
 -- name: LockTaskBuckets
--- Locks the buckets of the references a manual retry orders (it changes nothing: the lock is the
--- point). `bucket IN (...)` prunes the scan to the
--- partitions of those buckets (64 short rows each); it locks the matching rows in partition order,
--- the same order for every transaction, so two transactions locking overlapping buckets queue
--- rather than deadlock. An UPDATE, not a SELECT ... FOR UPDATE: at READ COMMITTED an UPDATE's scan
--- reads a row another transaction holds semi-consistently (its last committed version) and passes
--- it by if it is not one of ours, where a locking SELECT waits for every row it passes; so a bucket
--- lock waits only for the same bucket, not for the other 63 buckets of its partition (the tasks
--- benchmark saw creates and settlements queue behind each other's partitions).
+-- Locks the bucket of the reference a manual retry orders (it changes nothing: the lock is the
+-- point). The table's 64 short rows are scanned once; the rows are locked in scan order, the same
+-- for every transaction, so two transactions locking overlapping buckets queue rather than
+-- deadlock. An UPDATE, not a SELECT ... FOR UPDATE: at READ COMMITTED an UPDATE's scan reads a row
+-- another transaction holds semi-consistently (its last committed version) and passes it by if it
+-- is not one of ours, where a locking SELECT waits for every row it passes; so a bucket lock waits
+-- only for the same bucket, not for every bucket another transaction holds.
 UPDATE task_buckets SET position = position WHERE bucket IN (/*ids*/);
 
 -- name: AdvanceTaskBuckets
 -- A create (or a retry to the end): locks the buckets of its references and advances each one's
 -- sequence by the number of positions its tasks take from it, in one statement (/*cases*/ is one
 -- `WHEN ? THEN ?` per bucket: the bucket, its count). The lock is LockTaskBuckets's: an UPDATE, which
--- waits only for the buckets named, taken in partition order. BucketsAndHeads reads the advanced
+-- waits only for the buckets named, taken in scan order. BucketsAndHeads reads the advanced
 -- sequences next.
 UPDATE task_buckets SET position = position + CASE bucket /*cases*/ ELSE 0 END WHERE bucket IN (/*ids*/);
 
@@ -53,27 +51,13 @@ WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND reference
 -- name: LockHeads
 -- A create (or a retry to the end) locks the heads it will queue tasks behind, before it inserts
 -- them: an UPDATE that changes nothing (the lock is the point, as LockTaskBuckets). This lock, not
--- the bucket's, is what a settlement waits for: it locks its heads (LockLeasedTasks) before it reads
+-- the bucket's, is what a settlement waits for: it locks its heads (LockLeased) before it reads
 -- the reference's queue, so every create that decided to queue behind one of them has committed by
 -- then and its task is seen and promoted; a create that locks later waits here until the settlement
 -- commits, passes the head (no longer open, so no longer matching), reads the heads again
 -- (OpenHeads), and queues behind the promoted task, or becomes the head. `state < 2` prunes to
 -- `open`; the UPDATE's semi-consistent read waits only for the rows named.
 UPDATE events SET position = position WHERE state < 2 AND id IN (/*ids*/);
-
--- name: LockLeasedTasks
--- A task settlement's first statement: locks the named tasks that are still leased to this claim,
--- as LockLeased does for events, but as an UPDATE that changes nothing: its semi-consistent read
--- waits only for rows leased to this claim (a create queueing behind one of them: LockHeads), where
--- LockLeased's locking SELECT waits for every locked row of `open` it passes, among them the heads
--- that creates of other references hold. LeasedTasksOf reads which rows it locked.
-UPDATE events SET claim_id = claim_id WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
-
--- name: LeasedTasksOf
--- Which of the named tasks are leased to this claim, read after LockLeasedTasks: a row still leased
--- to the claim was locked by it (a lease changes hands only by an UPDATE, which would have waited
--- for our lock, and no settlement or claim gives a task back to a claim that lost it).
-SELECT id FROM events WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
 
 -- name: InsertTaskRows
 -- Stores tasks, in the create's transaction: /*rows*/ is one (?, 'task', ?, ?, NOW(6), ?, ?, ?, ?, ?)
