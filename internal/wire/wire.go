@@ -27,9 +27,10 @@ import (
 )
 
 // Logger returns the process's JSON logger on stdout at LOG_LEVEL (CloudWatch parses it as
-// structured logs).
+// structured logs). On Lambda each line carries the invocation's request id (requestId; see
+// Invocation).
 func Logger(c config.Config) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: c.LogLevel}))
+	return slog.New(requestIDHandler{slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: c.LogLevel})})
 }
 
 // AWS returns the SDK's configuration: region, credentials and the standard AWS_ENDPOINT_URL*
