@@ -101,6 +101,14 @@ func (r *Recorder) Set(m Metric, v float64) {
 	}
 }
 
+// Unset forgets gauge m's value for the next line (not Prometheus's: a gauge there keeps its last
+// value): a value read earlier in an invocation must not pass for one read at its end.
+func (r *Recorder) Unset(m Metric) {
+	if r != nil && r.emf {
+		r.touched[m].Store(false)
+	}
+}
+
 // Observe records one value of distribution m, in its unit.
 func (r *Recorder) Observe(m Metric, v float64) {
 	if r == nil {

@@ -97,6 +97,9 @@ func (s *Sweeper) publish(ctx context.Context, res Result, sweepErr error) {
 	rec.Add(metrics.SweepErrors, failed)
 	rec.Add(metrics.RetryingEvents, res.Retrying)
 	rec.Add(metrics.FailedEvents, res.Failed)
+	// What the agent's maintenance read during the invocation is not what the sweep left behind.
+	rec.Unset(metrics.OldestPendingAge)
+	rec.Unset(metrics.PendingEvents)
 	s.readWaiting(ctx, rec)
 	m := s.cfg.Metrics
 	if m.Out == nil {
