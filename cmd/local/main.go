@@ -40,7 +40,7 @@ func main() {
 	client := wire.Must(wire.SQS(log))
 	opt := local.Env(cfg)
 	opt.MetricsAddr = cmp.Or(opt.MetricsAddr, DefaultMetricsAddr) // METRICS_ADDR=off: none
-	opt.Sweep.Tasks = wire.Must(wire.Tasks(ctx, cfg, log)) // the processor and the sweeper agent deliver tasks
+	opt.Sweep.Tasks = wire.Must(wire.Tasks(ctx, cfg, log))        // the processor and the sweeper agent deliver tasks
 	opt.Queues = wire.Must(queue.Ensure(ctx, client, wire.LocalQueue(cfg.Local.QueueName)))
 	opt.Counters = wire.Must(local.EnsureCounters(ctx, client, wire.Must(wire.AWS()),
 		cmp.Or(os.Getenv("AWS_ENDPOINT_URL_SNS"), os.Getenv("AWS_ENDPOINT_URL_SQS"), os.Getenv("AWS_ENDPOINT_URL")), log))
