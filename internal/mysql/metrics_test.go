@@ -3,13 +3,16 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
 
@@ -153,4 +156,35 @@ func explainPartitions(t *testing.T, db *sql.DB, q string) []string {
 	}
 	require.NoError(t, rows.Err())
 	return parts
+}
+
+// The Recorder a transaction's context carries hears of each retry, by cause, and of the duration of
+// the attempt that committed; a transaction that fails for another reason records no duration.
+func TestTransactionMetrics(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 2)
+	rec := metrics.NewRecorder(metrics.PartProcessor, true, nil)
+	ctx := metrics.With(context.Background(), rec)
+	attempt := 0
+	err := store.InTx(ctx, func(ctx context.Context, tx *mysql.Tx) error {
+		attempt++
+		switch attempt {
+		case 1, 2:
+			return &drv.MySQLError{Number: 1213, Message: "Deadlock found"}
+		case 3:
+			return &drv.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded"}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 4, attempt)
+	require.Error(t, store.InTx(ctx, func(context.Context, *mysql.Tx) error { return errors.New("not a race") }))
+
+	values := map[string]metrics.Value{}
+	for _, v := range rec.Values() {
+		values[v.Name] = v
+	}
+	require.Equal(t, 2.0, values["DeadlockRetries"].Value)
+	require.Equal(t, 1.0, values["LockWaitRetries"].Value)
+	require.Len(t, values["TransactionDuration"].Values, 1, "the one attempt that committed")
 }
