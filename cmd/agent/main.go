@@ -17,6 +17,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"github.com/exactlyonce/exactlyonce/internal/metrics/prom"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -30,7 +31,7 @@ func main() {
 	store := wire.Must(wire.OpenStore(ctx, cfg))
 	ac := wire.Agent(cfg, "standalone", log)
 	// Its metrics (label part="agent") on /metrics of METRICS_ADDR, when set.
-	rec := wire.Must(wire.ServeMetrics(ctx, cfg.MetricsAddr, metrics.PartAgent, log))
+	rec := wire.Must(prom.Serve(ctx, cfg.MetricsAddr, metrics.PartAgent, log))
 	ctx = metrics.With(ctx, rec)
 	// Between its batches it does the sweeper's maintenance (the count's fold, pruning).
 	sc := wire.Sweeping(cfg, log)

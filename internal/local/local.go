@@ -24,6 +24,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"github.com/exactlyonce/exactlyonce/internal/metrics/prom"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
@@ -91,7 +92,7 @@ type System struct {
 	// MetricsURL is the URL of the /metrics endpoint; empty when Options.MetricsAddr is.
 	MetricsURL string
 	// Metrics is the registry every part records in (label part: api, processor, sweeper, counter).
-	Metrics *metrics.Prometheus
+	Metrics *prom.Registry
 	done    chan error
 	mapping *mapping.Mapping
 }
@@ -117,8 +118,8 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		opt.Sweep.Report = opt.Report
 	}
 
-	prom := metrics.NewPrometheus()
-	opt.Sweep.Metrics.Recorder = prom.Recorder(metrics.PartSweeper)
+	reg := prom.New()
+	opt.Sweep.Metrics.Recorder = reg.Recorder(metrics.PartSweeper)
 	ln, err := net.Listen("tcp", opt.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("api: listen on %s: %w", opt.HTTPAddr, err)
@@ -135,10 +136,10 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	// request at a time, and answers after its message is sent.
 	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
 		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency,
-		Metrics: prom.Recorder(metrics.PartAPI)}
+		Metrics: reg.Recorder(metrics.PartAPI)}
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	processor := &processing.Processor{Store: store, Logger: log, Report: opt.Report, Tasks: opt.Sweep.Tasks,
-		Metrics: prom.Recorder(metrics.PartProcessor),
+		Metrics: reg.Recorder(metrics.PartProcessor),
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
 			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}}
 	var m *mapping.Mapping
@@ -149,7 +150,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 			Timeout: opt.ProcessorTimeout, Logger: log,
 		})
 	}
-	counterMapping := startCounters(store, client, &opt, prom.Recorder(metrics.PartCounter), log) // counters.go; sets opt.Sweep.Counters
+	counterMapping := startCounters(store, client, &opt, reg.Recorder(metrics.PartCounter), log) // counters.go; sets opt.Sweep.Counters
 	sweeper, err := sweeperAgent(store, opt, log)
 	if err != nil {
 		ln.Close()
@@ -159,12 +160,12 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		return nil, err
 	}
 
-	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1), mapping: m, Metrics: prom}
+	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1), mapping: m, Metrics: reg}
 	var metricsServer *http.Server
 	if mln != nil {
 		sys.MetricsURL = "http://" + mln.Addr().String() + "/metrics"
 		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", prom.Handler())
+		mux.Handle("GET /metrics", reg.Handler())
 		metricsServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		log.Info("local: metrics served", "url", sys.MetricsURL)
 	}

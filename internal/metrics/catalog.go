@@ -161,8 +161,8 @@ func (m Metric) PromName() string {
 	return b.String()
 }
 
-// publishes says whether part p publishes m.
-func (m Metric) publishes(p Part) bool {
+// PublishedBy says whether part p publishes m.
+func (m Metric) PublishedBy(p Part) bool {
 	for _, q := range Catalog[m].Parts {
 		if q == p {
 			return true

@@ -15,14 +15,14 @@ import (
 const maxSamples = 100
 
 // Recorder is where one part records its metrics, through the Catalog, for its sinks: an EMF line
-// per Lambda invocation (Line, Flush), and a Prometheus registry (NewPrometheus) in long-running
-// processes. Recording is cheap and never blocks on I/O: an atomic add per counter, a short mutex
+// per Lambda invocation (Line, Flush), and a Prometheus registry (internal/metrics/prom) in
+// long-running processes. Recording is cheap and never blocks on I/O: an atomic add per counter, a short mutex
 // around a fixed array per duration, no allocation. A nil *Recorder records nothing, so that a part
 // built without metrics (most tests) needs no check.
 type Recorder struct {
 	part Part
 	emf  bool
-	prom *promPart
+	sink Sink
 
 	// Since the last Line (EMF only).
 	counts  [numMetrics]atomic.Int64
@@ -53,13 +53,18 @@ func (s *reservoir) add(v float64) {
 	s.n++
 }
 
-// NewRecorder returns a Recorder for part that keeps what it records for Line (emf) and/or counts it
-// in prom's registry (nil: none).
-func NewRecorder(part Part, emf bool, prom *Prometheus) *Recorder {
-	r := &Recorder{part: part, emf: emf}
-	if prom != nil {
-		r.prom = prom.part(part)
-	}
+// Sink is where a Recorder also sends what it records, as it records it: the Prometheus registry of
+// a long-running process (internal/metrics/prom). Durations reach it in seconds.
+type Sink interface {
+	Add(m Metric, n float64)
+	Set(m Metric, v float64)
+	Observe(m Metric, v float64)
+}
+
+// NewRecorder returns a Recorder for part that keeps what it records for Line (emf) and/or sends it
+// to sink (nil: none).
+func NewRecorder(part Part, emf bool, sink Sink) *Recorder {
+	r := &Recorder{part: part, emf: emf, sink: sink}
 	if emf {
 		for m, d := range Catalog {
 			if d.Kind == Duration || d.Kind == Distribution {
@@ -82,8 +87,8 @@ func (r *Recorder) Add(m Metric, n int) {
 		r.counts[m].Add(int64(n))
 		r.touched[m].Store(true)
 	}
-	if r.prom != nil {
-		r.prom.add(m, float64(n))
+	if r.sink != nil {
+		r.sink.Add(m, float64(n))
 	}
 }
 
@@ -96,8 +101,8 @@ func (r *Recorder) Set(m Metric, v float64) {
 		r.gauges[m].Store(math.Float64bits(v))
 		r.touched[m].Store(true)
 	}
-	if r.prom != nil {
-		r.prom.set(m, v)
+	if r.sink != nil {
+		r.sink.Set(m, v)
 	}
 }
 
@@ -120,8 +125,8 @@ func (r *Recorder) Observe(m Metric, v float64) {
 		r.mu.Unlock()
 		r.touched[m].Store(true)
 	}
-	if r.prom != nil {
-		r.prom.observe(m, v)
+	if r.sink != nil {
+		r.sink.Observe(m, v)
 	}
 }
 
@@ -137,8 +142,8 @@ func (r *Recorder) ObserveDuration(m Metric, d time.Duration) {
 		r.mu.Unlock()
 		r.touched[m].Store(true)
 	}
-	if r.prom != nil {
-		r.prom.observe(m, d.Seconds())
+	if r.sink != nil {
+		r.sink.Observe(m, d.Seconds())
 	}
 }
 
@@ -159,7 +164,7 @@ func (r *Recorder) Values() []Value {
 		switch d.Kind {
 		case Counter:
 			n := r.counts[m].Swap(0)
-			if touched || m.publishes(r.part) {
+			if touched || m.PublishedBy(r.part) {
 				out = append(out, Value{Name: d.Name, Unit: d.Unit, Value: float64(n)})
 			}
 		case Gauge:

@@ -3,8 +3,6 @@ package metrics_test
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -127,52 +125,13 @@ func TestNilRecorder(t *testing.T) {
 	r.ObserveDuration(metrics.TransactionDuration, time.Second)
 	var buf bytes.Buffer
 	require.NoError(t, r.Flush(&buf, "x"))
-	require.NoError(t, metrics.NewPrometheus().Recorder(metrics.PartAPI).Flush(&buf, "x"))
+	require.NoError(t, metrics.NewRecorder(metrics.PartAPI, false, nil).Flush(&buf, "x"))
 	require.Zero(t, buf.Len())
-}
-
-// The Prometheus sink: counters with _total, the part as a label, a part's series present at zero
-// before anything happened, durations in seconds.
-func TestPrometheus(t *testing.T) {
-	p := metrics.NewPrometheus()
-	api := p.Recorder(metrics.PartAPI)
-	proc := p.Recorder(metrics.PartProcessor)
-	api.Add(metrics.EventsCreatedSync, 3)
-	proc.Add(metrics.EventsProcessed, 2)
-	proc.ObserveDuration(metrics.TransactionDuration, 20*time.Millisecond)
-	proc.Set(metrics.PendingEvents, 7) // not the processor's: its series is made when recorded
-
-	body := scrape(t, p)
-	for _, line := range []string{
-		`exactlyonce_events_created_sync_total{part="api"} 3`,
-		`exactlyonce_events_processed_total{part="processor"} 2`,
-		`exactlyonce_outcome_busy_total{part="processor"} 0`,
-		`exactlyonce_transaction_duration_seconds_count{part="processor"} 1`,
-		`exactlyonce_transaction_duration_seconds_sum{part="processor"} 0.02`,
-		`exactlyonce_transaction_duration_seconds_bucket{part="processor",le="0.025"} 1`,
-		`exactlyonce_pending_events{part="processor"} 7`,
-		`# TYPE exactlyonce_events_processed_total counter`,
-	} {
-		require.Contains(t, body, line+"\n")
-	}
-	require.NotContains(t, body, `exactlyonce_events_created_sync_total{part="processor"}`)
-}
-
-func scrape(t *testing.T, p *metrics.Prometheus) string {
-	t.Helper()
-	srv := httptest.NewServer(p.Handler())
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(b)
 }
 
 // Recording allocates nothing: it is on the hot paths (every transaction, every claim).
 func TestRecordingDoesNotAllocate(t *testing.T) {
-	emf := metrics.NewRecorder(metrics.PartAPI, true, metrics.NewPrometheus())
+	emf := metrics.NewRecorder(metrics.PartAPI, true, nil)
 	allocs := testing.AllocsPerRun(100, func() {
 		emf.Add(metrics.EventsCreatedSync, 1)
 		emf.ObserveDuration(metrics.TransactionDuration, time.Millisecond)

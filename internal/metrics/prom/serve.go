@@ -1,4 +1,4 @@
-package wire
+package prom
 
 import (
 	"context"
@@ -13,20 +13,20 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 )
 
-// ServeMetrics returns the Recorder of part for a long-running process, and, when addr
-// (METRICS_ADDR) is set and not "off", serves its Prometheus registry on http://addr/metrics until
-// ctx ends. Unset or off: the Recorder records nothing (nil).
-func ServeMetrics(ctx context.Context, addr string, part metrics.Part, log *slog.Logger) (*metrics.Recorder, error) {
+// Serve returns the Recorder of part for a long-running process (cmd/agent), and, when addr
+// (METRICS_ADDR) is set and not "off", serves its registry on http://addr/metrics until ctx ends.
+// Unset or off: the Recorder records nothing (nil).
+func Serve(ctx context.Context, addr string, part metrics.Part, log *slog.Logger) (*metrics.Recorder, error) {
 	if addr == "" || addr == config.MetricsOff {
 		return nil, nil
 	}
-	prom := metrics.NewPrometheus()
+	reg := New()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s (METRICS_ADDR): %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", prom.Handler())
+	mux.Handle("GET /metrics", reg.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -40,5 +40,5 @@ func ServeMetrics(ctx context.Context, addr string, part metrics.Part, log *slog
 		_ = srv.Shutdown(sctx)
 	}()
 	log.Info("metrics served", "url", "http://"+ln.Addr().String()+"/metrics")
-	return prom.Recorder(part), nil
+	return reg.Recorder(part), nil
 }

@@ -1,24 +1,31 @@
-package metrics
+// Package prom is the Prometheus sink of internal/metrics, for long-running processes (cmd/local,
+// cmd/agent): every Catalog metric, named by its PromName, with a label `part`, served on /metrics.
+// It is a package of its own so that the Lambda binaries, which publish EMF lines, do not link the
+// Prometheus client.
+package prom
 
 import (
 	"net/http"
 	"sync"
 
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Prometheus is the registry of a long-running process (cmd/local, cmd/agent): every Catalog metric,
-// named by PromName, with a label `part`, and the Go runtime's and the process's metrics. Its
-// Handler serves them on /metrics.
-type Prometheus struct {
+// Registry is the registry of a long-running process: every Catalog metric, named by PromName,
+// with a label `part`, and the Go runtime's and the process's metrics. Its Handler serves them on
+// /metrics.
+type Registry struct {
 	Registry *prometheus.Registry
 	vecs     [numMetrics]any // *prometheus.CounterVec, *GaugeVec or *HistogramVec
 
 	mu    sync.Mutex
-	parts map[Part]*promPart
+	parts map[metrics.Part]*part
 }
+
+const numMetrics = len(metrics.Catalog)
 
 // Buckets of the Prometheus histograms: durations in seconds from 1 ms to 10 s; claim sizes from
 // 1 to 1,000 events.
@@ -27,22 +34,23 @@ var (
 	sizeBuckets     = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
 )
 
-// NewPrometheus returns a registry holding every Catalog metric.
-func NewPrometheus() *Prometheus {
-	p := &Prometheus{Registry: prometheus.NewRegistry(), parts: map[Part]*promPart{}}
+// New returns a registry holding every Catalog metric.
+func New() *Registry {
+	p := &Registry{Registry: prometheus.NewRegistry(), parts: map[metrics.Part]*part{}}
 	p.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	labels := []string{"part"}
-	for m := range numMetrics {
-		d := Catalog[m]
+	for i := range numMetrics {
+		m := metrics.Metric(i)
+		d := m.Def()
 		var c prometheus.Collector
 		switch d.Kind {
-		case Counter:
+		case metrics.Counter:
 			c = prometheus.NewCounterVec(prometheus.CounterOpts{Name: m.PromName(), Help: d.Help}, labels)
-		case Gauge:
+		case metrics.Gauge:
 			c = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: m.PromName(), Help: d.Help}, labels)
-		case Duration:
+		case metrics.Duration:
 			c = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: m.PromName(), Help: d.Help, Buckets: durationBuckets}, labels)
-		case Distribution:
+		case metrics.Distribution:
 			c = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: m.PromName(), Help: d.Help, Buckets: sizeBuckets}, labels)
 		}
 		p.Registry.MustRegister(c)
@@ -52,43 +60,45 @@ func NewPrometheus() *Prometheus {
 }
 
 // Recorder returns a Recorder of part that counts in p (and keeps nothing for EMF).
-func (p *Prometheus) Recorder(part Part) *Recorder { return NewRecorder(part, false, p) }
+func (p *Registry) Recorder(part metrics.Part) *metrics.Recorder {
+	return metrics.NewRecorder(part, false, p.part(part))
+}
 
 // Handler serves the registry in Prometheus's text format (the /metrics endpoint).
-func (p *Prometheus) Handler() http.Handler {
+func (p *Registry) Handler() http.Handler {
 	return promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{Registry: p.Registry})
 }
 
-// promPart holds a part's series, resolved once: recording is then an atomic operation on the
-// series, with no label lookup. The series of the metrics the part publishes are made at once, so
-// that a scrape shows them at zero before anything happened.
-type promPart struct {
-	p        *Prometheus
-	part     Part
+// part holds a part's series, resolved once: recording is then an atomic operation on the series,
+// with no label lookup. The series of the metrics the part publishes are made at once, so that a
+// scrape shows them at zero before anything happened. It is the part's metrics.Sink.
+type part struct {
+	p        *Registry
+	part     metrics.Part
 	counters [numMetrics]prometheus.Counter
 	gauges   [numMetrics]prometheus.Gauge
 	hists    [numMetrics]prometheus.Observer
 	once     [numMetrics]sync.Once
 }
 
-func (p *Prometheus) part(part Part) *promPart {
+func (p *Registry) part(name metrics.Part) *part {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pp, ok := p.parts[part]; ok {
+	if pp, ok := p.parts[name]; ok {
 		return pp
 	}
-	pp := &promPart{p: p, part: part}
-	for m := range numMetrics {
-		if m.publishes(part) {
+	pp := &part{p: p, part: name}
+	for i := range numMetrics {
+		if m := metrics.Metric(i); m.PublishedBy(name) {
 			pp.resolve(m)
 		}
 	}
-	p.parts[part] = pp
+	p.parts[name] = pp
 	return pp
 }
 
 // resolve makes m's series of the part, once.
-func (pp *promPart) resolve(m Metric) {
+func (pp *part) resolve(m metrics.Metric) {
 	pp.once[m].Do(func() {
 		switch v := pp.p.vecs[m].(type) {
 		case *prometheus.CounterVec:
@@ -101,21 +111,24 @@ func (pp *promPart) resolve(m Metric) {
 	})
 }
 
-func (pp *promPart) add(m Metric, n float64) {
+// Add adds n to counter m.
+func (pp *part) Add(m metrics.Metric, n float64) {
 	pp.resolve(m)
 	if c := pp.counters[m]; c != nil {
 		c.Add(n)
 	}
 }
 
-func (pp *promPart) set(m Metric, v float64) {
+// Set sets gauge m.
+func (pp *part) Set(m metrics.Metric, v float64) {
 	pp.resolve(m)
 	if g := pp.gauges[m]; g != nil {
 		g.Set(v)
 	}
 }
 
-func (pp *promPart) observe(m Metric, v float64) {
+// Observe records one value of histogram m.
+func (pp *part) Observe(m metrics.Metric, v float64) {
 	pp.resolve(m)
 	if h := pp.hists[m]; h != nil {
 		h.Observe(v)
