@@ -88,6 +88,12 @@ func TestMetricsEndpointAfterKnownWork(t *testing.T) {
 	require.GreaterOrEqual(t, value(t, body, `exactlyonce_claim_batch_size_sum{part="processor"}`), 2.0)
 	require.GreaterOrEqual(t, value(t, body, `exactlyonce_agent_pulses_total{part="sweeper"}`), 1.0,
 		"the sweeper's agent pulsed")
+	// The sweeper's agent reads the waiting events with its maintenance (at its start, then every
+	// MaintainEvery): a gauge, of at most the two async events.
+	require.Eventually(t, func() bool {
+		n := value(t, scrape(t, sys.MetricsURL), `exactlyonce_pending_events{part="sweeper"}`)
+		return n >= 0 && n <= 2
+	}, 10*time.Second, 20*time.Millisecond)
 }
 
 func scrape(t *testing.T, url string) string {
