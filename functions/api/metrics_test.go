@@ -13,7 +13,9 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -81,4 +83,29 @@ func emfLines(t *testing.T, out string) []map[string]any {
 		lines = append(lines, root)
 	}
 	return lines
+}
+
+// A queue send is counted by its outcome: sent, or failed (its event stays pending for the sweeper).
+func TestQueueSendsAreCounted(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	client := localsqs.Client(t)
+	good := localsqs.Queues(t, client, 30, 5)
+	for _, tc := range []struct {
+		url          string
+		sends, fails float64
+	}{{good.URL, 1, 0}, {good.URL + "-missing", 0, 1}} {
+		var out bytes.Buffer
+		server := &api.Server{Store: store, AsyncGroup: api.AsyncGroup{Inline: true}, Logger: wire.NewLogger(io.Discard, 0),
+			Queue: &queue.SQSSender{Client: client, QueueURL: tc.url}}
+		h := handler(server, &out, server.Logger)
+		resp, err := h(context.Background(), events.APIGatewayProxyRequest{HTTPMethod: http.MethodPost, Path: "/events/async",
+			Resource: "/events/async", RequestContext: events.APIGatewayProxyRequestContext{Stage: "v1", HTTPMethod: http.MethodPost}})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusAccepted, resp.StatusCode, "stored, sent or not: %s", resp.Body)
+		line := emfLines(t, out.String())[0]
+		require.EqualValues(t, 1, line["EventsCreatedAsync"])
+		require.Equal(t, tc.sends, line["QueueSends"], tc.url)
+		require.Equal(t, tc.fails, line["QueueSendFailures"], tc.url)
+	}
 }
