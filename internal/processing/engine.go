@@ -176,7 +176,11 @@ func recordClaim(ctx context.Context, size, processed int, out map[int64]exactly
 	if rec == nil {
 		return
 	}
-	rec.Observe(metrics.ClaimBatchSize, float64(size))
+	// A claim of due events that found none is a poll, not a batch: an idle agent polls every
+	// second, and its zeros would drown the sizes of its batches.
+	if size > 0 || out != nil {
+		rec.Observe(metrics.ClaimBatchSize, float64(size))
+	}
 	rec.Add(metrics.EventsProcessed, processed)
 	busy, missing := 0, 0
 	for _, o := range out {
