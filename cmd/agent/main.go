@@ -16,6 +16,8 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"github.com/exactlyonce/exactlyonce/internal/metrics/prom"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -28,8 +30,13 @@ func main() {
 	log := wire.Logger(cfg)
 	store := wire.Must(wire.OpenStore(ctx, cfg))
 	ac := wire.Agent(cfg, "standalone", log)
+	// Its metrics (label part="agent") on /metrics of METRICS_ADDR, when set.
+	rec := wire.Must(prom.Serve(ctx, cfg.MetricsAddr, metrics.PartAgent, log))
+	ctx = metrics.With(ctx, rec)
 	// Between its batches it does the sweeper's maintenance (the count's fold, pruning).
-	ac.Maintain = sweeping.New(store, wire.Sweeping(cfg, log)).AgentMaintenance()
+	sc := wire.Sweeping(cfg, log)
+	sc.Metrics.Recorder = rec
+	ac.Maintain = sweeping.New(store, sc).AgentMaintenance()
 	a := wire.Must(agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log,
 		Tasks: wire.Must(wire.Tasks(context.Background(), cfg, log))}, ac))
 	log.Info("agent: starting", "name", a.Member.Config().Name)

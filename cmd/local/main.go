@@ -18,6 +18,10 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
+// DefaultMetricsAddr is where `make run` serves its Prometheus metrics (/metrics) when METRICS_ADDR
+// is unset: 9464, the port OpenTelemetry's Prometheus exporter uses by default.
+const DefaultMetricsAddr = "127.0.0.1:9464"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -35,7 +39,8 @@ func main() {
 	log.Info("local: database ready", "allocator", cmp.Or(cfg.Store.Allocator, mysql.DefaultAllocator))
 	client := wire.Must(wire.SQS(log))
 	opt := local.Env(cfg)
-	opt.Sweep.Tasks = wire.Must(wire.Tasks(ctx, cfg, log)) // the processor and the sweeper agent deliver tasks
+	opt.MetricsAddr = cmp.Or(opt.MetricsAddr, DefaultMetricsAddr) // METRICS_ADDR=off: none
+	opt.Sweep.Tasks = wire.Must(wire.Tasks(ctx, cfg, log))        // the processor and the sweeper agent deliver tasks
 	opt.Queues = wire.Must(queue.Ensure(ctx, client, wire.LocalQueue(cfg.Local.QueueName)))
 	opt.Counters = wire.Must(local.EnsureCounters(ctx, client, wire.Must(wire.AWS()),
 		cmp.Or(os.Getenv("AWS_ENDPOINT_URL_SNS"), os.Getenv("AWS_ENDPOINT_URL_SQS"), os.Getenv("AWS_ENDPOINT_URL")), log))

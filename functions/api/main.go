@@ -3,14 +3,18 @@ package main
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
@@ -26,7 +30,15 @@ func main() {
 	if cfg.QueueURL != "" {
 		server.Queue = &queue.SQSSender{Client: wire.Must(wire.SQS(log)), QueueURL: cfg.QueueURL}
 	}
-	lambda.Start(httpadapter.New(server).ProxyWithContext)
+	lambda.Start(handler(server, os.Stdout, log))
+}
+
+// handler is the Lambda's handler: server behind API Gateway's proxy adapter, its metrics recorded
+// for one EMF line per invocation on out (wire.Invocation).
+func handler(server *api.Server, out io.Writer, log *slog.Logger) func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+	// Also the server's own: its keyed groups run on no request's context.
+	server.Metrics = metrics.NewRecorder(metrics.PartAPI, true, nil)
+	return wire.Invocation(server.Metrics, out, log, httpadapter.New(server).ProxyWithContext)
 }
 
 // idempotency configures the Idempotency-Key header: each key is scoped to the caller's IAM

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/counters"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -22,5 +23,6 @@ func main() {
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
 		Visibility: wire.Visibility(cfg, wire.Must(wire.SQS(log)))}
-	lambda.Start(c.Handle)
+	// One EMF line per invocation on stdout (wire.Invocation).
+	lambda.Start(wire.Invocation(metrics.NewRecorder(metrics.PartCounter, true, nil), os.Stdout, log, c.Handle))
 }

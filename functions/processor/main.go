@@ -4,10 +4,14 @@ package main
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"os"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
@@ -21,5 +25,11 @@ func main() {
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
 		Visibility: wire.Visibility(cfg, wire.Must(wire.SQS(log)))}
-	lambda.Start(p.Handle)
+	lambda.Start(handler(p, os.Stdout, log))
+}
+
+// handler is the Lambda's handler: p's, its metrics recorded for one EMF line per invocation on
+// out (wire.Invocation).
+func handler(p *processing.Processor, out io.Writer, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+	return wire.Invocation(metrics.NewRecorder(metrics.PartProcessor, true, nil), out, log, p.Handle)
 }

@@ -6,24 +6,36 @@ package main
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
-	sc := wire.Sweeping(cfg, wire.Logger(cfg))
-	// One EMF line per invocation on stdout, the function's log group: CloudWatch turns it into the
-	// metrics the sweeper's alarms watch (infra/alarms.go), per function name.
-	sc.Metrics = sweeping.Metrics{Out: os.Stdout, Function: os.Getenv("AWS_LAMBDA_FUNCTION_NAME")}
-	sc.Counters = wire.Must(wire.CounterSweep(wire.Logger(cfg))) // the counter service's outbox, reconciliation, pruning
+	log := wire.Logger(cfg)
+	sc := wire.Sweeping(cfg, log)
+	sc.Counters = wire.Must(wire.CounterSweep(log)) // the counter service's outbox, reconciliation, pruning
 	store := wire.Must(wire.OpenStore(context.Background(), cfg))
 	sc.AgentStore = store
-	sc.Tasks = wire.Must(wire.Tasks(context.Background(), cfg, wire.Logger(cfg)))
-	s := sweeping.New(store, sc)
-	lambda.Start(s.HandleAgent)
+	sc.Tasks = wire.Must(wire.Tasks(context.Background(), cfg, log))
+	lambda.Start(handler(store, sc, os.Stdout, log))
+}
+
+// handler is the Lambda's handler: a sweeper agent per invocation (sweeping.Sweeper.HandleAgent)
+// that writes one EMF line per invocation on out, the function's log group: CloudWatch turns it into
+// the metrics the sweeper's alarms watch (infra/alarms.go), per function name. The sweeper writes
+// its line itself, before its deadline's margin (sweeping.Metrics); wire.Invocation adds the
+// request id to the log lines.
+func handler(store *mysql.Store, sc sweeping.Config, out io.Writer, log *slog.Logger) func(context.Context, sweeping.ShardInput) (sweeping.Result, error) {
+	rec := metrics.NewRecorder(metrics.PartSweeper, true, nil)
+	sc.Metrics = sweeping.Metrics{Out: out, Function: os.Getenv("AWS_LAMBDA_FUNCTION_NAME"), Recorder: rec}
+	return wire.Invocation(rec, nil, log, sweeping.New(store, sc).HandleAgent)
 }

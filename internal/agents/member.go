@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -177,14 +178,17 @@ func (m *Member) fresh() bool {
 // push its own expiration forward; (2) eject the other agents that expired; (3) read every agent;
 // (4) persist WAITING with the target assignment if it changed, or RUNNING once every member agrees
 // on the topology. An error leaves the agent unable to claim once its lease runs short
-// (Assignment); the caller logs it and pulses again.
+// (Assignment); the caller logs it and pulses again. The Recorder ctx carries counts the pulse
+// (AgentPulses, or PulseFailures) and a change of the assigned range (ShardChanges).
 func (m *Member) Pulse(ctx context.Context) error {
 	err := m.pulse(ctx)
 	if err != nil {
 		m.Stats.PulseFailures.Add(1)
+		metrics.From(ctx).Add(metrics.PulseFailures, 1)
 		return err
 	}
 	m.Stats.Pulses.Add(1)
+	metrics.From(ctx).Add(metrics.AgentPulses, 1)
 	return nil
 }
 
@@ -259,6 +263,9 @@ func (m *Member) pulse(ctx context.Context) error {
 			return errors.New("ejected during the pulse; it registers again at the next")
 		}
 		m.logChange(self, state, total, index, why)
+		if !sameAssignment(self, total, index) {
+			metrics.From(ctx).Add(metrics.ShardChanges, 1)
+		}
 		self.State, self.TotalShardCount, self.AssignedShardIndex = state, total, index
 	} else if state == exactlyonce.AgentSuspended {
 		m.log.Error("agent: suspended, processing nothing", "agent", id, "why", why)

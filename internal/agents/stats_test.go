@@ -11,6 +11,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -52,4 +53,44 @@ func TestStatsLineCountsPulses(t *testing.T) {
 			!strings.Contains(out.String(), `"pulses":0,`)
 	}, 10*time.Second, 10*time.Millisecond, out.String())
 	require.Contains(t, out.String(), `"pulseFailures":0`)
+}
+
+// A member's pulses and the changes of its assigned range are counted on the Recorder of the
+// pulse's context: alone it takes the whole range (one change); a second member joins and its next
+// pulse halves it (a second change); a pulse that changes nothing counts none.
+func TestPulsesAndShardChangesAreRecorded(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	rec := metrics.NewRecorder(metrics.PartAgent, true, nil)
+	ctx := metrics.With(context.Background(), rec)
+	a, err := agents.NewMember(store, memberConfig("a"))
+	require.NoError(t, err)
+	b, err := agents.NewMember(store, memberConfig("b"))
+	require.NoError(t, err)
+	counts := func() (pulses, changes float64) {
+		for _, v := range rec.Values() {
+			switch v.Name {
+			case "AgentPulses":
+				pulses = v.Value
+			case "ShardChanges":
+				changes = v.Value
+			}
+		}
+		return pulses, changes
+	}
+
+	require.NoError(t, a.Pulse(ctx))
+	p, c := counts()
+	require.Equal(t, 1.0, p)
+	require.Equal(t, 1.0, c, "alone: the whole range")
+	require.NoError(t, a.Pulse(ctx))
+	p, c = counts()
+	require.Equal(t, 1.0, p)
+	require.Zero(t, c, "nothing changed")
+
+	require.NoError(t, b.Pulse(context.Background())) // b joins; its pulses are not recorded here
+	require.NoError(t, a.Pulse(ctx))
+	p, c = counts()
+	require.Equal(t, 1.0, p)
+	require.Equal(t, 1.0, c, "a second member: half the range")
 }

@@ -31,6 +31,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"io"
 	"log/slog"
 	"net/http"
@@ -72,7 +73,12 @@ type Server struct {
 	Queue queue.Sender
 	// AsyncGroup groups the async events of concurrent requests into one INSERT and one message,
 	// or, Inline (on Lambda), stores and queues each in its request's goroutine (group.go).
-	AsyncGroup   AsyncGroup
+	AsyncGroup AsyncGroup
+	// Metrics, when set, records the requests' metrics (events created, replays, queue sends, the
+	// store's transactions), also those of the groups and the outbox, which run on no request's
+	// context. Nil: only what the request's context carries, if anything (on Lambda,
+	// wire.Invocation's).
+	Metrics      *metrics.Recorder
 	Logger       *slog.Logger
 	MaxBodyBytes int64 // default DefaultMaxBodyBytes
 	// BodyReadTimeout bounds reading a request's body, where the server lets a handler set a read
@@ -134,6 +140,9 @@ func toJSON(e exactlyonce.Event) EventJSON {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.routesOnce.Do(func() { s.router = s.routes() })
 	s.bodyDeadline(w, r)
+	if s.Metrics != nil {
+		r = r.WithContext(metrics.With(r.Context(), s.Metrics))
+	}
 	s.router.ServeHTTP(w, r)
 }
 
@@ -214,6 +223,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
+	metrics.From(r.Context()).Add(metrics.EventsCreatedSync, 1)
 	writeJSON(w, http.StatusCreated, toJSON(e))
 }
 
@@ -246,6 +256,7 @@ func (s *Server) createAsync(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
+	metrics.From(r.Context()).Add(metrics.EventsCreatedAsync, 1)
 	writeJSON(w, http.StatusAccepted, map[string]int64{"id": id})
 }
 

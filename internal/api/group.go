@@ -3,6 +3,7 @@ package api
 import (
 	"cmp"
 	"context"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
 	"sync"
 	"time"
@@ -56,6 +57,7 @@ type asyncGroups struct {
 	inline bool         // AsyncGroup.Inline: no groups, no goroutine (createInline)
 	out    *outbox      // non-nil with Linger: sends the messages after the answers
 	log    *slog.Logger
+	rec    *metrics.Recorder // Server.Metrics: the groups run on no request's context
 	max    int
 	slots  int
 	expire time.Duration
@@ -74,12 +76,13 @@ type created struct {
 const groupTimeout = 10 * time.Second
 
 func newAsyncGroups(s *Server) *asyncGroups {
-	g := &asyncGroups{store: s.Store, queue: s.Queue, log: s.logger(),
+	g := &asyncGroups{store: s.Store, queue: s.Queue, log: s.logger(), rec: s.Metrics,
 		max:    min(max(cmp.Or(s.AsyncGroup.Max, queue.MaxIDs), 1), queue.MaxIDs),
 		slots:  max(cmp.Or(s.AsyncGroup.Flushers, 1), 1),
 		expire: groupTimeout, inline: s.AsyncGroup.Inline}
 	if s.Queue != nil && s.AsyncGroup.Linger > 0 && !g.inline {
 		g.out = newOutbox(s.Queue, g.log, g.max, s.AsyncGroup.Linger, g.expire)
+		g.out.rec = s.Metrics
 	}
 	return g
 }
@@ -146,7 +149,7 @@ func (g *asyncGroups) flush() {
 }
 
 func (g *asyncGroups) run(group []chan created) {
-	ctx, cancel := context.WithTimeout(context.Background(), g.expire)
+	ctx, cancel := context.WithTimeout(metrics.With(context.Background(), g.rec), g.expire)
 	defer cancel()
 	ids, err := g.store.CreatePendingBatch(ctx, len(group))
 	if err != nil {

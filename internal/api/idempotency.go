@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -174,8 +175,15 @@ func (s *Server) createKeyed(w http.ResponseWriter, r *http.Request, key string,
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
-	if !res.Created {
+	rec := metrics.From(r.Context())
+	switch {
+	case !res.Created:
 		h.Set(ReplayedHeader, "true")
+		rec.Add(metrics.IdempotentReplays, 1)
+	case pending:
+		rec.Add(metrics.EventsCreatedAsync, 1)
+	default:
+		rec.Add(metrics.EventsCreatedSync, 1)
 	}
 	w.WriteHeader(res.Record.Status)
 	_, _ = w.Write(res.Record.Body)
@@ -194,7 +202,7 @@ func answerJSON(v any) []byte {
 func (s *Server) keyGroups(store KeyStore) *keyGroups {
 	s.keysOnce.Do(func() {
 		ag := s.asyncGroups()
-		s.keys = &keyGroups{store: store, queue: ag.queue, out: ag.out, inline: ag.inline, log: ag.log, max: ag.max,
+		s.keys = &keyGroups{store: store, queue: ag.queue, out: ag.out, inline: ag.inline, log: ag.log, max: ag.max, rec: ag.rec,
 			opt:     exactlyonce.KeyOptions{TTL: cmp.Or(s.Idempotency.TTL, DefaultKeyTTL), Wait: cmp.Or(s.Idempotency.Wait, DefaultKeyWait)},
 			flights: map[[32]byte]*flight{}, slots: max(cmp.Or(s.AsyncGroup.Flushers, 1), 1)}
 	})
@@ -218,6 +226,7 @@ type keyGroups struct {
 	inline bool
 	log    *slog.Logger
 	max    int
+	rec    *metrics.Recorder // Server.Metrics: the groups run on no request's context
 
 	mu      sync.Mutex
 	flights map[[32]byte]*flight // the keys being stored by this process, by hash
@@ -292,7 +301,7 @@ func (g *keyGroups) flush() {
 		group := g.waiting[:n:n]
 		g.waiting = g.waiting[n:]
 		g.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), groupTimeout+g.opt.Wait)
+		ctx, cancel := context.WithTimeout(metrics.With(context.Background(), g.rec), groupTimeout+g.opt.Wait)
 		g.run(ctx, group)
 		cancel()
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
 	"sync"
 	"time"
@@ -26,6 +27,8 @@ type outbox struct {
 	linger time.Duration
 	limit  int           // most ids held
 	expire time.Duration // bounds one send
+
+	rec *metrics.Recorder // Server.Metrics: the sender runs on no request's context
 
 	mu      sync.Mutex
 	ids     []int64
@@ -104,7 +107,7 @@ func (o *outbox) send(done chan struct{}) {
 		if dropped > 0 {
 			o.log.Warn("api: the queue is not keeping up; events left to the sweeper", "events", dropped)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), o.expire)
+		ctx, cancel := context.WithTimeout(metrics.With(context.Background(), o.rec), o.expire)
 		sendOrLeave(ctx, o.queue, o.log, ids)
 		cancel()
 	}

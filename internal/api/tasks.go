@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"net/http"
 	"strconv"
 	"strings"
@@ -130,6 +131,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request, t exactlyonc
 		s.error(w, r, err)
 		return
 	}
+	metrics.From(r.Context()).Add(metrics.EventsCreatedAsync, 1)
 	if created[0].Head {
 		s.asyncGroups().queueCommitted(r.Context(), []int64{created[0].ID})
 	}

@@ -29,6 +29,9 @@ const LocalDSN = LocalServerDSN + "exactlyonce"
 // (mysql.AllocatorBlock and mysql.AllocatorLiteral; internal/wire's tests check that they agree).
 func Allocators() []string { return []string{"block", "literal"} }
 
+// MetricsOff is the METRICS_ADDR that serves no /metrics endpoint.
+const MetricsOff = "off"
+
 // Config is the configuration of one process. A zero field is a variable the environment does not
 // set; the component the field configures gives it its default.
 type Config struct {
@@ -47,6 +50,10 @@ type Config struct {
 	Webhook Webhook
 	// LogLevel is LOG_LEVEL: debug, info, warn or error. Unset: slog's zero Level, info.
 	LogLevel slog.Level
+	// MetricsAddr is METRICS_ADDR: where a long-running process (cmd/local, cmd/agent) serves its
+	// Prometheus metrics on /metrics, host:port, or "off". Unset: the process's default (cmd/local
+	// 127.0.0.1:9464, cmd/agent none). The functions ignore it (they publish EMF lines).
+	MetricsAddr string
 	// Local is read by the local runner only.
 	Local Local
 }
@@ -253,6 +260,7 @@ func Load(getenv func(string) string) (Config, error) {
 			AllowLoopback: p.flag("WEBHOOK_ALLOW_LOOPBACK"),
 			AllowPrivate:  p.flag("WEBHOOK_ALLOW_PRIVATE"),
 		},
+		MetricsAddr: p.str("METRICS_ADDR"),
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
 			QueueName:          p.str("QUEUE_NAME"),
@@ -292,6 +300,11 @@ func Load(getenv func(string) string) (Config, error) {
 	if v := p.str("HTTP_ADDR"); v != "" {
 		if _, _, err := net.SplitHostPort(v); err != nil {
 			p.fail(fmt.Sprintf("HTTP_ADDR must be host:port, such as 127.0.0.1:8080, got %q", v))
+		}
+	}
+	if v := p.str("METRICS_ADDR"); v != "" && v != MetricsOff {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			p.fail(fmt.Sprintf("METRICS_ADDR must be host:port, such as 127.0.0.1:9464, or %s, got %q", MetricsOff, v))
 		}
 	}
 	if v := p.str("LOG_LEVEL"); v != "" {

@@ -88,6 +88,18 @@ func TestLocal(t *testing.T) {
 	}
 }
 
+// METRICS_ADDR is host:port or off, for the long-running processes.
+func TestMetricsAddr(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"127.0.0.1:9464", ":0", "off", ""} {
+		c, err := config.Load(env(map[string]string{"DB_DSN": "d", "METRICS_ADDR": v}))
+		require.NoError(t, err, v)
+		require.Equal(t, v, c.MetricsAddr)
+	}
+	_, err := config.Load(env(map[string]string{"DB_DSN": "d", "METRICS_ADDR": "9464"}))
+	require.ErrorContains(t, err, `METRICS_ADDR must be host:port, such as 127.0.0.1:9464, or off, got "9464"`)
+}
+
 // One error names every bad variable, whatever the mix.
 func TestEveryBadValueIsReported(t *testing.T) {
 	t.Parallel()
@@ -96,7 +108,7 @@ func TestEveryBadValueIsReported(t *testing.T) {
 		"VISIBILITY_HEARTBEAT": "0", "VISIBILITY_EXTENSION": "-5s",
 		"SWEEP_GRACE": "soon", "SWEEP_BATCH_SIZE": "0", "LOG_LEVEL": "loud",
 		"HTTP_ADDR": "8080", "MAPPING_CONCURRENCY": "many", "MAPPING_BATCH_SIZE": "0", "PROCESSOR_TIMEOUT": "0s",
-		"ASYNC_LINGER": "-1ms", "SWEEP_INTERVAL": "often"}
+		"ASYNC_LINGER": "-1ms", "SWEEP_INTERVAL": "often", "METRICS_ADDR": "9464"}
 	_, err := config.Load(env(bad))
 	require.Error(t, err)
 	require.ErrorContains(t, err, "DB_DSN, or DB_HOST and DB_USER")

@@ -13,6 +13,7 @@ package counters
 import (
 	"context"
 	"encoding/json"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
 	"time"
 
@@ -53,6 +54,9 @@ type Consumer struct {
 	Visibility *sqsbatch.Visibility
 	// Applied, when set, hears of every batch's results after its commit (tests, the benchmark).
 	Applied func([]exactlyonce.CounterResult)
+	// Metrics, when set, records the batches' metrics (messages applied, duplicates, rejected, the
+	// store's transactions); nil: the Recorder the context carries, if any (the Lambda's).
+	Metrics *metrics.Recorder
 }
 
 // Handle is the Lambda handler. It never returns an error (which would fail the whole batch):
@@ -67,7 +71,18 @@ type Consumer struct {
 // The publish of the notifications does not decide a message's fate: they are recorded, and the
 // sweeper publishes what this call could not.
 func (c *Consumer) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	h := sqsbatch.Handler[exactlyonce.CounterMessage]{Name: "counter", Decode: exactlyonce.DecodeCounterMessage,
+	if c.Metrics != nil {
+		ctx = metrics.With(ctx, c.Metrics)
+	}
+	rec := metrics.From(ctx)
+	decode := func(body string) (exactlyonce.CounterMessage, error) {
+		m, err := exactlyonce.DecodeCounterMessage(body)
+		if err != nil {
+			rec.Add(metrics.CounterRejected, 1)
+		}
+		return m, err
+	}
+	h := sqsbatch.Handler[exactlyonce.CounterMessage]{Name: "counter", Decode: decode,
 		Work: c.work, Visibility: c.Visibility, Logger: c.logger()}
 	return h.Handle(ctx, ev)
 }
@@ -88,6 +103,15 @@ func (c *Consumer) work(ctx context.Context, msgs []sqsbatch.Message[exactlyonce
 	if err != nil {
 		return nil, err
 	}
+	applied := 0
+	for _, r := range results {
+		if r.Applied {
+			applied++
+		}
+	}
+	rec := metrics.From(ctx)
+	rec.Add(metrics.CounterApplied, applied)
+	rec.Add(metrics.CounterDuplicates, len(results)-applied)
 	if c.Applied != nil {
 		c.Applied(results)
 	}

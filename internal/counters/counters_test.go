@@ -18,6 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/counters"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
@@ -271,16 +272,26 @@ func TestRedeliveredBatchCountsOnce(t *testing.T) {
 	ctx := context.Background()
 	store := testdb.Store(t, mysql.StoreConfig{}, 4)
 	var got [][]exactlyonce.CounterResult
-	c := &counters.Consumer{Store: store, Applied: func(rs []exactlyonce.CounterResult) { got = append(got, rs) }}
+	rec := metrics.NewRecorder(metrics.PartCounter, true, nil)
+	c := &counters.Consumer{Store: store, Applied: func(rs []exactlyonce.CounterResult) { got = append(got, rs) }, Metrics: rec}
 	ev := events.SQSEvent{Records: []events.SQSMessage{
 		{MessageId: "1", Body: `{"entityId":"a","entityType":"t","userId":"u","action":"added"}`},
 		{MessageId: "2", Body: `{"entityId":"b","entityType":"t","userId":"u","action":"added"}`},
 		{MessageId: "3", Body: `{"entityId":"b","entityType":"t","userId":"u","action":"bogus"}`},
 	}}
-	for range 2 {
+	for i := range 2 {
 		resp, err := c.Handle(ctx, ev)
 		require.NoError(t, err)
 		require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: "3"}}, resp.BatchItemFailures)
+		// The invocation's metrics: two applied the first time, two duplicates the second, the bad
+		// one rejected each time.
+		values := map[string]float64{}
+		for _, v := range rec.Values() {
+			values[v.Name] = v.Value
+		}
+		require.Equal(t, map[bool]float64{true: 2, false: 0}[i == 0], values["CounterApplied"], "delivery %d", i)
+		require.Equal(t, map[bool]float64{true: 0, false: 2}[i == 0], values["CounterDuplicates"], "delivery %d", i)
+		require.Equal(t, 1.0, values["CounterRejected"], "delivery %d", i)
 	}
 	require.Len(t, got, 2)
 	require.True(t, got[0][0].Applied && got[0][1].Applied)

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/counters"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
@@ -59,13 +60,13 @@ func EnsureCounters(ctx context.Context, client *sqs.Client, awsCfg aws.Config, 
 
 // startCounters builds the counter consumer's mapping and gives the sweeper the counter sweep (nil
 // when the run has no counters).
-func startCounters(store *mysql.Store, client *sqs.Client, opt *Options, log *slog.Logger) *mapping.Mapping {
+func startCounters(store *mysql.Store, client *sqs.Client, opt *Options, rec *metrics.Recorder, log *slog.Logger) *mapping.Mapping {
 	c := opt.Counters
 	if c == nil {
 		return nil
 	}
 	opt.Sweep.Counters = &sweeping.Counters{Publisher: c.Publisher}
-	consumer := &counters.Consumer{Store: store, Publisher: c.Publisher, Logger: log,
+	consumer := &counters.Consumer{Store: store, Publisher: c.Publisher, Logger: log, Metrics: rec,
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: c.Queues.URL}}
 	m := mapping.New(client, consumer.Handle, mapping.Config{QueueURL: c.Queues.URL, QueueARN: c.Queues.ARN,
 		BatchSize: opt.MappingBatchSize, Concurrency: max(opt.MappingConcurrency, 0), Timeout: opt.ProcessorTimeout, Logger: log})

@@ -23,6 +23,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"github.com/exactlyonce/exactlyonce/internal/metrics/prom"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
@@ -72,6 +74,10 @@ type Options struct {
 	Report processing.Reporter
 	// Counters, when set, runs the counter service's consumer (counters.go).
 	Counters *Counters
+	// MetricsAddr is where the parts' Prometheus metrics are served, on /metrics (METRICS_ADDR;
+	// cmd/local's default 127.0.0.1:9464; port 0 picks one). Empty: not served (System.Metrics
+	// still counts them).
+	MetricsAddr string
 }
 
 // DefaultAsyncLinger is Options.AsyncLinger's default. At 16 clients it let a message name about 50
@@ -82,7 +88,11 @@ const DefaultAsyncLinger = 5 * time.Millisecond
 // System is a running local system.
 type System struct {
 	// URL is the API's base URL.
-	URL     string
+	URL string
+	// MetricsURL is the URL of the /metrics endpoint; empty when Options.MetricsAddr is.
+	MetricsURL string
+	// Metrics is the registry every part records in (label part: api, processor, sweeper, counter).
+	Metrics *prom.Registry
 	done    chan error
 	mapping *mapping.Mapping
 }
@@ -108,17 +118,28 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		opt.Sweep.Report = opt.Report
 	}
 
+	reg := prom.New()
+	opt.Sweep.Metrics.Recorder = reg.Recorder(metrics.PartSweeper)
 	ln, err := net.Listen("tcp", opt.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("api: listen on %s: %w", opt.HTTPAddr, err)
+	}
+	var mln net.Listener
+	if opt.MetricsAddr != "" && opt.MetricsAddr != config.MetricsOff {
+		if mln, err = net.Listen("tcp", opt.MetricsAddr); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("metrics: listen on %s (METRICS_ADDR): %w", opt.MetricsAddr, err)
+		}
 	}
 	// One process serving many requests: the API groups the async events of concurrent requests
 	// into one INSERT, and sends messages naming many events (api.AsyncGroup); a Lambda serves one
 	// request at a time, and answers after its message is sent.
 	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
-		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency}
+		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency,
+		Metrics: reg.Recorder(metrics.PartAPI)}
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	processor := &processing.Processor{Store: store, Logger: log, Report: opt.Report, Tasks: opt.Sweep.Tasks,
+		Metrics: reg.Recorder(metrics.PartProcessor),
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
 			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}}
 	var m *mapping.Mapping
@@ -129,14 +150,25 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 			Timeout: opt.ProcessorTimeout, Logger: log,
 		})
 	}
-	counterMapping := startCounters(store, client, &opt, log) // counters.go; sets opt.Sweep.Counters
+	counterMapping := startCounters(store, client, &opt, reg.Recorder(metrics.PartCounter), log) // counters.go; sets opt.Sweep.Counters
 	sweeper, err := sweeperAgent(store, opt, log)
 	if err != nil {
 		ln.Close()
+		if mln != nil {
+			mln.Close()
+		}
 		return nil, err
 	}
 
-	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1), mapping: m}
+	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1), mapping: m, Metrics: reg}
+	var metricsServer *http.Server
+	if mln != nil {
+		sys.MetricsURL = "http://" + mln.Addr().String() + "/metrics"
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", reg.Handler())
+		metricsServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		log.Info("local: metrics served", "url", sys.MetricsURL)
+	}
 	log.Info("local: api listening", "url", sys.URL, "async_linger", opt.AsyncLinger.String())
 	if m != nil {
 		log.Info("local: processor polling", "queue", opt.Queues.URL, "dlq", opt.Queues.DLQURL,
@@ -148,7 +180,23 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	log.Info("local: sweeper running as an agent", "name", sweeper.Member.Config().Name)
 
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
+	if metricsServer != nil {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := metricsServer.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = metricsServer.Shutdown(sctx)
+		}()
+	}
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
@@ -177,7 +225,8 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = sweeper.Run(ctx) // leaves (deletes its row) when ctx ends
+		// What the agent records (its pulses, claims, transactions) goes to the sweeper's series.
+		_ = sweeper.Run(metrics.With(ctx, opt.Sweep.Metrics.Recorder)) // leaves (deletes its row) when ctx ends
 	}()
 	go func() {
 		wg.Wait()
@@ -235,7 +284,8 @@ func Env(c config.Config) Options {
 		VisibilityExtension: c.Processor.VisibilityExtension,
 		Idempotency: api.Idempotency{TTL: c.Idempotency.TTL, Wait: c.Idempotency.Wait,
 			Required: c.Idempotency.Required},
-		Agent: wire.AgentVars(c.Agent),
+		Agent:       wire.AgentVars(c.Agent),
+		MetricsAddr: c.MetricsAddr,
 	}
 	if mc := c.Local.MappingConcurrency; mc != nil {
 		o.MappingConcurrency = *mc

@@ -12,7 +12,7 @@
 //	 "Function": "sweeper", "Settled": 3}
 //
 // Each dimension and each metric named in the directive is a member of the root object: dimensions
-// with string values, metrics with numbers.
+// with string values, metrics with numbers or arrays of up to 100 numbers.
 package metrics
 
 import (
@@ -51,11 +51,13 @@ type Dimension struct {
 	Name, Value string
 }
 
-// Value is one measurement: a metric's name, its unit and its value.
+// Value is one metric's measurement: its name, its unit and its value, or its values when Values
+// is set (an EMF array of up to 100 values, each a datapoint to CloudWatch's statistics).
 type Value struct {
-	Name  string
-	Unit  Unit
-	Value float64
+	Name   string
+	Unit   Unit
+	Value  float64
+	Values []float64
 }
 
 // Line is what one EMF line holds: values measured at one time, in one namespace, under one set of
@@ -72,6 +74,7 @@ type Line struct {
 const (
 	maxDimensions = 30  // dimension keys in one dimension set
 	maxMetrics    = 100 // metric definitions in one directive
+	maxValues     = 100 // values in one metric's array
 )
 
 // Encode returns the line as one EMF JSON object, without a newline. It refuses what CloudWatch
@@ -120,10 +123,22 @@ func (l Line) Encode() ([]byte, error) {
 		if !units[v.Unit] {
 			return nil, fmt.Errorf("metrics: %s: unknown unit %q", v.Name, v.Unit)
 		}
-		if math.IsNaN(v.Value) || math.IsInf(v.Value, 0) {
-			return nil, fmt.Errorf("metrics: %s: %v is not a number CloudWatch accepts", v.Name, v.Value)
+		if v.Values != nil {
+			if len(v.Values) == 0 || len(v.Values) > maxValues {
+				return nil, fmt.Errorf("metrics: %s: an array holds 1 to %d values, got %d", v.Name, maxValues, len(v.Values))
+			}
+			for _, x := range v.Values {
+				if math.IsNaN(x) || math.IsInf(x, 0) {
+					return nil, fmt.Errorf("metrics: %s: %v is not a number CloudWatch accepts", v.Name, x)
+				}
+			}
+			root[v.Name] = v.Values
+		} else {
+			if math.IsNaN(v.Value) || math.IsInf(v.Value, 0) {
+				return nil, fmt.Errorf("metrics: %s: %v is not a number CloudWatch accepts", v.Name, v.Value)
+			}
+			root[v.Name] = v.Value
 		}
-		root[v.Name] = v.Value
 		defs = append(defs, definition{Name: v.Name, Unit: v.Unit})
 	}
 	type directive struct {

@@ -79,8 +79,19 @@ func requireEMF(t *testing.T, out []byte, when time.Time) map[string]any {
 			require.Subset(t, []string{"Name", "Unit", "StorageResolution"}, keys(def))
 			name, ok := def["Name"].(string)
 			require.True(t, ok && name != "", "a metric has a Name")
-			_, isNumber := root[name].(float64)
-			require.True(t, isNumber, "metric %q is a top-level member with a number value", name)
+			switch v := root[name].(type) {
+			case float64:
+			case []any:
+				// The specification allows an array of up to 100 numbers.
+				require.NotEmpty(t, v, "metric %q: an array of values", name)
+				require.LessOrEqual(t, len(v), 100, "metric %q: at most 100 values", name)
+				for _, x := range v {
+					_, isNumber := x.(float64)
+					require.True(t, isNumber, "metric %q: every value of its array is a number", name)
+				}
+			default:
+				require.Failf(t, "not a number", "metric %q is a top-level member with a number value or an array of numbers: %v", name, v)
+			}
 		}
 	}
 	return root
@@ -146,6 +157,9 @@ func TestLineRefusesWhatCloudWatchWouldDrop(t *testing.T) {
 		"a dimension as metric": func(l *metrics.Line) { l.Values[0].Name = "Function" },
 		"a metric named _aws":   func(l *metrics.Line) { l.Values[0].Name = "_aws" },
 		"an empty metric name":  func(l *metrics.Line) { l.Values[0].Name = "" },
+		"an empty array":        func(l *metrics.Line) { l.Values[0].Values = []float64{} },
+		"101 values":            func(l *metrics.Line) { l.Values[0].Values = make([]float64, 101) },
+		"NaN in an array":       func(l *metrics.Line) { l.Values[0].Values = []float64{1, math.NaN()} },
 		"too many dimensions": func(l *metrics.Line) {
 			for i := range 31 {
 				l.Dimensions = append(l.Dimensions, metrics.Dimension{Name: "d" + strings.Repeat("x", i), Value: "v"})
@@ -161,4 +175,15 @@ func TestLineRefusesWhatCloudWatchWouldDrop(t *testing.T) {
 			require.Zero(t, buf.Len(), "nothing is written")
 		})
 	}
+}
+
+// A metric with many values is an array of numbers, as the specification allows (each a datapoint
+// to CloudWatch's statistics).
+func TestLineWithAnArrayOfValues(t *testing.T) {
+	l := sample()
+	l.Values = append(l.Values, metrics.Value{Name: "TransactionDuration", Unit: metrics.Milliseconds, Values: []float64{1.5, 4, 2}})
+	var buf bytes.Buffer
+	require.NoError(t, l.Write(&buf))
+	root := requireEMF(t, buf.Bytes(), at)
+	require.Equal(t, []any{1.5, 4.0, 2.0}, root["TransactionDuration"])
 }

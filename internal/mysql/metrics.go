@@ -20,3 +20,14 @@ func (s *Store) OldestWaitingAge(ctx context.Context) (time.Duration, error) {
 	}
 	return time.Duration(us.Int64) * time.Microsecond, nil
 }
+
+// WaitingEvents returns how many events wait for a worker: those OldestWaitingAge measures (a
+// pending event, or a leased one whose lease expired). It reads only the `open` partition and
+// takes no lock (sql/metrics.sql).
+func (s *Store) WaitingEvents(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, query("WaitingEvents")).Scan(&n); err != nil {
+		return 0, interpret("count the waiting events", err)
+	}
+	return n, nil
+}

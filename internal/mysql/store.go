@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/routing"
 	"github.com/go-sql-driver/mysql"
 )
@@ -107,7 +109,18 @@ func (s *Store) write(ctx context.Context, n int, insert func(context.Context, e
 			return nil, err
 		}
 		// A failed insert loses these ids: gaps, never duplicates.
-		return ids, insert(ctx, s.db, ids)
+		rec := metrics.From(ctx)
+		if rec == nil {
+			return ids, insert(ctx, s.db, ids)
+		}
+		// The autocommit insert is a write transaction of its own: its duration is recorded as
+		// inTx's are.
+		start := time.Now()
+		if err := insert(ctx, s.db, ids); err != nil {
+			return ids, err
+		}
+		rec.ObserveDuration(metrics.TransactionDuration, time.Since(start))
+		return ids, nil
 	}
 	var ids []int64
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -54,21 +55,22 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// retryable tells whether err is a deadlock or a lock wait timeout, and counts it.
-func (s *Stats) retryable(err error) bool {
+// retryable tells whether err is a deadlock or a lock wait timeout, counts it, and returns the
+// metric of its retry.
+func (s *Stats) retryable(err error) (metrics.Metric, bool) {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) {
-		return false
+		return 0, false
 	}
 	switch me.Number {
 	case errDeadlock:
 		s.Deadlocks.Add(1)
-		return true
+		return metrics.DeadlockRetries, true
 	case errLockWaitTimeout:
 		s.LockWaitTimeouts.Add(1)
-		return true
+		return metrics.LockWaitRetries, true
 	}
-	return false
+	return 0, false
 }
 
 // inTx is the one transaction shape: begin at READ COMMITTED, run fn, commit; roll back on any error;
@@ -79,15 +81,28 @@ func (s *Stats) retryable(err error) bool {
 // full scans of this index-less schema lock every row they pass and workers block each other
 // (see docs/innodb.md). go-sql-driver issues SET TRANSACTION ISOLATION LEVEL before
 // BEGIN, which works on MySQL 8 and MariaDB alike and which RDS Proxy tracks without pinning.
+//
+// The Recorder ctx carries (metrics.From) hears of each retry (DeadlockRetries, LockWaitRetries)
+// and of the duration of the attempt that committed (TransactionDuration): in memory, after the
+// transaction, never a round trip of its own.
 func inTx(ctx context.Context, db *sql.DB, stats *Stats, policy RetryPolicy, fn func(*sql.Tx) error) error {
 	policy = policy.withDefaults()
 	delay := policy.BaseDelay
+	rec := metrics.From(ctx)
 	for attempt := 1; ; attempt++ {
+		var start time.Time
+		if rec != nil {
+			start = time.Now()
+		}
 		err := runTx(ctx, db, fn)
 		if err == nil {
+			if rec != nil {
+				rec.ObserveDuration(metrics.TransactionDuration, time.Since(start))
+			}
 			return nil
 		}
-		if !stats.retryable(err) {
+		metric, retry := stats.retryable(err)
+		if !retry {
 			return err
 		}
 		if attempt >= policy.MaxAttempts {
@@ -95,6 +110,7 @@ func inTx(ctx context.Context, db *sql.DB, stats *Stats, policy RetryPolicy, fn 
 			return err
 		}
 		stats.Retries.Add(1)
+		rec.Add(metric, 1)
 		// Full jitter: sleep a random time up to the current bound, so the losers of a deadlock do
 		// not collide again in lockstep.
 		sleep := time.Duration(rand.Int64N(int64(delay)) + 1)

@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
 	"time"
 
@@ -163,7 +164,35 @@ func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactly
 			out[id] = o
 		}
 	}
+	recordClaim(ctx, claimed.Count(), len(claimed.Settled)+len(done.settled), out)
 	return out, nil
+}
+
+// recordClaim records one claim's metrics on the Recorder ctx carries: its size, the events it
+// settled as processed, and the busy and missing outcomes among out (nil for a claim of due events,
+// which skips what others hold and names no id).
+func recordClaim(ctx context.Context, size, processed int, out map[int64]exactlyonce.Outcome) {
+	rec := metrics.From(ctx)
+	if rec == nil {
+		return
+	}
+	// A claim of due events that found none is a poll, not a batch: an idle agent polls every
+	// second, and its zeros would drown the sizes of its batches.
+	if size > 0 || out != nil {
+		rec.Observe(metrics.ClaimBatchSize, float64(size))
+	}
+	rec.Add(metrics.EventsProcessed, processed)
+	busy, missing := 0, 0
+	for _, o := range out {
+		switch o {
+		case exactlyonce.OutcomeBusy:
+			busy++
+		case exactlyonce.OutcomeMissing:
+			missing++
+		}
+	}
+	rec.Add(metrics.OutcomeBusy, busy)
+	rec.Add(metrics.OutcomeMissing, missing)
 }
 
 // Batch says what one ProcessDue did.
@@ -199,6 +228,7 @@ func (e *Engine) ProcessDueIn(ctx context.Context, grace time.Duration, limit in
 	e.reportSettled(c.ID, claimed.GaveUp)
 	done := e.work(ctx, c, claimed)
 	gaveUp := len(claimed.GaveUp) + len(done.gaveUp)
+	recordClaim(ctx, claimed.Count(), len(claimed.Settled)+len(done.settled), nil)
 	return Batch{Claimed: claimed.Count(), Settled: len(claimed.Settled) + len(done.settled),
 		Retrying: len(claimed.Failed) - len(claimed.GaveUp) + done.failed - len(done.gaveUp), GaveUp: gaveUp,
 		Chained: done.chained}, nil

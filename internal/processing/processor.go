@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 )
@@ -29,6 +30,9 @@ type Processor struct {
 	Visibility *sqsbatch.Visibility
 	// Tasks, when set with a Deliverer, makes the processor deliver tasks (Engine.Tasks).
 	Tasks *Tasks
+	// Metrics, when set, records the batches' metrics (claims, outcomes, the store's transactions);
+	// nil: the Recorder the context carries, if any (the Lambda's, wire.Invocation).
+	Metrics *metrics.Recorder
 }
 
 // Handle is the Lambda handler. It never returns an error (which would fail the whole batch): it
@@ -48,6 +52,9 @@ type Processor struct {
 //   - if the claim's transaction fails, every message fails: nothing was committed (or, if only
 //     the commit's answer was lost, the messages come back and find their events settled).
 func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	if p.Metrics != nil {
+		ctx = metrics.With(ctx, p.Metrics)
+	}
 	h := sqsbatch.Handler[[]int64]{Name: exactlyonce.ByProcessor, Decode: queue.Decode, Work: p.work,
 		Visibility: p.Visibility, Logger: p.logger()}
 	return h.Handle(ctx, ev)

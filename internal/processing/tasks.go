@@ -3,6 +3,7 @@ package processing
 import (
 	"cmp"
 	"context"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"strconv"
 	"sync"
 	"time"
@@ -90,6 +91,7 @@ func (e *Engine) workTasks(ctx context.Context, c exactlyonce.Claim, tasks []exa
 // deliverChain delivers t, then each next task of its reference that the settlements hand on.
 func (e *Engine) deliverChain(ctx context.Context, c exactlyonce.Claim, t exactlyonce.Event, st *taskSettler, sem chan struct{}) {
 	cfg := e.Tasks
+	rec := metrics.From(ctx)
 	for first := true; ; first = false {
 		if !cfg.timeFor(ctx) {
 			st.release(t)
@@ -101,6 +103,12 @@ func (e *Engine) deliverChain(ctx context.Context, c exactlyonce.Claim, t exactl
 		if res.Outcome == webhook.Temporary && ctx.Err() != nil {
 			st.release(t) // cut short by the deadline: not the receiver's failure
 			return
+		}
+		rec.ObserveDuration(metrics.TaskDeliveryLatency, res.Duration)
+		if res.Outcome == webhook.Delivered {
+			rec.Add(metrics.TaskDelivered, 1)
+		} else {
+			rec.Add(metrics.TaskDeliveryFailed, 1)
 		}
 		if !first {
 			st.chained()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -358,4 +359,43 @@ func TestTasksAreReleasedNotStartedPastTheDeadline(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, b.Settled)
 	require.Equal(t, 1, recv.count())
+}
+
+// Each delivery attempt is counted by its outcome and timed, on the Recorder of the worker's
+// context: a 503 (failed, retried), then a 200 (delivered).
+func TestTaskDeliveryMetrics(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	rec := metrics.NewRecorder(metrics.PartProcessor, true, nil)
+	ctx := metrics.With(context.Background(), rec)
+	flaky := &scriptedReceiver{handle: func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}}
+	srv := httptest.NewServer(flaky)
+	t.Cleanup(srv.Close)
+	id := oneTask(t, store, srv.URL, 3)
+	e := &processing.Engine{Store: store, By: exactlyonce.ByProcessor, Tasks: &processing.Tasks{
+		Deliverer: webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second}),
+		RetryBase: time.Millisecond, RetryMax: 2 * time.Millisecond}}
+	require.Eventually(t, func() bool {
+		_, err := e.ProcessIDs(ctx, []int64{id})
+		require.NoError(t, err)
+		got, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		return got.State == exactlyonce.Processed
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 2, flaky.count())
+
+	values := map[string]metrics.Value{}
+	for _, v := range rec.Values() {
+		values[v.Name] = v
+	}
+	require.Equal(t, 1.0, values["TaskDeliveryFailed"].Value)
+	require.Equal(t, 1.0, values["TaskDelivered"].Value)
+	require.Len(t, values["TaskDeliveryLatency"].Values, 2, "each attempt timed")
+	require.Equal(t, 1.0, values["EventsProcessed"].Value)
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"io"
 	"strconv"
 	"strings"
@@ -204,11 +205,18 @@ type SQSSender struct {
 	QueueURL string
 }
 
+// Send sends one message naming ids, and counts it on the Recorder ctx carries (QueueSends, or
+// QueueSendFailures when it failed).
 func (s *SQSSender) Send(ctx context.Context, ids []int64) error {
 	_, err := s.Client.SendMessage(ctx, &sqs.SendMessageInput{
 		QueueUrl:    aws.String(s.QueueURL),
 		MessageBody: aws.String(EncodeIDs(ids)),
 	})
+	if err != nil {
+		metrics.From(ctx).Add(metrics.QueueSendFailures, 1)
+	} else {
+		metrics.From(ctx).Add(metrics.QueueSends, 1)
+	}
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 )
 
 // ShardInput is the scheduled sweeper's input: which of the Shards static shards this invocation
@@ -29,6 +30,7 @@ const DefaultAgentStopBefore = 8 * time.Second
 // die, its row expires and the next one ejects it: a shard is never left uncovered for longer than
 // one expiration, and never held by two RUNNING agents.
 func (s *Sweeper) HandleAgent(ctx context.Context, in ShardInput) (Result, error) {
+	ctx = metrics.With(ctx, s.recorder(ctx))
 	start := time.Now()
 	res, err := s.runAgent(ctx, in)
 	s.publish(ctx, res, err)

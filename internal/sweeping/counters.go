@@ -70,7 +70,7 @@ type CounterSweepResult struct {
 
 // sweepCounters runs the counter sweep after the events', when configured, and reports it: a
 // log line when it did something, an error line per mismatch and per failed step, and a metric
-// line of its own. A failure does not fail the sweep of events: the next sweep tries again.
+// metric of each in the invocation's line. A failure does not fail the sweep of events: the next sweep tries again.
 func (s *Sweeper) sweepCounters(ctx context.Context) {
 	store, ok := s.engine.Store.(counterStore)
 	if s.cfg.Counters == nil || !ok || ctx.Err() != nil {
@@ -80,23 +80,12 @@ func (s *Sweeper) sweepCounters(ctx context.Context) {
 		return
 	}
 	res := SweepCounters(ctx, store, *s.cfg.Counters, s.cfg.Logger)
-	m := s.cfg.Metrics
-	if m.Out == nil {
-		return
-	}
-	line := metrics.Line{
-		Namespace:  cmp.Or(m.Namespace, DefaultNamespace),
-		Dimensions: []metrics.Dimension{{Name: FunctionNameDimension, Value: cmp.Or(m.Function, DefaultFunction)}},
-		Time:       time.Now(),
-		Values: []metrics.Value{
-			{Name: MetricCounterMismatches, Unit: metrics.Count, Value: float64(res.Mismatches)},
-			{Name: MetricCounterRepublished, Unit: metrics.Count, Value: float64(res.Republished)},
-			{Name: MetricCounterSweepErrors, Unit: metrics.Count, Value: float64(min(res.Errors, 1))},
-		},
-	}
-	if err := line.Write(m.Out); err != nil {
-		s.cfg.Logger.Error("sweeper: counter metrics not published", "err", err)
-	}
+	// Into the invocation's one line (publish); recorded even at zero, so that the line says the
+	// counter sweep ran.
+	rec := s.recorder(ctx)
+	rec.Add(metrics.CounterMismatches, res.Mismatches)
+	rec.Add(metrics.CounterRepublished, res.Republished)
+	rec.Add(metrics.CounterSweepErrors, min(res.Errors, 1))
 }
 
 // SweepCounters is the counter sweep on store (the sweeper's, and tests').

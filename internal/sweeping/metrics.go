@@ -11,6 +11,9 @@ import (
 
 // The metrics Handle publishes after every invocation, in namespace Metrics.Namespace with the one
 // dimension FunctionName=Metrics.Function. infra/alarms.go alarms on them; docs/deploy.md says why.
+// They are the names of their definitions in internal/metrics's Catalog, where every metric of every
+// part is defined; the line of an invocation holds all of the sweeper's (PendingEvents,
+// EventsProcessed, ClaimBatchSize, AgentPulses, ...), not only these.
 const (
 	// MetricOldestPendingAge is the age in seconds of the oldest event waiting for a worker (pending,
 	// or leased with an expired lease), read after the sweep: 0 when nothing waits. Left out of the
@@ -51,7 +54,7 @@ const (
 type Metrics struct {
 	// Out receives one CloudWatch Embedded Metric Format line per invocation of Handle (see
 	// internal/metrics). The Lambda sets os.Stdout: its stdout is its log group, where CloudWatch
-	// extracts the metrics. Nil publishes nothing (the local runner, tests that do not look).
+	// extracts the metrics. Nil writes no line (the local runner, tests that do not look).
 	Out io.Writer
 	// Namespace of the metrics. Default DefaultNamespace.
 	Namespace string
@@ -60,6 +63,10 @@ type Metrics struct {
 	// value, two stacks in one account would feed one metric, and one stack's sweeper would hide the
 	// other's silence from its alarm.
 	Function string
+	// Recorder is where the sweeper records (and what the line of an invocation drains): the
+	// Lambda's (wire.Invocation), or the local runner's Prometheus one. Nil: one of the sweeper's
+	// own when Out is set, else nothing is recorded.
+	Recorder *metrics.Recorder
 }
 
 // waitingAges is the store's read of the oldest waiting event's age (mysql.Store has it).
@@ -67,55 +74,79 @@ type waitingAges interface {
 	OldestWaitingAge(ctx context.Context) (time.Duration, error)
 }
 
-// publish writes the metric line of one invocation: what the sweep settled, whether it failed, and
-// the age of the oldest event still waiting, read after the sweep, so that it measures what the
-// sweep left behind. It runs whether the sweep succeeded or not: a failing sweeper must still say so.
+// waitingCount is the store's count of the waiting events (mysql.Store has it).
+type waitingCount interface {
+	WaitingEvents(ctx context.Context) (int64, error)
+}
+
+// publish records what one invocation's sweep did (settled, failed or not, retrying and failed
+// events) and the waiting events' count and oldest age, read after the sweep, so that they measure
+// what the sweep left behind; then it writes the invocation's line, which holds as well what the
+// engine, the store and the agent recorded during it. It runs whether the sweep succeeded or not: a
+// failing sweeper must still say so.
 func (s *Sweeper) publish(ctx context.Context, res Result, sweepErr error) {
+	rec := s.rec
+	if rec == nil {
+		return
+	}
+	failed := 0
+	if sweepErr != nil {
+		failed = 1
+	}
+	rec.Add(metrics.Settled, res.Processed)
+	rec.Add(metrics.SweepErrors, failed)
+	rec.Add(metrics.RetryingEvents, res.Retrying)
+	rec.Add(metrics.FailedEvents, res.Failed)
+	// What the agent's maintenance read during the invocation is not what the sweep left behind.
+	rec.Unset(metrics.OldestPendingAge)
+	rec.Unset(metrics.PendingEvents)
+	s.readWaiting(ctx, rec)
 	m := s.cfg.Metrics
 	if m.Out == nil {
 		return
 	}
-	failed := 0.0
-	if sweepErr != nil {
-		failed = 1
-	}
-	values := []metrics.Value{
-		{Name: MetricSettled, Unit: metrics.Count, Value: float64(res.Processed)},
-		{Name: MetricSweepErrors, Unit: metrics.Count, Value: failed},
-		{Name: MetricRetrying, Unit: metrics.Count, Value: float64(res.Retrying)},
-		{Name: MetricFailedEvents, Unit: metrics.Count, Value: float64(res.Failed)},
-		{Name: MetricPulseFailures, Unit: metrics.Count, Value: float64(res.PulseFailures)},
-	}
-	if age, ok := s.oldestAge(ctx); ok {
-		values = append(values, metrics.Value{Name: MetricOldestPendingAge, Unit: metrics.Seconds, Value: age.Seconds()})
-	}
-	line := metrics.Line{
-		Namespace:  cmp.Or(m.Namespace, DefaultNamespace),
-		Dimensions: []metrics.Dimension{{Name: FunctionNameDimension, Value: cmp.Or(m.Function, DefaultFunction)}},
-		Time:       time.Now(),
-		Values:     values,
-	}
+	line := rec.Line(cmp.Or(m.Namespace, DefaultNamespace), cmp.Or(m.Function, DefaultFunction), time.Now())
 	if err := line.Write(m.Out); err != nil {
 		s.cfg.Logger.Error("sweeper: metrics not published", "err", err)
 	}
 }
 
-// oldestAge reads the oldest waiting event's age within ageReadTimeout and before the deadline's
-// margin, and says whether it could.
-func (s *Sweeper) oldestAge(ctx context.Context) (time.Duration, bool) {
-	store, ok := s.engine.Store.(waitingAges)
-	if !ok {
-		return 0, false
+// readWaiting sets the gauges of the waiting events (OldestPendingAgeSeconds, PendingEvents) on
+// rec, each left unset when it could not be read within ageReadTimeout and before the deadline's
+// margin: a missing datapoint, which the alarm treats as breaching.
+func (s *Sweeper) readWaiting(ctx context.Context, rec *metrics.Recorder) {
+	if age, ok := s.oldestAge(ctx); ok {
+		rec.Set(metrics.OldestPendingAge, age.Seconds())
+		if n, ok := s.waiting(ctx); ok {
+			rec.Set(metrics.PendingEvents, float64(n))
+		}
 	}
+}
+
+// readBudget returns a context for one read of the waiting events, bounded by ageReadTimeout and
+// the deadline's margin; nil when no time is left.
+func (s *Sweeper) readBudget(ctx context.Context) (context.Context, context.CancelFunc) {
 	budget := ageReadTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		budget = min(budget, time.Until(dl)-publishMargin)
 	}
 	if budget <= 0 {
-		s.cfg.Logger.Warn("sweeper: no time left to read the oldest pending age")
+		s.cfg.Logger.Warn("sweeper: no time left to read the waiting events")
+		return nil, nil
+	}
+	return context.WithTimeout(ctx, budget)
+}
+
+// oldestAge reads the oldest waiting event's age, and says whether it could.
+func (s *Sweeper) oldestAge(ctx context.Context) (time.Duration, bool) {
+	store, ok := s.engine.Store.(waitingAges)
+	if !ok {
 		return 0, false
 	}
-	rctx, cancel := context.WithTimeout(ctx, budget)
+	rctx, cancel := s.readBudget(ctx)
+	if rctx == nil {
+		return 0, false
+	}
 	defer cancel()
 	age, err := store.OldestWaitingAge(rctx)
 	if err != nil {
@@ -123,4 +154,23 @@ func (s *Sweeper) oldestAge(ctx context.Context) (time.Duration, bool) {
 		return 0, false
 	}
 	return age, true
+}
+
+// waiting counts the waiting events, and says whether it could.
+func (s *Sweeper) waiting(ctx context.Context) (int64, bool) {
+	store, ok := s.engine.Store.(waitingCount)
+	if !ok {
+		return 0, false
+	}
+	rctx, cancel := s.readBudget(ctx)
+	if rctx == nil {
+		return 0, false
+	}
+	defer cancel()
+	n, err := store.WaitingEvents(rctx)
+	if err != nil {
+		s.cfg.Logger.Warn("sweeper: waiting events not counted", "err", err)
+		return 0, false
+	}
+	return n, true
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -155,6 +156,16 @@ func TestMetricNamesAreTheOnesTheAlarmWatches(t *testing.T) {
 	require.Equal(t, "ExactlyOnce", sweeping.DefaultNamespace)
 	require.Equal(t, "OldestPendingAgeSeconds", sweeping.MetricOldestPendingAge)
 	require.Equal(t, "FunctionName", sweeping.FunctionNameDimension)
+	// And they are the catalog's, which every part records through.
+	require.Equal(t, metrics.Namespace, sweeping.DefaultNamespace)
+	require.Equal(t, metrics.FunctionNameDimension, sweeping.FunctionNameDimension)
+	for name, m := range map[string]metrics.Metric{sweeping.MetricOldestPendingAge: metrics.OldestPendingAge,
+		sweeping.MetricSettled: metrics.Settled, sweeping.MetricSweepErrors: metrics.SweepErrors,
+		sweeping.MetricRetrying: metrics.RetryingEvents, sweeping.MetricFailedEvents: metrics.FailedEvents,
+		sweeping.MetricPulseFailures: metrics.PulseFailures, sweeping.MetricCounterMismatches: metrics.CounterMismatches,
+		sweeping.MetricCounterRepublished: metrics.CounterRepublished, sweeping.MetricCounterSweepErrors: metrics.CounterSweepErrors} {
+		require.Equal(t, name, m.Name())
+	}
 }
 
 // An event whose work fails is counted as retrying while it waits its backoff, and as failed once

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 )
 
@@ -81,7 +82,8 @@ type Sweeper struct {
 	engine *processing.Engine
 	cfg    Config
 
-	folded       atomic.Int64 // events Maintain folded, for HandleAgent's result
+	rec          *metrics.Recorder // Metrics.Recorder, or the sweeper's own for Metrics.Out
+	folded       atomic.Int64      // events Maintain folded, for HandleAgent's result
 	mu           sync.Mutex
 	lastMaintain time.Time
 }
@@ -102,8 +104,17 @@ func New(store processing.Store, cfg Config) *Sweeper {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Sweeper{cfg: cfg, engine: &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: cfg.Works,
+	rec := cfg.Metrics.Recorder
+	if rec == nil && cfg.Metrics.Out != nil {
+		rec = metrics.NewRecorder(metrics.PartSweeper, true, nil)
+	}
+	return &Sweeper{cfg: cfg, rec: rec, engine: &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: cfg.Works,
 		Lease: cfg.Lease, Backoff: cfg.Backoff, Report: cfg.Report, Logger: cfg.Logger, Tasks: cfg.Tasks}}
+}
+
+// recorder returns the Recorder ctx carries, else the sweeper's.
+func (s *Sweeper) recorder(ctx context.Context) *metrics.Recorder {
+	return cmp.Or(metrics.From(ctx), s.rec)
 }
 
 // Result says what one sweep did.
@@ -158,6 +169,11 @@ func (s *Sweeper) maintainBetweenBatches(ctx context.Context) {
 	if _, err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
 		s.cfg.Logger.Warn("sweeper: fold failed; it is tried again later", "err", err)
 	}
+	// A long-running agent (the local runner's, cmd/agent's) has no invocation to publish at the
+	// end of: its gauges of the waiting events are read here, as often as the maintenance runs.
+	if rec := metrics.From(ctx); rec != nil && ctx.Err() == nil {
+		s.readWaiting(ctx, rec)
+	}
 }
 
 // AgentMaintenance returns the hook that gives an agent the sweeper's maintenance between its
@@ -188,6 +204,7 @@ func (s *Sweeper) sweepDue(ctx context.Context) (Result, error) {
 
 // Handle is the Lambda handler for the scheduled EventBridge rule.
 func (s *Sweeper) Handle(ctx context.Context, _ events.CloudWatchEvent) (Result, error) {
+	ctx = metrics.With(ctx, s.recorder(ctx))
 	start := time.Now()
 	res, err := s.Sweep(ctx)
 	s.publish(ctx, res, err)

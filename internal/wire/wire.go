@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -27,9 +28,13 @@ import (
 )
 
 // Logger returns the process's JSON logger on stdout at LOG_LEVEL (CloudWatch parses it as
-// structured logs).
-func Logger(c config.Config) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: c.LogLevel}))
+// structured logs). On Lambda each line carries the invocation's request id (requestId; see
+// Invocation).
+func Logger(c config.Config) *slog.Logger { return NewLogger(os.Stdout, c.LogLevel) }
+
+// NewLogger returns Logger's JSON logger writing to w at level.
+func NewLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(requestIDHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})})
 }
 
 // AWS returns the SDK's configuration: region, credentials and the standard AWS_ENDPOINT_URL*

@@ -13,3 +13,12 @@
 SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6))
 FROM events
 WHERE state < 2 AND (state = 0 OR lease_expires_at <= NOW(6));
+
+-- name: WaitingEvents
+-- How many events wait for a worker: the same events OldestWaitingAge measures (pending, or leased
+-- with an expired lease), counted. `state < 2` prunes it to the `open` partition, so its cost is
+-- bounded by the open events, never by the processed history; a consistent read, no lock taken or
+-- waited for. The sweeper publishes it after every run (PendingEvents).
+SELECT COUNT(*)
+FROM events
+WHERE state < 2 AND (state = 0 OR lease_expires_at <= NOW(6));
