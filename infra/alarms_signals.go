@@ -19,7 +19,8 @@ import (
 const (
 	metricDeadlockRetries     = "DeadlockRetries"
 	metricLockWaitRetries     = "LockWaitRetries"
-	metricTransactionDuration = "TransactionDuration" // its SampleCount is the number of committed write transactions
+	metricTransactionDuration = "TransactionDuration" // p99 on the dashboard
+	metricTransactions        = "Transactions"        // committed write transactions, exact
 	metricTaskDelivered       = "TaskDelivered"
 	metricTaskDeliveryFailed  = "TaskDeliveryFailed"
 )
@@ -148,7 +149,7 @@ func NewSignalAlarms(scope constructs.Construct, id string, props SignalAlarmsPr
 	// Deadlock retries per 100 committed write transactions, across every function that writes.
 	using := map[string]awscloudwatch.IMetric{}
 	retries := sumOf("r", perFunction(metricDeadlockRetries, "Sum", contentionPeriod, writers...), using)
-	commits := sumOf("c", perFunction(metricTransactionDuration, "SampleCount", contentionPeriod, writers...), using)
+	commits := sumOf("c", perFunction(metricTransactions, "Sum", contentionPeriod, writers...), using)
 	a.DeadlockRate = awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
 		// +1: a period of retries without a single commit reads as a high rate, not a division by 0.
 		Expression:   jsii.String(fmt.Sprintf("IF(%s >= %d, 100 * %s / (%s + 1), 0)", retries, deadlockMinRetries, retries, commits)),

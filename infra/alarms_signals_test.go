@@ -81,7 +81,7 @@ func TestSignalAlarms(t *testing.T) {
 
 	t.Run("deadlock rate", func(t *testing.T) {
 		metrics := append(metricsOf("ExactlyOnce", "DeadlockRetries", "Sum", 5*time.Minute, writers...),
-			metricsOf("ExactlyOnce", "TransactionDuration", "SampleCount", 5*time.Minute, writers...)...)
+			metricsOf("ExactlyOnce", "Transactions", "Sum", 5*time.Minute, writers...)...)
 		expr := mathAlarm(t, a.DeadlockRate, metrics, map[string]any{
 			"Threshold": 1, "ComparisonOperator": "GreaterThanThreshold", "EvaluationPeriods": 3,
 			"DatapointsToAlarm": assertions.Match_Absent(), "TreatMissingData": "notBreaching",

@@ -136,8 +136,8 @@ func NewDashboard(scope constructs.Construct, id string, props DashboardProps) a
 
 	rows = append(rows, []awscloudwatch.IWidget{
 		graph("Events created and queued", cat(app(metricEventsCreatedSync, "Sum", f.API), app(metricEventsCreatedAsync, "Sum", f.API),
-			app(metricIdempotentReplays, "Sum", f.API), app(metricQueueSends, "Sum", f.API, f.Sweeper)),
-			app(metricQueueSendFailures, "Sum", f.API, f.Sweeper)...),
+			app(metricIdempotentReplays, "Sum", f.API), app(metricQueueSends, "Sum", f.API)),
+			app(metricQueueSendFailures, "Sum", f.API)...),
 		graph("Events processed, per path", cat(app(metricEventsProcessed, "Sum", workers...)),
 			cat(app(metricClaimBatchSize, "Average", workers...), app(metricOutcomeBusy, "Sum", workers...), app(metricOutcomeMissing, "Sum", workers...))...),
 		graph("Pending events and oldest pending age (s)", app(metricPendingEvents, "Maximum", f.Sweeper),

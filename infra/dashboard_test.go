@@ -76,7 +76,7 @@ func TestDashboard(t *testing.T) {
 	for _, m := range []string{"EventsCreatedSync", "EventsCreatedAsync", "IdempotentReplays", "QueueSends", "QueueSendFailures"} {
 		metric("ExactlyOnce", m, "FunctionName", fnRef(f.API))
 	}
-	for _, m := range []string{"PendingEvents", "OldestPendingAgeSeconds", "QueueSends", "QueueSendFailures"} {
+	for _, m := range []string{"PendingEvents", "OldestPendingAgeSeconds"} {
 		metric("ExactlyOnce", m, "FunctionName", fnRef(f.Sweeper))
 	}
 	for _, fn := range []awslambda.IFunction{f.API, f.Processor, f.Sweeper, counter} {

@@ -50,6 +50,7 @@ const (
 	DeadlockRetries
 	LockWaitRetries
 	TransactionDuration
+	Transactions
 	QueueSends
 	QueueSendFailures
 	PendingEvents
@@ -88,13 +89,12 @@ type Def struct {
 }
 
 var (
-	writers    = []Part{PartAPI, PartProcessor, PartSweeper, PartCounter, PartAgent}
-	workers    = []Part{PartProcessor, PartSweeper, PartAgent}
-	api        = []Part{PartAPI}
-	sweeper    = []Part{PartSweeper}
-	agents     = []Part{PartSweeper, PartAgent}
-	counter    = []Part{PartCounter}
-	apiSweeper = []Part{PartAPI, PartSweeper}
+	writers = []Part{PartAPI, PartProcessor, PartSweeper, PartCounter, PartAgent}
+	workers = []Part{PartProcessor, PartSweeper, PartAgent}
+	api     = []Part{PartAPI}
+	sweeper = []Part{PartSweeper}
+	agents  = []Part{PartSweeper, PartAgent}
+	counter = []Part{PartCounter}
 )
 
 // Catalog holds every metric's definition, indexed by Metric. Every part records through it.
@@ -109,8 +109,9 @@ var Catalog = [numMetrics]Def{
 	DeadlockRetries:     {"DeadlockRetries", Count, Counter, "Transactions retried after a deadlock (1213).", writers},
 	LockWaitRetries:     {"LockWaitRetries", Count, Counter, "Transactions retried after a lock wait timeout (1205).", writers},
 	TransactionDuration: {"TransactionDuration", Milliseconds, Duration, "Duration of committed write transactions.", writers},
-	QueueSends:          {"QueueSends", Count, Counter, "Messages sent to the events queue.", apiSweeper},
-	QueueSendFailures:   {"QueueSendFailures", Count, Counter, "Sends to the events queue that failed (the sweeper finds their events).", apiSweeper},
+	Transactions:        {"Transactions", Count, Counter, "Committed write transactions (exact; TransactionDuration keeps a sample of at most 100 per line).", writers},
+	QueueSends:          {"QueueSends", Count, Counter, "Messages sent to the events queue.", api},
+	QueueSendFailures:   {"QueueSendFailures", Count, Counter, "Sends to the events queue that failed (the sweeper finds their events).", api},
 	PendingEvents:       {"PendingEvents", Count, Gauge, "Events waiting for a worker (open partition), read after the sweep.", sweeper},
 	OldestPendingAge:    {"OldestPendingAgeSeconds", Seconds, Gauge, "Age of the oldest event waiting for a worker, read after the sweep.", sweeper},
 	Settled:             {"Settled", Count, Counter, "Events the sweep settled.", sweeper},

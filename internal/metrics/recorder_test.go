@@ -29,6 +29,7 @@ func TestCatalogNames(t *testing.T) {
 		{"DeadlockRetries", metrics.Count, "exactlyonce_deadlock_retries_total"},
 		{"LockWaitRetries", metrics.Count, "exactlyonce_lock_wait_retries_total"},
 		{"TransactionDuration", metrics.Milliseconds, "exactlyonce_transaction_duration_seconds"},
+		{"Transactions", metrics.Count, "exactlyonce_transactions_total"},
 		{"QueueSends", metrics.Count, "exactlyonce_queue_sends_total"},
 		{"QueueSendFailures", metrics.Count, "exactlyonce_queue_send_failures_total"},
 		{"PendingEvents", metrics.Count, "exactlyonce_pending_events"},

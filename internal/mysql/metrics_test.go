@@ -187,4 +187,5 @@ func TestTransactionMetrics(t *testing.T) {
 	require.Equal(t, 2.0, values["DeadlockRetries"].Value)
 	require.Equal(t, 1.0, values["LockWaitRetries"].Value)
 	require.Len(t, values["TransactionDuration"].Values, 1, "the one attempt that committed")
+	require.Equal(t, 1.0, values["Transactions"].Value, "one committed transaction; the failed one is not counted")
 }

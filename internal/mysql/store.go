@@ -120,6 +120,7 @@ func (s *Store) write(ctx context.Context, n int, insert func(context.Context, e
 			return ids, err
 		}
 		rec.ObserveDuration(metrics.TransactionDuration, time.Since(start))
+		rec.Add(metrics.Transactions, 1)
 		return ids, nil
 	}
 	var ids []int64

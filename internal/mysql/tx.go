@@ -98,6 +98,7 @@ func inTx(ctx context.Context, db *sql.DB, stats *Stats, policy RetryPolicy, fn 
 		if err == nil {
 			if rec != nil {
 				rec.ObserveDuration(metrics.TransactionDuration, time.Since(start))
+				rec.Add(metrics.Transactions, 1)
 			}
 			return nil
 		}
