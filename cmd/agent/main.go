@@ -1,7 +1,8 @@
 // Command agent is the standalone agent: a long-running process that registers in the agents
 // table, pulses, and processes the due events of its share of the hash space (internal/agents).
 // Run as many as you like, anywhere that reaches the database: they split the events between them
-// and take over the range of one that stops. SIGTERM (or Ctrl-C): it finishes its batch, deletes
+// and take over the range of one that stops. With static sharding, SHARDS_ASSIGNED may list several
+// shards ("0,2"): the process then runs one agent per shard. SIGTERM (or Ctrl-C): it finishes its batch, deletes
 // its row and exits. Configuration is the same environment as the Lambdas (DB_DSN, SWEEP_GRACE,
 // ...) and AGENT_* and SHARDS_* (README, "Agents").
 package main
@@ -10,6 +11,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,18 +31,27 @@ func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
 	store := wire.Must(wire.OpenStore(ctx, cfg))
-	ac := wire.Agent(cfg, "standalone", log)
-	// Its metrics (label part="agent") on /metrics of METRICS_ADDR, when set.
+	// One agent per shard SHARDS_ASSIGNED lists (else one dynamic agent), each its own member.
+	configs := wire.Agents(cfg, "standalone", log)
+	// Their metrics (label part="agent") on /metrics of METRICS_ADDR, when set.
 	rec := wire.Must(prom.Serve(ctx, cfg.MetricsAddr, metrics.PartAgent, log))
 	ctx = metrics.With(ctx, rec)
-	// Between its batches it does the sweeper's maintenance (the count's fold, pruning).
-	sc := wire.Sweeping(cfg, log)
-	sc.Metrics.Recorder = rec
-	ac.Maintain = sweeping.New(store, sc).AgentMaintenance()
-	a := wire.Must(agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log,
-		Tasks: wire.Must(wire.Tasks(context.Background(), cfg, log))}, ac))
-	log.Info("agent: starting", "name", a.Member.Config().Name)
-	go a.LogStatsEvery(ctx, time.Minute)
-	_ = a.Run(ctx)
+	tasks := wire.Must(wire.Tasks(context.Background(), cfg, log))
+	var wg sync.WaitGroup
+	for _, ac := range configs {
+		// Between its batches each does the sweeper's maintenance (the count's fold, pruning).
+		sc := wire.Sweeping(cfg, log)
+		sc.Metrics.Recorder = rec
+		ac.Maintain = sweeping.New(store, sc).AgentMaintenance()
+		a := wire.Must(agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Tasks: tasks}, ac))
+		log.Info("agent: starting", "name", a.Member.Config().Name)
+		go a.LogStatsEvery(ctx, time.Minute)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = a.Run(ctx)
+		}()
+	}
+	wg.Wait()
 	log.Info("agent: stopped")
 }

@@ -7,6 +7,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -32,6 +33,9 @@ func main() {
 		return os.Getenv(k)
 	}
 	cfg := wire.Must(config.Load(getenv))
+	if n := len(cfg.Agent.ShardsAssigned); n > 1 {
+		wire.Must(0, fmt.Errorf("SHARDS_ASSIGNED lists %d shards: the local runner runs one sweeper agent; run cmd/agent (make agent) for several", n))
+	}
 	log := wire.Logger(cfg)
 
 	// A database DB_DSN names that does not exist is created if the user may (and a log line says so).

@@ -133,8 +133,11 @@ type Agent struct {
 	// BatchSize is AGENT_BATCH_SIZE: the events one claim of an agent takes.
 	BatchSize int
 	// ShardsTotal and ShardsAssigned are SHARDS_TOTAL and SHARDS_ASSIGNED: static sharding, this
-	// agent's shard of the total. Both or neither; nil: dynamic sharding.
-	ShardsTotal, ShardsAssigned *int
+	// process's shards of the total. Both or neither; nil: dynamic sharding.
+	ShardsTotal *int
+	// ShardsAssigned lists the shards this process's agents hold (SHARDS_ASSIGNED, comma-separated):
+	// the standalone agent runs one agent per shard listed; nil for dynamic sharding.
+	ShardsAssigned []int
 }
 
 // Idempotency configures idempotency keys (api.Idempotency; zero fields take its defaults).
@@ -244,7 +247,7 @@ func Load(getenv func(string) string) (Config, error) {
 			PollInterval:   p.positive("AGENT_POLL_INTERVAL"),
 			BatchSize:      p.integer("AGENT_BATCH_SIZE", 1, 0),
 			ShardsTotal:    p.optionalInt("SHARDS_TOTAL", 1),
-			ShardsAssigned: p.optionalInt("SHARDS_ASSIGNED", 0),
+			ShardsAssigned: p.intList("SHARDS_ASSIGNED"),
 		},
 		Idempotency: Idempotency{
 			TTL:      p.positive("IDEMPOTENCY_TTL"),
@@ -279,8 +282,12 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if a := c.Agent; (a.ShardsTotal == nil) != (a.ShardsAssigned == nil) {
 		p.fail("set SHARDS_TOTAL and SHARDS_ASSIGNED together (static sharding), or neither (dynamic sharding)")
-	} else if a.ShardsTotal != nil && *a.ShardsAssigned >= *a.ShardsTotal {
-		p.fail(fmt.Sprintf("SHARDS_ASSIGNED (%d) must be below SHARDS_TOTAL (%d): shards are numbered from 0", *a.ShardsAssigned, *a.ShardsTotal))
+	} else if a.ShardsTotal != nil {
+		for _, i := range a.ShardsAssigned {
+			if i >= *a.ShardsTotal {
+				p.fail(fmt.Sprintf("SHARDS_ASSIGNED (%d) must be below SHARDS_TOTAL (%d): shards are numbered from 0", i, *a.ShardsTotal))
+			}
+		}
 	}
 	if a := c.Agent; a.PulseInterval > 0 && a.Expiration > 0 && a.Expiration < 3*a.PulseInterval {
 		p.fail(fmt.Sprintf("AGENT_EXPIRATION (%s) must be at least 3 times AGENT_PULSE_INTERVAL (%s)", a.Expiration, a.PulseInterval))
@@ -359,6 +366,28 @@ func (p *parser) optionalInt(k string, min int) *int {
 		return nil
 	}
 	return &n
+}
+
+// intList parses a comma-separated list of distinct integers >= 0 ("2" or "0,2"); nil when unset.
+func (p *parser) intList(k string) []int {
+	v := p.str(k)
+	if v == "" {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			p.fail(fmt.Sprintf("%s must be a comma-separated list of integers >= 0, got %q", k, v))
+			return nil
+		}
+		if slices.Contains(out, n) {
+			p.fail(fmt.Sprintf("%s names shard %d twice, got %q", k, n, v))
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func (p *parser) boolean(k string) *bool {

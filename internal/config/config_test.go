@@ -173,7 +173,12 @@ func TestAgent(t *testing.T) {
 		"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "0"}))
 	require.NoError(t, err)
 	require.Equal(t, config.Agent{Name: "a1", PulseInterval: time.Second, Expiration: 10 * time.Second,
-		PollInterval: 500 * time.Millisecond, BatchSize: 20, ShardsTotal: new(4), ShardsAssigned: new(0)}, c.Agent)
+		PollInterval: 500 * time.Millisecond, BatchSize: 20, ShardsTotal: new(4), ShardsAssigned: []int{0}}, c.Agent)
+
+	// Several shards for one process, as Hibernate Search's shards.assigned: its agents hold them.
+	c, err = config.Load(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d", "SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "3, 0"}))
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 0}, c.Agent.ShardsAssigned)
 
 	for _, bad := range []struct {
 		vars map[string]string
@@ -182,6 +187,10 @@ func TestAgent(t *testing.T) {
 		{map[string]string{"SHARDS_TOTAL": "4"}, "set SHARDS_TOTAL and SHARDS_ASSIGNED together"},
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "4"}, "SHARDS_ASSIGNED (4) must be below SHARDS_TOTAL (4)"},
 		{map[string]string{"SHARDS_TOTAL": "0", "SHARDS_ASSIGNED": "0"}, "SHARDS_TOTAL must be an integer >= 1"},
+		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "1,4"}, "SHARDS_ASSIGNED (4) must be below SHARDS_TOTAL (4)"},
+		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "1,1"}, "SHARDS_ASSIGNED names shard 1 twice"},
+		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "1,-2"}, "SHARDS_ASSIGNED must be a comma-separated list of integers >= 0"},
+		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "one"}, "SHARDS_ASSIGNED must be a comma-separated list"},
 		{map[string]string{"AGENT_PULSE_INTERVAL": "2s", "AGENT_EXPIRATION": "5s"}, "AGENT_EXPIRATION (5s) must be at least 3 times"},
 	} {
 		_, err := config.Load(env(bad.vars))

@@ -112,23 +112,43 @@ func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
 // Agent returns the configured agents.Config for an agent of kind, logging to log: AGENT_* and
 // SHARDS_* for its membership and loop (AgentVars), a name made of kind, process id and host when
 // AGENT_NAME is unset, and SWEEP_GRACE for the pending events it leaves to the queue path (unset:
-// the sweeper's default grace).
+// the sweeper's default grace). With several shards in SHARDS_ASSIGNED it is the first one's: Agents
+// gives one per shard.
 func Agent(c config.Config, kind string, log *slog.Logger) agents.Config {
-	ac := AgentVars(c.Agent)
-	if ac.Member.Name == "" {
+	return Agents(c, kind, log)[0]
+}
+
+// Agents returns the agents a process runs: one per shard SHARDS_ASSIGNED lists, as a Hibernate
+// Search node runs one event processor per assigned shard, each its own member of the agents table
+// (named with its shard when there are several); or the one dynamic agent. Each is configured as
+// Agent says.
+func Agents(c config.Config, kind string, log *slog.Logger) []agents.Config {
+	base := AgentVars(c.Agent)
+	if base.Member.Name == "" {
 		host, _ := os.Hostname()
-		ac.Member.Name = fmt.Sprintf("%s-%d-%s", kind, os.Getpid(), host)
+		base.Member.Name = fmt.Sprintf("%s-%d-%s", kind, os.Getpid(), host)
 	}
-	ac.Member.Kind, ac.Member.Logger = kind, log
-	ac.Grace = sweeping.DefaultGrace
+	base.Member.Kind, base.Member.Logger = kind, log
+	base.Grace = sweeping.DefaultGrace
 	if g := c.Sweep.Grace; g != nil {
-		ac.Grace = *g
+		base.Grace = *g
 	}
-	return ac
+	assigned := c.Agent.ShardsAssigned
+	if len(assigned) <= 1 {
+		return []agents.Config{base}
+	}
+	out := make([]agents.Config, len(assigned))
+	for i, shard := range assigned {
+		ac := base
+		ac.Member.Static = &agents.Shard{Total: *c.Agent.ShardsTotal, Index: shard}
+		ac.Member.Name = fmt.Sprintf("%s-shard%d", base.Member.Name, shard)
+		out[i] = ac
+	}
+	return out
 }
 
 // AgentVars returns the agents.Config that AGENT_* and SHARDS_* set, and nothing else: zero where
-// they are unset, for agents' defaults.
+// they are unset, for agents' defaults. With several shards in SHARDS_ASSIGNED, the first one's.
 func AgentVars(a config.Agent) agents.Config {
 	ac := agents.Config{
 		Member:       agents.MemberConfig{Name: a.Name, PulseInterval: a.PulseInterval, Expiration: a.Expiration},
@@ -136,8 +156,8 @@ func AgentVars(a config.Agent) agents.Config {
 		PollInterval: a.PollInterval,
 		PollJitter:   a.PollInterval / 2,
 	}
-	if a.ShardsTotal != nil && a.ShardsAssigned != nil {
-		ac.Member.Static = &agents.Shard{Total: *a.ShardsTotal, Index: *a.ShardsAssigned}
+	if a.ShardsTotal != nil && len(a.ShardsAssigned) > 0 {
+		ac.Member.Static = &agents.Shard{Total: *a.ShardsTotal, Index: a.ShardsAssigned[0]}
 	}
 	return ac
 }

@@ -1,0 +1,51 @@
+package wire_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// SHARDS_ASSIGNED may list several shards, as Hibernate Search's shards.assigned: the process runs
+// one agent per shard, each its own member. Two processes' agents (shards 0 and 2, then 1, of 3)
+// agree on the static total and each runs its own range; one shard alone gives one agent.
+func TestSeveralAssignedShardsRunOneAgentEach(t *testing.T) {
+	t.Parallel()
+	two := wire.Agents(load(t, map[string]string{"AGENT_NAME": "p", "SHARDS_TOTAL": "3", "SHARDS_ASSIGNED": "0,2"}), "standalone", nil)
+	require.Len(t, two, 2)
+	one := wire.Agents(load(t, map[string]string{"AGENT_NAME": "q", "SHARDS_TOTAL": "3", "SHARDS_ASSIGNED": "1"}), "standalone", nil)
+	require.Len(t, one, 1)
+	require.Equal(t, "q", one[0].Member.Name, "one shard: the name as given")
+	require.Len(t, wire.Agents(load(t, nil), "standalone", nil), 1, "dynamic sharding: one agent")
+
+	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	var members []*agents.Member
+	for _, ac := range append(two, one...) {
+		m, err := agents.NewMember(store, ac.Member)
+		require.NoError(t, err)
+		members = append(members, m)
+	}
+	for range 3 {
+		for _, m := range members {
+			require.NoError(t, m.Pulse(context.Background()))
+		}
+	}
+	for i, want := range []struct {
+		name  string
+		shard int
+	}{{"p-shard0", 0}, {"p-shard2", 2}, {"q", 1}} {
+		m := members[i]
+		require.Equal(t, want.name, m.Config().Name)
+		require.Equal(t, exactlyonce.AgentRunning, m.State(), "%s runs", want.name)
+		r, ok := m.Assignment()
+		require.True(t, ok)
+		wantRange, _ := exactlyonce.ShardRange(want.shard, 3)
+		require.Equal(t, wantRange, r, "%s holds shard %d of 3", want.name, want.shard)
+	}
+}
