@@ -155,15 +155,27 @@ func (c *cluster) drained(within time.Duration) {
 
 // check runs the exactly-once checker on the table against every agent's reports; killed agents
 // may leave up to one batch whose settlement they did not report.
+//
+// A live agent writes its report of a batch just after the batch's commit, so the table can be
+// drained a moment before the last reports are in: the reports are read again until they account
+// for every settlement a live agent made (or 10 s pass, and the check fails).
 func (c *cluster) check(killed int) {
 	c.t.Helper()
-	ledger := verify.NewLedger()
-	for _, f := range c.files {
-		require.NoError(c.t, ledger.ReadFile(f))
-	}
 	audit, err := c.store.AuditEvents(context.Background())
 	require.NoError(c.t, err)
-	res := verify.Check(audit, ledger)
+	var res verify.Result
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ledger := verify.NewLedger()
+		for _, f := range c.files {
+			require.NoError(c.t, ledger.ReadFile(f))
+		}
+		res = verify.Check(audit, ledger)
+		if res.Unreported <= 20*killed || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling the report files for the lines still being written
+	}
 	require.True(c.t, res.OK(), "%s", res)
 	require.Empty(c.t, res.Open)
 	require.LessOrEqual(c.t, res.Unreported, 20*killed)

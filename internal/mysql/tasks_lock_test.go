@@ -46,6 +46,24 @@ func refTask(ref string, i int) exactlyonce.NewTask {
 	return exactlyonce.NewTask{URL: "https://example.com/hook", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), ReferenceID: ref, MaxRetries: 3}
 }
 
+// leasedHead returns a new database and its store holding one task of reference "r", its head,
+// leased to claim c.
+func leasedHead(ctx context.Context, t *testing.T) (*sql.DB, *mysql.Store, exactlyonce.Claim, exactlyonce.Event) {
+	t.Helper()
+	db, _ := testdb.DB(t, 8)
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	created, err := store.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 1)})
+	require.NoError(t, err)
+	require.True(t, created[0].Head)
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute,
+		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
+	claimed, err := store.ClaimIDs(ctx, c, []int64{created[0].ID})
+	require.NoError(t, err)
+	require.Len(t, claimed.Leased, 1)
+	return db, store, c, claimed.Leased[0]
+}
+
 // A create that finds the reference's head being settled waits for the settlement; when the
 // settlement promoted nothing (the head was the reference's last task), the new task is the head,
 // not queued behind a task that is gone (where it would wait for ever).
@@ -53,23 +71,13 @@ func TestACreateBehindAHeadBeingSettledWaitsAndBecomesTheHead(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, _ := testdb.DB(t, 8)
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
-	require.NoError(t, err)
-	first, err := store.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 1)})
-	require.NoError(t, err)
-	require.True(t, first[0].Head)
-	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute,
-		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
-	claimed, err := store.ClaimIDs(ctx, c, []int64{first[0].ID})
-	require.NoError(t, err)
-	require.Len(t, claimed.Leased, 1)
+	db, store, c, head := leasedHead(ctx, t)
 
 	// A settlement of the head, by hand: lock it (as LockLeased does), settle it, promote nothing.
 	settle, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	require.NoError(t, err)
 	defer settle.Rollback()
-	res, err := settle.ExecContext(ctx, `UPDATE events SET claim_id = claim_id WHERE state = 1 AND claim_id = ? AND id = ?`, c.ID, first[0].ID)
+	res, err := settle.ExecContext(ctx, `UPDATE events SET claim_id = claim_id WHERE state = 1 AND claim_id = ? AND id = ?`, c.ID, head.ID)
 	require.NoError(t, err)
 	_, err = res.RowsAffected()
 	require.NoError(t, err)
@@ -83,7 +91,7 @@ func TestACreateBehindAHeadBeingSettledWaitsAndBecomesTheHead(t *testing.T) {
 	}()
 	awaitStatement(t, db, "UPDATE events SET position = position", done)
 	_, err = settle.ExecContext(ctx, `UPDATE events SET state = ?, processed_at = NOW(6), value = 'HTTP 200' WHERE id = ?`,
-		exactlyonce.Processed, first[0].ID)
+		exactlyonce.Processed, head.ID)
 	require.NoError(t, err)
 	require.NoError(t, settle.Commit())
 	<-done
@@ -100,17 +108,7 @@ func TestASettlementWaitsForACreateQueueingBehindItsHead(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, _ := testdb.DB(t, 8)
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
-	require.NoError(t, err)
-	first, err := store.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 1)})
-	require.NoError(t, err)
-	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute,
-		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
-	claimed, err := store.ClaimIDs(ctx, c, []int64{first[0].ID})
-	require.NoError(t, err)
-	require.Len(t, claimed.Leased, 1)
-	head := claimed.Leased[0]
+	db, store, c, head := leasedHead(ctx, t)
 
 	// A create, by hand, that has locked the head and queued a task behind it, not committed yet.
 	create, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})

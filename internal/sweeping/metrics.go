@@ -143,17 +143,7 @@ func (s *Sweeper) oldestAge(ctx context.Context) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	rctx, cancel := s.readBudget(ctx)
-	if rctx == nil {
-		return 0, false
-	}
-	defer cancel()
-	age, err := store.OldestWaitingAge(rctx)
-	if err != nil {
-		s.cfg.Logger.Warn("sweeper: oldest pending age not read", "err", err)
-		return 0, false
-	}
-	return age, true
+	return readWithin(ctx, s, store.OldestWaitingAge, "sweeper: oldest pending age not read")
 }
 
 // waiting counts the waiting events, and says whether it could.
@@ -162,15 +152,22 @@ func (s *Sweeper) waiting(ctx context.Context) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
+	return readWithin(ctx, s, store.WaitingEvents, "sweeper: waiting events not counted")
+}
+
+// readWithin runs one read of the waiting events within readBudget, and says whether it answered;
+// a failure is logged with failed.
+func readWithin[T any](ctx context.Context, s *Sweeper, read func(context.Context) (T, error), failed string) (T, bool) {
+	var zero T
 	rctx, cancel := s.readBudget(ctx)
 	if rctx == nil {
-		return 0, false
+		return zero, false
 	}
 	defer cancel()
-	n, err := store.WaitingEvents(rctx)
+	v, err := read(rctx)
 	if err != nil {
-		s.cfg.Logger.Warn("sweeper: waiting events not counted", "err", err)
-		return 0, false
+		s.cfg.Logger.Warn(failed, "err", err)
+		return zero, false
 	}
-	return n, true
+	return v, true
 }
