@@ -279,8 +279,8 @@ func insertTasks(ctx context.Context, tx *sql.Tx, rows []taskRow) error {
 	return nil
 }
 
-// lockTaskBucketsOnly locks the buckets, for a transaction that takes no position from them (a
-// settlement): one statement.
+// lockTaskBucketsOnly locks the buckets without taking positions from them (a manual retry, before
+// it knows whether it goes to the end): one statement.
 func lockTaskBucketsOnly(ctx context.Context, tx *sql.Tx, buckets []int64) error {
 	if len(buckets) == 0 {
 		return nil
