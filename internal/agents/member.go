@@ -179,9 +179,15 @@ func (m *Member) fresh() bool {
 // (4) persist WAITING with the target assignment if it changed, or RUNNING once every member agrees
 // on the topology. An error leaves the agent unable to claim once its lease runs short
 // (Assignment); the caller logs it and pulses again. The Recorder ctx carries counts the pulse
-// (AgentPulses, or PulseFailures) and a change of the assigned range (ShardChanges).
+// (AgentPulses, or PulseFailures unless ctx itself ended) and a change of the assigned range
+// (ShardChanges).
 func (m *Member) Pulse(ctx context.Context) error {
 	err := m.pulse(ctx)
+	if err != nil && ctx.Err() != nil {
+		// Cut short by its own context (the agent stopping, an invocation's deadline), not failed:
+		// PulseFailures feeds an alarm, and a Lambda's agent stops with whatever is in flight.
+		return err
+	}
 	if err != nil {
 		m.Stats.PulseFailures.Add(1)
 		metrics.From(ctx).Add(metrics.PulseFailures, 1)

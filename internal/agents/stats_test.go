@@ -94,3 +94,35 @@ func TestPulsesAndShardChangesAreRecorded(t *testing.T) {
 	require.Equal(t, 1.0, p)
 	require.Equal(t, 1.0, c, "a second member: half the range")
 }
+
+// A pulse cut short by its own context (the agent stopping: a Lambda's invocation ends its agent a
+// second before its deadline, whatever is in flight) is not a failed pulse: PulseFailures feeds an
+// alarm. A pulse that fails on a live context is one.
+func TestOnlyAPulseThatFailsOnALiveContextIsAFailure(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	rec := metrics.NewRecorder(metrics.PartAgent, true, nil)
+	m, err := agents.NewMember(store, memberConfig("cut"))
+	require.NoError(t, err)
+	stopped, cancel := context.WithCancel(metrics.With(context.Background(), rec))
+	cancel()
+	require.Error(t, m.Pulse(stopped))
+	require.Zero(t, m.Stats.PulseFailures.Load(), "a pulse its stop cut short")
+	for _, v := range rec.Values() {
+		if v.Name == "PulseFailures" {
+			require.Zero(t, v.Value, "a pulse its stop cut short")
+		}
+	}
+
+	broken, err := agents.NewMember(testdb.UnreachableStore(t), memberConfig("broken"))
+	require.NoError(t, err)
+	require.Error(t, broken.Pulse(metrics.With(context.Background(), rec)))
+	require.EqualValues(t, 1, broken.Stats.PulseFailures.Load())
+	failures := 0.0
+	for _, v := range rec.Values() {
+		if v.Name == "PulseFailures" {
+			failures = v.Value
+		}
+	}
+	require.Equal(t, 1.0, failures)
+}
