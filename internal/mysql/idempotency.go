@@ -90,29 +90,58 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 // choose the bucket) and its expiry in Unix seconds, rounded up (big-endian, good until 2106). Small,
 // because every lookup scans a partition of directories: a key whose 4 bytes match another's in its
 // bucket (about one lookup in 2^32 / the bucket's keys) costs a read of the keys, never a wrong
-// answer, and an entry that outlives its key by under a second the same.
+// answer. A key's row expires at its entry's second, so the two agree.
 const dirEntrySize = 8
 
 // maxDirectoryStatement keeps a statement writing directories under 16 KB where it can: RDS Proxy
 // pins the session of a larger statement.
 const maxDirectoryStatement = 12 << 10
 
+// entryExpiry is the SQL of an entry's expiry, from the database's clock and the TTL's whole
+// seconds (the one ? it holds): 4 bytes, big-endian (LoadKeys writes them the same way).
+const entryExpiry = "UNHEX(LPAD(HEX(CAST(CEIL(UNIX_TIMESTAMP(NOW(6))) AS UNSIGNED) + ?), 8, '0'))"
+
 func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64) ([]exactlyonce.KeyedResult, error) {
+	// Each bucket's new entries, in the order of the creates: appended to its directory by the
+	// statement that locks it, the expiry computed there from the database's clock.
+	appended := map[int64][]exactlyonce.KeyedCreate{}
 	var buckets []int64
 	for _, c := range creates {
-		buckets = append(buckets, keyBucket(c.Key))
+		b := keyBucket(c.Key)
+		if appended[b] == nil {
+			buckets = append(buckets, b)
+		}
+		appended[b] = append(appended[b], c)
 	}
 	slices.Sort(buckets)
-	buckets = slices.Compact(buckets)
+	ttlSeconds := int64((ttl + time.Second - 1) / time.Second)
 
-	// The buckets' locks and directories, and the database's clock, in one statement: a duplicate
-	// in flight elsewhere holds its bucket's lock, and we wait for its commit.
+	// The buckets' locks, and the new entries appended, in one statement: a duplicate in flight
+	// elsewhere holds its bucket's lock, and we wait for its commit.
 	lockCtx, cancel := context.WithDeadline(ctx, waitUntil)
 	defer cancel()
-	q, args := expandIDs(query("LockKeyBuckets"), buckets)
-	rows, err := tx.QueryContext(lockCtx, q, args...)
-	if err != nil {
+	var cases []string
+	var args []any
+	for _, b := range buckets {
+		parts := make([]string, 0, 2*len(appended[b]))
+		args = append(args, b)
+		for _, c := range appended[b] {
+			parts = append(parts, "?", entryExpiry)
+			args = append(args, c.Key[8:12], ttlSeconds)
+		}
+		cases = append(cases, "WHEN ? THEN CONCAT("+strings.Join(parts, ", ")+")")
+	}
+	q, bucketArgs := expandIDs(strings.Replace(query("LockKeyBuckets"), "/*cases*/", strings.Join(cases, " "), 1), buckets)
+	if _, err := tx.ExecContext(lockCtx, q, append(args, bucketArgs...)...); err != nil {
 		return nil, lockFailed(ctx, lockCtx, waitUntil, err)
+	}
+
+	// The directories as this transaction left them (what was committed, then our entries), and
+	// the database's clock, which decides expiry.
+	q, args = expandIDs(query("ReadKeyBuckets"), buckets)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
 	}
 	dirs := map[int64][]byte{}
 	var now time.Time
@@ -127,18 +156,31 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, lockFailed(ctx, lockCtx, waitUntil, err)
+		return nil, err
 	}
 	if len(dirs) != len(buckets) {
 		return nil, fmt.Errorf("idempotency_buckets: found %d of %d buckets: rows are missing (migration 0006 seeds %d)", len(dirs), len(buckets), KeyBuckets)
 	}
 	nowMicro := now.UnixMicro()
+	committed := map[int64][]byte{} // each directory without our entries
+	expiry := map[[32]byte]time.Time{}
+	for _, b := range buckets {
+		d, n := dirs[b], len(appended[b])*dirEntrySize
+		if len(d) < n {
+			return nil, fmt.Errorf("idempotency_buckets: bucket %d's directory is shorter than the entries just appended to it", b)
+		}
+		committed[b] = d[:len(d)-n]
+		for i, c := range appended[b] {
+			e := d[len(d)-n+i*dirEntrySize:]
+			expiry[c.Key] = time.Unix(int64(binary.BigEndian.Uint32(e[4:8])), 0).UTC()
+		}
+	}
 
-	// Which keys the directories say are stored: those are read; the others are fresh.
+	// Which keys the committed directories say are stored: those are read; the others are fresh.
 	results := make([]exactlyonce.KeyedResult, len(creates))
 	var maybe [][32]byte
 	for _, c := range creates {
-		if dirHas(dirs[keyBucket(c.Key)], c.Key, nowMicro) {
+		if dirHas(committed[keyBucket(c.Key)], c.Key, nowMicro) {
 			maybe = append(maybe, c.Key)
 		}
 	}
@@ -157,8 +199,11 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 		}
 	}
 	if len(fresh) == 0 {
-		// Nothing to write: roll back, which releases the locks as a commit would.
+		// Nothing to write: roll back, which takes our entries back out and releases the locks.
 		return results, errNothingToWrite
+	}
+	if err := compactDirectories(ctx, tx, buckets, committed, appended, stored, nowMicro, dirs); err != nil {
+		return nil, err
 	}
 
 	if ids == nil {
@@ -168,10 +213,8 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 			return nil, err
 		}
 	}
-	expires := now.Add(ttl)
 	var eventRows, keyRows []string
 	var eventArgs, keyArgs []any
-	added := map[int64][]byte{}
 	var tasks []exactlyonce.NewTask
 	var taskIDs []int64
 	for j, i := range fresh {
@@ -188,10 +231,8 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 			eventRows = append(eventRows, "(?, ?, ?, 10, NOW(6), NOW(6), 'api', 1)")
 			eventArgs = append(eventArgs, id, routing.EventHash(id), c.Value)
 		}
-		b := keyBucket(c.Key)
 		keyRows = append(keyRows, "(?, ?, ?, ?, ?, ?, NOW(6), ?)")
-		keyArgs = append(keyArgs, b, c.Key[:], c.Fingerprint[:], status, body, id, expires)
-		added[b] = appendEntry(added[b], c.Key, expires)
+		keyArgs = append(keyArgs, keyBucket(c.Key), c.Key[:], c.Fingerprint[:], status, body, id, expiry[c.Key])
 		results[i] = exactlyonce.KeyedResult{Created: true, Record: exactlyonce.KeyRecord{Fingerprint: c.Fingerprint, Status: status, Body: body, EventID: id}}
 	}
 	if len(eventRows) > 0 {
@@ -204,20 +245,16 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 			return nil, err
 		}
 	}
-	if err := execDiscard(ctx, tx, strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(keyRows, ", "), 1), keyArgs...); err != nil {
-		return nil, err
-	}
-	return results, writeDirectories(ctx, tx, dirs, added, nowMicro)
+	return results, execDiscard(ctx, tx, strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(keyRows, ", "), 1), keyArgs...)
 }
 
-// writeDirectories writes the directory of each bucket that got keys: its unexpired entries and
-// the new ones, a few buckets per statement.
-func writeDirectories(ctx context.Context, tx *sql.Tx, dirs, added map[int64][]byte, nowMicro int64) error {
-	var buckets []int64
-	for b := range added {
-		buckets = append(buckets, b)
-	}
-	slices.Sort(buckets)
+// compactDirectories rewrites, under the locks already held, the directories that need it: one
+// whose committed part is a quarter or more expired (its live entries are kept, so a directory
+// stays within 4/3 of its live keys, and a bucket's expired entries are dropped as it is written),
+// and one holding an entry this transaction appended for a key that turned out to be stored (a
+// repeat in a group with fresh keys). Most groups need none, and pay no statement for it.
+func compactDirectories(ctx context.Context, tx *sql.Tx, buckets []int64, committed map[int64][]byte,
+	appended map[int64][]exactlyonce.KeyedCreate, stored map[[32]byte]exactlyonce.KeyRecord, nowMicro int64, dirs map[int64][]byte) error {
 	var batch []int64
 	var cases []string
 	var args []any
@@ -233,16 +270,31 @@ func writeDirectories(ctx context.Context, tx *sql.Tx, dirs, added map[int64][]b
 		return err
 	}
 	for _, b := range buckets {
-		d := append(liveEntries(dirs[b], nowMicro), added[b]...)
-		if size > 0 && size+len(d) > maxDirectoryStatement {
+		old := committed[b]
+		live := liveEntries(old, nowMicro)
+		repeat := false
+		for _, c := range appended[b] {
+			_, ok := stored[c.Key]
+			repeat = repeat || ok
+		}
+		if !repeat && 4*(len(old)-len(live)) < len(old) {
+			continue
+		}
+		ours := dirs[b][len(old):]
+		for i, c := range appended[b] {
+			if _, ok := stored[c.Key]; !ok {
+				live = append(live, ours[i*dirEntrySize:(i+1)*dirEntrySize]...)
+			}
+		}
+		if size > 0 && size+len(live) > maxDirectoryStatement {
 			if err := flush(); err != nil {
 				return err
 			}
 		}
 		batch = append(batch, b)
 		cases = append(cases, "WHEN ? THEN ?")
-		args = append(args, b, d)
-		size += len(d)
+		args = append(args, b, live)
+		size += len(live)
 	}
 	return flush()
 }
@@ -272,14 +324,6 @@ func entryLive(entry []byte, nowMicro int64) bool {
 	return int64(binary.BigEndian.Uint32(entry[4:8]))*1_000_000 > nowMicro
 }
 
-func appendEntry(dir []byte, key [32]byte, expires time.Time) []byte {
-	sec := expires.Unix()
-	if expires.Nanosecond() > 0 {
-		sec++
-	}
-	dir = append(dir, key[8:12]...)
-	return binary.BigEndian.AppendUint32(dir, uint32(sec))
-}
 
 // findKeys reads the stored, unexpired records of keys.
 func findKeys(ctx context.Context, tx *sql.Tx, keys [][32]byte, now time.Time) (map[[32]byte]exactlyonce.KeyRecord, error) {

@@ -3,6 +3,8 @@ package mysql_test
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"testing"
@@ -195,4 +197,106 @@ func TestFailedKeyedCreateLeavesNoOpenTransaction(t *testing.T) {
 			require.EqualValues(t, 1, n, "the next create on the same connection committed")
 		})
 	}
+}
+
+// keysInBucket returns n keys of scope "" whose bucket is b, and the bucket of "seed" when b < 0.
+func keysInBucket(t *testing.T, b int64, n int) []string {
+	t.Helper()
+	var out []string
+	for i := 0; len(out) < n && i < 10_000_000; i++ {
+		k := fmt.Sprint("k", i)
+		h := exactlyonce.KeyHash("", k)
+		if int64(binary.BigEndian.Uint32(h[:4])%mysql.KeyBuckets) == b {
+			out = append(out, k)
+		}
+	}
+	require.Len(t, out, n)
+	return out
+}
+
+func bucketOf(key string) int64 {
+	h := exactlyonce.KeyHash("", key)
+	return int64(binary.BigEndian.Uint32(h[:4]) % mysql.KeyBuckets)
+}
+
+// Invariant: a create waits only for its own buckets. Another transaction holding a bucket of the
+// same partition (256 partitions of 16 buckets: b and b+256 share one), as a create of another key
+// in flight does, does not hold it up.
+func TestKeyedCreateDoesNotWaitForAPartitionNeighbour(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	mine := bucketOf("mine")
+	neighbour := (mine + 256) % mysql.KeyBuckets
+	tx, err := store.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, "UPDATE idempotency_buckets SET directory = directory WHERE bucket = ?", neighbour)
+	require.NoError(t, err)
+	res, err := store.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: 2 * time.Second}, []exactlyonce.KeyedCreate{keyed("", "mine", false, "x")})
+	require.NoError(t, err, "a create of another bucket of the partition held it up")
+	require.True(t, res[0].Created)
+}
+
+// directory reads bucket b's directory.
+func directory(t *testing.T, store *mysql.Store, b int64) []byte {
+	t.Helper()
+	var d []byte
+	require.NoError(t, store.DB().QueryRowContext(context.Background(), "SELECT directory FROM idempotency_buckets WHERE bucket = ?", b).Scan(&d))
+	return d
+}
+
+// Invariant: a bucket's directory holds one entry per stored key, whose expiry is its key's: a
+// repeat in a group with fresh keys adds none, a group of repeats none, and a directory a quarter
+// or more expired is rewritten with its live entries when its bucket is next written.
+func TestKeyDirectoriesHoldOneEntryPerStoredKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	keys := keysInBucket(t, bucketOf("seed"), 6)
+	b := bucketOf("seed")
+	short := exactlyonce.KeyOptions{TTL: time.Second, Wait: time.Second}
+
+	first, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", keys[0], false, "x")})
+	require.NoError(t, err)
+	require.True(t, first[0].Created)
+	d := directory(t, store, b)
+	require.Len(t, d, 8)
+	var exp time.Time
+	require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT expires_at FROM idempotency_keys").Scan(&exp))
+	require.EqualValues(t, exp.Unix(), binary.BigEndian.Uint32(d[4:8]), "the entry expires with its key")
+	require.Zero(t, exp.Nanosecond())
+
+	// A repeat with a fresh key of the same bucket: one more entry, not two.
+	mixed, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", keys[0], false, "x"), keyed("", keys[1], false, "x")})
+	require.NoError(t, err)
+	require.False(t, mixed[0].Created)
+	require.True(t, mixed[1].Created)
+	require.Len(t, directory(t, store, b), 16)
+	// Repeats only: nothing written.
+	_, err = store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", keys[1], false, "x"), keyed("", keys[0], false, "x")})
+	require.NoError(t, err)
+	require.Len(t, directory(t, store, b), 16)
+
+	// Two short-lived keys: 4 entries, 2 of them expiring.
+	_, err = store.CreateKeyed(ctx, short, []exactlyonce.KeyedCreate{keyed("", keys[2], false, "x"), keyed("", keys[3], false, "x")})
+	require.NoError(t, err)
+	require.Len(t, directory(t, store, b), 32)
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM idempotency_keys WHERE expires_at <= NOW(6)").Scan(&n))
+		return n == 2
+	}, 10*time.Second, 20*time.Millisecond)
+	// Half the directory expired: the next write of the bucket keeps the live two and adds its own.
+	_, err = store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", keys[4], false, "x")})
+	require.NoError(t, err)
+	require.Len(t, directory(t, store, b), 24)
+	for _, k := range []string{keys[0], keys[1], keys[4]} {
+		again, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", k, false, "x")})
+		require.NoError(t, err)
+		require.False(t, again[0].Created, "%s is still stored", k)
+	}
+	again, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", keys[2], false, "x")})
+	require.NoError(t, err)
+	require.True(t, again[0].Created, "an expired key is fresh again")
 }

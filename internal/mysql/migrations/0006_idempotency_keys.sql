@@ -8,13 +8,14 @@
 --
 -- idempotency_buckets: 4,096 rows created here and never added to or removed, one per bucket. A
 -- key's bucket is computed in Go from the SHA-256 of its scope and key (the top bits, modulo 4,096)
--- and stored as a column; every writer of a key locks its bucket's row first (SELECT ... FOR
--- UPDATE), so two requests with one key are serialised, and the second sees what the first
--- committed. Each row also holds the bucket's directory: 8 bytes per unexpired key (4 bytes of
--- its hash, 4 of its expiry), read by the same locking statement, so that telling a fresh key from
--- a stored one reads this one row, not the keys. Partitioned by HASH(bucket) into 256 partitions of
--- 16 rows: locking a bucket scans 16 rows, whose directories InnoDB copies to evaluate the WHERE,
--- so a lookup reads about (keys stored x 8 bytes / 256): 31 KB at 1,000,000 keys. More partitions
+-- and stored as a column; every writer of a key locks its bucket's row first (an UPDATE, which
+-- waits for that row only: sql/idempotency.sql), so two requests with one key are serialised, and
+-- the second sees what the first committed. Each row also holds the bucket's directory: 8 bytes
+-- per unexpired key (4 bytes of its hash, 4 of its expiry), read right after the lock, so that
+-- telling a fresh key from a stored one reads this one row, not the keys. Partitioned by
+-- HASH(bucket) into 256 partitions of 16 rows: reading a bucket scans 16 rows, whose directories
+-- InnoDB copies to evaluate the WHERE, so a lookup reads about (keys stored x 8 bytes / 256):
+-- 31 KB at 1,000,000 keys. More partitions
 -- would read less, but every partition is a file, which every migration creates (256 took 0.4 s on
 -- the loaded test machine, 1,024 took 5.5 s) and every statement on the table pays for.
 --

@@ -1,7 +1,8 @@
 -- idempotency_buckets and idempotency_keys (migrations/0006_idempotency_keys.sql): the creates that
 -- carry an Idempotency-Key. One transaction per group of keyed creates (idempotency.go): lock the
--- buckets, read their directories, read the stored keys the directories point at, insert the new
--- events and keys, write the directories, commit. `bucket IN (...)` prunes every statement to the
+-- buckets and append the new keys' entries to their directories, read the directories back, read
+-- the stored keys they point at, insert the new events and keys, commit; a directory is rewritten
+-- only when a quarter of it has expired. `bucket IN (...)` prunes every statement to the
 -- partitions of the buckets named; the IN lists are expanded to one ? per bucket or hash.
 
 -- name: LockKeyBuckets
@@ -9,18 +10,29 @@
 -- first locks its bucket's row here, and holds it to its commit, so two requests with one key (or
 -- two keys of one bucket) are serialised, and the second reads what the first committed: a
 -- concurrent duplicate waits here for the first one's outcome (bounded by IDEMPOTENCY_WAIT through
--- the statement's context). The same statement reads the buckets' directories and the database's
--- clock, which decides expiry. `bucket IN (...)` prunes the scan to the buckets' partitions, 16
--- rows each; a locking read at READ COMMITTED waits for a row another transaction holds even if it
--- is not one of ours, so a create also waits for one holding another bucket of the same partition
--- (16 rows share a partition), for one short transaction. Rows are locked in the order of the scan
--- (partition, then row), the same for every transaction, and a scan releases at once the rows that
--- do not match, so lockers cannot deadlock each other.
-SELECT bucket, directory, NOW(6) FROM idempotency_buckets WHERE bucket IN (/*ids*/) FOR UPDATE;
+-- the statement's context). An UPDATE, not a locking SELECT: at READ COMMITTED an UPDATE reads the
+-- last committed version of a row another transaction holds and waits only if that version
+-- matches (a semi-consistent read), so a create waits for its own buckets only, never for another
+-- bucket of the same partition (16 share one); a locking SELECT waits for every held row it
+-- scans. The same statement appends each key's directory entry (4 bytes of its hash, its expiry
+-- from the database's clock: NOW(6) plus the TTL's seconds, rounded up), optimistically: if the
+-- directory already held the key, the transaction reads the stored answer and, for a group with
+-- nothing fresh, rolls back, taking the entry out again. /*cases*/ is one WHEN ? THEN CONCAT(...)
+-- per bucket. Rows are locked in the order of the scan (partition, then row), the same for every
+-- transaction, so lockers of several buckets cannot deadlock each other.
+UPDATE idempotency_buckets SET directory = CONCAT(directory, CASE bucket /*cases*/ END) WHERE bucket IN (/*ids*/);
+
+-- name: ReadKeyBuckets
+-- The locked buckets' directories as this transaction left them (what was committed, then its own
+-- entries at the end), and the database's clock, which decides expiry. A consistent read, no lock
+-- of its own: the rows are locked by LockKeyBuckets, so what was committed cannot change under it.
+-- It scans the 16 rows of each bucket's partition and copies their directories: about (keys
+-- stored x 8 bytes / 256) per bucket, 31 KB at 1,000,000 keys.
+SELECT bucket, directory, NOW(6) FROM idempotency_buckets WHERE bucket IN (/*ids*/);
 
 -- name: FindKeys
 -- The stored answers of keys whose directory entries say they are stored and unexpired at ? (the
--- clock LockKeyBuckets read): a replay, or a mismatch. A consistent read, no lock: the buckets' locks
+-- clock ReadKeyBuckets read): a replay, or a mismatch. A consistent read, no lock: the buckets' locks
 -- keep these keys from being written meanwhile. It scans the partitions of the buckets named,
 -- where the keys of every bucket of the partition are, so its cost grows with the keys stored
 -- (a replay's cost, not a fresh key's: a fresh key's directory says it is absent and this does not
@@ -38,16 +50,17 @@ WHERE bucket IN (/*ids*/) AND key_hash IN (/*hashes*/) AND expires_at > ?;
 INSERT INTO events (id, routing_hash, value, state, created_at, processed_at, processed_by, process_count) VALUES /*rows*/;
 
 -- name: InsertKeys
--- The fresh keys with the answers their creates gave, expiring at ? each (the clock read above
--- plus IDEMPOTENCY_TTL). Unique because their buckets' rows are locked and the directories said
+-- The fresh keys with the answers their creates gave, each expiring at ? (its directory entry's
+-- second: the database's clock plus IDEMPOTENCY_TTL, rounded up to a second, so the two agree). Unique because their buckets' rows are locked and the directories said
 -- they were absent. /*rows*/ is one (?, ?, ?, ?, ?, ?, NOW(6), ?) per key.
 INSERT INTO idempotency_keys (bucket, key_hash, fingerprint, status, body, event_id, created_at, expires_at)
 VALUES /*rows*/;
 
 -- name: WriteKeyDirectories
--- The directories of the buckets that got new keys: their unexpired entries and the new ones,
--- under the row locks LockKeyBuckets took. Expired entries are dropped whenever a bucket is
--- written. /*cases*/ is one WHEN ? THEN ? per bucket.
+-- A rewrite of directories whose committed part is a quarter or more expired (their live entries
+-- and this transaction's), or that hold an entry appended for a key that turned out to be stored:
+-- under the row locks LockKeyBuckets took, so nothing else writes them meanwhile. /*cases*/ is one
+-- WHEN ? THEN ? per bucket.
 UPDATE idempotency_buckets SET directory = CASE bucket /*cases*/ END WHERE bucket IN (/*ids*/);
 
 -- name: PruneKeys
@@ -55,6 +68,6 @@ UPDATE idempotency_buckets SET directory = CASE bucket /*cases*/ END WHERE bucke
 -- keys that ends once it has found ? expired ones (older keys sit at the front of each partition).
 -- It locks the rows it deletes, which no create reads with a lock (FindKeys is a consistent read),
 -- so no create waits for it; at worst it waits, briefly, for a create inserting a key to commit.
--- Directory entries of pruned keys are expired too, and are dropped the next time their bucket is
--- written.
+-- Directory entries of pruned keys are expired too, and are dropped when their bucket is next
+-- rewritten (a quarter of it expired).
 DELETE FROM idempotency_keys WHERE expires_at <= NOW(6) LIMIT ?;
