@@ -324,7 +324,6 @@ func entryLive(entry []byte, nowMicro int64) bool {
 	return int64(binary.BigEndian.Uint32(entry[4:8]))*1_000_000 > nowMicro
 }
 
-
 // findKeys reads the stored, unexpired records of keys.
 func findKeys(ctx context.Context, tx *sql.Tx, keys [][32]byte, now time.Time) (map[[32]byte]exactlyonce.KeyRecord, error) {
 	var buckets []int64
