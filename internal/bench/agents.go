@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"io"
@@ -441,7 +442,8 @@ func (r *run) agentsIdle(ctx context.Context) error {
 }
 
 // countingConnector counts the statements its connections send: each query, each exec, each
-// transaction's begin (with its isolation level: 2) and end.
+// transaction's begin (one statement, START TRANSACTION, or two when it names an isolation level)
+// and end.
 type countingConnector struct {
 	driver.Connector
 	statements atomic.Int64
@@ -471,7 +473,10 @@ func (c *countingConn) ExecContext(ctx context.Context, q string, args []driver.
 }
 
 func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	c.n.Add(2) // SET TRANSACTION ISOLATION LEVEL, START TRANSACTION
+	c.n.Add(1) // START TRANSACTION
+	if opts.Isolation != driver.IsolationLevel(sql.LevelDefault) {
+		c.n.Add(1) // SET TRANSACTION ISOLATION LEVEL
+	}
 	tx, err := c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err

@@ -77,10 +77,10 @@ func (s *Stats) retryable(err error) (metrics.Metric, bool) {
 // run it all again, after a jittered exponential backoff, when it lost a deadlock or a lock wait, up
 // to the policy's bound. fn must be safe to run again: it may only touch the database through tx.
 //
-// READ COMMITTED is set on every transaction, whatever the server's default: at REPEATABLE READ the
+// Every transaction runs at READ COMMITTED, whatever the server's default: at REPEATABLE READ the
 // full scans of this index-less schema lock every row they pass and workers block each other
-// (see docs/innodb.md). go-sql-driver issues SET TRANSACTION ISOLATION LEVEL before
-// BEGIN, which works on MySQL 8 and MariaDB alike and which RDS Proxy tracks without pinning.
+// (see docs/innodb.md). The level is the session's, set once per connection by the connector
+// (db.go: readCommitted), so BEGIN is one round trip, START TRANSACTION, not two.
 //
 // The Recorder ctx carries (metrics.From) hears of each retry (DeadlockRetries, LockWaitRetries)
 // and of the duration of the attempt that committed (TransactionDuration): in memory, after the
@@ -125,7 +125,7 @@ func inTx(ctx context.Context, db *sql.DB, stats *Stats, policy RetryPolicy, fn 
 }
 
 func runTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := db.BeginTx(ctx, nil) // READ COMMITTED: the session's level (db.go)
 	if err != nil {
 		return err
 	}
