@@ -58,6 +58,10 @@ type KeyedResult struct {
 	Record  KeyRecord
 }
 
+// MaxKeyedGroup is the most keyed creates stored in one transaction: its statements stay under
+// the 16 KB beyond which RDS Proxy pins a session.
+const MaxKeyedGroup = 100
+
 // KeyOptions says how long keys live and how long a create waits for another holding its key.
 type KeyOptions struct {
 	TTL  time.Duration // how long a stored key answers repeats

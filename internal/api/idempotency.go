@@ -202,7 +202,7 @@ func answerJSON(v any) []byte {
 func (s *Server) keyGroups(store KeyStore) *keyGroups {
 	s.keysOnce.Do(func() {
 		ag := s.asyncGroups()
-		s.keys = &keyGroups{store: store, queue: ag.queue, out: ag.out, inline: ag.inline, log: ag.log, max: ag.max, rec: ag.rec,
+		s.keys = &keyGroups{store: store, queue: ag.queue, out: ag.out, inline: ag.inline, log: ag.log, max: min(ag.max, exactlyonce.MaxKeyedGroup), rec: ag.rec,
 			opt:     exactlyonce.KeyOptions{TTL: cmp.Or(s.Idempotency.TTL, DefaultKeyTTL), Wait: cmp.Or(s.Idempotency.Wait, DefaultKeyWait)},
 			flights: map[[32]byte]*flight{}, slots: max(cmp.Or(s.AsyncGroup.Flushers, 1), 1)}
 	})

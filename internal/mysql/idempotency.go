@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,9 @@ var errNothingToWrite = errors.New("every key is stored: nothing to write")
 func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, creates []exactlyonce.KeyedCreate) ([]exactlyonce.KeyedResult, error) {
 	if len(creates) == 0 {
 		return nil, nil
+	}
+	if len(creates) > exactlyonce.MaxKeyedGroup {
+		return nil, fmt.Errorf("create keyed: %d creates, more than the %d of one group", len(creates), exactlyonce.MaxKeyedGroup)
 	}
 	if opt.TTL <= 0 || opt.Wait <= 0 {
 		return nil, fmt.Errorf("create keyed: TTL and Wait must be positive, got %s and %s", opt.TTL, opt.Wait)
@@ -99,7 +103,7 @@ const maxDirectoryStatement = 12 << 10
 
 // entryExpiry is the SQL of an entry's expiry, from the database's clock and the TTL's whole
 // seconds (the one ? it holds): 4 bytes, big-endian (LoadKeys writes them the same way).
-const entryExpiry = "UNHEX(LPAD(HEX(CAST(CEIL(UNIX_TIMESTAMP(NOW(6))) AS UNSIGNED) + ?), 8, '0'))"
+const entryExpiry = "UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))+?),8,0))"
 
 func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64) ([]exactlyonce.KeyedResult, error) {
 	// Each bucket's new entries, in the order of the creates: appended to its directory by the
@@ -120,19 +124,8 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	// elsewhere holds its bucket's lock, and we wait for its commit.
 	lockCtx, cancel := context.WithDeadline(ctx, waitUntil)
 	defer cancel()
-	var cases []string
-	var args []any
-	for _, b := range buckets {
-		parts := make([]string, 0, 2*len(appended[b]))
-		args = append(args, b)
-		for _, c := range appended[b] {
-			parts = append(parts, "?", entryExpiry)
-			args = append(args, c.Key[8:12], ttlSeconds)
-		}
-		cases = append(cases, "WHEN ? THEN CONCAT("+strings.Join(parts, ", ")+")")
-	}
-	q, bucketArgs := expandIDs(strings.Replace(query("LockKeyBuckets"), "/*cases*/", strings.Join(cases, " "), 1), buckets)
-	if _, err := tx.ExecContext(lockCtx, q, append(args, bucketArgs...)...); err != nil {
+	q, args := lockStatement(buckets, appended, ttlSeconds)
+	if _, err := tx.ExecContext(lockCtx, q, args...); err != nil {
 		return nil, lockFailed(ctx, lockCtx, waitUntil, err)
 	}
 
@@ -245,7 +238,85 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 			return nil, err
 		}
 	}
-	return results, execDiscard(ctx, tx, strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(keyRows, ", "), 1), keyArgs...)
+	return results, insertKeys(ctx, tx, keyRows, keyArgs)
+}
+
+// lockStatement is LockKeyBuckets for buckets, appending each bucket's new entries: one statement,
+// so that every transaction locks the rows in the order of one scan. A group of
+// exactlyonce.MaxKeyedGroup keys keeps it under 12 KB (TestKeyedStatementsStayUnder16KB).
+func lockStatement(buckets []int64, appended map[int64][]exactlyonce.KeyedCreate, ttlSeconds int64) (string, []any) {
+	var cases []string
+	var args []any
+	for _, b := range buckets {
+		parts := make([]string, 0, 2*len(appended[b]))
+		args = append(args, b)
+		for _, c := range appended[b] {
+			parts = append(parts, "?", entryExpiry)
+			args = append(args, c.Key[8:12], ttlSeconds)
+		}
+		cases = append(cases, "WHEN ? THEN CONCAT("+strings.Join(parts, ", ")+")")
+	}
+	q, bucketArgs := expandIDs(strings.Replace(query("LockKeyBuckets"), "/*cases*/", strings.Join(cases, " "), 1), buckets)
+	return q, append(args, bucketArgs...)
+}
+
+// keyRowArgs is how many arguments one row of InsertKeys takes.
+const keyRowArgs = 7
+
+// insertKeys inserts the keys' rows, as many a statement as keep it under maxKeyStatement bytes
+// once the driver has put the arguments in (a key's answer is up to 4 KB).
+func insertKeys(ctx context.Context, tx *sql.Tx, rows []string, args []any) error {
+	for len(rows) > 0 {
+		n := keyRowsFitting(rows, args)
+		q := strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(rows[:n], ", "), 1)
+		if err := execDiscard(ctx, tx, q, args[:n*keyRowArgs]...); err != nil {
+			return err
+		}
+		rows, args = rows[n:], args[n*keyRowArgs:]
+	}
+	return nil
+}
+
+// keyRowsFitting returns how many of the rows (at least one) an InsertKeys statement takes
+// without passing maxKeyStatement bytes.
+func keyRowsFitting(rows []string, args []any) int {
+	n, size := 0, len(query("InsertKeys"))
+	for n < len(rows) {
+		row := len(rows[n]) + 2 + interpolatedSize(args[n*keyRowArgs:(n+1)*keyRowArgs])
+		if n > 0 && size+row > maxKeyStatement {
+			break
+		}
+		n, size = n+1, size+row
+	}
+	return n
+}
+
+// maxKeyStatement bounds a statement inserting keys: RDS Proxy pins the session of a statement
+// over 16 KB.
+const maxKeyStatement = 12 << 10
+
+// interpolatedSize bounds the bytes args take in a statement once the driver has interpolated
+// them (interpolateParams): a byte string as _binary'...' with every byte escaped at worst, a
+// string quoted and escaped at worst, a number as its digits, a time as a quoted timestamp.
+func interpolatedSize(args []any) int {
+	n := 0
+	for _, a := range args {
+		switch v := a.(type) {
+		case []byte:
+			n += 2*len(v) + 10
+		case string:
+			n += 2*len(v) + 2
+		case int64:
+			n += len(strconv.FormatInt(v, 10))
+		case int:
+			n += len(strconv.Itoa(v))
+		case time.Time:
+			n += len("'2006-01-02 15:04:05.999999'")
+		default:
+			n += 30
+		}
+	}
+	return n
 }
 
 // compactDirectories rewrites, under the locks already held, the directories that need it: one
