@@ -3,7 +3,7 @@
 //
 //	BENCH=full|smoke     how long (default full; smoke takes seconds and judges no targets)
 //	BENCH_OUT=file.json  where the JSON goes (default bench-results.json)
-//	BENCH_GROUPS=a,b     run only these groups (alloc, claim, count, drain, agents, async, idem, api, lambda, counters, tasks)
+//	BENCH_GROUPS=a,b     run only these groups (alloc, claim, count, drain, agents, async, idem, api, lambda, counters, tasks, reads)
 //	BENCH_DB_DSN=dsn     the server to create scratch databases on (default: the `make db` server)
 //	SQSLOCAL_BIN=path    the goaws binary (default bin/sqslocal)
 //	BENCH_CPUPROFILE=f   write this process's CPU profile (the API, processor and load generator) to f

@@ -20,6 +20,8 @@
 //	        time from a SIGKILL of one of 4 agents to its range processed again; idle statements
 //	tasks   webhooks delivered in order per reference beside unordered, paced, and with 10% of the
 //	        references failing (tasks.go)
+//	reads   GET /events/{id} with 10,000,000 processed events beside 10,000, and each store
+//	        operation's mean time at both sizes (reads.go)
 //
 // Every database the benchmark creates is a scratch database (bench_...) that it drops when done.
 // cmd/bench is the entrypoint; `make bench` runs it.
@@ -71,7 +73,7 @@ type Config struct {
 }
 
 // AllGroups lists the groups in the order they run.
-var AllGroups = []string{"alloc", "claim", "count", "drain", "agents", "async", "idem", "api", "lambda", "counters", "tasks"}
+var AllGroups = []string{"alloc", "claim", "count", "drain", "agents", "async", "idem", "api", "lambda", "counters", "tasks", "reads"}
 
 // Row is one figure. Ratios name the row they were divided by in Reference.
 type Row struct {
@@ -204,6 +206,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		"idem": runIdem, "api": runAPI, "lambda": runLambda,
 		"counters": runCounters, // counters.go
 		"tasks":    runTasks,    // tasks.go
+		"reads":    runReads,    // reads.go
 	}
 	for _, g := range AllGroups {
 		if !slices.Contains(groups, g) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -65,6 +66,38 @@ func LoadPending(ctx context.Context, db *sql.DB, n int64, onChunk func(done int
 // processing leaves behind, for measuring what it costs a claim. As LoadPending otherwise.
 func LoadProcessed(ctx context.Context, db *sql.DB, n int64, onChunk func(done int64)) (int64, error) {
 	return load(ctx, db, n, loadProcessedSQL, onChunk)
+}
+
+// LoadFoldedHistory inserts n processed events as the sweeper's fold leaves them (counted in
+// settled_count, in the `settled` partition): a long history, for measuring what reads cost with
+// it. Each chunk and its addition to the count commit together, so the count stays exact. As
+// LoadPending otherwise.
+func LoadFoldedHistory(ctx context.Context, db *sql.DB, n int64, onChunk func(done int64)) (int64, error) {
+	if err := ensureSeq(ctx, db, n); err != nil {
+		return 0, err
+	}
+	first, err := reserveIDs(ctx, db, n)
+	if err != nil {
+		return 0, err
+	}
+	folded := strings.Replace(loadProcessedSQL, "10, NOW(6)", fmt.Sprintf("%d, NOW(6)", 10+countedShift), 1)
+	for lo := int64(1); lo <= n; lo += loadChunk {
+		hi := min(lo+loadChunk-1, n)
+		err := inTx(ctx, db, &Stats{}, RetryPolicy{}, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, folded, first, lo, hi); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, query("AddSettled"), hi-lo+1)
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("load folded history: %w", err)
+		}
+		if onChunk != nil {
+			onChunk(hi)
+		}
+	}
+	return first, nil
 }
 
 func load(ctx context.Context, db *sql.DB, n int64, q string, onChunk func(done int64)) (int64, error) {

@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+)
+
+// runReads measures what a long history costs the reads and the other statements of the events
+// table (issue 19): GET /events/{id} for random ids at 16 clients, through the API handler over
+// HTTP, on a database holding 10,000,000 processed events beside one holding 10,000; and the mean
+// time of each store operation the paths run, one at a time, at both sizes. The history is loaded
+// in the database (INSERT ... SELECT), as the sweeper's fold leaves it: counted and in the
+// `settled` partition. The reads take turns in 1 s windows, in rotating order, for several rounds.
+func runReads(ctx context.Context, r *run) error {
+	const group = "reads"
+	small := int64(10_000)
+	big := pick[int64](r, 10_000_000, 200_000)
+	rounds := pick(r, 6, 2)
+	window := pick(r, time.Second, 250*time.Millisecond)
+	const clients = 16
+
+	type db struct {
+		label      string
+		size       int64
+		first      int64
+		url        string
+		store      *mysql.Store
+		stop       func()
+		res        loadResult
+		statements map[string]time.Duration
+	}
+	open := func(label string, n int64) (*db, error) {
+		s, err := r.newScratch(ctx, label, true)
+		if err != nil {
+			return nil, err
+		}
+		pool, err := s.open(stackPoolSize)
+		if err != nil {
+			s.drop()
+			return nil, err
+		}
+		stop := func() { pool.Close(); s.drop() }
+		t0 := time.Now()
+		first, err := mysql.LoadFoldedHistory(ctx, pool, n, func(done int64) {
+			r.progress(group, "%s: loaded %d of %d processed events (%.0f s)", label, done, n, time.Since(t0).Seconds())
+		})
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		r.add(Row{Group: group, Name: fmt.Sprintf("reads_load_%d_s", n), Value: time.Since(t0).Seconds(), Unit: "s",
+			Note: fmt.Sprintf("%d processed events, counted, by INSERT ... SELECT", n)})
+		store, err := mysql.NewStore(pool, mysql.StoreConfig{})
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		srv := &http.Server{Handler: &api.Server{Store: store}, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		return &db{label: label, size: n, first: first, url: "http://" + ln.Addr().String(), store: store,
+			stop: func() { srv.Close(); stop() }, statements: map[string]time.Duration{}}, nil
+	}
+	smallDB, err := open("reads_small", small)
+	if err != nil {
+		return err
+	}
+	defer smallDB.stop()
+	bigDB, err := open("reads_big", big)
+	if err != nil {
+		return err
+	}
+	defer bigDB.stop()
+	dbs := []*db{smallDB, bigDB}
+
+	// GET /events/{id} of a random loaded id: 200 with that id, or the request failed.
+	get := func(d *db) request {
+		return func(ctx context.Context, c *http.Client, _ int) (int, []byte, error) {
+			id := d.first + rand.Int64N(d.size)
+			status, body, err := call(ctx, c, http.MethodGet, d.url+"/events/"+strconv.FormatInt(id, 10))
+			if err == nil && status == http.StatusOK {
+				var e struct {
+					ID int64 `json:"id"`
+				}
+				if json.Unmarshal(body, &e) != nil || e.ID != id {
+					return 0, body, fmt.Errorf("GET /events/%d answered another event: %.100s", id, body)
+				}
+			}
+			return status, body, err
+		}
+	}
+	client := httpClient(clients)
+	for round := range rounds {
+		for i := range dbs {
+			d := dbs[(round+i)%len(dbs)]
+			w := load(ctx, client, clients, window, get(d), nil)
+			d.res.ok += w.ok
+			d.res.failed += w.failed
+			d.res.took += w.took
+		}
+	}
+	client.CloseIdleConnections()
+	rows := map[string]Row{}
+	for _, d := range dbs {
+		r.progress(group, "%d clients GET /events/{id} with %d events: %.0f requests/s, %d failed", clients, d.size, d.res.rps(), d.res.failed)
+		r.check(group, fmt.Sprintf("GET /events/{id} with %d events: every read answered 200 with its event", d.size),
+			d.res.failed == 0 && d.res.ok > 0, fmt.Sprintf("%d ok, %d failed", d.res.ok, d.res.failed))
+		row := Row{Group: group, Name: fmt.Sprintf("reads_get_%d_c16_rps", d.size), Value: d.res.rps(), Unit: "requests/s",
+			Note: fmt.Sprintf("GET /events/{id}, random ids, %d processed events", d.size)}
+		rows[d.label] = row
+		r.add(row)
+	}
+	r.add(ratio(group, "reads_get_big_vs_small_c16", rows["reads_big"], rows["reads_small"], atLeast(0.8),
+		fmt.Sprintf("GET /events/{id} with %d events against %d, 16 clients", big, small)))
+
+	// The store's operations, one at a time, at both sizes.
+	ops := []struct {
+		name, note string
+		n          int
+		run        func(ctx context.Context, d *db) error
+	}{
+		{"get", "GET /events/{id}: Store.Get of a random id", pick(r, 20, 5), func(ctx context.Context, d *db) error {
+			_, err := d.store.Get(ctx, d.first+rand.Int64N(d.size))
+			return err
+		}},
+		{"count", "GET /events: Store.Count (settled_count plus the unfolded events)", pick(r, 20, 5), func(ctx context.Context, d *db) error {
+			_, err := d.store.Count(ctx)
+			return err
+		}},
+		{"outcomes", "the processor's check of 10 redelivered ids: Store.Outcomes", pick(r, 20, 5), func(ctx context.Context, d *db) error {
+			ids := make([]int64, 10)
+			for i := range ids {
+				ids[i] = d.first + rand.Int64N(d.size)
+			}
+			_, err := d.store.Outcomes(ctx, ids)
+			return err
+		}},
+		{"create", "POST /events: Store.CreateProcessed", pick(r, 50, 10), func(ctx context.Context, d *db) error {
+			_, err := d.store.CreateProcessed(ctx, "v")
+			return err
+		}},
+		{"create_pending", "POST /events/async: Store.CreatePending", pick(r, 50, 10), func(ctx context.Context, d *db) error {
+			_, err := d.store.CreatePending(ctx)
+			return err
+		}},
+		{"sweep", "the sweeper's claim and settlement of what is due (the pending events just created, then none)", pick(r, 20, 5),
+			func(ctx context.Context, d *db) error {
+				_, err := (&processing.Engine{Store: d.store, By: exactlyonce.BySweeper}).ProcessDue(ctx, 0, 50)
+				return err
+			}},
+	}
+	for _, op := range ops {
+		byLabel := map[string]Row{}
+		for _, d := range dbs {
+			t0 := time.Now()
+			for range op.n {
+				if err := op.run(ctx, d); err != nil {
+					return fmt.Errorf("%s with %d events: %w", op.name, d.size, err)
+				}
+			}
+			mean := time.Since(t0) / time.Duration(op.n)
+			row := Row{Group: group, Name: fmt.Sprintf("reads_op_%s_%d_ms", op.name, d.size), Value: float64(mean.Microseconds()) / 1000,
+				Unit: "ms", Note: fmt.Sprintf("%s, mean of %d, %d events", op.note, op.n, d.size)}
+			byLabel[d.label] = row
+			r.add(row)
+		}
+		r.progress(group, "%-15s %8.2f ms with %d events, %8.2f ms with %d", op.name, byLabel["reads_small"].Value, small, byLabel["reads_big"].Value, big)
+	}
+	return nil
+}
