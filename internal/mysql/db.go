@@ -8,6 +8,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -129,8 +130,9 @@ func Connector(c ConnConfig) (driver.Connector, error) {
 // readCommitted opens the driver's connections with their session at READ COMMITTED, the level
 // every transaction of the store runs at (tx.go): set once per connection here, it spares every
 // transaction the SET TRANSACTION ISOLATION LEVEL round trip that database/sql's BeginTx would send
-// before its START TRANSACTION. One statement that MySQL 8 and MariaDB both know (the variable's
-// name differs: transaction_isolation, tx_isolation), and which RDS Proxy tracks without pinning.
+// before its START TRANSACTION. It sets the variable RDS Proxy lists as tracked (so the session is
+// not pinned): transaction_isolation (MySQL 8, Aurora MySQL 3, MariaDB from 11.1), or, where the
+// server does not know that name (MariaDB 10.11: error 1193), its older name tx_isolation.
 type readCommitted struct{ driver.Connector }
 
 func (c readCommitted) Connect(ctx context.Context) (driver.Conn, error) {
@@ -138,12 +140,20 @@ func (c readCommitted) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.(driver.ExecerContext).ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", nil); err != nil {
+	exec := conn.(driver.ExecerContext)
+	_, err = exec.ExecContext(ctx, "SET SESSION transaction_isolation = 'READ-COMMITTED'", nil)
+	if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && me.Number == errUnknownSystemVariable {
+		_, err = exec.ExecContext(ctx, "SET SESSION tx_isolation = 'READ-COMMITTED'", nil)
+	}
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("set the session's isolation level: %w", err)
 	}
 	return conn, nil
 }
+
+// errUnknownSystemVariable is ER_UNKNOWN_SYSTEM_VARIABLE.
+const errUnknownSystemVariable = 1193
 
 // OpenConnector returns a pool on connector, sized and aged as Open's.
 func OpenConnector(connector driver.Connector, c ConnConfig) *sql.DB {
