@@ -32,7 +32,11 @@ var errKeyBusy = exactlyonce.Errorf(exactlyonce.ECONFLICT,
 var errKeyLockWait = errors.New("lock wait timeout on an idempotency key's bucket")
 
 // errNothingToWrite ends a transaction that found every key stored: it is rolled back.
+// errCarefully ends a transaction whose fast path changed some buckets but not all (one may hold
+// a key): it is rolled back, and run again by the careful path.
 var errNothingToWrite = errors.New("every key is stored: nothing to write")
+
+var errCarefully = errors.New("some keys may be stored: start again carefully")
 
 // CreateKeyed stores the creates whose keys are not stored yet, each event with its key and its
 // answer, in one transaction: all of them or none. The keys must be distinct. For a key stored
@@ -73,11 +77,20 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 	waitUntil := time.Now().Add(opt.Wait)
 	var results []exactlyonce.KeyedResult
 	var err error
+	careful := false
 	err = inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 		var err error
-		results, err = s.createKeyed(ctx, tx, waitUntil, opt.TTL, creates, ids)
+		results, err = s.createKeyed(ctx, tx, waitUntil, opt.TTL, creates, ids, careful)
 		return err
 	})
+	if errors.Is(err, errCarefully) {
+		careful = true
+		err = inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+			var err error
+			results, err = s.createKeyed(ctx, tx, waitUntil, opt.TTL, creates, ids, careful)
+			return err
+		})
+	}
 	if errors.Is(err, errNothingToWrite) {
 		return results, nil
 	}
@@ -105,7 +118,7 @@ const maxDirectoryStatement = 12 << 10
 // seconds (the one ? it holds): 4 bytes, big-endian (LoadKeys writes them the same way).
 const entryExpiry = "UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))+?),8,0))"
 
-func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64) ([]exactlyonce.KeyedResult, error) {
+func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64, careful bool) ([]exactlyonce.KeyedResult, error) {
 	// Each bucket's new entries, in the order of the creates: appended to its directory by the
 	// statement that locks it, the expiry computed there from the database's clock.
 	appended := map[int64][]exactlyonce.KeyedCreate{}
@@ -119,11 +132,107 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	}
 	slices.Sort(buckets)
 	ttlSeconds := int64((ttl + time.Second - 1) / time.Second)
-
-	// The buckets' locks, and the new entries appended, in one statement: a duplicate in flight
-	// elsewhere holds its bucket's lock, and we wait for its commit.
 	lockCtx, cancel := context.WithDeadline(ctx, waitUntil)
 	defer cancel()
+
+	// The common case first: every key is fresh. One statement locks the buckets whose directories
+	// hold none of the keys and appends the entries; when it changed every bucket, nothing was
+	// stored and nothing needs reading. Otherwise the careful path reads the directories.
+	results := make([]exactlyonce.KeyedResult, len(creates))
+	stored := map[[32]byte]exactlyonce.KeyRecord{}
+	fast := false
+	if q, args, ok := freshStatement(buckets, appended, ttlSeconds); ok && !careful {
+		res, err := tx.ExecContext(lockCtx, q, args...)
+		if err != nil {
+			return nil, lockFailed(ctx, lockCtx, waitUntil, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case n == int64(len(buckets)):
+			fast = true
+		case n > 0:
+			// Some buckets took their entries, others may hold a key: start again carefully.
+			return nil, errCarefully
+		}
+	}
+	if !fast {
+		var err error
+		if stored, err = s.lockAndRead(ctx, lockCtx, tx, waitUntil, buckets, appended, ttlSeconds); err != nil {
+			return nil, err
+		}
+	}
+	var fresh []int
+	for i, c := range creates {
+		if r, ok := stored[c.Key]; ok {
+			results[i] = exactlyonce.KeyedResult{Record: r}
+		} else {
+			fresh = append(fresh, i)
+		}
+	}
+	if len(fresh) == 0 {
+		// Nothing to write: roll back, which takes our entries back out and releases the locks.
+		return results, errNothingToWrite
+	}
+
+	if ids == nil {
+		// The literal allocator: in this transaction, after the buckets' locks (the order every
+		// keyed create takes them in: buckets, then the counter).
+		var err error
+		if ids, err = s.alloc.take(ctx, tx, len(fresh)); err != nil {
+			return nil, err
+		}
+	}
+	var eventRows, keyRows []string
+	var eventArgs, keyArgs []any
+	var tasks []exactlyonce.NewTask
+	var taskIDs []int64
+	for j, i := range fresh {
+		c, id := creates[i], ids[j]
+		status, body := c.Answer(id)
+		if c.Pending && c.Task != nil {
+			// A task: stored below, in its reference's order (tasks.go), after the keys' buckets.
+			tasks = append(tasks, *c.Task)
+			taskIDs = append(taskIDs, id)
+		} else if c.Pending {
+			eventRows = append(eventRows, "(?, ?, NULL, 0, NOW(6), NULL, NULL, 0)")
+			eventArgs = append(eventArgs, id, routing.EventHash(id))
+		} else {
+			eventRows = append(eventRows, "(?, ?, ?, 10, NOW(6), NOW(6), 'api', 1)")
+			eventArgs = append(eventArgs, id, routing.EventHash(id), c.Value)
+		}
+		keyRows = append(keyRows, keyRow)
+		keyArgs = append(keyArgs, keyBucket(c.Key), c.Key[:], c.Fingerprint[:], status, body, id, ttlSeconds)
+		results[i] = exactlyonce.KeyedResult{Created: true, Record: exactlyonce.KeyRecord{Fingerprint: c.Fingerprint, Status: status, Body: body, EventID: id}}
+	}
+	if len(eventRows) > 0 {
+		if err := execDiscard(ctx, tx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
+			return nil, err
+		}
+	}
+	if len(tasks) > 0 {
+		if _, err := createTaskRows(ctx, tx, tasks, taskIDs); err != nil {
+			return nil, err
+		}
+	}
+	return results, insertKeys(ctx, tx, keyRows, keyArgs)
+}
+
+// keyRow is one row of InsertKeys: the key expires at the database's clock, rounded up to a
+// second, plus the TTL's seconds. Its statement runs after the one that appended the key's
+// directory entry (whose expiry the same expression computed from that statement's clock), so a
+// key's row never expires before its entry: the directory decides whether a key is live, and the
+// pruning of expired rows never takes the row of a live entry.
+const keyRow = "(?, ?, ?, ?, ?, ?, NOW(6), FROM_UNIXTIME(CEIL(UNIX_TIMESTAMP(NOW(6))) + ?))"
+
+// lockAndRead is the careful path: it locks every bucket and appends the entries (a duplicate in
+// flight elsewhere holds its bucket's lock, and we wait for its commit), reads the directories back,
+// reads the stored answers of the keys they may hold, and rewrites the directories that need it.
+// It returns the keys found stored.
+func (s *Store) lockAndRead(ctx, lockCtx context.Context, tx *sql.Tx, waitUntil time.Time, buckets []int64,
+	appended map[int64][]exactlyonce.KeyedCreate, ttlSeconds int64) (map[[32]byte]exactlyonce.KeyRecord, error) {
 	q, args := lockStatement(buckets, appended, ttlSeconds)
 	if _, err := tx.ExecContext(lockCtx, q, args...); err != nil {
 		return nil, lockFailed(ctx, lockCtx, waitUntil, err)
@@ -156,25 +265,18 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	}
 	nowMicro := now.UnixMicro()
 	committed := map[int64][]byte{} // each directory without our entries
-	expiry := map[[32]byte]time.Time{}
+	var maybe [][32]byte
 	for _, b := range buckets {
 		d, n := dirs[b], len(appended[b])*dirEntrySize
 		if len(d) < n {
 			return nil, fmt.Errorf("idempotency_buckets: bucket %d's directory is shorter than the entries just appended to it", b)
 		}
 		committed[b] = d[:len(d)-n]
-		for i, c := range appended[b] {
-			e := d[len(d)-n+i*dirEntrySize:]
-			expiry[c.Key] = time.Unix(int64(binary.BigEndian.Uint32(e[4:8])), 0).UTC()
-		}
-	}
-
-	// Which keys the committed directories say are stored: those are read; the others are fresh.
-	results := make([]exactlyonce.KeyedResult, len(creates))
-	var maybe [][32]byte
-	for _, c := range creates {
-		if dirHas(committed[keyBucket(c.Key)], c.Key, nowMicro) {
-			maybe = append(maybe, c.Key)
+		// Which keys the committed directory says are stored: those are read.
+		for _, c := range appended[b] {
+			if dirHas(committed[b], c.Key, nowMicro) {
+				maybe = append(maybe, c.Key)
+			}
 		}
 	}
 	stored := map[[32]byte]exactlyonce.KeyRecord{}
@@ -183,63 +285,63 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 			return nil, err
 		}
 	}
-	var fresh []int
-	for i, c := range creates {
-		if r, ok := stored[c.Key]; ok {
-			results[i] = exactlyonce.KeyedResult{Record: r}
-		} else {
-			fresh = append(fresh, i)
-		}
+	if len(stored) == len(maybe) && len(maybe) == keyCount(appended) {
+		return stored, nil // every key stored: the caller rolls back, nothing to rewrite
 	}
-	if len(fresh) == 0 {
-		// Nothing to write: roll back, which takes our entries back out and releases the locks.
-		return results, errNothingToWrite
+	// A directory whose oldest entry expired more than a quarter of the TTL ago is rewritten with
+	// its live entries: the fast path (freshStatement) refuses such a bucket, so every bucket comes
+	// here in turn, about once a quarter of the TTL, and a directory stays within about 5/4 of its
+	// live keys (entries are appended in the order they expire, the TTL being one for all).
+	ceilNow := now.Unix()
+	if now.Nanosecond() > 0 {
+		ceilNow++
 	}
-	if err := compactDirectories(ctx, tx, buckets, committed, appended, stored, nowMicro, dirs); err != nil {
-		return nil, err
-	}
-
-	if ids == nil {
-		// The literal allocator: in this transaction, after the buckets' locks (the order every
-		// keyed create takes them in: buckets, then the counter).
-		if ids, err = s.alloc.take(ctx, tx, len(fresh)); err != nil {
-			return nil, err
-		}
-	}
-	var eventRows, keyRows []string
-	var eventArgs, keyArgs []any
-	var tasks []exactlyonce.NewTask
-	var taskIDs []int64
-	for j, i := range fresh {
-		c, id := creates[i], ids[j]
-		status, body := c.Answer(id)
-		if c.Pending && c.Task != nil {
-			// A task: stored below, in its reference's order (tasks.go), after the keys' buckets.
-			tasks = append(tasks, *c.Task)
-			taskIDs = append(taskIDs, id)
-		} else if c.Pending {
-			eventRows = append(eventRows, "(?, ?, NULL, 0, NOW(6), NULL, NULL, 0)")
-			eventArgs = append(eventArgs, id, routing.EventHash(id))
-		} else {
-			eventRows = append(eventRows, "(?, ?, ?, 10, NOW(6), NOW(6), 'api', 1)")
-			eventArgs = append(eventArgs, id, routing.EventHash(id), c.Value)
-		}
-		keyRows = append(keyRows, "(?, ?, ?, ?, ?, ?, NOW(6), ?)")
-		keyArgs = append(keyArgs, keyBucket(c.Key), c.Key[:], c.Fingerprint[:], status, body, id, expiry[c.Key])
-		results[i] = exactlyonce.KeyedResult{Created: true, Record: exactlyonce.KeyRecord{Fingerprint: c.Fingerprint, Status: status, Body: body, EventID: id}}
-	}
-	if len(eventRows) > 0 {
-		if err := execDiscard(ctx, tx, strings.Replace(query("InsertKeyedEvents"), "/*rows*/", strings.Join(eventRows, ", "), 1), eventArgs...); err != nil {
-			return nil, err
-		}
-	}
-	if len(tasks) > 0 {
-		if _, err := createTaskRows(ctx, tx, tasks, taskIDs); err != nil {
-			return nil, err
-		}
-	}
-	return results, insertKeys(ctx, tx, keyRows, keyArgs)
+	stale := ceilNow - ttlSeconds/4
+	return stored, compactDirectories(ctx, tx, buckets, committed, appended, stored, nowMicro, stale, dirs)
 }
+
+func keyCount(appended map[int64][]exactlyonce.KeyedCreate) int {
+	n := 0
+	for _, cs := range appended {
+		n += len(cs)
+	}
+	return n
+}
+
+// freshStatement is FreshKeyBuckets for buckets: it appends each bucket's new entries where the
+// directory holds none of the bucket's keys (no entry's bytes match a key's 4; a match elsewhere
+// in the directory only sends the group down the careful path) and its oldest entry has not been
+// expired for more than a quarter of the TTL (else the careful path rewrites it). ok is false when
+// the statement would pass maxKeyStatement: the careful path's statements are smaller.
+func freshStatement(buckets []int64, appended map[int64][]exactlyonce.KeyedCreate, ttlSeconds int64) (string, []any, bool) {
+	var cases, checks []string
+	var args, checkArgs []any
+	for _, b := range buckets {
+		parts := make([]string, 0, 2*len(appended[b]))
+		absent := make([]string, 0, len(appended[b])+1)
+		args = append(args, b)
+		checkArgs = append(checkArgs, b)
+		for _, c := range appended[b] {
+			parts = append(parts, "?", entryExpiry)
+			args = append(args, c.Key[8:12], ttlSeconds)
+			absent = append(absent, "LOCATE(?, directory) = 0")
+			checkArgs = append(checkArgs, c.Key[8:12])
+		}
+		absent = append(absent, "(directory = '' OR SUBSTRING(directory, 5, 4) >= "+entryStale+")")
+		checkArgs = append(checkArgs, ttlSeconds/4)
+		cases = append(cases, "WHEN ? THEN CONCAT("+strings.Join(parts, ", ")+")")
+		checks = append(checks, "WHEN ? THEN "+strings.Join(absent, " AND "))
+	}
+	q := strings.Replace(query("FreshKeyBuckets"), "/*cases*/", strings.Join(cases, " "), 1)
+	q = strings.Replace(q, "/*fresh*/", strings.Join(checks, " "), 1)
+	q, bucketArgs := expandIDs(q, buckets)
+	all := append(append(args, bucketArgs...), checkArgs...)
+	return q, all, len(q)+interpolatedSize(all) <= maxKeyStatement
+}
+
+// entryStale is the SQL of the expiry, as a directory holds it, a quarter of the TTL ago (the one
+// ? it holds: the TTL's seconds / 4).
+const entryStale = "UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))-?),8,0))"
 
 // lockStatement is LockKeyBuckets for buckets, appending each bucket's new entries: one statement,
 // so that every transaction locks the rows in the order of one scan. A group of
@@ -325,7 +427,7 @@ func interpolatedSize(args []any) int {
 // and one holding an entry this transaction appended for a key that turned out to be stored (a
 // repeat in a group with fresh keys). Most groups need none, and pay no statement for it.
 func compactDirectories(ctx context.Context, tx *sql.Tx, buckets []int64, committed map[int64][]byte,
-	appended map[int64][]exactlyonce.KeyedCreate, stored map[[32]byte]exactlyonce.KeyRecord, nowMicro int64, dirs map[int64][]byte) error {
+	appended map[int64][]exactlyonce.KeyedCreate, stored map[[32]byte]exactlyonce.KeyRecord, nowMicro, stale int64, dirs map[int64][]byte) error {
 	var batch []int64
 	var cases []string
 	var args []any
@@ -348,7 +450,7 @@ func compactDirectories(ctx context.Context, tx *sql.Tx, buckets []int64, commit
 			_, ok := stored[c.Key]
 			repeat = repeat || ok
 		}
-		if !repeat && 4*(len(old)-len(live)) < len(old) {
+		if !repeat && (len(old) < dirEntrySize || int64(binary.BigEndian.Uint32(old[4:8])) >= stale) {
 			continue
 		}
 		ours := dirs[b][len(old):]
@@ -414,16 +516,20 @@ func findKeys(ctx context.Context, tx *sql.Tx, keys [][32]byte, now time.Time) (
 	}
 	defer rows.Close()
 	out := map[[32]byte]exactlyonce.KeyRecord{}
+	last := map[[32]byte]time.Time{}
 	for rows.Next() {
 		var hash, fp []byte
 		var r exactlyonce.KeyRecord
-		if err := rows.Scan(&hash, &fp, &r.Status, &r.Body, &r.EventID); err != nil {
+		var expires time.Time
+		if err := rows.Scan(&hash, &fp, &r.Status, &r.Body, &r.EventID, &expires); err != nil {
 			return nil, err
 		}
 		var k [32]byte
 		copy(k[:], hash)
 		copy(r.Fingerprint[:], fp)
-		out[k] = r
+		if t, ok := last[k]; !ok || expires.After(t) {
+			out[k], last[k] = r, expires
+		}
 	}
 	return out, rows.Err()
 }

@@ -5,9 +5,25 @@
 -- only when a quarter of it has expired. `bucket IN (...)` prunes every statement to the
 -- partitions of the buckets named; the IN lists are expanded to one ? per bucket or hash.
 
+-- name: FreshKeyBuckets
+-- The fast path of a group whose keys are all fresh, the common case: it locks and appends to the
+-- buckets whose directories show none of the group's keys (/*fresh*/: one WHEN ? THEN
+-- LOCATE(?, directory) = 0 AND ... AND <the oldest entry expired less than a quarter of the TTL
+-- ago> per bucket) and leaves the others unlocked and unchanged: at READ COMMITTED an UPDATE
+-- evaluates its WHERE on the last committed version of a row another transaction holds, waits
+-- only if that version matches, and evaluates it again, on what that transaction committed, once
+-- it has the lock; a row that does not match is released. So a duplicate in flight elsewhere
+-- makes its bucket wait, then fail the test once the duplicate commits its entry. When every
+-- bucket changed (the affected rows), no key was stored, and the group goes on to insert its
+-- events and keys without reading a directory; when none changed, the careful path (below) runs
+-- in the same transaction; when some did, the transaction is rolled back and run again carefully.
+-- /*cases*/ as in LockKeyBuckets.
+UPDATE idempotency_buckets SET directory = CONCAT(directory, CASE bucket /*cases*/ END)
+WHERE bucket IN (/*ids*/) AND CASE bucket /*fresh*/ END;
+
 -- name: LockKeyBuckets
--- The lock that makes a key unique without a unique index: every transaction that writes a key
--- first locks its bucket's row here, and holds it to its commit, so two requests with one key (or
+-- The careful path's lock, which makes a key unique without a unique index: every transaction that
+-- writes a key first locks its bucket's row here (or in FreshKeyBuckets), and holds it to its commit, so two requests with one key (or
 -- two keys of one bucket) are serialised, and the second reads what the first committed: a
 -- concurrent duplicate waits here for the first one's outcome (bounded by IDEMPOTENCY_WAIT through
 -- the statement's context). An UPDATE, not a locking SELECT: at READ COMMITTED an UPDATE reads the
@@ -37,7 +53,9 @@ SELECT bucket, directory, NOW(6) FROM idempotency_buckets WHERE bucket IN (/*ids
 -- where the keys of every bucket of the partition are, so its cost grows with the keys stored
 -- (a replay's cost, not a fresh key's: a fresh key's directory says it is absent and this does not
 -- run).
-SELECT key_hash, fingerprint, status, body, event_id FROM idempotency_keys
+-- A key stored again after its entry expired may still have its old row, unpruned and (its row
+-- outliving its entry by a second or two) unexpired: the caller keeps the row that expires last.
+SELECT key_hash, fingerprint, status, body, event_id, expires_at FROM idempotency_keys
 WHERE bucket IN (/*ids*/) AND key_hash IN (/*hashes*/) AND expires_at > ?;
 
 -- name: InsertKeyedEvents
@@ -57,10 +75,10 @@ INSERT INTO idempotency_keys (bucket, key_hash, fingerprint, status, body, event
 VALUES /*rows*/;
 
 -- name: WriteKeyDirectories
--- A rewrite of directories whose committed part is a quarter or more expired (their live entries
--- and this transaction's), or that hold an entry appended for a key that turned out to be stored:
--- under the row locks LockKeyBuckets took, so nothing else writes them meanwhile. /*cases*/ is one
--- WHEN ? THEN ? per bucket.
+-- A rewrite of directories whose oldest entry expired more than a quarter of the TTL ago (their
+-- live entries and this transaction's), or that hold an entry appended for a key that turned out
+-- to be stored: under the row locks LockKeyBuckets took, so nothing else writes them meanwhile.
+-- /*cases*/ is one WHEN ? THEN ? per bucket.
 UPDATE idempotency_buckets SET directory = CASE bucket /*cases*/ END WHERE bucket IN (/*ids*/);
 
 -- name: PruneKeys
