@@ -133,4 +133,3 @@ func interpolatedSize(args []any) int {
 	}
 	return n
 }
-
