@@ -1,0 +1,256 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// Event workers: the registry of internal/processing's EventService (migrations/0010_event_workers.sql,
+// sql/workers.sql).
+
+// workerBooks gathers, in a settlement, what changes on each event worker: its counts change in
+// the transaction that settles its tasks (write).
+type workerBooks map[string]*workerBook
+
+type workerBook struct {
+	completed, failed, remaining int64
+	last                         sql.NullInt64
+}
+
+func (b workerBooks) of(ev exactlyonce.Event) *workerBook {
+	if ev.Task == nil || ev.Task.WorkerID == "" {
+		return nil
+	}
+	return b.get(ev.Task.WorkerID)
+}
+
+func (b workerBooks) get(w string) *workerBook {
+	wb, ok := b[w]
+	if !ok {
+		wb = &workerBook{}
+		b[w] = wb
+	}
+	return wb
+}
+
+func (b workerBooks) completed(ev exactlyonce.Event, id int64) {
+	if wb := b.of(ev); wb != nil {
+		wb.completed++
+		wb.remaining--
+		wb.last = sql.NullInt64{Int64: id, Valid: true}
+	}
+}
+
+func (b workerBooks) failed(ev exactlyonce.Event) {
+	if wb := b.of(ev); wb != nil {
+		wb.failed++
+		wb.remaining--
+	}
+}
+
+func (b workerBooks) promoted(w string) { b.get(w).remaining++ }
+
+// write applies the books, workers in id order (so two settlements lock shared workers in one
+// order), and returns the workers that became done.
+func (b workerBooks) write(ctx context.Context, tx *sql.Tx) ([]string, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, 0, len(b))
+	for w := range b {
+		ids = append(ids, w)
+	}
+	slices.Sort(ids)
+	for _, w := range ids {
+		wb := b[w]
+		if _, err := tx.ExecContext(ctx, query("SettleWorker"), wb.remaining, wb.completed, wb.failed, wb.remaining,
+			wb.last, w); err != nil {
+			return nil, err
+		}
+	}
+	q, args := expandStrings(query("ActiveOf"), ids)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	active := map[string]bool{}
+	for rows.Next() {
+		var w string
+		if err := rows.Scan(&w); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		active[w] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, w := range ids {
+		if !active[w] {
+			done = append(done, w)
+		}
+	}
+	return done, nil
+}
+
+func expandStrings(q string, ss []string) (string, []any) {
+	args := make([]any, len(ss))
+	for i, s := range ss {
+		args[i] = s
+	}
+	return strings.Replace(q, "/*ids*/", placeholders(len(ss)), 1), args
+}
+
+// AssignWorkers writes an assignment in one transaction: the new workers, the tasks' worker (only
+// those still leased to claimID: the number assigned must match, or nothing is written), the
+// workers' growth (a worker that is done or unknown fails it).
+func (s *Store) AssignWorkers(ctx context.Context, claimID string, a exactlyonce.WorkerAssignment) error {
+	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		for _, w := range a.New {
+			refs, err := json.Marshal(nonNil(w.References))
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, query("InsertWorker"), w.ID, w.AgentID, w.WillTerminate, w.MaxReferenceCount,
+				len(w.References), string(refs), w.FirstHash); err != nil {
+				return err
+			}
+		}
+		workers := make([]string, 0, len(a.Tasks))
+		for w := range a.Tasks {
+			workers = append(workers, w)
+		}
+		slices.Sort(workers)
+		for _, w := range workers {
+			ids := slices.Sorted(slices.Values(a.Tasks[w]))
+			q, args := expandIDs(query("AssignTasks"), ids)
+			res, err := tx.ExecContext(ctx, q, append(append([]any{w, claimID}, args...), len(ids))...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n != int64(len(ids)) {
+				return fmt.Errorf("assigned %d of %d tasks: their lease was taken over", n, len(ids))
+			}
+		}
+		grow := slices.Clone(a.Grow)
+		slices.SortFunc(grow, func(x, y exactlyonce.WorkerGrowth) int { return strings.Compare(x.ID, y.ID) })
+		for _, g := range grow {
+			refs, err := json.Marshal(nonNil(g.References))
+			if err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, query("GrowWorker"), g.AddTasks, string(refs), len(g.References), g.WillTerminate, g.ID)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n != 1 {
+				return fmt.Errorf("event worker %s is not active", g.ID)
+			}
+		}
+		return nil
+	})
+	return interpret("assign event workers", err)
+}
+
+func nonNil(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
+}
+
+func scanWorkers(rows *sql.Rows, err error) ([]exactlyonce.EventWorker, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []exactlyonce.EventWorker
+	for rows.Next() {
+		var w exactlyonce.EventWorker
+		var last sql.NullInt64
+		var refs string
+		if err := rows.Scan(&w.ID, &w.AgentID, &w.CreatedAt, &last, &w.TasksRemaining, &w.WillTerminate, &w.TasksCompleted,
+			&w.TasksFailed, &w.MaxReferenceCount, &w.IsDone, &refs, &w.FirstHash); err != nil {
+			return nil, err
+		}
+		if last.Valid {
+			w.LastCompletedTask = &last.Int64
+		}
+		if err := json.Unmarshal([]byte(refs), &w.References); err != nil {
+			return nil, fmt.Errorf("event worker %s: references: %w", w.ID, err)
+		}
+		w.CreatedAt = w.CreatedAt.UTC()
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// ActiveWorkers lists the event workers that are not done, oldest first.
+func (s *Store) ActiveWorkers(ctx context.Context) ([]exactlyonce.EventWorker, error) {
+	ws, err := scanWorkers(s.db.QueryContext(ctx, query("ActiveWorkers")))
+	return ws, interpret("list event workers", err)
+}
+
+// DoneWorkers lists up to limit done event workers, the most recently done first.
+func (s *Store) DoneWorkers(ctx context.Context, limit int) ([]exactlyonce.EventWorker, error) {
+	ws, err := scanWorkers(s.db.QueryContext(ctx, query("DoneWorkers"), limit))
+	return ws, interpret("list event workers", err)
+}
+
+// Worker reads one event worker; false if there is none with that id.
+func (s *Store) Worker(ctx context.Context, id string) (exactlyonce.EventWorker, bool, error) {
+	ws, err := scanWorkers(s.db.QueryContext(ctx, query("WorkerByID"), id))
+	if err != nil || len(ws) == 0 {
+		return exactlyonce.EventWorker{}, false, interpret("read event worker", err)
+	}
+	return ws[0], true, nil
+}
+
+// AdoptWorker makes agent the runner of live worker id, if from still runs it; false otherwise.
+func (s *Store) AdoptWorker(ctx context.Context, id string, from, agent int64) (bool, error) {
+	res, err := s.db.ExecContext(ctx, query("AdoptWorker"), agent, id, from)
+	if err != nil {
+		return false, interpret("adopt event worker", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, interpret("adopt event worker", err)
+}
+
+// StopWorkers marks the named live workers willTerminate; those with nothing left become done.
+func (s *Store) StopWorkers(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	q, args := expandStrings(query("StopWorkers"), ids)
+	_, err := s.db.ExecContext(ctx, q, args...)
+	return interpret("stop event workers", err)
+}
+
+// WorkerHeads lists the open heads of a worker's references, in their order.
+func (s *Store) WorkerHeads(ctx context.Context, id string) ([]int64, error) {
+	ids, err := scanIDs(s.db.QueryContext(ctx, query("WorkerHeads"), id))
+	return ids, interpret("read an event worker's tasks", err)
+}
+
+// PruneWorkers deletes up to limit done workers done for longer than retention; it returns how many.
+func (s *Store) PruneWorkers(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	res, err := s.db.ExecContext(ctx, query("PruneWorkers"), retention.Microseconds(), limit)
+	if err != nil {
+		return 0, interpret("prune event workers", err)
+	}
+	n, err := res.RowsAffected()
+	return n, interpret("prune event workers", err)
+}
