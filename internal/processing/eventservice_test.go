@@ -2,7 +2,6 @@ package processing_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,71 +24,6 @@ func allWorkers(t *testing.T, ctx context.Context, store *mysql.Store) []exactly
 	done, err := store.DoneWorkers(ctx, 1000)
 	require.NoError(t, err)
 	return append(active, done...)
-}
-
-// CheckWorkerBooks checks the registry against the task rows: every task of a reference names a
-// worker that holds the reference; every reference is held by exactly one worker; a worker's
-// completed and failed counts are the tasks of it completed and failed, its remaining count its
-// open tasks, and its last completed task one of its completed tasks settled last.
-func checkWorkerBooks(t *testing.T, db *sql.DB, ws []exactlyonce.EventWorker) {
-	t.Helper()
-	holder := map[string]string{}
-	for _, w := range ws {
-		for _, ref := range w.References {
-			require.Empty(t, holder[ref], "reference %s held by %s and %s", ref, holder[ref], w.ID)
-			holder[ref] = w.ID
-		}
-	}
-	rows, err := db.Query(`SELECT id, state, reference_id, COALESCE(worker_id, ''), processed_at FROM events WHERE kind = 'task'`)
-	require.NoError(t, err)
-	defer rows.Close()
-	type books struct {
-		completed, failed, open int64
-		last                    map[int64]time.Time
-	}
-	got := map[string]*books{}
-	for rows.Next() {
-		var id int64
-		var state int
-		var ref, worker string
-		var at sql.NullTime
-		require.NoError(t, rows.Scan(&id, &state, &ref, &worker, &at))
-		if worker == "" {
-			require.Contains(t, []int{int(exactlyonce.Pending), 2}, state, "task %d settled without a worker", id)
-			continue
-		}
-		require.Equal(t, holder[ref], worker, "task %d of %s names worker %s", id, ref, worker)
-		b := got[worker]
-		if b == nil {
-			b = &books{last: map[int64]time.Time{}}
-			got[worker] = b
-		}
-		switch {
-		case state == int(exactlyonce.Processed) || state == int(exactlyonce.Processed)+20:
-			b.completed++
-			b.last[id] = at.Time
-		case state == int(exactlyonce.Failed) || state == int(exactlyonce.Failed)+20:
-			b.failed++
-		default:
-			b.open++
-		}
-	}
-	require.NoError(t, rows.Err())
-	for _, w := range ws {
-		b := got[w.ID]
-		require.NotNil(t, b, "worker %s has no task", w.ID)
-		require.Equal(t, b.completed, w.TasksCompleted, "worker %s completed", w.ID)
-		require.Equal(t, b.failed, w.TasksFailed, "worker %s failed", w.ID)
-		require.Equal(t, b.open, w.TasksRemaining, "worker %s remaining", w.ID)
-		if b.completed > 0 {
-			require.NotNil(t, w.LastCompletedTask, "worker %s", w.ID)
-			at, ok := b.last[*w.LastCompletedTask]
-			require.True(t, ok, "worker %s: last completed task %d is not one of its completed tasks", w.ID, *w.LastCompletedTask)
-			for id, other := range b.last {
-				require.False(t, other.After(at), "worker %s: task %d completed after its last completed task %d", w.ID, id, *w.LastCompletedTask)
-			}
-		}
-	}
 }
 
 // WORKER_MAX_REFERENCES=3 and the tasks of 10 references: the EventService packs them into 4 event
@@ -153,7 +88,14 @@ func TestEventServicePacksReferencesIntoWorkers(t *testing.T) {
 		require.Equal(t, int64(len(w.References)*perRef), w.TasksCompleted+w.TasksFailed, "worker %s", w.ID)
 	}
 	require.Equal(t, 3, full)
-	checkWorkerBooks(t, store.DB(), ws)
+	require.NoError(t, verify.WorkerBooks(ctx, store.DB()))
+	holder := map[string]string{}
+	for _, w := range ws {
+		for _, ref := range w.References {
+			require.Empty(t, holder[ref], "reference %s held by %s and %s", ref, holder[ref], w.ID)
+			holder[ref] = w.ID
+		}
+	}
 	require.Len(t, e.Workers.Workers(), 1, "the service forgets the done workers")
 
 	// Stopping the service (its agent leaving) makes the last worker willTerminate, and done: it has
