@@ -224,3 +224,77 @@ func TestEventWorkersOfAKilledAgentAreAdopted(t *testing.T) {
 	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB()))
 	requireAdopted(t, c.store, held, as[0].ID)
 }
+
+// A Lambda-shaped run: an agent whose invocation's deadline arrives while its event workers hold
+// tasks. It stops starting deliveries that would outlive the deadline, releases the rest, marks its
+// workers willTerminate and leaves; the next invocation's agent adopts the workers that still hold
+// tasks and finishes them. No task is lost or delivered out of order across the hand-over.
+func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
+	t.Parallel()
+	db, _ := testdbDB(t)
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	const refs, perRef = 10, 60
+	rec, url := newSeqReceiver(t, 20*time.Millisecond)
+	start := time.Now()
+	createSeqTasks(t, store, url, refs, perRef)
+	t.Logf("created %d tasks in %s", refs*perRef, time.Since(start))
+	cfg := config.Config{Webhook: config.Webhook{WorkerMaxReferences: 4}}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	invocation := func(name string, hard, stop context.Context) *agents.Agent {
+		e := taskEngine(store, cfg, 10*time.Second, log)
+		e.Tasks.Timeout = 500 * time.Millisecond // a delivery starts only with 2.5 s left before the deadline
+		ac := agents.Config{Member: agents.MemberConfig{Name: name, Kind: "sweeper", PulseInterval: 100 * time.Millisecond,
+			Expiration: time.Second, Handover: true}, PollInterval: 20 * time.Millisecond, BatchSize: 20}
+		a, err := agents.New(store, e, ac)
+		require.NoError(t, err)
+		require.NoError(t, a.RunUntil(hard, stop))
+		return a
+	}
+	// The first invocation: a 4 s deadline, it stops claiming 2 s before it.
+	hard, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	stop, cancelStop := context.WithTimeout(hard, 2*time.Second)
+	first := invocation("invocation-1", hard, stop)
+	cancelStop()
+	cancel()
+	left, err := store.ActiveWorkers(context.Background())
+	require.NoError(t, err)
+	require.NotEmpty(t, left, "the deadline came while its workers held tasks")
+	for _, w := range left {
+		require.True(t, w.WillTerminate, "worker %s was marked willTerminate at the deadline", w.ID)
+		require.Positive(t, w.TasksRemaining)
+	}
+	require.Positive(t, rec.count())
+	require.NoError(t, verify.WorkerBooks(context.Background(), store.DB()), "the books hold at the hand-over")
+	_ = first
+
+	// The next invocation adopts them and finishes.
+	ctx, cancel2 := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel2()
+	stop2, cancelStop2 := context.WithCancel(ctx)
+	var second *agents.Agent
+	doneRun := make(chan struct{})
+	go func() {
+		defer close(doneRun)
+		second = invocation("invocation-2", ctx, stop2)
+	}()
+	require.Eventually(t, func() bool {
+		n, err := mysql.CountOpen(context.Background(), store.DB())
+		return err == nil && n == 0
+	}, 60*time.Second, 20*time.Millisecond)
+	for _, w := range left {
+		got, ok, err := store.Worker(context.Background(), w.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.True(t, got.IsDone, "worker %s finished", w.ID)
+		require.NotEqual(t, w.AgentID, got.AgentID, "worker %s was adopted", w.ID)
+	}
+	cancelStop2()
+	<-doneRun
+	_ = second
+	rec.check(t, refs, perRef)
+	require.NoError(t, verify.WorkerBooks(context.Background(), store.DB()))
+	active, err := store.ActiveWorkers(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, active)
+}
