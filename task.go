@@ -170,3 +170,11 @@ type WorkerGrowth struct {
 	References    []string
 	WillTerminate bool
 }
+
+// WorkerConflictError says that an assignment named a live event worker that its agent no longer
+// runs (it is done, or another agent adopted it): the EventService forgets it.
+type WorkerConflictError struct{ WorkerID string }
+
+func (e *WorkerConflictError) Error() string {
+	return "event worker " + e.WorkerID + " is not this agent's live worker"
+}

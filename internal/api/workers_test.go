@@ -42,7 +42,7 @@ func TestGetWorkers(t *testing.T) {
 	claimed, err := store.ClaimIDs(ctx, c, []int64{created[0].ID, created[1].ID})
 	require.NoError(t, err)
 	require.Len(t, claimed.Leased, 2)
-	require.NoError(t, store.AssignWorkers(ctx, c.ID, exactlyonce.WorkerAssignment{
+	require.NoError(t, store.AssignWorkers(ctx, c.ID, 7, exactlyonce.WorkerAssignment{
 		New: []exactlyonce.EventWorker{{ID: "w_live", AgentID: 7, MaxReferenceCount: 3},
 			{ID: "w_done", AgentID: 7, MaxReferenceCount: 1, WillTerminate: true}},
 		Grow: []exactlyonce.WorkerGrowth{{ID: "w_live", AddTasks: 1, References: []string{"ref-a"}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -110,10 +111,12 @@ func expandStrings(q string, ss []string) (string, []any) {
 	return strings.Replace(q, "/*ids*/", placeholders(len(ss)), 1), args
 }
 
-// AssignWorkers writes an assignment in one transaction: the new workers, the tasks' worker (only
-// those still leased to claimID: the number assigned must match, or nothing is written), the
-// workers' growth (a worker that is done or unknown fails it).
-func (s *Store) AssignWorkers(ctx context.Context, claimID string, a exactlyonce.WorkerAssignment) error {
+// AssignWorkers writes an assignment of agent's in one transaction: the new workers, the tasks'
+// worker (only those still leased to claimID: the number assigned must match, or nothing is
+// written), the workers' growth. A grown worker that is done, unknown or run by another agent fails
+// it with a *exactlyonce.WorkerConflictError naming the worker.
+func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
+	var conflict string
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 		for _, w := range a.New {
 			refs, err := json.Marshal(nonNil(w.References))
@@ -150,20 +153,26 @@ func (s *Store) AssignWorkers(ctx context.Context, claimID string, a exactlyonce
 			if err != nil {
 				return err
 			}
-			res, err := tx.ExecContext(ctx, query("GrowWorker"), g.AddTasks, string(refs), len(g.References), g.WillTerminate, g.ID)
+			res, err := tx.ExecContext(ctx, query("GrowWorker"), g.AddTasks, string(refs), len(g.References), g.WillTerminate, g.ID, agent)
 			if err != nil {
 				return err
 			}
 			if n, err := res.RowsAffected(); err != nil {
 				return err
 			} else if n != 1 {
-				return fmt.Errorf("event worker %s is not active", g.ID)
+				conflict = g.ID
+				return errWorkerConflict
 			}
 		}
 		return nil
 	})
+	if errors.Is(err, errWorkerConflict) {
+		return &exactlyonce.WorkerConflictError{WorkerID: conflict}
+	}
 	return interpret("assign event workers", err)
 }
+
+var errWorkerConflict = errors.New("event worker conflict")
 
 func nonNil(ss []string) []string {
 	if ss == nil {

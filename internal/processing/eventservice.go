@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -15,7 +16,7 @@ import (
 
 // WorkerStore is what an EventService needs of the store (internal/mysql's Store has it).
 type WorkerStore interface {
-	AssignWorkers(ctx context.Context, claimID string, a exactlyonce.WorkerAssignment) error
+	AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error
 	ActiveWorkers(ctx context.Context) ([]exactlyonce.EventWorker, error)
 	AdoptWorker(ctx context.Context, id string, from, agent int64) (bool, error)
 	StopWorkers(ctx context.Context, ids []string) error
@@ -178,7 +179,12 @@ func (s *EventService) assign(ctx context.Context, claimID string, tasks []exact
 			a.Grow = append(a.Grow, exactlyonce.WorkerGrowth{ID: d.id, AddTasks: d.add, References: d.refs, WillTerminate: d.will})
 		}
 	}
-	if err := s.Store.AssignWorkers(ctx, claimID, a); err != nil {
+	if err := s.Store.AssignWorkers(ctx, claimID, s.agent(), a); err != nil {
+		var conflict *exactlyonce.WorkerConflictError
+		if errors.As(err, &conflict) {
+			// Adopted by another agent (this one was ejected), or done: no longer this service's.
+			s.forget(conflict.WorkerID)
+		}
 		return nil, err
 	}
 	for _, d := range drafts {

@@ -20,10 +20,12 @@ UPDATE events SET worker_id = ? WHERE state = 1 AND claim_id = ? AND id IN (/*id
 -- name: GrowWorker
 -- An assignment adds tasks (and maybe references) to a live worker: its remaining count grows by
 -- the tasks, its references are the owner's list, will_terminate is set once it holds its maximum.
--- Locks the worker's row until the assignment commits; a settlement of the same worker waits.
+-- Guarded by the agent: only the agent that runs the worker adds to it (an agent that was ejected
+-- and whose worker another adopted finds it no longer its own). Locks the worker's row until the
+-- assignment commits; a settlement of the same worker waits.
 UPDATE event_workers SET tasks_remaining = tasks_remaining + ?, reference_ids = ?, reference_count = ?,
   will_terminate = GREATEST(will_terminate, ?)
-WHERE is_done = 0 AND worker_id = ? LIMIT 1;
+WHERE is_done = 0 AND worker_id = ? AND agent_id = ? LIMIT 1;
 
 -- name: SettleWorker
 -- A settlement's bookkeeping, in the transaction that settles the tasks: completed and failed
