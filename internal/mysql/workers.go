@@ -58,8 +58,8 @@ func (b workerBooks) failed(ev exactlyonce.Event) {
 
 func (b workerBooks) promoted(w string) { b.get(w).remaining++ }
 
-// write applies the books, workers in id order (so two settlements lock shared workers in one
-// order), and returns the workers that became done.
+// write applies the books in one statement (SettleWorkers) and returns the workers that became
+// done.
 func (b workerBooks) write(ctx context.Context, tx *sql.Tx) ([]string, error) {
 	if len(b) == 0 {
 		return nil, nil
@@ -69,15 +69,34 @@ func (b workerBooks) write(ctx context.Context, tx *sql.Tx) ([]string, error) {
 		ids = append(ids, w)
 	}
 	slices.Sort(ids)
-	for _, w := range ids {
-		wb := b[w]
-		if _, err := tx.ExecContext(ctx, query("SettleWorker"), wb.remaining, wb.completed, wb.failed, wb.remaining,
-			wb.last, w); err != nil {
-			return nil, err
+	q := query("SettleWorkers")
+	var args []any
+	for _, col := range []string{"remaining", "completed", "failed", "remaining", "last"} {
+		var cases strings.Builder
+		for _, w := range ids {
+			wb := b[w]
+			var v any
+			switch col {
+			case "remaining":
+				v = wb.remaining
+			case "completed":
+				v = wb.completed
+			case "failed":
+				v = wb.failed
+			case "last":
+				v = wb.last
+			}
+			cases.WriteString(" WHEN ? THEN ?")
+			args = append(args, w, v)
 		}
+		q = strings.Replace(q, "/*"+col+"*/", cases.String(), 1)
 	}
-	q, args := expandStrings(query("ActiveOf"), ids)
-	rows, err := tx.QueryContext(ctx, q, args...)
+	q, idArgs := expandStrings(q, ids)
+	if _, err := tx.ExecContext(ctx, q, append(args, idArgs...)...); err != nil {
+		return nil, err
+	}
+	q, idArgs = expandStrings(query("ActiveOf"), ids)
+	rows, err := tx.QueryContext(ctx, q, idArgs...)
 	if err != nil {
 		return nil, err
 	}

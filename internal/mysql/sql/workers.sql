@@ -27,22 +27,27 @@ UPDATE event_workers SET tasks_remaining = tasks_remaining + ?, reference_ids = 
   will_terminate = GREATEST(will_terminate, ?)
 WHERE is_done = 0 AND worker_id = ? AND agent_id = ? LIMIT 1;
 
--- name: SettleWorker
--- A settlement's bookkeeping, in the transaction that settles the tasks: completed and failed
--- counts, remaining (minus the tasks settled for good, plus the queued tasks promoted into it),
--- last completed task; a willTerminate worker left with nothing becomes done (and moves to the
--- `done` partition). The assignments are evaluated left to right (MySQL and MariaDB alike): is_done
--- reads tasks_remaining before it changes, done_at the new is_done. Locks the worker's row; the
--- task rows were locked first (LockLeased).
+-- name: SettleWorkers
+-- A settlement's bookkeeping, in the transaction that settles the tasks, one statement for every
+-- worker the settlement touches: completed and failed counts, remaining (minus the tasks settled for
+-- good, plus the queued tasks promoted into it), last completed task; a willTerminate worker left
+-- with nothing becomes done (and moves to the `done` partition). Each /*name*/ is `WHEN ? THEN ?`
+-- per worker (its id, its value); /*ids*/ the workers. The assignments are evaluated left to right
+-- (MySQL and MariaDB alike): is_done reads tasks_remaining before it changes, done_at the new
+-- is_done. Locks the named workers' rows, in scan order, the same for every settlement, so two
+-- settlements sharing workers queue rather than deadlock; the task rows were locked first
+-- (LockLeased).
 UPDATE event_workers
-SET is_done = IF(will_terminate = 1 AND tasks_remaining + ? <= 0, 1, 0),
+SET is_done = IF(will_terminate = 1 AND tasks_remaining + CASE worker_id /*remaining*/ END <= 0, 1, 0),
     done_at = IF(is_done = 1, NOW(6), NULL),
-    tasks_completed = tasks_completed + ?, tasks_failed = tasks_failed + ?,
-    tasks_remaining = tasks_remaining + ?, last_completed_task = COALESCE(?, last_completed_task)
-WHERE is_done = 0 AND worker_id = ? LIMIT 1;
+    tasks_completed = tasks_completed + CASE worker_id /*completed*/ END,
+    tasks_failed = tasks_failed + CASE worker_id /*failed*/ END,
+    tasks_remaining = tasks_remaining + CASE worker_id /*remaining*/ END,
+    last_completed_task = COALESCE(CASE worker_id /*last*/ ELSE NULL END, last_completed_task)
+WHERE is_done = 0 AND worker_id IN (/*ids*/);
 
 -- name: ActiveOf
--- Which of the named workers are still active, read after SettleWorker in its transaction (a
+-- Which of the named workers are still active, read after SettleWorkers in its transaction (a
 -- consistent read sees the transaction's own changes): the others became done. Active partition
 -- only; no lock.
 SELECT worker_id FROM event_workers WHERE is_done = 0 AND worker_id IN (/*ids*/);
