@@ -65,7 +65,7 @@ func (r *run) runTaskWorkers(ctx context.Context, group string) error {
 				batch = append(batch, exactlyonce.NewTask{URL: srv.URL, Payload: payload, ReferenceID: fmt.Sprintf("%s-%d", tag, i)})
 			}
 			for len(batch) > 0 {
-				n := min(len(batch), 500)
+				n := min(len(batch), 200) // the most one create takes
 				if _, err := store.CreateTasks(ctx, batch[:n]); err != nil {
 					return err
 				}
