@@ -120,9 +120,6 @@ type TaskSettlement struct {
 	// Next are the tasks promoted to head their references, leased to the claim (when the
 	// settlement was asked to chain): work them next. Otherwise they are pending, for any worker.
 	Next []Event
-	// DoneWorkers are the event workers that became done in the settlement (they were
-	// willTerminate and settled their last task).
-	DoneWorkers []string
 }
 
 // EventWorker is one event worker of the registry (GET /workers): the source document's fields,

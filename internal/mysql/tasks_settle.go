@@ -106,8 +106,7 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 			books.promoted(w)
 		}
 		// The event workers' counts change here, in the transaction that settles their tasks.
-		out.DoneWorkers, err = books.write(ctx, tx)
-		return err
+		return books.write(ctx, tx)
 	})
 	if err != nil {
 		return exactlyonce.TaskSettlement{}, interpret("settle tasks", err)

@@ -211,18 +211,6 @@ func (s *EventService) assign(ctx context.Context, claimID string, tasks []exact
 	return out, nil
 }
 
-// done forgets the workers a settlement made done.
-func (s *EventService) done(ids []string) {
-	if len(ids) == 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, id := range ids {
-		s.forget(id)
-	}
-}
-
 func (s *EventService) forget(id string) {
 	w, ok := s.workers[id]
 	if !ok {
@@ -278,6 +266,9 @@ func (s *EventService) Recover(ctx context.Context, r exactlyonce.HashRange) ([]
 	if err != nil {
 		return nil, err
 	}
+	// This service's willTerminate workers that are no longer live are done (the settlement of
+	// their last task made them so): forgotten. A live one stays, and is marked again at Stop.
+	s.forgetDone(ws)
 	var adopted []string
 	for _, w := range ws {
 		if w.AgentID == me || live[w.AgentID] || !r.Contains(w.FirstHash) {
@@ -318,6 +309,32 @@ func (s *EventService) Recover(ctx context.Context, r exactlyonce.HashRange) ([]
 		}
 	}
 	return adopted, nil
+}
+
+// forgetDone forgets this service's willTerminate workers that are not among the live ones ws.
+func (s *EventService) forgetDone(ws []exactlyonce.EventWorker) {
+	live := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		live[w.ID] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range slices.Clone(s.order) {
+		if w.willTerminate && !live[w.id] {
+			s.forget(w.id)
+		}
+	}
+}
+
+// ForgetDone reads the live workers and forgets this service's done ones (Recover does it at every
+// pulse).
+func (s *EventService) ForgetDone(ctx context.Context) error {
+	ws, err := s.Store.ActiveWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	s.forgetDone(ws)
+	return nil
 }
 
 // TakeRefill returns (and forgets) the tasks recovery found open in the workers it adopted.

@@ -96,6 +96,7 @@ func TestEventServicePacksReferencesIntoWorkers(t *testing.T) {
 			holder[ref] = w.ID
 		}
 	}
+	require.NoError(t, e.Workers.ForgetDone(ctx))
 	require.Len(t, e.Workers.Workers(), 1, "the service forgets the done workers")
 
 	// Stopping the service (its agent leaving) makes the last worker willTerminate, and done: it has

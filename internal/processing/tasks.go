@@ -254,9 +254,6 @@ func (st *taskSettler) flush(ctx context.Context, group []settleRequest) {
 		return
 	}
 	st.e.reportSettled(st.c.ID, append(append([]int64(nil), res.Completed...), res.GaveUp...))
-	if st.e.Workers != nil {
-		st.e.Workers.done(res.DoneWorkers)
-	}
 	st.mu.Lock()
 	st.worked.completed = append(st.worked.completed, res.Completed...)
 	st.worked.gaveUp = append(st.worked.gaveUp, res.GaveUp...)

@@ -150,7 +150,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON event_workers TO /*user*/;
 
 -- name: GrantSettleEventWorkers
 -- processor: a task it settles that names an event worker changes that worker's counts in the
--- settlement (SettleWorkers, ActiveOf). It creates, adopts and deletes none.
+-- settlement (SettleWorkers). It creates, adopts and deletes none.
 GRANT SELECT, UPDATE ON event_workers TO /*user*/;
 
 -- name: GrantReadEventWorkers

@@ -46,12 +46,6 @@ SET is_done = IF(will_terminate = 1 AND tasks_remaining + CASE worker_id /*remai
     last_completed_task = COALESCE(CASE worker_id /*last*/ ELSE NULL END, last_completed_task)
 WHERE is_done = 0 AND worker_id IN (/*ids*/);
 
--- name: ActiveOf
--- Which of the named workers are still active, read after SettleWorkers in its transaction (a
--- consistent read sees the transaction's own changes): the others became done. Active partition
--- only; no lock.
-SELECT worker_id FROM event_workers WHERE is_done = 0 AND worker_id IN (/*ids*/);
-
 -- name: ActiveWorkers
 -- The live event workers (recovery at every pulse; GET /workers?active=true): a consistent read of
 -- the `active` partition, no lock.
