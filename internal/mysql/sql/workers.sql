@@ -2,7 +2,8 @@
 -- in one order everywhere: task rows (events) first, then event_workers rows, the latter by
 -- UPDATEs whose semi-consistent read at READ COMMITTED waits only for the rows they name. Every
 -- statement on live workers says `is_done = 0`, which prunes to the `active` partition: its cost
--- is the number of live event workers, not the history.
+-- is the number of live event workers, not the history
+-- (TestLiveEventWorkerStatementsReadOnlyTheActivePartition checks it with EXPLAIN).
 
 -- name: InsertWorker
 -- A new event worker, in the assignment's transaction (no lock beyond the new row's): id, agent,
