@@ -52,6 +52,9 @@ type Task struct {
 	// Hash is the routing hash: of the reference (so that a reference's tasks fall in one agent's
 	// range), or of the id for a task without one.
 	Hash uint32
+	// WorkerID is the event worker that holds the task's reference (internal/processing's
+	// EventService); empty until one does, and for a task without a reference.
+	WorkerID string
 }
 
 // TaskState is a task's state under the names of the task API: pending (queued or waiting its
@@ -119,6 +122,25 @@ type TaskSettlement struct {
 	Next []Event
 }
 
+// EventWorker is one event worker of the registry (GET /workers): the source document's fields,
+// the agent that runs it and the references it holds.
+type EventWorker struct {
+	ID                string
+	AgentID           int64
+	CreatedAt         time.Time
+	LastCompletedTask *int64
+	TasksRemaining    int64
+	WillTerminate     bool
+	TasksCompleted    int64
+	TasksFailed       int64
+	MaxReferenceCount int
+	IsDone            bool
+	References        []string
+	// FirstHash is the routing hash of its first reference: the agent whose range holds it adopts
+	// the worker when its own agent is gone.
+	FirstHash uint32
+}
+
 // TaskWork marks the kind KindTask as worked, and leased (never inline): the engine's task path
 // delivers tasks (internal/processing), concurrently across references and in order within one;
 // Do is never called.
@@ -129,3 +151,27 @@ func (TaskWork) Do(context.Context, Event) (Result, error) {
 }
 
 func (TaskWork) Inline() bool { return false }
+
+// WorkerAssignment is what one assignment of an EventService writes: the workers it creates, the
+// live workers it grows, and which worker each task of the claim joins.
+type WorkerAssignment struct {
+	New   []EventWorker
+	Grow  []WorkerGrowth
+	Tasks map[string][]int64 // worker id: task ids leased to the claim
+}
+
+// WorkerGrowth is a live worker's change in an assignment.
+type WorkerGrowth struct {
+	ID            string
+	AddTasks      int64
+	References    []string
+	WillTerminate bool
+}
+
+// WorkerConflictError says that an assignment named a live event worker that its agent no longer
+// runs (it is done, or another agent adopted it): the EventService forgets it.
+type WorkerConflictError struct{ WorkerID string }
+
+func (e *WorkerConflictError) Error() string {
+	return "event worker " + e.WorkerID + " is not this agent's live worker"
+}

@@ -43,7 +43,11 @@ func main() {
 		sc := wire.Sweeping(cfg, log)
 		sc.Metrics.Recorder = rec
 		ac.Maintain = sweeping.New(store, sc).AgentMaintenance()
-		a := wire.Must(agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Tasks: tasks}, ac))
+		engine := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Tasks: tasks}
+		if tasks != nil {
+			engine.Workers = wire.EventService(store, cfg, log) // its own EventService (event workers)
+		}
+		a := wire.Must(agents.New(store, engine, ac))
 		log.Info("agent: starting", "name", a.Member.Config().Name)
 		go a.LogStatsEvery(ctx, time.Minute)
 		wg.Add(1)

@@ -74,6 +74,9 @@ func New(store Store, engine *processing.Engine, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if engine.Workers != nil && engine.Workers.AgentID == nil {
+		engine.Workers.AgentID = m.ID
+	}
 	return &Agent{Member: m, Engine: engine, cfg: cfg, log: m.cfg.Logger}, nil
 }
 
@@ -103,6 +106,13 @@ func (a *Agent) RunUntil(hard, stop context.Context) error {
 		<-pulsing
 		lctx, cancel := context.WithTimeout(hard, 5*time.Second)
 		defer cancel()
+		// Its event workers first: marked willTerminate while its row still names it, so that the
+		// agents that adopt them once it is gone find them full.
+		if w := a.Engine.Workers; w != nil {
+			if err := w.Stop(lctx); err != nil {
+				a.log.Warn("agent: could not stop its event workers; they are adopted as they are", "err", err)
+			}
+		}
 		if err := a.Member.Leave(lctx); err != nil {
 			a.log.Warn("agent: could not leave; the others take its range after its expiration", "err", err)
 		}
@@ -154,6 +164,11 @@ func (a *Agent) pulseLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		if err := a.Member.Pulse(ctx); err != nil && ctx.Err() == nil {
 			a.log.Error("agent: pulse failed; it claims nothing while its membership is in doubt", "agent", a.Member.ID(), "err", err)
+		} else if r, ok := a.Member.Assignment(); ok && a.Engine.Workers != nil {
+			// Recovery: the live event workers of agents that are gone, in this agent's range.
+			if _, err := a.Engine.Workers.Recover(ctx, r); err != nil && ctx.Err() == nil {
+				a.log.Warn("agent: event worker recovery failed; it is tried again at the next pulse", "err", err)
+			}
 		}
 		every := a.Member.cfg.PulseInterval
 		if a.Member.State() != exactlyonce.AgentRunning {
@@ -175,6 +190,14 @@ func (a *Agent) batch(hard, ctx context.Context, r exactlyonce.HashRange) (proce
 	var hr *exactlyonce.HashRange
 	if r != exactlyonce.AllHashes {
 		hr = &r
+	}
+	if w := a.Engine.Workers; w != nil {
+		// The open tasks of the event workers recovery adopted, at once (not after the grace).
+		if ids := w.TakeRefill(); len(ids) > 0 {
+			if _, err := a.Engine.ProcessIDs(bctx, ids); err != nil {
+				a.log.Warn("agent: delivering adopted tasks failed; they are claimed when due", "err", err)
+			}
+		}
 	}
 	b, err := a.Engine.ProcessDueIn(bctx, a.cfg.Grace, a.cfg.BatchSize, hr)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {

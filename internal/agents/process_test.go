@@ -49,6 +49,9 @@ func (slowWork) Inline() bool { return false }
 // leased work of WORK_DELAY per event, leases of LEASE, and its reports of what it settled in the
 // file REPORTS. Its log (JSON) goes to stdout, so that a test can wait for what it says.
 func runChild(role string) int {
+	if role == "eventworkers" {
+		return runEventWorkersChild()
+	}
 	if role != "agent" {
 		fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 		return 2
@@ -122,9 +125,15 @@ func newCluster(t *testing.T, env ...string) *cluster {
 // start starts one more agent process and returns its index.
 func (c *cluster) start() int {
 	c.t.Helper()
+	return c.startRole("agent")
+}
+
+// startRole starts one more process of role (runChild) and returns its index.
+func (c *cluster) startRole(role string) int {
+	c.t.Helper()
 	i := len(c.procs)
 	file := filepath.Join(c.dir, fmt.Sprintf("agent-%d.reports", i))
-	p := child.Start(c.t, "agent", append(append([]string(nil), c.env...), "REPORTS="+file, fmt.Sprintf("AGENT_NAME=agent-%d", i))...)
+	p := child.Start(c.t, role, append(append([]string(nil), c.env...), "REPORTS="+file, fmt.Sprintf("AGENT_NAME=agent-%d", i))...)
 	_, err := p.WaitLine("started", 30*time.Second)
 	require.NoError(c.t, err)
 	c.procs = append(c.procs, p)

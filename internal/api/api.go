@@ -11,6 +11,8 @@
 // Both creates take an Idempotency-Key header: a repeat gets the first answer (idempotency.go).
 //
 //	GET  /agents        200 {"agents": [...]}      the registered agents, ordered by id (agents.go)
+//	GET  /workers       200 {"workers": [...]}     the event workers' registry; ?active=true|false (workers.go)
+//	GET  /workers/{workerId}  200 {"workerId", ...}   one event worker; 404 unknown
 //
 // POST /events/async with a url creates a task, an event that carries a webhook (tasks.go):
 //
@@ -191,6 +193,8 @@ func (s *Server) routes() *router {
 	rt.handle("GET /counters/{userId}", s.counterSums)
 	rt.handle("GET /counters/{userId}/{entityType}", s.counterSum)
 	rt.handle("GET /agents", s.listAgents)
+	rt.handle("GET /workers", s.listWorkers)
+	rt.handle("GET /workers/{workerId}", s.getWorker)
 
 	// Tasks (tasks.go).
 	rt.handle("GET /events/{id}/attempts", s.attempts)

@@ -398,7 +398,8 @@ func runTasks(ctx context.Context, r *run) error {
 	r.add(Row{Group: group, Name: "tasks_paced_tps", Value: pa.tps(), Unit: "tasks/s",
 		Note: fmt.Sprintf("%d ordered tasks over %d references created at %.0f/s (Convoy: p50 about 1 s when paced)",
 			pa.delivered, pa.spec.refs, pa.spec.rate)})
-	return nil
+	// The event workers (tasks_workers.go), on a database of their own.
+	return r.runTaskWorkers(ctx, group)
 }
 
 // runTaskSpec creates spec's tasks through the API and waits until the receiver has every one.

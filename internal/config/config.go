@@ -172,6 +172,12 @@ type Webhook struct {
 	// AllowPrivate is WEBHOOK_ALLOW_PRIVATE: deliveries may connect to RFC 1918 and fc00::/7
 	// addresses (receivers inside a VPC).
 	AllowPrivate bool
+	// WorkerMaxReferences is WORKER_MAX_REFERENCES: the references one event worker holds before it
+	// is willTerminate (processing.EventService; zero: its default, 100).
+	WorkerMaxReferences int
+	// WorkerRetention is WORKER_RETENTION: how long a done event worker's row is kept (zero: its
+	// default, 7 days).
+	WorkerRetention time.Duration
 }
 
 // String prints w with its Secret redacted (fmt uses it for %v and %+v, also inside a Config).
@@ -180,8 +186,8 @@ func (w Webhook) String() string {
 	if w.Secret != "" {
 		secret = "[redacted]"
 	}
-	return fmt.Sprintf("{Secret:%s SecretARN:%s Timeout:%s RetryBase:%s RetryMax:%s AllowLoopback:%t AllowPrivate:%t}",
-		secret, w.SecretARN, w.Timeout, w.RetryBase, w.RetryMax, w.AllowLoopback, w.AllowPrivate)
+	return fmt.Sprintf("{Secret:%s SecretARN:%s Timeout:%s RetryBase:%s RetryMax:%s AllowLoopback:%t AllowPrivate:%t WorkerMaxReferences:%d WorkerRetention:%s}",
+		secret, w.SecretARN, w.Timeout, w.RetryBase, w.RetryMax, w.AllowLoopback, w.AllowPrivate, w.WorkerMaxReferences, w.WorkerRetention)
 }
 
 // GoString is String, for %#v.
@@ -262,6 +268,9 @@ func Load(getenv func(string) string) (Config, error) {
 			RetryMax:      p.positive("RETRY_MAX"),
 			AllowLoopback: p.flag("WEBHOOK_ALLOW_LOOPBACK"),
 			AllowPrivate:  p.flag("WEBHOOK_ALLOW_PRIVATE"),
+
+			WorkerMaxReferences: p.integer("WORKER_MAX_REFERENCES", 1, 0),
+			WorkerRetention:     p.positive("WORKER_RETENTION"),
 		},
 		MetricsAddr: p.str("METRICS_ADDR"),
 		Local: Local{

@@ -263,6 +263,11 @@ func sweeperAgent(store *mysql.Store, opt Options, log *slog.Logger) (*agents.Ag
 	ac.Grace = grace
 	engine := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: sc.Works, Lease: sc.Lease,
 		Backoff: sc.Backoff, Report: sc.Report, Logger: sc.Logger, Tasks: sc.Tasks}
+	if sc.Tasks != nil {
+		// Its tasks are packed into event workers (processing.EventService), adopted if it dies.
+		engine.Workers = &processing.EventService{Store: store, MaxReferences: sc.WorkerMaxReferences,
+			Retention: sc.WorkerRetention, Logger: sc.Logger}
+	}
 	// Between its batches the agent does the sweeper's maintenance: the fold of the count, pruning
 	// expired keys, the counter service's sweep.
 	ac.Maintain = sweeping.New(store, sc).AgentMaintenance()

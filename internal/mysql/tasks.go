@@ -29,6 +29,7 @@ type taskColumns struct {
 	payload              []byte
 	maxRetries, position sql.NullInt64
 	hash                 uint32
+	worker               sql.NullString
 }
 
 func (t taskColumns) task(kind exactlyonce.Kind) *exactlyonce.Task {
@@ -36,7 +37,7 @@ func (t taskColumns) task(kind exactlyonce.Kind) *exactlyonce.Task {
 		return nil
 	}
 	return &exactlyonce.Task{URL: t.url.String, Payload: t.payload, ReferenceID: t.reference.String,
-		MaxRetries: int(t.maxRetries.Int64), Position: t.position.Int64, Hash: t.hash}
+		MaxRetries: int(t.maxRetries.Int64), Position: t.position.Int64, Hash: t.hash, WorkerID: t.worker.String}
 }
 
 // CreatedTask is one task a create stored.

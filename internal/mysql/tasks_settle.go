@@ -44,6 +44,8 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		values := map[int64]string{}
 		var completed []int64
 		settledRefs := map[string]uint32{}
+		books := workerBooks{}
+		refWorker := map[string]string{}
 		var attempts []exactlyonce.TaskOutcome
 		for _, o := range outcomes {
 			id := o.Event.ID
@@ -55,6 +57,7 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 			if o.Delivered {
 				values[id] = "HTTP " + strconv.Itoa(o.Attempt.Status)
 				completed = append(completed, id)
+				books.completed(o.Event, id)
 			} else {
 				state, wait := exactlyonce.Pending, o.Wait
 				if o.Final {
@@ -70,9 +73,13 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 					continue
 				}
 				out.GaveUp = append(out.GaveUp, id)
+				books.failed(o.Event)
 			}
 			if t := o.Event.Task; t != nil && t.ReferenceID != "" {
 				settledRefs[t.ReferenceID] = t.Hash
+				if t.WorkerID != "" {
+					refWorker[t.ReferenceID] = t.WorkerID
+				}
 			}
 		}
 		for rest := completed; len(rest) > 0; {
@@ -90,9 +97,16 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		if err := insertAttempts(ctx, tx, c.ID, attempts); err != nil {
 			return err
 		}
-		next, err := promote(ctx, tx, c, settledRefs, chain)
+		next, promoted, err := promote(ctx, tx, c, settledRefs, refWorker, chain)
+		if err != nil {
+			return err
+		}
 		out.Next = next
-		return err
+		for _, w := range promoted {
+			books.promoted(w)
+		}
+		// The event workers' counts change here, in the transaction that settles their tasks.
+		return books.write(ctx, tx)
 	})
 	if err != nil {
 		return exactlyonce.TaskSettlement{}, interpret("settle tasks", err)
@@ -133,14 +147,17 @@ func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []
 // promote hands each of the references on to its next queued task (the lowest position), in the
 // transaction that settled the reference's head, with that head locked (so every create that queued
 // a task behind it has committed): pending, or, with chain, leased to c and returned.
-func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, refs map[string]uint32, chain bool) ([]exactlyonce.Event, error) {
+//
+// A promoted task joins the event worker of the head it follows (refWorker: reference to worker);
+// promote returns, for each task it promoted into a worker, that worker.
+func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, refs map[string]uint32, refWorker map[string]string, chain bool) ([]exactlyonce.Event, []string, error) {
 	if len(refs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	q, args := refArgs(query("QueuedOfReferences"), refs)
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	type head struct{ id, pos int64 }
 	first := map[string]head{}
@@ -149,7 +166,7 @@ func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, refs map[stri
 		var ref string
 		if err := rows.Scan(&h.id, &ref, &h.pos); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		if cur, ok := first[ref]; !ok || h.pos < cur.pos {
 			first[ref] = h
@@ -157,41 +174,60 @@ func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, refs map[stri
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(first) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	ids := make([]int64, 0, len(first))
-	for _, h := range first {
+	workerOf := map[int64]string{}
+	var promoted []string
+	for ref, h := range first {
 		ids = append(ids, h.id)
+		if w := refWorker[ref]; w != "" {
+			workerOf[h.id] = w
+		}
 	}
 	slices.Sort(ids)
 	name, pre := "PromoteQueued", []any(nil)
 	if chain {
 		name, pre = "PromoteQueuedLeased", []any{c.ID, c.Lease.Microseconds()}
 	}
-	q, idArgs := expandIDs(query(name), ids)
+	worker := "worker_id"
+	if len(workerOf) > 0 {
+		var b strings.Builder
+		b.WriteString("CASE id")
+		for _, id := range ids {
+			if w, ok := workerOf[id]; ok {
+				b.WriteString(" WHEN ? THEN ?")
+				pre = append(pre, id, w)
+				promoted = append(promoted, w)
+			}
+		}
+		b.WriteString(" ELSE worker_id END")
+		worker = b.String()
+	}
+	q, idArgs := expandIDs(strings.Replace(query(name), "/*worker*/", worker, 1), ids)
 	res, err := tx.ExecContext(ctx, q, append(append(pre, idArgs...), len(ids))...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if n, err := res.RowsAffected(); err != nil {
-		return nil, err
+		return nil, nil, err
 	} else if n != int64(len(ids)) {
-		return nil, fmt.Errorf("promoted %d rows for %d queued tasks", n, len(ids))
+		return nil, nil, fmt.Errorf("promoted %d rows for %d queued tasks", n, len(ids))
 	}
 	if !chain {
-		return nil, nil
+		return nil, promoted, nil
 	}
 	q, idArgs = expandIDs(query("LeasedTasks"), ids)
 	got, err := scanClaimed(tx.QueryContext(ctx, q, append([]any{c.ID}, idArgs...)...))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	next := make([]exactlyonce.Event, len(got))
 	for i, r := range got {
 		next[i] = r.event(exactlyonce.Processing)
 	}
-	return next, nil
+	return next, promoted, nil
 }

@@ -27,12 +27,12 @@ const (
 // table added by a migration adds the grants of the roles that use it here.
 var roleGrants = map[Role][]string{
 	RoleAPI: {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantReadSettledCount", "GrantReadCounterSums",
-		"GrantKeyBuckets", "GrantReadInsertKeys", "GrantReadAgents", "GrantTaskBuckets", "GrantReadAttempts", "GrantRetryTasks"},
-	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter", "GrantTaskBuckets", "GrantRecordAttempts"},
+		"GrantKeyBuckets", "GrantReadInsertKeys", "GrantReadAgents", "GrantTaskBuckets", "GrantReadAttempts", "GrantRetryTasks", "GrantReadEventWorkers"},
+	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter", "GrantTaskBuckets", "GrantRecordAttempts", "GrantSettleEventWorkers"},
 	// A sweeper registers as an agent, whose id it takes from the counter (RegisterAgent).
 	RoleSweeper: {"GrantClaimSettleEvents", "GrantAgents", "GrantAdvanceCounter", "GrantFoldSettledCount", "GrantPruneKeys",
 		"GrantReadCounterSums", "GrantSweepCounterFacts", "GrantSweepCounterNotifications", "GrantTaskBuckets",
-		"GrantRecordAttempts"},
+		"GrantRecordAttempts", "GrantEventWorkers"},
 	RoleCounter: {"GrantLockCounterBuckets", "GrantWriteCounterDirectories", "GrantWriteCounterSums", "GrantInsertCounterFacts", "GrantRecordCounterNotifications"},
 }
 

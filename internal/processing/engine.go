@@ -71,6 +71,9 @@ type Engine struct {
 	// Tasks, when set with a Deliverer, makes the engine deliver tasks (tasks.go). Without it the
 	// engine claims no task.
 	Tasks *Tasks
+	// Workers, when set, packs the tasks the engine delivers into event workers and keeps their
+	// registry (eventservice.go). Nil: tasks are delivered without the registry's bookkeeping.
+	Workers *EventService
 }
 
 func (e *Engine) claim() exactlyonce.Claim {

@@ -73,6 +73,19 @@ func (e *Engine) workTasks(ctx context.Context, c exactlyonce.Claim, tasks []exa
 	cfg := e.Tasks
 	st := &taskSettler{e: e, c: c, cfg: cfg, in: make(chan settleRequest), fin: make(chan struct{})}
 	go st.run(ctx)
+	if e.Workers != nil {
+		assigned, err := e.Workers.assign(ctx, c.ID, tasks)
+		if err != nil {
+			// Without its event worker a task is not delivered: it goes back, pending, for the next claim.
+			e.logger().Warn(e.By+": event worker assignment failed; the tasks are released", "tasks", len(tasks), "err", err)
+			for _, t := range tasks {
+				st.release(t)
+			}
+			tasks = nil
+		} else {
+			tasks = assigned
+		}
+	}
 	sem := make(chan struct{}, cmp.Or(cfg.Concurrency, 64))
 	var wg sync.WaitGroup
 	for _, t := range tasks {

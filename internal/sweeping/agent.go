@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 )
 
 // ShardInput is the scheduled sweeper's input: which of the Shards static shards this invocation
@@ -70,7 +71,16 @@ func (s *Sweeper) runAgent(ctx context.Context, in ShardInput) (Result, error) {
 	ac.Grace = s.cfg.Grace
 	ac.Maintain = s.maintainBetweenBatches
 	foldedBefore := s.folded.Load()
-	a, err := agents.New(s.cfg.AgentStore, s.engine, ac)
+	engine := s.engine
+	if ws, ok := engine.Store.(processing.WorkerStore); ok && s.cfg.Tasks != nil {
+		// The invocation's own EventService: at its deadline its event workers are marked
+		// willTerminate, and the next invocation's agent adopts those that still hold tasks.
+		e := *s.engine
+		e.Workers = &processing.EventService{Store: ws, MaxReferences: s.cfg.WorkerMaxReferences,
+			Retention: s.cfg.WorkerRetention, Logger: s.cfg.Logger}
+		engine = &e
+	}
+	a, err := agents.New(s.cfg.AgentStore, engine, ac)
 	if err != nil {
 		return Result{}, err
 	}

@@ -54,6 +54,10 @@ type Config struct {
 	Report processing.Reporter
 	// Tasks, when set, makes the sweeper deliver tasks (processing.Engine.Tasks).
 	Tasks *processing.Tasks
+	// WorkerMaxReferences and WorkerRetention configure the EventService of each agent the sweeper
+	// runs (WORKER_MAX_REFERENCES, WORKER_RETENTION; zero: processing's defaults).
+	WorkerMaxReferences int
+	WorkerRetention     time.Duration
 	// FoldBatch is the most settled events one fold transaction moves into the count (fold.go).
 	// Default mysql.DefaultFoldBatch's value, 5000.
 	FoldBatch int

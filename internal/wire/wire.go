@@ -98,7 +98,8 @@ func SQS(log *slog.Logger) (*sqs.Client, error) {
 
 // Sweeping returns the configured sweeping.Config, logging to log (nil: sweeping's default).
 func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
-	sc := sweeping.Config{BatchSize: c.Sweep.BatchSize, Logger: log, Shards: c.Sweep.Shards, Agent: AgentVars(c.Agent)}
+	sc := sweeping.Config{BatchSize: c.Sweep.BatchSize, Logger: log, Shards: c.Sweep.Shards, Agent: AgentVars(c.Agent),
+		WorkerMaxReferences: c.Webhook.WorkerMaxReferences, WorkerRetention: c.Webhook.WorkerRetention}
 	if g := c.Sweep.Grace; g != nil {
 		// sweeping.Config.Grace takes zero for its default and a negative value for no grace.
 		sc.Grace = *g
@@ -215,4 +216,11 @@ func Tasks(ctx context.Context, c config.Config, log *slog.Logger) (*processing.
 	client := webhook.New(webhook.Config{Key: key, Timeout: w.Timeout, AllowLoopback: w.AllowLoopback,
 		AllowPrivate: w.AllowPrivate})
 	return &processing.Tasks{Deliverer: client, RetryBase: w.RetryBase, RetryMax: w.RetryMax, Timeout: w.Timeout}, nil
+}
+
+// EventService returns an agent's EventService (WORKER_MAX_REFERENCES, WORKER_RETENTION): each
+// agent gets its own, and agents.New ties it to the agent's id.
+func EventService(store processing.WorkerStore, c config.Config, log *slog.Logger) *processing.EventService {
+	return &processing.EventService{Store: store, MaxReferences: c.Webhook.WorkerMaxReferences,
+		Retention: c.Webhook.WorkerRetention, Logger: log}
 }

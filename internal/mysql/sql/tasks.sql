@@ -78,20 +78,23 @@ WHERE state = 2 AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
 -- Makes queued tasks pending: each heads its reference now, due at once (next_attempt_at now, so
 -- that the sweeper's grace, meant for events the queue path has not had yet, does not hold them
 -- back). Guarded by `state = 2`; the buckets' locks make it the only promotion of these references
--- in flight.
-UPDATE events SET state = 0, next_attempt_at = NOW(6) WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
+-- in flight. /*worker*/ names each promoted task's event worker, its reference's (the settled
+-- head's): `CASE id WHEN ? THEN ? ... ELSE worker_id END`, or `worker_id` when none has one.
+UPDATE events SET state = 0, next_attempt_at = NOW(6), worker_id = /*worker*/ WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 
 -- name: PromoteQueuedLeased
 -- Like PromoteQueued, but leases the promoted tasks to the settling claim at once (state 1), so
 -- that the worker that delivered a reference's task goes on with the next one without another
 -- claim: the lease, as every lease, lets another worker take them over if this one dies.
-UPDATE events SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND, next_attempt_at = NULL
+-- /*worker*/ as PromoteQueued's.
+UPDATE events SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND, next_attempt_at = NULL,
+  worker_id = /*worker*/
 WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 
 -- name: LeasedTasks
 -- The tasks just leased by PromoteQueuedLeased, to work them: `state = 1 AND claim_id = ?` prunes
 -- to `open` and to the claim's rows.
-SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position FROM events
+SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id FROM events
 WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
 
 -- name: InsertAttempts
@@ -150,10 +153,11 @@ UPDATE events SET state = 2 WHERE state = 0 AND id = ? LIMIT 1;
 
 -- name: RetryTask
 -- Gives a failed task a fresh retry budget: pending (0) or queued (2), attempts and its last error
--- cleared, at position ?. Guarded by the failed states, with the row locked by LockFailedTask.
+-- cleared, at position ?; it leaves its event worker (which may be done by now): the next claim's
+-- EventService assigns it again. Guarded by the failed states, with the row locked by LockFailedTask.
 UPDATE events
 SET state = ?, position = ?, attempts = 0, last_error = NULL, next_attempt_at = NULL, processed_at = NULL,
-    processed_by = NULL, claim_id = NULL, lease_expires_at = NULL
+    processed_by = NULL, claim_id = NULL, lease_expires_at = NULL, worker_id = NULL
 WHERE id = ? AND state IN (20, 40) LIMIT 1;
 
 -- name: UncountRetried

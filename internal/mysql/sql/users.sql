@@ -141,4 +141,18 @@ GRANT SELECT ON task_attempts TO /*user*/;
 -- RequeueTask, under LockFailedTask's and ReferenceHead's row locks). The one UPDATE the API makes
 -- on events, and only on the columns a retry resets: never an event's value, its id or its task.
 GRANT UPDATE (state, position, attempts, last_error, next_attempt_at, processed_at, processed_by, claim_id,
-  lease_expires_at) ON events TO /*user*/;
+  lease_expires_at, worker_id) ON events TO /*user*/;
+
+-- name: GrantEventWorkers
+-- sweeper: its agents run event workers (sql/workers.sql): create them (InsertWorker), grow, settle,
+-- adopt and stop them (UPDATE), read the live ones (recovery), and prune the done ones (DELETE).
+GRANT SELECT, INSERT, UPDATE, DELETE ON event_workers TO /*user*/;
+
+-- name: GrantSettleEventWorkers
+-- processor: a task it settles that names an event worker changes that worker's counts in the
+-- settlement (SettleWorkers). It creates, adopts and deletes none.
+GRANT SELECT, UPDATE ON event_workers TO /*user*/;
+
+-- name: GrantReadEventWorkers
+-- api: GET /workers and GET /workers/{workerId} read the registry (consistent reads).
+GRANT SELECT ON event_workers TO /*user*/;

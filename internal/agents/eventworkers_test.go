@@ -1,0 +1,300 @@
+package agents_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/stretchr/testify/require"
+)
+
+var testWebhookKey = []byte("0123456789abcdef0123456789abcdef")
+
+// taskEngine is an agent's engine that delivers tasks through an EventService, as cmd/agent's.
+func taskEngine(store *mysql.Store, cfg config.Config, lease time.Duration, log *slog.Logger) *processing.Engine {
+	client := webhook.New(webhook.Config{Key: testWebhookKey, AllowLoopback: true, Timeout: 5 * time.Second})
+	return &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Lease: lease,
+		Tasks:   &processing.Tasks{Deliverer: client, RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond},
+		Workers: wire.EventService(store, cfg, log)}
+}
+
+// runEventWorkersChild is an agent process that delivers tasks through its EventService
+// (WORKER_MAX_REFERENCES), with leases of LEASE.
+func runEventWorkersChild() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	cfg, err := config.Load(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	store, err := child.OpenStore()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	lease, _ := time.ParseDuration(os.Getenv("LEASE"))
+	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	a, err := agents.New(store, taskEngine(store, cfg, lease, log), wire.Agent(cfg, "test", log))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Println("started")
+	_ = a.Run(ctx)
+	fmt.Println("stopped")
+	return 0
+}
+
+// seqReceiver is a webhook receiver on loopback that answers 200 after a pause, checks that no
+// task of a reference is attempted before the one before it was answered, and records each
+// reference's first deliveries.
+type seqReceiver struct {
+	mu        sync.Mutex
+	final     map[string]int
+	delivered map[string][]int
+	early     []string
+	total     int
+}
+
+type seqPayload struct {
+	Ref string `json:"ref"`
+	Seq int    `json:"seq"`
+}
+
+func newSeqReceiver(t *testing.T, pause time.Duration) (*seqReceiver, string) {
+	r := &seqReceiver{final: map[string]int{}, delivered: map[string][]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var p seqPayload
+		if err := json.NewDecoder(req.Body).Decode(&p); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		time.Sleep(pause) // the receiver's own latency, not synchronisation
+		r.mu.Lock()
+		last, ok := r.final[p.Ref]
+		if !ok {
+			last = -1
+		}
+		if p.Seq > last+1 {
+			r.early = append(r.early, fmt.Sprintf("%s: task %d attempted before task %d was answered", p.Ref, p.Seq, last+1))
+		}
+		if p.Seq == last+1 {
+			r.final[p.Ref] = p.Seq
+			r.delivered[p.Ref] = append(r.delivered[p.Ref], p.Seq)
+		}
+		r.total++
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	return r, srv.URL
+}
+
+func (r *seqReceiver) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total
+}
+
+// check: no early attempt, every reference's tasks delivered once each in order (a repeat of a
+// delivered task, after a kill, is not counted again: it carries the same webhook-id).
+func (r *seqReceiver) check(t *testing.T, refs, perRef int) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Empty(t, r.early)
+	want := make([]int, perRef)
+	for i := range want {
+		want[i] = i
+	}
+	for i := 0; i < refs; i++ {
+		require.Equal(t, want, r.delivered[fmt.Sprintf("ref-%d", i)], "ref-%d", i)
+	}
+}
+
+func createSeqTasks(t *testing.T, store *mysql.Store, url string, refs, perRef int) {
+	t.Helper()
+	for k := 0; k < perRef; k++ {
+		var batch []exactlyonce.NewTask
+		for r := 0; r < refs; r++ {
+			payload, _ := json.Marshal(seqPayload{Ref: fmt.Sprintf("ref-%d", r), Seq: k})
+			batch = append(batch, exactlyonce.NewTask{URL: url, Payload: payload, ReferenceID: fmt.Sprintf("ref-%d", r), MaxRetries: 3})
+		}
+		_, err := store.CreateTasks(context.Background(), batch)
+		require.NoError(t, err)
+	}
+}
+
+// workersOf returns the active event workers run by agent id.
+func workersOf(t *testing.T, store *mysql.Store, id int64) []exactlyonce.EventWorker {
+	t.Helper()
+	ws, err := store.ActiveWorkers(context.Background())
+	require.NoError(t, err)
+	var out []exactlyonce.EventWorker
+	for _, w := range ws {
+		if w.AgentID == id {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// requireAdopted waits for (then checks) every one of ws to be run by agent to, or done.
+func requireAdopted(t *testing.T, store *mysql.Store, ws []exactlyonce.EventWorker, to int64) {
+	t.Helper()
+	for _, w := range ws {
+		got, ok, err := store.Worker(context.Background(), w.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, to, got.AgentID, "worker %s adopted", w.ID)
+		require.GreaterOrEqual(t, got.TasksCompleted+got.TasksFailed, w.TasksCompleted+w.TasksFailed, "counts continue")
+	}
+}
+
+const seqRefs, seqPerRef = 10, 20
+
+// SIGKILL of the only agent while its event workers hold tasks; a new agent starts: it adopts them
+// (their agent expired), refills them from the task rows, and every reference's tasks reach the
+// receiver in order, once each; the registry's counts continue exactly.
+func TestEventWorkersSurviveSIGKILLAndRestart(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "WORKER_MAX_REFERENCES=3")
+	rec, url := newSeqReceiver(t, 5*time.Millisecond)
+	createSeqTasks(t, c.store, url, seqRefs, seqPerRef)
+	c.startRole("eventworkers")
+	as := c.converge(1, 30*time.Second)
+	require.Eventually(t, func() bool { return rec.count() >= 40 }, 30*time.Second, 5*time.Millisecond)
+	c.procs[0].Kill()
+	held := workersOf(t, c.store, as[0].ID)
+	require.NotEmpty(t, held, "the killed agent held event workers")
+	c.startRole("eventworkers")
+	after := c.converge(1, 30*time.Second) // the killed agent expired and was ejected
+	require.Equal(t, "agent-1", after[0].Name)
+	c.drained(60 * time.Second)
+	rec.check(t, seqRefs, seqPerRef)
+	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB()))
+	requireAdopted(t, c.store, held, after[0].ID)
+	require.NoError(t, syscall.Kill(c.procs[1].Pid(), syscall.SIGTERM))
+	_, err := c.procs[1].WaitLine("stopped", 10*time.Second)
+	require.NoError(t, err)
+	active, err := c.store.ActiveWorkers(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, active, "an agent leaving with nothing left leaves no live worker")
+}
+
+// SIGKILL of one of two agents: after its expiration the other adopts its event workers; the same
+// checks.
+func TestEventWorkersOfAKilledAgentAreAdopted(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "WORKER_MAX_REFERENCES=3")
+	rec, url := newSeqReceiver(t, 5*time.Millisecond)
+	c.startRole("eventworkers")
+	c.startRole("eventworkers")
+	as := c.converge(2, 30*time.Second)
+	createSeqTasks(t, c.store, url, seqRefs, seqPerRef)
+	require.Eventually(t, func() bool {
+		return len(workersOf(t, c.store, as[1].ID)) > 0 && rec.count() >= 40
+	}, 30*time.Second, 5*time.Millisecond)
+	c.procs[1].Kill()
+	held := workersOf(t, c.store, as[1].ID)
+	require.NotEmpty(t, held)
+	survivor := c.converge(1, 30*time.Second)
+	require.Equal(t, as[0].ID, survivor[0].ID)
+	c.drained(60 * time.Second)
+	rec.check(t, seqRefs, seqPerRef)
+	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB()))
+	requireAdopted(t, c.store, held, as[0].ID)
+}
+
+// A Lambda-shaped run: an agent whose invocation's deadline arrives while its event workers hold
+// tasks. It stops starting deliveries that would outlive the deadline, releases the rest, marks its
+// workers willTerminate and leaves; the next invocation's agent adopts the workers that still hold
+// tasks and finishes them. No task is lost or delivered out of order across the hand-over.
+func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
+	t.Parallel()
+	db, _ := testdbDB(t)
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	const refs, perRef = 10, 60
+	rec, url := newSeqReceiver(t, 20*time.Millisecond)
+	start := time.Now()
+	createSeqTasks(t, store, url, refs, perRef)
+	t.Logf("created %d tasks in %s", refs*perRef, time.Since(start))
+	cfg := config.Config{Webhook: config.Webhook{WorkerMaxReferences: 4}}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	invocation := func(name string, hard, stop context.Context) *agents.Agent {
+		e := taskEngine(store, cfg, 10*time.Second, log)
+		e.Tasks.Timeout = 500 * time.Millisecond // a delivery starts only with 2.5 s left before the deadline
+		ac := agents.Config{Member: agents.MemberConfig{Name: name, Kind: "sweeper", PulseInterval: 100 * time.Millisecond,
+			Expiration: time.Second, Handover: true}, PollInterval: 20 * time.Millisecond, BatchSize: 20}
+		a, err := agents.New(store, e, ac)
+		require.NoError(t, err)
+		require.NoError(t, a.RunUntil(hard, stop))
+		return a
+	}
+	// The first invocation: a 4 s deadline, it stops claiming 2 s before it.
+	hard, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	stop, cancelStop := context.WithTimeout(hard, 2*time.Second)
+	first := invocation("invocation-1", hard, stop)
+	cancelStop()
+	cancel()
+	left, err := store.ActiveWorkers(context.Background())
+	require.NoError(t, err)
+	require.NotEmpty(t, left, "the deadline came while its workers held tasks")
+	for _, w := range left {
+		require.True(t, w.WillTerminate, "worker %s was marked willTerminate at the deadline", w.ID)
+		require.Positive(t, w.TasksRemaining)
+	}
+	require.Positive(t, rec.count())
+	require.NoError(t, verify.WorkerBooks(context.Background(), store.DB()), "the books hold at the hand-over")
+	_ = first
+
+	// The next invocation adopts them and finishes.
+	ctx, cancel2 := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel2()
+	stop2, cancelStop2 := context.WithCancel(ctx)
+	var second *agents.Agent
+	doneRun := make(chan struct{})
+	go func() {
+		defer close(doneRun)
+		second = invocation("invocation-2", ctx, stop2)
+	}()
+	require.Eventually(t, func() bool {
+		n, err := mysql.CountOpen(context.Background(), store.DB())
+		return err == nil && n == 0
+	}, 60*time.Second, 20*time.Millisecond)
+	for _, w := range left {
+		got, ok, err := store.Worker(context.Background(), w.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.True(t, got.IsDone, "worker %s finished", w.ID)
+		require.NotEqual(t, w.AgentID, got.AgentID, "worker %s was adopted", w.ID)
+	}
+	cancelStop2()
+	<-doneRun
+	_ = second
+	rec.check(t, refs, perRef)
+	require.NoError(t, verify.WorkerBooks(context.Background(), store.DB()))
+	active, err := store.ActiveWorkers(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, active)
+}

@@ -1,0 +1,115 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// WorkerLister is what GET /workers needs of the store (internal/mysql's Store has it). A Store
+// without it answers GET /workers with an empty list and GET /workers/{id} with 404.
+type WorkerLister interface {
+	ActiveWorkers(ctx context.Context) ([]exactlyonce.EventWorker, error)
+	DoneWorkers(ctx context.Context, limit int) ([]exactlyonce.EventWorker, error)
+	Worker(ctx context.Context, id string) (exactlyonce.EventWorker, bool, error)
+}
+
+// doneWorkersLimit bounds the done event workers one GET /workers lists (the most recent first).
+const doneWorkersLimit = 1000
+
+// WorkerJSON is an event worker as GET /workers shows it: the source document's fields, its agent
+// and its references. Times are the database's clock.
+type WorkerJSON struct {
+	WorkerID          string    `json:"workerId"`
+	AgentID           int64     `json:"agentId"`
+	CreatedAt         time.Time `json:"createdAt"`
+	LastCompletedTask *int64    `json:"lastCompletedTask"`
+	TasksRemaining    int64     `json:"tasksRemaining"`
+	WillTerminate     bool      `json:"willTerminate"`
+	TasksCompleted    int64     `json:"tasksCompleted"`
+	TasksFailed       int64     `json:"tasksFailed"`
+	MaxReferenceCount int       `json:"maxReferenceCount"`
+	IsDone            bool      `json:"isDone"`
+	References        []string  `json:"references"`
+}
+
+func workerJSON(w exactlyonce.EventWorker) WorkerJSON {
+	out := WorkerJSON{WorkerID: w.ID, AgentID: w.AgentID, CreatedAt: w.CreatedAt, TasksRemaining: w.TasksRemaining,
+		WillTerminate: w.WillTerminate, TasksCompleted: w.TasksCompleted, TasksFailed: w.TasksFailed,
+		MaxReferenceCount: w.MaxReferenceCount, IsDone: w.IsDone, References: w.References,
+		LastCompletedTask: w.LastCompletedTask}
+	if out.References == nil {
+		out.References = []string{}
+	}
+	return out
+}
+
+// listWorkers is GET /workers: the live event workers (oldest first), then the done ones kept for
+// audit (most recently done first, at most doneWorkersLimit); ?active=true lists only the former,
+// ?active=false only the latter. Consistent reads, no lock.
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
+	var active, done bool
+	switch v := r.URL.Query(); {
+	case !v.Has("active"):
+		active, done = true, true
+	case v.Get("active") == "true":
+		active = true
+	case v.Get("active") == "false":
+		done = true
+	default:
+		s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "active must be true or false, got %q", sanitize(v.Get("active"))))
+		return
+	}
+	out := struct {
+		Workers []WorkerJSON `json:"workers"`
+	}{Workers: []WorkerJSON{}}
+	l, ok := s.Store.(WorkerLister)
+	if !ok {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	var ws []exactlyonce.EventWorker
+	if active {
+		got, err := l.ActiveWorkers(r.Context())
+		if err != nil {
+			s.error(w, r, err)
+			return
+		}
+		ws = append(ws, got...)
+	}
+	if done {
+		got, err := l.DoneWorkers(r.Context(), doneWorkersLimit)
+		if err != nil {
+			s.error(w, r, err)
+			return
+		}
+		ws = append(ws, got...)
+	}
+	for _, x := range ws {
+		out.Workers = append(out.Workers, workerJSON(x))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getWorker is GET /workers/{workerId}: one event worker, live or done; 404 for an unknown id.
+func (s *Server) getWorker(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("workerId")
+	notFound := exactlyonce.Errorf(exactlyonce.ENOTFOUND, "no event worker %q", sanitize(id))
+	l, ok := s.Store.(WorkerLister)
+	if !ok || id == "" || len(id) > 32 {
+		s.error(w, r, notFound)
+		return
+	}
+	x, found, err := l.Worker(r.Context(), id)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	if !found {
+		s.error(w, r, notFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, workerJSON(x))
+}

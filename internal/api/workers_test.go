@@ -1,0 +1,103 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+func getJSON(t *testing.T, s *api.Server, path string, status int, v any) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	require.Equal(t, status, rec.Code, rec.Body.String())
+	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), v))
+}
+
+// GET /workers lists the event workers' registry, live ones first; ?active=true|false filters it;
+// GET /workers/{workerId} shows one. A bad active value is a 400, an unknown id a 404, both JSON.
+func TestGetWorkers(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	ctx := context.Background()
+	created, err := store.CreateTasks(ctx, []exactlyonce.NewTask{
+		{URL: "http://127.0.0.1:1/a", Payload: json.RawMessage(`{}`), ReferenceID: "ref-a"},
+		{URL: "http://127.0.0.1:1/b", Payload: json.RawMessage(`{}`), ReferenceID: "ref-b"},
+	})
+	require.NoError(t, err)
+	// Two workers as an EventService would write them: one live, one whose task completed and that
+	// is done (it was willTerminate).
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: exactlyonce.BySweeper, Lease: 60e9,
+		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
+	claimed, err := store.ClaimIDs(ctx, c, []int64{created[0].ID, created[1].ID})
+	require.NoError(t, err)
+	require.Len(t, claimed.Leased, 2)
+	require.NoError(t, store.AssignWorkers(ctx, c.ID, 7, exactlyonce.WorkerAssignment{
+		New: []exactlyonce.EventWorker{{ID: "w_live", AgentID: 7, MaxReferenceCount: 3},
+			{ID: "w_done", AgentID: 7, MaxReferenceCount: 1, WillTerminate: true}},
+		Grow: []exactlyonce.WorkerGrowth{{ID: "w_live", AddTasks: 1, References: []string{"ref-a"}},
+			{ID: "w_done", AddTasks: 1, References: []string{"ref-b"}, WillTerminate: true}},
+		Tasks: map[string][]int64{"w_live": {created[0].ID}, "w_done": {created[1].ID}},
+	}))
+	var done exactlyonce.Event
+	for _, ev := range claimed.Leased {
+		if ev.ID == created[1].ID {
+			done = ev
+		}
+	}
+	done.Task.WorkerID = "w_done"
+	_, err = store.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: done, Delivered: true,
+		Attempt: exactlyonce.Attempt{Number: 1, Status: 200}}}, false)
+	require.NoError(t, err)
+
+	s := &api.Server{Store: store}
+	var list struct {
+		Workers []api.WorkerJSON `json:"workers"`
+	}
+	getJSON(t, s, "/workers", http.StatusOK, &list)
+	require.Len(t, list.Workers, 2)
+	require.Equal(t, "w_live", list.Workers[0].WorkerID)
+	require.Equal(t, []string{"ref-a"}, list.Workers[0].References)
+	require.Equal(t, int64(1), list.Workers[0].TasksRemaining)
+	require.False(t, list.Workers[0].IsDone)
+	require.Nil(t, list.Workers[0].LastCompletedTask)
+	require.Equal(t, "w_done", list.Workers[1].WorkerID)
+	require.True(t, list.Workers[1].IsDone)
+	require.True(t, list.Workers[1].WillTerminate)
+	require.Equal(t, int64(1), list.Workers[1].TasksCompleted)
+	require.Equal(t, created[1].ID, *list.Workers[1].LastCompletedTask)
+	require.Equal(t, int64(7), list.Workers[1].AgentID)
+
+	getJSON(t, s, "/workers?active=true", http.StatusOK, &list)
+	require.Len(t, list.Workers, 1)
+	require.Equal(t, "w_live", list.Workers[0].WorkerID)
+	getJSON(t, s, "/workers?active=false", http.StatusOK, &list)
+	require.Len(t, list.Workers, 1)
+	require.Equal(t, "w_done", list.Workers[0].WorkerID)
+
+	var one api.WorkerJSON
+	getJSON(t, s, "/workers/w_done", http.StatusOK, &one)
+	require.Equal(t, "w_done", one.WorkerID)
+	require.Equal(t, 1, one.MaxReferenceCount)
+
+	var e struct {
+		Error string `json:"error"`
+	}
+	for _, bad := range []string{"/workers?active=yes", "/workers?active=", "/workers?active=TRUE"} {
+		getJSON(t, s, bad, http.StatusBadRequest, &e)
+		require.Contains(t, e.Error, "active must be true or false")
+	}
+	getJSON(t, s, "/workers/w_nope", http.StatusNotFound, &e)
+	require.Contains(t, e.Error, "no event worker")
+	getJSON(t, s, "/workers/"+strings.Repeat("w", 40), http.StatusNotFound, &e)
+}

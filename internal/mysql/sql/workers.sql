@@ -1,0 +1,93 @@
+-- Event workers (migrations/0010_event_workers.sql): the EventService's registry. Locks are taken
+-- in one order everywhere: task rows (events) first, then event_workers rows, the latter by
+-- UPDATEs whose semi-consistent read at READ COMMITTED waits only for the rows they name. Every
+-- statement on live workers says `is_done = 0`, which prunes to the `active` partition: its cost
+-- is the number of live event workers, not the history
+-- (TestLiveEventWorkerStatementsReadOnlyTheActivePartition checks it with EXPLAIN).
+
+-- name: InsertWorker
+-- A new event worker, in the assignment's transaction (no lock beyond the new row's): id, agent,
+-- will_terminate, max references, reference count, references (JSON), first reference's hash.
+INSERT INTO event_workers (worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate,
+  tasks_completed, tasks_failed, max_reference_count, is_done, reference_count, reference_ids, first_hash, done_at)
+VALUES (?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL);
+
+-- name: AssignTasks
+-- Names the event worker of tasks leased to a claim, in the assignment's transaction. Guarded by
+-- the lease (`state = 1 AND claim_id = ?`, which prunes to `open`): a task whose lease was taken
+-- over is not assigned. Locks the tasks, which the claim holds anyway.
+UPDATE events SET worker_id = ? WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?;
+
+-- name: GrowWorker
+-- An assignment adds tasks (and maybe references) to a live worker: its remaining count grows by
+-- the tasks, its references are the owner's list, will_terminate is set once it holds its maximum.
+-- Guarded by the agent: only the agent that runs the worker adds to it (an agent that was ejected
+-- and whose worker another adopted finds it no longer its own). Locks the worker's row until the
+-- assignment commits; a settlement of the same worker waits.
+UPDATE event_workers SET tasks_remaining = tasks_remaining + ?, reference_ids = ?, reference_count = ?,
+  will_terminate = GREATEST(will_terminate, ?)
+WHERE is_done = 0 AND worker_id = ? AND agent_id = ? LIMIT 1;
+
+-- name: SettleWorkers
+-- A settlement's bookkeeping, in the transaction that settles the tasks, one statement for every
+-- worker the settlement touches: completed and failed counts, remaining (minus the tasks settled for
+-- good, plus the queued tasks promoted into it), last completed task; a willTerminate worker left
+-- with nothing becomes done (and moves to the `done` partition). Each /*name*/ is `WHEN ? THEN ?`
+-- per worker (its id, its value); /*ids*/ the workers. The assignments are evaluated left to right
+-- (MySQL and MariaDB alike): is_done reads tasks_remaining before it changes, done_at the new
+-- is_done. Locks the named workers' rows, in scan order, the same for every settlement, so two
+-- settlements sharing workers queue rather than deadlock; the task rows were locked first
+-- (LockLeased).
+UPDATE event_workers
+SET is_done = IF(will_terminate = 1 AND tasks_remaining + CASE worker_id /*remaining*/ END <= 0, 1, 0),
+    done_at = IF(is_done = 1, NOW(6), NULL),
+    tasks_completed = tasks_completed + CASE worker_id /*completed*/ END,
+    tasks_failed = tasks_failed + CASE worker_id /*failed*/ END,
+    tasks_remaining = tasks_remaining + CASE worker_id /*remaining*/ END,
+    last_completed_task = COALESCE(CASE worker_id /*last*/ ELSE NULL END, last_completed_task)
+WHERE is_done = 0 AND worker_id IN (/*ids*/);
+
+-- name: ActiveWorkers
+-- The live event workers (recovery at every pulse; GET /workers?active=true): a consistent read of
+-- the `active` partition, no lock.
+SELECT worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate, tasks_completed,
+  tasks_failed, max_reference_count, is_done, reference_ids, first_hash
+FROM event_workers WHERE is_done = 0 ORDER BY created_at, worker_id;
+
+-- name: DoneWorkers
+-- GET /workers?active=false: the done workers kept for audit, newest first. A consistent read of
+-- the `done` partition, which WORKER_RETENTION's pruning bounds; no lock.
+SELECT worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate, tasks_completed,
+  tasks_failed, max_reference_count, is_done, reference_ids, first_hash
+FROM event_workers WHERE is_done = 1 ORDER BY done_at DESC, worker_id LIMIT ?;
+
+-- name: WorkerByID
+-- GET /workers/{workerId}: one worker, active or done. A consistent read; no partition pruned
+-- (a worker may be in either), so its cost is the live workers plus the retained history.
+SELECT worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate, tasks_completed,
+  tasks_failed, max_reference_count, is_done, reference_ids, first_hash
+FROM event_workers WHERE worker_id = ? LIMIT 1;
+
+-- name: AdoptWorker
+-- Recovery: a surviving agent takes over a live worker whose agent is gone. Guarded by the old
+-- agent's id, so that of two agents adopting one worker at once only the first changes the row (the
+-- second's UPDATE waits for the first's lock, then no longer matches). Locks the worker's row.
+UPDATE event_workers SET agent_id = ? WHERE is_done = 0 AND worker_id = ? AND agent_id = ? LIMIT 1;
+
+-- name: StopWorkers
+-- An agent leaving (a Lambda's deadline, SIGTERM) marks its workers willTerminate; those with
+-- nothing left become done at once, the others are left for adoption. Locks the named rows.
+UPDATE event_workers
+SET will_terminate = 1, is_done = IF(tasks_remaining <= 0, 1, 0), done_at = IF(is_done = 1, NOW(6), NULL)
+WHERE is_done = 0 AND worker_id IN (/*ids*/);
+
+-- name: WorkerHeads
+-- Recovery's refill: the open heads (pending or processing) of an adopted worker's references, in
+-- their order; the queued tasks behind them are promoted into the worker as each head settles.
+-- `state < 2` prunes to `open`, whose size is the backlog, not the history. No lock.
+SELECT id FROM events WHERE state < 2 AND worker_id = ? ORDER BY position, id;
+
+-- name: PruneWorkers
+-- Deletes done workers older than WORKER_RETENTION, at most ? at a time. The `done` partition only;
+-- locks the rows it deletes, which nothing else writes.
+DELETE FROM event_workers WHERE is_done = 1 AND done_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?;

@@ -1,0 +1,118 @@
+package mysql_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+// An assignment may grow only a live worker its agent runs: one another agent adopted fails it with
+// a WorkerConflictError and writes nothing (not even its new workers); adoption is taken by one
+// agent only; an agent's stop makes its idle workers done, and done workers are pruned after the
+// retention.
+func TestEventWorkerRegistryGuards(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	ctx := context.Background()
+	created, err := store.CreateTasks(ctx, []exactlyonce.NewTask{
+		{URL: "http://127.0.0.1:1/a", Payload: json.RawMessage(`{}`), ReferenceID: "a"},
+		{URL: "http://127.0.0.1:1/b", Payload: json.RawMessage(`{}`), ReferenceID: "b"},
+	})
+	require.NoError(t, err)
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: exactlyonce.BySweeper, Lease: time.Minute,
+		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
+	claimed, err := store.ClaimIDs(ctx, c, []int64{created[0].ID, created[1].ID})
+	require.NoError(t, err)
+	require.Len(t, claimed.Leased, 2)
+	require.NoError(t, store.AssignWorkers(ctx, c.ID, 1, exactlyonce.WorkerAssignment{
+		New:   []exactlyonce.EventWorker{{ID: "w_1", AgentID: 1, MaxReferenceCount: 5}},
+		Grow:  []exactlyonce.WorkerGrowth{{ID: "w_1", AddTasks: 1, References: []string{"a"}}},
+		Tasks: map[string][]int64{"w_1": {created[0].ID}},
+	}))
+
+	ok, err := store.AdoptWorker(ctx, "w_1", 1, 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = store.AdoptWorker(ctx, "w_1", 1, 3)
+	require.NoError(t, err)
+	require.False(t, ok, "adopted once")
+
+	err = store.AssignWorkers(ctx, c.ID, 1, exactlyonce.WorkerAssignment{
+		New:   []exactlyonce.EventWorker{{ID: "w_new", AgentID: 1, MaxReferenceCount: 5}},
+		Grow:  []exactlyonce.WorkerGrowth{{ID: "w_1", AddTasks: 1, References: []string{"a", "b"}}},
+		Tasks: map[string][]int64{"w_1": {created[1].ID}},
+	})
+	var conflict *exactlyonce.WorkerConflictError
+	require.True(t, errors.As(err, &conflict), "%v", err)
+	require.Equal(t, "w_1", conflict.WorkerID)
+	ws, err := store.ActiveWorkers(ctx)
+	require.NoError(t, err)
+	require.Len(t, ws, 1, "nothing of the failed assignment was written")
+	require.Equal(t, []string{"a"}, ws[0].References)
+	require.Equal(t, int64(2), ws[0].AgentID)
+	require.Equal(t, int64(1), ws[0].TasksRemaining)
+	_, found, err := store.Worker(ctx, "w_new")
+	require.NoError(t, err)
+	require.False(t, found)
+
+	// A stop of a worker with a task left: willTerminate, still live; settling its task makes it done.
+	require.NoError(t, store.StopWorkers(ctx, []string{"w_1"}))
+	w, _, err := store.Worker(ctx, "w_1")
+	require.NoError(t, err)
+	require.True(t, w.WillTerminate)
+	require.False(t, w.IsDone)
+	ev := claimed.Leased[0]
+	if ev.ID != created[0].ID {
+		ev = claimed.Leased[1]
+	}
+	ev.Task.WorkerID = "w_1"
+	_, err = store.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: ev, Final: true,
+		Attempt: exactlyonce.Attempt{Number: 1, Status: 410, Error: "gone"}}}, false)
+	require.NoError(t, err)
+	w, _, err = store.Worker(ctx, "w_1")
+	require.NoError(t, err)
+	require.True(t, w.IsDone)
+	require.Equal(t, int64(1), w.TasksFailed)
+	require.Zero(t, w.TasksRemaining)
+	require.Nil(t, w.LastCompletedTask, "a failed task is not a completed one")
+
+	n, err := store.PruneWorkers(ctx, time.Hour, 10)
+	require.NoError(t, err)
+	require.Zero(t, n, "kept for the retention")
+	time.Sleep(5 * time.Millisecond) // the retention below is 1 ms: let the done row age past it
+	n, err = store.PruneWorkers(ctx, time.Millisecond, 10)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	_, found, err = store.Worker(ctx, "w_1")
+	require.NoError(t, err)
+	require.False(t, found)
+}
+
+// Every statement about live event workers reads only the `active` partition of event_workers:
+// its cost is the live workers, not the done ones kept for WORKER_RETENTION.
+func TestLiveEventWorkerStatementsReadOnlyTheActivePartition(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 2)
+	literal := func(q string) string {
+		for _, m := range []string{"/*remaining*/", "/*completed*/", "/*failed*/", "/*last*/"} {
+			q = strings.ReplaceAll(q, m, "WHEN 'w' THEN 1")
+		}
+		q = strings.ReplaceAll(q, "/*ids*/", "'w'")
+		return strings.ReplaceAll(q, "?", "1")
+	}
+	for _, name := range []string{"GrowWorker", "SettleWorkers", "ActiveWorkers", "AdoptWorker", "StopWorkers"} {
+		parts := explainPartitions(t, store.DB(), literal(mysql.QueryText(name)))
+		require.Equal(t, []string{"active"}, parts, name)
+	}
+	// The check can fail: the read of one worker by id (GET /workers/{id}) reads both.
+	require.ElementsMatch(t, []string{"active", "done"}, explainPartitions(t, store.DB(), literal(mysql.QueryText("WorkerByID"))))
+	require.Equal(t, []string{"done"}, explainPartitions(t, store.DB(), literal(mysql.QueryText("PruneWorkers"))))
+}

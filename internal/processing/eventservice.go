@@ -1,0 +1,358 @@
+package processing
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// WorkerStore is what an EventService needs of the store (internal/mysql's Store has it).
+type WorkerStore interface {
+	AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error
+	ActiveWorkers(ctx context.Context) ([]exactlyonce.EventWorker, error)
+	AdoptWorker(ctx context.Context, id string, from, agent int64) (bool, error)
+	StopWorkers(ctx context.Context, ids []string) error
+	WorkerHeads(ctx context.Context, id string) ([]int64, error)
+	PruneWorkers(ctx context.Context, retention time.Duration, limit int) (int64, error)
+	AgentsAt(ctx context.Context) ([]exactlyonce.Agent, time.Time, error)
+}
+
+// DefaultMaxReferences is an event worker's default maxReferenceCount (WORKER_MAX_REFERENCES).
+const DefaultMaxReferences = 100
+
+// DefaultWorkerRetention is how long a done event worker's row is kept (WORKER_RETENTION).
+const DefaultWorkerRetention = 7 * 24 * time.Hour
+
+// pruneEvery is how often an EventService prunes done workers, pruneBatch how many at most a time.
+const (
+	pruneEvery = time.Minute
+	pruneBatch = 1000
+)
+
+// EventService packs the references of the tasks an agent delivers into event workers (the
+// source document's EventService and EventWorker): a task joins the event worker that holds its
+// reference, else one with room, else a new one. An event worker holds at most MaxReferences
+// references; once it has them it is willTerminate: it takes no new reference, completes the tasks
+// it holds (and the tasks queued behind them, which the settlements promote into it), and is done.
+// Everything is in the registry (event_workers), written in the transactions that assign and
+// settle the tasks, so that the counts are exact and nothing is lost when the process stops: at its
+// pulses another agent adopts the live workers whose agent is gone (Recover).
+//
+// The delivery itself is the engine's (tasks.go): concurrent across references, in order within
+// one, each task under its claim's lease. The event worker is the unit of ownership and of
+// bookkeeping, not a goroutine. Tasks without a reference join no event worker.
+type EventService struct {
+	Store WorkerStore
+	// AgentID is the id of the agent this service runs in (its Member's, set by agents.New).
+	AgentID func() int64
+	// MaxReferences is each new event worker's maxReferenceCount. Default DefaultMaxReferences.
+	MaxReferences int
+	// Retention is how long a done worker's row is kept. Default DefaultWorkerRetention.
+	Retention time.Duration
+	Logger    *slog.Logger
+
+	mu        sync.Mutex
+	workers   map[string]*eventWorker
+	order     []*eventWorker // this agent's live workers, oldest first
+	byRef     map[string]*eventWorker
+	refill    []int64
+	lastPrune time.Time
+}
+
+// eventWorker is the service's view of one of its live event workers.
+type eventWorker struct {
+	id            string
+	refs          []string
+	willTerminate bool
+}
+
+func (s *EventService) max() int { return cmp.Or(s.MaxReferences, DefaultMaxReferences) }
+
+func (s *EventService) agent() int64 {
+	if s.AgentID == nil {
+		return 0
+	}
+	return s.AgentID()
+}
+
+func (s *EventService) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
+
+func newWorkerID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "w_" + hex.EncodeToString(b[:])
+}
+
+func (s *EventService) init() {
+	if s.workers == nil {
+		s.workers = map[string]*eventWorker{}
+		s.byRef = map[string]*eventWorker{}
+	}
+}
+
+// draft is an event worker as an assignment would leave it.
+type draft struct {
+	id    string
+	refs  []string
+	will  bool
+	add   int64
+	isNew bool
+	hash  uint32
+}
+
+// assign gives each task of claimID a worker and writes the assignment; it returns the tasks with
+// their worker named. A task that already names one keeps it: a retry, a task promoted behind its
+// reference's head, or a task of a worker another agent runs (delivered under that worker, whose
+// counts the settlement keeps). The service's lock is held across the assignment's transaction,
+// so its assignments are decided one at a time.
+func (s *EventService) assign(ctx context.Context, claimID string, tasks []exactlyonce.Event) ([]exactlyonce.Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	drafts := map[string]*draft{}
+	var fresh []*draft
+	draftOf := func(w *eventWorker) *draft {
+		if d, ok := drafts[w.id]; ok {
+			return d
+		}
+		d := &draft{id: w.id, refs: slices.Clone(w.refs), will: w.willTerminate}
+		drafts[w.id] = d
+		return d
+	}
+	roomy := func() *draft {
+		for _, d := range fresh {
+			if !d.will && len(d.refs) < s.max() {
+				return d
+			}
+		}
+		for _, w := range s.order {
+			if d := draftOf(w); !d.will && len(d.refs) < s.max() {
+				return d
+			}
+		}
+		return nil
+	}
+	refDraft := map[string]*draft{}
+	named := map[int64]string{}
+	a := exactlyonce.WorkerAssignment{Tasks: map[string][]int64{}}
+	for _, t := range tasks {
+		if t.Task == nil || t.Task.ReferenceID == "" || t.Task.WorkerID != "" {
+			continue
+		}
+		ref := t.Task.ReferenceID
+		d := refDraft[ref]
+		if d == nil {
+			if w, ok := s.byRef[ref]; ok && !w.willTerminate {
+				d = draftOf(w)
+			} else {
+				if d = roomy(); d == nil {
+					d = &draft{id: newWorkerID(), isNew: true, hash: t.Task.Hash}
+					drafts[d.id] = d
+					fresh = append(fresh, d)
+				}
+				d.refs = append(d.refs, ref)
+				d.will = d.will || len(d.refs) >= s.max()
+			}
+			refDraft[ref] = d
+		}
+		d.add++
+		a.Tasks[d.id] = append(a.Tasks[d.id], t.ID)
+		named[t.ID] = d.id
+	}
+	if len(named) == 0 {
+		return tasks, nil
+	}
+	for _, d := range drafts {
+		if d.isNew {
+			a.New = append(a.New, exactlyonce.EventWorker{ID: d.id, AgentID: s.agent(), MaxReferenceCount: s.max(),
+				FirstHash: d.hash})
+		}
+		if d.add > 0 || d.isNew {
+			a.Grow = append(a.Grow, exactlyonce.WorkerGrowth{ID: d.id, AddTasks: d.add, References: d.refs, WillTerminate: d.will})
+		}
+	}
+	if err := s.Store.AssignWorkers(ctx, claimID, s.agent(), a); err != nil {
+		var conflict *exactlyonce.WorkerConflictError
+		if errors.As(err, &conflict) {
+			// Adopted by another agent (this one was ejected), or done: no longer this service's.
+			s.forget(conflict.WorkerID)
+		}
+		return nil, err
+	}
+	for _, d := range drafts {
+		w, ok := s.workers[d.id]
+		if !ok {
+			w = &eventWorker{id: d.id}
+			s.workers[d.id] = w
+			s.order = append(s.order, w)
+		}
+		w.refs, w.willTerminate = d.refs, d.will
+	}
+	for ref, d := range refDraft {
+		s.byRef[ref] = s.workers[d.id]
+	}
+	out := make([]exactlyonce.Event, len(tasks))
+	for i, t := range tasks {
+		if w, ok := named[t.ID]; ok {
+			task := *t.Task
+			task.WorkerID = w
+			t.Task = &task
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+func (s *EventService) forget(id string) {
+	w, ok := s.workers[id]
+	if !ok {
+		return
+	}
+	delete(s.workers, id)
+	s.order = slices.DeleteFunc(s.order, func(x *eventWorker) bool { return x == w })
+	for _, ref := range w.refs {
+		if s.byRef[ref] == w {
+			delete(s.byRef, ref)
+		}
+	}
+}
+
+// Stop marks every event worker of this service willTerminate (an agent leaving: SIGTERM, a
+// Lambda's deadline): those with nothing left are done at once; the others keep their tasks, for
+// the agent that adopts them once this one is gone. The service starts over empty.
+func (s *EventService) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.order))
+	for _, w := range s.order {
+		ids = append(ids, w.id)
+	}
+	if err := s.Store.StopWorkers(ctx, ids); err != nil {
+		return err
+	}
+	s.workers, s.byRef, s.order, s.refill = nil, nil, nil, nil
+	return nil
+}
+
+// Recover adopts the live event workers whose agent is gone (expired, or no longer registered)
+// and whose first reference falls in r, the agent's range: each becomes this service's, and the
+// open heads of its references are queued for delivery (TakeRefill), in their order; the tasks
+// queued behind them follow as the heads settle. It also prunes done workers past the retention,
+// at most once a minute. It returns the workers adopted.
+func (s *EventService) Recover(ctx context.Context, r exactlyonce.HashRange) ([]string, error) {
+	me := s.agent()
+	if me == 0 {
+		return nil, nil
+	}
+	agents, now, err := s.Store.AgentsAt(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live := map[int64]bool{}
+	for _, a := range agents {
+		if a.Expiration.After(now) {
+			live[a.ID] = true
+		}
+	}
+	ws, err := s.Store.ActiveWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// This service's willTerminate workers that are no longer live are done (the settlement of
+	// their last task made them so): forgotten. A live one stays, and is marked again at Stop.
+	s.forgetDone(ws)
+	var adopted []string
+	for _, w := range ws {
+		if w.AgentID == me || live[w.AgentID] || !r.Contains(w.FirstHash) {
+			continue
+		}
+		ok, err := s.Store.AdoptWorker(ctx, w.ID, w.AgentID, me)
+		if err != nil {
+			return adopted, err
+		}
+		if !ok {
+			continue // another agent adopted it first
+		}
+		heads, err := s.Store.WorkerHeads(ctx, w.ID)
+		if err != nil {
+			return adopted, err
+		}
+		s.mu.Lock()
+		s.init()
+		s.forget(w.ID)
+		ew := &eventWorker{id: w.ID, refs: w.References, willTerminate: w.WillTerminate}
+		s.workers[w.ID] = ew
+		s.order = append(s.order, ew)
+		for _, ref := range w.References {
+			if cur, ok := s.byRef[ref]; !ok || cur.willTerminate {
+				s.byRef[ref] = ew
+			}
+		}
+		s.refill = append(s.refill, heads...)
+		s.mu.Unlock()
+		adopted = append(adopted, w.ID)
+		s.logger().Info("event workers: adopted a worker whose agent is gone", "worker", w.ID, "from", w.AgentID,
+			"agent", me, "heads", len(heads))
+	}
+	if time.Since(s.lastPrune) > pruneEvery {
+		s.lastPrune = time.Now()
+		if _, err := s.Store.PruneWorkers(ctx, cmp.Or(s.Retention, DefaultWorkerRetention), pruneBatch); err != nil {
+			s.logger().Warn("event workers: pruning failed", "err", err)
+		}
+	}
+	return adopted, nil
+}
+
+// forgetDone forgets this service's willTerminate workers that are not among the live ones ws.
+func (s *EventService) forgetDone(ws []exactlyonce.EventWorker) {
+	live := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		live[w.ID] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range slices.Clone(s.order) {
+		if w.willTerminate && !live[w.id] {
+			s.forget(w.id)
+		}
+	}
+}
+
+// ForgetDone reads the live workers and forgets this service's done ones (Recover does it at every
+// pulse).
+func (s *EventService) ForgetDone(ctx context.Context) error {
+	ws, err := s.Store.ActiveWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	s.forgetDone(ws)
+	return nil
+}
+
+// TakeRefill returns (and forgets) the tasks recovery found open in the workers it adopted.
+func (s *EventService) TakeRefill() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.refill
+	s.refill = nil
+	return out
+}
+
+// Workers lists this service's live event workers (their ids), oldest first.
+func (s *EventService) Workers() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(s.order))
+	for i, w := range s.order {
+		out[i] = w.id
+	}
+	return out
+}
