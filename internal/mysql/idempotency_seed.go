@@ -19,7 +19,8 @@ func LoadKeys(ctx context.Context, db *sql.DB, n int64, ttl time.Duration, onChu
 		return err
 	}
 	insert := fmt.Sprintf(`INSERT INTO idempotency_keys (bucket, key_hash, fingerprint, status, body, event_id, created_at, expires_at)
-SELECT CONV(HEX(LEFT(h, 4)), 16, 10) %% %d, h, h, 201, '{"id":0}', n, NOW(6), NOW(6) + INTERVAL ? MICROSECOND
+SELECT CONV(HEX(LEFT(h, 4)), 16, 10) %% %d, h, h, 201, '{"id":0}', n, NOW(6),
+  FROM_UNIXTIME(CEIL(UNIX_TIMESTAMP(NOW(6) + INTERVAL ? MICROSECOND)))
 FROM (SELECT n, UNHEX(SHA2(CONCAT('bench-key-', n), 256)) AS h FROM %s WHERE n BETWEEN ? AND ?) s`, KeyBuckets, seqTable)
 	for lo := int64(1); lo <= n; lo += loadChunk {
 		hi := min(lo+loadChunk-1, n)
@@ -31,7 +32,8 @@ FROM (SELECT n, UNHEX(SHA2(CONCAT('bench-key-', n), 256)) AS h FROM %s WHERE n B
 		}
 	}
 	// The directories: 4 bytes of each key's hash (bytes 9-12) and its expiry in Unix seconds,
-	// rounded up, big-endian, as idempotency.go writes them (the session's time zone is UTC).
+	// rounded up, big-endian, as idempotency.go writes them (the session's time zone is UTC): the
+	// keys' rows expire at that second too, never before their entries.
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
