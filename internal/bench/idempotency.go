@@ -2,10 +2,10 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -27,46 +27,21 @@ func runIdem(ctx context.Context, r *run) error {
 	rounds := pick(r, 8, 2)
 	window := pick(r, time.Second, 250*time.Millisecond)
 
-	type db struct {
-		url   string
-		store *mysql.Store
-		stop  func()
-	}
-	open := func(label string, keys int64) (*db, error) {
-		s, err := r.newScratch(ctx, label, true)
-		if err != nil {
-			return nil, err
+	open := func(label string, keys int64) (*servedDB, error) {
+		if keys == 0 {
+			return r.serveScratch(ctx, label, nil)
 		}
-		pool, err := s.open(stackPoolSize)
-		if err != nil {
-			s.drop()
-			return nil, err
-		}
-		stop := func() { pool.Close(); s.drop() }
-		if keys > 0 {
+		return r.serveScratch(ctx, label, func(pool *sql.DB) error {
 			t0 := time.Now()
 			if err := mysql.LoadKeys(ctx, pool, keys, time.Hour, func(done int64) {
 				r.progress(group, "loading keys: %d of %d", done, keys)
 			}); err != nil {
-				stop()
-				return nil, err
+				return err
 			}
 			r.add(Row{Group: group, Name: "idem_load_keys_s", Value: time.Since(t0).Seconds(), Unit: "s",
 				Note: fmt.Sprintf("%d unexpired keys and their directories, by INSERT ... SELECT", keys)})
-		}
-		store, err := mysql.NewStore(pool, mysql.StoreConfig{})
-		if err != nil {
-			stop()
-			return nil, err
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			stop()
-			return nil, err
-		}
-		srv := &http.Server{Handler: &api.Server{Store: store}, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		return &db{url: "http://" + ln.Addr().String(), store: store, stop: func() { srv.Close(); stop() }}, nil
+			return nil
+		})
 	}
 	empty, err := open("idem_empty", 0)
 	if err != nil {

@@ -2,16 +2,15 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 )
@@ -31,50 +30,29 @@ func runReads(ctx context.Context, r *run) error {
 	const clients = 16
 
 	type db struct {
-		label      string
-		size       int64
-		first      int64
-		url        string
-		store      *mysql.Store
-		stop       func()
-		res        loadResult
-		statements map[string]time.Duration
+		*servedDB
+		label string
+		size  int64
+		first int64
+		res   loadResult
 	}
 	open := func(label string, n int64) (*db, error) {
-		s, err := r.newScratch(ctx, label, true)
-		if err != nil {
-			return nil, err
-		}
-		pool, err := s.open(stackPoolSize)
-		if err != nil {
-			s.drop()
-			return nil, err
-		}
-		stop := func() { pool.Close(); s.drop() }
-		t0 := time.Now()
-		first, err := mysql.LoadFoldedHistory(ctx, pool, n, func(done int64) {
-			r.progress(group, "%s: loaded %d of %d processed events (%.0f s)", label, done, n, time.Since(t0).Seconds())
+		d := &db{label: label, size: n}
+		var err error
+		d.servedDB, err = r.serveScratch(ctx, label, func(pool *sql.DB) error {
+			t0 := time.Now()
+			first, err := mysql.LoadFoldedHistory(ctx, pool, n, func(done int64) {
+				r.progress(group, "%s: loaded %d of %d processed events (%.0f s)", label, done, n, time.Since(t0).Seconds())
+			})
+			if err != nil {
+				return err
+			}
+			d.first = first
+			r.add(Row{Group: group, Name: fmt.Sprintf("reads_load_%d_s", n), Value: time.Since(t0).Seconds(), Unit: "s",
+				Note: fmt.Sprintf("%d processed events, counted, by INSERT ... SELECT", n)})
+			return nil
 		})
-		if err != nil {
-			stop()
-			return nil, err
-		}
-		r.add(Row{Group: group, Name: fmt.Sprintf("reads_load_%d_s", n), Value: time.Since(t0).Seconds(), Unit: "s",
-			Note: fmt.Sprintf("%d processed events, counted, by INSERT ... SELECT", n)})
-		store, err := mysql.NewStore(pool, mysql.StoreConfig{})
-		if err != nil {
-			stop()
-			return nil, err
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			stop()
-			return nil, err
-		}
-		srv := &http.Server{Handler: &api.Server{Store: store}, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		return &db{label: label, size: n, first: first, url: "http://" + ln.Addr().String(), store: store,
-			stop: func() { srv.Close(); stop() }, statements: map[string]time.Duration{}}, nil
+		return d, err
 	}
 	smallDB, err := open("reads_small", small)
 	if err != nil {

@@ -6,8 +6,11 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/http"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	drv "github.com/go-sql-driver/mysql"
 )
@@ -89,4 +92,46 @@ func (s *scratch) drop() {
 	defer cancel()
 	_, _ = s.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+s.name)
 	s.admin.Close()
+}
+
+// servedDB is a scratch database with a store on it, served by the API handler over HTTP on a
+// loopback port (the idem and reads groups).
+type servedDB struct {
+	url   string
+	store *mysql.Store
+	stop  func()
+}
+
+// serveScratch makes a migrated scratch database, runs seed on its pool (nil: nothing), and serves
+// the API handler on it. stop closes the server and the pool and drops the database.
+func (r *run) serveScratch(ctx context.Context, label string, seed func(*sql.DB) error) (*servedDB, error) {
+	s, err := r.newScratch(ctx, label, true)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := s.open(stackPoolSize)
+	if err != nil {
+		s.drop()
+		return nil, err
+	}
+	stop := func() { pool.Close(); s.drop() }
+	if seed != nil {
+		if err := seed(pool); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	store, err := mysql.NewStore(pool, mysql.StoreConfig{})
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	srv := &http.Server{Handler: &api.Server{Store: store}, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return &servedDB{url: "http://" + ln.Addr().String(), store: store, stop: func() { srv.Close(); stop() }}, nil
 }
