@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/signal"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
-	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
@@ -39,18 +37,11 @@ func taskEngine(store *mysql.Store, cfg config.Config, lease time.Duration, log 
 // runEventWorkersChild is an agent process that delivers tasks through its EventService
 // (WORKER_MAX_REFERENCES), with leases of LEASE.
 func runEventWorkersChild() int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	ctx, stop, cfg, store, ok := childStart()
+	if !ok {
+		return 2
+	}
 	defer stop()
-	cfg, err := config.Load(os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	store, err := child.OpenStore()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
 	lease, _ := time.ParseDuration(os.Getenv("LEASE"))
 	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
 	a, err := agents.New(store, taskEngine(store, cfg, lease, log), wire.Agent(cfg, "test", log))

@@ -56,18 +56,11 @@ func runChild(role string) int {
 		fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	ctx, stop, cfg, store, ok := childStart()
+	if !ok {
+		return 2
+	}
 	defer stop()
-	cfg, err := config.Load(os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	store, err := child.OpenStore()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
 	rep, err := verify.OpenFileReporter(os.Getenv("REPORTS"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -269,4 +262,20 @@ func TestAgentSIGTERMHandsOver(t *testing.T) {
 	require.Equal(t, "agent-1", as[0].Name)
 	c.drained(60 * time.Second)
 	c.check(0)
+}
+
+// childStart is how every child role begins: a context that SIGTERM ends, the configuration and
+// the store; ok is false, after saying why on stderr, when one of them failed.
+func childStart() (context.Context, context.CancelFunc, config.Config, *mysql.Store, bool) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	cfg, err := config.Load(os.Getenv)
+	if err == nil {
+		var store *mysql.Store
+		if store, err = child.OpenStore(); err == nil {
+			return ctx, stop, cfg, store, true
+		}
+	}
+	stop()
+	fmt.Fprintln(os.Stderr, err)
+	return nil, nil, config.Config{}, nil, false
 }
