@@ -43,8 +43,9 @@ var errCarefully = errors.New("some keys may be stored: start again carefully")
 // by another transaction waits for it (a duplicate in flight elsewhere) up to opt.Wait, and then
 // fails with an ECONFLICT error, having written nothing.
 //
-// One transaction for the lot (a group of concurrent requests, internal/api): its statements,
-// eight round trips at most, are shared by every create in it.
+// One transaction for the lot (a group of concurrent requests, internal/api): its statements (five
+// round trips for a group of fresh keys, a few more for one with a stored key) are shared by every
+// create in it. A group whose fast path changed some buckets and not all runs again carefully.
 func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, creates []exactlyonce.KeyedCreate) ([]exactlyonce.KeyedResult, error) {
 	if len(creates) == 0 {
 		return nil, nil
@@ -75,20 +76,16 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 	}
 	waitUntil := time.Now().Add(opt.Wait)
 	var results []exactlyonce.KeyedResult
-	var err error
-	careful := false
-	err = inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
-		var err error
-		results, err = s.createKeyed(ctx, tx, waitUntil, opt.TTL, creates, ids, careful)
-		return err
-	})
-	if errors.Is(err, errCarefully) {
-		careful = true
-		err = inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+	run := func(careful bool) error {
+		return inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 			var err error
 			results, err = s.createKeyed(ctx, tx, waitUntil, opt.TTL, creates, ids, careful)
 			return err
 		})
+	}
+	err := run(false)
+	if errors.Is(err, errCarefully) {
+		err = run(true)
 	}
 	if errors.Is(err, errNothingToWrite) {
 		return results, nil
@@ -106,7 +103,7 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 // choose the bucket) and its expiry in Unix seconds, rounded up (big-endian, good until 2106). Small,
 // because every lookup scans a partition of directories: a key whose 4 bytes match another's in its
 // bucket (about one lookup in 2^32 / the bucket's keys) costs a read of the keys, never a wrong
-// answer. A key's row expires at its entry's second, so the two agree.
+// answer. A key's row never expires before its entry (keyRow).
 const dirEntrySize = 8
 
 // maxDirectoryStatement keeps a statement writing directories under 16 KB where it can: RDS Proxy
