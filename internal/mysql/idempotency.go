@@ -137,7 +137,11 @@ func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time
 	results := make([]exactlyonce.KeyedResult, len(creates))
 	stored := map[[32]byte]exactlyonce.KeyRecord{}
 	fast := false
-	if q, args, ok := freshStatement(buckets, appended, ttlSeconds); ok && !careful {
+	q, args, ok := "", []any(nil), false
+	if !careful {
+		q, args, ok = freshStatement(buckets, appended, ttlSeconds)
+	}
+	if ok {
 		res, err := tx.ExecContext(lockCtx, q, args...)
 		if err != nil {
 			return nil, lockFailed(ctx, lockCtx, waitUntil, err)
