@@ -178,8 +178,14 @@ func TestEventWorkersSurviveSIGKILLAndRestart(t *testing.T) {
 	held := workersOf(t, c.store, as[0].ID)
 	require.NotEmpty(t, held, "the killed agent held event workers")
 	c.startRole("eventworkers")
-	after := c.converge(1, 30*time.Second) // the killed agent expired and was ejected
-	require.Equal(t, "agent-1", after[0].Name)
+	// The killed agent expired and was ejected, and the new one runs alone. (Until the new one has
+	// registered, the killed one's row alone would look converged too.)
+	var after []exactlyonce.Agent
+	require.Eventually(t, func() bool {
+		var err error
+		after, err = c.store.Agents(context.Background())
+		return err == nil && converged(after, 1) && after[0].Name == "agent-1"
+	}, 30*time.Second, 10*time.Millisecond, "agent-1 never ran alone: %+v", &after)
 	c.drained(60 * time.Second)
 	rec.check(t, seqRefs, seqPerRef)
 	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB()))
