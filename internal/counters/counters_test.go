@@ -185,10 +185,20 @@ func TestTenThousandMessagesFromEightConsumers(t *testing.T) {
 	for b, n := range sent {
 		require.GreaterOrEqual(t, heard[b], n, "notifications of %s", b)
 	}
+	// A key has a row once a change was applied to it. A key whose every entity was read before
+	// it was added (about one run in sixteen has one) never changed: no row, no notification
+	// applied, and nothing wanted.
 	keys := 0
 	for u := range 100 {
 		sums, err := store.CounterSums(ctx, fmt.Sprintf("user-%d", u))
 		require.NoError(t, err)
+		for _, typ := range types {
+			k := key{EntityType: typ, UserID: fmt.Sprintf("user-%d", u)}
+			if _, ok := sums[typ]; !ok {
+				require.Zero(t, want[k], "sum of %v has no row", k)
+				require.Empty(t, applied[k], "applied notifications of %v, which has no row", k)
+			}
+		}
 		for typ, v := range sums {
 			k := key{EntityType: typ, UserID: fmt.Sprintf("user-%d", u)}
 			require.Equal(t, want[k], v.Sum, "sum of %v", k)
@@ -207,14 +217,15 @@ func TestTenThousandMessagesFromEightConsumers(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, n, v.Sum, "sum of %v", k)
 	}
-	require.Equal(t, 300, keys)
+	require.GreaterOrEqual(t, keys, 290, "keys with a row, of 300")
+	require.LessOrEqual(t, keys, 300, "keys with a row, of 300")
 	all := make([]int64, mysql.CounterBuckets)
 	for i := range all {
 		all[i] = int64(i)
 	}
 	checked, bad, err := store.ReconcileCounters(ctx, all, 1000)
 	require.NoError(t, err)
-	require.Equal(t, 300, checked)
+	require.Equal(t, keys, checked)
 	require.Empty(t, bad)
 }
 
