@@ -18,6 +18,8 @@ type AgentLister interface {
 type AgentJSON struct {
 	ID                 int64     `json:"id"`
 	Name               string    `json:"name"`
+	Kind               string    `json:"kind"`     // what runs it: standalone, sweeper, processor, ...
+	Sharding           string    `json:"sharding"` // dynamic, static, or none (a processor's agent: no range)
 	State              string    `json:"state"`
 	TotalShardCount    *int      `json:"totalShardCount"`
 	AssignedShardIndex *int      `json:"assignedShardIndex"`
@@ -39,7 +41,7 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, a := range as {
-			out.Agents = append(out.Agents, AgentJSON{ID: a.ID, Name: a.Name, State: string(a.State),
+			out.Agents = append(out.Agents, AgentJSON{ID: a.ID, Name: a.Name, Kind: a.Kind, Sharding: string(a.Sharding), State: string(a.State),
 				TotalShardCount: a.TotalShardCount, AssignedShardIndex: a.AssignedShardIndex,
 				Expiration: a.Expiration, CreatedAt: a.CreatedAt, LastPulseAt: a.LastPulseAt})
 		}

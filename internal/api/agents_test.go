@@ -37,12 +37,15 @@ func TestGetAgents(t *testing.T) {
 	require.Len(t, got.Agents, 2)
 	require.EqualValues(t, a.ID, got.Agents[0]["id"])
 	require.Equal(t, "a", got.Agents[0]["name"])
+	require.Equal(t, "standalone", got.Agents[0]["kind"])
+	require.Equal(t, "dynamic", got.Agents[0]["sharding"])
 	require.Equal(t, "RUNNING", got.Agents[0]["state"])
 	require.EqualValues(t, 2, got.Agents[0]["totalShardCount"])
 	require.EqualValues(t, 0, got.Agents[0]["assignedShardIndex"])
 	require.EqualValues(t, b.ID, got.Agents[1]["id"])
 	require.Equal(t, "WAITING", got.Agents[1]["state"])
 	require.Nil(t, got.Agents[1]["totalShardCount"])
+	require.Equal(t, "sweeper", got.Agents[1]["kind"])
 	for _, k := range []string{"expiration", "createdAt", "lastPulseAt"} {
 		require.NotEmpty(t, got.Agents[1][k], k)
 	}
