@@ -38,6 +38,11 @@ const (
 	ShardingDynamic Sharding = "dynamic"
 	// ShardingStatic: the shard count and index are configured (SHARDS_TOTAL, SHARDS_ASSIGNED).
 	ShardingStatic Sharding = "static"
+	// ShardingNone: the agent searches for nothing and has no range: the processor, which delivers
+	// the tasks its queue messages name through event workers of its own. Its row says it is alive,
+	// so that its event workers are not adopted while it runs; the agents that split the hash space
+	// leave it out of their topology.
+	ShardingNone Sharding = "none"
 )
 
 // Agent is one row of the agents table. Times are the database's clock (UTC).

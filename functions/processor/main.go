@@ -19,12 +19,17 @@ import (
 func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
-	p := &processing.Processor{Store: wire.Must(wire.OpenStore(context.Background(), cfg)), Logger: log,
+	store := wire.Must(wire.OpenStore(context.Background(), cfg))
+	p := wire.Must(wire.ProcessorWorkers(&processing.Processor{Store: store, Logger: log,
 		// Tasks are delivered with the signing secret of WEBHOOK_SECRET_ARN, read once here.
 		Tasks: wire.Must(wire.Tasks(context.Background(), cfg, log)),
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		Visibility: wire.Visibility(cfg, wire.Must(wire.SQS(log)))}
+		Visibility: wire.Visibility(cfg, wire.Must(wire.SQS(log)))},
+		// The tasks it delivers join event workers of its own: the container registers as an agent
+		// without a range at its first batch, pulses while a batch runs, and expires once frozen
+		// for good, when the sweepers adopt what its workers still hold.
+		store, cfg, log))
 	lambda.Start(handler(p, os.Stdout, log))
 }
 

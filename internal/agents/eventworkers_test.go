@@ -122,17 +122,23 @@ func (r *seqReceiver) check(t *testing.T, refs, perRef int) {
 	}
 }
 
-func createSeqTasks(t *testing.T, store *mysql.Store, url string, refs, perRef int) {
+// createSeqTasks creates perRef tasks for each of refs references, in order, and returns their ids.
+func createSeqTasks(t *testing.T, store *mysql.Store, url string, refs, perRef int) []int64 {
 	t.Helper()
+	var ids []int64
 	for k := 0; k < perRef; k++ {
 		var batch []exactlyonce.NewTask
 		for r := 0; r < refs; r++ {
 			payload, _ := json.Marshal(seqPayload{Ref: fmt.Sprintf("ref-%d", r), Seq: k})
 			batch = append(batch, exactlyonce.NewTask{URL: url, Payload: payload, ReferenceID: fmt.Sprintf("ref-%d", r), MaxRetries: 3})
 		}
-		_, err := store.CreateTasks(context.Background(), batch)
+		created, err := store.CreateTasks(context.Background(), batch)
 		require.NoError(t, err)
+		for _, c := range created {
+			ids = append(ids, c.ID)
+		}
 	}
+	return ids
 }
 
 // workersOf returns the active event workers run by agent id.
@@ -207,19 +213,26 @@ func TestEventWorkersOfAKilledAgentAreAdopted(t *testing.T) {
 	c.startRole("eventworkers")
 	c.startRole("eventworkers")
 	as := c.converge(2, 30*time.Second)
+	// The process killed is agent-1 (its second), whichever registered first ("started" is printed
+	// before the registration, so the two rows' order is the race's).
+	victim, other := as[1], as[0]
+	if victim.Name != "agent-1" {
+		victim, other = other, victim
+	}
+	require.Equal(t, "agent-1", victim.Name)
 	createSeqTasks(t, c.store, url, seqRefs, seqPerRef)
 	require.Eventually(t, func() bool {
-		return len(workersOf(t, c.store, as[1].ID)) > 0 && rec.count() >= 40
+		return len(workersOf(t, c.store, victim.ID)) > 0 && rec.count() >= 40
 	}, 30*time.Second, 5*time.Millisecond)
 	c.procs[1].Kill()
-	held := workersOf(t, c.store, as[1].ID)
+	held := workersOf(t, c.store, victim.ID)
 	require.NotEmpty(t, held)
 	survivor := c.converge(1, 30*time.Second)
-	require.Equal(t, as[0].ID, survivor[0].ID)
+	require.Equal(t, other.ID, survivor[0].ID)
 	c.drained(60 * time.Second)
 	rec.check(t, seqRefs, seqPerRef)
 	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB()))
-	requireAdopted(t, c.store, held, as[0].ID)
+	requireAdopted(t, c.store, held, other.ID)
 }
 
 // A Lambda-shaped run: an agent whose invocation's deadline arrives while its event workers hold

@@ -15,13 +15,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 )
 
 // Defaults, as Hibernate Search's outbox-polling has them.
@@ -240,13 +241,16 @@ func (m *Member) pulse(ctx context.Context) error {
 	}
 	for _, a := range gone {
 		m.Stats.EjectedOthers.Add(1)
-		m.log.Warn("agent: ejected an expired agent; its range is shared out again", "agent", id, "ejected", a.ID, "name", a.Name)
+		m.log.Warn("agent: ejected an expired agent; its range is shared out again and its event workers adopted",
+			"agent", id, "ejected", a.ID, "name", a.Name)
 	}
 
 	all, err := m.store.Agents(ctx)
 	if err != nil {
 		return fmt.Errorf("read agents: %w", err)
 	}
+	// The agents without a range (processors, Rangeless) are alive but take no part in the split.
+	all = slices.DeleteFunc(all, func(a exactlyonce.Agent) bool { return a.Sharding == exactlyonce.ShardingNone })
 	pos := -1
 	for i, a := range all {
 		if a.ID == id {

@@ -49,8 +49,11 @@ func (slowWork) Inline() bool { return false }
 // leased work of WORK_DELAY per event, leases of LEASE, and its reports of what it settled in the
 // file REPORTS. Its log (JSON) goes to stdout, so that a test can wait for what it says.
 func runChild(role string) int {
-	if role == "eventworkers" {
+	switch role {
+	case "eventworkers":
 		return runEventWorkersChild()
+	case "processor":
+		return runProcessorChild()
 	}
 	if role != "agent" {
 		fmt.Fprintf(os.Stderr, "unknown role %q\n", role)

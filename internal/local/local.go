@@ -142,6 +142,18 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		Metrics: reg.Recorder(metrics.PartProcessor),
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
 			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}}
+	if opt.Sweep.Tasks != nil {
+		// The tasks it delivers join event workers of its own, under an agent without a range.
+		mc := opt.Agent.Member
+		mc.Name = processorName(mc.Name)
+		mc.Kind, mc.Static, mc.Handover, mc.Logger = "processor", nil, false, log
+		err := agents.WithEventWorkers(processor, store, &processing.EventService{Store: store,
+			MaxReferences: opt.Sweep.WorkerMaxReferences, Retention: opt.Sweep.WorkerRetention, Logger: log}, mc)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
 	var m *mapping.Mapping
 	if opt.MappingConcurrency >= 0 {
 		m = mapping.New(client, processor.Handle, mapping.Config{
@@ -220,6 +232,12 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		if m != nil {
 			_ = m.Run(ctx)
 		}
+		// Its event workers stop and its agent leaves: the sweeper adopts what they still hold.
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := processor.Close(cctx); err != nil {
+			log.Warn("local: the processor could not leave; its event workers are adopted once its agent expires", "err", err)
+		}
 	}()
 	runCounters(ctx, &wg, counterMapping) // counters.go
 	wg.Add(1)
@@ -238,6 +256,16 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		sys.done <- errors.Join(all...)
 	}()
 	return sys, nil
+}
+
+// processorName is the local processor's agent name: AGENT_NAME's (the sweeper's) with
+// "-processor", or processor-<pid>-<host>.
+func processorName(name string) string {
+	if name != "" {
+		return name + "-processor"
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("processor-%d-%s", os.Getpid(), host)
 }
 
 // sweeperAgent returns the local sweeper: an agent of kind "sweeper" with the sweeper's work,

@@ -28,7 +28,10 @@ const (
 var roleGrants = map[Role][]string{
 	RoleAPI: {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantReadSettledCount", "GrantReadCounterSums",
 		"GrantKeyBuckets", "GrantReadInsertKeys", "GrantReadAgents", "GrantTaskBuckets", "GrantReadAttempts", "GrantRetryTasks", "GrantReadEventWorkers"},
-	RoleProcessor: {"GrantClaimSettleEvents", "GrantReadCounter", "GrantTaskBuckets", "GrantRecordAttempts", "GrantSettleEventWorkers"},
+	// A processor that delivers tasks registers as an agent without a range (agents.Rangeless), its
+	// id from the counter, and runs event workers of its own.
+	RoleProcessor: {"GrantClaimSettleEvents", "GrantAdvanceCounter", "GrantAgents", "GrantTaskBuckets", "GrantRecordAttempts",
+		"GrantRunEventWorkers"},
 	// A sweeper registers as an agent, whose id it takes from the counter (RegisterAgent).
 	RoleSweeper: {"GrantClaimSettleEvents", "GrantAgents", "GrantAdvanceCounter", "GrantFoldSettledCount", "GrantPruneKeys",
 		"GrantReadCounterSums", "GrantSweepCounterFacts", "GrantSweepCounterNotifications", "GrantTaskBuckets",

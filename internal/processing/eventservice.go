@@ -242,6 +242,14 @@ func (s *EventService) Stop(ctx context.Context) error {
 	return nil
 }
 
+// Reset forgets every event worker of this service without writing anything: its agent was
+// ejected, so they are the adopters' now (agents.Rangeless.Reset). The service starts over empty.
+func (s *EventService) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.workers, s.byRef, s.order, s.refill = nil, nil, nil, nil
+}
+
 // Recover adopts the live event workers whose agent is gone (expired, or no longer registered)
 // and whose first reference falls in r, the agent's range: each becomes this service's, and the
 // open heads of its references are queued for delivery (TakeRefill), in their order; the tasks

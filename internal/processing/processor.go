@@ -2,6 +2,7 @@ package processing
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -30,9 +31,39 @@ type Processor struct {
 	Visibility *sqsbatch.Visibility
 	// Tasks, when set with a Deliverer, makes the processor deliver tasks (Engine.Tasks).
 	Tasks *Tasks
+	// Workers, when set with Agent, packs the tasks the processor delivers into event workers
+	// (EventService), as the agents do: a reference's tasks have one owner at a time whichever path
+	// found them. Its AgentID is Agent's.
+	Workers *EventService
+	// Agent is the processor's registration as an agent without a range (agents.Rangeless): held
+	// for every batch, so that its event workers are not adopted while it delivers, and gone when
+	// it stops pulsing, so that they are.
+	Agent Membership
 	// Metrics, when set, records the batches' metrics (claims, outcomes, the store's transactions);
 	// nil: the Recorder the context carries, if any (the Lambda's, wire.Invocation).
 	Metrics *metrics.Recorder
+}
+
+// Membership is a processor's registration as an agent (agents.Rangeless).
+type Membership interface {
+	// Hold registers or pulses the agent as needed and keeps it alive until release is called.
+	Hold(ctx context.Context) (release func(), err error)
+	// Leave deletes the agent's row.
+	Leave(ctx context.Context) error
+}
+
+// Close is a processor process stopping (SIGTERM, the end of a local run): its event workers are
+// marked willTerminate, those with nothing left done, and its agent leaves, so that the agents
+// adopt what the workers still hold at their next pulse. A Lambda's processor is never closed: its
+// container is frozen, then reclaimed, and its agent expires.
+func (p *Processor) Close(ctx context.Context) error {
+	if p.Workers == nil || p.Agent == nil {
+		return nil
+	}
+	if err := p.Workers.Stop(ctx); err != nil {
+		return fmt.Errorf("processor: stop its event workers: %w", err)
+	}
+	return p.Agent.Leave(ctx)
 }
 
 // Handle is the Lambda handler. It never returns an error (which would fail the whole batch): it
@@ -76,6 +107,15 @@ func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) 
 	}
 	engine := &Engine{Store: p.Store, By: exactlyonce.ByProcessor, Works: p.Works, Lease: p.Lease, Backoff: p.Backoff, Report: p.Report,
 		Logger: p.logger(), Tasks: p.Tasks}
+	if p.Workers != nil && p.Agent != nil {
+		// Alive as an agent for the whole batch: its event workers are its own while it delivers.
+		release, err := p.Agent.Hold(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("processor: its agent could not pulse, so it delivers nothing: %w", err)
+		}
+		defer release()
+		engine.Workers = p.Workers
+	}
 	outcomes, err := engine.ProcessIDs(ctx, ids)
 	if err != nil {
 		return nil, err

@@ -224,3 +224,24 @@ func EventService(store processing.WorkerStore, c config.Config, log *slog.Logge
 	return &processing.EventService{Store: store, MaxReferences: c.Webhook.WorkerMaxReferences,
 		Retention: c.Webhook.WorkerRetention, Logger: log}
 }
+
+// ProcessorWorkers gives processor p (and returns it), when it delivers tasks, an EventService of
+// its own and its registration as an agent without a range (kind "processor"; AGENT_NAME,
+// AGENT_PULSE_INTERVAL and AGENT_EXPIRATION apply): the tasks it delivers join event workers as
+// the agents' do. Its name is the Lambda container's log stream when there is one, else
+// processor-<pid>-<host>.
+func ProcessorWorkers(p *processing.Processor, store *mysql.Store, c config.Config, log *slog.Logger) (*processing.Processor, error) {
+	if p.Tasks == nil {
+		return p, nil
+	}
+	mc := AgentVars(c.Agent).Member
+	mc.Kind, mc.Logger = "processor", log
+	if mc.Name == "" {
+		mc.Name = os.Getenv("AWS_LAMBDA_LOG_STREAM_NAME")
+	}
+	if mc.Name == "" {
+		host, _ := os.Hostname()
+		mc.Name = fmt.Sprintf("processor-%d-%s", os.Getpid(), host)
+	}
+	return p, agents.WithEventWorkers(p, store, EventService(store, c, log), mc)
+}

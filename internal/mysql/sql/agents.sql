@@ -11,7 +11,8 @@
 -- Registers an agent, WAITING, with the id just taken from the status counter in the same
 -- transaction (LockCounter, AdvanceCounter): nobody else can take that id, so ids are unique
 -- without a unique index. Its expiration is the database's clock plus the expiration interval
--- (microseconds). Static agents register with their assignment, dynamic ones with NULL.
+-- (microseconds). Static agents register with their assignment, dynamic ones and the processors'
+-- agents without a range (sharding 'none', which the others leave out of their topology) with NULL.
 INSERT INTO agents (id, name, kind, sharding, state, total_shard_count, assigned_shard_index,
                     expiration, created_at, last_pulse_at)
 VALUES (?, ?, ?, ?, 'WAITING', ?, ?, NOW(6) + INTERVAL ? MICROSECOND, NOW(6), NOW(6));

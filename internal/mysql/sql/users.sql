@@ -30,19 +30,15 @@ GRANT SELECT, INSERT ON events TO /*user*/;
 -- name: GrantAdvanceCounter
 -- api: the allocators lock the counter and advance it (LockCounter's SELECT ... FOR UPDATE, which
 -- MySQL 8 allows with SELECT plus UPDATE; AdvanceCounter). No INSERT or DELETE: only migrate seeds
--- the row. sweeper: an agent takes its id from the counter when it registers (RegisterAgent), so
--- that agent ids are unique without a unique index.
+-- the row. sweeper and processor: an agent takes its id from the counter when it registers
+-- (RegisterAgent), so that agent ids are unique without a unique index; the processor also reads
+-- it (Outcomes tells an id that names no event from a settled one by it).
 GRANT SELECT, UPDATE ON status TO /*user*/;
 
 -- name: GrantClaimSettleEvents
 -- processor and sweeper: claim (SELECT ... FOR UPDATE SKIP LOCKED), lease, settle and release
 -- events, and read their states. They never insert or delete one.
 GRANT SELECT, UPDATE ON events TO /*user*/;
-
--- name: GrantReadCounter
--- processor: Outcomes reads the counter (ReadCounter, a consistent read without a lock) to tell an
--- id that names no event from a settled one. It never advances it.
-GRANT SELECT ON status TO /*user*/;
 
 -- name: GrantReadSettledCount
 -- api: GET /events reads the count's row under a shared lock (LockSettledCount). MySQL 8 allows a
@@ -114,6 +110,8 @@ GRANT SELECT, DELETE ON idempotency_keys TO /*user*/;
 -- name: GrantAgents
 -- sweeper: the sweepers are agents (internal/agents): they register (INSERT), pulse and persist
 -- their assignment (UPDATE), eject expired agents and leave (DELETE), and read the topology.
+-- processor: it registers as an agent without a range (INSERT, its RUNNING state by UPDATE),
+-- pulses (UPDATE) and leaves (DELETE); it ejects nobody, but DELETE cannot be granted per row.
 GRANT SELECT, INSERT, UPDATE, DELETE ON agents TO /*user*/;
 
 -- name: GrantReadAgents
@@ -148,10 +146,12 @@ GRANT UPDATE (state, position, attempts, last_error, next_attempt_at, processed_
 -- adopt and stop them (UPDATE), read the live ones (recovery), and prune the done ones (DELETE).
 GRANT SELECT, INSERT, UPDATE, DELETE ON event_workers TO /*user*/;
 
--- name: GrantSettleEventWorkers
--- processor: a task it settles that names an event worker changes that worker's counts in the
--- settlement (SettleWorkers). It creates, adopts and deletes none.
-GRANT SELECT, UPDATE ON event_workers TO /*user*/;
+-- name: GrantRunEventWorkers
+-- processor: it runs event workers of its own (agents.Rangeless): creates them (InsertWorker),
+-- grows and stops them (UPDATE), and a task it settles that names an event worker changes that
+-- worker's counts in the settlement (SettleWorkers). It adopts none (it has no range) and prunes
+-- none (DELETE is the sweepers').
+GRANT SELECT, INSERT, UPDATE ON event_workers TO /*user*/;
 
 -- name: GrantReadEventWorkers
 -- api: GET /workers and GET /workers/{workerId} read the registry (consistent reads).
