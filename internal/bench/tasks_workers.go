@@ -126,6 +126,9 @@ func (r *run) runTaskWorkers(ctx context.Context, group string) error {
 		Note: "the same tasks, alternating rounds, the engine without an EventService (the contender: no registry)"}
 	r.add(withRow, withoutRow, ratio(group, "tasks_event_workers_ratio", withRow, withoutRow, atLeast(0.9),
 		"delivery through the EventService vs with the registry's bookkeeping off"))
+	if err := r.runProcessorWorkers(ctx, group, store, srv.URL); err != nil {
+		return err
+	}
 	return r.runWorkerRecovery(ctx, group, store, create, &delivered, &firstAt)
 }
 
