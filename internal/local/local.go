@@ -138,21 +138,21 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency,
 		Metrics: reg.Recorder(metrics.PartAPI)}
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	processor := &processing.Processor{Store: store, Logger: log, Report: opt.Report, Tasks: opt.Sweep.Tasks,
+	pollers := opt.MappingConcurrency
+	if pollers <= 0 {
+		pollers = mapping.DefaultConcurrency
+	}
+	processor, err := newProcessors(processing.Processor{Store: store, Logger: log, Report: opt.Report, Tasks: opt.Sweep.Tasks,
 		Metrics: reg.Recorder(metrics.PartProcessor),
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
-			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}}
-	if opt.Sweep.Tasks != nil {
-		// The tasks it delivers join event workers of its own, under an agent without a range.
-		mc := opt.Agent.Member
-		mc.Name = processorName(mc.Name)
-		mc.Kind, mc.Static, mc.Handover, mc.Logger = "processor", nil, false, log
-		err := agents.WithEventWorkers(processor, store, &processing.EventService{Store: store,
-			MaxReferences: opt.Sweep.WorkerMaxReferences, Retention: opt.Sweep.WorkerRetention, Logger: log}, mc)
-		if err != nil {
-			ln.Close()
-			return nil, err
+			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}},
+		pollers, store, opt, processorName(opt.Agent.Member.Name), log)
+	if err != nil {
+		ln.Close()
+		if mln != nil {
+			mln.Close()
 		}
+		return nil, err
 	}
 	var m *mapping.Mapping
 	if opt.MappingConcurrency >= 0 {
@@ -232,7 +232,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		if m != nil {
 			_ = m.Run(ctx)
 		}
-		// Its event workers stop and its agent leaves: the sweeper adopts what they still hold.
+		// Their event workers stop and their agents leave: the sweeper adopts what they still hold.
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := processor.Close(cctx); err != nil {
