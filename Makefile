@@ -5,7 +5,7 @@ PKGS := . ./cmd/... ./functions/... ./internal/...
 FUNCTIONS := api processor sweeper migrate counter
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: help run test test-go db sqslocal local agent redrive vet clean
+.PHONY: help run test test-go db sqslocal browser local agent redrive vet clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -16,7 +16,7 @@ help: ## list the targets
 run: db sqslocal local ## run the whole system locally (MariaDB, local SQS, API on :8080, processor, sweeper)
 	scripts/run.sh
 
-test: db sqslocal ## every test: unit, integration (MariaDB + SQS protocol), failure scenarios, infrastructure, bench smoke
+test: db sqslocal browser ## every test: unit, integration (MariaDB + SQS protocol), the console in Chromium, failure scenarios, infrastructure, bench smoke
 	$(MAKE) test-go
 	$(if $(wildcard chaos.mk),$(MAKE) chaos-short)
 	$(if $(wildcard bench.mk),$(MAKE) bench-smoke BENCH_OUT=build/bench-smoke.json)
@@ -27,6 +27,10 @@ test-go: ## the Go tests of the application (needs `make db`)
 
 db: ## install and start MariaDB if needed, and create the project's user
 	scripts/mariadb.sh ensure
+
+browser: ## install Debian's Chromium and the pinned axe-core (npm ci) for the console's browser tests
+	scripts/chromium.sh ensure
+	$(MAKE) --no-print-directory $(NODE_MODULES_STAMP)
 
 sqslocal: ## build the local SQS endpoint (goaws as a library, its own module)
 	cd tools/sqslocal && $(GO) build -o ../../bin/sqslocal .

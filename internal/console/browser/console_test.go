@@ -1,0 +1,258 @@
+package browser_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/local"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
+)
+
+// system is a whole local system with the console, and what the test drives it with.
+type system struct {
+	url     string // the API's base URL; the console is at url + "/ui/"
+	dsn     string
+	client  *sqs.Client
+	events  queue.Queues
+	counts  string // the counters queue's URL
+	failing atomic.Bool
+	hook    string // the webhook receiver's URL
+}
+
+func startSystem(t *testing.T) *system {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := localsqs.Start("") // an endpoint of its own: the counter service's queues have fixed names
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	s := &system{client: localsqs.NewClient(srv.URL)}
+	db, dsn := testdb.DB(t, 20)
+	s.dsn = dsn
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")}
+	counters, err := local.EnsureCounters(ctx, s.client, awsCfg, srv.URL, log)
+	require.NoError(t, err)
+	s.counts = counters.Queues.URL
+	s.events, err = queue.Ensure(ctx, s.client, queue.QueueSpec{Name: "events", VisibilityTimeout: 30, MaxReceiveCount: 5})
+	require.NoError(t, err)
+
+	// The webhook receiver: a task whose payload says "bad" gets a 400 (a permanent failure) while
+	// failing is set; everything else a 200.
+	s.failing.Store(true)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte(`"bad"`)) && s.failing.Load() {
+			http.Error(w, "refused on purpose", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(recv.Close)
+	s.hook = recv.URL
+
+	tasks := &processing.Tasks{Deliverer: webhook.New(webhook.Config{Key: []byte("console-browser-test-signing-key-0123456789"),
+		AllowLoopback: true, Timeout: 5 * time.Second}), RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
+	sys, err := local.Start(ctx, store, s.client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: s.events, Counters: counters,
+		SweepInterval: 100 * time.Millisecond, Sweep: sweeping.Config{Tasks: tasks, Logger: log},
+		Agent: agents.Config{Member: agents.MemberConfig{Name: "local-sweeper", PulseInterval: 200 * time.Millisecond,
+			Expiration: time.Second}, PollInterval: 100 * time.Millisecond}}, log)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, sys.Wait())
+	})
+	s.url = sys.URL
+	return s
+}
+
+// post sends a create to the API and returns the new event's id.
+func (s *system) post(t *testing.T, path, body string) int64 {
+	t.Helper()
+	resp, err := http.Post(s.url+path, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct{ ID int64 }
+	b, _ := io.ReadAll(resp.Body)
+	require.Less(t, resp.StatusCode, 300, "%s %s: %s", path, body, b)
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out.ID
+}
+
+// state reads an event's state through the API.
+func (s *system) state(t *testing.T, id int64) string {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("%s/events/%d", s.url, id))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct{ State string }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out.State
+}
+
+func task(url, ref, payload string) string {
+	return fmt.Sprintf(`{"url":%q,"referenceId":%q,"payload":%s,"maxRetries":1}`, url, ref, payload)
+}
+
+// show opens a page of the console that is already loaded: a change of the location's hash, as a
+// click on a link makes (a navigation of the fragment alone loads nothing).
+func show(hash string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = %q`, hash))
+}
+
+// text is the JavaScript of an element's text, "" when it is missing.
+func text(sel string) string {
+	return fmt.Sprintf(`(document.querySelector(%q) ? document.querySelector(%q).textContent : '')`, sel, sel)
+}
+
+// The console against a running system, as an operator uses it: the overview counts what the API
+// creates; a task that failed (its receiver answered 400) is listed, retried from the page with a
+// confirmation, and completes; an agent killed with SIGKILL leaves the ring and its range moves to
+// the other; the workers, a user's counts and a DLQ (dry run, then redrive) are shown; a payload
+// holding markup is shown as text. Each page is screenshot to build/ui/ and checked by axe-core.
+func TestConsoleInABrowser(t *testing.T) {
+	s := startSystem(t)
+	b := browser(t)
+	ui := s.url + "/ui/"
+
+	// Overview: the counts follow what the API creates.
+	run(t, b, "open the overview", chromedp.Navigate(ui), until(`/^\d+$/.test(`+text("#count-total")+`)`))
+	var okIDs []int64
+	for i := range 3 {
+		okIDs = append(okIDs, s.post(t, "/events/async", task(s.hook, "ref-ok", fmt.Sprintf(`{"n":%d}`, i))))
+	}
+	bad := s.post(t, "/events/async", task(s.hook, "ref-bad", `{"kind":"bad"}`))
+	markup := s.post(t, "/events/async", task(s.hook, "ref-markup", `{"note":"<img src=x onerror=\"window.injected=1\">"}`))
+	s.post(t, "/events", "")
+	run(t, b, "the overview counts every event, one failed",
+		until(text("#count-total")+` === '6' && `+text("#count-failed")+` === '1' && `+text("#count-processed")+` === '5'`))
+	shot(t, b, "overview")
+	accessible(t, b, "overview")
+
+	// Keyboard: the skip link first, then every section of the navigation, each focus visible.
+	var order []string
+	for range 10 {
+		run(t, b, "tab", chromedp.KeyEvent(kb.Tab))
+		order = append(order, value(t, b, "the focused element", chromedp.Evaluate[string](`document.activeElement.textContent.trim() + '|' +
+			getComputedStyle(document.activeElement).outlineStyle`)))
+	}
+	require.Equal(t, []string{"Skip to content|solid", "Overview|solid", "Events|solid", "Failed tasks|solid", "References|solid",
+		"Agents|solid", "Workers|solid", "Counters|solid", "Queues|solid"}, order[:9], "keyboard order and visible focus")
+
+	// Events: the recent processed ones are listed.
+	run(t, b, "list processed events", show("#/events?state=processed"),
+		until(fmt.Sprintf(`document.querySelector('#events-table a[href="#/events/%d"]') !== null`, okIDs[0])))
+	shot(t, b, "events")
+	accessible(t, b, "events")
+
+	// A payload with markup is text on the event's page, and nothing of it ran.
+	run(t, b, "open the task with markup", show(fmt.Sprintf("#/events/%d", markup)),
+		until(text("#event-fields")+`.includes('<img src=x onerror=')`))
+	injected := value(t, b, "whether the markup ran", chromedp.Evaluate[bool](`window.injected === 1`))
+	require.False(t, injected, "markup from a payload ran in the console")
+
+	// Failed tasks: the failed one is listed with its error; it is retried from the page, and completes.
+	run(t, b, "list failed tasks", show("#/failed"),
+		until(fmt.Sprintf(`document.querySelector('[data-retry="%d"]') !== null`, bad)),
+		until(text("#failed-table")+`.includes('refused on purpose')`))
+	shot(t, b, "failed")
+	accessible(t, b, "failed tasks")
+	s.failing.Store(false)
+	run(t, b, "retry from the page", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-retry="%d"]`, bad))),
+		until(`document.getElementById('confirm').open`))
+	shot(t, b, "retry-confirm")
+	run(t, b, "confirm the retry", chromedp.Click(chromedp.CSS("#confirm-ok")),
+		until(text("#status")+`.includes('pending again')`))
+	testutil.Eventually(t, 30*time.Second, "the retried task completes", func() bool { return s.state(t, bad) == "completed" })
+	run(t, b, "the task's page", show(fmt.Sprintf("#/events/%d", bad)),
+		until(text("#event-fields")+`.includes('completed')`),
+		until(`document.querySelectorAll('#attempts-table tbody tr').length === 2`),
+		until(`document.querySelector('#reference-around tr.current') !== null`))
+	shot(t, b, "event")
+	accessible(t, b, "event")
+
+	run(t, b, "the reference's tasks", show("#/references/ref-ok"),
+		until(`document.querySelectorAll('#reference-table tbody tr').length === 3`))
+	shot(t, b, "reference")
+	accessible(t, b, "reference")
+
+	// Agents: a second agent takes half of the ring; killed, its range moves to the first.
+	doomed := child.Start(t, "agent", "DB_DSN="+s.dsn, "AGENT_NAME=doomed-agent", "AGENT_PULSE_INTERVAL=200ms",
+		"AGENT_EXPIRATION=1s", "AGENT_POLL_INTERVAL=100ms")
+	_, err := doomed.WaitLine("started", 30*time.Second)
+	require.NoError(t, err)
+	run(t, b, "two agents share the ring", show("#/agents"),
+		until(`document.querySelectorAll('#ring path[data-agent]').length === 2`))
+	shot(t, b, "agents-two")
+	accessible(t, b, "agents")
+	doomed.Kill()
+	run(t, b, "the killed agent's range moves to the other",
+		until(`document.querySelectorAll('#ring path[data-agent]').length === 1 && `+
+			`document.querySelector('#ring path[data-agent]').getAttribute('data-agent') === 'local-sweeper' && `+
+			text("#ring-legend")+`.includes('local-sweeper: 0 – 4294967295')`))
+	shot(t, b, "agents-after-kill")
+
+	run(t, b, "the event workers", show("#/workers"),
+		until(`document.querySelectorAll('#workers-table tbody tr td').length > 1`))
+	shot(t, b, "workers")
+	accessible(t, b, "workers")
+
+	// Counters: a count sent through the counter service's queue.
+	_, err = s.client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(s.counts),
+		MessageBody: aws.String(`{"entityId":"m1","entityType":"message","userId":"alice","action":"added"}`)})
+	require.NoError(t, err)
+	testutil.Eventually(t, 30*time.Second, "alice's count", func() bool {
+		resp, err := http.Get(s.url + "/counters/alice/message")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	run(t, b, "a user's counts", show("#/counters?user=alice"),
+		until(text("#counters-table")+`.includes('message')`))
+	shot(t, b, "counters")
+	accessible(t, b, "counters")
+
+	// Queues: a message in the events DLQ, a dry run that moves nothing, then a redrive.
+	_, err = s.client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(s.events.DLQURL),
+		MessageBody: aws.String(fmt.Sprintf(`{"ids":[%d]}`, okIDs[0]))})
+	require.NoError(t, err)
+	run(t, b, "the queues", show("#/queues"),
+		until(`document.querySelector('[data-redrive="events"][data-dry-run="true"]') !== null`),
+		chromedp.Click(chromedp.CSS(`[data-redrive="events"][data-dry-run="true"]`)),
+		until(text("#redrive-result")+`.includes('1 message(s) would be moved')`))
+	shot(t, b, "queues-dry-run")
+	accessible(t, b, "queues")
+	run(t, b, "redrive", chromedp.Click(chromedp.CSS(`[data-redrive="events"][data-dry-run="false"]`)),
+		until(`document.getElementById('confirm').open`), chromedp.Click(chromedp.CSS("#confirm-ok")),
+		until(text("#redrive-result")+`.includes('1 message(s) moved')`))
+	shot(t, b, "queues-redriven")
+}

@@ -1,0 +1,503 @@
+// The operators' console: one page, a hash route per section. It reads the API through the
+// console's own server (/ui/api/...), which forwards only the routes it allows (locally to the API
+// in the same process, against AWS signed with the operator's credentials). Every value from the
+// server is put in the page as text (textContent, never innerHTML), so nothing stored in an event
+// can run as markup. Every action that changes something (retry, redrive) is a POST that carries
+// the session's CSRF token and asks for a confirmation first.
+'use strict';
+
+const session = { csrfToken: '', mode: '' };
+let timers = [];   // the current page's refreshes, cleared when the page changes
+let paused = false; // auto-refresh paused by the operator
+let lastSample = null; // the overview's previous counts, for rates
+
+// el builds an element: attrs are attributes (on* are listeners, and null skips one), children are
+// nodes or text (null and false are skipped, arrays are flattened).
+function el(tag, attrs, ...children) {
+  const node = tag === 'svg' || tag === 'path' || tag === 'circle' || tag === 'title' || tag === 'g' || tag === 'text'
+    ? document.createElementNS('http://www.w3.org/2000/svg', tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? '' : String(v));
+  }
+  const add = (c) => {
+    if (c === null || c === undefined || c === false) return;
+    if (Array.isArray(c)) { c.forEach(add); return; }
+    node.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
+  };
+  children.forEach(add);
+  return node;
+}
+
+function status(text, isError) {
+  const s = document.getElementById('status');
+  s.textContent = text || '';
+  s.classList.toggle('error', !!isError);
+}
+
+// api calls the console's server: path is the API's own path ("/agents").
+async function api(path, opts = {}) {
+  const init = { method: opts.method || 'GET', headers: { Accept: 'application/json' }, credentials: 'same-origin' };
+  if (init.method !== 'GET') {
+    init.headers['X-CSRF-Token'] = session.csrfToken;
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(opts.body || {});
+  }
+  const resp = await fetch('api' + path, init);
+  let body = null;
+  try { body = await resp.json(); } catch (e) { body = null; }
+  if (!resp.ok) {
+    const msg = body && body.error ? body.error : 'HTTP ' + resp.status;
+    const err = new Error(msg);
+    err.status = resp.status;
+    throw err;
+  }
+  return body;
+}
+
+function fmtTime(t) {
+  if (!t) return '—';
+  const d = new Date(t);
+  return isNaN(d) ? String(t) : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+}
+function fmtNum(n) { return n === null || n === undefined ? '—' : Number(n).toLocaleString('en-US'); }
+function fmtSeconds(s) {
+  if (s === null || s === undefined) return 'nothing waiting';
+  if (s < 1) return (s * 1000).toFixed(0) + ' ms';
+  if (s < 120) return s.toFixed(1) + ' s';
+  if (s < 7200) return (s / 60).toFixed(1) + ' min';
+  return (s / 3600).toFixed(1) + ' h';
+}
+function badge(state) {
+  const cls = { processed: 'ok', completed: 'ok', failed: 'bad', processing: 'info', pending: 'warn', queued: 'warn',
+    active: 'ok', expired: 'bad', done: 'info' }[state] || 'info';
+  return el('span', { class: 'badge ' + cls }, state);
+}
+function eventLink(id) { return el('a', { href: '#/events/' + encodeURIComponent(id) }, String(id)); }
+function refLink(ref) { return ref ? el('a', { href: '#/references/' + encodeURIComponent(ref) }, ref) : '—'; }
+
+function table(caption, headers, rows, opts = {}) {
+  return el('table', { id: opts.id || null },
+    el('caption', null, caption),
+    el('thead', null, el('tr', null, headers.map((h) => el('th', { scope: 'col', class: /^(#|sum|version|count|visible|in flight|delayed|attempts|remaining|completed|failed|max)/i.test(h) ? 'num' : null }, h)))),
+    el('tbody', null, rows.length ? rows : el('tr', null, el('td', { colspan: headers.length, class: 'muted' }, opts.empty || 'Nothing to show.'))));
+}
+function row(cells, attrs) { return el('tr', attrs || null, cells.map((c) => (c instanceof Node && c.tagName === 'TD') ? c : el('td', null, c))); }
+function num(v) { return el('td', { class: 'num' }, fmtNum(v)); }
+
+// confirm asks before a change, in the page's dialog (keyboard: Escape cancels, focus starts on
+// Cancel so that Enter alone never confirms).
+function confirmAction(title, text) {
+  const d = document.getElementById('confirm');
+  document.getElementById('confirm-title').textContent = title;
+  document.getElementById('confirm-text').textContent = text;
+  return new Promise((resolve) => {
+    d.addEventListener('close', () => resolve(d.returnValue === 'ok'), { once: true });
+    d.returnValue = '';
+    d.showModal();
+    document.getElementById('confirm-cancel').focus();
+  });
+}
+
+// every refreshes a part of the current page while it is shown.
+function every(ms, fn) {
+  const tick = async () => { if (!paused && !document.hidden) { try { await fn(); } catch (e) { status(e.message, true); } } };
+  timers.push(setInterval(tick, ms));
+}
+
+function pauseButton() {
+  return el('button', { type: 'button', id: 'pause', 'aria-pressed': String(paused), onclick: (ev) => {
+    paused = !paused;
+    ev.currentTarget.setAttribute('aria-pressed', String(paused));
+    ev.currentTarget.textContent = paused ? 'Resume auto-refresh' : 'Pause auto-refresh';
+  } }, paused ? 'Resume auto-refresh' : 'Pause auto-refresh');
+}
+
+// replace swaps a region's content, keeping its place (and the focus of anything outside it).
+function replace(id, node) {
+  const old = document.getElementById(id);
+  if (old) old.replaceWith(node);
+}
+
+// ---- Overview
+
+async function overview(main) {
+  main.append(el('h1', null, 'Overview'), pauseButton(), el('div', { id: 'ov-body' }, el('p', null, 'Loading…')));
+  const draw = async () => {
+    const [ov, qs] = await Promise.all([api('/overview'), api('/queues').catch((e) => ({ error: e.message }))]);
+    const now = Date.parse(ov.time) || Date.now();
+    const e = ov.events;
+    let rates = null;
+    if (lastSample && now > lastSample.at) {
+      const dt = (now - lastSample.at) / 1000;
+      const rate = (k) => Math.max(0, (e[k] - lastSample.events[k]) / dt);
+      rates = { created: rate('total'), processed: rate('processed'), failed: rate('failed') };
+    }
+    lastSample = { at: now, events: e };
+    const card = (id, label, value) => el('li', { class: 'card' }, el('span', { class: 'label', id: id + '-label' }, label),
+      el('span', { class: 'value', id, 'aria-labelledby': id + '-label ' + id }, value));
+    replace('ov-body', el('div', { id: 'ov-body' },
+      el('h2', null, 'Events by state'),
+      el('ul', { class: 'cards' },
+        card('count-pending', 'Pending', fmtNum(e.pending)),
+        card('count-processing', 'Processing', fmtNum(e.processing)),
+        card('count-queued', 'Queued behind their reference', fmtNum(e.queued)),
+        card('count-processed', 'Processed', fmtNum(e.processed)),
+        card('count-failed', 'Failed', fmtNum(e.failed)),
+        card('count-total', 'Total', fmtNum(e.total))),
+      el('h2', null, 'Waiting and rates'),
+      el('ul', { class: 'cards' },
+        card('oldest-waiting', 'Oldest waiting event', fmtSeconds(ov.oldestWaitingSeconds)),
+        card('waiting', 'Waiting for a worker', fmtNum(ov.waiting)),
+        card('rate-created', 'Created / s', rates ? rates.created.toFixed(1) : '…'),
+        card('rate-processed', 'Processed / s', rates ? rates.processed.toFixed(1) : '…'),
+        card('rate-failed', 'Failed / s', rates ? rates.failed.toFixed(1) : '…')),
+      el('p', { class: 'muted' }, 'Rates are the change between two refreshes, on the database clock (' + fmtTime(ov.time) + ').'),
+      el('h2', null, 'Queues'),
+      queuesTable(qs, false)));
+    status('Updated ' + new Date().toLocaleTimeString());
+  };
+  await draw();
+  every(2000, draw);
+}
+
+// ---- Events
+
+const listStates = ['pending', 'processing', 'queued', 'failed', 'processed'];
+
+async function events(main, params) {
+  const state = listStates.includes(params.get('state')) ? params.get('state') : 'pending';
+  const kind = ['plain', 'task'].includes(params.get('kind')) ? params.get('kind') : '';
+  const before = /^\d+$/.test(params.get('before') || '') ? params.get('before') : '';
+  const link = (s, k, b) => '#/events?' + new URLSearchParams(Object.entries({ state: s, kind: k, before: b }).filter(([, v]) => v)).toString();
+  const kindSelect = el('select', { id: 'kind', name: 'kind' },
+    el('option', { value: '', selected: kind === '' }, 'all'),
+    el('option', { value: 'plain', selected: kind === 'plain' }, 'plain'),
+    el('option', { value: 'task', selected: kind === 'task' }, 'task'));
+  const lookup = el('input', { id: 'lookup', name: 'id', inputmode: 'numeric', pattern: '[0-9]+', required: true, size: 12 });
+  main.append(el('h1', null, 'Events'),
+    el('form', { class: 'inline', role: 'search', onsubmit: (ev) => { ev.preventDefault(); location.hash = '#/events/' + encodeURIComponent(lookup.value.trim()); } },
+      el('label', { for: 'lookup' }, 'Look up an event by id', lookup), el('button', { type: 'submit' }, 'Open')),
+    el('nav', { 'aria-label': 'Event states' }, el('ul', { class: 'tabs' }, listStates.map((s) =>
+      el('li', null, el('a', { href: link(s, kind, ''), 'aria-current': s === state ? 'page' : null }, s === 'processed' ? 'processed (recent)' : s))))),
+    el('form', { class: 'inline', onsubmit: (ev) => { ev.preventDefault(); location.hash = link(state, kindSelect.value, ''); } },
+      el('label', { for: 'kind' }, 'Kind', kindSelect), el('button', { type: 'submit' }, 'Filter')),
+    el('div', { id: 'ev-body' }, el('p', null, 'Loading…')));
+  const q = new URLSearchParams({ state });
+  if (kind) q.set('kind', kind);
+  if (before) q.set('before', before);
+  const res = await api('/events?' + q.toString());
+  const rows = res.events.map((e) => row([eventLink(e.id), e.kind || 'plain', badge(e.state), fmtTime(e.createdAt),
+    fmtTime(e.completedAt || e.processedAt), refLink(e.referenceId), el('td', { class: 'num' }, fmtNum(e.attempts || 0)),
+    el('td', { class: 'wrap' }, e.exceptionMessage || e.lastError || '')]));
+  replace('ev-body', el('div', { id: 'ev-body' },
+    res.recentOnly ? el('p', { class: 'muted' }, 'Processed events not yet folded into the history by the sweeper (the recent ones). Older ones: look them up by id.') : null,
+    table((kind ? kind + ' ' : '') + state + ' events, newest first', ['#', 'kind', 'state', 'created', 'settled', 'reference', 'attempts', 'error'], rows, { id: 'events-table' }),
+    el('div', { class: 'pager' },
+      before ? el('a', { href: link(state, kind, '') }, 'Newest') : null,
+      res.next ? el('a', { href: link(state, kind, res.next), id: 'older' }, 'Older') : null)));
+}
+
+async function eventPage(main, id) {
+  main.append(el('h1', null, 'Event ' + id), el('div', { id: 'event-body' }, el('p', null, 'Loading…')));
+  const e = await api('/events/' + encodeURIComponent(id));
+  const fields = el('dl', { class: 'fields', id: 'event-fields' }, Object.entries(e).map(([k, v]) => [
+    el('dt', null, k), el('dd', null, k === 'state' ? badge(v) : (v !== null && typeof v === 'object') ? el('pre', null, JSON.stringify(v, null, 2)) : (v === null ? '—' : String(v)))]));
+  const parts = [fields];
+  if (e.kind === 'task') {
+    if (e.isFailed) {
+      parts.push(el('p', null, retryButton(e.id, () => route())));
+    }
+    const at = await api('/events/' + encodeURIComponent(id) + '/attempts');
+    parts.push(el('h2', null, 'Attempts'), table('Delivery attempts', ['#', 'started', 'duration (ms)', 'status', 'error'],
+      at.attempts.map((a) => row([el('td', { class: 'num' }, a.number), fmtTime(a.startedAt), el('td', { class: 'num' }, a.durationMs.toFixed(1)),
+        a.status === null ? '—' : String(a.status), el('td', { class: 'wrap' }, a.error || '')])), { id: 'attempts-table' }));
+    if (e.referenceId) {
+      parts.push(el('h2', null, 'Its reference\'s order'), await referenceAround(e.referenceId, e.id));
+    }
+  }
+  replace('event-body', el('div', { id: 'event-body' }, parts));
+}
+
+// referenceAround shows a task's neighbours in its reference's delivery order (up to 5 either side),
+// paging through the reference from its first task (at most 10 pages of 1,000).
+async function referenceAround(ref, id) {
+  let after = '', all = [];
+  for (let page = 0; page < 10; page++) {
+    const res = await api('/references/' + encodeURIComponent(ref) + '/events?limit=1000' + (after ? '&after=' + after : ''));
+    all = all.concat(res.events);
+    if (all.some((t) => t.id === id) && all.length > all.findIndex((t) => t.id === id) + 5) break;
+    if (!res.next) break;
+    after = res.next;
+  }
+  const i = all.findIndex((t) => t.id === id);
+  const shown = i < 0 ? all.slice(0, 11) : all.slice(Math.max(0, i - 5), i + 6);
+  return el('div', null,
+    table('Tasks of reference ' + ref + ' in delivery order, around this one', ['#', 'state', 'attempts', 'created', 'settled'],
+      shown.map((t) => row([eventLink(t.id), badge(t.state), el('td', { class: 'num' }, t.attempts), fmtTime(t.createdAt), fmtTime(t.settledAt)],
+        t.id === id ? { class: 'current', 'aria-current': 'true' } : null)), { id: 'reference-around' }),
+    el('p', null, el('a', { href: '#/references/' + encodeURIComponent(ref) }, 'All tasks of ' + ref)));
+}
+
+function retryButton(id, after) {
+  return el('button', { type: 'button', class: 'primary', 'data-retry': id, onclick: async (ev) => {
+    const ok = await confirmAction('Retry task ' + id + '?', 'Task ' + id + ' is delivered again from its first attempt, in its reference\'s order.');
+    if (!ok) return;
+    ev.currentTarget.disabled = true;
+    try {
+      await api('/events/' + encodeURIComponent(id) + '/retry', { method: 'POST' });
+      status('Task ' + id + ' is pending again.');
+      after();
+    } catch (e) { status('Retry of ' + id + ' refused: ' + e.message, true); }
+  } }, 'Retry ' + id);
+}
+
+function retryReferenceButton(ref, after) {
+  return el('button', { type: 'button', class: 'primary', 'data-retry-reference': ref, onclick: async () => {
+    const ok = await confirmAction('Retry every failed task of ' + ref + '?', 'The failed tasks of reference ' + ref + ' are delivered again, in their order.');
+    if (!ok) return;
+    try {
+      const res = await api('/references/' + encodeURIComponent(ref) + '/retry', { method: 'POST' });
+      status(res.retried.length + ' task(s) of ' + ref + ' pending again.');
+      after();
+    } catch (e) { status('Retry of ' + ref + ' refused: ' + e.message, true); }
+  } }, 'Retry all failed of ' + ref);
+}
+
+// ---- Failed tasks
+
+async function failed(main, params) {
+  const before = /^\d+$/.test(params.get('before') || '') ? params.get('before') : '';
+  main.append(el('h1', null, 'Failed tasks'), el('div', { id: 'failed-body' }, el('p', null, 'Loading…')));
+  const res = await api('/events?state=failed&kind=task' + (before ? '&before=' + before : ''));
+  const refs = [...new Set(res.events.map((e) => e.referenceId).filter(Boolean))];
+  replace('failed-body', el('div', { id: 'failed-body' },
+    table('Tasks whose retries are spent, newest first', ['#', 'reference', 'url', 'exception', 'attempts', 'action'],
+      res.events.map((e) => row([eventLink(e.id), refLink(e.referenceId), el('td', { class: 'wrap' }, e.url), el('td', { class: 'wrap' }, e.exceptionMessage || ''),
+        el('td', { class: 'num' }, e.attempts), el('td', null, retryButton(e.id, () => route()))])), { id: 'failed-table', empty: 'No failed task.' }),
+    refs.length ? [el('h2', null, 'By reference'), el('ul', null, refs.map((r) => el('li', null, retryReferenceButton(r, () => route()))))] : null,
+    el('div', { class: 'pager' }, res.next ? el('a', { href: '#/failed?before=' + res.next }, 'Older') : null)));
+}
+
+// ---- References
+
+async function references(main, ref) {
+  const input = el('input', { id: 'reference', name: 'reference', required: true, value: ref || '', size: 30 });
+  main.append(el('h1', null, ref ? 'Reference ' + ref : 'References'),
+    el('form', { class: 'inline', role: 'search', onsubmit: (ev) => { ev.preventDefault(); location.hash = '#/references/' + encodeURIComponent(input.value.trim()); } },
+      el('label', { for: 'reference' }, 'Reference id', input), el('button', { type: 'submit' }, 'Show')));
+  if (!ref) return;
+  const body = el('div', { id: 'ref-body' }, el('p', null, 'Loading…'));
+  main.append(body);
+  let after = '', tasks = [];
+  const res = await api('/references/' + encodeURIComponent(ref) + '/events?limit=1000');
+  tasks = res.events;
+  after = res.next;
+  const draw = () => {
+    const anyFailed = tasks.some((t) => t.state === 'failed');
+    replace('ref-body', el('div', { id: 'ref-body' },
+      anyFailed ? el('p', null, retryReferenceButton(ref, () => route())) : null,
+      table('Tasks of ' + ref + ' in delivery order', ['#', 'state', 'attempts', 'created', 'settled'],
+        tasks.map((t) => row([eventLink(t.id), badge(t.state), el('td', { class: 'num' }, t.attempts), fmtTime(t.createdAt), fmtTime(t.settledAt)])),
+        { id: 'reference-table', empty: 'This reference has no task.' }),
+      after ? el('button', { type: 'button', onclick: async () => {
+        const more = await api('/references/' + encodeURIComponent(ref) + '/events?limit=1000&after=' + after);
+        tasks = tasks.concat(more.events);
+        after = more.next;
+        draw();
+      } }, 'More') : null));
+  };
+  draw();
+}
+
+// ---- Agents
+
+const hashSpace = 2 ** 32;
+const palette = ['#0b57d0', '#b35c00', '#0d7a3a', '#a3128f', '#5b3cc4', '#a11b1f', '#00707a', '#6b5d00'];
+
+function agentRange(a) {
+  if (a.totalShardCount === null || a.assignedShardIndex === null || a.sharding === 'none') return null;
+  const size = Math.floor(hashSpace / a.totalShardCount);
+  const lo = a.assignedShardIndex * size;
+  const hi = a.assignedShardIndex === a.totalShardCount - 1 ? hashSpace - 1 : lo + size - 1;
+  return { lo, hi };
+}
+
+// ring draws the 32-bit hash space as a circle, each agent's range an arc of its colour.
+function ring(agents) {
+  const c = 100, r = 80;
+  const point = (h) => {
+    const a = (h / hashSpace) * 2 * Math.PI - Math.PI / 2;
+    return [c + r * Math.cos(a), c + r * Math.sin(a)];
+  };
+  const arcs = [], legend = [];
+  agents.forEach((a, i) => {
+    const rg = agentRange(a);
+    const colour = palette[i % palette.length];
+    legend.push(el('li', null, el('span', { class: 'swatch', style: null, 'data-colour': colour }), a.name + ': ' + (rg ? rg.lo + ' – ' + rg.hi : 'no range')));
+    if (!rg) return;
+    const [x1, y1] = point(rg.lo), [x2, y2] = point(rg.hi + 1);
+    const large = (rg.hi + 1 - rg.lo) / hashSpace > 0.5 ? 1 : 0;
+    const d = (rg.hi + 1 - rg.lo) >= hashSpace
+      ? `M ${c} ${c - r} A ${r} ${r} 0 1 1 ${c - 0.01} ${c - r}`
+      : `M ${x1.toFixed(2)} ${y1.toFixed(2)} A ${r} ${r} 0 ${large} 1 ${x2.toFixed(2)} ${y2.toFixed(2)}`;
+    arcs.push(el('path', { d, fill: 'none', stroke: colour, 'stroke-width': 18, 'data-agent': a.name },
+      el('title', null, a.name + ' [' + rg.lo + ', ' + rg.hi + ']')));
+  });
+  const summary = agents.map((a) => { const rg = agentRange(a); return a.name + (rg ? ' owns ' + rg.lo + ' to ' + rg.hi : ' has no range'); }).join('; ');
+  const svg = el('svg', { class: 'ring', viewBox: '0 0 200 200', role: 'img', 'aria-label': 'Hash ring: ' + (summary || 'no agent') },
+    el('circle', { cx: c, cy: c, r, fill: 'none', stroke: '#c9d1d9', 'stroke-width': 18 }), arcs);
+  const list = el('ul', { class: 'legend', id: 'ring-legend' }, legend);
+  // Colours are set as properties (a CSP without 'unsafe-inline' refuses style attributes).
+  list.querySelectorAll('.swatch').forEach((s) => { s.style.background = s.getAttribute('data-colour'); });
+  return el('div', { class: 'ring-wrap', id: 'ring' }, svg, list);
+}
+
+async function agentsPage(main) {
+  main.append(el('h1', null, 'Agents'), pauseButton(), el('div', { id: 'agents-body' }, el('p', null, 'Loading…')));
+  const draw = async () => {
+    const res = await api('/agents');
+    const now = Date.now();
+    const live = res.agents.filter((a) => Date.parse(a.expiration) > now);
+    replace('agents-body', el('div', { id: 'agents-body' },
+      el('h2', null, 'Hash ranges of the live agents'), ring(live.filter((a) => a.sharding !== 'none')),
+      table('Registered agents (an expired one stays listed until another agent\'s pulse ejects it)',
+        ['#', 'name', 'kind', 'sharding', 'state', 'shard', 'range', 'last pulse', 'expires'],
+        res.agents.map((a) => {
+          const rg = agentRange(a);
+          const expired = Date.parse(a.expiration) <= now;
+          return row([el('td', { class: 'num' }, a.id), a.name, a.kind, a.sharding, badge(expired ? 'expired' : a.state),
+            a.totalShardCount === null ? '—' : a.assignedShardIndex + ' of ' + a.totalShardCount,
+            rg ? '[' + rg.lo + ', ' + rg.hi + ']' : '—', fmtTime(a.lastPulseAt), fmtTime(a.expiration)]);
+        }), { id: 'agents-table', empty: 'No agent is registered.' })));
+  };
+  await draw();
+  every(1000, draw);
+}
+
+// ---- Workers
+
+async function workersPage(main, params) {
+  const active = params.get('active');
+  const q = active === 'true' || active === 'false' ? '?active=' + active : '';
+  main.append(el('h1', null, 'Event workers'),
+    el('nav', { 'aria-label': 'Worker filter' }, el('ul', { class: 'tabs' },
+      [['', 'all'], ['true', 'active'], ['false', 'done']].map(([v, label]) => el('li', null,
+        el('a', { href: '#/workers' + (v ? '?active=' + v : ''), 'aria-current': (active || '') === v ? 'page' : null }, label))))),
+    pauseButton(), el('div', { id: 'workers-body' }, el('p', null, 'Loading…')));
+  const draw = async () => {
+    const res = await api('/workers' + q);
+    replace('workers-body', el('div', { id: 'workers-body' }, table('The EventService registry: live workers oldest first, then done ones',
+      ['worker', 'agent', 'created', 'last completed', 'remaining', 'completed', 'failed', 'max references', 'will terminate', 'done', 'references'],
+      res.workers.map((w) => row([w.workerId, String(w.agentId), fmtTime(w.createdAt), w.lastCompletedTask === null ? '—' : eventLink(w.lastCompletedTask),
+        num(w.tasksRemaining), num(w.tasksCompleted), num(w.tasksFailed), num(w.maxReferenceCount), w.willTerminate ? 'yes' : 'no',
+        w.isDone ? badge('done') : badge('active'), el('td', { class: 'wrap' }, w.references.length ? w.references.map((r, i) => [i ? ', ' : '', refLink(r)]) : '—')])),
+      { id: 'workers-table', empty: 'No event worker.' })));
+  };
+  await draw();
+  every(2000, draw);
+}
+
+// ---- Counters
+
+async function countersPage(main, params) {
+  const user = params.get('user') || '', type = params.get('type') || '';
+  const u = el('input', { id: 'user', name: 'user', required: true, value: user, size: 24 });
+  const t = el('input', { id: 'type', name: 'type', value: type, size: 16 });
+  main.append(el('h1', null, 'Counters'),
+    el('form', { class: 'inline', role: 'search', onsubmit: (ev) => {
+      ev.preventDefault();
+      location.hash = '#/counters?' + new URLSearchParams(Object.entries({ user: u.value.trim(), type: t.value.trim() }).filter(([, v]) => v)).toString();
+    } }, el('label', { for: 'user' }, 'User id', u), el('label', { for: 'type' }, 'Entity type (optional)', t), el('button', { type: 'submit' }, 'Look up')));
+  if (!user) return;
+  const path = '/counters/' + encodeURIComponent(user) + (type ? '/' + encodeURIComponent(type) : '');
+  const res = await api(path);
+  const entries = type ? [[res.entityType, res]] : Object.entries(res.counters);
+  main.append(table('Counts of ' + user, ['entity type', 'sum', 'version'],
+    entries.map(([k, v]) => row([k, num(v.sum), num(v.version)])), { id: 'counters-table', empty: 'No count for this user.' }));
+}
+
+// ---- Queues
+
+function queuesTable(qs, actions) {
+  if (qs.error) return el('p', { class: 'muted', id: 'queues-table' }, 'Queue depths are unavailable: ' + qs.error);
+  return table('Queues and their dead-letter queues', ['queue', 'visible', 'in flight', 'delayed', 'DLQ', 'DLQ visible', actions ? 'action' : null].filter(Boolean),
+    qs.queues.map((q) => row([q.name, num(q.visible), num(q.inFlight), num(q.delayed), q.dlq ? q.dlq.name : '—', q.dlq ? num(q.dlq.visible) : '—',
+      actions ? el('td', null, q.dlq ? [redriveButton(q.name, true), ' ', redriveButton(q.name, false)] : '—') : null].filter((c) => c !== null))),
+    { id: 'queues-table', empty: 'No queue is configured.' });
+}
+
+function redriveButton(name, dryRun) {
+  return el('button', { type: 'button', class: dryRun ? null : 'danger', 'data-redrive': name, 'data-dry-run': String(dryRun), onclick: async () => {
+    if (!dryRun) {
+      const ok = await confirmAction('Redrive ' + name + '\'s DLQ?', 'Every message of the dead-letter queue of ' + name + ' is moved back to ' + name + ', to be processed again.');
+      if (!ok) return;
+    }
+    try {
+      const res = await api('/queues/' + encodeURIComponent(name) + '/redrive', { method: 'POST', body: { dryRun } });
+      const out = document.getElementById('redrive-result');
+      if (dryRun) {
+        out.replaceChildren(el('h2', null, 'Dry run of ' + name), el('p', null, res.messages + ' message(s) would be moved; nothing was changed.'),
+          res.sample.length ? el('pre', null, res.sample.join('\n')) : null);
+      } else {
+        out.replaceChildren(el('h2', null, 'Redrive of ' + name), el('p', null, res.moved + ' message(s) moved back to ' + name + '.'));
+      }
+      status(dryRun ? 'Dry run done.' : 'Redrive done.');
+    } catch (e) { status('Redrive of ' + name + ' refused: ' + e.message, true); }
+  } }, dryRun ? 'Dry run' : 'Redrive');
+}
+
+async function queuesPage(main) {
+  main.append(el('h1', null, 'Queues'), el('div', { id: 'queues-body' }, el('p', null, 'Loading…')), el('section', { id: 'redrive-result', 'aria-live': 'polite' }));
+  const draw = async () => { replace('queues-body', el('div', { id: 'queues-body' }, queuesTable(await api('/queues'), true))); };
+  await draw();
+}
+
+// ---- Routing
+
+async function route() {
+  timers.forEach(clearInterval);
+  timers = [];
+  const hash = location.hash.replace(/^#/, '') || '/';
+  const [path, query] = hash.split('?');
+  const params = new URLSearchParams(query || '');
+  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  const section = parts[0] || 'overview';
+  document.querySelectorAll('nav a[data-nav]').forEach((a) => a.setAttribute('aria-current', a.dataset.nav === section ? 'page' : 'false'));
+  const main = document.getElementById('main');
+  main.replaceChildren();
+  status('');
+  try {
+    switch (section) {
+      case 'overview': await overview(main); break;
+      case 'events': parts[1] ? await eventPage(main, parts[1]) : await events(main, params); break;
+      case 'failed': await failed(main, params); break;
+      case 'references': await references(main, parts[1]); break;
+      case 'agents': await agentsPage(main); break;
+      case 'workers': await workersPage(main, params); break;
+      case 'counters': await countersPage(main, params); break;
+      case 'queues': await queuesPage(main); break;
+      default: main.append(el('h1', null, 'Not found'), el('p', null, 'No such page: ' + path));
+    }
+  } catch (e) {
+    main.append(el('p', { class: 'status error', role: 'alert' }, e.message));
+  }
+  document.title = (main.querySelector('h1') ? main.querySelector('h1').textContent + ' · ' : '') + 'exactlyonce console';
+}
+
+async function start() {
+  try {
+    const s = await api('/session');
+    session.csrfToken = s.csrfToken;
+    session.mode = s.mode;
+    document.getElementById('mode').textContent = s.mode === 'aws' ? 'AWS: ' + (s.apiURL || '') : 'local';
+  } catch (e) {
+    status('The console could not start its session: ' + e.message, true);
+    return;
+  }
+  window.addEventListener('hashchange', () => { route(); document.getElementById('main').focus(); });
+  await route();
+}
+
+document.addEventListener('DOMContentLoaded', start);
