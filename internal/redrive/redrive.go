@@ -104,6 +104,11 @@ func Resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 	return q, nil
 }
 
+// QueueURL returns nameOrURL if it is a URL, else the URL of the queue of that name.
+func QueueURL(ctx context.Context, c SQS, nameOrURL string) (string, error) {
+	return queueURL(ctx, c, nameOrURL, "")
+}
+
 // queueURL returns nameOrURL if it is a URL, else the URL of the queue of that name (of account
 // owner, if not empty).
 func queueURL(ctx context.Context, c SQS, nameOrURL, owner string) (string, error) {
