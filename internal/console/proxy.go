@@ -198,6 +198,11 @@ func (c *console) call(ctx context.Context, method, path, query string, body []b
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
+	// The API never redirects; a redirect is not followed (a Location is not on the allow-list), nor
+	// passed on to the pages.
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return 0, nil, fmt.Errorf("the answer is a redirect (status %d) to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
 	if err != nil {
 		return 0, nil, fmt.Errorf("read the answer (status %d): %w", resp.StatusCode, err)

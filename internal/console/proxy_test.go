@@ -220,8 +220,16 @@ func TestUpstreamFailureIsA502WithNoInternalText(t *testing.T) {
 		_, _ = w.Write([]byte("<html>stack trace: secret internal detail</html>"))
 	}))
 	t.Cleanup(html.Close)
+	// A redirect elsewhere (here another loopback server standing in for, say, an instance metadata
+	// address) is not followed: the console calls the allow-listed paths of the API and nothing else.
+	elsewhere := &fakeAPI{}
+	target := httptest.NewServer(elsewhere)
+	t.Cleanup(target.Close)
 	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+		w.Header().Set("Location", target.URL+"/latest/meta-data/")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusFound)
+		_, _ = w.Write([]byte(`{"moved":true}`))
 	}))
 	t.Cleanup(redirect.Close)
 
@@ -231,6 +239,7 @@ func TestUpstreamFailureIsA502WithNoInternalText(t *testing.T) {
 		require.Equal(t, http.StatusBadGateway, status, up)
 		require.JSONEq(t, `{"error":"the API did not answer; the console's log says why"}`, body, up)
 	}
+	require.Empty(t, elsewhere.received(), "the redirect was not followed")
 }
 
 // With the real API's handler in-process, on a scratch database: the console shows its agents, and
