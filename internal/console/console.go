@@ -145,13 +145,13 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			methodNotAllowed(w, "GET, HEAD")
 			return
 		}
-		serveStatic(w, r, "index.html")
+		serveStatic(w, r, files, "index.html")
 	case strings.HasPrefix(path, "/ui/static/"):
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			methodNotAllowed(w, "GET, HEAD")
 			return
 		}
-		serveStatic(w, r, strings.TrimPrefix(path, "/ui/static/"))
+		serveStatic(w, r, files, strings.TrimPrefix(path, "/ui/static/"))
 	case path == "/ui/api/session":
 		if r.Method != http.MethodGet {
 			methodNotAllowed(w, "GET")

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -252,4 +254,23 @@ func TestCSRF(t *testing.T) {
 	require.Equal(t, "POST /events/5/retry", got[0].Method+" "+got[0].Path)
 	require.Equal(t, "POST /references/ref-1/retry", got[1].Method+" "+got[1].Path)
 	require.Empty(t, got[0].Header.Get("X-CSRF-Token"), "the console's own headers stay with it")
+}
+
+// A directory is not listed, and a file in one is served with its extension's content type (the
+// embedded folder has no directory yet: a file system of the test's).
+func TestStaticDirectories(t *testing.T) {
+	t.Parallel()
+	fsys := fstest.MapFS{"js/app.js": {Data: []byte("console.log(1)")}, "css/app.css": {Data: []byte("p{}")}}
+	for _, c := range []struct{ name, contentType string }{{"js/app.js", "text/javascript; charset=utf-8"}, {"css/app.css", "text/css; charset=utf-8"}} {
+		rec := httptest.NewRecorder()
+		serveStatic(rec, httptest.NewRequest("GET", "/ui/static/"+c.name, nil), fsys, c.name)
+		require.Equal(t, http.StatusOK, rec.Code, c.name)
+		require.Equal(t, c.contentType, rec.Header().Get("Content-Type"))
+	}
+	for _, name := range []string{"js", "js/", "css", "."} {
+		rec := httptest.NewRecorder()
+		serveStatic(rec, httptest.NewRequest("GET", "/ui/static/"+name, nil), fsys, name)
+		require.Equal(t, http.StatusNotFound, rec.Code, name)
+		require.NotContains(t, rec.Body.String(), "app.js", name)
+	}
 }

@@ -20,15 +20,15 @@ var static embed.FS
 // files is static with the static/ prefix taken off.
 var files, _ = fs.Sub(static, "static")
 
-// serveStatic serves the embedded file name (an escaped path under static/), with the content type
+// serveStatic serves the file name of fsys (an escaped path; fsys is files but in tests), with the content type
 // its extension names, or a JSON 404. Directories are not listed.
-func serveStatic(w http.ResponseWriter, r *http.Request, name string) {
+func serveStatic(w http.ResponseWriter, r *http.Request, fsys fs.FS, name string) {
 	name, err := url.PathUnescape(name)
 	if err != nil || !fs.ValidPath(name) || name == "." {
 		writeError(w, http.StatusNotFound, "no such file")
 		return
 	}
-	f, err := files.Open(name)
+	f, err := fsys.Open(name)
 	if err != nil {
 		writeError(w, http.StatusNotFound, "no such file")
 		return
