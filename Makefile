@@ -5,7 +5,7 @@ PKGS := . ./cmd/... ./functions/... ./internal/...
 FUNCTIONS := api processor sweeper migrate counter
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: help run test test-go db sqslocal browser local agent redrive vet clean
+.PHONY: help run test test-go db sqslocal browser local agent redrive ui vet clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -45,6 +45,10 @@ agent: db ## build and run a standalone agent on `make run`'s database; run it i
 redrive: ## move a DLQ's messages back to its source queue: QUEUE=events (DRY_RUN=1 lists only; LOCAL=1 for `make run`'s SQS; DLQ=<name>)
 	$(GO) build -o bin/redrive ./cmd/redrive
 	bin/redrive
+
+ui: ## the operators' console against a deployed stack, on 127.0.0.1:8081: API_URL=<ApiUrl output> (UI_ADDR, QUEUES; signs with your AWS credentials)
+	$(GO) build -o bin/ui ./cmd/ui
+	bin/ui
 
 vet: ## static checks
 	$(GO) vet $(PKGS) ./localstack/

@@ -11,14 +11,8 @@
 // credentials, AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL); LOCAL=1 instead points it at
 // http://127.0.0.1:$SQSLOCAL_PORT (default 4100) with dummy credentials, as `make run` does.
 //
-// On AWS it starts an SQS message move task (StartMessageMoveTask, from the DLQ to the source queue)
-// and reports its progress until it ends. An endpoint that lacks that action (the local goaws, which
-// answers an unknown action with a bare 400 "Bad Request") gets the messages moved one by one:
-// received from the DLQ, sent to the source queue with the same body and message attributes, and
-// deleted from the DLQ only after the send succeeded. A redrive is at least once: a message sent
-// whose delete then fails is sent again by the next redrive, which both queues' consumers tolerate
-// (an events message names events processed exactly once in the database; a counter message carries
-// its own id).
+// The work is internal/redrive's (shared with the operators' console): a message move task on AWS,
+// one by one where the endpoint lacks them (the local goaws); at least once either way.
 package main
 
 import (
@@ -36,6 +30,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
+	"github.com/exactlyonce/exactlyonce/internal/redrive"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -72,16 +67,17 @@ func run(ctx context.Context, queueName, dlqName string, dryRun, local bool, eve
 		endpoint := cmp.Or(os.Getenv("AWS_ENDPOINT_URL_SQS"), os.Getenv("AWS_ENDPOINT_URL"), "AWS, region "+client.Options().Region)
 		fmt.Fprintf(out, "endpoint: %s\n", endpoint)
 	}
-	q, err := resolve(ctx, client, queueName, dlqName)
+	q, err := redrive.Resolve(ctx, client, queueName, dlqName)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "source queue: %s\nDLQ:          %s\n", q.SourceURL, q.DLQURL)
 	if dryRun {
-		_, err := peek(ctx, client, q, out)
+		_, _, err := redrive.Peek(ctx, client, q, 0, out)
 		return err
 	}
-	return redrive(ctx, client, q, every, out)
+	_, err = redrive.Redrive(ctx, client, q, every, out)
+	return err
 }
 
 // envBool reads a yes/no variable: unset, empty, 0 and false are no.

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/console"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/metrics/prom"
@@ -89,6 +91,8 @@ const DefaultAsyncLinger = 5 * time.Millisecond
 type System struct {
 	// URL is the API's base URL.
 	URL string
+	// ConsoleURL is the operators' console's, URL + "/ui/".
+	ConsoleURL string
 	// MetricsURL is the URL of the /metrics endpoint; empty when Options.MetricsAddr is.
 	MetricsURL string
 	// Metrics is the registry every part records in (label part: api, processor, sweeper, counter).
@@ -137,7 +141,15 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
 		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency,
 		Metrics: reg.Recorder(metrics.PartAPI)}
-	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	ui, err := localConsole(handler, client, ln.Addr().String(), opt, log)
+	if err != nil {
+		ln.Close()
+		if mln != nil {
+			mln.Close()
+		}
+		return nil, err
+	}
+	server := &http.Server{Handler: withConsole(handler, ui), ReadHeaderTimeout: 10 * time.Second}
 	pollers := opt.MappingConcurrency
 	if pollers <= 0 {
 		pollers = mapping.DefaultConcurrency
@@ -173,6 +185,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	}
 
 	sys := &System{URL: "http://" + ln.Addr().String(), done: make(chan error, 1), mapping: m, Metrics: reg}
+	sys.ConsoleURL = sys.URL + "/ui/"
 	var metricsServer *http.Server
 	if mln != nil {
 		sys.MetricsURL = "http://" + mln.Addr().String() + "/metrics"
@@ -182,6 +195,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		log.Info("local: metrics served", "url", sys.MetricsURL)
 	}
 	log.Info("local: api listening", "url", sys.URL, "async_linger", opt.AsyncLinger.String())
+	log.Info("local: console: "+sys.ConsoleURL, "url", sys.ConsoleURL)
 	if m != nil {
 		log.Info("local: processor polling", "queue", opt.Queues.URL, "dlq", opt.Queues.DLQURL,
 			"concurrency", m.Config().Concurrency)
@@ -256,6 +270,28 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		sys.done <- errors.Join(all...)
 	}()
 	return sys, nil
+}
+
+// localConsole is the operators' console of a local run (internal/console), served beside the API
+// on its address: it calls the API's handler in-process, and shows the events queue and the counter
+// service's queue, each with its DLQ, which it can redrive.
+func localConsole(api http.Handler, client *sqs.Client, addr string, opt Options, log *slog.Logger) (http.Handler, error) {
+	queues := []string{opt.Queues.URL}
+	if opt.Counters != nil {
+		queues = append(queues, opt.Counters.Queues.URL)
+	}
+	return console.New(console.Options{API: api, APIURL: "http://" + addr, Addr: addr, SQS: client, Queues: queues, Logger: log})
+}
+
+// withConsole sends /ui and everything under /ui/ to the console, and every other request to the API.
+func withConsole(api, ui http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") {
+			ui.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }
 
 // processorName is the local processor's agent name: AGENT_NAME's (the sweeper's) with

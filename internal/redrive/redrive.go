@@ -1,4 +1,19 @@
-package main
+// Package redrive moves the messages of a dead-letter queue back to its source queue, once the cause
+// that put them there is fixed (docs/runbook.md, "The DLQ has messages"): for cmd/redrive (make
+// redrive) and the operators' console (internal/console).
+//
+// The DLQ is the one the source queue's RedrivePolicy names (deadLetterTargetArn), as on AWS and
+// locally (queue.Ensure sets the same policy), or one named explicitly.
+//
+// On AWS a redrive starts an SQS message move task (StartMessageMoveTask, from the DLQ to the
+// source queue) and reports its progress until it ends. An endpoint that lacks that action (the
+// local goaws, which answers an unknown action with a bare 400 "Bad Request") gets the messages
+// moved one by one: received from the DLQ, sent to the source queue with the same body and message
+// attributes, and deleted from the DLQ only after the send succeeded. A redrive is at least once: a
+// message sent whose delete then fails is sent again by the next redrive, which both queues'
+// consumers tolerate (an events message names events processed exactly once in the database; a
+// counter message carries its own id).
+package redrive
 
 import (
 	"bytes"
@@ -40,9 +55,9 @@ type Queues struct {
 	DLQURL, DLQARN       string
 }
 
-// resolve finds the source queue (a name or URL) and its DLQ: dlq (a name or URL) if given, or the
+// Resolve finds the source queue (a name or URL) and its DLQ: dlq (a name or URL) if given, or the
 // queue the source queue's RedrivePolicy names.
-func resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
+func Resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 	var q Queues
 	var err error
 	if q.SourceURL, err = queueURL(ctx, c, source, ""); err != nil {
@@ -89,6 +104,11 @@ func resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 	return q, nil
 }
 
+// QueueURL returns nameOrURL if it is a URL, else the URL of the queue of that name.
+func QueueURL(ctx context.Context, c SQS, nameOrURL string) (string, error) {
+	return queueURL(ctx, c, nameOrURL, "")
+}
+
 // queueURL returns nameOrURL if it is a URL, else the URL of the queue of that name (of account
 // owner, if not empty).
 func queueURL(ctx context.Context, c SQS, nameOrURL, owner string) (string, error) {
@@ -128,35 +148,35 @@ func visible(ctx context.Context, c SQS, url string) (int, error) {
 	return n, nil
 }
 
-// redrive moves the DLQ's messages to the source queue: with a message move task where the endpoint
-// has them, one by one where it answers that it lacks the action.
-func redrive(ctx context.Context, c *sqs.Client, q Queues, every time.Duration, out io.Writer) error {
-	handle, err := startMoveTask(ctx, c, q)
-	if errors.Is(err, errNoMoveTasks) {
+// Redrive moves the DLQ's messages to the source queue: with a message move task where the endpoint
+// has them, one by one where it answers that it lacks the action. It returns how many messages
+// moved (as the move task reports it, approximately, on AWS).
+func Redrive(ctx context.Context, c *sqs.Client, q Queues, every time.Duration, out io.Writer) (int, error) {
+	handle, err := StartMoveTask(ctx, c, q)
+	if errors.Is(err, ErrNoMoveTasks) {
 		fmt.Fprintf(out, "the endpoint lacks StartMessageMoveTask (%v): moving the messages one by one\n", err)
-		_, err = moveOneByOne(ctx, c, q, out)
-		return err
+		return MoveOneByOne(ctx, c, q, out)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	fmt.Fprintf(out, "started message move task %s\n", handle)
-	return awaitMoveTask(ctx, c, q.DLQARN, handle, every, out)
+	return AwaitMoveTask(ctx, c, q.DLQARN, handle, every, out)
 }
 
-// errNoMoveTasks is the error of an endpoint that lacks StartMessageMoveTask.
-var errNoMoveTasks = errors.New("no message move tasks")
+// ErrNoMoveTasks is the error of an endpoint that lacks StartMessageMoveTask.
+var ErrNoMoveTasks = errors.New("no message move tasks")
 
-// startMoveTask starts moving the DLQ's messages to the source queue, and returns the task's
-// handle, or an error wrapping errNoMoveTasks when the endpoint answered that it lacks the action.
-func startMoveTask(ctx context.Context, m Mover, q Queues) (string, error) {
+// StartMoveTask starts moving the DLQ's messages to the source queue, and returns the task's
+// handle, or an error wrapping ErrNoMoveTasks when the endpoint answered that it lacks the action.
+func StartMoveTask(ctx context.Context, m Mover, q Queues) (string, error) {
 	rec := &recorder{}
 	out, err := m.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{
 		SourceArn: aws.String(q.DLQARN), DestinationArn: aws.String(q.SourceARN),
 	}, rec.option)
 	if err != nil {
 		if why := unknownAction(err, rec); why != "" {
-			return "", fmt.Errorf("%w: %s", errNoMoveTasks, why)
+			return "", fmt.Errorf("%w: %s", ErrNoMoveTasks, why)
 		}
 		return "", fmt.Errorf("start message move task from %s to %s: %w", q.DLQARN, q.SourceARN, err)
 	}
@@ -210,20 +230,20 @@ func (r *recorder) Do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// awaitMoveTask reports the progress of the move task from dlqARN every interval until it ends:
+// AwaitMoveTask reports the progress of the move task from dlqARN every interval until it ends:
 // nil when it completed, an error when it failed or was cancelled, or when ctx ends (the task goes on).
 // ListMessageMoveTasks gives a task's handle only while it runs, so the task is the one with handle,
 // or, once no task has it, the most recent one (the first listed): one task at a time can move from a
-// queue, and this one was started last.
-func awaitMoveTask(ctx context.Context, m Mover, dlqARN, handle string, every time.Duration, out io.Writer) error {
+// queue, and this one was started last. It returns how many messages the task moved.
+func AwaitMoveTask(ctx context.Context, m Mover, dlqARN, handle string, every time.Duration, out io.Writer) (int, error) {
 	last := ""
 	for {
 		res, err := m.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(dlqARN), MaxResults: aws.Int32(10)})
 		if ctx.Err() != nil {
-			return stopped(ctx, handle)
+			return 0, stopped(ctx, handle)
 		}
 		if err != nil {
-			return fmt.Errorf("list message move tasks of %s: %w", dlqARN, err)
+			return 0, fmt.Errorf("list message move tasks of %s: %w", dlqARN, err)
 		}
 		var task *types.ListMessageMoveTasksResultEntry
 		for i := range res.Results {
@@ -236,7 +256,7 @@ func awaitMoveTask(ctx context.Context, m Mover, dlqARN, handle string, every ti
 			task = &res.Results[0]
 		}
 		if task == nil {
-			return fmt.Errorf("message move task %s: ListMessageMoveTasks of %s lists no task", handle, dlqARN)
+			return 0, fmt.Errorf("message move task %s: ListMessageMoveTasks of %s lists no task", handle, dlqARN)
 		}
 		status := aws.ToString(task.Status)
 		total := "?"
@@ -251,15 +271,15 @@ func awaitMoveTask(ctx context.Context, m Mover, dlqARN, handle string, every ti
 		switch status {
 		case "COMPLETED":
 			fmt.Fprintf(out, "done: moved %d messages from %s to their source queue\n", task.ApproximateNumberOfMessagesMoved, dlqARN)
-			return nil
+			return int(task.ApproximateNumberOfMessagesMoved), nil
 		case "FAILED":
-			return fmt.Errorf("message move task failed after moving %d messages: %s", task.ApproximateNumberOfMessagesMoved, aws.ToString(task.FailureReason))
+			return int(task.ApproximateNumberOfMessagesMoved), fmt.Errorf("message move task failed after moving %d messages: %s", task.ApproximateNumberOfMessagesMoved, aws.ToString(task.FailureReason))
 		case "CANCELLED", "CANCELLING":
-			return fmt.Errorf("message move task %s after moving %d messages", strings.ToLower(status), task.ApproximateNumberOfMessagesMoved)
+			return int(task.ApproximateNumberOfMessagesMoved), fmt.Errorf("message move task %s after moving %d messages", strings.ToLower(status), task.ApproximateNumberOfMessagesMoved)
 		}
 		select {
 		case <-ctx.Done():
-			return stopped(ctx, handle)
+			return 0, stopped(ctx, handle)
 		case <-time.After(every):
 		}
 	}
@@ -273,12 +293,12 @@ func stopped(ctx context.Context, handle string) error {
 // enough to send it and delete it. One that is not (the move failed) is made visible again at once.
 const receiveVisibility = 60
 
-// moveOneByOne moves the DLQ's messages to the source queue: each is received, sent with the same
+// MoveOneByOne moves the DLQ's messages to the source queue: each is received, sent with the same
 // body and message attributes, and deleted from the DLQ only once the send succeeded. It moves at
 // most as many messages as the DLQ held at the start, so that a message that fails again and comes
 // back to the DLQ during the move is not moved round and round. On an error it stops and makes the
 // messages it received and did not send visible again; it returns how many it moved.
-func moveOneByOne(ctx context.Context, c SQS, q Queues, out io.Writer) (int, error) {
+func MoveOneByOne(ctx context.Context, c SQS, q Queues, out io.Writer) (int, error) {
 	total, err := visible(ctx, c, q.DLQURL)
 	if err != nil {
 		return 0, err
@@ -354,10 +374,10 @@ func release(c SQS, url string, msgs []types.Message) {
 // receive gives the next messages; the dry run makes them all visible again when it ends.
 const peekVisibility = 30
 
-// peek lists the messages of the DLQ (ids and bodies, truncated) without moving or deleting any, and
+// Peek lists the messages of the DLQ (ids and bodies, truncated) without moving or deleting any, and
 // returns how many it listed. It receives them with a short visibility timeout and makes them visible
-// again at the end.
-func peek(ctx context.Context, c SQS, q Queues, out io.Writer) (int, error) {
+// again at the end. It also returns the bodies of the first sample messages it listed, whole.
+func Peek(ctx context.Context, c SQS, q Queues, sample int, out io.Writer) (n int, bodies []string, err error) {
 	var held []types.Message
 	defer func() { release(c, q.DLQURL, held) }()
 	seen := map[string]bool{}
@@ -366,7 +386,7 @@ func peek(ctx context.Context, c SQS, q Queues, out io.Writer) (int, error) {
 			QueueUrl: aws.String(q.DLQURL), MaxNumberOfMessages: 10, VisibilityTimeout: peekVisibility,
 		})
 		if err != nil {
-			return len(seen), fmt.Errorf("receive from the DLQ: %w", err)
+			return len(seen), bodies, fmt.Errorf("receive from the DLQ: %w", err)
 		}
 		if len(res.Messages) == 0 {
 			break
@@ -380,6 +400,9 @@ func peek(ctx context.Context, c SQS, q Queues, out io.Writer) (int, error) {
 				continue
 			}
 			seen[id] = true
+			if len(bodies) < sample {
+				bodies = append(bodies, aws.ToString(m.Body))
+			}
 			fmt.Fprintf(out, "would move %s %s\n", id, truncate(aws.ToString(m.Body)))
 		}
 		if again {
@@ -387,7 +410,7 @@ func peek(ctx context.Context, c SQS, q Queues, out io.Writer) (int, error) {
 		}
 	}
 	fmt.Fprintf(out, "dry run: %d messages would move from %s to %s; nothing was moved or deleted\n", len(seen), q.DLQURL, q.SourceURL)
-	return len(seen), nil
+	return len(seen), bodies, nil
 }
 
 // truncate quotes a body, cut to 120 bytes.

@@ -1,0 +1,147 @@
+// Command ui serves the operators' console (internal/console) on this machine, against a deployed
+// stack's API: it signs every call to the API with the operator's AWS credentials (SigV4, service
+// execute-api), and reads and redrives the stack's queues with them.
+//
+//	make ui API_URL=https://<id>.execute-api.<region>.amazonaws.com/prod/
+//
+// API_URL (required) is the stack's ApiUrl output. UI_ADDR is where the console listens (default
+// 127.0.0.1:8081); an address that is not loopback is refused unless UI_ALLOW_REMOTE=true, since
+// whoever reaches the console acts with the operator's credentials. UI_HOSTS adds Host names the
+// console answers to (comma-separated host:port). QUEUES lists the source queues shown with their
+// DLQs (names or URLs, comma-separated; set and empty: none); default the stack's,
+// <CDK_STACK>-events and <CDK_STACK>-counters, CDK_STACK defaulting to ExactlyOnce as in infra/.
+// The AWS configuration (profile, region, credentials) is the SDK's standard one.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/exactlyonce/exactlyonce/internal/console"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+)
+
+// DefaultAddr is where the console listens when UI_ADDR is unset: beside `make run`'s 8080.
+const DefaultAddr = "127.0.0.1:8081"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(ctx, os.LookupEnv, log); err != nil {
+		fmt.Fprintln(os.Stderr, "ui:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) error {
+	getenv := func(k string) string { v, _ := lookup(k); return v }
+	apiURL := getenv("API_URL")
+	if apiURL == "" {
+		return errors.New("API_URL is required: the stack's ApiUrl output, such as make ui API_URL=https://<id>.execute-api.<region>.amazonaws.com/prod/")
+	}
+	addr := cmp.Or(getenv("UI_ADDR"), DefaultAddr)
+	if err := checkAddr(addr, getenv("UI_ALLOW_REMOTE")); err != nil {
+		return err
+	}
+	queues := defaultQueues(cmp.Or(getenv("CDK_STACK"), "ExactlyOnce"))
+	if v, ok := lookup("QUEUES"); ok {
+		queues = split(v)
+	}
+
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("AWS configuration: %w", err)
+	}
+	// Fail now, not at the first page, when there are no credentials to sign with.
+	if _, err := awsCfg.Credentials.Retrieve(ctx); err != nil {
+		return fmt.Errorf("AWS credentials (the console signs its calls with them): %w", err)
+	}
+	region := console.RegionOf(hostOf(apiURL))
+	region = cmp.Or(region, awsCfg.Region)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s (UI_ADDR): %w", addr, err)
+	}
+	opt := console.Options{APIURL: apiURL, Credentials: awsCfg.Credentials, Region: region,
+		Addr: ln.Addr().String(), SQS: queue.NewClient(awsCfg, log), Queues: queues, Logger: log}
+	if hosts := split(getenv("UI_HOSTS")); len(hosts) > 0 {
+		_, port, _ := net.SplitHostPort(opt.Addr)
+		opt.Hosts = append([]string{opt.Addr, "localhost:" + port, "127.0.0.1:" + port}, hosts...)
+	}
+	h, err := console.New(opt)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Printf("console: http://%s/ui/\n  API:    %s (signed with your AWS credentials, region %s)\n  queues: %s\n",
+		ln.Addr(), apiURL, region, cmp.Or(strings.Join(queues, ", "), "none"))
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// checkAddr refuses a listen address that is not loopback, unless allowRemote is true: whoever
+// reaches the console acts with the operator's AWS credentials.
+func checkAddr(addr, allowRemote string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("UI_ADDR %q: want host:port, such as %s", addr, DefaultAddr)
+	}
+	ip := net.ParseIP(host)
+	if strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	if ok, _ := strconv.ParseBool(allowRemote); ok {
+		return nil
+	}
+	return fmt.Errorf("UI_ADDR %s is not a loopback address: the console calls the API and redrives queues with your AWS "+
+		"credentials, so anyone who reaches it could too. Serve it on 127.0.0.1 (the default) and reach it through an SSH "+
+		"tunnel, or set UI_ALLOW_REMOTE=true if the network it listens on is yours alone", addr)
+}
+
+// defaultQueues are the stack's source queues as infra/ names them: <stack>-events and
+// <stack>-counters (NewQueues, NewCounterService), each with its -dlq.
+func defaultQueues(stack string) []string {
+	return []string{stack + "-events", stack + "-counters"}
+}
+
+func split(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// hostOf returns the host of the URL u ("" if it is not one; console.New then says what is wrong).
+func hostOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return ""
+	}
+	return p.Hostname()
+}

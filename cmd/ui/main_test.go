@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The console is served on loopback only, unless the operator says otherwise, and the refusal says why.
+func TestCheckAddr(t *testing.T) {
+	t.Parallel()
+	for _, a := range []string{"127.0.0.1:8081", "localhost:8081", "[::1]:8081", "127.0.0.2:0"} {
+		require.NoError(t, checkAddr(a, ""), a)
+	}
+	for _, a := range []string{"0.0.0.0:8081", ":8081", "192.168.1.5:8081", "example.com:8081"} {
+		err := checkAddr(a, "")
+		require.ErrorContains(t, err, "is not a loopback address", a)
+		require.ErrorContains(t, err, "UI_ALLOW_REMOTE=true", a)
+		require.NoError(t, checkAddr(a, "true"), a)
+	}
+	require.ErrorContains(t, checkAddr("8081", ""), "want host:port")
+}
+
+// API_URL is required; a non-loopback UI_ADDR is refused before anything else happens.
+func TestRunRefusals(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	require.ErrorContains(t, run(context.Background(), env(nil), log), "API_URL is required")
+	require.ErrorContains(t, run(context.Background(), env(map[string]string{"API_URL": "https://a.execute-api.eu-west-1.amazonaws.com/prod/",
+		"UI_ADDR": "0.0.0.0:0"}), log), "not a loopback address")
+}
+
+// The default queues are the stack's, as infra/ names them.
+func TestDefaultQueues(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{"ExactlyOnce-events", "ExactlyOnce-counters"}, defaultQueues("ExactlyOnce"))
+	require.Equal(t, []string{"a", "b"}, split(" a, ,b,"))
+	require.Equal(t, "abc.execute-api.eu-west-1.amazonaws.com", hostOf("https://abc.execute-api.eu-west-1.amazonaws.com/prod/"))
+}

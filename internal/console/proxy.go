@@ -1,0 +1,334 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+)
+
+// route is one API call the console may make: a method, a path of literal segments and parameters
+// ("{id}", digits only; any other "{name}", one non-empty segment), and the query parameters passed
+// through.
+type route struct {
+	method, path string
+	query        []string
+}
+
+// routes is the allow-list: the console's calls under /ui/api/ are these API routes and no others.
+// Every one but the retries reads.
+var routes = []route{
+	{"GET", "overview", nil},
+	{"GET", "events", []string{"state", "kind", "before", "limit"}},
+	{"GET", "events/{id}", nil},
+	{"GET", "events/{id}/attempts", nil},
+	{"GET", "references/{referenceId}/events", []string{"after", "limit"}},
+	{"GET", "agents", nil},
+	{"GET", "workers", []string{"active"}},
+	{"GET", "workers/{workerId}", nil},
+	{"GET", "counters/{userId}", nil},
+	{"GET", "counters/{userId}/{entityType}", nil},
+	{"POST", "events/{id}/retry", nil},
+	{"POST", "references/{referenceId}/retry", nil},
+}
+
+// Limits: a request body the console forwards (the retries take none), and an answer it passes on.
+const (
+	maxRequestBody  = 64 << 10
+	maxResponseBody = 16 << 20
+)
+
+// match finds the routes whose path matches the escaped path's segments, and returns the upstream
+// path built from them, every segment re-escaped. A segment that is empty, a dot segment, or that
+// decodes to something holding a slash, a backslash or a control character matches nothing, so no
+// request reaches a path off the list.
+func match(escaped string) (upstream string, matched []route) {
+	segs := strings.Split(escaped, "/")
+	values := make([]string, len(segs))
+	for i, s := range segs {
+		v, err := url.PathUnescape(s)
+		if err != nil || v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\\") || hasControl(v) || len(v) > 255 {
+			return "", nil
+		}
+		values[i] = v
+	}
+	for _, rt := range routes {
+		pat := strings.Split(rt.path, "/")
+		if len(pat) != len(values) {
+			continue
+		}
+		out := make([]string, len(pat))
+		ok := true
+		for i, p := range pat {
+			switch {
+			case p == "{id}":
+				ok = digits(values[i])
+			case strings.HasPrefix(p, "{"):
+				// The value is escaped again for the upstream, so it stays one segment there.
+			default:
+				ok = values[i] == p
+			}
+			if !ok {
+				break
+			}
+			out[i] = url.PathEscape(values[i])
+		}
+		if ok {
+			upstream = "/" + strings.Join(out, "/")
+			matched = append(matched, rt)
+		}
+	}
+	return upstream, matched
+}
+
+func digits(s string) bool {
+	if len(s) == 0 || len(s) > 19 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func hasControl(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
+}
+
+// proxy answers a call under /ui/api/ (rest is the escaped path after it): the API's answer to the
+// allow-listed route it matches, or 404 (no route), 405 (another method), 400 (a query parameter the
+// route does not take), 403 (a POST that is not the console's own; checkPost), 502 (the API did not
+// answer, or not in JSON).
+func (c *console) proxy(w http.ResponseWriter, r *http.Request, rest string) {
+	upstream, matched := match(rest)
+	var rt *route
+	var allow []string
+	for i := range matched {
+		allow = append(allow, matched[i].method)
+		if matched[i].method == r.Method {
+			rt = &matched[i]
+		}
+	}
+	if len(matched) == 0 {
+		writeError(w, http.StatusNotFound, "no such console API route: /ui/api/"+rest)
+		return
+	}
+	if rt == nil {
+		slices.Sort(allow)
+		methodNotAllowed(w, strings.Join(slices.Compact(allow), ", "))
+		return
+	}
+	query := url.Values{}
+	for k, vs := range r.URL.Query() {
+		if !slices.Contains(rt.query, k) {
+			msg := fmt.Sprintf("unknown query parameter %s: %s /%s takes none", quote(k), rt.method, rt.path)
+			if len(rt.query) > 0 {
+				msg = fmt.Sprintf("unknown query parameter %s: %s /%s takes %s", quote(k), rt.method, rt.path, strings.Join(rt.query, ", "))
+			}
+			writeError(w, http.StatusBadRequest, msg)
+			return
+		}
+		query[k] = vs
+	}
+	var body []byte
+	if r.Method == http.MethodPost {
+		if !c.checkPost(w, r) {
+			return
+		}
+		var err error
+		if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody)); err != nil {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes, or could not be read", maxRequestBody))
+			return
+		}
+	}
+	status, answer, err := c.call(r.Context(), r.Method, upstream, query.Encode(), body)
+	if err != nil {
+		c.log.Error("console: the API call failed", "method", r.Method, "path", upstream, "err", err)
+		writeError(w, http.StatusBadGateway, "the API did not answer; the console's log says why")
+		return
+	}
+	writeRaw(w, status, answer)
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// call makes the API call method path?query (path escaped, the API's own, without the stage) and
+// returns the answer's status and body: an error if there is none, or if its body is not JSON.
+func (c *console) call(ctx context.Context, method, path, query string, body []byte) (int, []byte, error) {
+	u := "http://api.in-process" + path
+	if c.base != nil {
+		u = c.base.Scheme + "://" + c.base.Host + strings.TrimSuffix(c.base.EscapedPath(), "/") + path
+	}
+	if query != "" {
+		u += "?" + query
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if len(body) > 0 {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.base != nil {
+		if err := c.sign(ctx, req, body); err != nil {
+			return 0, nil, err
+		}
+	}
+	resp, err := c.upstream.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	// The API never redirects; a redirect is not followed (a Location is not on the allow-list), nor
+	// passed on to the pages.
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return 0, nil, fmt.Errorf("the answer is a redirect (status %d) to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	if err != nil {
+		return 0, nil, fmt.Errorf("read the answer (status %d): %w", resp.StatusCode, err)
+	}
+	if len(answer) > maxResponseBody {
+		return 0, nil, fmt.Errorf("the answer (status %d) is over %d bytes", resp.StatusCode, maxResponseBody)
+	}
+	// Only JSON is passed on: an answer of another kind (an HTML error page of a proxy, say) is the
+	// upstream failing, not something for the pages to show.
+	if !json.Valid(answer) {
+		return 0, nil, fmt.Errorf("the answer (status %d, %s) is not JSON: %q", resp.StatusCode, resp.Header.Get("Content-Type"), truncate(answer))
+	}
+	return resp.StatusCode, answer, nil
+}
+
+func truncate(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "..."
+	}
+	return string(b)
+}
+
+// setUpstream sets how the console calls the API: the in-process handler, or APIURL over HTTP.
+func (c *console) setUpstream() error {
+	if c.opt.API != nil {
+		c.mode = "local"
+		c.upstream = &http.Client{Transport: handlerTransport{c.opt.API}}
+		return nil
+	}
+	c.mode = "aws"
+	if c.opt.APIURL == "" {
+		return errors.New("console: Options.API (in-process) or Options.APIURL is required")
+	}
+	u, err := url.Parse(c.opt.APIURL)
+	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("console: API URL %q: want https://<host>/<stage>/ and nothing else", c.opt.APIURL)
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && loopback(u.Hostname()):
+	default:
+		return fmt.Errorf("console: API URL %q: https is required (http only to a loopback host)", c.opt.APIURL)
+	}
+	if c.opt.Credentials == nil {
+		return errors.New("console: Options.Credentials are required to sign the calls to the API URL")
+	}
+	if c.opt.Region == "" {
+		c.opt.Region = RegionOf(u.Hostname())
+		if c.opt.Region == "" {
+			return fmt.Errorf("console: the API URL's host %q names no region (<id>.execute-api.<region>.amazonaws.com): set the region", u.Hostname())
+		}
+	}
+	c.base = u
+	client := c.opt.HTTPClient
+	if client == nil {
+		client = &http.Client{Timeout: 30 * time.Second}
+	}
+	// A copy that follows no redirect: a Location is not on the allow-list.
+	cc := *client
+	cc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.upstream = &cc
+	return nil
+}
+
+// RegionOf returns the region an API Gateway host names (<id>.execute-api.<region>.amazonaws.com,
+// or .amazonaws.com.cn), or "".
+func RegionOf(host string) string {
+	parts := strings.Split(strings.ToLower(host), ".")
+	if len(parts) >= 5 && parts[1] == "execute-api" && parts[3] == "amazonaws" {
+		return parts[2]
+	}
+	return ""
+}
+
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// sign signs req with SigV4 for API Gateway (service execute-api), over body's SHA-256, which it
+// also sends as X-Amz-Content-Sha256.
+func (c *console) sign(ctx context.Context, req *http.Request, body []byte) error {
+	creds, err := c.opt.Credentials.Retrieve(ctx)
+	if err != nil {
+		return fmt.Errorf("AWS credentials: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	hash := hex.EncodeToString(sum[:])
+	req.Header.Set("X-Amz-Content-Sha256", hash)
+	return v4.NewSigner().SignHTTP(ctx, creds, req, hash, "execute-api", c.opt.Region, time.Now())
+}
+
+// handlerTransport answers a request with an http.Handler, in-process: `make run`'s console calls
+// the API's handler directly.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec := &recorder{header: http.Header{}, status: http.StatusOK}
+	// A server request has RequestURI set and the Host header in Host, as the API's handler expects.
+	req.RequestURI = req.URL.RequestURI()
+	req.RemoteAddr = "127.0.0.1:0"
+	t.h.ServeHTTP(rec, req)
+	return &http.Response{StatusCode: rec.status, Header: rec.header, Body: io.NopCloser(&rec.body),
+		ContentLength: int64(rec.body.Len()), Request: req, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
+}
+
+// recorder is the in-process answer: an http.ResponseWriter that keeps it.
+type recorder struct {
+	header http.Header
+	status int
+	wrote  bool
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if !r.wrote {
+		r.status, r.wrote = status, true
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.body.Write(b)
+}

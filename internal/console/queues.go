@@ -1,0 +1,213 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/exactlyonce/exactlyonce/internal/redrive"
+)
+
+// queues serves GET /ui/api/queues and POST /ui/api/queues/{name}/redrive for the configured
+// source queues, each with the DLQ its RedrivePolicy names (redrive.Resolve, as cmd/redrive finds it).
+type queues struct {
+	client  *sqs.Client
+	log     *slog.Logger
+	names   []string          // in the configured order
+	entries map[string]string // name -> the configured name or URL
+	busy    sync.Map          // name -> *sync.Mutex: one redrive of a queue at a time
+}
+
+// sampleSize is how many bodies a dry run shows.
+const sampleSize = 10
+
+// configure takes the source queues, names or URLs; a queue's name in the console's paths is its
+// name, the last segment of its URL.
+func (q *queues) configure(list []string) error {
+	q.entries = map[string]string{}
+	for _, e := range list {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		name := e
+		if strings.HasPrefix(e, "https://") || strings.HasPrefix(e, "http://") {
+			name = e[strings.LastIndex(strings.TrimSuffix(e, "/"), "/")+1:]
+			name = strings.TrimSuffix(name, "/")
+		}
+		if name == "" || strings.ContainsAny(name, "/?#%") {
+			return fmt.Errorf("console: queue %q: want a queue name or URL", e)
+		}
+		if _, dup := q.entries[name]; dup {
+			return fmt.Errorf("console: queue %q is configured twice", name)
+		}
+		q.entries[name] = e
+		q.names = append(q.names, name)
+	}
+	return nil
+}
+
+// queueJSON is one source queue and its DLQ in GET /ui/api/queues.
+type queueJSON struct {
+	Name     string   `json:"name"`
+	URL      string   `json:"url"`
+	Visible  int      `json:"visible"`
+	InFlight int      `json:"inFlight"`
+	Delayed  int      `json:"delayed"`
+	DLQ      *dlqJSON `json:"dlq"`
+}
+
+type dlqJSON struct {
+	Name     string `json:"name"`
+	URL      string `json:"url"`
+	Visible  int    `json:"visible"`
+	InFlight int    `json:"inFlight"`
+}
+
+// serveQueues answers GET /ui/api/queues (rest "") and POST /ui/api/queues/{name}/redrive.
+func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest string) {
+	q := c.queues
+	if rest == "" {
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, "GET")
+			return
+		}
+		if len(r.URL.Query()) > 0 {
+			writeError(w, http.StatusBadRequest, "GET /ui/api/queues takes no query parameters")
+			return
+		}
+		out := []queueJSON{}
+		for _, name := range q.names {
+			j, err := q.depths(r.Context(), name)
+			if err != nil {
+				c.log.Error("console: queue depths", "queue", name, "err", err)
+				writeError(w, http.StatusBadGateway, "the depths of the queue "+quote(name)+" could not be read; the console's log says why")
+				return
+			}
+			out = append(out, j)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"queues": out})
+		return
+	}
+	segs := strings.Split(strings.TrimPrefix(rest, "/"), "/")
+	name, err := url.PathUnescape(segs[0])
+	if len(segs) != 2 || segs[1] != "redrive" || err != nil || q.entries[name] == "" {
+		writeError(w, http.StatusNotFound, "no such console API route: /ui/api/queues"+rest+" (a redrive is POST /ui/api/queues/{name}/redrive, of a configured queue)")
+		return
+	}
+	if r.Method != http.MethodPost {
+		methodNotAllowed(w, "POST")
+		return
+	}
+	if !c.checkPost(w, r) {
+		return
+	}
+	var in struct {
+		DryRun *bool `json:"dryRun"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1024))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil || in.DryRun == nil || dec.Decode(&struct{}{}) != io.EOF {
+		writeError(w, http.StatusBadRequest, `the body must be {"dryRun": true} or {"dryRun": false}`)
+		return
+	}
+	mu, _ := q.busy.LoadOrStore(name, &sync.Mutex{})
+	if !mu.(*sync.Mutex).TryLock() {
+		writeError(w, http.StatusConflict, "a redrive of the queue "+quote(name)+" is already running")
+		return
+	}
+	defer mu.(*sync.Mutex).Unlock()
+	ctx := r.Context()
+	rq, err := redrive.Resolve(ctx, q.client, q.entries[name], "")
+	if err != nil {
+		c.log.Error("console: redrive: resolve the queue and its DLQ", "queue", name, "err", err)
+		writeError(w, http.StatusBadGateway, "the queue "+quote(name)+" or its DLQ could not be found; the console's log says why")
+		return
+	}
+	if *in.DryRun {
+		n, sample, err := redrive.Peek(ctx, q.client, rq, sampleSize, io.Discard)
+		if err != nil {
+			c.log.Error("console: redrive dry run", "queue", name, "dlq", rq.DLQURL, "err", err)
+			writeError(w, http.StatusBadGateway, "the dry run of "+quote(name)+" failed; the console's log says why")
+			return
+		}
+		c.log.Info("console: redrive dry run", "queue", name, "dlq", rq.DLQURL, "messages", n)
+		if sample == nil {
+			sample = []string{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"dryRun": true, "messages": n, "sample": sample})
+		return
+	}
+	moved, err := redrive.Redrive(ctx, q.client, rq, 2*time.Second, io.Discard)
+	if err != nil {
+		c.log.Error("console: redrive", "queue", name, "dlq", rq.DLQURL, "moved", moved, "err", err)
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("the redrive of %s stopped after moving %d messages; the console's log says why", quote(name), moved))
+		return
+	}
+	c.log.Info("console: redrive", "queue", name, "dlq", rq.DLQURL, "moved", moved)
+	writeJSON(w, http.StatusOK, map[string]any{"dryRun": false, "moved": moved})
+}
+
+// depths reads the depths of the queue name and of the DLQ its RedrivePolicy names (none: dlq null).
+func (q *queues) depths(ctx context.Context, name string) (queueJSON, error) {
+	j := queueJSON{Name: name}
+	u, err := redrive.QueueURL(ctx, q.client, q.entries[name])
+	if err != nil {
+		return j, err
+	}
+	j.URL = u
+	n, err := counts(ctx, q.client, u, types.QueueAttributeNameApproximateNumberOfMessages,
+		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, types.QueueAttributeNameApproximateNumberOfMessagesDelayed)
+	if err != nil {
+		return j, err
+	}
+	j.Visible, j.InFlight, j.Delayed = n[0], n[1], n[2]
+	rq, err := redrive.Resolve(ctx, q.client, u, "")
+	if err != nil {
+		// A queue without a RedrivePolicy has no DLQ to show; the reason is logged in case it is
+		// something else.
+		q.log.Info("console: queue shown without a DLQ", "queue", name, "why", err)
+		return j, nil
+	}
+	d := &dlqJSON{Name: rq.DLQURL[strings.LastIndex(rq.DLQURL, "/")+1:], URL: rq.DLQURL}
+	n, err = counts(ctx, q.client, rq.DLQURL, types.QueueAttributeNameApproximateNumberOfMessages,
+		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)
+	if err != nil {
+		return j, err
+	}
+	d.Visible, d.InFlight = n[0], n[1]
+	j.DLQ = d
+	return j, nil
+}
+
+// counts reads integer attributes of the queue at url; a missing or garbled one is an error, not 0,
+// which would show a queue as empty.
+func counts(ctx context.Context, c *sqs.Client, url string, names ...types.QueueAttributeName) ([]int, error) {
+	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: names})
+	if err != nil {
+		return nil, fmt.Errorf("attributes of %s: %w", url, err)
+	}
+	n := make([]int, len(names))
+	for i, name := range names {
+		v, ok := out.Attributes[string(name)]
+		if !ok && name == types.QueueAttributeNameApproximateNumberOfMessagesDelayed {
+			continue // goaws does not report it; it has no delayed messages to count
+		}
+		if n[i], err = strconv.Atoi(v); err != nil {
+			return nil, errors.Join(fmt.Errorf("attribute %s of %s", name, url), err)
+		}
+	}
+	return n, nil
+}

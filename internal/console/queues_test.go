@@ -1,0 +1,143 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/stretchr/testify/require"
+)
+
+type queuesAnswer struct {
+	Queues []struct {
+		Name, URL                  string
+		Visible, InFlight, Delayed int
+		DLQ                        *struct {
+			Name, URL         string
+			Visible, InFlight int
+		}
+	}
+}
+
+func send(t *testing.T, client *sqs.Client, url string, bodies ...string) {
+	t.Helper()
+	for _, b := range bodies {
+		_, err := client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(b)})
+		require.NoError(t, err)
+	}
+}
+
+func nameOf(url string) string { return url[strings.LastIndex(url, "/")+1:] }
+
+// The queues' depths, against local SQS: each configured source queue (by name or URL) with the DLQ
+// its RedrivePolicy names. A dry run lists the DLQ's messages and changes nothing; a redrive then
+// moves them all to the source queue.
+func TestQueuesDepthsDryRunAndRedrive(t *testing.T) {
+	t.Parallel()
+	client := localsqs.Client(t)
+	a := localsqs.Queues(t, client, 30, 5)
+	b := localsqs.Queues(t, client, 30, 5)
+	send(t, client, a.URL, `{"id":1}`)
+	send(t, client, a.DLQURL, `{"id":2}`, `{"id":3}`, `not json`)
+	send(t, client, b.DLQURL, `{"id":9}`)
+	base := serve(t, Options{API: &fakeAPI{}, SQS: client, Queues: []string{nameOf(a.URL), b.URL}})
+	token := session(t, base)["csrfToken"]
+
+	depths := func() queuesAnswer {
+		t.Helper()
+		status, h, body := do(t, "GET", base+"/ui/api/queues", "", nil)
+		require.Equal(t, http.StatusOK, status, body)
+		require.Equal(t, "no-store", h.Get("Cache-Control"))
+		var got queuesAnswer
+		require.NoError(t, json.Unmarshal([]byte(body), &got))
+		return got
+	}
+	got := depths()
+	require.Len(t, got.Queues, 2)
+	qa, qb := got.Queues[0], got.Queues[1]
+	require.Equal(t, nameOf(a.URL), qa.Name)
+	require.Equal(t, a.URL, qa.URL)
+	require.Equal(t, 1, qa.Visible+qa.InFlight)
+	require.NotNil(t, qa.DLQ)
+	require.Equal(t, nameOf(a.DLQURL), qa.DLQ.Name)
+	require.Equal(t, a.DLQURL, qa.DLQ.URL)
+	require.Equal(t, 3, qa.DLQ.Visible)
+	require.Equal(t, nameOf(b.URL), qb.Name, "a URL's queue is named by its last segment")
+	require.Equal(t, 1, qb.DLQ.Visible)
+
+	redrive := func(name, body string) (int, string) {
+		t.Helper()
+		status, _, answer := do(t, "POST", base+"/ui/api/queues/"+name+"/redrive", body, map[string]string{"X-CSRF-Token": token})
+		return status, answer
+	}
+	status, body := redrive(qa.Name, `{"dryRun": true}`)
+	require.Equal(t, http.StatusOK, status, body)
+	var dry struct {
+		DryRun   bool     `json:"dryRun"`
+		Messages int      `json:"messages"`
+		Sample   []string `json:"sample"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &dry))
+	require.True(t, dry.DryRun)
+	require.Equal(t, 3, dry.Messages)
+	require.ElementsMatch(t, []string{`{"id":2}`, `{"id":3}`, `not json`}, dry.Sample)
+	requireDepth(t, client, a.URL, 1)
+	requireDepth(t, client, a.DLQURL, 3)
+
+	status, body = redrive(qa.Name, `{"dryRun": false}`)
+	require.Equal(t, http.StatusOK, status, body)
+	require.JSONEq(t, `{"dryRun": false, "moved": 3}`, body)
+	requireDepth(t, client, a.URL, 4)
+	requireDepth(t, client, a.DLQURL, 0)
+	requireDepth(t, client, b.DLQURL, 1)
+	got = depths()
+	require.Zero(t, got.Queues[0].DLQ.Visible)
+}
+
+// A redrive is a POST of a configured queue with {"dryRun": bool} and the CSRF token; anything
+// else is refused and moves nothing.
+func TestRedriveRefusals(t *testing.T) {
+	t.Parallel()
+	client := localsqs.Client(t)
+	a := localsqs.Queues(t, client, 30, 5)
+	send(t, client, a.DLQURL, `{"id":2}`)
+	base := serve(t, Options{API: &fakeAPI{}, SQS: client, Queues: []string{a.URL}})
+	token := session(t, base)["csrfToken"]
+	name := nameOf(a.URL)
+	for _, c := range []struct {
+		name, method, path, body string
+		headers                  map[string]string
+		status                   int
+	}{
+		{"no token", "POST", name, `{"dryRun": false}`, nil, 403},
+		{"wrong token", "POST", name, `{"dryRun": false}`, map[string]string{"X-CSRF-Token": "x"}, 403},
+		{"cross-site", "POST", name, `{"dryRun": false}`, map[string]string{"X-CSRF-Token": token, "Sec-Fetch-Site": "cross-site"}, 403},
+		{"foreign origin", "POST", name, `{"dryRun": false}`, map[string]string{"X-CSRF-Token": token, "Origin": "https://evil.example"}, 403},
+		{"unconfigured queue", "POST", nameOf(a.DLQURL), `{"dryRun": false}`, map[string]string{"X-CSRF-Token": token}, 404},
+		{"GET", "GET", name, "", map[string]string{"X-CSRF-Token": token}, 405},
+		{"no body", "POST", name, ``, map[string]string{"X-CSRF-Token": token}, 400},
+		{"no dryRun", "POST", name, `{}`, map[string]string{"X-CSRF-Token": token}, 400},
+		{"dryRun not a bool", "POST", name, `{"dryRun": "no"}`, map[string]string{"X-CSRF-Token": token}, 400},
+		{"unknown field", "POST", name, `{"dryRun": false, "dlq": "other"}`, map[string]string{"X-CSRF-Token": token}, 400},
+		{"two values", "POST", name, `{"dryRun": true} {"dryRun": false}`, map[string]string{"X-CSRF-Token": token}, 400},
+	} {
+		status, _, body := do(t, c.method, base+"/ui/api/queues/"+c.path+"/redrive", c.body, c.headers)
+		require.Equal(t, c.status, status, "%s: %s", c.name, body)
+		require.Contains(t, body, `"error"`)
+	}
+	requireDepth(t, client, a.DLQURL, 1)
+	requireDepth(t, client, a.URL, 0)
+}
+
+func requireDepth(t *testing.T, client *sqs.Client, url string, want int) {
+	t.Helper()
+	v, inFlight, err := queue.Depth(context.Background(), client, url)
+	require.NoError(t, err)
+	require.Equal(t, want, v+inFlight, url)
+}

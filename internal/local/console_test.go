@@ -1,0 +1,78 @@
+package local_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/exactlyonce/exactlyonce/internal/local"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+// `make run`'s server serves the operators' console at /ui/ beside the API: its pages, the API's
+// routes through it (in-process), the run's queue with its DLQ; every other path is the API's.
+func TestConsoleBesideTheAPI(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	client := localsqs.Client(t)
+	queues := localsqs.Queues(t, client, 30, 5)
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: queues}, log)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, sys.Wait())
+	})
+	require.Equal(t, sys.URL+"/ui/", sys.ConsoleURL)
+
+	get := func(url string) (int, string, http.Header) {
+		t.Helper()
+		resp, err := http.Get(url)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	status, body, h := get(sys.ConsoleURL)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "<html")
+	require.NotEmpty(t, h.Get("Content-Security-Policy"))
+
+	status, body, _ = get(sys.URL + "/ui/api/agents")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"agents"`)
+	status, api, _ := get(sys.URL + "/agents")
+	require.Equal(t, http.StatusOK, status, "the API is where it was")
+	require.Contains(t, api, `"agents"`)
+
+	status, body, _ = get(sys.URL + "/ui/api/queues")
+	require.Equal(t, http.StatusOK, status, body)
+	var q struct {
+		Queues []struct {
+			URL string `json:"url"`
+			DLQ struct {
+				URL string `json:"url"`
+			} `json:"dlq"`
+		} `json:"queues"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &q))
+	require.Len(t, q.Queues, 1, "no counter service in this run")
+	require.Equal(t, queues.URL, q.Queues[0].URL)
+	require.Equal(t, queues.DLQURL, q.Queues[0].DLQ.URL)
+
+	var s struct{ Mode, APIURL string }
+	_, body, _ = get(sys.URL + "/ui/api/session")
+	require.NoError(t, json.Unmarshal([]byte(body), &s))
+	require.Equal(t, "local", s.Mode)
+	require.Equal(t, sys.URL, s.APIURL)
+	require.True(t, strings.HasPrefix(sys.URL, "http://127.0.0.1:"))
+}
