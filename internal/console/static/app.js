@@ -9,7 +9,8 @@
 const session = { csrfToken: '', mode: '' };
 let timers = [];   // the current page's refreshes, cleared when the page changes
 let paused = false; // auto-refresh paused by the operator
-let lastSample = null; // the overview's previous counts, for rates
+let samples = []; // the overview's counts over the last minutes, for rates
+const rateWindow = 5 * 60 * 1000; // rates are taken over up to this much of the overview's history
 
 // el builds an element: attrs are attributes (on* are listeners, and null skips one), children are
 // nodes or text (null and false are skipped, arrays are flattened).
@@ -128,13 +129,15 @@ async function overview(main) {
     const [ov, qs] = await Promise.all([api('/overview'), api('/queues').catch((e) => ({ error: e.message }))]);
     const now = Date.parse(ov.time) || Date.now();
     const e = ov.events;
+    samples = samples.filter((x) => x.at < now && now - x.at <= rateWindow);
     let rates = null;
-    if (lastSample && now > lastSample.at) {
-      const dt = (now - lastSample.at) / 1000;
-      const rate = (k) => Math.max(0, (e[k] - lastSample.events[k]) / dt);
-      rates = { created: rate('total'), processed: rate('processed'), failed: rate('failed') };
+    if (samples.length) {
+      const first = samples[0];
+      const dt = (now - first.at) / 1000;
+      const rate = (k) => Math.max(0, (e[k] - first.events[k]) / dt);
+      rates = { created: rate('total'), processed: rate('processed'), failed: rate('failed'), over: dt };
     }
-    lastSample = { at: now, events: e };
+    samples.push({ at: now, events: e });
     const card = (id, label, value) => el('li', { class: 'card' }, el('span', { class: 'label', id: id + '-label' }, label),
       el('span', { class: 'value', id, 'aria-labelledby': id + '-label ' + id }, value));
     replace('ov-body', el('div', { id: 'ov-body' },
@@ -153,7 +156,9 @@ async function overview(main) {
         card('rate-created', 'Created / s', rates ? rates.created.toFixed(1) : '…'),
         card('rate-processed', 'Processed / s', rates ? rates.processed.toFixed(1) : '…'),
         card('rate-failed', 'Failed / s', rates ? rates.failed.toFixed(1) : '…')),
-      el('p', { class: 'muted' }, 'Rates are the change between two refreshes, on the database clock (' + fmtTime(ov.time) + ').'),
+      el('p', { class: 'muted', id: 'rates-note' }, rates
+        ? 'Rates over the last ' + fmtSeconds(rates.over) + ' this page has watched (up to 5 min), on the database clock (' + fmtTime(ov.time) + ').'
+        : 'Rates appear at the next refresh.'),
       el('h2', null, 'Queues'),
       queuesTable(qs, false)));
     status('Updated ' + new Date().toLocaleTimeString());
@@ -481,6 +486,8 @@ async function route() {
       default: main.append(el('h1', null, 'Not found'), el('p', null, 'No such page: ' + path));
     }
   } catch (e) {
+    // What did not load says so where its "Loading…" was.
+    main.querySelectorAll('[id] > p:only-child').forEach((p) => { if (p.textContent === 'Loading…') p.remove(); });
     main.append(el('p', { class: 'status error', role: 'alert' }, e.message));
   }
   document.title = (main.querySelector('h1') ? main.querySelector('h1').textContent + ' · ' : '') + 'exactlyonce console';
