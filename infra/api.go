@@ -75,8 +75,17 @@ func NewEventsAPI(scope constructs.Construct, id string, handler awslambda.IFunc
 	// Tasks: a task's attempts, its manual retry, and a reference's tasks in delivery order.
 	event.AddResource(jsii.String("attempts"), nil).AddMethod(jsii.String("GET"), nil, withPath("id"))
 	event.AddResource(jsii.String("retry"), nil).AddMethod(jsii.String("POST"), nil, withPath("id"))
-	api.Root().AddResource(jsii.String("references"), nil).AddResource(jsii.String("{referenceId}"), nil).
-		AddResource(jsii.String("events"), nil).AddMethod(jsii.String("GET"), nil, withPath("referenceId"))
+	reference := api.Root().AddResource(jsii.String("references"), nil).AddResource(jsii.String("{referenceId}"), nil)
+	reference.AddResource(jsii.String("events"), nil).AddMethod(jsii.String("GET"), nil, withPath("referenceId"))
+	// The operators' console (issue 20) reads only the API, signed with the operator's credentials:
+	// the overview, the event workers' registry, and the bulk retry of a reference's failed tasks.
+	// (GET /events?state= lists events on the GET /events method above: its query parameters are
+	// the API's to check.)
+	reference.AddResource(jsii.String("retry"), nil).AddMethod(jsii.String("POST"), nil, withPath("referenceId"))
+	api.Root().AddResource(jsii.String("overview"), nil).AddMethod(jsii.String("GET"), nil, withValidator)
+	workers := api.Root().AddResource(jsii.String("workers"), nil)
+	workers.AddMethod(jsii.String("GET"), nil, withValidator)
+	workers.AddResource(jsii.String("{workerId}"), nil).AddMethod(jsii.String("GET"), nil, withPath("workerId"))
 	// The agents and the counter service's counts.
 	api.Root().AddResource(jsii.String("agents"), nil).AddMethod(jsii.String("GET"), nil, withValidator)
 	user := api.Root().AddResource(jsii.String("counters"), nil).AddResource(jsii.String("{userId}"), nil)

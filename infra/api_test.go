@@ -19,7 +19,7 @@ func TestAPI(t *testing.T) {
 		tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::RestApi"), jsii.Number(1))
 		tpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Api"), jsii.Number(0))
 	})
-	check(t, "ten methods", func() { tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(10)) })
+	check(t, "fourteen methods", func() { tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(14)) })
 	check(t, "every method requires IAM (SigV4) and proxies to the api function", func() {
 		tpl.AllResourcesProperties(jsii.String("AWS::ApiGateway::Method"), obj(map[string]any{
 			"AuthorizationType": "AWS_IAM",
@@ -33,7 +33,7 @@ func TestAPI(t *testing.T) {
 	})
 
 	// The routes of the contract: each path found through the Resource tree from this API's root,
-	// each method on its resource. With ten methods in all (above), they are the only ones.
+	// each method on its resource. With fourteen methods in all (above), they are the only ones.
 	resource := func(parent any, pathPart string) string {
 		t.Helper()
 		var id string
@@ -52,6 +52,8 @@ func TestAPI(t *testing.T) {
 	events := resource(root, "events")
 	event := resource(refTo(events), "{id}")
 	user := resource(refTo(resource(root, "counters")), "{userId}")
+	reference := resource(refTo(resource(root, "references")), "{referenceId}")
+	workers := resource(root, "workers")
 	for _, r := range []struct{ method, path, resourceID string }{
 		{"GET", "/events", events},
 		{"POST", "/events", events},
@@ -59,7 +61,11 @@ func TestAPI(t *testing.T) {
 		{"GET", "/events/{id}", event},
 		{"GET", "/events/{id}/attempts", resource(refTo(event), "attempts")},
 		{"POST", "/events/{id}/retry", resource(refTo(event), "retry")},
-		{"GET", "/references/{referenceId}/events", resource(refTo(resource(refTo(resource(root, "references")), "{referenceId}")), "events")},
+		{"GET", "/references/{referenceId}/events", resource(refTo(reference), "events")},
+		{"POST", "/references/{referenceId}/retry", resource(refTo(reference), "retry")},
+		{"GET", "/overview", resource(root, "overview")},
+		{"GET", "/workers", workers},
+		{"GET", "/workers/{workerId}", resource(refTo(workers), "{workerId}")},
 		{"GET", "/agents", resource(root, "agents")},
 		{"GET", "/counters/{userId}", user},
 		{"GET", "/counters/{userId}/{entityType}", resource(refTo(user), "{entityType}")},
@@ -104,11 +110,11 @@ func TestAPI(t *testing.T) {
 	})
 
 	// The api function may be invoked by this API only, per method.
-	check(t, "10 API Gateway invoke permissions, one per method, no test-invoke", func() {
+	check(t, "14 API Gateway invoke permissions, one per method, no test-invoke", func() {
 		tpl.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::Permission"), obj(map[string]any{
 			"Principal":    "apigateway.amazonaws.com",
 			"FunctionName": getAtt(apiFnID, "Arn"),
-		}), jsii.Number(10))
+		}), jsii.Number(14))
 	})
 }
 

@@ -3,7 +3,7 @@
 //
 //	POST /events        201 {"id", "value", ...}   create an event, processed synchronously
 //	POST /events/async  202 {"id"}                 create a pending event and queue it
-//	GET  /events        200 {"count"}              count events
+//	GET  /events        200 {"count"}              count events; with ?state=, list them (console.go)
 //	GET  /events/{id}   200 {"id", "value", ...}   one event; 404 unknown; 400 not a positive integer
 //	GET  /counters/{userId}               200 {"userId", "counters"}   a user's counts (counters.go)
 //	GET  /counters/{userId}/{entityType}  200 {"userId", "entityType", "sum", "version"}   one count
@@ -19,6 +19,11 @@
 //	GET  /events/{id}/attempts              200 {"id", "attempts": [...]}   a task's delivery attempts
 //	GET  /references/{referenceId}/events   200 {"referenceId", "events", "next"}   its tasks in delivery order
 //	POST /events/{id}/retry                 200 {"id", "state", "placement"}   a failed task, again
+//
+// The operators' console reads (console.go):
+//
+//	GET  /overview                          200 {"time", "events", "waiting", "oldestWaitingSeconds"}   events by state, exact
+//	POST /references/{referenceId}/retry    200 {"referenceId", "retried", "placement"}   its failed tasks, again, in order
 //
 // The routes are registered one a line in routes(), and routed by an http.ServeMux (router.go).
 // Any other path is a 404, and a known path with another method a 405 with an Allow header; HEAD
@@ -185,7 +190,7 @@ func (s *Server) routes() *router {
 	rt := newRouter(s.notFound, s.methodNotAllowed)
 	rt.handle("POST /events", s.create)
 	rt.handle("POST /events/async", s.createAsync)
-	rt.handle("GET /events", s.count)
+	rt.handle("GET /events", s.events)
 	rt.handle("GET /events/{id}", s.get)
 	rt.handle("GET /events/{$}", s.get) // an empty id, a 400 as it always was, not a 404
 
@@ -200,6 +205,10 @@ func (s *Server) routes() *router {
 	rt.handle("GET /events/{id}/attempts", s.attempts)
 	rt.handle("POST /events/{id}/retry", s.retry)
 	rt.handle("GET /references/{referenceId}/events", s.referenceEvents)
+
+	// The operators' console (console.go).
+	rt.handle("GET /overview", s.overview)
+	rt.handle("POST /references/{referenceId}/retry", s.retryReference)
 	return rt
 }
 

@@ -80,8 +80,15 @@ var longID = strings.Repeat("9", 70)
 var routeCases = []routeCase{
 	{target: "/events", allow: "GET, POST", answers: map[string]string{
 		"GET": `200 {"count":7}`, "POST": `201 {"id":101,"value":"v","state":"processed","processCount":1}`}},
-	{target: "/events?x=1", allow: "GET, POST", answers: map[string]string{
+	{target: "/events?", allow: "GET, POST", answers: map[string]string{
 		"GET": `200 {"count":7}`, "POST": `201 {"id":101,"value":"v","state":"processed","processCount":1}`}},
+	// A query string makes GET /events a listing (console.go), whose parameters are checked.
+	{target: "/events?x=1", allow: "GET, POST", answers: map[string]string{
+		"GET":  `400 {"error":"unknown query parameter \"x\": the listing takes state, kind, before and limit"}`,
+		"POST": `201 {"id":101,"value":"v","state":"processed","processCount":1}`}},
+	{target: "/overview", allow: "GET", answers: map[string]string{"GET": `500 {"error":"the operators' reads are not available"}`}},
+	{target: "/references/r/retry", allow: "POST", answers: map[string]string{"POST": `500 {"error":"the operators' reads are not available"}`}},
+	{target: "/references/%2F/retry"},
 	{target: "/events/async", allow: "POST", answers: map[string]string{"POST": `202 {"id":101}`}},
 	{target: "/events/%61sync", allow: "POST", answers: map[string]string{"POST": `202 {"id":101}`}},
 	{target: "/events%2Fasync", allow: "POST", answers: map[string]string{"POST": `202 {"id":101}`}},

@@ -120,6 +120,23 @@ func runReads(ctx context.Context, r *run) error {
 			_, err := d.store.Count(ctx)
 			return err
 		}},
+		// The operators' console's reads (issue 20): pruned to the partitions of their states, so
+		// the processed history should not show in their cost.
+		{"list_failed", "GET /events?state=failed: Store.ListEvents of the failed set (fresh and failed partitions), a page of 50", pick(r, 20, 5),
+			func(ctx context.Context, d *db) error {
+				_, err := d.store.ListEvents(ctx, "failed", "", 0, 51)
+				return err
+			}},
+		{"list_pending", "GET /events?state=pending: Store.ListEvents of the pending set (open partition), a page of 50", pick(r, 20, 5),
+			func(ctx context.Context, d *db) error {
+				_, err := d.store.ListEvents(ctx, "pending", "", 0, 51)
+				return err
+			}},
+		{"overview", "GET /overview: Store.Overview (settled_count, every partition but the processed history, the waiting metrics)", pick(r, 20, 5),
+			func(ctx context.Context, d *db) error {
+				_, err := d.store.Overview(ctx)
+				return err
+			}},
 		{"outcomes", "the processor's check of 10 redelivered ids: Store.Outcomes", pick(r, 20, 5), func(ctx context.Context, d *db) error {
 			ids := make([]int64, 10)
 			for i := range ids {

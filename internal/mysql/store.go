@@ -203,20 +203,28 @@ func processedEvent(id int64, value string) exactlyonce.Event {
 
 // Get returns one event, or an ENOTFOUND error. A task comes with its webhook (Event.Task).
 func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
+	e, err := scanEvent(s.db.QueryRowContext(ctx, query("Get"), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return exactlyonce.Event{}, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
+	}
+	if err != nil {
+		return exactlyonce.Event{}, interpret("get event", err)
+	}
+	return e, nil
+}
+
+// scanEvent reads one row of Get's columns (Get, ListEvents).
+func scanEvent(row interface{ Scan(...any) error }) (exactlyonce.Event, error) {
 	var (
 		e                        exactlyonce.Event
 		value, by, lastError     sql.NullString
 		processedAt, nextAttempt sql.NullTime
 		t                        taskColumns
 	)
-	err := s.db.QueryRowContext(ctx, query("Get"), id).
-		Scan(&e.ID, &e.Kind, &value, &e.State, &e.CreatedAt, &processedAt, &by, &e.ProcessCount,
-			&e.Attempts, &lastError, &nextAttempt, &t.url, &t.payload, &t.reference, &t.maxRetries, &t.hash, &t.position)
-	if errors.Is(err, sql.ErrNoRows) {
-		return exactlyonce.Event{}, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
-	}
+	err := row.Scan(&e.ID, &e.Kind, &value, &e.State, &e.CreatedAt, &processedAt, &by, &e.ProcessCount,
+		&e.Attempts, &lastError, &nextAttempt, &t.url, &t.payload, &t.reference, &t.maxRetries, &t.hash, &t.position)
 	if err != nil {
-		return exactlyonce.Event{}, interpret("get event", err)
+		return exactlyonce.Event{}, err
 	}
 	if value.Valid {
 		e.Value = &value.String

@@ -127,7 +127,7 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 			return fmt.Errorf("retried %d rows for task %d", n, id)
 		}
 		if state >= exactlyonce.Processed+countedShift {
-			if _, err := tx.ExecContext(ctx, query("UncountRetried")); err != nil {
+			if _, err := tx.ExecContext(ctx, query("UncountRetried"), 1); err != nil {
 				return err
 			}
 		}

@@ -1,5 +1,6 @@
 -- The exact count of events (migrations/0005_settled_count.sql): settled_count holds the number of
--- events in the `settled` partition (states 30 and 40, counted); the `open` and `fresh` partitions
+-- events folded into the `settled` and `failed` partitions (states 30 and 40, counted,
+-- migrations/0011_failed_partition.sql); the `open`, `queued` and `fresh` partitions
 -- (states below 30) are counted by a scan, whose size is the pending events plus what was settled
 -- since the sweeper's last fold, not the history.
 
@@ -35,6 +36,22 @@ UPDATE events SET state = state + 20 WHERE state >= 10 AND state < 30 LIMIT ?;
 -- row was lost) the fold rolls back, so no row is moved without being counted.
 UPDATE settled_count SET n = n + ?;
 
+-- name: LockSettledCountAt
+-- GET /overview, first statement: LockSettledCount's read, with the database's clock (the time the
+-- overview is of). The same shared lock, for the same reason: no fold, and no retry of a folded
+-- failed task (UncountRetried), commits until the overview's transaction ends.
+SELECT n, NOW(6) FROM settled_count LOCK IN SHARE MODE;
+
+-- name: OverviewCounts
+-- GET /overview, second statement: the events by stored state, by one consistent read, of every
+-- partition but `settled` (the processed history, which settled_count counts): `state < 30` is
+-- `open`, `queued` and `fresh` (the pending set and what was settled since the last fold), as
+-- CountUnfolded reads; `state >= 40` is `failed`, the failed set once folded. Run under
+-- LockSettledCountAt's lock, so the `failed` partition cannot change (only a fold or a retry of a
+-- folded failed task writes it, and both change settled_count): settled_count less its rows is the
+-- folded processed events, exactly.
+SELECT state, COUNT(*) FROM events WHERE state < 30 OR state >= 40 GROUP BY state;
+
 -- The count's row itself, checked by every Migrate (schema.go), like the id counter's.
 
 -- name: SettledCountRows
@@ -42,8 +59,8 @@ UPDATE settled_count SET n = n + ?;
 SELECT COUNT(*) FROM settled_count;
 
 -- name: CountSettledEvents
--- The events in the `settled` partition, to re-create a lost settled_count row. A consistent read
--- that scans the `settled` partition (the history): it runs only when the row is missing, under the
+-- The events in the `settled` and `failed` partitions, to re-create a lost settled_count row. A
+-- consistent read that scans both (the history): it runs only when the row is missing, under the
 -- migration lock. A fold cannot commit meanwhile (AddSettled finds no row and it rolls back).
 SELECT COUNT(*) FROM events WHERE state >= 30;
 

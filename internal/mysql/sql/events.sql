@@ -1,7 +1,9 @@
 -- events: every event, pending, processing or processed. No index exists: `state < 2` prunes a statement to the
 -- `open` partition (migrations/0001_init.sql; `state = 2` to `queued`, the tasks waiting for an
 -- earlier task of their reference, 0009_tasks.sql), `state >= 10 AND state < 30` to `fresh` (settled
--- and not yet counted, migrations/0005_settled_count.sql), `id = ?` and `id IN (...)` prune it to the
+-- and not yet counted, migrations/0005_settled_count.sql), `state = 30` to `settled` (the processed
+-- history) and `state = 40` to `failed` (the failed events once counted,
+-- migrations/0011_failed_partition.sql), `id = ?` and `id IN (...)` prune it to the
 -- subpartitions those ids hash to (migrations/0002_subpartition_by_id.sql), and within what is
 -- left every statement is a scan.
 
@@ -25,6 +27,26 @@ INSERT INTO events (id, routing_hash, value, state, created_at) VALUES /*rows*/;
 SELECT id, kind, value, state, created_at, processed_at, processed_by, process_count,
        attempts, last_error, next_attempt_at, url, payload, reference_id, max_retries, routing_hash, position
 FROM events WHERE id = ? LIMIT 1;
+
+-- name: ListEvents
+-- GET /events?state=: one page of the events of a set of states, newest first, with the columns Get
+-- reads. /*states*/ is a list of integer literals from a fixed table of the store's (listStates in
+-- events_list.go), never caller text: literals, so that the statement is pruned when it is
+-- prepared, to the partitions of that set alone, and its cost is bounded by them:
+--   pending (0), processing (1)   `open`: the pending set;
+--   queued (2)                    `queued`: the tasks waiting behind their reference's head;
+--   processed (10)                `fresh`: the events settled since the sweeper's last fold (the
+--                                 folded history, 30, is not listed: it would scan the history);
+--   failed (20, 40)               `fresh` and `failed`: the failed set, and what was settled since
+--                                 the last fold.
+-- Every row of those partitions is read (no index), the matches below the cursor `id < ?` are sorted
+-- by id and the first ? kept. `? = '' OR kind = ?` narrows to one kind (plain or task), or none. A
+-- consistent read: no lock taken or waited for.
+SELECT id, kind, value, state, created_at, processed_at, processed_by, process_count,
+       attempts, last_error, next_attempt_at, url, payload, reference_id, max_retries, routing_hash, position
+FROM events
+WHERE state IN (/*states*/) AND id < ? AND (? = '' OR kind = ?)
+ORDER BY id DESC LIMIT ?;
 
 -- name: ClaimIDs
 -- The processor's claim: locks those of the named events that are claimable (pending, or processing

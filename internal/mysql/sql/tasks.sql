@@ -123,7 +123,7 @@ ORDER BY position LIMIT ?;
 
 -- name: LockFailedTask
 -- A manual retry: locks the task, if it is failed (20, or 40 once counted). Pruned by id to one
--- subpartition of `fresh` and `settled`. Run after its bucket's lock.
+-- subpartition of `fresh` and `failed`. Run after its bucket's lock.
 SELECT state, COALESCE(reference_id, ''), routing_hash, COALESCE(position, 0) FROM events
 WHERE id = ? AND kind = 'task' AND state IN (20, 40) FOR UPDATE;
 
@@ -161,6 +161,23 @@ SET state = ?, position = ?, attempts = 0, last_error = NULL, next_attempt_at = 
 WHERE id = ? AND state IN (20, 40) LIMIT 1;
 
 -- name: UncountRetried
--- A retried task that had been folded into settled_count (state 40) is open again, and counted by
--- the scan of the open partitions: it leaves the folded count, in the retry's transaction.
-UPDATE settled_count SET n = n - 1;
+-- Retried tasks that had been folded into settled_count (state 40, ? of them) are open again, and
+-- counted by the scan of the open partitions: they leave the folded count, in the retry's
+-- transaction.
+UPDATE settled_count SET n = n - ?;
+
+-- name: FailedOfReference
+-- POST /references/{referenceId}/retry: the ids of a reference's failed tasks, in their order, by a
+-- consistent read run with the reference's bucket and heads locked, so that no task of it fails or
+-- is retried meanwhile (a fold may still move one from 20 to 40: LockFailedTasks reads the state
+-- again). `state IN (20, 40)` prunes it to `fresh` and `failed`: the failed set and what was
+-- settled since the last fold, never the processed history.
+SELECT id FROM events
+WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND reference_id = ?
+ORDER BY position;
+
+-- name: LockFailedTasks
+-- The bulk retry locks the failed tasks FailedOfReference found, and reads each one's state as it is
+-- now (20, or 40 if a fold moved it since) and its position. Pruned by the ids to their
+-- subpartitions of `fresh` and `failed`.
+SELECT id, state, position FROM events WHERE state IN (20, 40) AND id IN (/*ids*/) ORDER BY position FOR UPDATE;

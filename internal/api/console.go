@@ -1,0 +1,227 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+)
+
+// The operators' reads and the bulk retry (issue 20, the console reads only the API):
+//
+//	GET  /events?state=<s>[&kind=plain|task][&before=<id>][&limit=<n>]
+//	     200 {"state", "kind", "events": [...], "next", "recentOnly"}   newest first; without a query, the count
+//	GET  /overview                         200 {"time", "events": {...}, "waiting", "oldestWaitingSeconds"}
+//	POST /references/{referenceId}/retry   200 {"referenceId", "retried": [...], "placement"}
+
+// ConsoleStore is what the operators' reads need of the store (mysql.Store has it).
+type ConsoleStore interface {
+	ListEvents(ctx context.Context, set string, kind exactlyonce.Kind, before int64, limit int) ([]exactlyonce.Event, error)
+	Overview(ctx context.Context) (mysql.Overview, error)
+	RetryReference(ctx context.Context, ref string) (mysql.RetriedReference, error)
+}
+
+// Listing limits. A page also ends early once its tasks' payloads pass MaxListPayloadBytes, so that
+// it fits in one Lambda response (6 MB) whatever the payloads (each up to 256 KiB).
+const (
+	DefaultListLimit    = 50
+	MaxListLimit        = 100
+	MaxListPayloadBytes = 4 << 20
+)
+
+// listParams are the query parameters of the listing.
+var listParams = []string{"state", "kind", "before", "limit"}
+
+func (s *Server) consoleStore() (ConsoleStore, error) {
+	cs, ok := s.Store.(ConsoleStore)
+	if !ok {
+		return nil, exactlyonce.Errorf(exactlyonce.EINTERNAL, "the operators' reads are not available")
+	}
+	return cs, nil
+}
+
+// events answers GET /events: the count without a query string, as it always has, else a listing.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	if r.URL.RawQuery == "" {
+		s.count(w, r)
+		return
+	}
+	s.listEvents(w, r)
+}
+
+// listQuery is a listing's parameters, checked.
+type listQuery struct {
+	set    string
+	kind   exactlyonce.Kind
+	before int64
+	limit  int
+}
+
+// parseListQuery checks a listing's query string: every mistake is an EINVALID error naming it.
+func parseListQuery(raw string) (listQuery, error) {
+	bad := func(format string, args ...any) (listQuery, error) {
+		return listQuery{}, exactlyonce.Errorf(exactlyonce.EINVALID, format, args...)
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return bad("malformed query string")
+	}
+	for k, vs := range q {
+		if !slices.Contains(listParams, k) {
+			return bad("unknown query parameter %q: the listing takes state, kind, before and limit", sanitize(k))
+		}
+		if len(vs) > 1 {
+			return bad("query parameter %s given %d times: give it once", k, len(vs))
+		}
+	}
+	lq := listQuery{set: q.Get("state"), limit: DefaultListLimit}
+	if !q.Has("state") {
+		return bad("state is required to list events (without a query string, GET /events counts them)")
+	}
+	if !slices.Contains(mysql.EventSets, lq.set) {
+		return bad("state must be one of %s, got %q", strings.Join(mysql.EventSets, ", "), sanitize(lq.set))
+	}
+	if q.Has("kind") {
+		switch k := exactlyonce.Kind(q.Get("kind")); k {
+		case exactlyonce.KindPlain, exactlyonce.KindTask:
+			lq.kind = k
+		default:
+			return bad("kind must be plain or task, got %q", sanitize(string(k)))
+		}
+	}
+	if q.Has("before") {
+		v := q.Get("before")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || strconv.FormatInt(n, 10) != v {
+			return bad("before must be an event id, a positive integer, got %q", sanitize(v))
+		}
+		lq.before = n
+	}
+	if q.Has("limit") {
+		v := q.Get("limit")
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit || strconv.Itoa(n) != v {
+			return bad("limit must be an integer from 1 to %d, got %q", MaxListLimit, sanitize(v))
+		}
+		lq.limit = n
+	}
+	return lq, nil
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	lq, err := parseListQuery(r.URL.RawQuery)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	cs, err := s.consoleStore()
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	got, err := cs.ListEvents(r.Context(), lq.set, lq.kind, lq.before, lq.limit+1)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	// The page: up to limit events, and fewer if their payloads would pass MaxListPayloadBytes (at
+	// least one, which is at most 256 KiB). next names the last event shown when more may follow.
+	n, bytes := 0, 0
+	for n < len(got) && n < lq.limit {
+		size := 0
+		if got[n].Task != nil {
+			size = len(got[n].Task.Payload)
+		}
+		if n > 0 && bytes+size > MaxListPayloadBytes {
+			break
+		}
+		bytes += size
+		n++
+	}
+	var next *string
+	if n < len(got) {
+		id := strconv.FormatInt(got[n-1].ID, 10)
+		next = &id
+	}
+	out := make([]any, n)
+	for i, e := range got[:n] {
+		if e.Task != nil {
+			out[i] = taskJSON(e)
+		} else {
+			out[i] = toJSON(e)
+		}
+	}
+	var kind *string
+	if lq.kind != "" {
+		k := string(lq.kind)
+		kind = &k
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"state": lq.set, "kind": kind, "events": out, "next": next,
+		"recentOnly": lq.set == "processed"})
+}
+
+// OverviewCountsJSON is the events by state in GET /overview.
+type OverviewCountsJSON struct {
+	Pending    int64 `json:"pending"`
+	Processing int64 `json:"processing"`
+	Queued     int64 `json:"queued"`
+	Processed  int64 `json:"processed"`
+	Failed     int64 `json:"failed"`
+	Total      int64 `json:"total"`
+}
+
+func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
+	cs, err := s.consoleStore()
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	o, err := cs.Overview(r.Context())
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	var oldest *float64
+	if o.OldestWaiting != nil {
+		secs := o.OldestWaiting.Seconds()
+		oldest = &secs
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"time": o.Time.UTC(),
+		"events": OverviewCountsJSON{Pending: o.Pending, Processing: o.Processing, Queued: o.Queued,
+			Processed: o.Processed, Failed: o.Failed, Total: o.Total},
+		"waiting":              o.Waiting,
+		"oldestWaitingSeconds": oldest,
+	})
+}
+
+func (s *Server) retryReference(w http.ResponseWriter, r *http.Request) {
+	ref := r.PathValue("referenceId")
+	if err := checkReference(ref); err != nil {
+		s.error(w, r, err)
+		return
+	}
+	cs, err := s.consoleStore()
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	done, err := cs.RetryReference(r.Context(), ref)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	if done.Head != 0 {
+		s.asyncGroups().queueCommitted(r.Context(), []int64{done.Head})
+	}
+	var placement *exactlyonce.RetryPlacement
+	if len(done.IDs) > 0 {
+		placement = &done.Placement
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"referenceId": ref, "retried": done.IDs, "placement": placement})
+}

@@ -1,0 +1,138 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+// partitionsOf returns the partitions (not subpartitions) EXPLAIN says q reads, sorted, each once.
+func partitionsOf(t *testing.T, store *mysql.Store, q string) []string {
+	t.Helper()
+	var out []string
+	for _, p := range explainPartitions(t, store.DB(), q) {
+		name, _, _ := strings.Cut(p, "_")
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// layout reads the events table's partitions and how many subpartitions each has.
+func layout(t *testing.T, store *mysql.Store) map[string]int {
+	t.Helper()
+	rows, err := store.DB().Query(`SELECT PARTITION_NAME, COUNT(*) FROM information_schema.PARTITIONS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'events' GROUP BY PARTITION_NAME`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		require.NoError(t, rows.Scan(&name, &n))
+		out[name] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// Migration 0011 splits `settled` into `settled` (30) and `failed` (40), each with 8 HASH(id)
+// subpartitions, keeps every row in the partition of its state, and can be run again.
+func TestFailedPartitionMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testdb.Store(t, mysql.StoreConfig{}, 2)
+	db := store.DB()
+	want := map[string]int{"open": 8, "queued": 8, "fresh": 8, "settled": 8, "failed": 8}
+	require.Equal(t, want, layout(t, store))
+
+	// A database as 0010 left it, with folded history of both kinds: 0011 applied over it.
+	_, err := db.Exec("ALTER TABLE events REORGANIZE PARTITION settled, failed INTO (PARTITION settled VALUES LESS THAN MAXVALUE)")
+	require.NoError(t, err)
+	require.NotContains(t, layout(t, store), "failed")
+	_, err = db.Exec(`INSERT INTO events (id, routing_hash, state, created_at) VALUES
+		(1, 1, 30, NOW(6)), (2, 2, 40, NOW(6)), (3, 3, 30, NOW(6)), (4, 4, 40, NOW(6)), (5, 5, 0, NOW(6)), (6, 6, 20, NOW(6))`)
+	require.NoError(t, err)
+	_, err = db.Exec("DELETE FROM schema_migrations WHERE version = 11")
+	require.NoError(t, err)
+	require.NoError(t, mysql.Migrate(ctx, db))
+	require.Equal(t, want, layout(t, store))
+	ids := func(partition string) []int64 {
+		got, err := idsOf(db, "SELECT id FROM events PARTITION ("+partition+") ORDER BY id")
+		require.NoError(t, err)
+		return got
+	}
+	require.Equal(t, []int64{1, 3}, ids("settled"))
+	require.Equal(t, []int64{2, 4}, ids("failed"))
+	require.Equal(t, []int64{6}, ids("fresh"))
+
+	// Run again (the runner's rerun after a failure): 1517, taken as applied; nothing moves.
+	_, err = db.Exec("DELETE FROM schema_migrations WHERE version = 11")
+	require.NoError(t, err)
+	require.NoError(t, mysql.Migrate(ctx, db))
+	require.Equal(t, want, layout(t, store))
+	require.Equal(t, []int64{2, 4}, ids("failed"))
+	violations, err := mysql.CheckRules(ctx, db)
+	require.NoError(t, err)
+	require.Empty(t, violations)
+}
+
+// Every statement that names the folded states (30, 40), and the operators' reads, are pruned as
+// their comments say: none of them but the re-creation of a lost settled_count row reads the
+// processed history (`settled`).
+func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 2)
+	literal := func(q string) string {
+		q = strings.ReplaceAll(q, "/*ids*/", "1, 2, 3")
+		return strings.ReplaceAll(q, "?", "1")
+	}
+	for _, c := range []struct {
+		q    string
+		want []string
+	}{
+		{mysql.QueryText("CountUnfolded"), []string{"fresh", "open", "queued"}},
+		{mysql.QueryText("FoldSettled"), []string{"fresh"}},
+		{mysql.QueryText("CountSettledEvents"), []string{"failed", "settled"}},
+		{mysql.QueryText("LockFailedTask"), []string{"failed", "fresh"}},
+		{mysql.QueryText("RetryTask"), []string{"failed", "fresh"}},
+		{mysql.QueryText("OverviewCounts"), []string{"failed", "fresh", "open", "queued"}},
+		{mysql.QueryText("FailedOfReference"), []string{"failed", "fresh"}},
+		{mysql.QueryText("LockFailedTasks"), []string{"failed", "fresh"}},
+		{mysql.ListEventsText("pending"), []string{"open"}},
+		{mysql.ListEventsText("processing"), []string{"open"}},
+		{mysql.ListEventsText("queued"), []string{"queued"}},
+		{mysql.ListEventsText("processed"), []string{"fresh"}},
+		{mysql.ListEventsText("failed"), []string{"failed", "fresh"}},
+	} {
+		require.Equal(t, c.want, partitionsOf(t, store, literal(c.q)), "%.60s", c.q)
+	}
+	// The check can fail: the audit reads every partition.
+	require.Equal(t, []string{"failed", "fresh", "open", "queued", "settled"}, partitionsOf(t, store, mysql.QueryText("Audit")))
+}
+
+// idsOf runs q and returns the ids it reads.
+func idsOf(db *sql.DB, q string) ([]int64, error) {
+	rows, err := db.Query(q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	ids := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
