@@ -209,6 +209,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	_, err := doomed.WaitLine("started", 30*time.Second)
 	require.NoError(t, err)
 	run(t, b, "two agents share the ring", show("#/agents"),
+		until(text("#ring-legend")+`.includes('local-sweeper: 0 – 2147483647') && `+
+			text("#ring-legend")+`.includes('doomed-agent: 2147483648 – 4294967295')`),
 		until(`document.querySelectorAll('#ring path[data-agent]').length === 2`))
 	shot(t, b, "agents-two")
 	accessible(t, b, "agents")
@@ -234,7 +236,8 @@ func TestConsoleInABrowser(t *testing.T) {
 			return false
 		}
 		defer resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		var v struct{ Sum int64 }
+		return json.NewDecoder(resp.Body).Decode(&v) == nil && v.Sum == 1
 	})
 	run(t, b, "a user's counts", show("#/counters?user=alice"),
 		until(text("#counters-table")+`.includes('message')`))

@@ -72,7 +72,7 @@ function fmtSeconds(s) {
 }
 function badge(state) {
   const cls = { processed: 'ok', completed: 'ok', failed: 'bad', processing: 'info', pending: 'warn', queued: 'warn',
-    active: 'ok', expired: 'bad', done: 'info' }[state] || 'info';
+    active: 'ok', expired: 'bad', done: 'info', RUNNING: 'ok', WAITING: 'warn', SUSPENDED: 'bad' }[state] || 'info';
   return el('span', { class: 'badge ' + cls }, state);
 }
 function eventLink(id) { return el('a', { href: '#/events/' + encodeURIComponent(id) }, String(id)); }
@@ -247,13 +247,14 @@ async function referenceAround(ref, id) {
 
 function retryButton(id, after) {
   return el('button', { type: 'button', class: 'primary', 'data-retry': id, onclick: async (ev) => {
+    const button = ev.currentTarget; // null once the handler has awaited
     const ok = await confirmAction('Retry task ' + id + '?', 'Task ' + id + ' is delivered again from its first attempt, in its reference\'s order.');
     if (!ok) return;
-    ev.currentTarget.disabled = true;
+    button.disabled = true;
     try {
       await api('/events/' + encodeURIComponent(id) + '/retry', { method: 'POST' });
+      await after(); // the page again, which clears the status line: the outcome is said after it
       status('Task ' + id + ' is pending again.');
-      after();
     } catch (e) { status('Retry of ' + id + ' refused: ' + e.message, true); }
   } }, 'Retry ' + id);
 }
@@ -264,8 +265,9 @@ function retryReferenceButton(ref, after) {
     if (!ok) return;
     try {
       const res = await api('/references/' + encodeURIComponent(ref) + '/retry', { method: 'POST' });
-      status(res.retried.length + ' task(s) of ' + ref + ' pending again.');
-      after();
+      await after();
+      status(res.retried.length + ' task(s) of ' + ref + ' pending again' +
+        (res.placement === 'end' ? ', at the end of the reference (later tasks had started).' : ', in place.'));
     } catch (e) { status('Retry of ' + ref + ' refused: ' + e.message, true); }
   } }, 'Retry all failed of ' + ref);
 }
