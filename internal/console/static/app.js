@@ -126,7 +126,8 @@ function replace(id, node) {
 async function overview(main) {
   main.append(el('h1', null, 'Overview'), pauseButton(), el('div', { id: 'ov-body' }, el('p', null, 'Loading…')));
   const draw = async () => {
-    const [ov, qs] = await Promise.all([api('/overview'), api('/queues').catch((e) => ({ error: e.message }))]);
+    const [ov, qs, byPath] = await Promise.all([api('/overview'), api('/queues').catch((e) => ({ error: e.message })),
+      api('/rates').catch((e) => ({ unavailable: e.message }))]);
     const now = Date.parse(ov.time) || Date.now();
     const e = ov.events;
     samples = samples.filter((x) => x.at < now && now - x.at <= rateWindow);
@@ -159,12 +160,28 @@ async function overview(main) {
       el('p', { class: 'muted', id: 'rates-note' }, rates
         ? 'Rates over the last ' + fmtSeconds(rates.over) + ' this page has watched (up to 5 min), on the database clock (' + fmtTime(ov.time) + ').'
         : 'Rates appear at the next refresh.'),
+      el('h2', null, 'Processed by path'),
+      pathRates(byPath),
       el('h2', null, 'Queues'),
       queuesTable(qs, false)));
     status('Updated ' + new Date().toLocaleTimeString());
   };
   await draw();
   every(2000, draw);
+}
+
+// pathRates shows the processed events per second of each path, from the system's metrics (the
+// database does not record them cheaply): the local run's own counters, or CloudWatch's.
+function pathRates(r) {
+  if (r.unavailable) return el('p', { class: 'muted', id: 'path-rates' }, 'Rates by path are unavailable: ' + r.unavailable);
+  const paths = ['api', 'processor', 'sweeper', 'agent'];
+  const from = r.source === 'cloudwatch' ? 'CloudWatch metrics' : 'the local run\'s metrics';
+  return el('div', { id: 'path-rates' },
+    el('ul', { class: 'cards' }, paths.map((p) => el('li', { class: 'card' }, el('span', { class: 'label', id: 'path-' + p + '-label' }, p + ' / s'),
+      el('span', { class: 'value', id: 'path-' + p, 'aria-labelledby': 'path-' + p + '-label path-' + p },
+        ((r.processedPerSecond || {})[p] || 0).toFixed(1))))),
+    el('p', { class: 'muted' }, 'Events processed per second by each path, over the last ' + fmtSeconds(r.windowSeconds || 0) + ', from ' + from +
+      ' (api: events processed at birth by POST /events).'));
 }
 
 // ---- Events
