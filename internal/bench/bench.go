@@ -22,6 +22,7 @@
 //	        references failing (tasks.go)
 //	reads   GET /events/{id} with 10,000,000 processed events beside 10,000, and each store
 //	        operation's mean time at both sizes (reads.go)
+//	console the operators' console's reads through its server beside the API alone (console.go)
 //
 // Every database the benchmark creates is a scratch database (bench_...) that it drops when done.
 // cmd/bench is the entrypoint; `make bench` runs it.
@@ -73,7 +74,7 @@ type Config struct {
 }
 
 // AllGroups lists the groups in the order they run.
-var AllGroups = []string{"alloc", "claim", "count", "drain", "agents", "async", "idem", "api", "lambda", "counters", "tasks", "reads"}
+var AllGroups = []string{"alloc", "claim", "count", "drain", "agents", "async", "idem", "api", "lambda", "counters", "tasks", "reads", "console"}
 
 // Row is one figure. Ratios name the row they were divided by in Reference.
 type Row struct {
@@ -207,6 +208,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		"counters": runCounters, // counters.go
 		"tasks":    runTasks,    // tasks.go
 		"reads":    runReads,    // reads.go
+		"console":  runConsole,  // console.go
 	}
 	for _, g := range AllGroups {
 		if !slices.Contains(groups, g) {
