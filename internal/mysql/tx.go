@@ -82,9 +82,10 @@ func (s *Stats) retryable(err error) (metrics.Metric, bool) {
 	return 0, false
 }
 
-// inTx is the one transaction shape: begin at READ COMMITTED, run fn, commit; roll back on any error;
-// run it all again, after a jittered exponential backoff, when it lost a deadlock or a lock wait, up
-// to the policy's bound. fn must be safe to run again: it may only touch the database through tx.
+// inTx is the transaction shape of every path but the keyed creates (which run the same retries on
+// connections with autocommit off, manualtx.go): begin at READ COMMITTED, run fn, commit; roll
+// back on any error; run it all again, after a jittered exponential backoff, when it lost a
+// deadlock or a lock wait, up to the policy's bound. fn must be safe to run again: it may only touch the database through tx.
 //
 // Every transaction runs at READ COMMITTED, whatever the server's default: at REPEATABLE READ the
 // full scans of this index-less schema lock every row they pass and workers block each other
