@@ -211,8 +211,9 @@ func (s *Server) keyGroups(store KeyStore) *keyGroups {
 
 // keyGroups stores keyed creates as the async groups store async ones (group.go): the creates that
 // arrive while a group is being stored wait for the next, which is one transaction for all of them
-// (a keyed create takes a transaction of six statements and a commit, which a group shares), at
-// most AsyncGroup.Flushers groups at once (default 1: measured, 2 and 4 were slower at 16 clients).
+// (a group of fresh keys is a transaction of four round trips, its COMMIT included, which the
+// group shares), at most AsyncGroup.Flushers groups at once (default 1: measured, 2 and 4 were
+// slower at 16 clients).
 // Inline (on Lambda), each create is its own group, in its request's goroutine.
 //
 // Two requests of this process with one key are never in one group: the second waits for the

@@ -156,10 +156,12 @@ func (p *Proxy) pipe(l *link) {
 		}
 	}()
 	// client -> server, packet by packet. inTx: a transaction is open on this connection (it sent
-	// START TRANSACTION or BEGIN, and no COMMIT or ROLLBACK since); loseAtCommit: an armed
-	// statement ran in it, so its COMMIT's reply is the one to lose.
+	// START TRANSACTION or BEGIN, and no COMMIT or ROLLBACK since); manual: its session has
+	// autocommit off (SET autocommit = 0), so every statement is in a transaction that only a
+	// COMMIT commits; loseAtCommit: an armed statement ran in it, so its COMMIT's reply is the one
+	// to lose.
 	var header [4]byte
-	inTx, loseAtCommit := false, false
+	inTx, manual, loseAtCommit := false, false, false
 	for {
 		if _, err := io.ReadFull(l.client, header[:]); err != nil {
 			break
@@ -173,6 +175,13 @@ func (p *Proxy) pipe(l *link) {
 			switch {
 			case hasPrefixFold(q, "START TRANSACTION") || hasPrefixFold(q, "BEGIN"):
 				inTx, loseAtCommit = true, false
+			case autocommitSet(q, "0"):
+				manual = true
+			case autocommitSet(q, "1"): // commits the open transaction, if any, as COMMIT would
+				if loseAtCommit {
+					lose(&p.LostStatementReplies)
+				}
+				manual, inTx, loseAtCommit = false, false, false
 			case strings.EqualFold(q, "COMMIT"):
 				if loseAtCommit {
 					lose(&p.LostStatementReplies)
@@ -186,7 +195,7 @@ func (p *Proxy) pipe(l *link) {
 				}
 				inTx, loseAtCommit = false, false
 			case p.takeStatementLoss(q):
-				if inTx {
+				if inTx || manual {
 					loseAtCommit = true
 				} else { // autocommit: this statement's reply is its commit's
 					lose(&p.LostStatementReplies)
@@ -199,6 +208,12 @@ func (p *Proxy) pipe(l *link) {
 	}
 	l.close()
 	<-done
+}
+
+// autocommitSet tells whether q sets the session's autocommit to value ("0" or "1").
+func autocommitSet(q, value string) bool {
+	q = strings.ToLower(strings.Join(strings.Fields(q), ""))
+	return q == "setautocommit="+value || q == "setsessionautocommit="+value || q == "set@@session.autocommit="+value
 }
 
 // statements returns the statements of a COM_QUERY packet, trimmed: one, or several for a

@@ -42,7 +42,7 @@ type execer interface {
 type allocator interface {
 	// take returns the next n ids. tx is the caller's transaction, or nil when the caller writes
 	// with one autocommit statement; only a strategy whose inTx is true uses it.
-	take(ctx context.Context, tx *sql.Tx, n int) ([]int64, error)
+	take(ctx context.Context, tx txConn, n int) ([]int64, error)
 	// inTx tells whether take must run in the caller's transaction, because it advances the counter
 	// there and holds the counter's lock until that transaction ends (the literal strategy).
 	inTx() bool
@@ -52,7 +52,7 @@ var errNoCounter = errors.New("status table has no row: the schema is not migrat
 
 // lockAndAdvance takes n ids from the counter inside tx: it locks the row, reads it and advances it.
 // The ids taken are (old, old+n].
-func lockAndAdvance(ctx context.Context, tx *sql.Tx, n int64) (first int64, err error) {
+func lockAndAdvance(ctx context.Context, tx txConn, n int64) (first int64, err error) {
 	var old int64
 	if err := tx.QueryRowContext(ctx, query("LockCounter")).Scan(&old); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
@@ -70,7 +70,7 @@ type literalAllocator struct{}
 
 // take advances the counter by n in the caller's transaction, whose commit (or rollback) ends the
 // counter's lock: the seed's shape, where every writer queues behind the one before it.
-func (a *literalAllocator) take(ctx context.Context, tx *sql.Tx, n int) ([]int64, error) {
+func (a *literalAllocator) take(ctx context.Context, tx txConn, n int) ([]int64, error) {
 	if tx == nil {
 		return nil, errors.New("the literal allocator takes ids in the caller's transaction; none was given")
 	}
@@ -120,7 +120,7 @@ type reservation struct {
 
 // take hands out n ids from the reserved blocks; the caller's transaction, if any, is not used:
 // a reservation commits on its own, so that the counter's lock is never held for a caller.
-func (a *blockAllocator) take(ctx context.Context, _ *sql.Tx, n int) ([]int64, error) {
+func (a *blockAllocator) take(ctx context.Context, _ txConn, n int) ([]int64, error) {
 	if int64(n)*4 > a.size {
 		// A quarter of a block or more: a few such requests would drain each block as it arrives,
 		// and their callers would wait on refill after refill. They take their own range instead.

@@ -3,7 +3,6 @@ package mysql
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -43,9 +42,9 @@ var errCarefully = errors.New("some keys may be stored: start again carefully")
 // by another transaction waits for it (a duplicate in flight elsewhere) up to opt.Wait, and then
 // fails with an ECONFLICT error, having written nothing.
 //
-// One transaction for the lot (a group of concurrent requests, internal/api): its statements (five
-// round trips for a group of fresh keys, a few more for one with a stored key) are shared by every
-// create in it. A group whose fast path changed some buckets and not all runs again carefully.
+// One transaction for the lot (a group of concurrent requests, internal/api): its statements (four
+// round trips for a group of fresh keys, the COMMIT's included; a few more for one with a stored
+// key) are shared by every create in it. A group whose fast path changed some buckets and not all runs again carefully.
 func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, creates []exactlyonce.KeyedCreate) ([]exactlyonce.KeyedResult, error) {
 	if len(creates) == 0 {
 		return nil, nil
@@ -76,8 +75,10 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 	}
 	waitUntil := time.Now().Add(opt.Wait)
 	var results []exactlyonce.KeyedResult
+	// On a connection whose session has autocommit off: the first statement opens the
+	// transaction, one round trip fewer than START TRANSACTION and it (manualtx.go).
 	run := func(careful bool) error {
-		return inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
+		return inManualTx(ctx, s.keyed, s.stats, s.retry, func(tx txConn) error {
 			var err error
 			results, err = s.createKeyed(ctx, tx, waitUntil, opt.TTL, creates, ids, careful)
 			return err
@@ -114,7 +115,7 @@ const maxDirectoryStatement = 12 << 10
 // seconds (the one ? it holds): 4 bytes, big-endian (LoadKeys writes them the same way).
 const entryExpiry = "UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))+?),8,0))"
 
-func (s *Store) createKeyed(ctx context.Context, tx *sql.Tx, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64, careful bool) ([]exactlyonce.KeyedResult, error) {
+func (s *Store) createKeyed(ctx context.Context, tx txConn, waitUntil time.Time, ttl time.Duration, creates []exactlyonce.KeyedCreate, ids []int64, careful bool) ([]exactlyonce.KeyedResult, error) {
 	// Each bucket's new entries, in the order of the creates: appended to its directory by the
 	// statement that locks it, the expiry computed there from the database's clock.
 	appended := map[int64][]exactlyonce.KeyedCreate{}
@@ -231,7 +232,7 @@ const keyRow = "(?, ?, ?, ?, ?, ?, NOW(6), FROM_UNIXTIME(CEIL(UNIX_TIMESTAMP(NOW
 // flight elsewhere holds its bucket's lock, and we wait for its commit), reads the directories back,
 // reads the stored answers of the keys they may hold, and rewrites the directories that need it.
 // It returns the keys found stored.
-func (s *Store) lockAndRead(ctx, lockCtx context.Context, tx *sql.Tx, waitUntil time.Time, buckets []int64,
+func (s *Store) lockAndRead(ctx, lockCtx context.Context, tx txConn, waitUntil time.Time, buckets []int64,
 	appended map[int64][]exactlyonce.KeyedCreate, ttlSeconds int64) (map[[32]byte]exactlyonce.KeyRecord, error) {
 	q, args := lockStatement(buckets, appended, ttlSeconds)
 	if _, err := tx.ExecContext(lockCtx, q, args...); err != nil {
@@ -305,7 +306,7 @@ func (s *Store) lockAndRead(ctx, lockCtx context.Context, tx *sql.Tx, waitUntil 
 // stays within 4/3 of its live keys, and a bucket's expired entries are dropped as it is written),
 // and one holding an entry this transaction appended for a key that turned out to be stored (a
 // repeat in a group with fresh keys). Most groups need none, and pay no statement for it.
-func compactDirectories(ctx context.Context, tx *sql.Tx, buckets []int64, committed map[int64][]byte,
+func compactDirectories(ctx context.Context, tx txConn, buckets []int64, committed map[int64][]byte,
 	appended map[int64][]exactlyonce.KeyedCreate, stored map[[32]byte]exactlyonce.KeyRecord, nowMicro, stale int64, dirs map[int64][]byte) error {
 	var batch []int64
 	var cases []string
@@ -377,7 +378,7 @@ func entryLive(entry []byte, nowMicro int64) bool {
 }
 
 // findKeys reads the stored, unexpired records of keys.
-func findKeys(ctx context.Context, tx *sql.Tx, keys [][32]byte, now time.Time) (map[[32]byte]exactlyonce.KeyRecord, error) {
+func findKeys(ctx context.Context, tx txConn, keys [][32]byte, now time.Time) (map[[32]byte]exactlyonce.KeyRecord, error) {
 	var buckets []int64
 	hashes := make([]any, len(keys))
 	for i, k := range keys {
@@ -457,7 +458,7 @@ func (s *Store) PruneKeys(ctx context.Context, batch, limit int) (int, error) {
 }
 
 // execDiscard runs a statement of a keyed create's transaction whose result is not needed.
-func execDiscard(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+func execDiscard(ctx context.Context, tx txConn, q string, args ...any) error {
 	_, err := tx.ExecContext(ctx, q, args...)
 	return err
 }

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"strconv"
 	"strings"
 	"time"
@@ -80,7 +79,7 @@ const keyRowArgs = 7
 
 // insertKeys inserts the keys' rows, as many a statement as keep it under maxKeyStatement bytes
 // once the driver has put the arguments in (a key's answer is up to 4 KB).
-func insertKeys(ctx context.Context, tx *sql.Tx, rows []string, args []any) error {
+func insertKeys(ctx context.Context, tx txConn, rows []string, args []any) error {
 	for len(rows) > 0 {
 		n := keyRowsFitting(rows, args)
 		q := strings.Replace(query("InsertKeys"), "/*rows*/", strings.Join(rows[:n], ", "), 1)

@@ -35,11 +35,13 @@ type Store struct {
 	retry RetryPolicy
 	// taskCreates groups concurrent CreateTasks calls into shared transactions (tasks.go).
 	taskCreates taskCreates
+	// keyed holds the connections with autocommit off that keyed creates run on (manualtx.go).
+	keyed *manualConns
 }
 
 // NewStore returns a Store on db, which must be migrated (see Migrate).
 func NewStore(db *sql.DB, cfg StoreConfig) (*Store, error) {
-	s := &Store{db: db, stats: &Stats{}, retry: cfg.Retry.withDefaults()}
+	s := &Store{db: db, stats: &Stats{}, retry: cfg.Retry.withDefaults(), keyed: &manualConns{db: db}}
 	switch cmp.Or(cfg.Allocator, DefaultAllocator) {
 	case AllocatorBlock:
 		size := cmp.Or(cfg.BlockSize, DefaultBlockSize)

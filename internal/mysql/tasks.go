@@ -199,7 +199,7 @@ func checkTaskBatch(tasks []exactlyonce.NewTask) error {
 
 // createTaskRows stores tasks with the given ids in tx: the references' buckets locked, each task
 // pending if it heads its reference, else queued behind it.
-func createTaskRows(ctx context.Context, tx *sql.Tx, tasks []exactlyonce.NewTask, ids []int64) ([]CreatedTask, error) {
+func createTaskRows(ctx context.Context, tx txConn, tasks []exactlyonce.NewTask, ids []int64) ([]CreatedTask, error) {
 	// The references' buckets, locked and advanced by the positions the tasks take, before
 	// anything else of theirs is read.
 	hashes := map[string]uint32{}
@@ -254,7 +254,7 @@ type taskRow struct {
 	position sql.NullInt64
 }
 
-func insertTasks(ctx context.Context, tx *sql.Tx, rows []taskRow) error {
+func insertTasks(ctx context.Context, tx txConn, rows []taskRow) error {
 	for len(rows) > 0 {
 		n, size := 0, 0
 		for n < len(rows) && (n == 0 || size+len(rows[n].task.Payload) <= maxTaskInsertBytes) {
@@ -297,7 +297,7 @@ func lockTaskBucketsOnly(ctx context.Context, tx *sql.Tx, buckets []int64) error
 // statement (AdvanceTaskBuckets), then reads in one more (BucketsAndHeads) each sequence as it was
 // before, from which the tasks take the positions after it, and the open tasks (heads) of the
 // references (hashes).
-func advanceTaskBuckets(ctx context.Context, tx *sql.Tx, counts map[int64]int64, hashes map[string]uint32) (map[int64]int64, map[string][]int64, error) {
+func advanceTaskBuckets(ctx context.Context, tx txConn, counts map[int64]int64, hashes map[string]uint32) (map[int64]int64, map[string][]int64, error) {
 	if len(counts) == 0 {
 		return map[int64]int64{}, map[string][]int64{}, nil
 	}
@@ -354,7 +354,7 @@ func scanBucketsAndHeads(rows *sql.Rows, err error) (map[int64]int64, map[string
 }
 
 // openHeads reads the open tasks (heads) of the references.
-func openHeads(ctx context.Context, tx *sql.Tx, hashes map[string]uint32) (map[string][]int64, error) {
+func openHeads(ctx context.Context, tx txConn, hashes map[string]uint32) (map[string][]int64, error) {
 	q, args := refArgs(query("OpenHeads"), hashes)
 	_, heads, err := scanBucketsAndHeads(tx.QueryContext(ctx, q, args...))
 	return heads, err
@@ -366,7 +366,7 @@ func openHeads(ctx context.Context, tx *sql.Tx, hashes map[string]uint32) (map[s
 // meantime is locked in turn, until every head read is one this transaction holds (each round
 // follows a settlement, so it ends). No head can appear otherwise: a create or retry that makes one
 // needs the reference's bucket, which the caller holds.
-func lockHeads(ctx context.Context, tx *sql.Tx, hashes map[string]uint32, heads map[string][]int64) (map[string]bool, error) {
+func lockHeads(ctx context.Context, tx txConn, hashes map[string]uint32, heads map[string][]int64) (map[string]bool, error) {
 	locked := map[int64]bool{}
 	for {
 		var ids []int64

@@ -18,6 +18,15 @@ const (
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT: innodb_lock_wait_timeout passed while waiting for a row lock
 )
 
+// txConn is what a transaction's statements are sent through: a *sql.Tx of the pool, or a
+// connection of the keyed creates' own whose session has autocommit off, inside the transaction
+// its first statement opened (manualtx.go).
+type txConn interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // Stats counts what the retry helper saw. Safe for concurrent use.
 type Stats struct {
 	Deadlocks        atomic.Int64 // 1213s seen (each was retried unless attempts ran out)
@@ -73,9 +82,10 @@ func (s *Stats) retryable(err error) (metrics.Metric, bool) {
 	return 0, false
 }
 
-// inTx is the one transaction shape: begin at READ COMMITTED, run fn, commit; roll back on any error;
-// run it all again, after a jittered exponential backoff, when it lost a deadlock or a lock wait, up
-// to the policy's bound. fn must be safe to run again: it may only touch the database through tx.
+// inTx is the transaction shape of every path but the keyed creates (which run the same retries on
+// connections with autocommit off, manualtx.go): begin at READ COMMITTED, run fn, commit; roll
+// back on any error; run it all again, after a jittered exponential backoff, when it lost a
+// deadlock or a lock wait, up to the policy's bound. fn must be safe to run again: it may only touch the database through tx.
 //
 // Every transaction runs at READ COMMITTED, whatever the server's default: at REPEATABLE READ the
 // full scans of this index-less schema lock every row they pass and workers block each other
@@ -86,15 +96,20 @@ func (s *Stats) retryable(err error) (metrics.Metric, bool) {
 // and of the duration of the attempt that committed (TransactionDuration): in memory, after the
 // transaction, never a round trip of its own.
 func inTx(ctx context.Context, db *sql.DB, stats *Stats, policy RetryPolicy, fn func(*sql.Tx) error) error {
+	return retryTx(ctx, stats, policy, func() error { return runTx(ctx, db, fn) })
+}
+
+// retryTx runs attempt, one whole transaction, and runs it again as inTx says.
+func retryTx(ctx context.Context, stats *Stats, policy RetryPolicy, attempt func() error) error {
 	policy = policy.withDefaults()
 	delay := policy.BaseDelay
 	rec := metrics.From(ctx)
-	for attempt := 1; ; attempt++ {
+	for n := 1; ; n++ {
 		var start time.Time
 		if rec != nil {
 			start = time.Now()
 		}
-		err := runTx(ctx, db, fn)
+		err := attempt()
 		if err == nil {
 			if rec != nil {
 				rec.ObserveDuration(metrics.TransactionDuration, time.Since(start))
@@ -106,7 +121,7 @@ func inTx(ctx context.Context, db *sql.DB, stats *Stats, policy RetryPolicy, fn 
 		if !retry {
 			return err
 		}
-		if attempt >= policy.MaxAttempts {
+		if n >= policy.MaxAttempts {
 			stats.GaveUp.Add(1)
 			return err
 		}
