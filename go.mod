@@ -9,6 +9,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/config v1.31.0
 	github.com/aws/aws-sdk-go-v2/credentials v1.18.4
 	github.com/aws/aws-sdk-go-v2/feature/rds/auth v1.5.0
+	github.com/aws/aws-sdk-go-v2/service/cloudwatch v1.45.4
 	github.com/aws/aws-sdk-go-v2/service/secretsmanager v1.38.1
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.42.0
 	github.com/aws/constructs-go/constructs/v10 v10.8.1
