@@ -46,7 +46,7 @@ redrive: ## move a DLQ's messages back to its source queue: QUEUE=events (DRY_RU
 	$(GO) build -o bin/redrive ./cmd/redrive
 	bin/redrive
 
-ui: ## the operators' console against a deployed stack, on 127.0.0.1:8081: API_URL=<ApiUrl output> (UI_ADDR, QUEUES; signs with your AWS credentials)
+ui: ## the operators' console against a deployed stack, on 127.0.0.1:8081: API_URL=<ApiUrl output> (UI_ADDR, QUEUES, FUNCTIONS; signs with your AWS credentials)
 	$(GO) build -o bin/ui ./cmd/ui
 	bin/ui
 

@@ -10,7 +10,12 @@
 // console answers to (comma-separated host:port). QUEUES lists the source queues shown with their
 // DLQs (names or URLs, comma-separated; set and empty: none); default the stack's,
 // <CDK_STACK>-events and <CDK_STACK>-counters, CDK_STACK defaulting to ExactlyOnce as in infra/.
-// The AWS configuration (profile, region, credentials) is the SDK's standard one.
+// FUNCTIONS names the stack's Lambda functions whose CloudWatch metrics give the overview's rates
+// of processing by path (console.CloudWatchRates), as api=<name>,processor=<name>,sweeper=<name>
+// (any of them; unset: the rates say they are not configured): CloudFormation generates the names,
+// so there is no default; the stack's resources list them. Reading them takes the IAM action
+// cloudwatch:GetMetricData. The AWS configuration (profile, region, credentials) is the SDK's
+// standard one.
 package main
 
 import (
@@ -30,6 +35,7 @@ import (
 	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	"github.com/exactlyonce/exactlyonce/internal/console"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 )
@@ -61,6 +67,10 @@ func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 	if v, ok := lookup("QUEUES"); ok {
 		queues = split(v)
 	}
+	functions, err := parseFunctions(getenv("FUNCTIONS"))
+	if err != nil {
+		return err
+	}
 
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
@@ -72,12 +82,17 @@ func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 	}
 	region := console.RegionOf(hostOf(apiURL))
 	region = cmp.Or(region, awsCfg.Region)
+	// The functions are in the API's region, the stack's.
+	rates, err := console.NewCloudWatchRates(cloudwatch.NewFromConfig(awsCfg, func(o *cloudwatch.Options) { o.Region = region }), functions)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s (UI_ADDR): %w", addr, err)
 	}
 	opt := console.Options{APIURL: apiURL, Credentials: awsCfg.Credentials, Region: region,
-		Addr: ln.Addr().String(), SQS: queue.NewClient(awsCfg, log), Queues: queues, Logger: log}
+		Addr: ln.Addr().String(), SQS: queue.NewClient(awsCfg, log), Queues: queues, Rates: rates, Logger: log}
 	if hosts := split(getenv("UI_HOSTS")); len(hosts) > 0 {
 		_, port, _ := net.SplitHostPort(opt.Addr)
 		opt.Hosts = append([]string{opt.Addr, "localhost:" + port, "127.0.0.1:" + port}, hosts...)
@@ -88,8 +103,8 @@ func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Printf("console: http://%s/ui/\n  API:    %s (signed with your AWS credentials, region %s)\n  queues: %s\n",
-		ln.Addr(), apiURL, region, cmp.Or(strings.Join(queues, ", "), "none"))
+	fmt.Printf("console: http://%s/ui/\n  API:    %s (signed with your AWS credentials, region %s)\n  queues: %s\n  rates:  %s\n",
+		ln.Addr(), apiURL, region, cmp.Or(strings.Join(queues, ", "), "none"), describeFunctions(functions))
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
@@ -125,6 +140,57 @@ func checkAddr(addr, allowRemote string) error {
 // <stack>-counters (NewQueues, NewCounterService), each with its -dlq.
 func defaultQueues(stack string) []string {
 	return []string{stack + "-events", stack + "-counters"}
+}
+
+// parseFunctions reads FUNCTIONS: path=name pairs, comma-separated, each path (api, processor,
+// sweeper) at most once. Empty: none.
+func parseFunctions(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, pair := range split(s) {
+		path, name, ok := strings.Cut(pair, "=")
+		path, name = strings.TrimSpace(path), strings.TrimSpace(name)
+		if !ok || name == "" {
+			return nil, fmt.Errorf("FUNCTIONS: %q: want api=<name>,processor=<name>,sweeper=<name> (the stack's Lambda functions)", pair)
+		}
+		switch path {
+		case console.PathAPI, console.PathProcessor, console.PathSweeper:
+		default:
+			return nil, fmt.Errorf("FUNCTIONS: unknown path %q: the functions publishing to CloudWatch are api, processor and sweeper", path)
+		}
+		if !functionName(name) {
+			return nil, fmt.Errorf("FUNCTIONS: %s=%q is not a Lambda function's name (letters, digits, - and _, at most 64)", path, name)
+		}
+		if _, dup := out[path]; dup {
+			return nil, fmt.Errorf("FUNCTIONS: %s is named twice", path)
+		}
+		out[path] = name
+	}
+	return out, nil
+}
+
+// functionName says whether s is a Lambda function's name, which is the FunctionName dimension's
+// value (not its ARN).
+func functionName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	return !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	})
+}
+
+// describeFunctions says where the rates come from, for the start-up lines.
+func describeFunctions(functions map[string]string) string {
+	if len(functions) == 0 {
+		return "none (set FUNCTIONS=api=<name>,processor=<name>,sweeper=<name> for CloudWatch's)"
+	}
+	var parts []string
+	for _, p := range []string{console.PathAPI, console.PathProcessor, console.PathSweeper} {
+		if n := functions[p]; n != "" {
+			parts = append(parts, p+"="+n)
+		}
+	}
+	return "CloudWatch, " + strings.Join(parts, ", ")
 }
 
 func split(s string) []string {

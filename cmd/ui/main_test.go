@@ -43,3 +43,34 @@ func TestDefaultQueues(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, split(" a, ,b,"))
 	require.Equal(t, "abc.execute-api.eu-west-1.amazonaws.com", hostOf("https://abc.execute-api.eu-west-1.amazonaws.com/prod/"))
 }
+
+// FUNCTIONS names the functions whose CloudWatch metrics give the rates, by path; a malformed one
+// stops the console before anything else happens.
+func TestFunctions(t *testing.T) {
+	t.Parallel()
+	got, err := parseFunctions(" api=ExactlyOnce-ApiFunction-a , processor=P,sweeper=S")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"api": "ExactlyOnce-ApiFunction-a", "processor": "P", "sweeper": "S"}, got)
+	require.Equal(t, "CloudWatch, api=ExactlyOnce-ApiFunction-a, processor=P, sweeper=S", describeFunctions(got))
+	got, err = parseFunctions("")
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.Contains(t, describeFunctions(got), "set FUNCTIONS=")
+	for in, want := range map[string]string{
+		"processor":           "want api=<name>",
+		"processor=":          "want api=<name>",
+		"agent=A":             `unknown path "agent"`,
+		"api=A,api=B":         "api is named twice",
+		"processor=P;sweeper": "is not a Lambda function's name",
+		"api=arn:aws:lambda:eu-west-1:1:function:A": "is not a Lambda function's name",
+	} {
+		_, err := parseFunctions(in)
+		require.ErrorContains(t, err, want, in)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	err = run(context.Background(), func(k string) (string, bool) {
+		v, ok := map[string]string{"API_URL": "https://a.execute-api.eu-west-1.amazonaws.com/prod/", "FUNCTIONS": "worker=W"}[k]
+		return v, ok
+	}, log)
+	require.ErrorContains(t, err, `FUNCTIONS: unknown path "worker"`)
+}

@@ -1,7 +1,7 @@
 // Package console serves the operators' web console (issue 20) under /ui/: its pages, embedded in
 // the binary (static/), and its API under /ui/api/, which is a proxy to the events API limited to an
 // allow-list of read routes and the two retries (proxy.go), plus the queues' depths and redrive
-// (queues.go).
+// (queues.go) and the rates of processing by path, from the metrics (rates.go, cloudwatch.go).
 //
 // The console runs on an operator's machine, on a loopback address: in `make run`'s process, where
 // it calls the API's handler in-process, or from `make ui` (cmd/ui) against a deployed stack, where
@@ -58,6 +58,11 @@ type Options struct {
 	// each with the DLQ its RedrivePolicy names. No SQS: no queues.
 	SQS    *sqs.Client
 	Queues []string
+
+	// Rates gives GET /ui/api/rates, the events processed per second by path over the last minutes
+	// (rates.go): the process's own metrics locally (CounterRates), CloudWatch's against a deployed
+	// stack (CloudWatchRates). Nil: the answer says there is no source.
+	Rates RatesSource
 
 	// Logger gets the details of failures the answers do not show; default slog.Default().
 	Logger *slog.Logger
@@ -159,6 +164,8 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		apiURL := c.opt.APIURL
 		writeJSON(w, http.StatusOK, map[string]string{"csrfToken": c.token, "mode": c.mode, "apiURL": apiURL})
+	case path == "/ui/api/rates":
+		c.serveRates(w, r)
 	case path == "/ui/api/queues" || strings.HasPrefix(path, "/ui/api/queues/"):
 		c.serveQueues(w, r, strings.TrimPrefix(path, "/ui/api/queues"))
 	case api:

@@ -143,7 +143,7 @@ func TestPages(t *testing.T) {
 	status, h, body := do(t, "GET", base+"/ui/", "", nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, "text/html; charset=utf-8", h.Get("Content-Type"))
-	require.Contains(t, body, "<main id=\"app\">")
+	require.Contains(t, body, "<main id=\"main\"")
 	requireSecurityHeaders(t, h, "/ui/")
 
 	status, h, body2 := do(t, "GET", base+"/ui/static/index.html", "", nil)

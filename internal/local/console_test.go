@@ -75,4 +75,29 @@ func TestConsoleBesideTheAPI(t *testing.T) {
 	require.Equal(t, "local", s.Mode)
 	require.Equal(t, sys.URL, s.APIURL)
 	require.True(t, strings.HasPrefix(sys.URL, "http://127.0.0.1:"))
+
+	// The rates come from the run's own metrics, counted since the console started: three sync
+	// creates are the api path's, over the span the answer gives.
+	for range 3 {
+		resp, err := http.Post(sys.URL+"/events", "application/json", nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+	}
+	status, body, _ = get(sys.URL + "/ui/api/rates")
+	require.Equal(t, http.StatusOK, status, body)
+	var r struct {
+		Source             string
+		WindowSeconds      float64
+		ProcessedPerSecond map[string]float64
+		NotMeasured        []string
+		Unavailable        *string
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &r))
+	require.Nil(t, r.Unavailable, body)
+	require.Equal(t, "local", r.Source)
+	require.Positive(t, r.WindowSeconds)
+	require.InDelta(t, 3, r.ProcessedPerSecond["api"]*r.WindowSeconds, 1e-6, body)
+	require.Equal(t, map[string]float64{"api": r.ProcessedPerSecond["api"], "processor": 0, "sweeper": 0, "agent": 0}, r.ProcessedPerSecond)
+	require.Equal(t, []string{"agent"}, r.NotMeasured, "a standalone agent counts in its own process")
 }

@@ -141,7 +141,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
 		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency,
 		Metrics: reg.Recorder(metrics.PartAPI)}
-	ui, err := localConsole(handler, client, ln.Addr().String(), opt, log)
+	ui, err := localConsole(handler, client, reg, ln.Addr().String(), opt, log)
 	if err != nil {
 		ln.Close()
 		if mln != nil {
@@ -273,14 +273,30 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 }
 
 // localConsole is the operators' console of a local run (internal/console), served beside the API
-// on its address: it calls the API's handler in-process, and shows the events queue and the counter
-// service's queue, each with its DLQ, which it can redrive.
-func localConsole(api http.Handler, client *sqs.Client, addr string, opt Options, log *slog.Logger) (http.Handler, error) {
+// on its address: it calls the API's handler in-process, shows the events queue and the counter
+// service's queue, each with its DLQ, which it can redrive, and the rates of processing by path
+// from the parts' metrics in reg (localRates).
+func localConsole(api http.Handler, client *sqs.Client, reg *prom.Registry, addr string, opt Options, log *slog.Logger) (http.Handler, error) {
 	queues := []string{opt.Queues.URL}
 	if opt.Counters != nil {
 		queues = append(queues, opt.Counters.Queues.URL)
 	}
-	return console.New(console.Options{API: api, APIURL: "http://" + addr, Addr: addr, SQS: client, Queues: queues, Logger: log})
+	return console.New(console.Options{API: api, APIURL: "http://" + addr, Addr: addr, SQS: client, Queues: queues,
+		Rates: localRates(reg), Logger: log})
+}
+
+// localRates is the console's source of rates in a local run: the totals of the counters this
+// process's parts record, EventsCreatedSync of the api (a sync create is processed at birth) and
+// EventsProcessed of the processor and the sweeper. A standalone agent (`make agent`) counts in its
+// own process: its path is not measured here.
+func localRates(reg *prom.Registry) *console.CounterRates {
+	return console.NewCounterRates("local", func() map[string]float64 {
+		return map[string]float64{
+			console.PathAPI:       reg.Total(metrics.EventsCreatedSync, metrics.PartAPI),
+			console.PathProcessor: reg.Total(metrics.EventsProcessed, metrics.PartProcessor),
+			console.PathSweeper:   reg.Total(metrics.EventsProcessed, metrics.PartSweeper),
+		}
+	}, console.PathAgent)
 }
 
 // withConsole sends /ui and everything under /ui/ to the console, and every other request to the API.

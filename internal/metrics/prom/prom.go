@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Registry is the registry of a long-running process: every Catalog metric, named by PromName,
@@ -133,4 +134,26 @@ func (pp *part) Observe(m metrics.Metric, v float64) {
 	if h := pp.hists[m]; h != nil {
 		h.Observe(v)
 	}
+}
+
+// Total returns the current total of counter m of part: all that part's Recorders have added since
+// New. It is 0 when the part has recorded nothing, and for a metric that is not a counter or that
+// the part does not publish (reading one must not make its series appear on /metrics). For the
+// console's rates (internal/console), which take the difference of two totals.
+func (p *Registry) Total(m metrics.Metric, part metrics.Part) float64 {
+	if int(m) >= numMetrics || m.Def().Kind != metrics.Counter || !m.PublishedBy(part) {
+		return 0
+	}
+	p.mu.Lock()
+	pp := p.parts[part]
+	p.mu.Unlock()
+	if pp == nil {
+		return 0
+	}
+	// A published metric's series was made before the part was put in the map, under p.mu.
+	var out dto.Metric
+	if err := pp.counters[m].Write(&out); err != nil {
+		return 0
+	}
+	return out.GetCounter().GetValue()
 }

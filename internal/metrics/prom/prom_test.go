@@ -60,3 +60,23 @@ func TestRecordingDoesNotAllocate(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+// Total reads a part's counter as recorded, summed over its Recorders; a part that recorded
+// nothing, a metric it does not publish and one that is not a counter read 0, and reading makes no
+// series appear.
+func TestTotal(t *testing.T) {
+	p := prom.New()
+	require.Zero(t, p.Total(metrics.EventsProcessed, metrics.PartProcessor), "no recorder yet")
+	a, b := p.Recorder(metrics.PartProcessor), p.Recorder(metrics.PartProcessor)
+	a.Add(metrics.EventsProcessed, 3)
+	b.Add(metrics.EventsProcessed, 4)
+	p.Recorder(metrics.PartSweeper).Add(metrics.EventsProcessed, 5)
+	p.Recorder(metrics.PartAPI).Add(metrics.EventsCreatedSync, 2)
+	require.Equal(t, 7.0, p.Total(metrics.EventsProcessed, metrics.PartProcessor))
+	require.Equal(t, 5.0, p.Total(metrics.EventsProcessed, metrics.PartSweeper))
+	require.Equal(t, 2.0, p.Total(metrics.EventsCreatedSync, metrics.PartAPI))
+	require.Zero(t, p.Total(metrics.EventsProcessed, metrics.PartAgent))
+	require.Zero(t, p.Total(metrics.EventsCreatedSync, metrics.PartProcessor))
+	require.Zero(t, p.Total(metrics.TransactionDuration, metrics.PartAPI))
+	require.NotContains(t, scrape(t, p), `exactlyonce_events_created_sync_total{part="processor"}`)
+}
