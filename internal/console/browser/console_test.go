@@ -153,6 +153,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	s.post(t, "/events", "")
 	run(t, b, "the overview counts every event, one failed",
 		until(text("#count-total")+` === '6' && `+text("#count-failed")+` === '1' && `+text("#count-processed")+` === '5'`))
+	// Processed by path, from the run's metrics: the one sync create counts for the api path.
+	run(t, b, "rates by path", until(`document.querySelector('#path-api') !== null && `+text("#path-rates")+`.includes('not measured here: agent')`))
 	shot(t, b, "overview")
 	accessible(t, b, "overview")
 

@@ -175,13 +175,14 @@ async function overview(main) {
 function pathRates(r) {
   if (r.unavailable) return el('p', { class: 'muted', id: 'path-rates' }, 'Rates by path are unavailable: ' + r.unavailable);
   const paths = ['api', 'processor', 'sweeper', 'agent'];
-  const from = r.source === 'cloudwatch' ? 'CloudWatch metrics' : 'the local run\'s metrics';
+  const unseen = r.notMeasured || [];
+  const from = r.source === 'cloudwatch' ? 'CloudWatch metrics (per minute, the last one possibly incomplete)' : 'the local run\'s metrics';
   return el('div', { id: 'path-rates' },
     el('ul', { class: 'cards' }, paths.map((p) => el('li', { class: 'card' }, el('span', { class: 'label', id: 'path-' + p + '-label' }, p + ' / s'),
       el('span', { class: 'value', id: 'path-' + p, 'aria-labelledby': 'path-' + p + '-label path-' + p },
-        ((r.processedPerSecond || {})[p] || 0).toFixed(1))))),
+        unseen.includes(p) ? '—' : ((r.processedPerSecond || {})[p] || 0).toFixed(1))))),
     el('p', { class: 'muted' }, 'Events processed per second by each path, over the last ' + fmtSeconds(r.windowSeconds || 0) + ', from ' + from +
-      ' (api: events processed at birth by POST /events).'));
+      ' (api: events processed at birth by POST /events)' + (unseen.length ? '; not measured here: ' + unseen.join(', ') + '.' : '.')));
 }
 
 // ---- Events
