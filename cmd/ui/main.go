@@ -82,6 +82,9 @@ func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 	}
 	region := console.RegionOf(hostOf(apiURL))
 	region = cmp.Or(region, awsCfg.Region)
+	// The queues are the stack's too: without a region of the SDK's own (no AWS_REGION, no
+	// profile region), the one API_URL names is theirs.
+	awsCfg.Region = cmp.Or(awsCfg.Region, region)
 	// The functions are in the API's region, the stack's.
 	rates, err := console.NewCloudWatchRates(cloudwatch.NewFromConfig(awsCfg, func(o *cloudwatch.Options) { o.Region = region }), functions)
 	if err != nil {

@@ -101,3 +101,56 @@ func TestConsoleBesideTheAPI(t *testing.T) {
 	require.Equal(t, map[string]float64{"api": r.ProcessedPerSecond["api"], "processor": 0, "sweeper": 0, "agent": 0}, r.ProcessedPerSecond)
 	require.Equal(t, []string{"agent"}, r.NotMeasured, "a standalone agent counts in its own process")
 }
+
+// With the console on the same port, the local API (which has no authorisation of its own) answers
+// programs and the browser on its own address only: a cross-site page's POST (a simple request,
+// sent without a CORS preflight), a POST with a foreign Origin, and a DNS-rebinding page's request
+// (same-origin to the browser, under another Host) are refused and create nothing.
+func TestTheLocalAPIRefusesOtherSitesBrowsers(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	client := localsqs.Client(t)
+	queues := localsqs.Queues(t, client, 30, 5)
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: queues}, log)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, sys.Wait())
+	})
+	own := strings.TrimPrefix(sys.URL, "http://")
+	post := func(host string, headers map[string]string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, sys.URL+"/events", strings.NewReader(""))
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Content-Type", "text/plain")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	for name, c := range map[string]struct {
+		host    string
+		headers map[string]string
+	}{
+		"cross-site page":      {own, map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}},
+		"same-site page":       {own, map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://other.localhost:1"}},
+		"foreign Origin alone": {own, map[string]string{"Origin": "http://evil.example"}},
+		"DNS rebinding":        {"evil.example:" + strings.Split(own, ":")[1], map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://evil.example:" + strings.Split(own, ":")[1]}},
+	} {
+		require.Equal(t, http.StatusForbidden, post(c.host, c.headers), name)
+	}
+	n, err := store.Count(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n, "a refused request created an event")
+
+	require.Equal(t, http.StatusCreated, post(own, nil), "a program")
+	require.Equal(t, http.StatusCreated, post(own, map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://" + own}), "the browser on the API's own address")
+	require.Equal(t, http.StatusCreated, post(own, map[string]string{"Sec-Fetch-Site": "none"}), "an address typed in the browser")
+}

@@ -149,7 +149,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		}
 		return nil, err
 	}
-	server := &http.Server{Handler: withConsole(handler, ui), ReadHeaderTimeout: 10 * time.Second}
+	server := &http.Server{Handler: withConsole(handler, ui, ln.Addr().String()), ReadHeaderTimeout: 10 * time.Second}
 	pollers := opt.MappingConcurrency
 	if pollers <= 0 {
 		pollers = mapping.DefaultConcurrency
@@ -300,14 +300,44 @@ func localRates(reg *prom.Registry) *console.CounterRates {
 }
 
 // withConsole sends /ui and everything under /ui/ to the console, and every other request to the API.
-func withConsole(api, ui http.Handler) http.Handler {
+// The API has no authorisation of its own locally (on AWS, IAM's), so a browser's request to it is
+// refused unless it is the browser's own doing on this address (browserAllowed): with the console on
+// the same port, a page the operator visits elsewhere must not reach the API behind its back.
+func withConsole(api, ui http.Handler, addr string) http.Handler {
+	_, port, _ := net.SplitHostPort(addr)
+	hosts := map[string]bool{strings.ToLower(addr): true, "localhost:" + port: true, "127.0.0.1:" + port: true}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") {
 			ui.ServeHTTP(w, r)
 			return
 		}
+		if !browserAllowed(r, hosts) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"error":"refused: a browser request from another site or host name; the local API answers programs, and browsers on its own address"}` + "\n"))
+			return
+		}
 		api.ServeHTTP(w, r)
 	})
+}
+
+// browserAllowed tells whether a request may reach the local API. A request that carries no
+// Sec-Fetch-Site (curl, the SDKs, the tests) is a program's, and passes. A browser's passes when it
+// is typed or bookmarked (none) or comes from this origin (same-origin), on one of the listener's own
+// host names: a cross-site page (a simple POST needs no CORS preflight) and a DNS-rebinding page
+// (same-origin to the browser, but under another Host) are refused.
+func browserAllowed(r *http.Request, hosts map[string]bool) bool {
+	site := r.Header.Get("Sec-Fetch-Site")
+	if site == "" && r.Header.Get("Origin") == "" {
+		return true
+	}
+	if site != "" && site != "same-origin" && site != "none" {
+		return false
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !strings.EqualFold(origin, "http://"+r.Host) {
+		return false
+	}
+	return hosts[strings.ToLower(r.Host)]
 }
 
 // processorName is the local processor's agent name: AGENT_NAME's (the sweeper's) with

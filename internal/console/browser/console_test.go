@@ -168,6 +168,25 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, []string{"Skip to content|solid", "Overview|solid", "Events|solid", "Failed tasks|solid", "References|solid",
 		"Agents|solid", "Workers|solid", "Counters|solid", "Queues|solid"}, order[:9], "keyboard order and visible focus")
 
+	// The skip link, taken with the keyboard as it is meant to be (it shows only when focused), moves
+	// the focus to the content and leaves the page where it is.
+	run(t, b, "the skip link", chromedp.Evaluate[chromedp.Void](`document.querySelector('a.skip').focus()`), chromedp.KeyEvent(kb.Enter),
+		until(`document.activeElement.id === 'main' && `+text("#main h1")+` === 'Overview'`))
+
+	// A page left while it loads draws nothing into the next one, and starts no refresh: the overview
+	// and two listings asked at once show the last, and the overview, left before it had drawn, asks
+	// nothing more.
+	run(t, b, "count the overview's calls", chromedp.Evaluate[chromedp.Void](`window.overviewCalls = 0;
+		const fetched = window.fetch;
+		window.fetch = (url, init) => { if (String(url).endsWith('/overview')) window.overviewCalls++; return fetched(url, init); };`))
+	run(t, b, "three pages asked at once", show("#/"), show("#/events?state=failed"), show("#/events?state=pending"),
+		until(text("#events-table caption")+` === 'pending events, newest first'`))
+	time.Sleep(2500 * time.Millisecond) // longer than the overview's refresh: nothing may happen in it
+	require.Equal(t, 1, value(t, b, "the overview's calls", chromedp.Evaluate[int](`window.overviewCalls`)),
+		"the overview, left before it had drawn, went on refreshing")
+	require.Equal(t, "pending events, newest first", value(t, b, "the caption", chromedp.Evaluate[string](text("#events-table caption"))),
+		"a page left drew into this one")
+
 	// Events: the recent processed ones are listed.
 	run(t, b, "list processed events", show("#/events?state=processed"),
 		until(fmt.Sprintf(`document.querySelector('#events-table a[href="#/events/%d"]') !== null`, okIDs[0])))

@@ -8,6 +8,7 @@
 
 const session = { csrfToken: '', mode: '' };
 let timers = [];   // the current page's refreshes, cleared when the page changes
+let nav = 0;       // counts navigations: an answer that arrives after the page changed is dropped
 let paused = false; // auto-refresh paused by the operator
 let samples = []; // the overview's counts over the last minutes, for rates
 const rateWindow = 5 * 60 * 1000; // rates are taken over up to this much of the overview's history
@@ -31,6 +32,10 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// Stale is thrown by api when the page that asked has been left: its code stops there, so a slow
+// answer never draws into the page that replaced it.
+class Stale extends Error {}
+
 function status(text, isError) {
   const s = document.getElementById('status');
   s.textContent = text || '';
@@ -39,6 +44,7 @@ function status(text, isError) {
 
 // api calls the console's server: path is the API's own path ("/agents").
 async function api(path, opts = {}) {
+  const asked = nav;
   const init = { method: opts.method || 'GET', headers: { Accept: 'application/json' }, credentials: 'same-origin' };
   if (init.method !== 'GET') {
     init.headers['X-CSRF-Token'] = session.csrfToken;
@@ -48,6 +54,7 @@ async function api(path, opts = {}) {
   const resp = await fetch('api' + path, init);
   let body = null;
   try { body = await resp.json(); } catch (e) { body = null; }
+  if (asked !== nav && init.method === 'GET') throw new Stale('left');
   if (!resp.ok) {
     const msg = body && body.error ? body.error : 'HTTP ' + resp.status;
     const err = new Error(msg);
@@ -103,8 +110,22 @@ function confirmAction(title, text) {
 
 // every refreshes a part of the current page while it is shown.
 function every(ms, fn) {
-  const tick = async () => { if (!paused && !document.hidden) { try { await fn(); } catch (e) { status(e.message, true); } } };
-  timers.push(setInterval(tick, ms));
+  const page = nav;
+  let id = 0;
+  const tick = async () => {
+    if (page !== nav) { clearInterval(id); return; }
+    if (paused || document.hidden) return;
+    try { await fn(); } catch (e) { if (!(e instanceof Stale)) status(e.message, true); }
+  };
+  id = setInterval(tick, ms);
+  timers.push(id);
+}
+
+// updated says when a refreshing page last drew, outside the live region (a screen reader would
+// otherwise announce it at every refresh).
+function updated() {
+  const u = document.getElementById('updated');
+  if (u) u.textContent = 'Updated ' + new Date().toLocaleTimeString();
 }
 
 function pauseButton() {
@@ -124,7 +145,7 @@ function replace(id, node) {
 // ---- Overview
 
 async function overview(main) {
-  main.append(el('h1', null, 'Overview'), pauseButton(), el('div', { id: 'ov-body' }, el('p', null, 'Loading…')));
+  main.append(el('h1', null, 'Overview'), pauseButton(), el('p', { class: 'muted', id: 'updated' }), el('div', { id: 'ov-body' }, el('p', null, 'Loading…')));
   const draw = async () => {
     const [ov, qs, byPath] = await Promise.all([api('/overview'), api('/queues').catch((e) => ({ error: e.message })),
       api('/rates').catch((e) => ({ unavailable: e.message }))]);
@@ -164,7 +185,7 @@ async function overview(main) {
       pathRates(byPath),
       el('h2', null, 'Queues'),
       queuesTable(qs, false)));
-    status('Updated ' + new Date().toLocaleTimeString());
+    updated();
   };
   await draw();
   every(2000, draw);
@@ -244,16 +265,11 @@ async function eventPage(main, id) {
 }
 
 // referenceAround shows a task's neighbours in its reference's delivery order (up to 5 either side),
-// paging through the reference from its first task (at most 10 pages of 1,000).
+// from the reference's first 1,000 tasks: one read (a reference's listing scans the history until
+// issue 19 gives it a flat shape, so the page asks once); a task further on links to the reference.
 async function referenceAround(ref, id) {
-  let after = '', all = [];
-  for (let page = 0; page < 10; page++) {
-    const res = await api('/references/' + encodeURIComponent(ref) + '/events?limit=1000' + (after ? '&after=' + after : ''));
-    all = all.concat(res.events);
-    if (all.some((t) => t.id === id) && all.length > all.findIndex((t) => t.id === id) + 5) break;
-    if (!res.next) break;
-    after = res.next;
-  }
+  const res = await api('/references/' + encodeURIComponent(ref) + '/events?limit=1000');
+  const all = res.events;
   const i = all.findIndex((t) => t.id === id);
   const shown = i < 0 ? all.slice(0, 11) : all.slice(Math.max(0, i - 5), i + 6);
   return el('div', null,
@@ -261,6 +277,13 @@ async function referenceAround(ref, id) {
       shown.map((t) => row([eventLink(t.id), badge(t.state), el('td', { class: 'num' }, t.attempts), fmtTime(t.createdAt), fmtTime(t.settledAt)],
         t.id === id ? { class: 'current', 'aria-current': 'true' } : null)), { id: 'reference-around' }),
     el('p', null, el('a', { href: '#/references/' + encodeURIComponent(ref) }, 'All tasks of ' + ref)));
+}
+
+// focusHeading puts the focus on the page's heading after the page was drawn again, so that the
+// keyboard does not fall back to the top of the document.
+function focusHeading() {
+  const h = document.querySelector('#main h1');
+  if (h) { h.setAttribute('tabindex', '-1'); h.focus(); }
 }
 
 function retryButton(id, after) {
@@ -273,7 +296,11 @@ function retryButton(id, after) {
       await api('/events/' + encodeURIComponent(id) + '/retry', { method: 'POST' });
       await after(); // the page again, which clears the status line: the outcome is said after it
       status('Task ' + id + ' is pending again.');
-    } catch (e) { status('Retry of ' + id + ' refused: ' + e.message, true); }
+      focusHeading();
+    } catch (e) {
+      button.disabled = false;
+      status('Retry of ' + id + ' refused: ' + e.message, true);
+    }
   } }, 'Retry ' + id);
 }
 
@@ -286,6 +313,7 @@ function retryReferenceButton(ref, after) {
       await after();
       status(res.retried.length + ' task(s) of ' + ref + ' pending again' +
         (res.placement === 'end' ? ', at the end of the reference (later tasks had started).' : ', in place.'));
+      focusHeading();
     } catch (e) { status('Retry of ' + ref + ' refused: ' + e.message, true); }
   } }, 'Retry all failed of ' + ref);
 }
@@ -380,7 +408,7 @@ function ring(agents) {
 }
 
 async function agentsPage(main) {
-  main.append(el('h1', null, 'Agents'), pauseButton(), el('div', { id: 'agents-body' }, el('p', null, 'Loading…')));
+  main.append(el('h1', null, 'Agents'), pauseButton(), el('p', { class: 'muted', id: 'updated' }), el('div', { id: 'agents-body' }, el('p', null, 'Loading…')));
   const draw = async () => {
     const res = await api('/agents');
     const now = Date.now();
@@ -396,6 +424,7 @@ async function agentsPage(main) {
             a.totalShardCount === null ? '—' : a.assignedShardIndex + ' of ' + a.totalShardCount,
             rg ? '[' + rg.lo + ', ' + rg.hi + ']' : '—', fmtTime(a.lastPulseAt), fmtTime(a.expiration)]);
         }), { id: 'agents-table', empty: 'No agent is registered.' })));
+    updated();
   };
   await draw();
   every(1000, draw);
@@ -410,7 +439,7 @@ async function workersPage(main, params) {
     el('nav', { 'aria-label': 'Worker filter' }, el('ul', { class: 'tabs' },
       [['', 'all'], ['true', 'active'], ['false', 'done']].map(([v, label]) => el('li', null,
         el('a', { href: '#/workers' + (v ? '?active=' + v : ''), 'aria-current': (active || '') === v ? 'page' : null }, label))))),
-    pauseButton(), el('div', { id: 'workers-body' }, el('p', null, 'Loading…')));
+    pauseButton(), el('p', { class: 'muted', id: 'updated' }), el('div', { id: 'workers-body' }, el('p', null, 'Loading…')));
   const draw = async () => {
     const res = await api('/workers' + q);
     replace('workers-body', el('div', { id: 'workers-body' }, table('The EventService registry: live workers oldest first, then done ones',
@@ -419,6 +448,7 @@ async function workersPage(main, params) {
         num(w.tasksRemaining), num(w.tasksCompleted), num(w.tasksFailed), num(w.maxReferenceCount), w.willTerminate ? 'yes' : 'no',
         w.isDone ? badge('done') : badge('active'), el('td', { class: 'wrap' }, w.references.length ? w.references.map((r, i) => [i ? ', ' : '', refLink(r)]) : '—')])),
       { id: 'workers-table', empty: 'No event worker.' })));
+    updated();
   };
   await draw();
   every(2000, draw);
@@ -484,16 +514,17 @@ async function queuesPage(main) {
 async function route() {
   timers.forEach(clearInterval);
   timers = [];
-  const hash = location.hash.replace(/^#/, '') || '/';
+  nav++;
+  const hash = location.hash.startsWith('#/') ? location.hash.slice(1) : '/';
   const [path, query] = hash.split('?');
-  const params = new URLSearchParams(query || '');
-  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
-  const section = parts[0] || 'overview';
-  document.querySelectorAll('nav a[data-nav]').forEach((a) => a.setAttribute('aria-current', a.dataset.nav === section ? 'page' : 'false'));
   const main = document.getElementById('main');
   main.replaceChildren();
   status('');
   try {
+    const params = new URLSearchParams(query || '');
+    const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+    const section = parts[0] || 'overview';
+    document.querySelectorAll('nav a[data-nav]').forEach((a) => a.setAttribute('aria-current', a.dataset.nav === section ? 'page' : 'false'));
     switch (section) {
       case 'overview': await overview(main); break;
       case 'events': parts[1] ? await eventPage(main, parts[1]) : await events(main, params); break;
@@ -506,6 +537,7 @@ async function route() {
       default: main.append(el('h1', null, 'Not found'), el('p', null, 'No such page: ' + path));
     }
   } catch (e) {
+    if (e instanceof Stale) return; // the page was left while it loaded
     // What did not load says so where its "Loading…" was.
     main.querySelectorAll('[id] > p:only-child').forEach((p) => { if (p.textContent === 'Loading…') p.remove(); });
     main.append(el('p', { class: 'status error', role: 'alert' }, e.message));
@@ -523,7 +555,17 @@ async function start() {
     status('The console could not start its session: ' + e.message, true);
     return;
   }
-  window.addEventListener('hashchange', () => { route(); document.getElementById('main').focus(); });
+  // The skip link focuses the content without changing the route (its #main is not a page).
+  document.querySelector('a.skip').addEventListener('click', (ev) => {
+    ev.preventDefault();
+    document.getElementById('main').focus();
+  });
+  // A hash that is not a route (#main typed by hand) is an anchor in the page, not a page.
+  window.addEventListener('hashchange', () => {
+    if (location.hash !== '' && !location.hash.startsWith('#/')) return;
+    route();
+    document.getElementById('main').focus();
+  });
   await route();
 }
 
