@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -402,7 +399,7 @@ func (r *run) agentsIdle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	counter := &countingConnector{Connector: inner}
+	counter := &mysql.CountingConnector{Connector: inner}
 	var wg sync.WaitGroup
 	actx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); wg.Wait() }()
@@ -427,88 +424,16 @@ func (r *run) agentsIdle(ctx context.Context) error {
 	if _, err := awaitAgents(ctx, store, 8, 60*time.Second); err != nil {
 		return err
 	}
-	before := counter.statements.Load()
+	before := counter.Statements()
 	t0 := time.Now()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(window):
 	}
-	n := counter.statements.Load() - before
+	n := counter.Statements() - before
 	r.add(Row{Group: group, Name: "agents_idle_8_sps", Value: float64(n) / time.Since(t0).Seconds(), Unit: "statements/s",
 		Note: fmt.Sprintf("8 idle agents, pulse %s, poll %s plus up to %s, over %s: every statement, BEGIN and COMMIT counted",
 			agents.DefaultPulseInterval, agents.DefaultPollInterval, agents.DefaultPollJitter, window)})
 	return nil
 }
-
-// countingConnector counts the statements its connections send: each query, each exec, each
-// transaction's begin (one statement, START TRANSACTION, or two when it names an isolation level)
-// and end.
-type countingConnector struct {
-	driver.Connector
-	statements atomic.Int64
-}
-
-func (c *countingConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: conn, n: &c.statements}, nil
-}
-
-type countingConn struct {
-	driver.Conn
-	n *atomic.Int64
-}
-
-func (c *countingConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	c.n.Add(1)
-	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
-}
-
-func (c *countingConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	c.n.Add(1)
-	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
-}
-
-func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	c.n.Add(1) // START TRANSACTION
-	if opts.Isolation != driver.IsolationLevel(sql.LevelDefault) {
-		c.n.Add(1) // SET TRANSACTION ISOLATION LEVEL
-	}
-	tx, err := c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return countingTx{Tx: tx, n: c.n}, nil
-}
-
-func (c *countingConn) CheckNamedValue(nv *driver.NamedValue) error {
-	if ch, ok := c.Conn.(driver.NamedValueChecker); ok {
-		return ch.CheckNamedValue(nv)
-	}
-	return driver.ErrSkip
-}
-
-func (c *countingConn) ResetSession(ctx context.Context) error {
-	if r, ok := c.Conn.(driver.SessionResetter); ok {
-		return r.ResetSession(ctx)
-	}
-	return nil
-}
-
-func (c *countingConn) IsValid() bool {
-	if v, ok := c.Conn.(driver.Validator); ok {
-		return v.IsValid()
-	}
-	return true
-}
-
-type countingTx struct {
-	driver.Tx
-	n *atomic.Int64
-}
-
-func (t countingTx) Commit() error   { t.n.Add(1); return t.Tx.Commit() }
-func (t countingTx) Rollback() error { t.n.Add(1); return t.Tx.Rollback() }

@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
@@ -20,17 +21,7 @@ import (
 // routes through it (in-process), the run's queue with its DLQ; every other path is the API's.
 func TestConsoleBesideTheAPI(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	client := localsqs.Client(t)
-	queues := localsqs.Queues(t, client, 30, 5)
-	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: queues}, log)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, sys.Wait())
-	})
+	sys, _, queues := startWithConsole(t)
 	require.Equal(t, sys.URL+"/ui/", sys.ConsoleURL)
 
 	get := func(url string) (int, string, http.Header) {
@@ -108,17 +99,7 @@ func TestConsoleBesideTheAPI(t *testing.T) {
 // (same-origin to the browser, under another Host) are refused and create nothing.
 func TestTheLocalAPIRefusesOtherSitesBrowsers(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	client := localsqs.Client(t)
-	queues := localsqs.Queues(t, client, 30, 5)
-	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: queues}, log)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, sys.Wait())
-	})
+	sys, store, _ := startWithConsole(t)
 	own := strings.TrimPrefix(sys.URL, "http://")
 	post := func(host string, headers map[string]string) int {
 		t.Helper()
@@ -153,4 +134,22 @@ func TestTheLocalAPIRefusesOtherSitesBrowsers(t *testing.T) {
 	require.Equal(t, http.StatusCreated, post(own, nil), "a program")
 	require.Equal(t, http.StatusCreated, post(own, map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://" + own}), "the browser on the API's own address")
 	require.Equal(t, http.StatusCreated, post(own, map[string]string{"Sec-Fetch-Site": "none"}), "an address typed in the browser")
+}
+
+// startWithConsole starts a local system on a scratch database and queues of its own, stopped when
+// the test ends.
+func startWithConsole(t *testing.T) (*local.System, *mysql.Store, queue.Queues) {
+	t.Helper()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	client := localsqs.Client(t)
+	queues := localsqs.Queues(t, client, 30, 5)
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: queues}, log)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, sys.Wait())
+	})
+	return sys, store, queues
 }

@@ -3,8 +3,6 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +24,7 @@ func TestFreshKeyedGroupIsFourStatements(t *testing.T) {
 	_, dsn := testdb.DB(t, 2)
 	inner, err := mysql.Connector(mysql.ConnConfig{DSN: dsn})
 	require.NoError(t, err)
-	counter := &countingConnector{Connector: inner}
+	counter := &mysql.CountingConnector{Connector: inner}
 	db := mysql.OpenConnector(counter, mysql.ConnConfig{MaxOpenConns: 4})
 	t.Cleanup(func() { db.Close() })
 	store, err := mysql.NewStore(db, mysql.StoreConfig{})
@@ -37,14 +35,14 @@ func TestFreshKeyedGroupIsFourStatements(t *testing.T) {
 	require.NoError(t, err)
 	before, err := mysql.KeyedQuestions(ctx, store)
 	require.NoError(t, err)
-	sent := counter.statements.Load()
+	sent := counter.Statements()
 	res, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{
 		keyed("", "a", false, "x"), keyed("", "b", true, "x"), keyed("", "c", false, "x")})
 	require.NoError(t, err)
 	for _, r := range res {
 		require.True(t, r.Created)
 	}
-	require.EqualValues(t, 4, counter.statements.Load()-sent, "statements the client sent for a group of fresh keys")
+	require.EqualValues(t, 4, counter.Statements()-sent, "statements the client sent for a group of fresh keys")
 	after, err := mysql.KeyedQuestions(ctx, store)
 	require.NoError(t, err)
 	require.EqualValues(t, 4+1, after-before, "statements the server ran on the group's connection, and the SHOW that counts them")
@@ -126,82 +124,3 @@ func TestKeyedConnectionOfAFullPoolGoesBackAtOnce(t *testing.T) {
 		require.Equal(t, 1, autocommit)
 	}
 }
-
-// countingConnector counts the statements its connections send, each a round trip
-// (interpolateParams: nothing is prepared): a query, an exec, a BEGIN, a COMMIT, a ROLLBACK.
-type countingConnector struct {
-	driver.Connector
-	statements atomic.Int64
-}
-
-func (c *countingConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: conn, n: &c.statements}, nil
-}
-
-type countingConn struct {
-	driver.Conn
-	n *atomic.Int64
-}
-
-func (c *countingConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	c.n.Add(1)
-	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
-}
-
-func (c *countingConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	c.n.Add(1)
-	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
-}
-
-func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	c.n.Add(1) // START TRANSACTION
-	if opts.Isolation != driver.IsolationLevel(sql.LevelDefault) {
-		c.n.Add(1) // SET TRANSACTION ISOLATION LEVEL
-	}
-	tx, err := c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return countingTx{Tx: tx, n: c.n}, nil
-}
-
-func (c *countingConn) Ping(ctx context.Context) error {
-	c.n.Add(1)
-	if p, ok := c.Conn.(driver.Pinger); ok {
-		return p.Ping(ctx)
-	}
-	return nil
-}
-
-func (c *countingConn) CheckNamedValue(nv *driver.NamedValue) error {
-	if ch, ok := c.Conn.(driver.NamedValueChecker); ok {
-		return ch.CheckNamedValue(nv)
-	}
-	return driver.ErrSkip
-}
-
-func (c *countingConn) ResetSession(ctx context.Context) error {
-	if r, ok := c.Conn.(driver.SessionResetter); ok {
-		return r.ResetSession(ctx)
-	}
-	return nil
-}
-
-func (c *countingConn) IsValid() bool {
-	if v, ok := c.Conn.(driver.Validator); ok {
-		return v.IsValid()
-	}
-	return true
-}
-
-type countingTx struct {
-	driver.Tx
-	n *atomic.Int64
-}
-
-func (t countingTx) Commit() error   { t.n.Add(1); return t.Tx.Commit() }
-func (t countingTx) Rollback() error { t.n.Add(1); return t.Tx.Rollback() }
