@@ -60,25 +60,12 @@ func runConsole(ctx context.Context, r *run) error {
 		}
 	}
 	for _, path := range []string{"/overview", "/agents"} {
-		type contender struct {
-			name, label string
-			req         request
-			res         loadResult
-		}
-		cs := []*contender{
+		cs := []*side{
 			{name: "direct", label: "the API", req: get(db.url + path)},
 			{name: "console", label: "through the console", req: get(ui + path)},
 		}
 		client := httpClient(clients)
-		for round := range rounds {
-			for i := range cs {
-				c := cs[(round+i)%len(cs)]
-				res := load(ctx, client, clients, window, c.req, nil)
-				c.res.ok += res.ok
-				c.res.failed += res.failed
-				c.res.took += res.took
-			}
-		}
+		alternate(ctx, client, clients, rounds, window, cs)
 		client.CloseIdleConnections()
 		key := path[1:]
 		rows := map[string]Row{}

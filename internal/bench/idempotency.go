@@ -68,28 +68,14 @@ func runIdem(ctx context.Context, r *run) error {
 			return do(c, req)
 		}
 	}
-	type contender struct {
-		name, label string
-		req         request
-		res         loadResult
-	}
 	for _, clients := range []int{16, 64} {
-		cs := []*contender{
+		cs := []*side{
 			{name: "nokey", label: "no key", req: post(empty.url, false)},
 			{name: "fresh", label: "fresh key, no keys stored", req: post(empty.url, true)},
 			{name: "fresh_stored", label: fmt.Sprintf("fresh key, %d keys stored", stored), req: post(full.url, true)},
 		}
 		client := httpClient(clients)
-		for round := range rounds {
-			for i := range cs {
-				c := cs[(round+i)%len(cs)]
-				res := load(ctx, client, clients, window, c.req, nil)
-				c.res.ok += res.ok
-				c.res.failed += res.failed
-				c.res.took += res.took
-				c.res.latencies = append(c.res.latencies, res.latencies...)
-			}
-		}
+		alternate(ctx, client, clients, rounds, window, cs)
 		client.CloseIdleConnections()
 		unkeyed += cs[0].res.ok
 		rows := map[string]Row{}

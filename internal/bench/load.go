@@ -126,3 +126,25 @@ func decodeID(body []byte) (int64, error) {
 	}
 	return m.ID, nil
 }
+
+// side is one side of a side-by-side load: its request, and what its windows added up to.
+type side struct {
+	name, label string
+	req         request
+	res         loadResult
+}
+
+// alternate loads the sides in turns of window each, in an order that rotates every round, for
+// rounds, adding each window's results to its side: the sides share the machine's noise.
+func alternate(ctx context.Context, client *http.Client, conns, rounds int, window time.Duration, sides []*side) {
+	for round := range rounds {
+		for i := range sides {
+			s := sides[(round+i)%len(sides)]
+			res := load(ctx, client, conns, window, s.req, nil)
+			s.res.ok += res.ok
+			s.res.failed += res.failed
+			s.res.took += res.took
+			s.res.latencies = append(s.res.latencies, res.latencies...)
+		}
+	}
+}
