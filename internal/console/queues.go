@@ -30,8 +30,12 @@ type queues struct {
 	busy    sync.Map          // name -> *sync.Mutex: one redrive of a queue at a time
 }
 
-// sampleSize is how many bodies a dry run shows.
-const sampleSize = 10
+// sampleSize is how many bodies a dry run shows; dryRunLimit is the most messages it lists (and
+// holds invisible while it lists them): past it, the count is the DLQ's approximate one.
+const (
+	sampleSize  = 10
+	dryRunLimit = 100
+)
 
 // configure takes the source queues, names or URLs; a queue's name in the console's paths is its
 // name, the last segment of its URL.
@@ -137,17 +141,27 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 		return
 	}
 	if *in.DryRun {
-		n, sample, err := redrive.Peek(ctx, q.client, rq, sampleSize, io.Discard)
+		// The DLQ's own count first: a dry run that stops at dryRunLimit answers it instead.
+		approx, err := counts(ctx, q.client, rq.DLQURL, types.QueueAttributeNameApproximateNumberOfMessages)
+		var n int
+		var sample []string
+		var more bool
+		if err == nil {
+			n, sample, more, err = redrive.PeekAtMost(ctx, q.client, rq, sampleSize, dryRunLimit, io.Discard)
+		}
 		if err != nil {
 			c.log.Error("console: redrive dry run", "queue", name, "dlq", rq.DLQURL, "err", err)
 			writeError(w, http.StatusBadGateway, "the dry run of "+quote(name)+" failed; the console's log says why")
 			return
 		}
-		c.log.Info("console: redrive dry run", "queue", name, "dlq", rq.DLQURL, "messages", n)
+		if more {
+			n = max(n, approx[0])
+		}
+		c.log.Info("console: redrive dry run", "queue", name, "dlq", rq.DLQURL, "messages", n, "approximate", more)
 		if sample == nil {
 			sample = []string{}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"dryRun": true, "messages": n, "sample": sample})
+		writeJSON(w, http.StatusOK, map[string]any{"dryRun": true, "messages": n, "approximate": more, "sample": sample})
 		return
 	}
 	moved, err := redrive.Redrive(ctx, q.client, rq, 2*time.Second, io.Discard)

@@ -378,15 +378,27 @@ const peekVisibility = 30
 // returns how many it listed. It receives them with a short visibility timeout and makes them visible
 // again at the end. It also returns the bodies of the first sample messages it listed, whole.
 func Peek(ctx context.Context, c SQS, q Queues, sample int, out io.Writer) (n int, bodies []string, err error) {
+	n, bodies, _, err = PeekAtMost(ctx, c, q, sample, 0, out)
+	return n, bodies, err
+}
+
+// PeekAtMost is Peek that stops once it has listed limit messages (0: no limit), saying whether it
+// stopped there (more: the DLQ may hold others), so that a dry run asked from a page holds at most
+// limit messages invisible, for as long as it takes to list them.
+func PeekAtMost(ctx context.Context, c SQS, q Queues, sample, limit int, out io.Writer) (n int, bodies []string, more bool, err error) {
 	var held []types.Message
 	defer func() { release(c, q.DLQURL, held) }()
 	seen := map[string]bool{}
 	for {
+		batch := int32(10)
+		if limit > 0 {
+			batch = int32(min(10, limit-len(seen)))
+		}
 		res, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(q.DLQURL), MaxNumberOfMessages: 10, VisibilityTimeout: peekVisibility,
+			QueueUrl: aws.String(q.DLQURL), MaxNumberOfMessages: batch, VisibilityTimeout: peekVisibility,
 		})
 		if err != nil {
-			return len(seen), bodies, fmt.Errorf("receive from the DLQ: %w", err)
+			return len(seen), bodies, false, fmt.Errorf("receive from the DLQ: %w", err)
 		}
 		if len(res.Messages) == 0 {
 			break
@@ -408,9 +420,13 @@ func Peek(ctx context.Context, c SQS, q Queues, sample int, out io.Writer) (n in
 		if again {
 			break
 		}
+		if limit > 0 && len(seen) >= limit {
+			more = true
+			break
+		}
 	}
 	fmt.Fprintf(out, "dry run: %d messages would move from %s to %s; nothing was moved or deleted\n", len(seen), q.DLQURL, q.SourceURL)
-	return len(seen), bodies, nil
+	return len(seen), bodies, more, nil
 }
 
 // truncate quotes a body, cut to 120 bytes.

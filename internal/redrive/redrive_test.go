@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -102,6 +103,24 @@ func TestDryRunListsAndLeavesEverything(t *testing.T) {
 	require.Contains(t, out.String(), `... (300 bytes)`, "a long body is cut")
 	require.Contains(t, out.String(), "nothing was moved or deleted")
 
+	require.Zero(t, depth(t, client, q.SourceURL), "nothing moved")
+	require.Equal(t, sorted(dlqBodies), bodies(drain(t, client, q.DLQURL)), "every message still there, and visible")
+}
+
+// A dry run with a limit stops once it has listed that many, says the DLQ may hold more, and
+// leaves every message where it was and visible.
+func TestDryRunStopsAtItsLimit(t *testing.T) {
+	t.Parallel()
+	client, q := setup(t)
+	n, _, more, err := PeekAtMost(context.Background(), client, q, 1, len(dlqBodies)+5, io.Discard)
+	require.NoError(t, err)
+	require.False(t, more, "under its limit it lists the whole DLQ")
+	require.Equal(t, len(dlqBodies), n)
+
+	n, _, more, err = PeekAtMost(context.Background(), client, q, 1, 1, io.Discard)
+	require.NoError(t, err)
+	require.True(t, more, "it stopped at its limit")
+	require.Equal(t, 1, n, "it listed no more than its limit")
 	require.Zero(t, depth(t, client, q.SourceURL), "nothing moved")
 	require.Equal(t, sorted(dlqBodies), bodies(drain(t, client, q.DLQURL)), "every message still there, and visible")
 }

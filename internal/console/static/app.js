@@ -493,7 +493,7 @@ function redriveButton(name, dryRun) {
       const res = await api('/queues/' + encodeURIComponent(name) + '/redrive', { method: 'POST', body: { dryRun } });
       const out = document.getElementById('redrive-result');
       if (dryRun) {
-        out.replaceChildren(el('h2', null, 'Dry run of ' + name), el('p', null, res.messages + ' message(s) would be moved; nothing was changed.'),
+        out.replaceChildren(el('h2', null, 'Dry run of ' + name), el('p', null, (res.approximate ? 'About ' + res.messages + ' message(s) would be moved (the DLQ\'s own count: the dry run lists at most 100)' : res.messages + ' message(s) would be moved') + '; nothing was changed.'),
           res.sample.length ? el('pre', null, res.sample.join('\n')) : null);
       } else {
         out.replaceChildren(el('h2', null, 'Redrive of ' + name), el('p', null, res.moved + ' message(s) moved back to ' + name + '.'));
