@@ -59,6 +59,9 @@ func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 	if apiURL == "" {
 		return errors.New("API_URL is required: the stack's ApiUrl output, such as make ui API_URL=https://<id>.execute-api.<region>.amazonaws.com/prod/")
 	}
+	if _, err := console.CheckAPIURL(apiURL); err != nil {
+		return err
+	}
 	addr := cmp.Or(getenv("UI_ADDR"), DefaultAddr)
 	if err := checkAddr(addr, getenv("UI_ALLOW_REMOTE")); err != nil {
 		return err

@@ -36,6 +36,22 @@ func TestRunRefusals(t *testing.T) {
 		"UI_ADDR": "0.0.0.0:0"}), log), "not a loopback address")
 }
 
+// A plain-http or malformed API_URL is refused before credentials are looked for: the SDK's chain
+// would otherwise ask the instance metadata service first, and the operator would read about
+// credentials instead of the URL. (The metadata service is turned off here all the same, so that a
+// regression stays on this machine.)
+func TestABadAPIURLIsRefusedFirst(t *testing.T) {
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	require.ErrorContains(t, run(context.Background(), env(map[string]string{"API_URL": "http://example.com/prod/"}), log),
+		"https is required")
+	require.ErrorContains(t, run(context.Background(), env(map[string]string{"API_URL": "https://user@a.example/prod/?x=1"}), log),
+		"nothing else")
+}
+
 // The default queues are the stack's, as infra/ names them.
 func TestDefaultQueues(t *testing.T) {
 	t.Parallel()

@@ -236,15 +236,9 @@ func (c *console) setUpstream() error {
 	if c.opt.APIURL == "" {
 		return errors.New("console: Options.API (in-process) or Options.APIURL is required")
 	}
-	u, err := url.Parse(c.opt.APIURL)
-	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("console: API URL %q: want https://<host>/<stage>/ and nothing else", c.opt.APIURL)
-	}
-	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && loopback(u.Hostname()):
-	default:
-		return fmt.Errorf("console: API URL %q: https is required (http only to a loopback host)", c.opt.APIURL)
+	u, err := CheckAPIURL(c.opt.APIURL)
+	if err != nil {
+		return err
 	}
 	if c.opt.Credentials == nil {
 		return errors.New("console: Options.Credentials are required to sign the calls to the API URL")
@@ -331,4 +325,21 @@ func (r *recorder) WriteHeader(status int) {
 func (r *recorder) Write(b []byte) (int, error) {
 	r.wrote = true
 	return r.body.Write(b)
+}
+
+// CheckAPIURL parses a deployed API's base URL: https://<host>/<stage>/ and nothing else (no user,
+// query or fragment); http only to a loopback host (tests). cmd/ui checks it before it looks for
+// credentials, so that a mistyped URL is said first.
+func CheckAPIURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("console: API URL %q: want https://<host>/<stage>/ and nothing else", raw)
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && loopback(u.Hostname()):
+	default:
+		return nil, fmt.Errorf("console: API URL %q: https is required (http only to a loopback host)", raw)
+	}
+	return u, nil
 }
