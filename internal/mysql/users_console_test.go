@@ -15,15 +15,10 @@ import (
 func TestAPIUserRunsTheConsoleReadsAndTheBulkRetry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := grantingServer(t)
-	admin, err := mysql.Open(mysql.ConnConfig{DSN: dsn("admin", "admin-secret")})
-	require.NoError(t, err)
-	defer admin.Close()
-	require.NoError(t, mysql.Migrate(ctx, admin))
-	require.NoError(t, mysql.EnsureUsers(ctx, admin, []mysql.FunctionUser{
-		{Role: mysql.RoleAPI, Name: "eo_api", Password: "api-secret"},
-		{Role: mysql.RoleSweeper, Name: "eo_sweeper", Password: "sweeper-secret"},
-	}))
+	dsn, admin := migratedWithUsers(t,
+		mysql.FunctionUser{Role: mysql.RoleAPI, Name: "eo_api", Password: "api-secret"},
+		mysql.FunctionUser{Role: mysql.RoleSweeper, Name: "eo_sweeper", Password: "sweeper-secret"},
+	)
 	api := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{})
 	sweeper := openAs(t, dsn("eo_sweeper", "sweeper-secret"), mysql.StoreConfig{})
 

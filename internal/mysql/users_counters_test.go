@@ -16,16 +16,11 @@ import (
 func TestCounterUserHasOnlyItsPrivileges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := grantingServer(t)
-	admin, err := mysql.Open(mysql.ConnConfig{DSN: dsn("admin", "admin-secret")})
-	require.NoError(t, err)
-	defer admin.Close()
-	require.NoError(t, mysql.Migrate(ctx, admin))
-	require.NoError(t, mysql.EnsureUsers(ctx, admin, []mysql.FunctionUser{
-		{Role: mysql.RoleCounter, Name: "eo_counter", Password: "counter-secret"},
-		{Role: mysql.RoleSweeper, Name: "eo_sweeper", Password: "sweeper-secret"},
-		{Role: mysql.RoleAPI, Name: "eo_api", Password: "api-secret"},
-	}))
+	dsn, _ := migratedWithUsers(t,
+		mysql.FunctionUser{Role: mysql.RoleCounter, Name: "eo_counter", Password: "counter-secret"},
+		mysql.FunctionUser{Role: mysql.RoleSweeper, Name: "eo_sweeper", Password: "sweeper-secret"},
+		mysql.FunctionUser{Role: mysql.RoleAPI, Name: "eo_api", Password: "api-secret"},
+	)
 
 	counter := openAs(t, dsn("eo_counter", "counter-secret"), mysql.StoreConfig{})
 	rs, err := counter.ApplyCounterMessages(ctx, []exactlyonce.CounterMessage{

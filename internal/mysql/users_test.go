@@ -37,6 +37,20 @@ func grantingServer(t *testing.T) func(user, password string) string {
 	}
 }
 
+// migratedWithUsers is a granting server's database, migrated, with the function users given; it
+// returns the server's DSN for a user and the administrator's pool (closed when the test ends).
+func migratedWithUsers(t *testing.T, users ...mysql.FunctionUser) (func(user, password string) string, *sql.DB) {
+	t.Helper()
+	dsn := grantingServer(t)
+	admin, err := mysql.Open(mysql.ConnConfig{DSN: dsn("admin", "admin-secret")})
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close() })
+	ctx := context.Background()
+	require.NoError(t, mysql.Migrate(ctx, admin))
+	require.NoError(t, mysql.EnsureUsers(ctx, admin, users))
+	return dsn, admin
+}
+
 func openAs(t *testing.T, dsn string, cfg mysql.StoreConfig) *mysql.Store {
 	t.Helper()
 	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn, MaxOpenConns: 2})
