@@ -15,13 +15,13 @@ import (
 // The operators' reads and the bulk retry (issue 20, the console reads only the API):
 //
 //	GET  /events?state=<s>[&kind=plain|task][&before=<id>][&limit=<n>]
-//	     200 {"state", "kind", "events": [...], "next", "recentOnly"}   newest first; without a query, the count
+//	     200 {"state", "kind", "events": [...], "next"}   newest first; without a query, the count
 //	GET  /overview                         200 {"time", "events": {...}, "waiting", "oldestWaitingSeconds"}
 //	POST /references/{referenceId}/retry   200 {"referenceId", "retried": [...], "placement"}
 
 // ConsoleStore is what the operators' reads need of the store (mysql.Store has it).
 type ConsoleStore interface {
-	ListEvents(ctx context.Context, set string, kind exactlyonce.Kind, before int64, limit int) ([]exactlyonce.Event, error)
+	ListEvents(ctx context.Context, set string, kind exactlyonce.Kind, before int64, limit int) ([]exactlyonce.Event, int64, error)
 	Overview(ctx context.Context) (mysql.Overview, error)
 	RetryReference(ctx context.Context, ref string) (mysql.RetriedReference, error)
 }
@@ -124,7 +124,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	got, err := cs.ListEvents(r.Context(), lq.set, lq.kind, lq.before, lq.limit+1)
+	got, resume, err := cs.ListEvents(r.Context(), lq.set, lq.kind, lq.before, lq.limit+1)
 	if err != nil {
 		s.error(w, r, err)
 		return
@@ -143,9 +143,14 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		bytes += size
 		n++
 	}
+	// Or, when the store stopped looking before it found a page's worth (the processed history is
+	// read a bounded number of pages a request), the id it stopped at: every event above it is here.
 	var next *string
 	if n < len(got) {
 		id := strconv.FormatInt(got[n-1].ID, 10)
+		next = &id
+	} else if resume > 0 {
+		id := strconv.FormatInt(resume, 10)
 		next = &id
 	}
 	out := make([]any, n)
@@ -161,8 +166,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		k := string(lq.kind)
 		kind = &k
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"state": lq.set, "kind": kind, "events": out, "next": next,
-		"recentOnly": lq.set == "processed"})
+	writeJSON(w, http.StatusOK, map[string]any{"state": lq.set, "kind": kind, "events": out, "next": next})
 }
 
 // OverviewCountsJSON is the events by state in GET /overview.

@@ -124,12 +124,12 @@ func runReads(ctx context.Context, r *run) error {
 		// the processed history should not show in their cost.
 		{"list_failed", "GET /events?state=failed: Store.ListEvents of the failed set (fresh and failed partitions), a page of 50", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
-				_, err := d.store.ListEvents(ctx, "failed", "", 0, 51)
+				_, _, err := d.store.ListEvents(ctx, "failed", "", 0, 51)
 				return err
 			}},
 		{"list_pending", "GET /events?state=pending: Store.ListEvents of the pending set (open partition), a page of 50", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
-				_, err := d.store.ListEvents(ctx, "pending", "", 0, 51)
+				_, _, err := d.store.ListEvents(ctx, "pending", "", 0, 51)
 				return err
 			}},
 		{"overview", "GET /overview: Store.Overview (settled_count, every partition but the processed history, the waiting metrics)", pick(r, 20, 5),

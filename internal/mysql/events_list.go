@@ -16,46 +16,39 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 )
 
-// EventSets are the sets of events ListEvents lists, by the names GET /events?state= takes. Processed
-// is the processed events not folded yet (state 10): the folded history (30) is looked up by id.
+// EventSets are the sets of events ListEvents lists, by the names GET /events?state= takes.
 var EventSets = []string{"pending", "processing", "queued", "processed", "failed"}
 
 // listStates are the stored states of each set, written into ListEvents as literals (never caller
-// text), so that the statement is pruned to their partitions when it is prepared.
+// text), so that the statement is pruned to their partitions when it is prepared. Processed is read
+// from `fresh` and `settled` (the folded events not packed yet) and then from the packed history
+// (listProcessed, pages_read.go).
 var listStates = map[string]string{
 	"pending":    "0",
 	"processing": "1",
 	"queued":     "2",
-	"processed":  "10",
+	"processed":  "10, 30",
 	"failed":     "20, 40",
 }
 
 // ListEvents returns up to limit events of set (one of EventSets), newest first (by id, descending),
 // with ids below before (0: from the newest), of kind kind ("" for every kind). Each event is as Get
-// returns it. An unknown set is an EINVALID error.
-func (s *Store) ListEvents(ctx context.Context, set string, kind exactlyonce.Kind, before int64, limit int) ([]exactlyonce.Event, error) {
+// returns it. An unknown set is an EINVALID error. resume > 0 says that the listing stopped looking
+// at resume before it found limit events (the processed history is read a bounded number of pages
+// at a time): every event at or above resume is listed, and the next page starts below it.
+func (s *Store) ListEvents(ctx context.Context, set string, kind exactlyonce.Kind, before int64, limit int) (events []exactlyonce.Event, resume int64, err error) {
 	states, ok := listStates[set]
 	if !ok {
-		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "state must be one of %s", strings.Join(EventSets, ", "))
+		return nil, 0, exactlyonce.Errorf(exactlyonce.EINVALID, "state must be one of %s", strings.Join(EventSets, ", "))
+	}
+	if set == "processed" {
+		return s.listProcessed(ctx, kind, before, limit)
 	}
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	q := strings.Replace(query("ListEvents"), "/*states*/", states, 1)
-	rows, err := s.db.QueryContext(ctx, q, before, string(kind), string(kind), limit)
-	if err != nil {
-		return nil, interpret("list events", err)
-	}
-	defer rows.Close()
-	out := []exactlyonce.Event{}
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, interpret("list events", err)
-		}
-		out = append(out, e)
-	}
-	return out, interpret("list events", rows.Err())
+	events, err = s.listStates(ctx, states, kind, before, limit)
+	return events, 0, err
 }
 
 // Overview is the events by state, exact, and the waiting metrics, as of Time (the database's clock).

@@ -207,7 +207,17 @@ func processedEvent(id int64, value string) exactlyonce.Event {
 func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 	e, err := scanEvent(s.db.QueryRowContext(ctx, query("Get"), id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return exactlyonce.Event{}, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
+		// Not in `events`: packed (pages.go), or unknown. `events` is read first: a pack inserts
+		// the page and deletes the event in one transaction, so an event missing from the first
+		// read was packed before it, and its page is there for the second.
+		r, ok, perr := getPacked(ctx, s.db, id)
+		if perr != nil {
+			return exactlyonce.Event{}, interpret("get event", perr)
+		}
+		if !ok {
+			return exactlyonce.Event{}, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
+		}
+		return packedEvent(r), nil
 	}
 	if err != nil {
 		return exactlyonce.Event{}, interpret("get event", err)

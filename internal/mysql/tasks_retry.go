@@ -31,7 +31,15 @@ func (s *Store) Attempts(ctx context.Context, id int64) ([]exactlyonce.Attempt, 
 		a.Duration = time.Duration(us) * time.Microsecond
 		out = append(out, a)
 	}
-	return out, interpret("read attempts", rows.Err())
+	if err := rows.Err(); err != nil || len(out) > 0 {
+		return out, interpret("read attempts", err)
+	}
+	// None in task_attempts: the task may be packed, its attempts with it (read after, as Get).
+	packed, ok, err := packedAttempts(ctx, s.db, id)
+	if err != nil || !ok {
+		return out, interpret("read attempts", err)
+	}
+	return packed, nil
 }
 
 // ReferenceTasks returns up to limit tasks of a reference in delivery order, after the task with
@@ -41,6 +49,16 @@ func (s *Store) ReferenceTasks(ctx context.Context, ref string, after int64, lim
 	if after > 0 {
 		var pos sql.NullInt64
 		err := s.db.QueryRowContext(ctx, query("ReferencePosition"), after, ref).Scan(&pos)
+		if errors.Is(err, sql.ErrNoRows) {
+			// Not in `events`: a packed task of the reference, maybe.
+			r, ok, perr := getPacked(ctx, s.db, after)
+			if perr != nil {
+				return nil, interpret("list reference tasks", perr)
+			}
+			if ok && r.Kind == string(exactlyonce.KindTask) && r.ReferenceID != nil && *r.ReferenceID == ref && r.Position != nil {
+				pos, err = sql.NullInt64{Int64: *r.Position, Valid: true}, nil
+			}
+		}
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && !pos.Valid) {
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "after: event %d is not a task of this reference", after)
 		}
@@ -67,7 +85,14 @@ func (s *Store) ReferenceTasks(ctx context.Context, ref string, after int64, lim
 		}
 		out = append(out, e)
 	}
-	return out, interpret("list reference tasks", rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, interpret("list reference tasks", err)
+	}
+	packed, err := packedOfReference(ctx, s.db, ref)
+	if err != nil {
+		return nil, interpret("list reference tasks", err)
+	}
+	return mergeReferenceTasks(out, packed, from, limit), nil
 }
 
 // RetryTask gives a failed task a fresh retry budget (attempts cleared). A task of a reference goes
@@ -88,7 +113,19 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 		err := tx.QueryRowContext(ctx, query("TaskOf"), id).
 			Scan(&kind, &state, &ref, &hash)
 		if errors.Is(err, sql.ErrNoRows) {
-			return exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
+			// Not in `events`: packed (so processed, never failed: failed events are not packed) or unknown.
+			r, ok, perr := getPacked(ctx, tx, id)
+			if perr != nil {
+				return perr
+			}
+			if !ok {
+				return exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
+			}
+			if r.Kind != string(exactlyonce.KindTask) {
+				return exactlyonce.Errorf(exactlyonce.ECONFLICT, "event %d is not a task: only a failed task can be retried", id)
+			}
+			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "task %d is %s, not failed: only a failed task can be retried",
+				id, exactlyonce.TaskState(storedState(exactlyonce.State(r.State))))
 		}
 		if err != nil {
 			return err
@@ -165,9 +202,14 @@ func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos in
 	if err != nil {
 		return "", 0, 0, err
 	}
-	var started int
+	var started int64
 	if err := tx.QueryRowContext(ctx, query("LaterTaskStarted"), hash, ref, pos).Scan(&started); err != nil {
 		return "", 0, 0, err
+	}
+	if started == 0 { // nothing in `events`: a later task may have been delivered and packed
+		if started, err = packedLaterTasks(ctx, tx, ref, pos); err != nil {
+			return "", 0, 0, err
+		}
 	}
 	type head struct{ id, pos int64 }
 	var pending []head

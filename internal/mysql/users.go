@@ -27,7 +27,8 @@ const (
 // table added by a migration adds the grants of the roles that use it here.
 var roleGrants = map[Role][]string{
 	RoleAPI: {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantReadSettledCount", "GrantReadCounterSums",
-		"GrantKeyBuckets", "GrantReadInsertKeys", "GrantReadAgents", "GrantTaskBuckets", "GrantReadAttempts", "GrantRetryTasks", "GrantReadEventWorkers"},
+		"GrantKeyBuckets", "GrantReadInsertKeys", "GrantReadAgents", "GrantTaskBuckets", "GrantReadAttempts", "GrantRetryTasks", "GrantReadEventWorkers",
+		"GrantReadPages"},
 	// A processor that delivers tasks registers as an agent without a range (agents.Rangeless), its
 	// id from the counter, and runs event workers of its own.
 	RoleProcessor: {"GrantClaimSettleEvents", "GrantAdvanceCounter", "GrantAgents", "GrantTaskBuckets", "GrantRecordAttempts",
@@ -35,7 +36,7 @@ var roleGrants = map[Role][]string{
 	// A sweeper registers as an agent, whose id it takes from the counter (RegisterAgent).
 	RoleSweeper: {"GrantClaimSettleEvents", "GrantAgents", "GrantAdvanceCounter", "GrantFoldSettledCount", "GrantPruneKeys",
 		"GrantReadCounterSums", "GrantSweepCounterFacts", "GrantSweepCounterNotifications", "GrantTaskBuckets",
-		"GrantRecordAttempts", "GrantEventWorkers"},
+		"GrantRecordAttempts", "GrantEventWorkers", "GrantPackPages", "GrantDeletePackedEvents", "GrantPackAttempts"},
 	RoleCounter: {"GrantLockCounterBuckets", "GrantWriteCounterDirectories", "GrantWriteCounterSums", "GrantInsertCounterFacts", "GrantRecordCounterNotifications"},
 }
 

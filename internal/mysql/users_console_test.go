@@ -34,7 +34,7 @@ func TestAPIUserRunsTheConsoleReadsAndTheBulkRetry(t *testing.T) {
 	_, err = sweeper.FoldSettled(ctx, 10)
 	require.NoError(t, err)
 
-	failed, err := api.ListEvents(ctx, "failed", exactlyonce.KindTask, 0, 10)
+	failed, _, err := api.ListEvents(ctx, "failed", exactlyonce.KindTask, 0, 10)
 	require.NoError(t, err, "the API lists the failed tasks")
 	require.Len(t, failed, 2)
 	o, err := api.Overview(ctx)

@@ -146,11 +146,18 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 }
 
 // Maintain is what a sweeper does besides processing due events: it folds settled events into the
-// count (fold.go), prunes expired idempotency keys (idempotency.go) and runs the counter service's
+// count and packs the folded ones into pages (fold.go), prunes expired idempotency keys (idempotency.go) and runs the counter service's
 // sweep (counters.go). Each is bounded and safe to run from many sweepers at once. It returns how
 // many events it folded; only the fold's error is returned (the others log theirs).
 func (s *Sweeper) Maintain(ctx context.Context) (int64, error) {
 	folded, err := s.fold(ctx)
+	if err == nil {
+		if packed, perr := s.pack(ctx); perr != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("sweeper: packing the history failed; it is tried again later", "packed", packed, "err", perr)
+		} else if packed > 0 {
+			s.cfg.Logger.Info("sweeper: packed settled events into pages", "events", packed)
+		}
+	}
 	s.pruneKeys(ctx)
 	s.sweepCounters(ctx)
 	s.folded.Add(folded)

@@ -236,7 +236,6 @@ async function events(main, params) {
     fmtTime(e.completedAt || e.processedAt), refLink(e.referenceId), el('td', { class: 'num' }, fmtNum(e.attempts || 0)),
     el('td', { class: 'wrap' }, e.exceptionMessage || e.lastError || '')]));
   replace('ev-body', el('div', { id: 'ev-body' },
-    res.recentOnly ? el('p', { class: 'muted' }, 'Processed events not yet folded into the history by the sweeper (the recent ones). Older ones: look them up by id.') : null,
     table((kind ? kind + ' ' : '') + state + ' events, newest first', ['#', 'kind', 'state', 'created', 'settled', 'reference', 'attempts', 'error'], rows, { id: 'events-table' }),
     el('div', { class: 'pager' },
       before ? el('a', { href: link(state, kind, '') }, 'Newest') : null,

@@ -59,10 +59,12 @@ SELECT state, COUNT(*) FROM events WHERE state < 30 OR state >= 40 GROUP BY stat
 SELECT COUNT(*) FROM settled_count;
 
 -- name: CountSettledEvents
--- The events in the `settled` and `failed` partitions, to re-create a lost settled_count row. A
--- consistent read that scans both (the history): it runs only when the row is missing, under the
--- migration lock. A fold cannot commit meanwhile (AddSettled finds no row and it rolls back).
-SELECT COUNT(*) FROM events WHERE state >= 30;
+-- The events in the `settled` and `failed` partitions and in the packed history (sql/pages.sql), to
+-- re-create a lost settled_count row. A consistent read that scans them (the history): it runs only
+-- when the row is missing, under the migration lock. A fold cannot commit meanwhile (AddSettled
+-- finds no row and it rolls back); a pack moves events from one to the other in one transaction, so
+-- the statement's one snapshot counts each once.
+SELECT (SELECT COUNT(*) FROM events WHERE state >= 30) + (SELECT COALESCE(SUM(events), 0) FROM event_pages);
 
 -- name: SeedSettledCount
 -- Re-creates settled_count's row at ?, only if there is none. Only Migrate inserts here, under its

@@ -27,8 +27,10 @@ SELECT COUNT(*) FROM status;
 -- name: LargestEventID
 -- The largest id any event has, to re-create a lost counter row above it. A consistent read (no
 -- lock, at any isolation level) that scans every partition of events: it runs only when the row is
--- missing, under the migration lock.
-SELECT COALESCE(MAX(id), 0) FROM events;
+-- missing, under the migration lock. Packed events (sql/pages.sql) count by their page's last id,
+-- which is at least theirs: the counter may skip a few ids, never hand one out twice.
+SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM events),
+                (SELECT COALESCE(MAX(page) * 1000 + 999, 0) FROM event_pages));
 
 -- name: SeedCounter
 -- Re-creates the counter's row at ?, only if there is none. Only Migrate inserts here, under its

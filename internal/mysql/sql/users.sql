@@ -156,3 +156,23 @@ GRANT SELECT, INSERT, UPDATE ON event_workers TO /*user*/;
 -- name: GrantReadEventWorkers
 -- api: GET /workers and GET /workers/{workerId} read the registry (consistent reads).
 GRANT SELECT ON event_workers TO /*user*/;
+
+-- name: GrantReadPages
+-- api: GET /events/{id}, the processed listing, a reference's listing and a manual retry read the
+-- packed history (sql/pages.sql: GetPacked, PageRows, PagesOfReference). Consistent reads only.
+GRANT SELECT ON event_pages TO /*user*/;
+
+-- name: GrantPackPages
+-- sweeper: the pack reads the pages to pack (PackablePages reads events) and inserts page rows
+-- (InsertPages). It never changes or deletes a page row.
+GRANT SELECT, INSERT ON event_pages TO /*user*/;
+
+-- name: GrantDeletePackedEvents
+-- sweeper: the pack deletes the events it packed, in the transaction that inserted their pages
+-- (DeletePacked, guarded by `state = 30` and a count of what it read). The only DELETE on events.
+GRANT DELETE ON events TO /*user*/;
+
+-- name: GrantPackAttempts
+-- sweeper: the pack reads the attempts of the tasks it packs and deletes them with them
+-- (PackedAttempts, DeletePackedAttempts).
+GRANT SELECT, DELETE ON task_attempts TO /*user*/;
