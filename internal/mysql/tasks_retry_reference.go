@@ -150,7 +150,7 @@ func placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, fail
 		return retryPlaces{}, err
 	}
 	started -= int64(len(failed) - 1) // the failed tasks after the first are retried with it
-	if started == 0 { // nothing in `events`: a later task may have been delivered and packed
+	if started == 0 {                 // nothing in `events`: a later task may have been delivered and packed
 		packed, err := packedLaterTasks(ctx, tx, ref, first)
 		if err != nil {
 			return retryPlaces{}, err
