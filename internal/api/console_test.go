@@ -68,10 +68,11 @@ func TestListEventsByStateAndKind(t *testing.T) {
 	f1 := createTask(t, b, `{"url": "`+recv.URL+`", "payload": 1, "referenceId": "f"}`)
 	f2 := createTask(t, b, `{"url": "`+recv.URL+`", "payload": 2, "referenceId": "f"}`)
 	deliverAll(t, b.store)
-	status, _, _ := b.do(t, "POST", "/events", "")
+	status, got, _ := b.do(t, "POST", "/events", "")
 	require.Equal(t, http.StatusCreated, status)
+	folded := int64(got["id"].(float64))
 	fold(t, b)
-	_, got, _ := b.do(t, "POST", "/events", "")
+	_, got, _ = b.do(t, "POST", "/events", "")
 	processed := int64(got["id"].(float64))
 	failed := failPlain(t, b)
 	var pending []int64
@@ -91,7 +92,7 @@ func TestListEventsByStateAndKind(t *testing.T) {
 		{"state=pending&kind=task", []int64{head}},
 		{"state=queued", []int64{queued}},
 		{"state=processing", nil},
-		{"state=processed", []int64{processed}},
+		{"state=processed", []int64{processed, folded}},
 		{"state=failed", []int64{failed, f2, f1}},
 		{"state=failed&kind=task", []int64{f2, f1}},
 		{"state=failed&kind=plain", []int64{failed}},

@@ -19,8 +19,11 @@ import (
 // table (issue 19): GET /events/{id} for random ids at 16 clients, through the API handler over
 // HTTP, on a database holding 10,000,000 processed events beside one holding 10,000; and the mean
 // time of each store operation the paths run, one at a time, at both sizes. The history is loaded
-// in the database (INSERT ... SELECT), as the sweeper's fold leaves it: counted and in the
-// `settled` partition. The reads take turns in 1 s windows, in rotating order, for several rounds.
+// in the database as the sweeper leaves it once it has folded and packed it: counted, and in page
+// rows of event_pages (mysql.LoadPackedHistory encodes the pages as the pack does). The reads take
+// turns in 1 s windows, in rotating order, for several rounds. Then the pack's own cost on a
+// history that was never packed (what migration 0012 leaves on a deployed database): a folded
+// history loaded in `events` and packed by the sweeper's PackPages until nothing is left.
 func runReads(ctx context.Context, r *run) error {
 	const group = "reads"
 	small := int64(10_000)
@@ -35,21 +38,27 @@ func runReads(ctx context.Context, r *run) error {
 		size  int64
 		first int64
 		res   loadResult
+		// recent is an event the create op made: in `events`, not packed.
+		recent int64
 	}
 	open := func(label string, n int64) (*db, error) {
 		d := &db{label: label, size: n}
 		var err error
 		d.servedDB, err = r.serveScratch(ctx, label, func(pool *sql.DB) error {
 			t0 := time.Now()
-			first, err := mysql.LoadFoldedHistory(ctx, pool, n, func(done int64) {
-				r.progress(group, "%s: loaded %d of %d processed events (%.0f s)", label, done, n, time.Since(t0).Seconds())
+			said := t0
+			first, err := mysql.LoadPackedHistory(ctx, pool, n, func(done int64) {
+				if time.Since(said) > 10*time.Second || done == n {
+					said = time.Now()
+					r.progress(group, "%s: loaded %d of %d processed events (%.0f s)", label, done, n, time.Since(t0).Seconds())
+				}
 			})
 			if err != nil {
 				return err
 			}
 			d.first = first
 			r.add(Row{Group: group, Name: fmt.Sprintf("reads_load_%d_s", n), Value: time.Since(t0).Seconds(), Unit: "s",
-				Note: fmt.Sprintf("%d processed events, counted, by INSERT ... SELECT", n)})
+				Note: fmt.Sprintf("%d processed events, counted and packed in pages", n)})
 			return nil
 		})
 		return d, err
@@ -146,7 +155,12 @@ func runReads(ctx context.Context, r *run) error {
 			return err
 		}},
 		{"create", "POST /events: Store.CreateProcessed", pick(r, 50, 10), func(ctx context.Context, d *db) error {
-			_, err := d.store.CreateProcessed(ctx, "v")
+			e, err := d.store.CreateProcessed(ctx, "v")
+			d.recent = e.ID
+			return err
+		}},
+		{"get_recent", "GET /events/{id} of an event not packed yet (in `events`): Store.Get", pick(r, 20, 5), func(ctx context.Context, d *db) error {
+			_, err := d.store.Get(ctx, d.recent)
 			return err
 		}},
 		{"create_pending", "POST /events/async: Store.CreatePending", pick(r, 50, 10), func(ctx context.Context, d *db) error {
@@ -156,6 +170,33 @@ func runReads(ctx context.Context, r *run) error {
 		{"sweep", "the sweeper's claim and settlement of what is due (the pending events just created, then none)", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
 				_, err := (&processing.Engine{Store: d.store, By: exactlyonce.BySweeper}).ProcessDue(ctx, 0, 50)
+				return err
+			}},
+		{"fold", "the sweeper's fold of what was settled into the count: Store.FoldSettled", pick(r, 5, 2),
+			func(ctx context.Context, d *db) error {
+				_, err := d.store.FoldSettled(ctx, mysql.DefaultFoldBatch)
+				return err
+			}},
+		{"pack", "the sweeper's pack of folded events into pages (what can be packed: the pages behind the counter's): Store.PackPages", pick(r, 5, 2),
+			func(ctx context.Context, d *db) error {
+				_, _, err := d.store.PackPages(ctx, 1000)
+				return err
+			}},
+		{"list_processed", "GET /events?state=processed: Store.ListEvents of the processed events, unpacked then packed, a page of 50", pick(r, 20, 5),
+			func(ctx context.Context, d *db) error {
+				_, _, err := d.store.ListEvents(ctx, "processed", "", d.first+rand.Int64N(d.size), 51)
+				return err
+			}},
+		{"attempts", "GET /events/{id}/attempts of a packed event (none in task_attempts, then its page): Store.Attempts", pick(r, 20, 5),
+			func(ctx context.Context, d *db) error {
+				_, err := d.store.Attempts(ctx, d.first+rand.Int64N(d.size))
+				return err
+			}},
+		// Not flat, and said so (README, "Reads and the packed history"): a reference's listing
+		// reads the packed history for its tasks, as it scanned the history before there were pages.
+		{"reference_tasks", "GET /references/{id}/events: Store.ReferenceTasks (scans the packed history: not flat)", pick(r, 3, 2),
+			func(ctx context.Context, d *db) error {
+				_, err := d.store.ReferenceTasks(ctx, "no-such-reference", 0, 50)
 				return err
 			}},
 	}
@@ -176,5 +217,55 @@ func runReads(ctx context.Context, r *run) error {
 		}
 		r.progress(group, "%-15s %8.2f ms with %d events, %8.2f ms with %d", op.name, byLabel["reads_small"].Value, small, byLabel["reads_big"].Value, big)
 	}
+	smallDB.stop()
+	bigDB.stop()
+	return packBacklog(ctx, r, group, pick[int64](r, 1_000_000, 50_000))
+}
+
+// packBacklog measures how long the sweeper's pack takes to pack a history of n folded events that
+// was never packed: what a deployed database holds after migration 0012, packed in the background
+// while everything runs (no table is copied, nothing waits for it).
+func packBacklog(ctx context.Context, r *run, group string, n int64) error {
+	sc, err := r.newScratch(ctx, "reads_backlog", true)
+	if err != nil {
+		return err
+	}
+	defer sc.drop()
+	pool, err := sc.open(4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := mysql.NewStore(pool, mysql.StoreConfig{})
+	if err != nil {
+		return err
+	}
+	first, err := mysql.LoadFoldedHistory(ctx, pool, n, nil)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	var packed int64
+	for {
+		pages, events, err := store.PackPages(ctx, 1000)
+		if err != nil {
+			return err
+		}
+		packed += events
+		r.progress(group, "packing a history of %d events never packed: %d packed (%.0f s)", n, packed, time.Since(t0).Seconds())
+		if pages == 0 {
+			break
+		}
+	}
+	took := time.Since(t0)
+	count, err := store.Count(ctx)
+	if err != nil {
+		return err
+	}
+	_, getErr := store.Get(ctx, first+rand.Int64N(n))
+	r.check(group, fmt.Sprintf("a history of %d events packed: the count unchanged, an event read from its page", n),
+		count == n && getErr == nil && packed >= n-2*1000, fmt.Sprintf("count %d, packed %d, get: %v", count, packed, getErr))
+	r.add(Row{Group: group, Name: fmt.Sprintf("reads_pack_backlog_%d_s", n), Value: took.Seconds(), Unit: "s",
+		Note: fmt.Sprintf("Store.PackPages until nothing is left, on %d folded events never packed (the last two pages wait for the counter): %.0f events/s", n, float64(packed)/took.Seconds())})
 	return nil
 }

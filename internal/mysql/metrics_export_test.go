@@ -9,3 +9,6 @@ func QueryText(name string) string { return query(name) }
 func ListEventsText(set string) string {
 	return strings.Replace(query("ListEvents"), "/*states*/", listStates[set], 1)
 }
+
+// GetPackedText is GetPacked's text for id, as getPacked makes it.
+func GetPackedText(id int64) string { return getPackedText(id) }

@@ -21,6 +21,9 @@ const (
 	// packTxPages is the most pages one pack transaction moves: up to 10,000 events, some tens of
 	// milliseconds of deletes, and statements that name pages, not ids.
 	packTxPages = 10
+	// packTxPagesBacklog is the most pages a transaction moves when many are waiting: 250,000
+	// events, a few seconds.
+	packTxPagesBacklog = 250
 	// packRowBytes is the most a page row holds before the pack starts another row of the page:
 	// far below max_allowed_packet (16 MB on MariaDB, 64 MB on Aurora MySQL) and MEDIUMBLOB's 16 MB.
 	packRowBytes = 4 << 20
@@ -40,8 +43,7 @@ type queryRower interface {
 
 // getPacked reads id's row from its page, if it is packed.
 func getPacked(ctx context.Context, q queryRower, id int64) (pages.Row, bool, error) {
-	stmt := strings.Replace(query("GetPacked"), "/*column*/", fmt.Sprintf("c%d", pages.ColumnOf(id)), 1)
-	rows, err := q.QueryContext(ctx, stmt, pages.PageOf(id))
+	rows, err := q.QueryContext(ctx, getPackedText(id), pages.PageOf(id))
 	if err != nil {
 		return pages.Row{}, false, err
 	}
@@ -57,6 +59,11 @@ func getPacked(ctx context.Context, q queryRower, id int64) (pages.Row, bool, er
 		}
 	}
 	return pages.Row{}, false, rows.Err()
+}
+
+// getPackedText is GetPacked for id: its page's column that holds it, named in the text.
+func getPackedText(id int64) string {
+	return strings.Replace(query("GetPacked"), "/*column*/", fmt.Sprintf("c%d", pages.ColumnOf(id)), 1)
 }
 
 // packedEvent is the event a packed row is, as Get returns it.
@@ -145,8 +152,12 @@ func (s *Store) packPages(ctx context.Context, maxPages int) (packResult, error)
 	if len(candidates) > maxPages {
 		candidates = candidates[:maxPages]
 	}
+	// A backlog (a history packed for the first time, after migration 0012) goes in larger
+	// transactions: each one scans what is left of the `settled` partition twice, so fewer
+	// transactions scan less in all.
+	txPages := min(max(len(candidates)/4, packTxPages), packTxPagesBacklog)
 	for len(candidates) > 0 && ctx.Err() == nil {
-		batch := candidates[:min(packTxPages, len(candidates))]
+		batch := candidates[:min(txPages, len(candidates))]
 		candidates = candidates[len(batch):]
 		var got packResult
 		err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {

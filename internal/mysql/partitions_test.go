@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -93,6 +94,7 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 	store := testdb.Store(t, mysql.StoreConfig{}, 2)
 	literal := func(q string) string {
 		q = strings.ReplaceAll(q, "/*ids*/", "1, 2, 3")
+		q = strings.ReplaceAll(q, "/*pages*/", "1, 2")
 		return strings.ReplaceAll(q, "?", "1")
 	}
 	for _, c := range []struct {
@@ -101,7 +103,7 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 	}{
 		{mysql.QueryText("CountUnfolded"), []string{"fresh", "open", "queued"}},
 		{mysql.QueryText("FoldSettled"), []string{"fresh"}},
-		{mysql.QueryText("CountSettledEvents"), []string{"failed", "settled"}},
+		{mysql.QueryText("CountSettledEvents"), append([]string{"failed"}, append(pagePartitions(), "settled")...)},
 		{mysql.QueryText("LockFailedTask"), []string{"failed", "fresh"}},
 		{mysql.QueryText("RetryTask"), []string{"failed", "fresh"}},
 		{mysql.QueryText("OverviewCounts"), []string{"failed", "fresh", "open", "queued"}},
@@ -110,13 +112,27 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 		{mysql.ListEventsText("pending"), []string{"open"}},
 		{mysql.ListEventsText("processing"), []string{"open"}},
 		{mysql.ListEventsText("queued"), []string{"queued"}},
-		{mysql.ListEventsText("processed"), []string{"fresh"}},
+		{mysql.ListEventsText("processed"), []string{"fresh", "settled"}},
+		{mysql.QueryText("PackablePages"), []string{"fresh", "open", "queued", "settled"}},
+		{mysql.QueryText("PackedRows"), []string{"settled"}},
+		{mysql.QueryText("DeletePacked"), []string{"settled"}},
+		{mysql.GetPackedText(1234), []string{"p1"}},
 		{mysql.ListEventsText("failed"), []string{"failed", "fresh"}},
 	} {
 		require.Equal(t, c.want, partitionsOf(t, store, literal(c.q)), "%.60s", c.q)
 	}
 	// The check can fail: the audit reads every partition.
 	require.Equal(t, []string{"failed", "fresh", "open", "queued", "settled"}, partitionsOf(t, store, mysql.QueryText("Audit")))
+}
+
+// pagePartitions are event_pages' partitions, sorted as partitionsOf sorts them.
+func pagePartitions() []string {
+	out := make([]string, 1024)
+	for i := range out {
+		out[i] = fmt.Sprintf("p%d", i)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // idsOf runs q and returns the ids it reads.

@@ -158,6 +158,24 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	folded, err := sweeper.FoldSettled(ctx, 100)
 	require.NoError(t, err, "the sweeper folds settled events into the count")
 	require.Positive(t, folded)
+	// It packs folded events into pages (once ids are handed out past their pages), and the API
+	// reads a packed event there.
+	_, err = admin.ExecContext(ctx, "UPDATE status SET id = id + 3000")
+	require.NoError(t, err)
+	_, packedEvents, err := sweeper.PackPages(ctx, 10)
+	require.NoError(t, err, "the sweeper packs folded events")
+	require.EqualValues(t, folded, packedEvents)
+	got, err := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{}).Get(ctx, pending[0])
+	require.NoError(t, err, "the API reads a packed event")
+	require.Equal(t, exactlyonce.Processed, got.State)
+	for _, stmt := range []string{"DELETE FROM event_pages", "UPDATE event_pages SET events = 0", "DROP TABLE event_pages"} {
+		requireDenied(t, sweeper.DB(), stmt)
+	}
+	for _, stmt := range []string{"DELETE FROM event_pages", "INSERT INTO event_pages (page, events, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9) " +
+		"VALUES (0, 0, '', '', '', '', '', '', '', '', '', '')", "DELETE FROM task_attempts"} {
+		requireDenied(t, apiDB, stmt)
+	}
+	requireDenied(t, processor.DB(), "DELETE FROM events")
 
 	// The sweeper is an agent: it registers (its id from the counter), pulses, persists its
 	// assignment, ejects and leaves.
@@ -174,10 +192,10 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	require.Len(t, as, 1)
 	require.NoError(t, sweeper.RemoveAgent(ctx, agent.ID))
 
+	// (The sweeper deletes the events it packs: DELETE is its, and checked above for the others.)
 	for _, worker := range []*mysql.Store{processor, sweeper} {
 		for _, stmt := range []string{
 			"DROP TABLE events",
-			"DELETE FROM events",
 			"INSERT INTO events (id, value, state, created_at) VALUES (999999, NULL, 0, NOW(6))",
 			"GRANT SELECT ON status TO 'eo_api'@'%'",
 		} {

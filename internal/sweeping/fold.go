@@ -41,9 +41,9 @@ type Packer interface {
 	PackPages(ctx context.Context, maxPages int) (pages, events int64, err error)
 }
 
-// packPagesPerRun is the most pages one pack call looks at: 100,000 events, about a second of
-// work. A history being packed for the first time (after migration 0012) is packed over runs.
-const packPagesPerRun = 100
+// packPagesPerRun is the most pages one pack call looks at: 1,000,000 events. A history being
+// packed for the first time (after migration 0012) is packed over several calls, and runs.
+const packPagesPerRun = 1000
 
 // pack packs what can be packed, a run of pages at a time, until a run comes back short or the
 // context's deadline is near, and returns how many events it packed.

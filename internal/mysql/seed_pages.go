@@ -1,0 +1,67 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/pages"
+)
+
+// LoadPackedHistory inserts n processed events as the sweeper leaves them once it has folded and
+// packed them (counted in settled_count, in event_pages, sql/pages.sql): a long history, for
+// measuring what reads cost with it. The pages are encoded here, as the pack encodes them, and
+// inserted a batch of pages a transaction with their addition to the count, so the count stays
+// exact. It returns the first id; the ids are first..first+n-1, taken from the status counter. For
+// the benchmark's scratch databases.
+func LoadPackedHistory(ctx context.Context, db *sql.DB, n int64, onChunk func(done int64)) (int64, error) {
+	first, err := reserveIDs(ctx, db, n)
+	if err != nil {
+		return 0, err
+	}
+	const pagesPerTx = 50
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	by := "sweeper"
+	for lo := first; lo < first+n; {
+		var args []any
+		var rows, events int64
+		for rows < pagesPerTx && lo < first+n {
+			hi := min((pages.PageOf(lo)+1)*pages.Size, first+n) // exclusive
+			batch := make([]pages.Row, 0, hi-lo)
+			for id := lo; id < hi; id++ {
+				v := fmt.Sprintf("history-%d", id-first+1)
+				batch = append(batch, pages.Row{ID: id, Kind: "plain", State: 30, Value: &v, CreatedAt: now,
+					ProcessedAt: &now, ProcessedBy: &by, ProcessCount: 1})
+			}
+			page, cols, err := pages.Encode(batch)
+			if err != nil {
+				return 0, err
+			}
+			args = append(args, page, len(batch))
+			for _, c := range cols {
+				args = append(args, c)
+			}
+			rows++
+			events += hi - lo
+			lo = hi
+		}
+		row := "(" + placeholders(2+pages.Columns) + ")"
+		q := strings.Replace(query("InsertPages"), "/*rows*/", strings.TrimSuffix(strings.Repeat(row+", ", int(rows)), ", "), 1)
+		err := inTx(ctx, db, &Stats{}, RetryPolicy{}, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, query("AddSettled"), events)
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("load packed history: %w", err)
+		}
+		if onChunk != nil {
+			onChunk(lo - first)
+		}
+	}
+	return first, nil
+}
