@@ -1,8 +1,9 @@
 package mysql
 
 // The packed history (issue 19; migrations/0012_event_pages.sql, sql/pages.sql, internal/pages):
-// the sweeper packs folded events out of `events` into page rows of a thousand ids, so that a read
-// of an old event scans one partition of about ten page rows instead of a share of the history.
+// the sweeper packs folded events out of `events` into page rows of ten thousand ids, a unit of a
+// thousand at a time, so that a read of an old event scans one partition of about one page row
+// instead of a share of the history.
 
 import (
 	"context"
@@ -18,23 +19,41 @@ import (
 )
 
 const (
-	// packTxPages is the most pages one pack transaction moves: up to 10,000 events, some tens of
-	// milliseconds of deletes, and statements that name pages, not ids.
-	packTxPages = 10
-	// packTxPagesBacklog is the most pages a transaction moves when many are waiting: 250,000
+	// packTxUnits is the most units one pack transaction moves: up to 10,000 events, some tens of
+	// milliseconds of deletes, and statements that name units, not ids.
+	packTxUnits = 10
+	// packTxUnitsBacklog is the most units a transaction moves when many are waiting: 250,000
 	// events, a few seconds.
-	packTxPagesBacklog = 250
-	// packRowBytes is the most a page row holds before the pack starts another row of the page:
-	// far below max_allowed_packet (16 MB on MariaDB, 64 MB on Aurora MySQL) and MEDIUMBLOB's 16 MB.
+	packTxUnitsBacklog = 250
+	// packRowBytes is the most one statement writes of a unit before the pack starts another row
+	// of the page: far below max_allowed_packet (16 MB on MariaDB, 64 MB on Aurora MySQL) and
+	// MEDIUMBLOB's 16 MB.
 	packRowBytes = 4 << 20
 	// packIDsPerStatement keeps the attempts' statements short (RDS Proxy pins the session of a
 	// statement over 16 KB).
 	packIDsPerStatement = 500
-	// packLag is how many pages behind the id counter's page the pack stays: a create takes its id
-	// before it inserts its event, so the newest pages may still get events; a page packed too early
-	// is not wrong (a late event gets a row of its own), only less tidy.
+	// packLag is how many units behind the id counter's unit the pack stays: a create takes its id
+	// before it inserts its event, so the newest units may still get events; a unit packed too
+	// early is not wrong (a late event gets a row of its own), only less tidy.
 	packLag = 2
 )
+
+// columnList is "cF, cF+1, ..." for n columns from first.
+func columnList(first, n int) string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%d", first+i)
+	}
+	return strings.Join(names, ", ")
+}
+
+// allColumns is every column of a page row.
+var allColumns = columnList(0, pages.Columns)
+
+// pagesQuery is a statement of sql/pages.sql with /*columns*/ written.
+func pagesQuery(name, columns string) string {
+	return strings.ReplaceAll(query(name), "/*columns*/", columns)
+}
 
 // queryRower is a *sql.DB or a *sql.Tx.
 type queryRower interface {
@@ -97,16 +116,20 @@ func nullString(s *string) sql.NullString {
 	return sql.NullString{String: *s, Valid: true}
 }
 
-// decodePageRow decodes every column of a page row (PageRows, PagesOfReference, AuditPages).
+// decodePageRows decodes every column each row has (UnitRows, PagesOfReference, AuditPages).
 func decodePageRows(rows *sql.Rows, err error) ([]pages.Row, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []pages.Row
+	n, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
 	for rows.Next() {
-		var cols [pages.Columns][]byte
-		dest := make([]any, pages.Columns)
+		cols := make([][]byte, len(n))
+		dest := make([]any, len(n))
 		for i := range cols {
 			dest[i] = &cols[i]
 		}
@@ -126,38 +149,37 @@ func decodePageRows(rows *sql.Rows, err error) ([]pages.Row, error) {
 
 // packResult is what a pack did.
 type packResult struct {
-	Pages, Events, Rows int64
+	Units, Events, Rows int64
 }
 
-// PackPages packs up to maxPages pages of folded events into event_pages, packTxPages pages a
-// transaction, lowest pages first, and says what it packed. A page is packed when every event of
+// PackPages packs up to maxUnits units (a thousand ids each) of folded events into event_pages,
+// lowest first, and says how many units and events it packed. A unit is packed when every event of
 // its ids still in `events` (but the failed ones, which stay) is folded, and it is at least packLag
-// pages behind the id counter. Safe to run from many processes at once: a transaction that finds
-// its pages changed under it (another pack took them, or an event settled into them) rolls back.
-// It returns how many pages and events it packed.
-func (s *Store) PackPages(ctx context.Context, maxPages int) (packedPages, packedEvents int64, err error) {
-	if maxPages < 1 {
-		return 0, 0, fmt.Errorf("pack pages: maxPages %d; want at least 1", maxPages)
+// units behind the id counter's. Safe to run from many processes at once: a transaction that finds
+// its units changed under it (another pack took them, or an event settled into them) rolls back.
+func (s *Store) PackPages(ctx context.Context, maxUnits int) (packedUnits, packedEvents int64, err error) {
+	if maxUnits < 1 {
+		return 0, 0, fmt.Errorf("pack pages: maxUnits %d; want at least 1", maxUnits)
 	}
-	res, err := s.packPages(ctx, maxPages)
-	return res.Pages, res.Events, err
+	res, err := s.packUnits(ctx, maxUnits)
+	return res.Units, res.Events, err
 }
 
-func (s *Store) packPages(ctx context.Context, maxPages int) (packResult, error) {
+func (s *Store) packUnits(ctx context.Context, maxUnits int) (packResult, error) {
 	var res packResult
-	candidates, err := s.packablePages(ctx)
+	candidates, err := s.packableUnits(ctx)
 	if err != nil {
 		return res, interpret("pack pages", err)
 	}
-	if len(candidates) > maxPages {
-		candidates = candidates[:maxPages]
+	if len(candidates) > maxUnits {
+		candidates = candidates[:maxUnits]
 	}
 	// A backlog (a history packed for the first time, after migration 0012) goes in larger
 	// transactions: each one scans what is left of the `settled` partition twice, so fewer
 	// transactions scan less in all.
-	txPages := min(max(len(candidates)/4, packTxPages), packTxPagesBacklog)
+	txUnits := min(max(len(candidates)/4, packTxUnits), packTxUnitsBacklog)
 	for len(candidates) > 0 && ctx.Err() == nil {
-		batch := candidates[:min(txPages, len(candidates))]
+		batch := candidates[:min(txUnits, len(candidates))]
 		candidates = candidates[len(batch):]
 		var got packResult
 		err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
@@ -166,53 +188,53 @@ func (s *Store) packPages(ctx context.Context, maxPages int) (packResult, error)
 			return err
 		})
 		if errors.Is(err, errPackRace) {
-			continue // another pack, or a late event: these pages are looked at again next time
+			continue // another pack, or a late event: these units are looked at again next time
 		}
 		if err != nil {
 			return res, interpret("pack pages", err)
 		}
-		res.Pages += got.Pages
+		res.Units += got.Units
 		res.Events += got.Events
 		res.Rows += got.Rows
 	}
 	return res, nil
 }
 
-var errPackRace = errors.New("pack: the pages changed while they were packed")
+var errPackRace = errors.New("pack: the units changed while they were packed")
 
-// packablePages returns the pages that can be packed, ascending.
-func (s *Store) packablePages(ctx context.Context) ([]int64, error) {
+// packableUnits returns the units that can be packed, ascending.
+func (s *Store) packableUnits(ctx context.Context) ([]int64, error) {
 	var counter int64
 	if err := s.db.QueryRowContext(ctx, query("ReadCounter")).Scan(&counter); err != nil {
 		return nil, err
 	}
-	limit := pages.PageOf(counter) - packLag
-	rows, err := s.db.QueryContext(ctx, query("PackablePages"))
+	limit := pages.UnitOf(counter) - packLag
+	rows, err := s.db.QueryContext(ctx, query("PackableUnits"))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []int64
 	for rows.Next() {
-		var page int64
+		var unit int64
 		var unfolded bool
-		if err := rows.Scan(&page, &unfolded); err != nil {
+		if err := rows.Scan(&unit, &unfolded); err != nil {
 			return nil, err
 		}
-		if !unfolded && page <= limit {
-			out = append(out, page)
+		if !unfolded && unit <= limit {
+			out = append(out, unit)
 		}
 	}
 	slices.Sort(out)
 	return out, rows.Err()
 }
 
-// packTx packs the folded events of batch's pages in tx.
+// packTx packs the folded events of batch's units in tx.
 func packTx(ctx context.Context, tx *sql.Tx, batch []int64) (packResult, error) {
 	var res packResult
-	pageArgs := idArgs(batch)
+	unitArgs := idArgs(batch)
 	ph := placeholders(len(batch))
-	rows, err := readPacked(ctx, tx, strings.Replace(query("PackedRows"), "/*pages*/", ph, 1), pageArgs)
+	rows, err := readPacked(ctx, tx, strings.Replace(query("PackedRows"), "/*units*/", ph, 1), unitArgs)
 	if err != nil || len(rows) == 0 {
 		return res, err
 	}
@@ -226,50 +248,23 @@ func packTx(ctx context.Context, tx *sql.Tx, batch []int64) (packResult, error) 
 	if err != nil {
 		return res, err
 	}
-	byPage := map[int64][]pages.Row{}
+	byUnit := map[int64][]pages.Row{}
 	for _, r := range rows {
 		r.TaskAttempts = attempts[r.ID]
-		byPage[pages.PageOf(r.ID)] = append(byPage[pages.PageOf(r.ID)], r)
+		byUnit[pages.UnitOf(r.ID)] = append(byUnit[pages.UnitOf(r.ID)], r)
 	}
-	var insert []any
-	var insertRows, insertBytes int
-	flush := func() error {
-		if insertRows == 0 {
-			return nil
-		}
-		row := "(" + placeholders(2+pages.Columns) + ")"
-		q := strings.Replace(query("InsertPages"), "/*rows*/", strings.TrimSuffix(strings.Repeat(row+", ", insertRows), ", "), 1)
-		_, err := tx.ExecContext(ctx, q, insert...)
-		insert, insertRows, insertBytes = nil, 0, 0
-		return err
-	}
-	for _, page := range batch {
-		for _, chunk := range chunkBySize(byPage[page]) {
-			_, cols, err := pages.Encode(chunk)
-			if err != nil {
+	for _, unit := range batch {
+		for i, chunk := range chunkBySize(byUnit[unit]) {
+			if err := writeUnit(ctx, tx, unit, chunk, i == 0); err != nil {
 				return res, err
 			}
-			insert = append(insert, page, len(chunk))
-			for _, c := range cols {
-				insert = append(insert, c)
-				insertBytes += len(c)
-			}
-			insertRows++
 			res.Rows++
-			if insertBytes >= packRowBytes {
-				if err := flush(); err != nil {
-					return res, err
-				}
-			}
 		}
-		if len(byPage[page]) > 0 {
-			res.Pages++
+		if len(byUnit[unit]) > 0 {
+			res.Units++
 		}
 	}
-	if err := flush(); err != nil {
-		return res, err
-	}
-	del, err := tx.ExecContext(ctx, strings.Replace(query("DeletePacked"), "/*pages*/", ph, 1), pageArgs...)
+	del, err := tx.ExecContext(ctx, strings.Replace(query("DeletePacked"), "/*units*/", ph, 1), unitArgs...)
 	if err != nil {
 		return res, err
 	}
@@ -302,7 +297,49 @@ func packTx(ctx context.Context, tx *sql.Tx, batch []int64) (packResult, error) 
 	return res, nil
 }
 
-// chunkBySize splits a page's rows so that each page row stays under packRowBytes.
+// writeUnit writes one unit's rows into its page: into the columns of an existing row of the page
+// where they are empty (fill, for the first chunk of a unit), else as a new row of the page.
+func writeUnit(ctx context.Context, tx *sql.Tx, unit int64, rows []pages.Row, fill bool) error {
+	_, cols, err := pages.Encode(rows)
+	if err != nil {
+		return err
+	}
+	page, first := pages.UnitPage(unit), pages.FirstColumn(unit)
+	if fill {
+		sets := make([]string, pages.UnitColumns)
+		lengths := make([]string, pages.UnitColumns)
+		args := []any{len(rows)}
+		for i, c := range cols {
+			sets[i] = fmt.Sprintf("c%d = ?", first+i)
+			lengths[i] = fmt.Sprintf("LENGTH(c%d)", first+i)
+			args = append(args, c)
+		}
+		args = append(args, page)
+		q := strings.Replace(query("FillUnit"), "/*sets*/", strings.Join(sets, ", "), 1)
+		q = strings.Replace(q, "/*empty*/", strings.Join(lengths, " + ")+fmt.Sprintf(" = %d", pages.UnitColumns), 1)
+		r, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		if n, err := r.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+	}
+	args := make([]any, 0, 2+pages.Columns)
+	args = append(args, page, len(rows))
+	for c := range pages.Columns {
+		if c >= first && c < first+pages.UnitColumns {
+			args = append(args, cols[c-first])
+		} else {
+			args = append(args, pages.Empty())
+		}
+	}
+	q := strings.Replace(pagesQuery("InsertPage", allColumns), "/*rows*/", "("+placeholders(2+pages.Columns)+")", 1)
+	_, err = tx.ExecContext(ctx, q, args...)
+	return err
+}
+
+// chunkBySize splits a unit's rows so that each statement that writes them stays under packRowBytes.
 func chunkBySize(rows []pages.Row) [][]pages.Row {
 	var out [][]pages.Row
 	start, size := 0, 0

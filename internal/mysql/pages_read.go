@@ -18,14 +18,14 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
 
-// listWalkPages is the most pages one page of the processed listing reads: about 20 ms at most. A
-// listing that has not found its events by then (a long gap, or a kind that is rare) answers what
-// it found with a cursor below the pages it read.
-const listWalkPages = 20
+// listWalkUnits is the most units (a thousand ids each) one page of the processed listing reads:
+// about 20 ms at most. A listing that has not found its events by then (a long gap, or a kind that
+// is rare) answers what it found with a cursor below the units it read.
+const listWalkUnits = 20
 
 // listProcessed is ListEvents of the processed events: those in `events` (settled since the last
 // fold, or folded and not packed yet: `fresh` and `settled`, bounded by the pack) merged with those
-// in the pages, read down from the cursor's page one page at a time. It returns resume > 0 when it
+// in the pages, read down from the cursor's unit one unit at a time. It returns resume > 0 when it
 // stopped walking at resume before it found limit events: the events it returns are all of those at
 // or above resume, and the next page starts below it.
 func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before int64, limit int) ([]exactlyonce.Event, int64, error) {
@@ -45,10 +45,11 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 		seen[e.ID] = true
 	}
 	out := recent
-	top := pages.PageOf(min(before-1, counter))
+	top := pages.UnitOf(min(before-1, counter))
 	lowest := top + 1
-	for p := top; p >= 0 && top-p < listWalkPages; p-- {
-		rows, err := decodePageRows(s.db.QueryContext(ctx, query("PageRows"), p))
+	for u := top; u >= 0 && top-u < listWalkUnits; u-- {
+		q := pagesQuery("UnitRows", columnList(pages.FirstColumn(u), pages.UnitColumns))
+		rows, err := decodePageRows(s.db.QueryContext(ctx, q, pages.UnitPage(u)))
 		if err != nil {
 			return nil, 0, interpret("list events", err)
 		}
@@ -58,10 +59,10 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 				out = append(out, packedEvent(r))
 			}
 		}
-		lowest = p
-		covered := 0 // events found at or above this page's first id: complete down to there
+		lowest = u
+		covered := 0 // events found at or above this unit's first id: complete down to there
 		for _, e := range out {
-			if e.ID >= p*pages.Size {
+			if e.ID >= u*pages.Unit {
 				covered++
 			}
 		}
@@ -72,8 +73,8 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 	slices.SortFunc(out, func(a, b exactlyonce.Event) int { return cmpDesc(a.ID, b.ID) })
 	var resume int64
 	if lowest > 0 {
-		// Below the pages walked, `events` may have events that pages not read yet come before.
-		floor := lowest * pages.Size
+		// Below the units walked, `events` may have events that units not read yet come before.
+		floor := lowest * pages.Unit
 		out = slices.DeleteFunc(out, func(e exactlyonce.Event) bool { return e.ID < floor })
 		if len(out) < limit {
 			resume = floor
@@ -95,7 +96,7 @@ func cmpDesc(a, b int64) int {
 // packedOfReference returns the packed tasks of a reference (PagesOfReference: a scan of the
 // packed history), in position order.
 func packedOfReference(ctx context.Context, q queryRower, ref string) ([]pages.Row, error) {
-	rows, err := decodePageRows(q.QueryContext(ctx, query("PagesOfReference"), []byte(ref)))
+	rows, err := decodePageRows(q.QueryContext(ctx, pagesQuery("PagesOfReference", allColumns), []byte(ref)))
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,7 @@ func packedAttempts(ctx context.Context, db *sql.DB, id int64) ([]exactlyonce.At
 
 // auditPages is AuditEvents of the packed history.
 func (s *Store) auditPages(ctx context.Context) ([]Audit, error) {
-	rows, err := decodePageRows(s.db.QueryContext(ctx, query("AuditPages")))
+	rows, err := decodePageRows(s.db.QueryContext(ctx, pagesQuery("AuditPages", allColumns)))
 	if err != nil {
 		return nil, err
 	}

@@ -94,7 +94,7 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 	store := testdb.Store(t, mysql.StoreConfig{}, 2)
 	literal := func(q string) string {
 		q = strings.ReplaceAll(q, "/*ids*/", "1, 2, 3")
-		q = strings.ReplaceAll(q, "/*pages*/", "1, 2")
+		q = strings.ReplaceAll(q, "/*units*/", "1, 2")
 		return strings.ReplaceAll(q, "?", "1")
 	}
 	for _, c := range []struct {
@@ -113,10 +113,10 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 		{mysql.ListEventsText("processing"), []string{"open"}},
 		{mysql.ListEventsText("queued"), []string{"queued"}},
 		{mysql.ListEventsText("processed"), []string{"fresh", "settled"}},
-		{mysql.QueryText("PackablePages"), []string{"fresh", "open", "queued", "settled"}},
+		{mysql.QueryText("PackableUnits"), []string{"fresh", "open", "queued", "settled"}},
 		{mysql.QueryText("PackedRows"), []string{"settled"}},
 		{mysql.QueryText("DeletePacked"), []string{"settled"}},
-		{mysql.GetPackedText(1234), []string{"p1"}},
+		{mysql.GetPackedText(12345), []string{"p1"}},
 		{mysql.ListEventsText("failed"), []string{"failed", "fresh"}},
 	} {
 		require.Equal(t, c.want, partitionsOf(t, store, literal(c.q)), "%.60s", c.q)

@@ -21,25 +21,34 @@ func LoadPackedHistory(ctx context.Context, db *sql.DB, n int64, onChunk func(do
 	if err != nil {
 		return 0, err
 	}
-	const pagesPerTx = 50
+	const pagesPerTx = 5
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	by := "sweeper"
+	row := "(" + placeholders(2+pages.Columns) + ")"
 	for lo := first; lo < first+n; {
 		var args []any
 		var rows, events int64
 		for rows < pagesPerTx && lo < first+n {
-			hi := min((pages.PageOf(lo)+1)*pages.Size, first+n) // exclusive
-			batch := make([]pages.Row, 0, hi-lo)
-			for id := lo; id < hi; id++ {
-				v := fmt.Sprintf("history-%d", id-first+1)
-				batch = append(batch, pages.Row{ID: id, Kind: "plain", State: 30, Value: &v, CreatedAt: now,
-					ProcessedAt: &now, ProcessedBy: &by, ProcessCount: 1})
+			page := pages.PageOf(lo)
+			hi := min((page+1)*pages.Size, first+n) // exclusive
+			cols := make([][]byte, pages.Columns)
+			for c := range cols {
+				cols[c] = pages.Empty()
 			}
-			page, cols, err := pages.Encode(batch)
-			if err != nil {
-				return 0, err
+			for u := pages.UnitOf(lo); u <= pages.UnitOf(hi-1); u++ {
+				batch := make([]pages.Row, 0, pages.Unit)
+				for id := max(lo, u*pages.Unit); id < min(hi, (u+1)*pages.Unit); id++ {
+					v := fmt.Sprintf("history-%d", id-first+1)
+					batch = append(batch, pages.Row{ID: id, Kind: "plain", State: 30, Value: &v, CreatedAt: now,
+						ProcessedAt: &now, ProcessedBy: &by, ProcessCount: 1})
+				}
+				_, unitCols, err := pages.Encode(batch)
+				if err != nil {
+					return 0, err
+				}
+				copy(cols[pages.FirstColumn(u):], unitCols[:])
 			}
-			args = append(args, page, len(batch))
+			args = append(args, page, hi-lo)
 			for _, c := range cols {
 				args = append(args, c)
 			}
@@ -47,8 +56,7 @@ func LoadPackedHistory(ctx context.Context, db *sql.DB, n int64, onChunk func(do
 			events += hi - lo
 			lo = hi
 		}
-		row := "(" + placeholders(2+pages.Columns) + ")"
-		q := strings.Replace(query("InsertPages"), "/*rows*/", strings.TrimSuffix(strings.Repeat(row+", ", int(rows)), ", "), 1)
+		q := strings.Replace(pagesQuery("InsertPage", allColumns), "/*rows*/", strings.TrimSuffix(strings.Repeat(row+", ", int(rows)), ", "), 1)
 		err := inTx(ctx, db, &Stats{}, RetryPolicy{}, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 				return err

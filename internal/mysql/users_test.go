@@ -168,11 +168,11 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	got, err := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{}).Get(ctx, pending[0])
 	require.NoError(t, err, "the API reads a packed event")
 	require.Equal(t, exactlyonce.Processed, got.State)
-	for _, stmt := range []string{"DELETE FROM event_pages", "UPDATE event_pages SET events = 0", "DROP TABLE event_pages"} {
+	for _, stmt := range []string{"DELETE FROM event_pages", "TRUNCATE TABLE event_pages", "DROP TABLE event_pages"} {
 		requireDenied(t, sweeper.DB(), stmt)
 	}
-	for _, stmt := range []string{"DELETE FROM event_pages", "INSERT INTO event_pages (page, events, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9) " +
-		"VALUES (0, 0, '', '', '', '', '', '', '', '', '', '')", "DELETE FROM task_attempts"} {
+	for _, stmt := range []string{"DELETE FROM event_pages", "INSERT INTO event_pages (page, events) VALUES (0, 0)",
+		"UPDATE event_pages SET events = 0", "DELETE FROM task_attempts"} {
 		requireDenied(t, apiDB, stmt)
 	}
 	requireDenied(t, processor.DB(), "DELETE FROM events")

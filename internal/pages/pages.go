@@ -1,11 +1,15 @@
-// Package pages is the format of the packed event history (issue 19, migrations/0012_event_pages.sql).
+// Package pages is the format of the packed history (issue 19, migrations/0012_event_pages.sql).
 //
-// The sweeper packs settled events out of the `events` table into page rows of `event_pages`, a
-// thousand consecutive ids a page, so that a read of one old event scans one partition of about ten
-// page rows instead of a share of the whole history (no index is allowed). A page row holds its
+// The sweeper packs settled events out of the `events` table into page rows of `event_pages`, ten
+// thousand consecutive ids a page, so that a read of one old event scans one partition of about one
+// page row instead of a share of the whole history (no index is allowed). A page row holds its
 // events in Columns BLOB columns of PerColumn ids each, and a read names only the column that holds
-// its id: InnoDB copies the BLOBs of every row it scans, so reading one column of ten copies a
-// tenth of the page. This package encodes and decodes one column; it knows nothing of SQL.
+// its id: InnoDB copies the BLOBs a statement reads of every row it scans, so reading one column of
+// a hundred copies a hundredth of the page, and the fewer rows a partition holds, the fewer BLOBs
+// are copied for rows that do not match.
+//
+// The sweeper packs a unit of Unit ids (ten columns) at a time, once every event of those ids has
+// settled: the first unit of a page inserts its row, the next ones fill their columns of it.
 //
 // A column is a version byte and then records, in ascending id order, each one its length (an
 // unsigned varint) and its body: the id first, so that Find skips the other records without
@@ -21,12 +25,16 @@ import (
 )
 
 const (
-	// Size is the number of ids a page covers: page p holds ids p*Size .. p*Size+Size-1.
-	Size = 1000
-	// Columns is the number of BLOB columns of a page row, c0 .. c9.
-	Columns = 10
+	// Size is the number of ids a page row covers: page p holds ids p*Size .. p*Size+Size-1.
+	Size = 10_000
+	// Columns is the number of BLOB columns of a page row, c0 .. c99.
+	Columns = 100
 	// PerColumn is the number of ids a column covers.
 	PerColumn = Size / Columns
+	// Unit is the number of ids the sweeper packs at once: UnitColumns columns of one page.
+	Unit = 1000
+	// UnitColumns is the number of columns of a unit.
+	UnitColumns = Unit / PerColumn
 	// version is the first byte of every column.
 	version = 1
 )
@@ -36,6 +44,18 @@ func PageOf(id int64) int64 { return id / Size }
 
 // ColumnOf is the column of its page that holds id.
 func ColumnOf(id int64) int { return int(id % Size / PerColumn) }
+
+// UnitOf is the unit that holds id.
+func UnitOf(id int64) int64 { return id / Unit }
+
+// UnitPage is the page of a unit, and FirstColumn the first of its UnitColumns columns there.
+func UnitPage(unit int64) int64 { return unit * Unit / Size }
+
+// FirstColumn is the first column of a unit in its page.
+func FirstColumn(unit int64) int { return int(unit*Unit%Size) / PerColumn }
+
+// Empty is an empty column.
+func Empty() []byte { return []byte{version} }
 
 // Row is one packed event: every column of its `events` row but the lease (a settled event holds
 // none), and the attempts of its delivery when it is a task (task_attempts' rows, packed with it).
@@ -72,32 +92,34 @@ type Attempt struct {
 	ClaimID    string
 }
 
-// Encode returns the columns of one page row holding rows, which must all be of one page. The rows
-// may come in any order; each id may appear once.
-func Encode(rows []Row) (page int64, cols [Columns][]byte, err error) {
+// Encode returns the UnitColumns columns of one unit (from FirstColumn(unit) on in its page)
+// holding rows, which must all be of that unit. The rows may come in any order; each id may appear
+// once.
+func Encode(rows []Row) (unit int64, cols [UnitColumns][]byte, err error) {
 	if len(rows) == 0 {
 		return 0, cols, errors.New("pages: nothing to encode")
 	}
 	sorted := slices.Clone(rows)
 	slices.SortFunc(sorted, func(a, b Row) int { return cmpInt(a.ID, b.ID) })
-	page = PageOf(sorted[0].ID)
+	unit = UnitOf(sorted[0].ID)
 	for i := range cols {
-		cols[i] = []byte{version}
+		cols[i] = Empty()
 	}
+	first := FirstColumn(unit)
 	var body []byte
 	for i, r := range sorted {
-		if r.ID < 0 || PageOf(r.ID) != page {
-			return 0, cols, fmt.Errorf("pages: event %d is not of page %d", r.ID, page)
+		if r.ID < 0 || UnitOf(r.ID) != unit {
+			return 0, cols, fmt.Errorf("pages: event %d is not of unit %d", r.ID, unit)
 		}
 		if i > 0 && sorted[i-1].ID == r.ID {
 			return 0, cols, fmt.Errorf("pages: event %d twice", r.ID)
 		}
 		body = encodeRow(body[:0], r)
-		c := ColumnOf(r.ID)
+		c := ColumnOf(r.ID) - first
 		cols[c] = binary.AppendUvarint(cols[c], uint64(len(body)))
 		cols[c] = append(cols[c], body...)
 	}
-	return page, cols, nil
+	return unit, cols, nil
 }
 
 // Find returns the row of id in a column, if the column holds it. It decodes that row alone.

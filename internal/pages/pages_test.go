@@ -42,21 +42,23 @@ func row(r *rand.Rand, id int64) Row {
 func TestEveryRowOfAPageIsFoundInItsColumn(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var rows []Row
-	for id := int64(7000); id < 8000; id++ {
+	for id := int64(27000); id < 28000; id++ {
 		if r.IntN(10) != 0 { // gaps: ids that are not packed
 			rows = append(rows, row(r, id))
 		}
 	}
 	r.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
-	page, cols, err := Encode(rows)
+	unit, cols, err := Encode(rows)
 	require.NoError(t, err)
-	require.Equal(t, int64(7), page)
+	require.Equal(t, int64(27), unit)
+	require.Equal(t, int64(2), UnitPage(unit))
+	require.Equal(t, 70, FirstColumn(unit))
 	var decoded int
 	for c, col := range cols {
 		all, err := Decode(col)
 		require.NoError(t, err)
 		for i, x := range all {
-			require.Equal(t, c, ColumnOf(x.ID))
+			require.Equal(t, FirstColumn(unit)+c, ColumnOf(x.ID))
 			if i > 0 {
 				require.Less(t, all[i-1].ID, x.ID)
 			}
@@ -64,17 +66,18 @@ func TestEveryRowOfAPageIsFoundInItsColumn(t *testing.T) {
 		decoded += len(all)
 	}
 	require.Equal(t, len(rows), decoded)
+	col := func(id int64) []byte { return cols[ColumnOf(id)-FirstColumn(unit)] }
 	for _, want := range rows {
-		got, ok, err := Find(cols[ColumnOf(want.ID)], want.ID)
+		got, ok, err := Find(col(want.ID), want.ID)
 		require.NoError(t, err)
 		require.True(t, ok, want.ID)
 		require.Equal(t, want, got)
 	}
 	// An id of the page that was not packed, and one of another column, are not found.
-	for id := int64(7000); id < 8000; id++ {
-		_, ok, err := Find(cols[ColumnOf(id)], id)
+	for id := int64(27000); id < 28000; id++ {
+		_, ok, err := Find(col(id), id)
 		require.NoError(t, err)
-		_, other, _ := Find(cols[(ColumnOf(id)+1)%Columns], id)
+		_, other, _ := Find(cols[(ColumnOf(id)-FirstColumn(unit)+1)%UnitColumns], id)
 		require.False(t, other)
 		if !ok {
 			for _, x := range rows {
@@ -90,10 +93,16 @@ func TestPageAndColumnBoundaries(t *testing.T) {
 		page       int64
 		col        int
 		sameAsNext bool
-	}{{0, 0, 0, true}, {99, 0, 0, false}, {100, 0, 1, true}, {999, 0, 9, false}, {1000, 1, 0, true}, {123_456_789, 123_456, 7, true}} {
+	}{{0, 0, 0, true}, {99, 0, 0, false}, {100, 0, 1, true}, {999, 0, 9, false}, {1000, 0, 10, true},
+		{9_999, 0, 99, false}, {10_000, 1, 0, true}, {123_456_789, 12_345, 67, true}} {
 		require.Equal(t, c.page, PageOf(c.id), c.id)
 		require.Equal(t, c.col, ColumnOf(c.id), c.id)
 		require.Equal(t, c.sameAsNext, PageOf(c.id+1) == c.page && ColumnOf(c.id+1) == c.col, c.id)
+		// A unit's columns are the columns of its ids.
+		u := UnitOf(c.id)
+		require.Equal(t, c.page, UnitPage(u), c.id)
+		require.GreaterOrEqual(t, c.col, FirstColumn(u), c.id)
+		require.Less(t, c.col, FirstColumn(u)+UnitColumns, c.id)
 	}
 }
 
@@ -102,7 +111,7 @@ func TestEncodeRefusesWhatIsNotOnePage(t *testing.T) {
 	_, _, err := Encode(nil)
 	require.Error(t, err)
 	_, _, err = Encode([]Row{row(r, 999), row(r, 1000)})
-	require.ErrorContains(t, err, "not of page")
+	require.ErrorContains(t, err, "not of unit")
 	_, _, err = Encode([]Row{row(r, 5), row(r, 5)})
 	require.ErrorContains(t, err, "twice")
 }

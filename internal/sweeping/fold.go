@@ -34,18 +34,19 @@ func (s *Sweeper) fold(ctx context.Context) (int64, error) {
 	}
 }
 
-// Packer packs folded events out of the events table into pages of a thousand ids (issue 19,
-// mysql.Store.PackPages), so that reading an old event scans one small partition instead of a
-// share of the history. The sweeper packs after it folds when its store is a Packer.
+// Packer packs folded events out of the events table into pages of ten thousand ids, a unit of a
+// thousand ids at a time (issue 19, mysql.Store.PackPages), so that reading an old event scans one
+// small partition instead of a share of the history. The sweeper packs after it folds when its
+// store is a Packer.
 type Packer interface {
-	PackPages(ctx context.Context, maxPages int) (pages, events int64, err error)
+	PackPages(ctx context.Context, maxUnits int) (units, events int64, err error)
 }
 
-// packPagesPerRun is the most pages one pack call looks at: 1,000,000 events. A history being
+// packUnitsPerRun is the most units one pack call looks at: 1,000,000 events. A history being
 // packed for the first time (after migration 0012) is packed over several calls, and runs.
-const packPagesPerRun = 1000
+const packUnitsPerRun = 1000
 
-// pack packs what can be packed, a run of pages at a time, until a run comes back short or the
+// pack packs what can be packed, a run of units at a time, until a run comes back short or the
 // context's deadline is near, and returns how many events it packed.
 func (s *Sweeper) pack(ctx context.Context) (int64, error) {
 	p, ok := s.engine.Store.(Packer)
@@ -57,9 +58,9 @@ func (s *Sweeper) pack(ctx context.Context) (int64, error) {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < s.cfg.StopBefore {
 			return total, nil
 		}
-		pages, n, err := p.PackPages(ctx, packPagesPerRun)
+		units, n, err := p.PackPages(ctx, packUnitsPerRun)
 		total += n
-		if err != nil || pages < packPagesPerRun {
+		if err != nil || units < packUnitsPerRun {
 			return total, err
 		}
 	}

@@ -5,7 +5,9 @@
 -- history) and `state = 40` to `failed` (the failed events once counted,
 -- migrations/0011_failed_partition.sql), `id = ?` and `id IN (...)` prune it to the
 -- subpartitions those ids hash to (migrations/0002_subpartition_by_id.sql), and within what is
--- left every statement is a scan.
+-- left every statement is a scan. The sweeper packs the folded processed events (`settled`) out of
+-- this table into pages (sql/pages.sql, migrations/0012_event_pages.sql), so `settled` holds only
+-- what is not packed yet, and a read by id that does not find its event here reads its page.
 
 -- name: InsertProcessed
 -- POST /events: the event is born processed. No lock is needed beyond the row it inserts; the id
@@ -23,7 +25,8 @@ VALUES (?, ?, ?, 10, NOW(6), NOW(6), 'api', 1);
 INSERT INTO events (id, routing_hash, value, state, created_at) VALUES /*rows*/;
 
 -- name: Get
--- A consistent (non-locking) read of one event: one subpartition of each state partition.
+-- A consistent (non-locking) read of one event: one subpartition of each state partition. Not
+-- found: it is packed (GetPacked, sql/pages.sql, read after this), or there is none.
 SELECT id, kind, value, state, created_at, processed_at, processed_by, process_count,
        attempts, last_error, next_attempt_at, url, payload, reference_id, max_retries, routing_hash, position
 FROM events WHERE id = ? LIMIT 1;
@@ -35,8 +38,9 @@ FROM events WHERE id = ? LIMIT 1;
 -- prepared, to the partitions of that set alone, and its cost is bounded by them:
 --   pending (0), processing (1)   `open`: the pending set;
 --   queued (2)                    `queued`: the tasks waiting behind their reference's head;
---   processed (10)                `fresh`: the events settled since the sweeper's last fold (the
---                                 folded history, 30, is not listed: it would scan the history);
+--   processed (10, 30)            `fresh` and `settled`: the events settled since the sweeper's
+--                                 last fold, and the folded ones not packed yet; the store then
+--                                 reads the packed pages down from the cursor (pages_read.go);
 --   failed (20, 40)               `fresh` and `failed`: the failed set, and what was settled since
 --                                 the last fold.
 -- Every row of those partitions is read (no index), the matches below the cursor `id < ?` are sorted
@@ -199,5 +203,6 @@ SELECT id, kind, state = 2 OR next_attempt_at > NOW(6) FROM events WHERE state <
 
 -- name: Audit
 -- For checkers only (tests, the chaos run, the bench): every event with what settled it. A
--- consistent read of every partition: it scans the whole history, so nothing in the product runs it.
+-- consistent read of every partition; then AuditPages (sql/pages.sql) reads the packed history: it
+-- scans the whole history, so nothing in the product runs it.
 SELECT id, state, COALESCE(processed_by, ''), COALESCE(claim_id, ''), value IS NOT NULL FROM events;

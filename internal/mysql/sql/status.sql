@@ -30,7 +30,7 @@ SELECT COUNT(*) FROM status;
 -- missing, under the migration lock. Packed events (sql/pages.sql) count by their page's last id,
 -- which is at least theirs: the counter may skip a few ids, never hand one out twice.
 SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM events),
-                (SELECT COALESCE(MAX(page) * 1000 + 999, 0) FROM event_pages));
+                (SELECT COALESCE(MAX(page) * 10000 + 9999, 0) FROM event_pages));
 
 -- name: SeedCounter
 -- Re-creates the counter's row at ?, only if there is none. Only Migrate inserts here, under its

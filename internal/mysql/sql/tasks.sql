@@ -104,19 +104,24 @@ WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
 INSERT INTO task_attempts (event_id, number, started_at, duration_us, status, error, claim_id) VALUES /*rows*/;
 
 -- name: Attempts
--- GET /events/{id}/attempts: one task's attempts, pruned by HASH(event_id) to one partition.
+-- GET /events/{id}/attempts: one task's attempts, pruned by HASH(event_id) to one partition. The
+-- attempts of a packed task were moved into its page with it (sql/pages.sql, PackedAttempts): none
+-- here, the store reads them there. So the table holds the attempts of the tasks not packed yet.
 SELECT number, started_at, duration_us, status, COALESCE(error, '') FROM task_attempts
 WHERE event_id = ? ORDER BY started_at, number;
 
 -- name: ReferencePosition
 -- The position of one task of a reference (the cursor of GET /references/{id}/events?after=).
--- Pruned by id to one subpartition of each state partition.
+-- Pruned by id to one subpartition of each state partition. A task not found here may be packed
+-- (tasks_retry.go reads its page then, sql/pages.sql).
 SELECT position FROM events WHERE id = ? AND kind = 'task' AND reference_id = ? LIMIT 1;
 
 -- name: ReferenceTasks
--- GET /references/{id}/events: a reference's tasks in delivery order, after a position. No
--- partition is pruned: it scans the history (see docs/guarantees.md, "Tasks"); routing_hash is
--- compared first, so most rows are rejected on an integer.
+-- GET /references/{id}/events: a reference's tasks in delivery order, after a position, of those
+-- still in `events` (the packed ones come from PagesOfReference, sql/pages.sql, merged by the
+-- store). No partition is pruned: it scans what `events` holds, which the pack keeps to the pending
+-- set, what is not packed yet and the failed events; routing_hash is compared first, so most rows
+-- are rejected on an integer.
 SELECT id, state, position, attempts, created_at, processed_at FROM events
 WHERE routing_hash = ? AND kind = 'task' AND reference_id = ? AND position > ?
 ORDER BY position LIMIT ?;
@@ -129,13 +134,15 @@ WHERE id = ? AND kind = 'task' AND state IN (20, 40) FOR UPDATE;
 
 -- name: TaskOf
 -- A manual retry, first statement: is the event a task, and what is its reference (whose bucket is
--- locked next). Consistent read, pruned by id.
+-- locked next). Consistent read, pruned by id. Not found: the store reads its page (a packed event
+-- is processed, so not retried) before it answers "not found".
 SELECT kind, state, reference_id, routing_hash FROM events WHERE id = ? LIMIT 1;
 
 -- name: LaterTaskStarted
 -- A manual retry: has a task of the reference after this one started (settled, processing, or
 -- attempted)? Then the retried task goes to the end of its reference's queue, else back in its
--- place. Scans the history of every partition (a manual operation, rare).
+-- place. Scans every partition of `events` (a manual operation, rare); when it finds none, the
+-- store asks the packed history too (PagesOfReference: a packed task was delivered, so started).
 SELECT COUNT(*) FROM events
 WHERE routing_hash = ? AND kind = 'task' AND reference_id = ? AND position > ?
   AND (state NOT IN (0, 2) OR attempts > 0)

@@ -163,9 +163,10 @@ GRANT SELECT ON event_workers TO /*user*/;
 GRANT SELECT ON event_pages TO /*user*/;
 
 -- name: GrantPackPages
--- sweeper: the pack reads the pages to pack (PackablePages reads events) and inserts page rows
--- (InsertPages). It never changes or deletes a page row.
-GRANT SELECT, INSERT ON event_pages TO /*user*/;
+-- sweeper: the pack writes a unit into the empty columns of its page's row (FillUnit, an UPDATE
+-- guarded by those columns being empty) or inserts a row of the page (InsertPage). It never deletes
+-- a page row, and never changes a column that holds events.
+GRANT SELECT, INSERT, UPDATE ON event_pages TO /*user*/;
 
 -- name: GrantDeletePackedEvents
 -- sweeper: the pack deletes the events it packed, in the transaction that inserted their pages
