@@ -31,7 +31,8 @@ import (
 // committed as settled: "nothing acknowledged that was not committed". That it was settled once is
 // the workers' reports' to show (checkSettled).
 type recorder struct {
-	check *sql.DB // reads event states, on its own pool
+	check      *sql.DB // reads event states, on its own pool
+	checkStore *mysql.Store
 
 	mu         sync.Mutex
 	deliveries map[string]int    // messageId -> times handed to the handler
@@ -43,7 +44,11 @@ type recorder struct {
 }
 
 func newRecorder(check *sql.DB) *recorder {
-	return &recorder{check: check, deliveries: map[string]int{}, failures: map[string]int{},
+	checkStore, err := mysql.NewStore(check, mysql.StoreConfig{})
+	if err != nil {
+		panic(err)
+	}
+	return &recorder{check: check, checkStore: checkStore, deliveries: map[string]int{}, failures: map[string]int{},
 		acks: map[string]int{}, bodies: map[string]string{}}
 }
 
@@ -104,9 +109,12 @@ func (r *recorder) verify(acked []events.SQSMessage) {
 			var state exactlyonce.State
 			var qerr error
 			// The database may be going away or coming back: retry the read, never the verdict.
+			// Through the store's Get, which reads the packed history too (the sweeper packs).
 			for attempt := 0; attempt < 300; attempt++ {
-				qerr = r.check.QueryRow("SELECT state FROM events WHERE id = ?", id).Scan(&state)
-				if qerr == nil || qerr == sql.ErrNoRows {
+				var e exactlyonce.Event
+				e, qerr = r.checkStore.Get(context.Background(), id)
+				state = e.State
+				if qerr == nil || exactlyonce.ErrorCode(qerr) == exactlyonce.ENOTFOUND {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)

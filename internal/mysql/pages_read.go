@@ -196,3 +196,36 @@ func (s *Store) listStates(ctx context.Context, states string, kind exactlyonce.
 	}
 	return out, interpret("list events", rows.Err())
 }
+
+// TaskRow is a task with a reference as a checker sees it (verify.WorkerBooks).
+type TaskRow struct {
+	ID          int64
+	State       int // as stored: 30 and 40 once folded
+	ReferenceID string
+	WorkerID    string
+	ProcessedAt sql.NullTime
+}
+
+// PackedTasks returns the tasks with a reference in the packed history. It reads every page row:
+// for checkers only.
+func PackedTasks(ctx context.Context, db *sql.DB) ([]TaskRow, error) {
+	rows, err := decodePageRows(db.QueryContext(ctx, pagesQuery("AuditPages", allColumns)))
+	if err != nil {
+		return nil, err
+	}
+	var out []TaskRow
+	for _, r := range rows {
+		if r.Kind != string(exactlyonce.KindTask) || r.ReferenceID == nil {
+			continue
+		}
+		t := TaskRow{ID: r.ID, State: r.State, ReferenceID: *r.ReferenceID}
+		if r.WorkerID != nil {
+			t.WorkerID = *r.WorkerID
+		}
+		if r.ProcessedAt != nil {
+			t.ProcessedAt = sql.NullTime{Time: *r.ProcessedAt, Valid: true}
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}

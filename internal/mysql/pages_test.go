@@ -20,8 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The packed history (issue 19): the sweeper's pack moves folded events into page rows of a
-// thousand ids, and every reader finds them there as it found them in `events`.
+// The packed history (issue 19): the sweeper's pack moves folded events into page rows of ten
+// thousand ids, a unit of a thousand at a time, and every reader finds them there as it found them
+// in `events`.
 
 // createProcessed creates n events and settles them as the sweeper would.
 func createProcessed(t *testing.T, store *mysql.Store, n int) []int64 {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
 // WorkerBooks checks the event workers' registry (event_workers) against the task rows, as an
@@ -48,19 +50,12 @@ func WorkerBooks(ctx context.Context, db *sql.DB) error {
 	}
 	got := map[string]*books{}
 	openBy := map[string]map[string]bool{} // reference: the workers holding an open task of it
-	rows, err = db.QueryContext(ctx, `SELECT id, state, reference_id, COALESCE(worker_id, ''), processed_at FROM events WHERE kind = 'task' AND reference_id IS NOT NULL`)
+	tasks, err := taskRows(ctx, db)
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		var state int
-		var ref, wid string
-		var at sql.NullTime
-		if err := rows.Scan(&id, &state, &ref, &wid, &at); err != nil {
-			return err
-		}
+	for _, t := range tasks {
+		id, state, ref, wid, at := t.ID, t.State, t.ReferenceID, t.WorkerID, t.ProcessedAt
 		if wid == "" {
 			if state != 0 && state != 2 {
 				return fmt.Errorf("task %d (state %d) has no event worker", id, state)
@@ -97,9 +92,6 @@ func WorkerBooks(ctx context.Context, db *sql.DB) error {
 			openBy[ref][wid] = true
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
 	// A reference moves to another worker only when its worker holds no open task of it (a new task
 	// heads it): at any time one worker at most holds its open tasks.
 	for ref, ws := range openBy {
@@ -133,4 +125,37 @@ func WorkerBooks(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	return nil
+}
+
+// taskRows are the tasks with a reference: those in `events`, then the packed ones
+// (mysql.PackedTasks), each once.
+func taskRows(ctx context.Context, db *sql.DB) ([]mysql.TaskRow, error) {
+	rows, err := db.QueryContext(ctx, `SELECT id, state, reference_id, COALESCE(worker_id, ''), processed_at FROM events WHERE kind = 'task' AND reference_id IS NOT NULL`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []mysql.TaskRow
+	seen := map[int64]bool{}
+	for rows.Next() {
+		var t mysql.TaskRow
+		if err := rows.Scan(&t.ID, &t.State, &t.ReferenceID, &t.WorkerID, &t.ProcessedAt); err != nil {
+			return nil, err
+		}
+		seen[t.ID] = true
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	packed, err := mysql.PackedTasks(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range packed {
+		if !seen[t.ID] {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
