@@ -9,6 +9,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -96,7 +97,14 @@ func cmpDesc(a, b int64) int {
 // packedOfReference returns the packed tasks of a reference (PagesOfReference: a scan of the
 // packed history), in position order.
 func packedOfReference(ctx context.Context, q queryRower, ref string) ([]pages.Row, error) {
-	rows, err := decodePageRows(q.QueryContext(ctx, pagesQuery("PagesOfReference", allColumns), []byte(ref)))
+	match := make([]string, pages.Columns)
+	args := make([]any, pages.Columns)
+	for c := range match {
+		match[c] = fmt.Sprintf("INSTR(c%d, ?) > 0", c)
+		args[c] = []byte(ref)
+	}
+	stmt := strings.Replace(pagesQuery("PagesOfReference", allColumns), "/*any*/", strings.Join(match, " OR "), 1)
+	rows, err := decodePageRows(q.QueryContext(ctx, stmt, args...))
 	if err != nil {
 		return nil, err
 	}

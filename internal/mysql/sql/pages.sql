@@ -22,10 +22,12 @@ SELECT /*columns*/ FROM event_pages WHERE page = ?;
 -- name: PagesOfReference
 -- A reference's packed tasks (GET /references/{id}/events, and a manual retry's question "has a
 -- later task of the reference started?"): the page rows whose bytes hold the reference, which the
--- reader decodes and checks (the bytes may also be in a payload). /*columns*/ is every column. It
--- scans every page row, the packed history: as the reference's listing scanned the history before
--- there were pages (docs/guarantees.md). A consistent read.
-SELECT /*columns*/ FROM event_pages WHERE INSTR(CONCAT(/*columns*/), ?) > 0;
+-- reader decodes and checks (the bytes may also be in a payload). /*columns*/ is every column,
+-- /*any*/ `INSTR(cN, ?) > 0` for each joined by OR (not one INSTR of their CONCAT, which is NULL
+-- past max_allowed_packet: a page of large payloads would be passed over). It scans every page
+-- row, the packed history: as the reference's listing scanned the history before there were pages
+-- (docs/guarantees.md). A consistent read.
+SELECT /*columns*/ FROM event_pages WHERE /*any*/;
 
 -- name: PackableUnits
 -- The pack, first read: the units of the events in `open`, `queued`, `fresh` and `settled` (`state
