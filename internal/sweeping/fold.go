@@ -21,14 +21,24 @@ func (s *Sweeper) fold(ctx context.Context) (int64, error) {
 	if !ok {
 		return 0, nil
 	}
+	return s.untilShort(ctx, s.cfg.FoldBatch, func() (int64, int64, error) {
+		n, err := f.FoldSettled(ctx, s.cfg.FoldBatch)
+		return n, n, err
+	})
+}
+
+// untilShort runs step, which asks for full things and says how many it got and how many events
+// that made, until it gets fewer than full (nothing is left), fails, or the context's deadline is
+// near; it returns the events.
+func (s *Sweeper) untilShort(ctx context.Context, full int, step func() (got, events int64, err error)) (int64, error) {
 	var total int64
 	for {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < s.cfg.StopBefore {
 			return total, nil
 		}
-		n, err := f.FoldSettled(ctx, s.cfg.FoldBatch)
+		got, n, err := step()
 		total += n
-		if err != nil || n < int64(s.cfg.FoldBatch) {
+		if err != nil || got < int64(full) {
 			return total, err
 		}
 	}
@@ -53,15 +63,7 @@ func (s *Sweeper) pack(ctx context.Context) (int64, error) {
 	if !ok {
 		return 0, nil
 	}
-	var total int64
-	for {
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < s.cfg.StopBefore {
-			return total, nil
-		}
-		units, n, err := p.PackPages(ctx, packUnitsPerRun)
-		total += n
-		if err != nil || units < packUnitsPerRun {
-			return total, err
-		}
-	}
+	return s.untilShort(ctx, packUnitsPerRun, func() (int64, int64, error) {
+		return p.PackPages(ctx, packUnitsPerRun)
+	})
 }
