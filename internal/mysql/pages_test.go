@@ -325,6 +325,10 @@ func TestPackingRacesCreatesReadsAndAnotherPacker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	store := testdb.Store(t, mysql.StoreConfig{}, 12)
+	// Ids from 6,000 on, so that the events cross the boundary of pages 0 and 1 (id 10,000), and the
+	// first unit packed into page 0 is not its first.
+	_, err := store.DB().ExecContext(ctx, "UPDATE status SET id = 6000")
+	require.NoError(t, err)
 	const want = 8000
 	var (
 		mu      sync.Mutex
@@ -431,7 +435,15 @@ func TestPackingRacesCreatesReadsAndAnotherPacker(t *testing.T) {
 	n, err := store.Count(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, len(created), n)
-	var inPages int64
-	require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT COALESCE(SUM(events), 0) FROM event_pages").Scan(&inPages))
+	var inPages, page0, page1 int64
+	require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT COALESCE(SUM(events), 0), "+
+		"COALESCE(SUM(page = 0), 0), COALESCE(SUM(page = 1), 0) FROM event_pages").Scan(&inPages, &page0, &page1))
 	require.Equal(t, packed.Load(), inPages, "what the packers said they packed is in the pages")
+	require.Positive(t, page0)
+	require.Positive(t, page1, "the packs crossed into the second page")
+	for _, id := range created {
+		e, err := store.Get(ctx, id)
+		require.NoError(t, err, id)
+		require.Equal(t, id, e.ID)
+	}
 }
