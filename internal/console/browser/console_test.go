@@ -187,7 +187,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, "pending events, newest first", value(t, b, "the caption", chromedp.Evaluate[string](text("#events-table caption"))),
 		"a page left drew into this one")
 
-	// Events: the recent processed ones are listed.
+	// Events: the processed ones are listed (the whole history: the packed units are read down from the cursor).
 	run(t, b, "list processed events", show("#/events?state=processed"),
 		until(fmt.Sprintf(`document.querySelector('#events-table a[href="#/events/%d"]') !== null`, okIDs[0])))
 	shot(t, b, "events")

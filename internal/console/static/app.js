@@ -224,7 +224,7 @@ async function events(main, params) {
     el('form', { class: 'inline', role: 'search', onsubmit: (ev) => { ev.preventDefault(); location.hash = '#/events/' + encodeURIComponent(lookup.value.trim()); } },
       el('label', { for: 'lookup' }, 'Look up an event by id', lookup), el('button', { type: 'submit' }, 'Open')),
     el('nav', { 'aria-label': 'Event states' }, el('ul', { class: 'tabs' }, listStates.map((s) =>
-      el('li', null, el('a', { href: link(s, kind, ''), 'aria-current': s === state ? 'page' : null }, s === 'processed' ? 'processed (recent)' : s))))),
+      el('li', null, el('a', { href: link(s, kind, ''), 'aria-current': s === state ? 'page' : null }, s))))),
     el('form', { class: 'inline', onsubmit: (ev) => { ev.preventDefault(); location.hash = link(state, kindSelect.value, ''); } },
       el('label', { for: 'kind' }, 'Kind', kindSelect), el('button', { type: 'submit' }, 'Filter')),
     el('div', { id: 'ev-body' }, el('p', null, 'Loading…')));
