@@ -109,12 +109,18 @@ func (r *recorder) verify(acked []events.SQSMessage) {
 			var state exactlyonce.State
 			var qerr error
 			// The database may be going away or coming back: retry the read, never the verdict.
-			// Through the store's Get, which reads the packed history too (the sweeper packs).
 			for attempt := 0; attempt < 300; attempt++ {
-				var e exactlyonce.Event
-				e, qerr = r.checkStore.Get(context.Background(), id)
-				state = e.State
-				if qerr == nil || exactlyonce.ErrorCode(qerr) == exactlyonce.ENOTFOUND {
+				qerr = r.check.QueryRow("SELECT state FROM events WHERE id = ?", id).Scan(&state)
+				if qerr == sql.ErrNoRows {
+					// Not in `events`: the sweeper may have packed it (Get reads its page).
+					var e exactlyonce.Event
+					e, qerr = r.checkStore.Get(context.Background(), id)
+					state = e.State
+					if exactlyonce.ErrorCode(qerr) == exactlyonce.ENOTFOUND {
+						break
+					}
+				}
+				if qerr == nil {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
