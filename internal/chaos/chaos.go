@@ -145,6 +145,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		"VISIBILITY_HEARTBEAT=" + (visibility / 2).String(), "VISIBILITY_EXTENSION=" + visibility.String(),
 		"SWEEP_GRACE=" + cfg.SweepGrace.String(), "CHAOS_LEASE=" + cfg.Lease.String(),
 		"CHAOS_LOCK_HOLD=" + (time.Duration(cfg.LockWaitTimeout) * 3 * time.Second / 2).String()}
+	if cfg.KeepHistory {
+		r.env = append(r.env, "CHAOS_KEEP_HISTORY=1")
+	}
 
 	// The webhook receiver of the tasks, in this process, which no fault touches.
 	if cfg.TaskEvery > 0 {

@@ -52,6 +52,10 @@ type Config struct {
 	Visibility, MaxReceive int
 	// SweepGrace leaves pending events younger than this to the queue. Default 3 s.
 	SweepGrace time.Duration
+	// KeepHistory: the sweepers do not pack the folded history into pages (sweeping.Config), so
+	// that a test can break the events table's invariants by hand in the table (the checker's test).
+	// The chaos runs themselves pack.
+	KeepHistory bool
 	// Settle bounds the wait, after the clients stop, for every event to be processed and the
 	// poison to reach the DLQ. Default 120 s.
 	Settle time.Duration

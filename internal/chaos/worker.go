@@ -179,7 +179,8 @@ func RunWorker(role string) int {
 		ac.Member.PulseInterval, ac.Member.Expiration = 200*time.Millisecond, time.Second
 		// And they fold the count between batches, every second, so that the count's folds run
 		// under the kills and restarts too (the run checks GET /events against the creates).
-		ac.Maintain = sweeping.New(store, sweeping.Config{Logger: log, MaintainEvery: time.Second}).AgentMaintenance()
+		ac.Maintain = sweeping.New(store, sweeping.Config{Logger: log, MaintainEvery: time.Second,
+			KeepHistory: os.Getenv("CHAOS_KEEP_HISTORY") == "1"}).AgentMaintenance()
 		tasks, err := wire.Tasks(ctx, cfg, log)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -137,6 +137,9 @@ func decodePageRows(rows *sql.Rows, err error) ([]pages.Row, error) {
 			return nil, err
 		}
 		for _, col := range cols {
+			if col == nil {
+				continue // a column the statement left out (NULL: PagesOfReference)
+			}
 			rs, err := pages.Decode(col)
 			if err != nil {
 				return nil, err

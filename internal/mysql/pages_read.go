@@ -94,21 +94,26 @@ func cmpDesc(a, b int64) int {
 	return 0
 }
 
+// referenceQuery is PagesOfReference with its column lists written.
+var referenceQuery = func() string {
+	found := make([]string, pages.Columns)
+	match := make([]string, pages.Columns)
+	for c := range found {
+		found[c] = fmt.Sprintf("IF(INSTR(c%d, q.r) > 0, c%d, NULL)", c, c)
+		match[c] = fmt.Sprintf("INSTR(c%d, q.r) > 0", c)
+	}
+	q := strings.Replace(query("PagesOfReference"), "/*found*/", strings.Join(found, ", "), 1)
+	return strings.Replace(q, "/*any*/", strings.Join(match, " OR "), 1)
+}()
+
 // packedOfReference returns the packed tasks of a reference (PagesOfReference: a scan of the
 // packed history), in position order.
 func packedOfReference(ctx context.Context, q queryRower, ref string) ([]pages.Row, error) {
-	match := make([]string, pages.Columns)
-	args := make([]any, pages.Columns)
-	for c := range match {
-		match[c] = fmt.Sprintf("INSTR(c%d, ?) > 0", c)
-		args[c] = []byte(ref)
-	}
-	stmt := strings.Replace(pagesQuery("PagesOfReference", allColumns), "/*any*/", strings.Join(match, " OR "), 1)
-	rows, err := decodePageRows(q.QueryContext(ctx, stmt, args...))
+	hash := ReferenceHash(ref)
+	rows, err := decodePageRows(q.QueryContext(ctx, referenceQuery, pages.ReferenceNeedle(ref, hash)))
 	if err != nil {
 		return nil, err
 	}
-	hash := ReferenceHash(ref)
 	rows = slices.DeleteFunc(rows, func(r pages.Row) bool {
 		return r.Kind != string(exactlyonce.KindTask) || r.ReferenceID == nil || *r.ReferenceID != ref ||
 			r.RoutingHash != hash || r.Position == nil

@@ -122,7 +122,9 @@ func TestPackedHistoryReadsAsBefore(t *testing.T) {
 		}, 30*time.Second, 5*time.Millisecond)
 	}
 	var tasks []int64
-	refs := []string{"ref-a", "ref-b", "ref-failing"}
+	// "task" is also every task's kind, and "ref-a" is in the payload of one of its tasks: neither
+	// makes another task's record a match.
+	refs := []string{"ref-a", "ref-b", "ref-failing", "task"}
 	for round := range 5 {
 		createProcessed(t, store, 500)
 		var batch []exactlyonce.NewTask
@@ -134,6 +136,9 @@ func TestPackedHistoryReadsAsBefore(t *testing.T) {
 		}
 		if round == 1 {
 			batch = append(batch, exactlyonce.NewTask{URL: srv.URL + "/ok", Payload: []byte(`{}`), ReferenceID: "ref-failing", MaxRetries: 3})
+		}
+		if round == 3 {
+			batch = append(batch, exactlyonce.NewTask{URL: srv.URL + "/ok", Payload: []byte(`{"see":"ref-a"}`), ReferenceID: "task", MaxRetries: 3})
 		}
 		got, err := store.CreateTasks(ctx, batch)
 		require.NoError(t, err)
@@ -170,6 +175,8 @@ func TestPackedHistoryReadsAsBefore(t *testing.T) {
 		require.NoError(t, err)
 		refsBefore[ref] = got
 	}
+	require.Len(t, refsBefore["task"], 1)
+	require.Len(t, refsBefore["ref-a"], 5)
 	foldAll(t, store)
 	listedBefore := listAll(t, store, "", 100)
 	countBefore, err := store.Count(ctx)

@@ -1,6 +1,7 @@
 package pages
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -147,4 +148,24 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A reference's needle is found in the columns of its tasks, and not in those of another reference's
+// tasks, whose kind ("task"), url or payload holds the reference's text.
+func TestAReferenceNeedleMatchesOnlyItsTasks(t *testing.T) {
+	mk := func(id int64, ref string, hash uint32, payload string) Row {
+		return Row{ID: id, Kind: "task", State: 30, CreatedAt: time.UnixMicro(0).UTC(), URL: ptr("http://127.0.0.1/task/ref-a"),
+			Payload: []byte(payload), ReferenceID: &ref, RoutingHash: hash}
+	}
+	_, cols, err := Encode([]Row{mk(1, "other", 7, `{"task":"ref-a"}`), mk(150, "ref-a", 9, `{}`)})
+	require.NoError(t, err)
+	require.True(t, bytes.Contains(cols[1], ReferenceNeedle("ref-a", 9)))
+	require.False(t, bytes.Contains(cols[0], ReferenceNeedle("ref-a", 9)), "the url and the payload hold ref-a's text")
+	require.False(t, bytes.Contains(cols[0], ReferenceNeedle("task", 7)), "every task's kind is task")
+	require.False(t, bytes.Contains(cols[1], ReferenceNeedle("ref-a", 8)), "another hash")
+	got, ok, err := Find(cols[1], 150)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "ref-a", *got.ReferenceID)
+	require.Equal(t, uint32(9), got.RoutingHash)
 }

@@ -8,9 +8,9 @@ import (
 
 // A record's body: the id (a varint), a bit set of the NULL-able fields present, then every field
 // in a fixed order: integers as varints, times as microseconds since the Unix epoch (UTC, as the
-// database stores DATETIME(6)), strings and bytes as their length and their bytes. Strings are
-// stored as they are, so that a statement can look for a reference in a column's bytes
-// (sql/pages.sql, PagesOfReference) before the reader checks the decoded rows.
+// database stores DATETIME(6)), strings and bytes as their length and their bytes. The reference
+// is followed by the routing hash (ReferenceNeedle), so that a statement can find a reference's
+// columns by their bytes.
 
 const (
 	hasValue = 1 << iota
@@ -76,7 +76,7 @@ func encodeRow(b []byte, r Row) []byte {
 		b = appendString(b, string(r.Payload))
 	}
 	if r.ReferenceID != nil {
-		b = appendString(b, *r.ReferenceID)
+		b = append(b, ReferenceNeedle(*r.ReferenceID, r.RoutingHash)...)
 	}
 	if r.MaxRetries != nil {
 		b = binary.AppendVarint(b, *r.MaxRetries)
@@ -113,6 +113,16 @@ func appendString(b []byte, s string) []byte {
 }
 
 func appendTime(b []byte, t time.Time) []byte { return binary.AppendVarint(b, t.UnixMicro()) }
+
+// ReferenceNeedle is how a task's reference is stored in a record: its length, its bytes and its
+// routing hash (4 bytes, big-endian). A statement looks for these bytes in a column to find the
+// columns that hold a reference's tasks (sql/pages.sql, PagesOfReference): with the length before
+// and the hash after, another field (a kind, a url) never matches them, and a payload only if it
+// holds them on purpose; the reader decodes and checks every record it gets anyway.
+func ReferenceNeedle(ref string, hash uint32) []byte {
+	b := appendString(nil, ref)
+	return binary.BigEndian.AppendUint32(b, hash)
+}
 
 var errCorrupt = errors.New("pages: a corrupt record")
 
@@ -156,6 +166,14 @@ func (r *reader) byte() byte {
 	c := r.b[0]
 	r.b = r.b[1:]
 	return c
+}
+
+func (r *reader) skip(n int) {
+	if r.err != nil || len(r.b) < n {
+		r.err = errCorrupt
+		return
+	}
+	r.b = r.b[n:]
 }
 
 func (r *reader) string() string {
@@ -217,6 +235,9 @@ func decodeRow(body []byte) (Row, error) {
 		r.Payload = []byte(*p)
 	}
 	r.ReferenceID = str(hasReferenceID)
+	if r.ReferenceID != nil {
+		rd.skip(4) // the routing hash again: the needle's tail (ReferenceNeedle)
+	}
 	r.MaxRetries = num(hasMaxRetries)
 	r.Position = num(hasPosition)
 	r.ClaimID = str(hasClaimID)

@@ -21,13 +21,16 @@ SELECT /*columns*/ FROM event_pages WHERE page = ?;
 
 -- name: PagesOfReference
 -- A reference's packed tasks (GET /references/{id}/events, and a manual retry's question "has a
--- later task of the reference started?"): the page rows whose bytes hold the reference, which the
--- reader decodes and checks (the bytes may also be in a payload). /*columns*/ is every column,
--- /*any*/ `INSTR(cN, ?) > 0` for each joined by OR (not one INSTR of their CONCAT, which is NULL
--- past max_allowed_packet: a page of large payloads would be passed over). It scans every page
--- row, the packed history: as the reference's listing scanned the history before there were pages
--- (docs/guarantees.md). A consistent read.
-SELECT /*columns*/ FROM event_pages WHERE /*any*/;
+-- later task of the reference started?"): of the page rows that hold the reference's bytes (its
+-- length, the reference and its routing hash: pages.ReferenceNeedle), the columns that hold them,
+-- the others NULL; the reader decodes and checks those (the bytes could also be in a payload).
+-- /*found*/ is `IF(INSTR(cN, q.r) > 0, cN, NULL)` for every column, /*any*/ `INSTR(cN, q.r) > 0`
+-- for every column joined by OR: one INSTR per column, not one of their CONCAT (NULL past
+-- max_allowed_packet), and the needle sent once (q), so that the statement stays short. It scans
+-- every page row, the packed history, as the reference's listing scanned the history before there
+-- were pages (docs/guarantees.md); it sends back only the columns with the reference's tasks. A
+-- consistent read.
+SELECT /*found*/ FROM event_pages JOIN (SELECT ? AS r) q WHERE /*any*/;
 
 -- name: PackableUnits
 -- The pack, first read: the units of the events in `open`, `queued`, `fresh` and `settled` (`state
