@@ -34,7 +34,7 @@ const (
 	packIDsPerStatement = 500
 	// packLag is how many units behind the id counter's unit the pack stays: a create takes its id
 	// before it inserts its event, so the newest units may still get events; a unit packed too
-	// early is not wrong (a late event gets a row of its own), only less tidy.
+	// early is not wrong (a late event is merged into it), only more work.
 	packLag = 2
 )
 
@@ -300,33 +300,73 @@ func packTx(ctx context.Context, tx *sql.Tx, batch []int64) (packResult, error) 
 	return res, nil
 }
 
-// writeUnit writes one unit's rows into its page: into the columns of an existing row of the page
-// where they are empty (fill, for the first chunk of a unit), else as a new row of the page.
-func writeUnit(ctx context.Context, tx *sql.Tx, unit int64, rows []pages.Row, fill bool) error {
-	_, cols, err := pages.Encode(rows)
-	if err != nil {
-		return err
-	}
+// writeUnit writes one unit's rows into its page. The first chunk of a unit (merge) goes into the
+// page's row, merged with what the unit already holds there (nothing, or events packed before:
+// late ones), unless the result would pass packRowBytes; otherwise, and for the next chunks of a
+// unit too large for one statement, it is a new row of the page.
+func writeUnit(ctx context.Context, tx *sql.Tx, unit int64, rows []pages.Row, merge bool) error {
 	page, first := pages.UnitPage(unit), pages.FirstColumn(unit)
-	if fill {
-		sets := make([]string, pages.UnitColumns)
-		lengths := make([]string, pages.UnitColumns)
-		args := []any{len(rows)}
-		for i, c := range cols {
-			sets[i] = fmt.Sprintf("c%d = ?", first+i)
-			lengths[i] = fmt.Sprintf("LENGTH(c%d)", first+i)
-			args = append(args, c)
-		}
-		args = append(args, page)
-		q := strings.Replace(query("FillUnit"), "/*sets*/", strings.Join(sets, ", "), 1)
-		q = strings.Replace(q, "/*empty*/", strings.Join(lengths, " + ")+fmt.Sprintf(" = %d", pages.UnitColumns), 1)
-		r, err := tx.ExecContext(ctx, q, args...)
+	columns := columnList(first, pages.UnitColumns)
+	if merge {
+		was, err := lockUnit(ctx, tx, page, columns)
 		if err != nil {
 			return err
 		}
-		if n, err := r.RowsAffected(); err != nil || n == 1 {
-			return err
+		if was != nil {
+			var packed []pages.Row
+			there := map[int64]bool{}
+			for _, c := range was {
+				rs, err := pages.Decode(c)
+				if err != nil {
+					return err
+				}
+				for _, r := range rs {
+					there[r.ID] = true
+				}
+				packed = append(packed, rs...)
+			}
+			for _, r := range rows {
+				if there[r.ID] {
+					// Another pack packed these events since this one read them (it waited for that
+					// pack's lock): roll back, as DeletePacked's count would.
+					return fmt.Errorf("%w: event %d is packed already", errPackRace, r.ID)
+				}
+			}
+			if all := append(packed, rows...); len(chunkBySize(all)) == 1 {
+				_, cols, err := pages.Encode(all)
+				if err != nil {
+					return err
+				}
+				sets := make([]string, pages.UnitColumns)
+				same := make([]string, pages.UnitColumns)
+				args := []any{len(rows)}
+				for i, c := range cols {
+					sets[i] = fmt.Sprintf("c%d = ?", first+i)
+					same[i] = fmt.Sprintf("c%d = ?", first+i)
+					args = append(args, c)
+				}
+				args = append(args, page)
+				for _, c := range was {
+					args = append(args, c)
+				}
+				q := strings.Replace(query("MergeUnit"), "/*sets*/", strings.Join(sets, ", "), 1)
+				q = strings.Replace(q, "/*was*/", strings.Join(same, " AND "), 1)
+				r, err := tx.ExecContext(ctx, q, args...)
+				if err != nil {
+					return err
+				}
+				if n, err := r.RowsAffected(); err != nil {
+					return err
+				} else if n != 1 {
+					return fmt.Errorf("%w: page %d's row changed under its lock", errPackRace, page)
+				}
+				return nil
+			}
 		}
+	}
+	_, cols, err := pages.Encode(rows)
+	if err != nil {
+		return err
 	}
 	args := make([]any, 0, 2+pages.Columns)
 	args = append(args, page, len(rows))
@@ -340,6 +380,31 @@ func writeUnit(ctx context.Context, tx *sql.Tx, unit int64, rows []pages.Row, fi
 	q := strings.Replace(pagesQuery("InsertPage", allColumns), "/*rows*/", "("+placeholders(2+pages.Columns)+")", 1)
 	_, err = tx.ExecContext(ctx, q, args...)
 	return err
+}
+
+// lockUnit locks the rows of a page and returns the unit's columns of the first, or nil when the
+// page has no row yet.
+func lockUnit(ctx context.Context, tx *sql.Tx, page int64, columns string) ([][]byte, error) {
+	rows, err := tx.QueryContext(ctx, pagesQuery("LockUnit", columns), page)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var first [][]byte
+	for rows.Next() {
+		cols := make([][]byte, pages.UnitColumns)
+		dest := make([]any, len(cols))
+		for i := range cols {
+			dest[i] = &cols[i]
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		if first == nil {
+			first = cols
+		}
+	}
+	return first, rows.Err()
 }
 
 // chunkBySize splits a unit's rows so that each statement that writes them stays under packRowBytes.

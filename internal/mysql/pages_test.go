@@ -277,9 +277,10 @@ func ids(es []exactlyonce.Event) []int64 {
 	return out
 }
 
-// An event that settles into a page already packed (a create that took its id long before it
-// inserted) gets a row of its own in that page, and is read, listed and counted like the others.
-func TestALateEventGetsAPageRowOfItsOwn(t *testing.T) {
+// An event that settles into a unit already packed (a create that took its id long before it
+// inserted) is merged into that unit's columns, the page keeping one row, and is read, listed and
+// counted like the others.
+func TestALateEventIsMergedIntoItsPackedUnit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := testdb.Store(t, mysql.StoreConfig{}, 4)
@@ -308,7 +309,7 @@ func TestALateEventGetsAPageRowOfItsOwn(t *testing.T) {
 	require.EqualValues(t, 1, packed)
 	var rows int
 	require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM event_pages WHERE page = ?", gap/10_000).Scan(&rows))
-	require.Equal(t, 2, rows, "the page has the late event's row besides its own")
+	require.Equal(t, 1, rows, "the late event is merged into its unit: the page keeps one row")
 	e, err := store.Get(ctx, gap)
 	require.NoError(t, err)
 	require.Equal(t, "late", *e.Value)

@@ -9,7 +9,7 @@
 // are copied for rows that do not match.
 //
 // The sweeper packs a unit of Unit ids (ten columns) at a time, once every event of those ids has
-// settled: the first unit of a page inserts its row, the next ones fill their columns of it.
+// settled: the first unit of a page inserts its row, the next ones write their columns of it.
 //
 // A column is a version byte and then records, in ascending id order, each one its length (an
 // unsigned varint) and its body: the id first, so that Find skips the other records without

@@ -18,10 +18,10 @@
 -- partition at 10,000,000 events) read 0.67x as fast as with 10,000 events, pages of 10,000 ids 0.9x.
 --
 -- The sweeper packs a unit of 1,000 ids (ten columns) at a time, once all of it is settled: the
--- first unit of a page inserts the page's row (the other columns empty), the next ones fill their
--- columns of it (an UPDATE that only matches while those columns are empty). A page has more than
--- one row when events of a unit settle after the unit was packed (a failed task retried by hand and
--- then delivered, a create that took its id long before it inserted), when two packs insert the
+-- first unit of a page inserts the page's row (the other columns empty), the next ones write their
+-- columns of it, under the row's lock. Events of a unit that settle after it was packed (a failed
+-- task retried by hand and then delivered, a create that took its id long before it inserted) are
+-- merged into the unit's columns. A page has more than one row only when two packs insert the
 -- same new page at once, or when a unit is too large for one statement (the pack keeps one under
 -- 4 MB, well below max_allowed_packet): readers read every row of the page. `events` counts the
 -- events of the row, so that migrate can re-create settled_count (CountSettledEvents).

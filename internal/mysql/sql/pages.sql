@@ -53,13 +53,18 @@ FROM events WHERE state = 30 AND id DIV 1000 IN (/*units*/);
 -- HASH(event_id) to their partitions. A processed task is never attempted again.
 SELECT event_id, number, started_at, duration_us, status, error, claim_id FROM task_attempts WHERE event_id IN (/*ids*/);
 
--- name: FillUnit
--- The pack: writes a unit's ten columns into its page's row, if the page has a row whose columns for
--- the unit are empty (each holds only the format's version byte: LENGTH 1). /*sets*/ is `cN = ?`
--- for each of the ten, /*empty*/ the sum of their LENGTHs compared with 10. A unit already packed
--- (a late event of it) does not match, and neither does a missing page: then InsertPage. The row
--- lock it takes orders two packs filling one page.
-UPDATE event_pages SET events = events + ?, /*sets*/ WHERE page = ? AND /*empty*/ LIMIT 1;
+-- name: LockUnit
+-- The pack: locks the rows of a unit's page and reads the unit's ten columns of each (/*columns*/),
+-- a scan of one partition of 1,024 (about one row). The row lock orders two packs writing one page.
+SELECT /*columns*/ FROM event_pages WHERE page = ? FOR UPDATE;
+
+-- name: MergeUnit
+-- The pack: writes a unit's ten columns into the page's row LockUnit read (/*sets*/ is `cN = ?` for
+-- each), which it names by the page and by what those columns held (/*was*/, `cN = ?` for each):
+-- empty (the first time), or the unit's events packed before, which the new columns hold with the
+-- late ones merged in. So a late event of a unit (a create that took its id long before it
+-- inserted) does not add a row to the page: a page keeps one row, and a read scans one.
+UPDATE event_pages SET events = events + ?, /*sets*/ WHERE page = ? AND /*was*/ LIMIT 1;
 
 -- name: InsertPage
 -- The pack: a new row of a page, /*columns*/ every column, /*rows*/ one (?, ?, ...) per row.

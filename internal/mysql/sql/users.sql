@@ -163,9 +163,9 @@ GRANT SELECT ON event_workers TO /*user*/;
 GRANT SELECT ON event_pages TO /*user*/;
 
 -- name: GrantPackPages
--- sweeper: the pack writes a unit into the empty columns of its page's row (FillUnit, an UPDATE
--- guarded by those columns being empty) or inserts a row of the page (InsertPage). It never deletes
--- a page row, and never changes a column that holds events.
+-- sweeper: the pack locks a page's row and writes a unit's columns of it (LockUnit, MergeUnit: the
+-- events packed before, with the late ones merged in), or inserts a row of the page (InsertPage).
+-- It never deletes a page row.
 GRANT SELECT, INSERT, UPDATE ON event_pages TO /*user*/;
 
 -- name: GrantDeletePackedEvents
