@@ -179,7 +179,7 @@ func runReads(ctx context.Context, r *run) error {
 			}},
 		{"pack", "the sweeper's pack of folded events into pages (what can be packed: the pages behind the counter's): Store.PackPages", pick(r, 5, 2),
 			func(ctx context.Context, d *db) error {
-				_, _, err := d.store.PackPages(ctx, 1000)
+				_, _, err := d.store.PackPages(ctx, 1000, time.Hour)
 				return err
 			}},
 		{"list_processed", "GET /events?state=processed: Store.ListEvents of the processed events, unpacked then packed, a page of 50", pick(r, 20, 5),
@@ -247,7 +247,7 @@ func packBacklog(ctx context.Context, r *run, group string, n int64) error {
 	t0 := time.Now()
 	var packed int64
 	for {
-		pages, events, err := store.PackPages(ctx, 1000)
+		pages, events, err := store.PackPages(ctx, 1000, time.Hour)
 		if err != nil {
 			return err
 		}

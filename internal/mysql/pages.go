@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -155,24 +156,30 @@ type packResult struct {
 	Units, Events, Rows int64
 }
 
-// PackPages packs up to maxUnits units (a thousand ids each) of folded events into event_pages,
-// lowest first, and says how many units and events it packed. A unit is packed when every event of
+// PackPages packs up to maxUnits units (a thousand ids each) of folded events into event_pages, and
+// says how many units and events it packed. It starts no transaction after budget has passed (but
+// always one), and starts at a random one of the units it can pack, so that sweepers packing at
+// once mostly take different units. A unit is packed when every event of
 // its ids still in `events` (but the failed ones, which stay) is folded, and it is at least packLag
 // units behind the id counter's. Safe to run from many processes at once: a transaction that finds
 // its units changed under it (another pack took them, or an event settled into them) rolls back.
-func (s *Store) PackPages(ctx context.Context, maxUnits int) (packedUnits, packedEvents int64, err error) {
+func (s *Store) PackPages(ctx context.Context, maxUnits int, budget time.Duration) (packedUnits, packedEvents int64, err error) {
 	if maxUnits < 1 {
 		return 0, 0, fmt.Errorf("pack pages: maxUnits %d; want at least 1", maxUnits)
 	}
-	res, err := s.packUnits(ctx, maxUnits)
+	res, err := s.packUnits(ctx, maxUnits, time.Now().Add(budget))
 	return res.Units, res.Events, err
 }
 
-func (s *Store) packUnits(ctx context.Context, maxUnits int) (packResult, error) {
+func (s *Store) packUnits(ctx context.Context, maxUnits int, stop time.Time) (packResult, error) {
 	var res packResult
 	candidates, err := s.packableUnits(ctx)
 	if err != nil {
 		return res, interpret("pack pages", err)
+	}
+	if len(candidates) > 1 {
+		k := rand.IntN(len(candidates))
+		candidates = append(candidates[k:], candidates[:k]...)
 	}
 	if len(candidates) > maxUnits {
 		candidates = candidates[:maxUnits]
@@ -181,9 +188,10 @@ func (s *Store) packUnits(ctx context.Context, maxUnits int) (packResult, error)
 	// transactions: each one scans what is left of the `settled` partition twice, so fewer
 	// transactions scan less in all.
 	txUnits := min(max(len(candidates)/4, packTxUnits), packTxUnitsBacklog)
-	for len(candidates) > 0 && ctx.Err() == nil {
-		batch := candidates[:min(txUnits, len(candidates))]
+	for first := true; len(candidates) > 0 && ctx.Err() == nil && (first || time.Now().Before(stop)); first = false {
+		batch := slices.Clone(candidates[:min(txUnits, len(candidates))])
 		candidates = candidates[len(batch):]
+		slices.Sort(batch) // pages are locked in ascending order by every pack
 		var got packResult
 		err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 			var err error

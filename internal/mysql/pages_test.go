@@ -183,13 +183,13 @@ func TestPackedHistoryReadsAsBefore(t *testing.T) {
 	require.NoError(t, err)
 
 	// The ids up to the counter's page and the next are still being handed out: nothing packs there.
-	packedPages, packedFirst, err := store.PackPages(ctx, 1000)
+	packedPages, packedFirst, err := store.PackPages(ctx, 1000, time.Hour)
 	require.NoError(t, err)
 	require.LessOrEqual(t, packedPages, max(int64(counter/1000-1), 0), "units within two of the counter's wait")
 	// Ids handed out past them (creates to come): now every page of the events is behind.
 	_, err = db.ExecContext(ctx, "UPDATE status SET id = id + 2000")
 	require.NoError(t, err)
-	_, packed, err := store.PackPages(ctx, 1000)
+	_, packed, err := store.PackPages(ctx, 1000, time.Hour)
 	require.NoError(t, err)
 	packed += packedFirst
 	var left, failedLeft, attemptsLeft, pageRows int64
@@ -264,7 +264,7 @@ func TestPackedHistoryReadsAsBefore(t *testing.T) {
 	require.Equal(t, exactlyonce.RetryAtEnd, placement, "a later task of its reference was delivered, and is packed")
 
 	// Packing again finds nothing.
-	pagesAgain, _, err := store.PackPages(ctx, 1000)
+	pagesAgain, _, err := store.PackPages(ctx, 1000, time.Hour)
 	require.NoError(t, err)
 	require.Zero(t, pagesAgain)
 }
@@ -293,7 +293,7 @@ func TestALateEventIsMergedIntoItsPackedUnit(t *testing.T) {
 	require.NoError(t, err)
 	createProcessed(t, store, 3000)
 	foldAll(t, store)
-	_, packed, err := store.PackPages(ctx, 100)
+	_, packed, err := store.PackPages(ctx, 100, time.Hour)
 	require.NoError(t, err)
 	require.Positive(t, packed)
 	_, err = store.Get(ctx, gap)
@@ -304,7 +304,7 @@ func TestALateEventIsMergedIntoItsPackedUnit(t *testing.T) {
 		"VALUES (?, 0, 'late', 10, NOW(6), NOW(6), 'api', 1)", gap)
 	require.NoError(t, err)
 	foldAll(t, store)
-	_, packed, err = store.PackPages(ctx, 100)
+	_, packed, err = store.PackPages(ctx, 100, time.Hour)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, packed)
 	var rows int
@@ -388,7 +388,7 @@ func TestPackingRacesCreatesReadsAndAnotherPacker(t *testing.T) {
 			if _, err := store.FoldSettled(ctx, 2000); err != nil {
 				return err
 			}
-			_, n, err := store.PackPages(ctx, 5)
+			_, n, err := store.PackPages(ctx, 5, time.Hour)
 			packed.Add(n)
 			return err
 		})
@@ -454,4 +454,24 @@ func TestPackingRacesCreatesReadsAndAnotherPacker(t *testing.T) {
 		require.NoError(t, err, id)
 		require.Equal(t, id, e.ID)
 	}
+}
+
+// A pack starts no transaction once its budget has passed, but always one: the sweeper's
+// maintenance, between an agent's batches, packs a long history a little at a time.
+func TestAPackStopsStartingTransactionsAfterItsBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	_, err := mysql.LoadFoldedHistory(ctx, store.DB(), 40_000, nil)
+	require.NoError(t, err)
+	units, events, err := store.PackPages(ctx, 1000, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 10, units, "one transaction of 10 units, then the budget is spent")
+	require.InDelta(t, 10_000, events, 1, "a unit is 1,000 ids (the first holds 999: ids start at 1)")
+	units, _, err = store.PackPages(ctx, 1000, time.Hour)
+	require.NoError(t, err)
+	require.Positive(t, units, "the rest, with time")
+	n, err := store.Count(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 40_000, n)
 }

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
 
 // Seeding and inspection for the benchmark and the chaos run: they load events in bulk, count them
@@ -192,17 +195,28 @@ type EventCounts struct {
 	Rows, Distinct, Pending, MaxID, Counter int64
 }
 
-// CountEvents reads EventCounts: one consistent scan of every partition, then the counter, without
-// a lock: it only grows, so read after the scan it is at least every id the scan saw.
+// CountEvents reads EventCounts: the audit's read of `events` and of the packed history (an event
+// packed between the two is counted once; one stored twice, twice), then the counter, without a
+// lock: it only grows, so read after the scan it is at least every id the scan saw.
 func CountEvents(ctx context.Context, db *sql.DB) (EventCounts, error) {
 	var c EventCounts
-	var maxID sql.NullInt64
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT id), COALESCE(SUM(state < 10), 0), MAX(id) FROM events`).
-		Scan(&c.Rows, &c.Distinct, &c.Pending, &maxID)
+	store, err := NewStore(db, StoreConfig{})
 	if err != nil {
 		return c, err
 	}
-	c.MaxID = maxID.Int64
+	all, err := store.AuditEvents(ctx)
+	if err != nil {
+		return c, err
+	}
+	ids := make(map[int64]bool, len(all))
+	for _, a := range all {
+		ids[a.ID] = true
+		c.MaxID = max(c.MaxID, a.ID)
+		if a.State < exactlyonce.Processed {
+			c.Pending++
+		}
+	}
+	c.Rows, c.Distinct = int64(len(all)), int64(len(ids))
 	err = db.QueryRowContext(ctx, "SELECT id FROM status").Scan(&c.Counter)
 	return c, err
 }
@@ -226,7 +240,8 @@ type AsyncProcessed struct {
 
 // ProcessedAsync returns the processed events with ids from lo to hi that the API did not process
 // (created async), in no particular order: the benchmark's latencies from request to processed.
-// The id range bounds the scan to one round's events.
+// The id range bounds the scan to one round's events: those in `events`, then those the sweeper
+// packed meanwhile, read from their units' columns.
 func ProcessedAsync(ctx context.Context, db *sql.DB, lo, hi int64) ([]AsyncProcessed, error) {
 	rows, err := db.QueryContext(ctx,
 		"SELECT id, processed_at, processed_by FROM events WHERE state IN (10, 30) AND processed_by <> 'api' AND id BETWEEN ? AND ?", lo, hi)
@@ -235,14 +250,32 @@ func ProcessedAsync(ctx context.Context, db *sql.DB, lo, hi int64) ([]AsyncProce
 	}
 	defer rows.Close()
 	var out []AsyncProcessed
+	seen := map[int64]bool{}
 	for rows.Next() {
 		var p AsyncProcessed
 		if err := rows.Scan(&p.ID, &p.At, &p.By); err != nil {
 			return nil, err
 		}
+		seen[p.ID] = true
 		out = append(out, p)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for u := pages.UnitOf(lo); u <= pages.UnitOf(hi); u++ {
+		q := pagesQuery("UnitRows", columnList(pages.FirstColumn(u), pages.UnitColumns))
+		packed, err := decodePageRows(db.QueryContext(ctx, q, pages.UnitPage(u)))
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range packed {
+			if r.ID >= lo && r.ID <= hi && !seen[r.ID] && r.ProcessedAt != nil && r.ProcessedBy != nil && *r.ProcessedBy != exactlyonce.ByAPI {
+				seen[r.ID] = true
+				out = append(out, AsyncProcessed{ID: r.ID, At: *r.ProcessedAt, By: *r.ProcessedBy})
+			}
+		}
+	}
+	return out, nil
 }
 
 // PurgeBacklog is InnoDB's purge backlog (its history list length): undo logs of committed

@@ -162,7 +162,7 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	// reads a packed event there.
 	_, err = admin.ExecContext(ctx, "UPDATE status SET id = id + 3000")
 	require.NoError(t, err)
-	_, packedEvents, err := sweeper.PackPages(ctx, 10)
+	_, packedEvents, err := sweeper.PackPages(ctx, 10, time.Hour)
 	require.NoError(t, err, "the sweeper packs folded events")
 	require.EqualValues(t, folded, packedEvents)
 	got, err := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{}).Get(ctx, pending[0])

@@ -47,23 +47,33 @@ func (s *Sweeper) untilShort(ctx context.Context, full int, step func() (got, ev
 // Packer packs folded events out of the events table into pages of ten thousand ids, a unit of a
 // thousand ids at a time (issue 19, mysql.Store.PackPages), so that reading an old event scans one
 // small partition instead of a share of the history. The sweeper packs after it folds when its
-// store is a Packer.
+// store is a Packer. A pack starts no transaction after its budget (but always one).
 type Packer interface {
-	PackPages(ctx context.Context, maxUnits int) (units, events int64, err error)
+	PackPages(ctx context.Context, maxUnits int, budget time.Duration) (units, events int64, err error)
 }
 
 // packUnitsPerRun is the most units one pack call looks at: 1,000,000 events. A history being
 // packed for the first time (after migration 0012) is packed over several calls, and runs.
 const packUnitsPerRun = 1000
 
-// pack packs what can be packed, a run of units at a time, until a run comes back short or the
+// pack packs what can be packed until a run comes back short, or PackBudget is spent, or the
 // context's deadline is near, and returns how many events it packed.
 func (s *Sweeper) pack(ctx context.Context) (int64, error) {
 	p, ok := s.engine.Store.(Packer)
 	if !ok {
 		return 0, nil
 	}
-	return s.untilShort(ctx, packUnitsPerRun, func() (int64, int64, error) {
-		return p.PackPages(ctx, packUnitsPerRun)
-	})
+	stop := time.Now().Add(s.cfg.PackBudget)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-s.cfg.StopBefore).Before(stop) {
+		stop = dl.Add(-s.cfg.StopBefore)
+	}
+	var total int64
+	for time.Now().Before(stop) {
+		units, n, err := p.PackPages(ctx, packUnitsPerRun, time.Until(stop))
+		total += n
+		if err != nil || units < packUnitsPerRun {
+			return total, err
+		}
+	}
+	return total, nil
 }

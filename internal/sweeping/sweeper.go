@@ -65,6 +65,10 @@ type Config struct {
 	// (fold.go, Packer). For tests that break the table's invariants by hand on purpose (the chaos
 	// checker's); a deployed sweeper always packs.
 	KeepHistory bool
+	// PackBudget is how long, at most, one maintenance starts packing transactions for (fold.go):
+	// the maintenance runs between an agent's batches, so a history being packed for the first
+	// time is packed a little at a time instead of holding the claims up. Default 2 s.
+	PackBudget time.Duration
 	Counters    *Counters // the counter service's part of every sweep (counters.go); nil: none
 	// Shards (SWEEPER_SHARDS, default 1), Agent and AgentStore configure HandleAgent, the scheduled
 	// sweeper as an agent (agent.go): how many static shards the sweepers split the hash space into,
@@ -106,6 +110,7 @@ func New(store processing.Store, cfg Config) *Sweeper {
 	}
 	cfg.StopBefore = cmp.Or(cfg.StopBefore, 2*time.Second)
 	cfg.FoldBatch = cmp.Or(cfg.FoldBatch, DefaultFoldBatch)
+	cfg.PackBudget = cmp.Or(cfg.PackBudget, 2*time.Second)
 	cfg.MaintainEvery = cmp.Or(cfg.MaintainEvery, 30*time.Second)
 	cfg.IdleSleep = cmp.Or(cfg.IdleSleep, time.Second)
 	cfg.IdleJitter = cmp.Or(cfg.IdleJitter, 500*time.Millisecond)
