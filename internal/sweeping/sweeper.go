@@ -69,7 +69,7 @@ type Config struct {
 	// the maintenance runs between an agent's batches, so a history being packed for the first
 	// time is packed a little at a time instead of holding the claims up. Default 2 s.
 	PackBudget time.Duration
-	Counters    *Counters // the counter service's part of every sweep (counters.go); nil: none
+	Counters   *Counters // the counter service's part of every sweep (counters.go); nil: none
 	// Shards (SWEEPER_SHARDS, default 1), Agent and AgentStore configure HandleAgent, the scheduled
 	// sweeper as an agent (agent.go): how many static shards the sweepers split the hash space into,
 	// the membership's intervals, and the agents table.
