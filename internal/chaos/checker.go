@@ -61,6 +61,9 @@ func (r *run) check(ctx context.Context, collected []created, settled bool) {
 		violate("read events: %v", err)
 		return
 	}
+	if err := r.store.DB().QueryRowContext(ctx, "SELECT COALESCE(SUM(events), 0) FROM event_pages").Scan(&rep.Packed); err != nil {
+		violate("read the packed history: %v", err)
+	}
 	ledger := verify.NewLedger()
 	files, _ := filepath.Glob(filepath.Join(r.reports, "*.reports"))
 	for _, f := range files {

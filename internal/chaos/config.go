@@ -157,6 +157,9 @@ type Report struct {
 	// again (a worker killed between the answer and the settlement: at least once, same webhook-id).
 	TasksCreated, TasksDelivered, TaskRepeats int
 	CountReported                             int64 // GET /events at the end
+	// Packed is how many events the sweepers packed into pages (sql/pages.sql) during the run,
+	// under the kills and restarts: the checks above read them there.
+	Packed int64
 	Violations                                []string
 }
 
@@ -178,6 +181,7 @@ func (r *Report) String() string {
 		r.SyncCreates+r.AsyncCreates, r.SyncCreates, r.AsyncCreates, r.Refused, r.NoAnswer, r.Unreachable, r.OtherStatuses)
 	fmt.Fprintf(&b, "  committed unanswered   %d (stored, processed once; the client saw its create fail)\n", r.Orphans)
 	fmt.Fprintf(&b, "  GET /events            %d\n", r.CountReported)
+	fmt.Fprintf(&b, "  packed into pages      %d (read from there by every check)\n", r.Packed)
 	fmt.Fprintf(&b, "  kills                  %d (processors %d, sweepers %d, APIs %d); worker starts %d\n",
 		r.Kills(), r.ProcessorKills, r.SweeperKills, r.APIKills, r.WorkerStarts)
 	fmt.Fprintf(&b, "  database restarts      %d (stopped %d, killed %d)\n", r.DBStops+r.DBKills, r.DBStops, r.DBKills)
