@@ -159,8 +159,8 @@ type Report struct {
 	CountReported                             int64 // GET /events at the end
 	// Packed is how many events the sweepers packed into pages (sql/pages.sql) during the run,
 	// under the kills and restarts: the checks above read them there.
-	Packed int64
-	Violations                                []string
+	Packed     int64
+	Violations []string
 }
 
 // Kills is the number of worker processes killed: processors, sweepers and APIs.
