@@ -226,20 +226,11 @@ func runReads(ctx context.Context, r *run) error {
 // was never packed: what a deployed database holds after migration 0012, packed in the background
 // while everything runs (no table is copied, nothing waits for it).
 func packBacklog(ctx context.Context, r *run, group string, n int64) error {
-	sc, err := r.newScratch(ctx, "reads_backlog", true)
+	store, pool, done, err := r.scratchStore(ctx, "reads_backlog", 4)
 	if err != nil {
 		return err
 	}
-	defer sc.drop()
-	pool, err := sc.open(4)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	store, err := mysql.NewStore(pool, mysql.StoreConfig{})
-	if err != nil {
-		return err
-	}
+	defer done()
 	first, err := mysql.LoadFoldedHistory(ctx, pool, n, nil)
 	if err != nil {
 		return err

@@ -86,6 +86,25 @@ func (s *scratch) open(maxOpen int) (*sql.DB, error) {
 	return mysql.Open(mysql.ConnConfig{DSN: s.dsn, MaxOpenConns: maxOpen})
 }
 
+// scratchStore makes a migrated scratch database and a store on a pool of maxOpen connections to
+// it; done closes the pool and drops the database.
+func (r *run) scratchStore(ctx context.Context, label string, maxOpen int) (store *mysql.Store, db *sql.DB, done func(), err error) {
+	s, err := r.newScratch(ctx, label, true)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if db, err = s.open(maxOpen); err != nil {
+		s.drop()
+		return nil, nil, nil, err
+	}
+	done = func() { db.Close(); s.drop() }
+	if store, err = mysql.NewStore(db, mysql.StoreConfig{}); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return store, db, done, nil
+}
+
 // drop drops the database, whatever state the run is in.
 func (s *scratch) drop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -32,20 +32,11 @@ func (d *blockingDeliverer) Deliver(ctx context.Context, _ webhook.Request) webh
 // alternating rounds; and the recovery, the time from an agent's start to its first delivery with
 // 10,000 tasks held by the event workers of an agent that is gone.
 func (r *run) runTaskWorkers(ctx context.Context, group string) error {
-	s, err := r.newScratch(ctx, "workers", true)
+	store, _, done, err := r.scratchStore(ctx, "workers", 16)
 	if err != nil {
 		return err
 	}
-	defer s.drop()
-	db, err := s.open(16)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
-	if err != nil {
-		return err
-	}
+	defer done()
 	var delivered atomic.Int64
 	var firstAt atomic.Pointer[time.Time]
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
