@@ -56,13 +56,8 @@ func pagesQuery(name, columns string) string {
 	return strings.ReplaceAll(query(name), "/*columns*/", columns)
 }
 
-// queryRower is a *sql.DB or a *sql.Tx.
-type queryRower interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
 // getPacked reads id's row from its page, if it is packed.
-func getPacked(ctx context.Context, q queryRower, id int64) (pages.Row, bool, error) {
+func getPacked(ctx context.Context, q txConn, id int64) (pages.Row, bool, error) {
 	rows, err := q.QueryContext(ctx, getPackedText(id), pages.PageOf(id))
 	if err != nil {
 		return pages.Row{}, false, err

@@ -108,7 +108,7 @@ var referenceQuery = func() string {
 
 // packedOfReference returns the packed tasks of a reference (PagesOfReference: a scan of the
 // packed history), in position order.
-func packedOfReference(ctx context.Context, q queryRower, ref string) ([]pages.Row, error) {
+func packedOfReference(ctx context.Context, q txConn, ref string) ([]pages.Row, error) {
 	hash := ReferenceHash(ref)
 	rows, err := decodePageRows(q.QueryContext(ctx, referenceQuery, pages.ReferenceNeedle(ref, hash)))
 	if err != nil {
