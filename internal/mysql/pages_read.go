@@ -7,6 +7,7 @@ package mysql
 // both (packed in between) is kept once.
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -71,7 +72,7 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 			break
 		}
 	}
-	slices.SortFunc(out, func(a, b exactlyonce.Event) int { return cmpDesc(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b exactlyonce.Event) int { return cmp.Compare(b.ID, a.ID) })
 	var resume int64
 	if lowest > 0 {
 		// Below the units walked, `events` may have events that units not read yet come before.
@@ -82,16 +83,6 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 		}
 	}
 	return out[:min(len(out), limit)], resume, nil
-}
-
-func cmpDesc(a, b int64) int {
-	switch {
-	case a > b:
-		return -1
-	case a < b:
-		return 1
-	}
-	return 0
 }
 
 // referenceQuery is PagesOfReference with its column lists written.
@@ -118,7 +109,7 @@ func packedOfReference(ctx context.Context, q txConn, ref string) ([]pages.Row, 
 		return r.Kind != string(exactlyonce.KindTask) || r.ReferenceID == nil || *r.ReferenceID != ref ||
 			r.RoutingHash != hash || r.Position == nil
 	})
-	slices.SortFunc(rows, func(a, b pages.Row) int { return cmpDesc(*b.Position, *a.Position) })
+	slices.SortFunc(rows, func(a, b pages.Row) int { return cmp.Compare(*a.Position, *b.Position) })
 	return rows, nil
 }
 
@@ -149,7 +140,7 @@ func mergeReferenceTasks(out []exactlyonce.Event, packed []pages.Row, from int64
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b exactlyonce.Event) int { return cmpDesc(b.Task.Position, a.Task.Position) })
+	slices.SortFunc(out, func(a, b exactlyonce.Event) int { return cmp.Compare(a.Task.Position, b.Task.Position) })
 	return out[:min(len(out), limit)]
 }
 

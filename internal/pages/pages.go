@@ -17,6 +17,7 @@
 package pages
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -100,7 +101,7 @@ func Encode(rows []Row) (unit int64, cols [UnitColumns][]byte, err error) {
 		return 0, cols, errors.New("pages: nothing to encode")
 	}
 	sorted := slices.Clone(rows)
-	slices.SortFunc(sorted, func(a, b Row) int { return cmpInt(a.ID, b.ID) })
+	slices.SortFunc(sorted, func(a, b Row) int { return cmp.Compare(a.ID, b.ID) })
 	unit = UnitOf(sorted[0].ID)
 	for i := range cols {
 		cols[i] = Empty()
@@ -173,14 +174,4 @@ func walk(col []byte, f func(id int64, body []byte) (bool, error)) error {
 		}
 	}
 	return nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
