@@ -148,7 +148,7 @@ func decodePageRows(rows *sql.Rows, err error) ([]pages.Row, error) {
 
 // packResult is what a pack did.
 type packResult struct {
-	Units, Events, Rows int64
+	Units, Events int64
 }
 
 // PackPages packs up to maxUnits units (a thousand ids each) of folded events into event_pages, and
@@ -201,7 +201,6 @@ func (s *Store) packUnits(ctx context.Context, maxUnits int, stop time.Time) (pa
 		}
 		res.Units += got.Units
 		res.Events += got.Events
-		res.Rows += got.Rows
 	}
 	return res, nil
 }
@@ -264,7 +263,6 @@ func packTx(ctx context.Context, tx *sql.Tx, batch []int64) (packResult, error) 
 			if err := writeUnit(ctx, tx, unit, chunk, i == 0); err != nil {
 				return res, err
 			}
-			res.Rows++
 		}
 		if len(byUnit[unit]) > 0 {
 			res.Units++
