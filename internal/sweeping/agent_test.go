@@ -100,11 +100,25 @@ func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 	t.Logf("shard 0 went at most %s without a RUNNING agent between ticks (expiration %s)", longest, expiration)
 	require.Less(t, longest, expiration)
 
-	audit, err := store.AuditEvents(ctx)
-	require.NoError(t, err)
-	res := verify.Check(audit, ledger)
-	require.True(t, res.OK(), "%s", res)
-	require.Empty(t, res.Open)
+	// The ticks above prove the handover, not a throughput: on a loaded machine they may end with
+	// events still waiting. Later ticks, one per shard at a time as the schedule runs them, settle
+	// the rest; every event must then be settled exactly once.
+	var res verify.Result
+	for round := 0; ; round++ {
+		audit, err := store.AuditEvents(ctx)
+		require.NoError(t, err)
+		res = verify.Check(audit, ledger)
+		require.True(t, res.OK(), "%s", res)
+		if len(res.Open) == 0 {
+			break
+		}
+		require.Less(t, round, 30, "%d events still open after %d more ticks per shard", len(res.Open), round)
+		t.Logf("round %d: %d events still open; one more tick per shard", round, len(res.Open))
+		for shard := range 2 {
+			invoke(shard, 0, 2*time.Second)
+		}
+		wg.Wait()
+	}
 	as, err := store.Agents(ctx)
 	require.NoError(t, err)
 	require.Empty(t, as, "every invocation left")
