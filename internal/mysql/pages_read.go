@@ -20,14 +20,14 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
 
-// listWalkUnits is the most units (a thousand ids each) one page of the processed listing reads:
-// about 20 ms at most. A listing that has not found its events by then (a long gap, or a kind that
-// is rare) answers what it found with a cursor below the units it read.
-const listWalkUnits = 20
+// listWalkColumns is the most columns (a hundred ids each, twenty units) one page of the processed
+// listing reads: about 20 ms at most. A listing that has not found its events by then (a long gap,
+// or a kind that is rare) answers what it found with a cursor below the columns it read.
+const listWalkColumns = 20 * pages.UnitColumns
 
 // listProcessed is ListEvents of the processed events: those in `events` (settled since the last
 // fold, or folded and not packed yet: `fresh` and `settled`, bounded by the pack) merged with those
-// in the pages, read down from the cursor's unit one unit at a time. It returns resume > 0 when it
+// in the pages, read down from the cursor's column a span of columns at a time. It returns resume > 0 when it
 // stopped walking at resume before it found limit events: the events it returns are all of those at
 // or above resume, and the next page starts below it.
 func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before int64, limit int) ([]exactlyonce.Event, int64, error) {
@@ -47,11 +47,17 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 		seen[e.ID] = true
 	}
 	out := recent
-	top := pages.UnitOf(min(before-1, counter))
-	lowest := top + 1
-	for u := top; u >= 0 && top-u < listWalkUnits; u-- {
-		q := pagesQuery("UnitRows", columnList(pages.FirstColumn(u), pages.UnitColumns))
-		rows, err := decodePageRows(s.db.QueryContext(ctx, q, pages.UnitPage(u)))
+	// The walk reads spans of columns of one page row, down from the column that holds the cursor:
+	// first as many as limit needs (a column holds at most PerColumn events), then a unit's worth at
+	// a time; never past the first column of the page, which ends a span.
+	next := min(before-1, counter) / pages.PerColumn // the next column to read, as id / PerColumn
+	lowest := next + 1
+	span := int64((limit+pages.PerColumn-1)/pages.PerColumn + 1)
+	for walked := int64(0); next >= 0 && walked < listWalkColumns; {
+		n := min(span, next%pages.Columns+1, listWalkColumns-walked)
+		first := next - n + 1
+		q := pagesQuery("UnitRows", columnList(int(first%pages.Columns), int(n)))
+		rows, err := decodePageRows(s.db.QueryContext(ctx, q, first/pages.Columns))
 		if err != nil {
 			return nil, 0, interpret("list events", err)
 		}
@@ -61,10 +67,10 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 				out = append(out, packedEvent(r))
 			}
 		}
-		lowest = u
-		covered := 0 // events found at or above this unit's first id: complete down to there
+		lowest, next, walked, span = first, first-1, walked+n, pages.UnitColumns
+		covered := 0 // events found at or above this span's first id: complete down to there
 		for _, e := range out {
-			if e.ID >= u*pages.Unit {
+			if e.ID >= first*pages.PerColumn {
 				covered++
 			}
 		}
@@ -75,8 +81,8 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 	slices.SortFunc(out, func(a, b exactlyonce.Event) int { return cmp.Compare(b.ID, a.ID) })
 	var resume int64
 	if lowest > 0 {
-		// Below the units walked, `events` may have events that units not read yet come before.
-		floor := lowest * pages.Unit
+		// Below the columns walked, `events` may have events that columns not read yet come before.
+		floor := lowest * pages.PerColumn
 		out = slices.DeleteFunc(out, func(e exactlyonce.Event) bool { return e.ID < floor })
 		if len(out) < limit {
 			resume = floor

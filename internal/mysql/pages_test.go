@@ -454,6 +454,14 @@ func TestPackingRacesCreatesReadsAndAnotherPacker(t *testing.T) {
 		require.NoError(t, err, id)
 		require.Equal(t, id, e.ID)
 	}
+	// The processed listing, across the pages' boundary and partly from `events`: every event once,
+	// newest first, in pages that end inside a column (70) and on a column's end (100).
+	newest := slices.Clone(created)
+	slices.Sort(newest)
+	slices.Reverse(newest)
+	for _, limit := range []int{70, 100} {
+		require.Equal(t, newest, listAll(t, store, "", limit), "pages of %d", limit)
+	}
 }
 
 // A pack starts no transaction once its budget has passed, but always one: the sweeper's

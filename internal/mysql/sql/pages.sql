@@ -15,8 +15,9 @@
 SELECT /*column*/ FROM event_pages WHERE page = ?;
 
 -- name: UnitRows
--- GET /events?state=processed walks the packed history down from its cursor a unit at a time: the
--- unit's ten columns of every row of its page.
+-- GET /events?state=processed walks the packed history down from its cursor a span of columns at a
+-- time (those of the cursor's column down to what the page's limit needs, then a unit's ten): the
+-- span's columns of every row of its page. The bench's seeding reads a unit's columns with it.
 SELECT /*columns*/ FROM event_pages WHERE page = ?;
 
 -- name: PagesOfReference
