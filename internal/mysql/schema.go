@@ -240,8 +240,10 @@ func appliedCount(ctx context.Context, db *sql.DB, ms []migration) (int, error) 
 }
 
 // CheckRules lists every breach of the schema rules in the current database: primary keys, unique
-// keys, foreign keys, indexes of any kind, auto-increment columns, triggers and stored routines.
-// An empty list means the rules hold.
+// keys, foreign keys, indexes of any kind, auto-increment columns, triggers, stored routines
+// (procedures and functions), views, scheduled events and sequences (MariaDB's; MySQL has none).
+// The rules allow tables and nothing else: no object that holds logic or hands out numbers in the
+// database. An empty list means the rules hold.
 func CheckRules(ctx context.Context, db *sql.DB) ([]string, error) {
 	checks := []struct{ what, query string }{
 		{"index", `SELECT CONCAT(TABLE_NAME, '.', INDEX_NAME) FROM information_schema.STATISTICS
@@ -256,6 +258,11 @@ func CheckRules(ctx context.Context, db *sql.DB) ([]string, error) {
 		{"trigger", `SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE()`},
 		{"stored routine", `SELECT CONCAT(ROUTINE_TYPE, ' ', ROUTINE_NAME) FROM information_schema.ROUTINES
 			WHERE ROUTINE_SCHEMA = DATABASE()`},
+		{"view", `SELECT TABLE_NAME FROM information_schema.VIEWS WHERE TABLE_SCHEMA = DATABASE()`},
+		{"scheduled event", `SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = DATABASE()`},
+		// A sequence is a counter the server advances: an auto-increment by another name.
+		{"sequence", `SELECT TABLE_NAME FROM information_schema.TABLES
+			WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'SEQUENCE'`},
 	}
 	var out []string
 	for _, c := range checks {
