@@ -78,3 +78,20 @@ func TestClaimsTakeNoOrderBySoConcurrentClaimsSplitTheRows(t *testing.T) {
 	require.Len(t, claim(ordered), 10)
 	require.Empty(t, claim(ordered), "with ORDER BY, one claim holds the whole pending set")
 }
+
+// Pending is a state, not a NULL value (docs/departures.md): the source's claim asks for `value IS
+// NULL`, which no partitioning can prune, so it reads the whole processed history; the claims here
+// ask for `state < 2` and read only the `open` partition, however large the history grows.
+func TestClaimsReadOnlyTheOpenPartition(t *testing.T) {
+	t.Parallel()
+	store := testdb.Store(t, mysql.StoreConfig{}, 2)
+	literal := func(q string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(q, "/*ids*/", "1, 2, 3"), "?", "1")
+	}
+	for _, name := range []string{"ClaimDue", "ClaimIDs"} {
+		require.Equal(t, []string{"open"}, partitionsOf(t, store, literal(mysql.QueryText(name))), name)
+	}
+	require.Equal(t, []string{"failed", "fresh", "open", "queued", "settled"},
+		partitionsOf(t, store, "SELECT id FROM events WHERE value IS NULL LIMIT 1 FOR UPDATE SKIP LOCKED"),
+		"the source's claim reads every partition")
+}
