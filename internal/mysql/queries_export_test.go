@@ -11,3 +11,12 @@ func QueryNames() []string {
 	sort.Strings(out)
 	return out
 }
+
+// RuleQueries are CheckRules' reads of information_schema, by what each finds.
+func RuleQueries() map[string]string {
+	out := map[string]string{}
+	for _, c := range ruleChecks {
+		out[c.what] = c.query
+	}
+	return out
+}
