@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -19,6 +21,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/stretchr/testify/require"
 )
@@ -30,11 +33,22 @@ import (
 func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("builds four binaries")
+		t.Skip("builds every function's binary")
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	functions := []string{"api", "processor", "sweeper", "migrate"}
+	functions := []string{"api", "processor", "sweeper", "migrate", "counter"}
+	// Every function the repository deploys is built and invoked here: a new one under functions/
+	// that this test does not run fails it.
+	entries, err := os.ReadDir(filepath.Join(repo.Root(), "functions"))
+	require.NoError(t, err)
+	var deployed []string
+	for _, e := range entries {
+		if e.IsDir() {
+			deployed = append(deployed, e.Name())
+		}
+	}
+	require.ElementsMatch(t, deployed, functions, "the functions under functions/ and the ones this test runs")
 	bootstraps := map[string]string{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -76,7 +90,9 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 		t.Helper()
 		raw, err := os.ReadFile(filepath.Join(repo.Root(), "events", sample))
 		require.NoError(t, err)
-		ictx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		// A bound, not a pause: the invocation returns as soon as the function answers, and the
+		// longest function timeout here is migrate's.
+		ictx, cancel := context.WithTimeout(ctx, migrateTimeout+time.Minute)
 		defer cancel()
 		res, err := p.Invoke(ictx, raw)
 		require.NoError(t, err)
@@ -84,7 +100,7 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 		return res
 	}
 
-	res := invoke(start1("migrate", 30*time.Second, env), "migrate.json")
+	res := invoke(start1("migrate", migrateTimeout, env), "migrate.json")
 	var migrated struct {
 		Version int `json:"version"`
 	}
@@ -164,6 +180,44 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 		fmt.Sprintf("event %d was settled by claim %q, which no worker reported starting", pendingID, claims[pendingID]),
 	}, chk.Violations, "nothing is wrong but the missing reports of the two settlements by workers")
 
+	// The counter function: the counter sample's seven messages (the SQS-triggered Lambda of the
+	// counter service), with its notifications published to a queue (COUNTER_RESULTS_URL; on AWS the
+	// stack sets COUNTER_TOPIC_ARN instead). The poison message alone is reported; the others are
+	// applied in order, duplicates included, and each gets one notification.
+	results := localsqs.Queues(t, client, 30, 5)
+	counterEnv := []string{"DB_DSN=" + dsn, "DB_MIGRATE=false", "COUNTER_RESULTS_URL=" + results.URL,
+		"AWS_ENDPOINT_URL_SQS=" + localsqs.Endpoint(t), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+		"LOG_LEVEL=warn"}
+	var counterResp events.SQSEventResponse
+	require.NoError(t, json.Unmarshal(invoke(start1("counter", 30*time.Second, counterEnv), "counter-batch.json").Payload, &counterResp))
+	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: "c0unter-0007-4b5e-9a0f-5d3c2b1a0e07"}}, counterResp.BatchItemFailures)
+	sum, err := store.CounterSum(ctx, exactlyonce.CounterKey{EntityType: "message", UserID: "alice"})
+	require.NoError(t, err)
+	// msg-1 and msg-2 added, msg-1 read: one counted, after three changes (msg-3, read before its
+	// add, never counts).
+	require.Equal(t, exactlyonce.CounterSum{Sum: 1, Version: 3}, sum)
+	notified := map[string]exactlyonce.CounterResult{} // by notification id: a repeat is one
+	testutil.Eventually(t, 30*time.Second, "the counter function's six notifications are on the results queue", func() bool {
+		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(results.URL),
+			MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		require.NoError(t, err)
+		for _, m := range out.Messages {
+			var r exactlyonce.CounterResult
+			require.NoError(t, json.Unmarshal([]byte(aws.ToString(m.Body)), &r), aws.ToString(m.Body))
+			notified[r.ID] = r
+		}
+		return len(notified) >= 6
+	})
+	var sequence []string
+	for _, r := range notified {
+		sequence = append(sequence, fmt.Sprintf("%s %s applied=%t version=%d", r.EntityID, r.Action, r.Applied, r.Version))
+	}
+	require.ElementsMatch(t, []string{
+		"msg-1 added applied=true version=1", "msg-2 added applied=true version=2",
+		"msg-1 added applied=false version=2", "msg-1 readed applied=true version=3",
+		"msg-3 readed applied=false version=3", "msg-3 added applied=false version=3",
+	}, sequence)
+
 	// The deadline header is honoured: with a 1 s function timeout, less than the sweeper agent's
 	// margin remains, so it does not even join.
 	res = invoke(start1("sweeper", time.Second, env), "scheduled.json")
@@ -184,6 +238,11 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 	require.NotNil(t, res.Error)
 	require.Equal(t, "Runtime.ExitError", res.Error.Type)
 }
+
+// migrateTimeout is the deployed migrate function's timeout (infra/tuning.go): migrating an empty
+// database creates some 1,700 partitions, which takes seconds on a quiet machine and more than 30 s
+// on a loaded one.
+const migrateTimeout = 5 * time.Minute
 
 func testLogWriterFor(t *testing.T, fn string) *lineLogger { return &lineLogger{t: t, prefix: fn} }
 

@@ -1,5 +1,6 @@
 // Package migration is the deploy-time schema step: apply the embedded migrations, then verify the
-// schema rules (no keys, indexes, auto-increment, triggers or routines), and fail loudly otherwise.
+// schema rules (no keys, indexes, auto-increment, triggers, routines, views, scheduled events or
+// sequences), and fail loudly otherwise.
 package migration
 
 import (

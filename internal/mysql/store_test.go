@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,6 +44,61 @@ func TestSchemaRulesHoldAfterMigration(t *testing.T) {
 	for _, want := range []string{"scratch_pk.PRIMARY", "scratch_idx.by_id", "auto-increment scratch_ai.id", "trigger scratch_trg", "PROCEDURE scratch_proc"} {
 		require.Contains(t, joined, want)
 	}
+}
+
+// The rules forbid more than keys: no procedures, triggers "etc.", so nothing that runs or stores
+// logic in the database besides the tables. A view, a scheduled event, a stored function and (on
+// MariaDB) a sequence, which is an auto-increment by another name, are each refused by the check that
+// runs after every migration: a database holding them fails to migrate, and the error names each.
+func TestSchemaRulesRefuseViewsEventsFunctionsAndSequences(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.NewDatabase(t)
+	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn, MaxOpenConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+
+	forbidden := []struct{ create, reported string }{
+		{"CREATE VIEW scratch_view AS SELECT 1 AS one", "view scratch_view"},
+		// DISABLE: the event must never run; the rule is about its existence.
+		{"CREATE EVENT scratch_event ON SCHEDULE EVERY 1 DAY DISABLE DO SELECT 1", "scheduled event scratch_event"},
+		{"CREATE FUNCTION scratch_fn() RETURNS INT DETERMINISTIC RETURN 1", "stored routine FUNCTION scratch_fn"},
+	}
+	var version string
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version))
+	if strings.Contains(version, "MariaDB") { // MySQL (Aurora) has no sequences
+		forbidden = append(forbidden, struct{ create, reported string }{
+			"CREATE SEQUENCE scratch_seq", "sequence scratch_seq"})
+	}
+	for _, f := range forbidden {
+		_, err := db.ExecContext(ctx, f.create)
+		require.NoError(t, err, f.create)
+	}
+
+	err = mysql.Migrate(ctx, db)
+	require.Error(t, err, "a migration must refuse a database that breaks the rules")
+	for _, f := range forbidden {
+		require.Contains(t, err.Error(), f.reported)
+	}
+
+	// Each object on its own: drop them one by one, and the check reports exactly the ones left.
+	for i, f := range forbidden {
+		violations, err := mysql.CheckRules(ctx, db)
+		require.NoError(t, err)
+		var want []string
+		for _, left := range forbidden[i:] {
+			want = append(want, left.reported)
+		}
+		require.ElementsMatch(t, want, violations)
+		name := f.reported[strings.LastIndex(f.reported, " ")+1:]
+		kind := strings.Fields(f.create)[1]
+		_, err = db.ExecContext(ctx, "DROP "+kind+" "+name)
+		require.NoError(t, err)
+	}
+	violations, err := mysql.CheckRules(ctx, db)
+	require.NoError(t, err)
+	require.Empty(t, violations)
+	require.NoError(t, mysql.Migrate(ctx, db), "the same database, rid of them, migrates")
 }
 
 func TestMigrateConcurrentlyOnEmptyDatabase(t *testing.T) {
