@@ -19,9 +19,8 @@ import (
 
 // records is a slog.Handler that keeps every record, at every level.
 type records struct {
-	mu   sync.Mutex
-	all  []slog.Record
-	with []slog.Attr
+	mu  sync.Mutex
+	all []slog.Record
 }
 
 func (r *records) Enabled(context.Context, slog.Level) bool { return true }
