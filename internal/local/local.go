@@ -250,6 +250,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	}()
 	go func() {
 		<-ctx.Done()
+		log.Info("local: stopping")
 		// 1. The API: no new request; those under way are answered, and the messages still held for
 		// their events are sent (the queue endpoint is still up: scripts/run.sh stops it after us).
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

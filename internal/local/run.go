@@ -93,9 +93,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return abort(err)
 	}
-	<-ctx.Done()
-	log.Info("local: stopping")
-	err = sys.Wait()
+	err = sys.Wait() // once ctx has ended, and every part has stopped
 	// The database last: every part that used it has stopped. The local SQS endpoint is scripts/run.sh's
 	// to stop, once this process has exited.
 	store.DB().Close()
