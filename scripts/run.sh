@@ -9,8 +9,10 @@
 # - bin/local: the API on HTTP_ADDR (default 127.0.0.1:8080), the processor behind a local event source
 #   mapping, and the sweeper as an agent (README, "Agents"; `make agent` adds standalone ones).
 #
-# A second `make run` beside the first needs its own ports: HTTP_ADDR=127.0.0.1:8081 SQSLOCAL_PORT=4101.
+# A second `make run` beside the first needs its own ports:
+# HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=4101.
 # Ctrl-C exits 0 once everything stopped cleanly.
+# LOCAL_BIN and SQSLOCAL_BIN name other builds of bin/local and bin/sqslocal (the tests' own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,7 +55,9 @@ if [ -z "${AWS_ENDPOINT_URL_SQS:-}" ] && [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   # would share one queue. sqslocal prints its first line once it holds the port, and exits if it
   # cannot bind: so this reads that line from the process it started, rather than probing the port
   # (internal/localsqs waits for the same line).
-  exec {sqslocal_out}< <(exec bin/sqslocal -addr "127.0.0.1:${port}")
+  # Ctrl-C sends SIGINT to every process of the group, sqslocal too: it ignores it (-ignore-interrupt)
+  # and is stopped by cleanup, after bin/local has deleted the messages of its last batches.
+  exec {sqslocal_out}< <(exec "${SQSLOCAL_BIN:-bin/sqslocal}" -addr "127.0.0.1:${port}" -ignore-interrupt)
   pids+=($!)
   line=""
   read -r -t 30 -u "$sqslocal_out" line || true
@@ -61,7 +65,7 @@ if [ -z "${AWS_ENDPOINT_URL_SQS:-}" ] && [ -z "${AWS_ENDPOINT_URL:-}" ]; then
     echo "run: the local SQS endpoint (bin/sqslocal) did not start on 127.0.0.1:${port} (SQSLOCAL_PORT; its" \
       "error is above). If the port is taken, by another \`make run\` perhaps, this run must not share its" \
       "queue: stop that one, or give this run its own ports:" \
-      "HTTP_ADDR=127.0.0.1:8081 SQSLOCAL_PORT=$((port + 1)) make run" >&2
+      "HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=$((port + 1)) make run" >&2
     exit 1
   fi
   echo "$line"
@@ -80,7 +84,7 @@ fi
 export WEBHOOK_ALLOW_LOOPBACK="${WEBHOOK_ALLOW_LOOPBACK:-true}"
 echo "run: WEBHOOK_ALLOW_LOOPBACK=${WEBHOOK_ALLOW_LOOPBACK}: tasks may be delivered to receivers on 127.0.0.0/8 and ::1"
 
-bin/local &
+"${LOCAL_BIN:-bin/local}" &
 local_pid=$!
 pids+=("$local_pid")
 wait "$local_pid"

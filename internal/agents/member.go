@@ -120,6 +120,9 @@ type Member struct {
 	self       exactlyonce.Agent
 	pulsedAt   time.Time // when the last successful pulse (or registration) was sent: this process's clock
 	why        string    // why it is not running, for the log
+	// seen is the sharding of every agent its last pulse read, so that the next can tell an idle
+	// processor's expired row (no range, expected) from a lost agent's when it ejects them.
+	seen map[int64]exactlyonce.Sharding
 }
 
 // NewMember returns an unregistered member; its first Pulse registers it.
@@ -241,6 +244,18 @@ func (m *Member) pulse(ctx context.Context) error {
 	}
 	for _, a := range gone {
 		m.Stats.EjectedOthers.Add(1)
+		m.mu.Lock()
+		sharding, seen := m.seen[a.ID]
+		m.mu.Unlock()
+		if seen && sharding == exactlyonce.ShardingNone {
+			// A processor's agent pulses only while a batch holds it (Rangeless): idle past its
+			// expiration, its row expires, as a Lambda's does between invocations. Nothing is wrong.
+			m.log.Info("agent: ejected the expired agent of an idle processor; its event workers are adopted",
+				"agent", id, "ejected", a.ID, "name", a.Name)
+			continue
+		}
+		// An agent with a range pulses as long as it runs: it stopped without leaving (killed, or
+		// stalled past its expiration).
 		m.log.Warn("agent: ejected an expired agent; its range is shared out again and its event workers adopted",
 			"agent", id, "ejected", a.ID, "name", a.Name)
 	}
@@ -249,6 +264,13 @@ func (m *Member) pulse(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read agents: %w", err)
 	}
+	seen := make(map[int64]exactlyonce.Sharding, len(all))
+	for _, a := range all {
+		seen[a.ID] = a.Sharding
+	}
+	m.mu.Lock()
+	m.seen = seen
+	m.mu.Unlock()
 	// The agents without a range (processors, Rangeless) are alive but take no part in the split.
 	all = slices.DeleteFunc(all, func(a exactlyonce.Agent) bool { return a.Sharding == exactlyonce.ShardingNone })
 	pos := -1

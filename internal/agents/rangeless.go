@@ -21,7 +21,9 @@ import (
 // them. The agents that split the hash space leave it out of their topology (Member.Pulse).
 //
 // It pulses only while a batch is under way (Hold): a process with nothing to do sends nothing,
-// and on Lambda nothing runs between invocations anyway. Safe for concurrent use.
+// and on Lambda nothing runs between invocations anyway. So an idle processor's row expires and is
+// ejected, and its next batch registers it again: both sides log that at INFO, as it is how it is
+// meant to work; losing the row while a batch holds it is an ERROR. Safe for concurrent use.
 type Rangeless struct {
 	store Store
 	cfg   MemberConfig
@@ -141,8 +143,20 @@ func (r *Rangeless) pulse(ctx context.Context) error {
 			return nil
 		}
 		r.Stats.Ejected.Add(1)
-		r.log.Error("agent: ejected (it had not pulsed within its expiration); its event workers are the adopters' now, "+
-			"it registers again as a new agent", "agent", id, "expiration", r.cfg.Expiration)
+		r.mu.Lock()
+		idle := r.held == 0 && sent.Sub(r.pulsedAt) >= r.cfg.Expiration
+		r.mu.Unlock()
+		if idle {
+			// It sends nothing between batches, so its row expires when it idles that long, and an
+			// agent ejects it: expected, as for a Lambda between invocations.
+			r.log.Info("agent: its row expired while it was idle, and was ejected; its event workers are the adopters' now, "+
+				"it registers again as a new agent", "agent", id, "expiration", r.cfg.Expiration)
+		} else {
+			// Gone while a batch held it (its pulses failed past its expiration), or sooner than it
+			// could expire: its event workers were adopted while it delivered.
+			r.log.Error("agent: ejected (it had not pulsed within its expiration); its event workers are the adopters' now, "+
+				"it registers again as a new agent", "agent", id, "expiration", r.cfg.Expiration)
+		}
 		if r.Reset != nil {
 			r.Reset()
 		}

@@ -29,6 +29,9 @@ const LocalDSN = LocalServerDSN + "exactlyonce"
 // (mysql.AllocatorBlock and mysql.AllocatorLiteral; internal/wire's tests check that they agree).
 func Allocators() []string { return []string{"block", "literal"} }
 
+// dbParts are the variables that name the database piece by piece, instead of DB_DSN.
+var dbParts = []string{"DB_HOST", "DB_PORT", "DB_NAME", "DB_USER", "DB_PASSWORD"}
+
 // MetricsOff is the METRICS_ADDR that serves no /metrics endpoint.
 const MetricsOff = "off"
 
@@ -61,8 +64,8 @@ type Config struct {
 // DB says how to reach the database, and whether to migrate it (mysql.ConnConfig; zero fields take
 // its defaults).
 type DB struct {
-	// DSN is DB_DSN, a go-sql-driver/mysql DSN. When it is set, Host, Port, Name, User and Password
-	// are ignored.
+	// DSN is DB_DSN, a go-sql-driver/mysql DSN. It names the whole database: Load refuses DB_HOST,
+	// DB_PORT, DB_NAME, DB_USER and DB_PASSWORD beside it, rather than ignoring them.
 	DSN string
 	// Host, Port, Name, User and Password are DB_HOST, DB_PORT, DB_NAME, DB_USER and DB_PASSWORD:
 	// the database when DSN is empty (in AWS, the RDS Proxy endpoint). Host and User are required
@@ -285,6 +288,18 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.DB.DSN == "" && (c.DB.Host == "" || c.DB.User == "") {
 		p.fail("set DB_DSN, or DB_HOST and DB_USER")
+	}
+	if c.DB.DSN != "" {
+		var beside []string
+		for _, k := range dbParts {
+			if p.str(k) != "" {
+				beside = append(beside, k)
+			}
+		}
+		if len(beside) > 0 {
+			p.fail(fmt.Sprintf("DB_DSN names the whole database (server, user, password, database), so %s would be ignored: "+
+				"set DB_DSN alone, or unset it and name the database with %s", strings.Join(beside, ", "), strings.Join(dbParts, ", ")))
+		}
 	}
 	if a := c.Store.Allocator; a != "" && !slices.Contains(Allocators(), a) {
 		p.fail(fmt.Sprintf("ALLOCATOR must be %s, got %q", strings.Join(quoted(Allocators()), " or "), a))

@@ -246,3 +246,18 @@ func TestWebhook(t *testing.T) {
 		require.NotContains(t, err.Error(), "MfKQ9r8G", "the secret is not in the error")
 	}
 }
+
+// DB_DSN names the whole database: a variable that names a part of it beside DB_DSN is refused, not
+// ignored (DB_NAME=newcomer silently used the DSN's database).
+func TestDBPartsBesideDBDSNAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{"DB_HOST", "DB_PORT", "DB_NAME", "DB_USER", "DB_PASSWORD"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d", k: "3307"}))
+		require.ErrorContains(t, err, "DB_DSN names the whole database", k)
+		require.ErrorContains(t, err, "so "+k+" would be ignored", k)
+	}
+	_, err := config.Load(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d", "DB_NAME": "newcomer", "DB_USER": "me"}))
+	require.ErrorContains(t, err, "so DB_NAME, DB_USER would be ignored")
+	_, err = config.Load(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d", "DB_NAME": " "}))
+	require.NoError(t, err, "blank is unset")
+}

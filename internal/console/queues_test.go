@@ -100,6 +100,39 @@ func TestQueuesDepthsDryRunAndRedrive(t *testing.T) {
 	require.Zero(t, got.Queues[0].DLQ.Visible)
 }
 
+// A message is counted once: visible until it is received, then in flight until it is deleted or
+// its visibility timeout ends, as SQS counts them (ApproximateNumberOfMessages is the visible ones
+// only). goaws counted every message it held as visible, so two received messages showed as 2
+// visible and 2 in flight; tools/sqslocal answers as SQS does.
+func TestQueueDepthsCountEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	client := localsqs.Client(t)
+	q := localsqs.Queues(t, client, 30, 5)
+	send(t, client, q.URL, `{"id":1}`, `{"id":2}`, `{"id":3}`)
+	base := serve(t, Options{API: &fakeAPI{}, SQS: client, Queues: []string{q.URL}})
+	depth := func() (visible, inFlight int) {
+		t.Helper()
+		status, _, body := do(t, "GET", base+"/ui/api/queues", "", nil)
+		require.Equal(t, http.StatusOK, status, body)
+		var got queuesAnswer
+		require.NoError(t, json.Unmarshal([]byte(body), &got))
+		require.Len(t, got.Queues, 1)
+		return got.Queues[0].Visible, got.Queues[0].InFlight
+	}
+	visible, inFlight := depth()
+	require.Equal(t, [2]int{3, 0}, [2]int{visible, inFlight}, "sent: visible")
+
+	received := 0
+	for received < 2 { // a receive may answer fewer than asked
+		out, err := client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL),
+			MaxNumberOfMessages: int32(2 - received)})
+		require.NoError(t, err)
+		received += len(out.Messages)
+	}
+	visible, inFlight = depth()
+	require.Equal(t, [2]int{1, 2}, [2]int{visible, inFlight}, "two received: in flight, and no longer visible")
+}
+
 // A redrive is a POST of a configured queue with {"dryRun": bool} and the CSRF token; anything
 // else is refused and moves nothing.
 func TestRedriveRefusals(t *testing.T) {

@@ -80,6 +80,10 @@ type Options struct {
 	// cmd/local's default 127.0.0.1:9464; port 0 picks one). Empty: not served (System.Metrics
 	// still counts them).
 	MetricsAddr string
+	// Listener and MetricsListener, when set, are where the API and the metrics are served instead
+	// of HTTPAddr and MetricsAddr: Run takes its ports (Listen) before it touches the database or
+	// the queues. Start owns them from then on.
+	Listener, MetricsListener net.Listener
 }
 
 // DefaultAsyncLinger is Options.AsyncLinger's default. At 16 clients it let a message name about 50
@@ -112,10 +116,12 @@ func (s *System) MappingStats() (batches, received, deleted, failed, errored int
 // Wait blocks until the system has stopped after its context was cancelled.
 func (s *System) Wait() error { return <-s.done }
 
-// Start starts every part and returns once the API is listening. Cancel ctx to stop them all; Wait
-// returns when they have stopped.
+// Start starts every part and returns once the API is listening. Cancel ctx to stop them all, in
+// order: the API stops taking requests, answers those under way and sends the queue messages it
+// holds; then the processor, the counter consumer and the sweeper finish their batches (deleting
+// their messages) and their agents leave; then the metrics endpoint closes. Wait returns when they
+// have stopped; the queue endpoint and the database must outlive that.
 func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Options, log *slog.Logger) (*System, error) {
-	opt.HTTPAddr = cmp.Or(opt.HTTPAddr, "127.0.0.1:8080")
 	opt.AsyncLinger = max(cmp.Or(opt.AsyncLinger, DefaultAsyncLinger), 0)
 	opt.Sweep.Logger = cmp.Or(opt.Sweep.Logger, log)
 	if opt.Sweep.Report == nil {
@@ -124,15 +130,11 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 
 	reg := prom.New()
 	opt.Sweep.Metrics.Recorder = reg.Recorder(metrics.PartSweeper)
-	ln, err := net.Listen("tcp", opt.HTTPAddr)
-	if err != nil {
-		return nil, fmt.Errorf("api: listen on %s: %w", opt.HTTPAddr, err)
-	}
-	var mln net.Listener
-	if opt.MetricsAddr != "" && opt.MetricsAddr != config.MetricsOff {
-		if mln, err = net.Listen("tcp", opt.MetricsAddr); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("metrics: listen on %s (METRICS_ADDR): %w", opt.MetricsAddr, err)
+	ln, mln := opt.Listener, opt.MetricsListener
+	if ln == nil {
+		var err error
+		if ln, mln, err = Listen(opt); err != nil {
+			return nil, err
 		}
 	}
 	// One process serving many requests: the API groups the async events of concurrent requests
@@ -205,46 +207,32 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	}
 	log.Info("local: sweeper running as an agent", "name", sweeper.Member.Config().Name)
 
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	// serving: the API's and the metrics' servers; parts: what works behind the API, on work, which
+	// ends only once the API has stopped (Start's doc gives the order).
+	var serving, parts sync.WaitGroup
+	errs := make(chan error, 2)
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	if metricsServer != nil {
-		wg.Add(2)
+		serving.Add(1)
 		go func() {
-			defer wg.Done()
+			defer serving.Done()
 			if err := metricsServer.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errs <- fmt.Errorf("metrics: %w", err)
 			}
 		}()
-		go func() {
-			defer wg.Done()
-			<-ctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = metricsServer.Shutdown(sctx)
-		}()
 	}
-	wg.Add(3)
+	serving.Add(1)
 	go func() {
-		defer wg.Done()
+		defer serving.Done()
 		if err := server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("api: %w", err)
 		}
 	}()
+	parts.Add(1)
 	go func() {
-		defer wg.Done()
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = server.Shutdown(sctx)
-		// Every request has been answered: send the messages still held for their events.
-		if err := handler.Drain(sctx); err != nil {
-			log.Warn("local: queue messages not sent before stopping; the sweeper will process their events", "err", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
+		defer parts.Done()
 		if m != nil {
-			_ = m.Run(ctx)
+			_ = m.Run(work) // a batch under way finishes, and its messages are deleted
 		}
 		// Their event workers stop and their agents leave: the sweeper adopts what they still hold.
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -253,15 +241,36 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 			log.Warn("local: the processor could not leave; its event workers are adopted once its agent expires", "err", err)
 		}
 	}()
-	runCounters(ctx, &wg, counterMapping) // counters.go
-	wg.Add(1)
+	runCounters(work, &parts, counterMapping) // counters.go
+	parts.Add(1)
 	go func() {
-		defer wg.Done()
+		defer parts.Done()
 		// What the agent records (its pulses, claims, transactions) goes to the sweeper's series.
-		_ = sweeper.Run(metrics.With(ctx, opt.Sweep.Metrics.Recorder)) // leaves (deletes its row) when ctx ends
+		_ = sweeper.Run(metrics.With(work, opt.Sweep.Metrics.Recorder)) // leaves (deletes its row) when work ends
 	}()
 	go func() {
-		wg.Wait()
+		<-ctx.Done()
+		log.Info("local: stopping")
+		// 1. The API: no new request; those under way are answered, and the messages still held for
+		// their events are sent (the queue endpoint is still up: scripts/run.sh stops it after us).
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = server.Shutdown(sctx)
+		if err := handler.Drain(sctx); err != nil {
+			log.Warn("local: queue messages not sent before stopping; the sweeper will process their events", "err", err)
+		}
+		cancel()
+		log.Info("local: api stopped")
+		// 2. The processor, the counter consumer and the sweeper.
+		stopWork()
+		parts.Wait()
+		log.Info("local: processor, counter consumer and sweeper stopped")
+		// 3. The metrics, last, so that they count everything.
+		if metricsServer != nil {
+			mctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = metricsServer.Shutdown(mctx)
+			cancel()
+		}
+		serving.Wait()
 		close(errs)
 		var all []error
 		for err := range errs {

@@ -76,3 +76,30 @@ func TestEnv(t *testing.T) {
 	require.Equal(t, 9*time.Second, o.Agent.Member.Expiration)
 	require.Equal(t, &agents.Shard{Total: 2, Index: 1}, o.Agent.Member.Static)
 }
+
+// Without DB_DSN and DB_HOST, the local runner's DB_DSN is make run's database with DB_NAME,
+// DB_USER, DB_PASSWORD and DB_PORT put in, so that config.Load takes them (it refuses them beside a
+// DB_DSN); beside DB_DSN or DB_HOST they are read as they are.
+func TestGetenvFoldsTheDatabaseVariables(t *testing.T) {
+	t.Parallel()
+	read := func(m map[string]string) (config.Config, error) {
+		return config.Load(Getenv(func(k string) string { return m[k] }))
+	}
+	c, err := read(nil)
+	require.NoError(t, err)
+	require.Equal(t, config.DB{DSN: config.LocalDSN}, c.DB)
+
+	c, err = read(map[string]string{"DB_NAME": "newcomer", "DB_USER": "me", "DB_PASSWORD": "secret", "DB_PORT": "3307"})
+	require.NoError(t, err)
+	require.Equal(t, config.DB{DSN: "me:secret@tcp(127.0.0.1:3307)/newcomer"}, c.DB)
+
+	_, err = read(map[string]string{"DB_PORT": "x"})
+	require.ErrorContains(t, err, "DB_PORT must be an integer")
+
+	_, err = read(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d", "DB_NAME": "newcomer"})
+	require.ErrorContains(t, err, "so DB_NAME would be ignored")
+
+	c, err = read(map[string]string{"DB_HOST": "h", "DB_USER": "u", "DB_NAME": "n"})
+	require.NoError(t, err)
+	require.Equal(t, config.DB{Host: "h", User: "u", Name: "n"}, c.DB)
+}

@@ -13,10 +13,9 @@ import (
 // Depth returns how many messages a queue holds: visible ones (waiting to be received) and in-flight
 // ones (received, neither deleted nor visible again yet). A queue is empty when both are 0. SQS
 // calls both approximate (on AWS they may lag a change by about a minute), so a caller that waits
-// for a depth polls. goaws (tools/sqslocal, v0.5.4) counts in-flight messages among the visible
-// ones too: what means the same on every endpoint is inFlight, visible of a queue nobody receives
-// from (a DLQ), and visible+inFlight == 0 for empty. For tests, the chaos run and the benchmark;
-// the product never asks.
+// for a depth polls. goaws (v0.5.4) counts in-flight messages among the visible ones too;
+// tools/sqslocal corrects its answer, so that the local endpoint counts as SQS does. For tests, the
+// chaos run and the benchmark; the product never asks.
 func Depth(ctx context.Context, client *sqs.Client, url string) (visible, inFlight int, err error) {
 	out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(url),

@@ -134,8 +134,8 @@ func attributes(ctx context.Context, c SQS, url string, names ...types.QueueAttr
 	return out.Attributes, nil
 }
 
-// visible returns how many messages a queue holds visible (approximately, as SQS says; goaws's count
-// is exact, and counts in-flight messages too, which a DLQ nobody receives from has none of).
+// visible returns how many messages a queue holds visible (approximately, as SQS says; the local
+// endpoint's count is exact).
 func visible(ctx context.Context, c SQS, url string) (int, error) {
 	attrs, err := attributes(ctx, c, url, types.QueueAttributeNameApproximateNumberOfMessages)
 	if err != nil {

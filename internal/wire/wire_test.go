@@ -20,7 +20,7 @@ import (
 func load(t *testing.T, m map[string]string) config.Config {
 	t.Helper()
 	c, err := config.Load(func(k string) string {
-		if k == "DB_DSN" && m[k] == "" {
+		if k == "DB_DSN" && m[k] == "" && m["DB_HOST"] == "" { // DB_DSN names the whole database: never beside DB_HOST
 			return "u:p@tcp(h:3306)/d"
 		}
 		return m[k]
@@ -94,7 +94,7 @@ func TestConfigured(t *testing.T) {
 		"DB_NAME": "n", "DB_TLS": "true", "DB_MAX_OPEN_CONNS": "7", "AWS_REGION": "eu-west-1",
 		"ALLOCATOR": "literal", "ALLOCATOR_BLOCK_SIZE": "8", "QUEUE_URL": "http://q",
 		"VISIBILITY_HEARTBEAT": "1s", "VISIBILITY_EXTENSION": "3s", "QUEUE_NAME": "mine", "LOG_LEVEL": "warn"})
-	require.Equal(t, mysql.ConnConfig{DSN: "u:p@tcp(h:3306)/d", Host: "h", Port: 3307, Name: "n", User: "u", Password: "p",
+	require.Equal(t, mysql.ConnConfig{Host: "h", Port: 3307, Name: "n", User: "u", Password: "p",
 		TLS: true, Region: "eu-west-1", MaxOpenConns: 7}, wire.Conn(c.DB))
 	require.Equal(t, mysql.StoreConfig{Allocator: "literal", BlockSize: 8}, wire.StoreConfig(c.Store))
 	v := wire.Visibility(c, nil)

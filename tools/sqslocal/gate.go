@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,8 +24,12 @@ import (
 // messages without waiting, under the gate, and asks again when a message is sent or every 100 ms
 // (goaws makes invisible messages visible again on a 100 ms tick) until some come or the wait ends.
 //
+// It also corrects goaws's count of visible messages (attributes): goaws answers every message it
+// holds as ApproximateNumberOfMessages, those in flight included, where SQS counts only the ones a
+// receive could take.
+//
 // Only the JSON protocol (what the AWS SDKs speak) is read; a request in the query protocol runs
-// alone, which is correct and slower.
+// alone, which is correct and slower (and its counts are goaws's).
 type gate struct {
 	next http.Handler
 	rw   sync.RWMutex
@@ -51,6 +57,8 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.next.ServeHTTP(w, r)
 	case action == "ReceiveMessage":
 		g.receive(w, r)
+	case action == "GetQueueAttributes":
+		g.attributes(w, r)
 	default:
 		g.rw.RLock()
 		g.next.ServeHTTP(w, r)
@@ -129,4 +137,78 @@ func (g *gate) receive(w http.ResponseWriter, r *http.Request) {
 func hasMessages(body []byte) bool {
 	var out struct{ Messages []json.RawMessage }
 	return json.Unmarshal(body, &out) == nil && len(out.Messages) > 0
+}
+
+// The attributes whose meaning goaws and SQS disagree on: goaws's ApproximateNumberOfMessages is
+// every message of the queue, SQS's the visible ones (neither in flight nor delayed); goaws counts
+// both of those as NotVisible.
+const (
+	attrVisible    = "ApproximateNumberOfMessages"
+	attrNotVisible = "ApproximateNumberOfMessagesNotVisible"
+)
+
+// attributes serves a GetQueueAttributes as SQS would: it asks goaws for NotVisible as well
+// whenever the visible count is asked (both are read under one lock in goaws, so they agree), and
+// answers ApproximateNumberOfMessages as goaws's total less the messages that are not visible.
+func (g *gate) attributes(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, "cannot read the request", http.StatusBadRequest)
+		return
+	}
+	var in map[string]json.RawMessage
+	var names []string
+	if json.Unmarshal(body, &in) == nil && in["AttributeNames"] != nil {
+		_ = json.Unmarshal(in["AttributeNames"], &names)
+	}
+	all := len(names) == 0 || slices.Contains(names, "All")
+	wantVisible := all || slices.Contains(names, attrVisible)
+	wantNotVisible := all || slices.Contains(names, attrNotVisible)
+	if wantVisible && !wantNotVisible {
+		in["AttributeNames"], _ = json.Marshal(append(names, attrNotVisible))
+		body, _ = json.Marshal(in)
+	}
+	rec := httptest.NewRecorder()
+	req := r.Clone(r.Context())
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.ContentLength = int64(len(body))
+	g.rw.RLock()
+	g.next.ServeHTTP(rec, req)
+	g.rw.RUnlock()
+	out := rec.Body.Bytes()
+	if rec.Code == http.StatusOK && wantVisible {
+		out = visibleOnly(out, !wantNotVisible)
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.Header().Del("Content-Length")
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(out)
+}
+
+// visibleOnly rewrites goaws's answer so that ApproximateNumberOfMessages counts the visible
+// messages only, dropping NotVisible when the client did not ask for it. An answer it cannot read
+// is returned as it is.
+func visibleOnly(body []byte, dropNotVisible bool) []byte {
+	var out map[string]json.RawMessage
+	var attrs map[string]string
+	if json.Unmarshal(body, &out) != nil || json.Unmarshal(out["Attributes"], &attrs) != nil {
+		return body
+	}
+	total, err1 := strconv.Atoi(attrs[attrVisible])
+	hidden, err2 := strconv.Atoi(attrs[attrNotVisible])
+	if err1 != nil || err2 != nil {
+		return body
+	}
+	attrs[attrVisible] = strconv.Itoa(max(total-hidden, 0))
+	if dropNotVisible {
+		delete(attrs, attrNotVisible)
+	}
+	out["Attributes"], _ = json.Marshal(attrs)
+	b, err := json.Marshal(out)
+	if err != nil {
+		return body
+	}
+	return b
 }

@@ -5,7 +5,7 @@
 // application's. Requests pass through a gate (gate.go) that keeps goaws's unlocked reads of its
 // queue map away from the actions that write it, which otherwise crash the process.
 //
-//	sqslocal -addr 127.0.0.1:4100
+//	sqslocal -addr 127.0.0.1:4100 [-ignore-interrupt]
 //
 // Queues are created by clients (CreateQueue); all state is in memory and gone when it exits.
 package main
@@ -30,6 +30,8 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:4100", "loopback address to listen on")
 	account := flag.String("account", "000000000000", "account id named in queue URLs and ARNs")
 	verbose := flag.Bool("v", false, "log every request")
+	ignoreInterrupt := flag.Bool("ignore-interrupt", false, "stop on SIGTERM only: scripts/run.sh stops it after "+
+		"the runner has deleted its last messages, so a terminal's Ctrl-C (SIGINT to the whole process group) must not stop it first")
 	flag.Parse()
 
 	host, port, err := net.SplitHostPort(*addr)
@@ -69,7 +71,12 @@ func main() {
 	srv := &http.Server{Handler: newGate(router.New()), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+		if *ignoreInterrupt {
+			signal.Ignore(syscall.SIGINT)
+			signal.Notify(sig, syscall.SIGTERM)
+		} else {
+			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+		}
 		<-sig
 		_ = srv.Close()
 	}()

@@ -280,3 +280,29 @@ func TestConsoleInABrowser(t *testing.T) {
 		until(text("#redrive-result")+`.includes('1 message(s) moved')`))
 	shot(t, b, "queues-redriven")
 }
+
+// A slow rate keeps its digits: one event created and processed at birth (POST /events) over the
+// twenty-odd seconds the page watches is about 0.04/s, which one decimal showed as 0.0, as if
+// nothing had happened. The overview's rate cards and the rates by path show it with two
+// significant digits.
+func TestSlowRatesKeepTheirDigits(t *testing.T) {
+	s := startSystem(t)
+	b := browser(t)
+	run(t, b, "open the overview", chromedp.Navigate(s.url+"/ui/"), until(`/^\d+$/.test(`+text("#count-total")+`)`))
+	s.post(t, "/events", "")
+	// A rate below 0.05/s, shown as a number that is not 0: "0.0" parses as 0 and never passes. The
+	// page's rates are over what it watched, the path's over the run's metrics since the console
+	// started: both fall below 0.05/s once more than 20 s have passed.
+	slow := func(sel string) string {
+		return fmt.Sprintf(`(Number(%s) > 0 && Number(%s) < 0.05)`, text(sel), text(sel))
+	}
+	run(t, b, "slow rates, still shown",
+		chromedp.Poll[chromedp.Void](slow("#rate-created")+` && `+slow("#rate-processed")+` && `+slow("#path-api"),
+			chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(40*time.Second)))
+	for _, sel := range []string{"#rate-created", "#rate-processed", "#path-api"} {
+		v := value(t, b, sel, chromedp.Evaluate[string](text(sel)))
+		require.Regexp(t, `^0\.0[1-4][0-9]?$`, v, "%s: two significant digits", sel)
+	}
+	require.Equal(t, "0", value(t, b, "no failures", chromedp.Evaluate[string](text("#rate-failed"))), "none is 0")
+	shot(t, b, "overview-slow-rates")
+}

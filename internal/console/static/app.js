@@ -77,6 +77,14 @@ function fmtSeconds(s) {
   if (s < 7200) return (s / 60).toFixed(1) + ' min';
   return (s / 3600).toFixed(1) + ' h';
 }
+// fmtRate shows a rate (events per second) with two significant digits below 10 and whole above, so
+// that a slow rate keeps its digits (one event a minute is 0.017, where one decimal showed 0.0, as if
+// nothing happened); none is 0.
+function fmtRate(r) {
+  if (!(r > 0)) return '0';
+  if (r >= 10) return Math.round(r).toLocaleString('en-US');
+  return String(Number(r.toPrecision(2)));
+}
 function badge(state) {
   const cls = { processed: 'ok', completed: 'ok', failed: 'bad', processing: 'info', pending: 'warn', queued: 'warn',
     active: 'ok', expired: 'bad', done: 'info', RUNNING: 'ok', WAITING: 'warn', SUSPENDED: 'bad' }[state] || 'info';
@@ -175,9 +183,9 @@ async function overview(main) {
       el('ul', { class: 'cards' },
         card('oldest-waiting', 'Oldest waiting event', fmtSeconds(ov.oldestWaitingSeconds)),
         card('waiting', 'Waiting for a worker', fmtNum(ov.waiting)),
-        card('rate-created', 'Created / s', rates ? rates.created.toFixed(1) : '…'),
-        card('rate-processed', 'Processed / s', rates ? rates.processed.toFixed(1) : '…'),
-        card('rate-failed', 'Failed / s', rates ? rates.failed.toFixed(1) : '…')),
+        card('rate-created', 'Created / s', rates ? fmtRate(rates.created) : '…'),
+        card('rate-processed', 'Processed / s', rates ? fmtRate(rates.processed) : '…'),
+        card('rate-failed', 'Failed / s', rates ? fmtRate(rates.failed) : '…')),
       el('p', { class: 'muted', id: 'rates-note' }, rates
         ? 'Rates over the last ' + fmtSeconds(rates.over) + ' this page has watched (up to 5 min), on the database clock (' + fmtTime(ov.time) + ').'
         : 'Rates appear at the next refresh.'),
@@ -201,7 +209,7 @@ function pathRates(r) {
   return el('div', { id: 'path-rates' },
     el('ul', { class: 'cards' }, paths.map((p) => el('li', { class: 'card' }, el('span', { class: 'label', id: 'path-' + p + '-label' }, p + ' / s'),
       el('span', { class: 'value', id: 'path-' + p, 'aria-labelledby': 'path-' + p + '-label path-' + p },
-        unseen.includes(p) ? '—' : ((r.processedPerSecond || {})[p] || 0).toFixed(1))))),
+        unseen.includes(p) ? '—' : fmtRate((r.processedPerSecond || {})[p] || 0))))),
     el('p', { class: 'muted' }, 'Events processed per second by each path, over the last ' + fmtSeconds(r.windowSeconds || 0) + ', from ' + from +
       ' (api: events processed at birth by POST /events)' + (unseen.length ? '; not measured here: ' + unseen.join(', ') + '.' : '.')));
 }

@@ -1,0 +1,205 @@
+package local
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+	drv "github.com/go-sql-driver/mysql"
+)
+
+// DefaultMetricsAddr is where `make run` serves its Prometheus metrics (/metrics) when METRICS_ADDR
+// is unset: 9464, the port OpenTelemetry's Prometheus exporter uses by default.
+const DefaultMetricsAddr = "127.0.0.1:9464"
+
+// ownPorts is how a second run beside another gets ports of its own.
+const ownPorts = "HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=4101 make run"
+
+// Run is the local runner (cmd/local, which `make run` starts): it reads its configuration with
+// getenv (Getenv's reading), logs to stdout, runs the whole system until ctx ends, and stops it.
+// It says first which database and which SQS endpoint it uses, and takes the ports it listens on
+// before it touches either, so that a port another run holds stops it before it has created or
+// migrated a database or created a queue. An error is logged before it is returned.
+func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	failed := func(err error) error {
+		slog.New(slog.NewJSONHandler(stdout, nil)).Error("startup failed", "err", err)
+		return err
+	}
+	getenv = Getenv(getenv)
+	cfg, err := config.Load(getenv)
+	if err != nil {
+		return failed(err)
+	}
+	if n := len(cfg.Agent.ShardsAssigned); n > 1 {
+		return failed(fmt.Errorf("SHARDS_ASSIGNED lists %d shards: the local runner runs one sweeper agent; run cmd/agent (make agent) for several", n))
+	}
+	log := wire.NewLogger(stdout, cfg.LogLevel)
+	opt := Env(cfg)
+	opt.MetricsAddr = cmp.Or(opt.MetricsAddr, DefaultMetricsAddr) // METRICS_ADDR=off: none
+	log.Info("local: starting", Database(cfg.DB), "sqs", SQSEndpoint(getenv))
+
+	// The ports first: nothing is created or migrated for a run that cannot listen.
+	if opt.Listener, opt.MetricsListener, err = Listen(opt); err != nil {
+		return failed(err)
+	}
+	var store *mysql.Store
+	defer func() {
+		if store != nil {
+			store.DB().Close()
+		}
+	}()
+	abort := func(err error) error {
+		opt.Listener.Close()
+		if opt.MetricsListener != nil {
+			opt.MetricsListener.Close()
+		}
+		return failed(err)
+	}
+	// A database DB_DSN names that does not exist is created if the user may (and a log line says so).
+	if store, err = wire.OpenLocalStore(ctx, cfg, log); err != nil {
+		return abort(err)
+	}
+	log.Info("local: database ready", "allocator", cmp.Or(cfg.Store.Allocator, mysql.DefaultAllocator))
+	client, err := wire.SQS(log)
+	if err != nil {
+		return abort(err)
+	}
+	if opt.Sweep.Tasks, err = wire.Tasks(ctx, cfg, log); err != nil { // the processor and the sweeper agent deliver tasks
+		return abort(err)
+	}
+	if opt.Queues, err = queue.Ensure(ctx, client, wire.LocalQueue(cfg.Local.QueueName)); err != nil {
+		return abort(err)
+	}
+	awsCfg, err := wire.AWS()
+	if err != nil {
+		return abort(err)
+	}
+	if opt.Counters, err = EnsureCounters(ctx, client, awsCfg,
+		cmp.Or(getenv("AWS_ENDPOINT_URL_SNS"), getenv("AWS_ENDPOINT_URL_SQS"), getenv("AWS_ENDPOINT_URL")), log); err != nil {
+		return abort(err)
+	}
+	sys, err := Start(ctx, store, client, opt, log)
+	if err != nil {
+		return abort(err)
+	}
+	err = sys.Wait() // once ctx has ended, and every part has stopped
+	// The database last: every part that used it has stopped. The local SQS endpoint is scripts/run.sh's
+	// to stop, once this process has exited.
+	store.DB().Close()
+	store = nil
+	if err != nil {
+		log.Error("local: stopped with an error", "err", err)
+		return err
+	}
+	log.Info("local: stopped")
+	return nil
+}
+
+// Getenv is how the local runner reads getenv: as it is, except that when neither DB_DSN nor DB_HOST
+// is set, DB_DSN reads as `make run`'s database (config.LocalDSN) with DB_NAME, DB_USER,
+// DB_PASSWORD and DB_PORT put in where they are set, and those then read as unset. So
+// DB_NAME=newcomer is the database newcomer on `make run`'s server (created if missing, as any
+// database DB_DSN names); beside DB_DSN or DB_HOST they are config.Load's to judge.
+func Getenv(getenv func(string) string) func(string) string {
+	get := func(k string) string { return strings.TrimSpace(getenv(k)) }
+	if get("DB_DSN") != "" || get("DB_HOST") != "" {
+		return getenv
+	}
+	cfg, err := drv.ParseDSN(config.LocalDSN)
+	if err != nil {
+		panic(err) // a constant
+	}
+	folded := map[string]bool{}
+	if v := get("DB_NAME"); v != "" {
+		cfg.DBName, folded["DB_NAME"] = v, true
+	}
+	if v := get("DB_USER"); v != "" {
+		cfg.User, folded["DB_USER"] = v, true
+	}
+	if v := get("DB_PASSWORD"); v != "" {
+		cfg.Passwd, folded["DB_PASSWORD"] = v, true
+	}
+	if v := get("DB_PORT"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 65535 { // else config.Load says what is wrong
+			host, _, _ := net.SplitHostPort(cfg.Addr)
+			cfg.Addr, folded["DB_PORT"] = net.JoinHostPort(host, v), true
+		}
+	}
+	dsn := cfg.FormatDSN()
+	return func(k string) string {
+		if k == "DB_DSN" {
+			return dsn
+		}
+		if folded[k] {
+			return ""
+		}
+		return getenv(k)
+	}
+}
+
+// Database is the log attribute that says which database c names: host, port, name and user, never
+// the password.
+func Database(c config.DB) slog.Attr {
+	host, port, name, user := c.Host, strconv.Itoa(cmp.Or(c.Port, 3306)), cmp.Or(c.Name, "events"), c.User
+	if c.DSN != "" {
+		cfg, err := drv.ParseDSN(c.DSN)
+		if err != nil {
+			return slog.String("database", "(DB_DSN does not parse)")
+		}
+		name, user = cfg.DBName, cfg.User
+		if h, p, err := net.SplitHostPort(cfg.Addr); err == nil {
+			host, port = h, p
+		} else {
+			host, port = cfg.Addr, "" // a unix socket
+		}
+	}
+	return slog.Group("database", "host", host, "port", port, "name", name, "user", user)
+}
+
+// SQSEndpoint is the SQS endpoint the run uses, as the AWS configuration reads it from getenv.
+func SQSEndpoint(getenv func(string) string) string {
+	if e := cmp.Or(getenv("AWS_ENDPOINT_URL_SQS"), getenv("AWS_ENDPOINT_URL")); e != "" {
+		return e
+	}
+	return "AWS (region " + cmp.Or(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"), "from the AWS configuration") + ")"
+}
+
+// Listen takes the ports a run listens on: the API's (HTTPAddr, default 127.0.0.1:8080) and the
+// metrics' (MetricsAddr, none when empty or off). A port that is taken is an error naming its
+// variable and saying how to give this run ports of its own.
+func Listen(opt Options) (api, metrics net.Listener, err error) {
+	api, err = listen("HTTP_ADDR", cmp.Or(opt.HTTPAddr, "127.0.0.1:8080"))
+	if err != nil {
+		return nil, nil, err
+	}
+	if opt.MetricsAddr != "" && opt.MetricsAddr != config.MetricsOff {
+		if metrics, err = listen("METRICS_ADDR", opt.MetricsAddr); err != nil {
+			api.Close()
+			return nil, nil, err
+		}
+	}
+	return api, metrics, nil
+}
+
+func listen(variable, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%s %s is taken, by another `make run` perhaps: stop what holds it, or give this run "+
+			"ports of its own (%s): %w", variable, addr, ownPorts, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", variable, addr, err)
+	}
+	return ln, nil
+}

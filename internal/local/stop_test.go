@@ -1,0 +1,177 @@
+package local_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/localsqs"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/repo"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// output collects a process's output, safe for concurrent use.
+type output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Ctrl-C on `make run` stops everything in order, as a terminal sends it: SIGINT to the whole
+// process group (scripts/run.sh, the local SQS endpoint, the runner). A processor batch under way
+// (a task whose receiver holds its answer) finishes, its message is deleted from the local queue,
+// and the run logs nothing at WARN or above on the way out. The local SQS endpoint took the SIGINT
+// too and stopped at once, so the batch's DeleteMessageBatch failed ("connection refused") and
+// "messages will be delivered again".
+func TestCtrlCStopsInOrder(t *testing.T) {
+	t.Parallel()
+	sqslocal, err := localsqs.Binary()
+	require.NoError(t, err)
+	dsn := testdb.NewDatabase(t)
+
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	var deliveries int
+	var mu sync.Mutex
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		deliveries++
+		mu.Unlock()
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-release
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(recv.Close)
+	var once sync.Once
+	releaseOnce := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseOnce)
+
+	cmd := exec.Command("bash", filepath.Join(repo.Root(), "scripts", "run.sh"))
+	cmd.Env = append(os.Environ(), child.RoleEnv+"="+roleLocal, "LOCAL_BIN="+os.Args[0], "SQSLOCAL_BIN="+sqslocal,
+		fmt.Sprintf("SQSLOCAL_PORT=%d", freePort(t)), "HTTP_ADDR=127.0.0.1:0", "METRICS_ADDR=off", "DB_DSN="+dsn,
+		"AWS_ENDPOINT_URL_SQS=", "AWS_ENDPOINT_URL=", "AWS_ENDPOINT_URL_SNS=", "WEBHOOK_SECRET=", "WEBHOOK_SECRET_ARN=",
+		"WEBHOOK_ALLOW_LOOPBACK=", "LOG_LEVEL=info", "KEEP_DB=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a process group of its own, as a terminal's job
+	out := &output{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+		}
+	})
+
+	var api string
+	testutil.Eventually(t, 90*time.Second, "the run listening", func() bool {
+		if r := withMsg(logLines(out.String()), "local: api listening"); r != nil {
+			api, _ = r["url"].(string)
+		}
+		return api != ""
+	})
+	resp, err := http.Post(api+"/events/async", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"url":%q,"referenceId":"ctrl-c"}`, recv.URL)))
+	require.NoError(t, err)
+	var created struct{ ID int64 }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&created))
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	select {
+	case <-arrived: // the processor's batch is under way, waiting on the receiver
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the task never reached its receiver:\n%s", out.String())
+	}
+
+	require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)) // Ctrl-C
+	testutil.Eventually(t, 30*time.Second, "the runner stopping", func() bool {
+		return withMsg(logLines(out.String()), "local: api stopped") != nil
+	})
+	releaseOnce()
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "Ctrl-C after a clean stop exits 0:\n%s", out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the run did not stop:\n%s", out.String())
+	}
+
+	text := out.String()
+	require.NotContains(t, text, "connection refused", text)
+	require.NotContains(t, text, "delivered again", text)
+	recs := logLines(text)
+	stopping := -1
+	for i, r := range recs {
+		if r["msg"] == "local: stopping" {
+			stopping = i
+		}
+		if stopping >= 0 && (r["level"] == "WARN" || r["level"] == "ERROR") {
+			t.Errorf("logged at %s while stopping: %v", r["level"], r)
+		}
+	}
+	require.GreaterOrEqual(t, stopping, 0, text)
+	// In order: the API, then the parts behind it, then the database, then the local SQS endpoint.
+	at := func(s string) int {
+		i := strings.Index(text, s)
+		require.GreaterOrEqual(t, i, 0, "%q missing:\n%s", s, text)
+		return i
+	}
+	require.Less(t, at(`"msg":"local: stopping"`), at(`"msg":"local: api stopped"`))
+	require.Less(t, at(`"msg":"local: api stopped"`), at(`"msg":"processor: batch done"`), "the batch under way ends after the API stopped")
+	require.Less(t, at(`"msg":"processor: batch done"`), at(`"msg":"local: processor, counter consumer and sweeper stopped"`))
+	require.Less(t, at(`"msg":"local: processor, counter consumer and sweeper stopped"`), at(`"msg":"local: stopped"`))
+	require.Less(t, at(`"msg":"local: stopped"`), at("run: stopped"))
+
+	// The task was delivered once and settled, by the batch that was under way.
+	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn})
+	require.NoError(t, err)
+	defer db.Close()
+	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	require.NoError(t, err)
+	ev, err := store.Get(context.Background(), created.ID)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Processed, ev.State, "%+v", ev)
+	mu.Lock()
+	require.Equal(t, 1, deliveries)
+	mu.Unlock()
+}
