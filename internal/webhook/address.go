@@ -17,6 +17,13 @@ import (
 // benchmarking ranges, the deprecated 6to4 relay anycast 192.88.99.0/24, multicast 224.0.0.0/4,
 // the reserved 240.0.0.0/4 and the broadcast address 255.255.255.255.
 //
+// The cloud metadata endpoints are refused whatever the settings, in every form (mapped, NAT64,
+// 6to4, numeric): 169.254.169.254 (AWS, Google Cloud, Azure and others) and the rest of the
+// link-local ranges, Alibaba Cloud's 100.100.100.200 (in carrier-grade NAT) and Oracle Cloud's
+// 192.0.0.192 (in the IETF protocol assignments), and, inside the unique local fc00::/7 that
+// WEBHOOK_ALLOW_PRIVATE opens, AWS's IPv6 services fd00:ec2::/64 (metadata fd00:ec2::254, DNS
+// ::253, time ::123) and Google Cloud's IPv6 metadata endpoint fd20:ce::254.
+//
 // IPv6: an address that embeds an IPv4 one is judged by it: the IPv4-mapped ::ffff:0:0/96 and
 // the well-known NAT64 prefix 64:ff9b::/96 (RFC 6052: an IPv6-only VPC reaches IPv4 receivers
 // through DNS64 and a NAT gateway with these addresses, so a public embedded address is allowed).
@@ -27,15 +34,15 @@ import (
 // the connection to the embedded address. Outside 2000::/3 this refuses the unspecified ::,
 // loopback ::1 (unless allowed), the deprecated IPv4-compatible ::/96 whatever it embeds, the
 // local-use NAT64 64:ff9b:1::/48 (its translator may reach anything), discard-only 100::/64,
-// unique local fc00::/7 (unless private is allowed; it holds the metadata endpoint fd00:ec2::254),
+// unique local fc00::/7 (unless private is allowed; less the metadata endpoints in it, always refused),
 // link-local fe80::/10, the deprecated site-local fec0::/10 and multicast ff00::/8.
 
 type addrKind int
 
 const (
-	kindForbidden addrKind = iota
-	kindLoopback           // allowed by Config.AllowLoopback
-	kindPrivate            // allowed by Config.AllowPrivate
+	kindForbidden addrKind = iota // refused whatever the settings
+	kindLoopback                  // allowed by Policy.AllowLoopback
+	kindPrivate                   // allowed by Policy.AllowPrivate
 )
 
 type addrRange struct {
@@ -54,10 +61,13 @@ var v4Ranges = []addrRange{
 	r("0.0.0.0/32", kindForbidden, "the unspecified address"),
 	r("0.0.0.0/8", kindForbidden, `a "this network" address (0.0.0.0/8)`),
 	r("10.0.0.0/8", kindPrivate, "a private address (RFC 1918)"),
+	r("100.100.100.200/32", kindForbidden, "Alibaba Cloud's metadata endpoint (100.100.100.200)"),
 	r("100.64.0.0/10", kindForbidden, "a carrier-grade NAT address (100.64.0.0/10)"),
 	r("127.0.0.0/8", kindLoopback, "a loopback address"),
+	r("169.254.169.254/32", kindForbidden, "the cloud metadata endpoint (169.254.169.254: AWS, Google Cloud, Azure and others)"),
 	r("169.254.0.0/16", kindForbidden, "a link-local address (169.254.0.0/16, which holds the cloud metadata endpoint)"),
 	r("172.16.0.0/12", kindPrivate, "a private address (RFC 1918)"),
+	r("192.0.0.192/32", kindForbidden, "Oracle Cloud's metadata endpoint (192.0.0.192)"),
 	r("192.0.0.0/24", kindForbidden, "an IETF protocol assignment address (192.0.0.0/24)"),
 	r("192.0.2.0/24", kindForbidden, "a documentation address (192.0.2.0/24)"),
 	r("192.88.99.0/24", kindForbidden, "a 6to4 relay anycast address (192.88.99.0/24, deprecated)"),
@@ -81,6 +91,9 @@ var v6Ranges = []addrRange{
 	r("2001::/23", kindForbidden, "an IETF protocol assignment address (2001::/23)"),
 	r("2002::/16", kindForbidden, "a 6to4 address (2002::/16, deprecated)"),
 	r("3fff::/20", kindForbidden, "a documentation address (3fff::/20)"),
+	r("fd00:ec2::254/128", kindForbidden, "AWS's metadata endpoint over IPv6 (fd00:ec2::254)"),
+	r("fd00:ec2::/64", kindForbidden, "an address of AWS's link-local services over IPv6 (fd00:ec2::/64: metadata ::254, DNS ::253, time ::123)"),
+	r("fd20:ce::254/128", kindForbidden, "Google Cloud's metadata endpoint over IPv6 (fd20:ce::254)"),
 	r("fc00::/7", kindPrivate, "a unique local address (fc00::/7, private)"),
 	r("fe80::/10", kindForbidden, "a link-local address (fe80::/10)"),
 	r("fec0::/10", kindForbidden, "a site-local address (fec0::/10, deprecated)"),
