@@ -1,8 +1,10 @@
 package webhook
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -115,12 +117,20 @@ type RefusedError struct {
 	Hint string     // the setting that would allow it, if any
 }
 
-func (e *RefusedError) Error() string {
-	s := "refused: "
-	if e.Host != "" && e.Host != e.Addr.String() {
-		s += fmt.Sprintf("%s is %s, ", e.Host, e.Addr)
-	} else {
-		s += e.Addr.String() + " is "
+func (e *RefusedError) Error() string { return "refused: " + e.Reason() }
+
+// Reason is Error without its "refused: ": what the host is, and the setting that would allow it.
+func (e *RefusedError) Reason() string {
+	var s string
+	switch {
+	case !e.Addr.IsValid() && e.Host == "":
+		s = "the address is "
+	case !e.Addr.IsValid():
+		s = e.Host + " is "
+	case e.Host != "" && e.Host != e.Addr.String():
+		s = fmt.Sprintf("%s is %s, ", e.Host, e.Addr)
+	default:
+		s = e.Addr.String() + " is "
 	}
 	s += e.What + ", which deliveries must not connect to"
 	if e.Hint != "" {
@@ -129,17 +139,24 @@ func (e *RefusedError) Error() string {
 	return s
 }
 
-// policy is the part of a Config the address rule reads.
-type policy struct{ allowLoopback, allowPrivate bool }
+// Policy is the address rule's settings (Config.AllowLoopback and AllowPrivate, the variables
+// WEBHOOK_ALLOW_LOOPBACK and WEBHOOK_ALLOW_PRIVATE). A Client applies it to every address it dials
+// and, before that, to a url's host (CheckHost); the API applies the same to a task's url when the
+// task is created (CheckURL), so that a url no delivery could reach is refused then, not stored to
+// fail. The zero Policy allows global addresses only.
+type Policy struct {
+	AllowLoopback bool
+	AllowPrivate  bool
+}
 
 // check returns nil if the policy allows connecting to a, or the reason it does not.
-func (p policy) check(a netip.Addr) *RefusedError {
+func (p Policy) check(a netip.Addr) *RefusedError {
 	rg, ok := classify(a)
 	if ok {
 		return nil
 	}
 	switch {
-	case rg.kind == kindLoopback && p.allowLoopback, rg.kind == kindPrivate && p.allowPrivate:
+	case rg.kind == kindLoopback && p.AllowLoopback, rg.kind == kindPrivate && p.AllowPrivate:
 		return nil
 	}
 	e := &RefusedError{Addr: a, What: rg.what}
@@ -188,6 +205,52 @@ func classify(a netip.Addr) (addrRange, bool) {
 		return notGlobal, false
 	}
 	return addrRange{}, true
+}
+
+// CheckHost refuses, before any resolution, a url's host (as url.URL.Hostname gives it) that is an
+// IP address the policy forbids, or a numeric form that resolvers disagree on ("127.1",
+// "2130706433", "0x7f.1"), whatever address it would mean. A name returns nil: its addresses are
+// checked as each is dialled, as they may change.
+func (p Policy) CheckHost(host string) *RefusedError {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if e := p.check(a); e != nil {
+			e.Host = host
+			return e
+		}
+		return nil
+	}
+	a, parsed, numeric := legacyIPv4(host)
+	if !numeric {
+		return nil
+	}
+	e := &RefusedError{Host: host, What: "a numeric host in a non-standard form, which resolvers read differently; write an IPv4 address in dotted decimal (a.b.c.d)"}
+	if parsed {
+		e.Addr = a
+		if p.check(a) != nil {
+			rg, _ := classify(a)
+			e.What = "a non-standard numeric form of " + rg.what + "; write an IPv4 address in dotted decimal (a.b.c.d)"
+		} else {
+			e.What = "a non-standard numeric form of an IPv4 address; write it in dotted decimal (a.b.c.d)"
+		}
+	}
+	return e
+}
+
+// CheckURL checks a task's url as it is created: ValidateURL's rules, then CheckHost's on its host.
+// The error names the url and says what is wrong, in words fit for a 400 answer (a refusal is a
+// *RefusedError); nil if a delivery may try it (a name is checked again at every dial).
+func (p Policy) CheckURL(raw string) error {
+	if err := ValidateURL(raw); err != nil {
+		return err
+	}
+	u, err := url.Parse(raw)
+	if err != nil { // ValidateURL parsed it already
+		return errors.New("url is not a valid url")
+	}
+	if e := p.CheckHost(u.Hostname()); e != nil {
+		return e
+	}
+	return nil
 }
 
 func classify4(a netip.Addr) (addrRange, bool) {

@@ -129,8 +129,8 @@ func TestClassify(t *testing.T) {
 		}
 
 		// The policies: what each setting allows.
-		for _, p := range []policy{{}, {allowLoopback: true}, {allowPrivate: true}, {true, true}} {
-			wantOK := tc.want == allowed || (tc.want == loopback && p.allowLoopback) || (tc.want == private && p.allowPrivate)
+		for _, p := range []Policy{{}, {AllowLoopback: true}, {AllowPrivate: true}, {true, true}} {
+			wantOK := tc.want == allowed || (tc.want == loopback && p.AllowLoopback) || (tc.want == private && p.AllowPrivate)
 			e := p.check(a)
 			if (e == nil) != wantOK {
 				t.Errorf("%+v.check(%s) = %v, want allowed=%v", p, tc.addr, e, wantOK)
@@ -140,10 +140,10 @@ func TestClassify(t *testing.T) {
 			}
 		}
 	}
-	if e := (policy{}).check(netip.MustParseAddr("127.0.0.1")); !strings.Contains(e.Error(), "WEBHOOK_ALLOW_LOOPBACK") {
+	if e := (Policy{}).check(netip.MustParseAddr("127.0.0.1")); !strings.Contains(e.Error(), "WEBHOOK_ALLOW_LOOPBACK") {
 		t.Errorf("the refusal %q does not say how to allow loopback", e)
 	}
-	if e := (policy{}).check(netip.MustParseAddr("10.0.0.1")); !strings.Contains(e.Error(), "WEBHOOK_ALLOW_PRIVATE") {
+	if e := (Policy{}).check(netip.MustParseAddr("10.0.0.1")); !strings.Contains(e.Error(), "WEBHOOK_ALLOW_PRIVATE") {
 		t.Errorf("the refusal %q does not say how to allow private addresses", e)
 	}
 }
@@ -237,11 +237,10 @@ var metadataHosts = []string{
 // resolves to (TestMetadataRefusedAtTheDial dials them).
 func TestMetadataRefusedWhateverTheSettings(t *testing.T) {
 	t.Parallel()
-	everything := policy{allowLoopback: true, allowPrivate: true}
-	for _, p := range []policy{{}, {allowLoopback: true}, {allowPrivate: true}, everything} {
-		c := &Client{policy: p}
+	everything := Policy{AllowLoopback: true, AllowPrivate: true}
+	for _, p := range []Policy{{}, {AllowLoopback: true}, {AllowPrivate: true}, everything} {
 		for _, host := range metadataHosts {
-			e := c.checkHost(host)
+			e := p.CheckHost(host)
 			if e == nil {
 				t.Errorf("%+v: the host %s is allowed", p, host)
 				continue
@@ -267,7 +266,7 @@ func TestMetadataRefusedWhateverTheSettings(t *testing.T) {
 		"192.0.0.192":            "Oracle Cloud's metadata endpoint",
 		"2852039166":             "2852039166 is 169.254.169.254, a non-standard numeric form of the cloud metadata endpoint",
 	} {
-		if e := (&Client{policy: everything}).checkHost(host); e == nil || !strings.Contains(e.Error(), what) {
+		if e := everything.CheckHost(host); e == nil || !strings.Contains(e.Error(), what) {
 			t.Errorf("the refusal of %s, %v, does not say %q", host, e, what)
 		}
 	}
