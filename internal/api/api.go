@@ -49,6 +49,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
 )
 
 // Store is what the API needs of the store.
@@ -96,6 +97,12 @@ type Server struct {
 
 	// Idempotency configures the Idempotency-Key header of the creates (idempotency.go).
 	Idempotency Idempotency
+
+	// Webhook is the delivery's address rule (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE: the
+	// deliverers' own settings): a task whose url's host is an address it forbids, or a numeric form
+	// resolvers disagree on, is refused at create (tasks.go). The zero Policy allows only global
+	// addresses, as a deliverer's does. Names are checked where they are dialled.
+	Webhook webhook.Policy
 
 	routesOnce sync.Once
 	router     *router
@@ -251,7 +258,7 @@ func (s *Server) createAsync(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	task, err := parseTask(body)
+	task, err := parseTask(body, s.Webhook)
 	if err != nil {
 		s.error(w, r, err)
 		return

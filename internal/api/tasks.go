@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"net/http"
 	"strconv"
@@ -49,8 +50,9 @@ func (s *Server) taskStore() (TaskStore, error) {
 var taskFields = []string{"url", "payload", "referenceId", "maxRetries"}
 
 // parseTask reads a create's body: nil for no body or an empty object (a plain event), else the task
-// it asks for. Every mistake is an EINVALID error naming its field; nothing is written before.
-func parseTask(body []byte) (*exactlyonce.NewTask, error) {
+// it asks for. Every mistake is an EINVALID error naming its field; nothing is written before. The
+// url's host must be one the deliverers' address rule allows (addresses.CheckURL).
+func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, error) {
 	fields, err := jsonObject(body)
 	if err != nil || len(fields) == 0 {
 		return nil, err
@@ -73,7 +75,11 @@ func parseTask(body []byte) (*exactlyonce.NewTask, error) {
 	if json.Unmarshal(raw, &t.URL) != nil {
 		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url must be a string")
 	}
-	if err := webhook.ValidateURL(t.URL); err != nil {
+	if err := addresses.CheckURL(t.URL); err != nil {
+		var refused *webhook.RefusedError
+		if errors.As(err, &refused) {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url: %s", refused.Reason())
+		}
 		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url: %s", err.Error())
 	}
 	if p, ok := fields["payload"]; ok {

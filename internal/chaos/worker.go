@@ -122,7 +122,7 @@ func RunWorker(role string) int {
 		}
 		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
 		handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: cfg.QueueURL},
-			Logger: log, AsyncGroup: api.AsyncGroup{Linger: local.DefaultAsyncLinger}}
+			Logger: log, AsyncGroup: api.AsyncGroup{Linger: local.DefaultAsyncLinger}, Webhook: wire.WebhookPolicy(cfg)}
 		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		started = "started http://" + ln.Addr().String()
 		stats = func() WorkerStats {

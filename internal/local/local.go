@@ -32,6 +32,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -71,6 +72,9 @@ type Options struct {
 	// Idempotency configures the Idempotency-Key header (IDEMPOTENCY_TTL, IDEMPOTENCY_WAIT,
 	// IDEMPOTENCY_REQUIRED; defaults: api.Idempotency's). Locally every caller has one scope.
 	Idempotency api.Idempotency
+	// Webhook is the deliveries' address rule the API applies to a task's url at create
+	// (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE: the same settings as Sweep.Tasks's deliverer).
+	Webhook webhook.Policy
 	// Report, when set, hears of every settlement the processor and the sweeper make (the
 	// exactly-once checker's reports, internal/verify); Sweep.Report, when set, is the sweeper's.
 	Report processing.Reporter
@@ -139,7 +143,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	// into one INSERT, and sends messages naming many events (api.AsyncGroup); a Lambda serves one
 	// request at a time, and answers after its message is sent.
 	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
-		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency,
+		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency, Webhook: opt.Webhook,
 		Metrics: reg.Recorder(metrics.PartAPI)}
 	ui, err := localConsole(handler, client, reg, ln.Addr().String(), opt, log)
 	if err != nil {
@@ -401,6 +405,7 @@ func Env(c config.Config) Options {
 			Required: c.Idempotency.Required},
 		Agent:       wire.AgentVars(c.Agent),
 		MetricsAddr: c.MetricsAddr,
+		Webhook:     wire.WebhookPolicy(c),
 	}
 	if mc := c.Local.MappingConcurrency; mc != nil {
 		o.MappingConcurrency = *mc

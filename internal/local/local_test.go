@@ -6,6 +6,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/stretchr/testify/require"
 )
 
@@ -75,4 +76,15 @@ func TestEnv(t *testing.T) {
 	require.Equal(t, time.Second, o.Agent.Member.PulseInterval)
 	require.Equal(t, 9*time.Second, o.Agent.Member.Expiration)
 	require.Equal(t, &agents.Shard{Total: 2, Index: 1}, o.Agent.Member.Static)
+}
+
+// The API's check of a task's url follows the deliverers' settings.
+func TestEnvWebhookPolicy(t *testing.T) {
+	t.Parallel()
+	o, err := load(t, map[string]string{"WEBHOOK_ALLOW_LOOPBACK": "true"})
+	require.NoError(t, err)
+	require.Equal(t, webhook.Policy{AllowLoopback: true}, o.Webhook)
+	o, err = load(t, map[string]string{"WEBHOOK_ALLOW_PRIVATE": "true"})
+	require.NoError(t, err)
+	require.Equal(t, webhook.Policy{AllowPrivate: true}, o.Webhook)
 }

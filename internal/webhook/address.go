@@ -115,6 +115,7 @@ type RefusedError struct {
 	Addr netip.Addr // the address refused
 	What string     // what the address is, "a loopback address"
 	Hint string     // the setting that would allow it, if any
+	Fix  string     // how to write the host instead, if that is the fix
 }
 
 func (e *RefusedError) Error() string { return "refused: " + e.Reason() }
@@ -135,6 +136,9 @@ func (e *RefusedError) Reason() string {
 	s += e.What + ", which deliveries must not connect to"
 	if e.Hint != "" {
 		s += " (" + e.Hint + ")"
+	}
+	if e.Fix != "" {
+		s += "; " + e.Fix
 	}
 	return s
 }
@@ -223,14 +227,15 @@ func (p Policy) CheckHost(host string) *RefusedError {
 	if !numeric {
 		return nil
 	}
-	e := &RefusedError{Host: host, What: "a numeric host in a non-standard form, which resolvers read differently; write an IPv4 address in dotted decimal (a.b.c.d)"}
+	e := &RefusedError{Host: host, What: "a numeric host in a non-standard form, which resolvers read differently",
+		Fix: "write an IPv4 address in dotted decimal (a.b.c.d)"}
 	if parsed {
 		e.Addr = a
 		if p.check(a) != nil {
 			rg, _ := classify(a)
-			e.What = "a non-standard numeric form of " + rg.what + "; write an IPv4 address in dotted decimal (a.b.c.d)"
+			e.What, e.Fix = "a non-standard numeric form of "+rg.what, ""
 		} else {
-			e.What = "a non-standard numeric form of an IPv4 address; write it in dotted decimal (a.b.c.d)"
+			e.What, e.Fix = "a non-standard numeric form of an IPv4 address", "write it in dotted decimal ("+a.String()+")"
 		}
 	}
 	return e
