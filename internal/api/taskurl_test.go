@@ -139,3 +139,30 @@ func TestTaskURLToAForbiddenAddressIsRefusedAtCreate(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, rows(), n)
 }
+
+// POST /events with a task's fields is refused with a pointer to POST /events/async, where tasks
+// are created; nothing is written.
+func TestPlainCreateWithTaskFieldsPointsToAsync(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	for _, body := range []string{
+		`{"url": "https://example.com/hook"}`,
+		`{"url": "https://example.com/hook", "payload": {"n": 1}, "referenceId": "r", "maxRetries": 2}`,
+		`{"payload": {"n": 1}}`,
+		`{"referenceId": "r"}`,
+		`{"maxRetries": 2}`,
+	} {
+		status, out, _ := b.do(t, "POST", "/events", body)
+		require.Equal(t, http.StatusBadRequest, status, body)
+		msg, _ := out["error"].(string)
+		require.Contains(t, msg, "POST /events/async", body)
+		require.Contains(t, msg, "unknown field", body)
+	}
+	status, out, _ := b.do(t, "POST", "/events", `{"value": "mine"}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.NotContains(t, out["error"], "/events/async", "not a task's field")
+	n, err := b.store.Count(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Empty(t, b.queue.ids)
+}
