@@ -4,7 +4,7 @@
 //	POST /events        201 {"id", "value", ...}   create an event, processed synchronously
 //	POST /events/async  202 {"id"}                 create a pending event and queue it
 //	GET  /events        200 {"count"}              count events; with ?state=, list them (console.go)
-//	GET  /events/{id}   200 {"id", "value", ...}   one event; 404 unknown; 400 not a positive integer
+//	GET  /events/{id}   200 {"id", "value", ...}   one event; 404 unknown; 400 not a positive integer, or out of range
 //	GET  /counters/{userId}               200 {"userId", "counters"}   a user's counts (counters.go)
 //	GET  /counters/{userId}/{entityType}  200 {"userId", "entityType", "sum", "version"}   one count
 //

@@ -187,14 +187,9 @@ func taskJSON(e exactlyonce.Event) TaskJSON {
 	return j
 }
 
-// eventID reads the {id} path value: a positive integer in canonical form.
+// eventID reads the {id} path value: a positive integer in canonical form (parseID).
 func (s *Server) eventID(r *http.Request) (int64, error) {
-	raw := r.PathValue("id")
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != raw {
-		return 0, exactlyonce.Errorf(exactlyonce.EINVALID, "event id must be a positive integer, got %q", sanitize(raw))
-	}
-	return id, nil
+	return parseID(r.PathValue("id"), "event id", "a positive integer")
 }
 
 // AttemptJSON is one delivery attempt.
@@ -279,18 +274,18 @@ func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	var after int64
 	if v := q.Get("after"); v != "" || q.Has("after") {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "after must be a task's id, a positive integer, got %q", sanitize(v)))
+		n, err := parseID(v, "after", "a task's id, a positive integer")
+		if err != nil {
+			s.error(w, r, err)
 			return
 		}
 		after = n
 	}
 	limit := DefaultReferenceLimit
 	if v := q.Get("limit"); v != "" || q.Has("limit") {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxReferenceLimit {
-			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "limit must be an integer from 1 to %d, got %q", MaxReferenceLimit, sanitize(v)))
+		n, err := parseLimit(v, MaxReferenceLimit)
+		if err != nil {
+			s.error(w, r, err)
 			return
 		}
 		limit = n
