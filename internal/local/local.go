@@ -24,6 +24,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/console"
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/metrics/prom"
@@ -80,6 +81,9 @@ type Options struct {
 	Report processing.Reporter
 	// Counters, when set, runs the counter service's consumer (counters.go).
 	Counters *Counters
+	// IdleTimeout closes the API's (and console's) and the metrics endpoint's keep-alive
+	// connections idle this long (default httpserver.IdleTimeout).
+	IdleTimeout time.Duration
 	// MetricsAddr is where the parts' Prometheus metrics are served, on /metrics (METRICS_ADDR;
 	// cmd/local's default 127.0.0.1:9464; port 0 picks one). Empty: not served (System.Metrics
 	// still counts them).
@@ -153,7 +157,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		}
 		return nil, err
 	}
-	server := &http.Server{Handler: withConsole(handler, ui, ln.Addr().String()), ReadHeaderTimeout: 10 * time.Second}
+	server := newServer(withConsole(handler, ui, ln.Addr().String()), opt)
 	pollers := opt.MappingConcurrency
 	if pollers <= 0 {
 		pollers = mapping.DefaultConcurrency
@@ -195,7 +199,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		sys.MetricsURL = "http://" + mln.Addr().String() + "/metrics"
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", reg.Handler())
-		metricsServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		metricsServer = newServer(mux, opt)
 		log.Info("local: metrics served", "url", sys.MetricsURL)
 	}
 	log.Info("local: api listening", "url", sys.URL, "async_linger", opt.AsyncLinger.String())
@@ -274,6 +278,16 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		sys.done <- errors.Join(all...)
 	}()
 	return sys, nil
+}
+
+// newServer is an HTTP server of the run for h, with the project's timeouts (httpserver) and
+// opt.IdleTimeout when set.
+func newServer(h http.Handler, opt Options) *http.Server {
+	srv := httpserver.New(h)
+	if opt.IdleTimeout > 0 {
+		srv.IdleTimeout = opt.IdleTimeout
+	}
+	return srv
 }
 
 // localConsole is the operators' console of a local run (internal/console), served beside the API
