@@ -37,7 +37,8 @@ type Config struct {
 	Timeout time.Duration
 	// AllowLoopback is WEBHOOK_ALLOW_LOOPBACK: allow 127.0.0.0/8 and ::1 (local runs and tests).
 	AllowLoopback bool
-	// AllowPrivate is WEBHOOK_ALLOW_PRIVATE: allow RFC 1918 and fc00::/7 (receivers inside a VPC).
+	// AllowPrivate is WEBHOOK_ALLOW_PRIVATE: allow RFC 1918 and fc00::/7 (receivers inside a VPC),
+	// less the cloud metadata endpoints in fc00::/7, refused whatever the settings (address.go).
 	AllowPrivate bool
 	// UserAgent is the User-Agent header (DefaultUserAgent).
 	UserAgent string
