@@ -20,6 +20,8 @@ import (
 	"sync"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 )
 
 func main() {
@@ -32,7 +34,9 @@ func main() {
 		log.Fatal(err)
 	}
 	log.Printf("receiver: listening on http://%s", *addr)
-	log.Fatal(http.ListenAndServe(*addr, h))
+	srv := httpserver.New(h) // with the project's timeouts: an idle keep-alive connection is closed
+	srv.Addr = *addr
+	log.Fatal(srv.ListenAndServe())
 }
 
 // handler verifies, deduplicates and prints deliveries.

@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -37,6 +36,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	"github.com/exactlyonce/exactlyonce/internal/console"
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 )
 
@@ -108,7 +108,7 @@ func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 		ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserver.New(h)
 	fmt.Printf("console: http://%s/ui/\n  API:    %s (signed with your AWS credentials, region %s)\n  queues: %s\n  rates:  %s\n",
 		ln.Addr(), apiURL, region, cmp.Or(strings.Join(queues, ", "), "none"), describeFunctions(functions))
 	done := make(chan error, 1)

@@ -95,20 +95,14 @@ func parseListQuery(raw string) (listQuery, error) {
 		}
 	}
 	if q.Has("before") {
-		v := q.Get("before")
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 || strconv.FormatInt(n, 10) != v {
-			return bad("before must be an event id, a positive integer, got %q", sanitize(v))
+		if lq.before, err = parseID(q.Get("before"), "before", "an event id, a positive integer"); err != nil {
+			return listQuery{}, err
 		}
-		lq.before = n
 	}
 	if q.Has("limit") {
-		v := q.Get("limit")
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxListLimit || strconv.Itoa(n) != v {
-			return bad("limit must be an integer from 1 to %d, got %q", MaxListLimit, sanitize(v))
+		if lq.limit, err = parseLimit(q.Get("limit"), MaxListLimit); err != nil {
+			return listQuery{}, err
 		}
-		lq.limit = n
 	}
 	return lq, nil
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"net/http"
 	"strconv"
@@ -49,8 +50,9 @@ func (s *Server) taskStore() (TaskStore, error) {
 var taskFields = []string{"url", "payload", "referenceId", "maxRetries"}
 
 // parseTask reads a create's body: nil for no body or an empty object (a plain event), else the task
-// it asks for. Every mistake is an EINVALID error naming its field; nothing is written before.
-func parseTask(body []byte) (*exactlyonce.NewTask, error) {
+// it asks for. Every mistake is an EINVALID error naming its field; nothing is written before. The
+// url's host must be one the deliverers' address rule allows (addresses.CheckURL).
+func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, error) {
 	fields, err := jsonObject(body)
 	if err != nil || len(fields) == 0 {
 		return nil, err
@@ -73,7 +75,11 @@ func parseTask(body []byte) (*exactlyonce.NewTask, error) {
 	if json.Unmarshal(raw, &t.URL) != nil {
 		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url must be a string")
 	}
-	if err := webhook.ValidateURL(t.URL); err != nil {
+	if err := addresses.CheckURL(t.URL); err != nil {
+		var refused *webhook.RefusedError
+		if errors.As(err, &refused) {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url: %s", refused.Reason())
+		}
 		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url: %s", err.Error())
 	}
 	if p, ok := fields["payload"]; ok {
@@ -181,14 +187,9 @@ func taskJSON(e exactlyonce.Event) TaskJSON {
 	return j
 }
 
-// eventID reads the {id} path value: a positive integer in canonical form.
+// eventID reads the {id} path value: a positive integer in canonical form (parseID).
 func (s *Server) eventID(r *http.Request) (int64, error) {
-	raw := r.PathValue("id")
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != raw {
-		return 0, exactlyonce.Errorf(exactlyonce.EINVALID, "event id must be a positive integer, got %q", sanitize(raw))
-	}
-	return id, nil
+	return parseID(r.PathValue("id"), "event id", "a positive integer")
 }
 
 // AttemptJSON is one delivery attempt.
@@ -273,18 +274,18 @@ func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	var after int64
 	if v := q.Get("after"); v != "" || q.Has("after") {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "after must be a task's id, a positive integer, got %q", sanitize(v)))
+		n, err := parseID(v, "after", "a task's id, a positive integer")
+		if err != nil {
+			s.error(w, r, err)
 			return
 		}
 		after = n
 	}
 	limit := DefaultReferenceLimit
 	if v := q.Get("limit"); v != "" || q.Has("limit") {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxReferenceLimit {
-			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "limit must be an integer from 1 to %d, got %q", MaxReferenceLimit, sanitize(v)))
+		n, err := parseLimit(v, MaxReferenceLimit)
+		if err != nil {
+			s.error(w, r, err)
 			return
 		}
 		limit = n

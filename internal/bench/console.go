@@ -11,6 +11,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/console"
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 )
 
 // runConsole measures what the operators' console adds to the API's reads it shows: GET
@@ -45,7 +46,7 @@ func runConsole(ctx context.Context, r *run) error {
 		ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserver.New(handler)
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	ui := "http://" + ln.Addr().String() + "/ui/api"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
@@ -91,7 +92,7 @@ func countReads(ctx context.Context, r *run, group string) error {
 			return side{}, nil, err
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: &api.Server{Store: store, Logger: log}}
+		srv := httpserver.New(&api.Server{Store: store, Logger: log})
 		go func() { _ = srv.Serve(ln) }()
 		return side{name: name, url: "http://" + ln.Addr().String(), events: events, db: db},
 			func() { _ = srv.Close(); stop() }, nil

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
 )
 
@@ -220,7 +221,7 @@ func newRuntimeAPI() (*runtimeAPI, error) {
 		return nil, err
 	}
 	rt := &runtimeAPI{addr: ln.Addr().String(), nextAt: make(chan time.Time, 16)}
-	rt.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	rt.srv = httpserver.New(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodGet || req.URL.Path != runtimeNext {
 			http.NotFound(w, req)
 			return
@@ -230,7 +231,7 @@ func newRuntimeAPI() (*runtimeAPI, error) {
 		default:
 		}
 		<-req.Context().Done() // held until the bootstrap is killed
-	})}
+	}))
 	go func() { _ = rt.srv.Serve(ln) }()
 	return rt, nil
 }

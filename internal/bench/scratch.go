@@ -7,10 +7,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	drv "github.com/go-sql-driver/mysql"
 )
@@ -150,7 +150,7 @@ func (r *run) serveScratch(ctx context.Context, label string, seed func(*sql.DB)
 		stop()
 		return nil, err
 	}
-	srv := &http.Server{Handler: &api.Server{Store: store}, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserver.New(&api.Server{Store: store})
 	go func() { _ = srv.Serve(ln) }()
 	return &servedDB{url: "http://" + ln.Addr().String(), store: store, stop: func() { srv.Close(); stop() }}, nil
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -142,8 +142,8 @@ func (r *run) startStack(ctx context.Context, label string, opts ...func(*local.
 		if err != nil {
 			return "", err
 		}
-		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second,
-			Handler: &api.Server{Store: st.store, Queue: &queue.SQSSender{Client: client, QueueURL: queues.URL}, Logger: log, AsyncGroup: g}}
+		srv := httpserver.New(&api.Server{Store: st.store, Queue: &queue.SQSSender{Client: client, QueueURL: queues.URL}, Logger: log,
+			AsyncGroup: g})
 		go func() { _ = srv.Serve(ln) }()
 		stops = append(stops, func() { _ = srv.Close() })
 		return "http://" + ln.Addr().String(), nil

@@ -7,7 +7,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 )
 
 // Tasks in the chaos run: every TaskEvery-th async create of a client is a task (an event with a
@@ -49,7 +50,7 @@ func startTaskReceiver() (*taskReceiver, error) {
 	}
 	r := &taskReceiver{url: "http://" + ln.Addr().String() + "/hook", attempted: map[string]int{},
 		delivered: map[string]int{}, ids: map[string]taskPayload{}, attempts: map[string]int{}}
-	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	r.srv = httpserver.New(r)
 	go func() { _ = r.srv.Serve(ln) }()
 	return r, nil
 }

@@ -8,7 +8,6 @@ import (
 	stdlog "log"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
@@ -122,8 +122,8 @@ func RunWorker(role string) int {
 		}
 		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
 		handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: cfg.QueueURL},
-			Logger: log, AsyncGroup: api.AsyncGroup{Linger: local.DefaultAsyncLinger}}
-		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+			Logger: log, AsyncGroup: api.AsyncGroup{Linger: local.DefaultAsyncLinger}, Webhook: wire.WebhookPolicy(cfg)}
+		srv := httpserver.New(handler)
 		started = "started http://" + ln.Addr().String()
 		stats = func() WorkerStats {
 			st := store.Stats()

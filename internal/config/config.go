@@ -173,7 +173,8 @@ type Webhook struct {
 	// runs).
 	AllowLoopback bool
 	// AllowPrivate is WEBHOOK_ALLOW_PRIVATE: deliveries may connect to RFC 1918 and fc00::/7
-	// addresses (receivers inside a VPC).
+	// addresses (receivers inside a VPC), never to a cloud metadata endpoint. The API checks a
+	// task's url at create with both settings (wire.WebhookPolicy).
 	AllowPrivate bool
 	// WorkerMaxReferences is WORKER_MAX_REFERENCES: the references one event worker holds before it
 	// is willTerminate (processing.EventService; zero: its default, 100).

@@ -8,7 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
@@ -115,7 +119,7 @@ func TestTasksAreDeliveredInOrderPerReferenceByProcessorsAndSweepers(t *testing.
 	recv := httptest.NewServer(rec)
 	t.Cleanup(recv.Close)
 	srv := httptest.NewServer(&api.Server{Store: r.store, Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
-		Logger: testLogger()})
+		Logger: testLogger(), Webhook: webhook.Policy{AllowLoopback: true}})
 	t.Cleanup(srv.Close)
 	r.run(4, 10)
 
@@ -257,4 +261,81 @@ func TestTaskDeliveredAgainAfterTheWorkerDiedBeforeSettling(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Processed, e.State)
 	require.Equal(t, 1, e.ProcessCount, "completed once")
+}
+
+// With WEBHOOK_ALLOW_PRIVATE (and WEBHOOK_ALLOW_LOOPBACK) on, tasks to names that resolve to a cloud
+// metadata endpoint, in its IPv6, NAT64, 6to4 and other clouds' forms, are created (a name is checked
+// where it is dialled), sent through the queue, and fail at their first attempt: the deliverer
+// refuses each socket before it connects, so no packet leaves for the endpoint, and a refusal is
+// final (no retry). A task to a loopback receiver through the same resolver, the same settings and
+// the same path is delivered: the refusals are the rule's.
+func TestTasksToMetadataEndpointsAreRefusedWithPrivateAddressesAllowed(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, rigOptions{visibility: 5, maxReceive: 10})
+	var hits atomic.Int64
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(recv.Close)
+	addrs := []string{"fd00:ec2::254", "169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::", "::a9fe:a9fe",
+		"fd20:ce::254", "100.100.100.200", "192.0.0.192", "fe80::a9fe:a9fe"}
+	answers := map[string][]string{"receiver.test": {"127.0.0.1"}}
+	for i, a := range addrs {
+		answers[fmt.Sprintf("metadata-%d.test", i)] = []string{a}
+	}
+	dns := testutil.NewDNS(answers)
+	settings := webhook.Config{Key: testKey, AllowPrivate: true, AllowLoopback: true, Resolver: dns.Resolver(), Timeout: 5 * time.Second}
+	r.proc.Tasks = &processing.Tasks{Deliverer: webhook.New(settings), RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
+	srv := httptest.NewServer(&api.Server{Store: r.store, Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
+		Logger: testLogger(), Webhook: settings.Policy()})
+	t.Cleanup(srv.Close)
+	r.run(2, 10)
+
+	call := func(method, path, body string, want int) map[string]any {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var out map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		require.Equal(t, want, resp.StatusCode, "%s %s: %v", method, path, out)
+		return out
+	}
+	var ids []int64
+	for i := range addrs {
+		out := call("POST", "/events/async", fmt.Sprintf(`{"url": "http://metadata-%d.test/latest/meta-data/iam/", "maxRetries": 3}`, i),
+			http.StatusAccepted)
+		ids = append(ids, int64(out["id"].(float64)))
+	}
+	out := call("POST", "/events/async", `{"url": "http://receiver.test:`+strings.TrimPrefix(recv.URL, "http://127.0.0.1:")+`/hook"}`,
+		http.StatusAccepted)
+	control := int64(out["id"].(float64))
+	all := append(append([]int64(nil), ids...), control)
+	attemptsOf := func(id int64) []any {
+		return call("GET", fmt.Sprintf("/events/%d/attempts", id), "", http.StatusOK)["attempts"].([]any)
+	}
+	// Each task's first attempt: a refusal, made on the address its name resolved to.
+	for i, id := range ids {
+		name, dialled := fmt.Sprintf("metadata-%d.test", i), netip.MustParseAddr(addrs[i]).Unmap().String()
+		require.Eventually(t, func() bool { return len(attemptsOf(id)) > 0 }, time.Minute, 20*time.Millisecond, "%s attempted", name)
+		first := attemptsOf(id)[0].(map[string]any)
+		msg, _ := first["error"].(string)
+		require.True(t, strings.HasPrefix(msg, "refused: "+name+" is "+dialled+", "), "%s: the first attempt: %q", name, msg)
+		require.NotContains(t, msg, "WEBHOOK_ALLOW", "no setting allows it")
+		require.Nil(t, first["status"], "%s: no answer, no connection", name)
+		require.Contains(t, dns.Names(), name+".", "%s was resolved: the refusal was the dial's", name)
+	}
+	// A refusal is final: the task failed at that attempt, with no retry.
+	require.Eventually(t, func() bool { return allSettled(t, r.checkStore, all) }, time.Minute, 20*time.Millisecond, "every task settled")
+	for i, id := range ids {
+		task := call("GET", fmt.Sprintf("/events/%d", id), "", http.StatusOK)
+		require.Equal(t, "failed", task["state"], "metadata-%d.test", i)
+		require.Len(t, attemptsOf(id), 1, "metadata-%d.test: a refusal is final", i)
+	}
+	require.Equal(t, "completed", call("GET", fmt.Sprintf("/events/%d", control), "", http.StatusOK)["state"])
+	require.EqualValues(t, 1, hits.Load(), "the control task reached its receiver")
+	r.settledOnce(all, exactlyonce.ByProcessor)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/console"
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/metrics/prom"
@@ -32,6 +33,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -71,11 +73,17 @@ type Options struct {
 	// Idempotency configures the Idempotency-Key header (IDEMPOTENCY_TTL, IDEMPOTENCY_WAIT,
 	// IDEMPOTENCY_REQUIRED; defaults: api.Idempotency's). Locally every caller has one scope.
 	Idempotency api.Idempotency
+	// Webhook is the deliveries' address rule the API applies to a task's url at create
+	// (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE: the same settings as Sweep.Tasks's deliverer).
+	Webhook webhook.Policy
 	// Report, when set, hears of every settlement the processor and the sweeper make (the
 	// exactly-once checker's reports, internal/verify); Sweep.Report, when set, is the sweeper's.
 	Report processing.Reporter
 	// Counters, when set, runs the counter service's consumer (counters.go).
 	Counters *Counters
+	// IdleTimeout closes the API's (and console's) and the metrics endpoint's keep-alive
+	// connections idle this long (default httpserver.IdleTimeout).
+	IdleTimeout time.Duration
 	// MetricsAddr is where the parts' Prometheus metrics are served, on /metrics (METRICS_ADDR;
 	// cmd/local's default 127.0.0.1:9464; port 0 picks one). Empty: not served (System.Metrics
 	// still counts them).
@@ -141,7 +149,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	// into one INSERT, and sends messages naming many events (api.AsyncGroup); a Lambda serves one
 	// request at a time, and answers after its message is sent.
 	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
-		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency,
+		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency, Webhook: opt.Webhook,
 		Metrics: reg.Recorder(metrics.PartAPI)}
 	ui, err := localConsole(handler, client, reg, ln.Addr().String(), opt, log)
 	if err != nil {
@@ -151,7 +159,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		}
 		return nil, err
 	}
-	server := &http.Server{Handler: withConsole(handler, ui, ln.Addr().String()), ReadHeaderTimeout: 10 * time.Second}
+	server := newServer(withConsole(handler, ui, ln.Addr().String()), opt)
 	pollers := opt.MappingConcurrency
 	if pollers <= 0 {
 		pollers = mapping.DefaultConcurrency
@@ -193,7 +201,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		sys.MetricsURL = "http://" + mln.Addr().String() + "/metrics"
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", reg.Handler())
-		metricsServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		metricsServer = newServer(mux, opt)
 		log.Info("local: metrics served", "url", sys.MetricsURL)
 	}
 	log.Info("local: api listening", "url", sys.URL, "async_linger", opt.AsyncLinger.String())
@@ -279,6 +287,16 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 		sys.done <- errors.Join(all...)
 	}()
 	return sys, nil
+}
+
+// newServer is an HTTP server of the run for h, with the project's timeouts (httpserver) and
+// opt.IdleTimeout when set.
+func newServer(h http.Handler, opt Options) *http.Server {
+	srv := httpserver.New(h)
+	if opt.IdleTimeout > 0 {
+		srv.IdleTimeout = opt.IdleTimeout
+	}
+	return srv
 }
 
 // localConsole is the operators' console of a local run (internal/console), served beside the API
@@ -410,6 +428,7 @@ func Env(c config.Config) Options {
 			Required: c.Idempotency.Required},
 		Agent:       wire.AgentVars(c.Agent),
 		MetricsAddr: c.MetricsAddr,
+		Webhook:     wire.WebhookPolicy(c),
 	}
 	if mc := c.Local.MappingConcurrency; mc != nil {
 		o.MappingConcurrency = *mc

@@ -6,6 +6,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/stretchr/testify/require"
 )
 
@@ -102,4 +103,15 @@ func TestGetenvFoldsTheDatabaseVariables(t *testing.T) {
 	c, err = read(map[string]string{"DB_HOST": "h", "DB_USER": "u", "DB_NAME": "n"})
 	require.NoError(t, err)
 	require.Equal(t, config.DB{Host: "h", User: "u", Name: "n"}, c.DB)
+}
+
+// The API's check of a task's url follows the deliverers' settings.
+func TestEnvWebhookPolicy(t *testing.T) {
+	t.Parallel()
+	o, err := load(t, map[string]string{"WEBHOOK_ALLOW_LOOPBACK": "true"})
+	require.NoError(t, err)
+	require.Equal(t, webhook.Policy{AllowLoopback: true}, o.Webhook)
+	o, err = load(t, map[string]string{"WEBHOOK_ALLOW_PRIVATE": "true"})
+	require.NoError(t, err)
+	require.Equal(t, webhook.Policy{AllowPrivate: true}, o.Webhook)
 }

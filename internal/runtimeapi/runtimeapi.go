@@ -28,6 +28,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 )
 
 const prefix = "/2018-06-01/runtime/"
@@ -93,7 +95,7 @@ func Start(functionARN string, timeout time.Duration) (*Server, error) {
 	if s.Timeout <= 0 {
 		s.Timeout = 30 * time.Second
 	}
-	s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	s.http = httpserver.New(s)
 	go func() { _ = s.http.Serve(ln) }()
 	return s, nil
 }

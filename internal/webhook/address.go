@@ -1,8 +1,10 @@
 package webhook
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -17,6 +19,13 @@ import (
 // benchmarking ranges, the deprecated 6to4 relay anycast 192.88.99.0/24, multicast 224.0.0.0/4,
 // the reserved 240.0.0.0/4 and the broadcast address 255.255.255.255.
 //
+// The cloud metadata endpoints are refused whatever the settings, in every form (mapped, NAT64,
+// 6to4, numeric): 169.254.169.254 (AWS, Google Cloud, Azure and others) and the rest of the
+// link-local ranges, Alibaba Cloud's 100.100.100.200 (in carrier-grade NAT) and Oracle Cloud's
+// 192.0.0.192 (in the IETF protocol assignments), and, inside the unique local fc00::/7 that
+// WEBHOOK_ALLOW_PRIVATE opens, AWS's IPv6 services fd00:ec2::/64 (metadata fd00:ec2::254, DNS
+// ::253, time ::123) and Google Cloud's IPv6 metadata endpoint fd20:ce::254.
+//
 // IPv6: an address that embeds an IPv4 one is judged by it: the IPv4-mapped ::ffff:0:0/96 and
 // the well-known NAT64 prefix 64:ff9b::/96 (RFC 6052: an IPv6-only VPC reaches IPv4 receivers
 // through DNS64 and a NAT gateway with these addresses, so a public embedded address is allowed).
@@ -27,15 +36,15 @@ import (
 // the connection to the embedded address. Outside 2000::/3 this refuses the unspecified ::,
 // loopback ::1 (unless allowed), the deprecated IPv4-compatible ::/96 whatever it embeds, the
 // local-use NAT64 64:ff9b:1::/48 (its translator may reach anything), discard-only 100::/64,
-// unique local fc00::/7 (unless private is allowed; it holds the metadata endpoint fd00:ec2::254),
+// unique local fc00::/7 (unless private is allowed; less the metadata endpoints in it, always refused),
 // link-local fe80::/10, the deprecated site-local fec0::/10 and multicast ff00::/8.
 
 type addrKind int
 
 const (
-	kindForbidden addrKind = iota
-	kindLoopback           // allowed by Config.AllowLoopback
-	kindPrivate            // allowed by Config.AllowPrivate
+	kindForbidden addrKind = iota // refused whatever the settings
+	kindLoopback                  // allowed by Policy.AllowLoopback
+	kindPrivate                   // allowed by Policy.AllowPrivate
 )
 
 type addrRange struct {
@@ -54,10 +63,13 @@ var v4Ranges = []addrRange{
 	r("0.0.0.0/32", kindForbidden, "the unspecified address"),
 	r("0.0.0.0/8", kindForbidden, `a "this network" address (0.0.0.0/8)`),
 	r("10.0.0.0/8", kindPrivate, "a private address (RFC 1918)"),
+	r("100.100.100.200/32", kindForbidden, "Alibaba Cloud's metadata endpoint (100.100.100.200)"),
 	r("100.64.0.0/10", kindForbidden, "a carrier-grade NAT address (100.64.0.0/10)"),
 	r("127.0.0.0/8", kindLoopback, "a loopback address"),
+	r("169.254.169.254/32", kindForbidden, "the cloud metadata endpoint (169.254.169.254: AWS, Google Cloud, Azure and others)"),
 	r("169.254.0.0/16", kindForbidden, "a link-local address (169.254.0.0/16, which holds the cloud metadata endpoint)"),
 	r("172.16.0.0/12", kindPrivate, "a private address (RFC 1918)"),
+	r("192.0.0.192/32", kindForbidden, "Oracle Cloud's metadata endpoint (192.0.0.192)"),
 	r("192.0.0.0/24", kindForbidden, "an IETF protocol assignment address (192.0.0.0/24)"),
 	r("192.0.2.0/24", kindForbidden, "a documentation address (192.0.2.0/24)"),
 	r("192.88.99.0/24", kindForbidden, "a 6to4 relay anycast address (192.88.99.0/24, deprecated)"),
@@ -81,6 +93,9 @@ var v6Ranges = []addrRange{
 	r("2001::/23", kindForbidden, "an IETF protocol assignment address (2001::/23)"),
 	r("2002::/16", kindForbidden, "a 6to4 address (2002::/16, deprecated)"),
 	r("3fff::/20", kindForbidden, "a documentation address (3fff::/20)"),
+	r("fd00:ec2::254/128", kindForbidden, "AWS's metadata endpoint over IPv6 (fd00:ec2::254)"),
+	r("fd00:ec2::/64", kindForbidden, "an address of AWS's link-local services over IPv6 (fd00:ec2::/64: metadata ::254, DNS ::253, time ::123)"),
+	r("fd20:ce::254/128", kindForbidden, "Google Cloud's metadata endpoint over IPv6 (fd20:ce::254)"),
 	r("fc00::/7", kindPrivate, "a unique local address (fc00::/7, private)"),
 	r("fe80::/10", kindForbidden, "a link-local address (fe80::/10)"),
 	r("fec0::/10", kindForbidden, "a site-local address (fec0::/10, deprecated)"),
@@ -100,33 +115,52 @@ type RefusedError struct {
 	Addr netip.Addr // the address refused
 	What string     // what the address is, "a loopback address"
 	Hint string     // the setting that would allow it, if any
+	Fix  string     // how to write the host instead, if that is the fix
 }
 
-func (e *RefusedError) Error() string {
-	s := "refused: "
-	if e.Host != "" && e.Host != e.Addr.String() {
-		s += fmt.Sprintf("%s is %s, ", e.Host, e.Addr)
-	} else {
-		s += e.Addr.String() + " is "
+func (e *RefusedError) Error() string { return "refused: " + e.Reason() }
+
+// Reason is Error without its "refused: ": what the host is, and the setting that would allow it.
+func (e *RefusedError) Reason() string {
+	var s string
+	switch {
+	case !e.Addr.IsValid() && e.Host == "":
+		s = "the address is "
+	case !e.Addr.IsValid():
+		s = e.Host + " is "
+	case e.Host != "" && e.Host != e.Addr.String():
+		s = fmt.Sprintf("%s is %s, ", e.Host, e.Addr)
+	default:
+		s = e.Addr.String() + " is "
 	}
 	s += e.What + ", which deliveries must not connect to"
 	if e.Hint != "" {
 		s += " (" + e.Hint + ")"
 	}
+	if e.Fix != "" {
+		s += "; " + e.Fix
+	}
 	return s
 }
 
-// policy is the part of a Config the address rule reads.
-type policy struct{ allowLoopback, allowPrivate bool }
+// Policy is the address rule's settings (Config.AllowLoopback and AllowPrivate, the variables
+// WEBHOOK_ALLOW_LOOPBACK and WEBHOOK_ALLOW_PRIVATE). A Client applies it to every address it dials
+// and, before that, to a url's host (CheckHost); the API applies the same to a task's url when the
+// task is created (CheckURL), so that a url no delivery could reach is refused then, not stored to
+// fail. The zero Policy allows global addresses only.
+type Policy struct {
+	AllowLoopback bool
+	AllowPrivate  bool
+}
 
 // check returns nil if the policy allows connecting to a, or the reason it does not.
-func (p policy) check(a netip.Addr) *RefusedError {
+func (p Policy) check(a netip.Addr) *RefusedError {
 	rg, ok := classify(a)
 	if ok {
 		return nil
 	}
 	switch {
-	case rg.kind == kindLoopback && p.allowLoopback, rg.kind == kindPrivate && p.allowPrivate:
+	case rg.kind == kindLoopback && p.AllowLoopback, rg.kind == kindPrivate && p.AllowPrivate:
 		return nil
 	}
 	e := &RefusedError{Addr: a, What: rg.what}
@@ -175,6 +209,53 @@ func classify(a netip.Addr) (addrRange, bool) {
 		return notGlobal, false
 	}
 	return addrRange{}, true
+}
+
+// CheckHost refuses, before any resolution, a url's host (as url.URL.Hostname gives it) that is an
+// IP address the policy forbids, or a numeric form that resolvers disagree on ("127.1",
+// "2130706433", "0x7f.1"), whatever address it would mean. A name returns nil: its addresses are
+// checked as each is dialled, as they may change.
+func (p Policy) CheckHost(host string) *RefusedError {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if e := p.check(a); e != nil {
+			e.Host = host
+			return e
+		}
+		return nil
+	}
+	a, parsed, numeric := legacyIPv4(host)
+	if !numeric {
+		return nil
+	}
+	e := &RefusedError{Host: host, What: "a numeric host in a non-standard form, which resolvers read differently",
+		Fix: "write an IPv4 address in dotted decimal (a.b.c.d)"}
+	if parsed {
+		e.Addr = a
+		if p.check(a) != nil {
+			rg, _ := classify(a)
+			e.What, e.Fix = "a non-standard numeric form of "+rg.what, ""
+		} else {
+			e.What, e.Fix = "a non-standard numeric form of an IPv4 address", "write it in dotted decimal ("+a.String()+")"
+		}
+	}
+	return e
+}
+
+// CheckURL checks a task's url as it is created: ValidateURL's rules, then CheckHost's on its host.
+// The error names the url and says what is wrong, in words fit for a 400 answer (a refusal is a
+// *RefusedError); nil if a delivery may try it (a name is checked again at every dial).
+func (p Policy) CheckURL(raw string) error {
+	if err := ValidateURL(raw); err != nil {
+		return err
+	}
+	u, err := url.Parse(raw)
+	if err != nil { // ValidateURL parsed it already
+		return errors.New("url is not a valid url")
+	}
+	if e := p.CheckHost(u.Hostname()); e != nil {
+		return e
+	}
+	return nil
 }
 
 func classify4(a netip.Addr) (addrRange, bool) {

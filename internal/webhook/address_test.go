@@ -55,7 +55,8 @@ func TestClassify(t *testing.T) {
 		{"192.168.1.1", private, "RFC 1918"},
 		{"::ffff:10.1.2.3", private, "IPv4-mapped form of a private"},
 		{"fc00::1", private, "unique local"},
-		{"fd00:ec2::254", private, "unique local"}, // the EC2 IPv6 metadata endpoint
+		{"fd00:ec2:0:1::254", private, "unique local"}, // beside AWS's services, not one of them
+		{"fd20:ce::253", private, "unique local"},
 
 		// Forbidden whatever the settings.
 		{"0.0.0.0", forbidden, "unspecified"},
@@ -64,9 +65,15 @@ func TestClassify(t *testing.T) {
 		{"::ffff:0.0.0.0", forbidden, "mapped form of the unspecified"},
 		{"100.64.0.1", forbidden, "carrier-grade NAT"},
 		{"100.127.255.255", forbidden, "carrier-grade NAT"},
-		{"169.254.169.254", forbidden, "link-local"},
+		{"169.254.169.254", forbidden, "cloud metadata endpoint"},
+		{"fd00:ec2::254", forbidden, "AWS's metadata endpoint over IPv6"}, // in fc00::/7, refused all the same
+		{"fd00:ec2::253", forbidden, "AWS's link-local services"},
+		{"fd20:ce::254", forbidden, "Google Cloud's metadata endpoint"},
+		{"100.100.100.200", forbidden, "Alibaba Cloud's metadata endpoint"},
+		{"192.0.0.192", forbidden, "Oracle Cloud's metadata endpoint"},
 		{"169.254.169.253", forbidden, "link-local"},
-		{"::ffff:169.254.169.254", forbidden, "mapped form of a link-local"},
+		{"::ffff:169.254.169.254", forbidden, "mapped form of the cloud metadata endpoint"},
+		{"::ffff:169.254.1.1", forbidden, "mapped form of a link-local"},
 		{"fe80::1", forbidden, "link-local"},
 		{"fe80::1%eth0", forbidden, "link-local"},
 		{"febf:ffff::1", forbidden, "link-local"},
@@ -88,7 +95,8 @@ func TestClassify(t *testing.T) {
 		{"::808:808", forbidden, "IPv4-compatible"}, // ::8.8.8.8: deprecated, refused whatever it embeds
 		{"64:ff9b::7f00:1", forbidden, "NAT64 form (64:ff9b::/96) of a loopback"},
 		{"64:ff9b::a00:1", forbidden, "NAT64 form (64:ff9b::/96) of a private"},
-		{"64:ff9b::a9fe:a9fe", forbidden, "NAT64 form (64:ff9b::/96) of a link-local"},
+		{"64:ff9b::a9fe:a9fe", forbidden, "NAT64 form (64:ff9b::/96) of the cloud metadata endpoint"},
+		{"64:ff9b::a9fe:101", forbidden, "NAT64 form (64:ff9b::/96) of a link-local"},
 		{"64:ff9b:1::808:808", forbidden, "local-use NAT64"},
 		{"2001::1", forbidden, "Teredo"},
 		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", forbidden, "Teredo"},
@@ -121,8 +129,8 @@ func TestClassify(t *testing.T) {
 		}
 
 		// The policies: what each setting allows.
-		for _, p := range []policy{{}, {allowLoopback: true}, {allowPrivate: true}, {true, true}} {
-			wantOK := tc.want == allowed || (tc.want == loopback && p.allowLoopback) || (tc.want == private && p.allowPrivate)
+		for _, p := range []Policy{{}, {AllowLoopback: true}, {AllowPrivate: true}, {true, true}} {
+			wantOK := tc.want == allowed || (tc.want == loopback && p.AllowLoopback) || (tc.want == private && p.AllowPrivate)
 			e := p.check(a)
 			if (e == nil) != wantOK {
 				t.Errorf("%+v.check(%s) = %v, want allowed=%v", p, tc.addr, e, wantOK)
@@ -132,10 +140,10 @@ func TestClassify(t *testing.T) {
 			}
 		}
 	}
-	if e := (policy{}).check(netip.MustParseAddr("127.0.0.1")); !strings.Contains(e.Error(), "WEBHOOK_ALLOW_LOOPBACK") {
+	if e := (Policy{}).check(netip.MustParseAddr("127.0.0.1")); !strings.Contains(e.Error(), "WEBHOOK_ALLOW_LOOPBACK") {
 		t.Errorf("the refusal %q does not say how to allow loopback", e)
 	}
-	if e := (policy{}).check(netip.MustParseAddr("10.0.0.1")); !strings.Contains(e.Error(), "WEBHOOK_ALLOW_PRIVATE") {
+	if e := (Policy{}).check(netip.MustParseAddr("10.0.0.1")); !strings.Contains(e.Error(), "WEBHOOK_ALLOW_PRIVATE") {
 		t.Errorf("the refusal %q does not say how to allow private addresses", e)
 	}
 }
@@ -171,6 +179,95 @@ func TestLegacyIPv4(t *testing.T) {
 		a, parsed, numeric := legacyIPv4(tc.host)
 		if numeric != tc.numeric || parsed != (tc.want != "") || (parsed && a.String() != tc.want) {
 			t.Errorf("legacyIPv4(%q) = %v, %v, %v; want %q, numeric %v", tc.host, a, parsed, numeric, tc.want, tc.numeric)
+		}
+	}
+}
+
+// metadataHosts are the cloud metadata endpoints, and the other link-local services, in every form
+// a url's host may give them: refused whatever the settings.
+var metadataHosts = []string{
+	// AWS (and GCP, Azure, DigitalOcean, OpenStack...): 169.254.169.254 and its forms.
+	"169.254.169.254",
+	"169.254.169.254.",
+	"::ffff:169.254.169.254",               // IPv4-mapped
+	"::ffff:a9fe:a9fe",                     // the same, in hex
+	"::169.254.169.254",                    // IPv4-compatible (deprecated)
+	"::a9fe:a9fe",                          // the same, in hex
+	"::ffff:0:a9fe:a9fe",                   // IPv4-translated (SIIT)
+	"64:ff9b::a9fe:a9fe",                   // NAT64
+	"64:ff9b::169.254.169.254",             // NAT64, dotted
+	"64:ff9b:1::a9fe:a9fe",                 // local-use NAT64
+	"2002:a9fe:a9fe::",                     // 6to4
+	"2002:a9fe:a9fe::1",                    // 6to4, a host behind it
+	"2001:0:4136:e378:8000:63bf:5601:5601", // Teredo, whose client address is 169.254.169.254 inverted
+	"2852039166",                           // a single decimal number
+	"0xa9fea9fe",                           // a single hex number
+	"0xa9.0xfe.0xa9.0xfe",                  // hex parts
+	"0251.0376.0251.0376",                  // octal parts
+	"169.254.43518",                        // a.b.c, c of 16 bits
+	"169.16689662",                         // a.b, b of 24 bits
+	"0xa9fe.0xa9fe",                        // what no inet_aton reads, but numeric: never a name
+	// AWS over IPv6 (Nitro): the metadata endpoint, the DNS resolver, the time service.
+	"fd00:ec2::254",
+	"fd00:ec2::253",
+	"fd00:ec2::123",
+	"fd00:ec2:0:0:0:0:0:254",
+	"::ffff:fd00:ec2", // not IPv6 at all: the mapped 253.0.14.194, reserved
+	// GCP over IPv6.
+	"fd20:ce::254",
+	// Alibaba Cloud, Oracle Cloud.
+	"100.100.100.200",
+	"::ffff:100.100.100.200",
+	"64:ff9b::6464:64c8",
+	"192.0.0.192",
+	"::ffff:192.0.0.192",
+	// The link-local ranges as a whole (AWS's time service 169.254.169.123, its DNS 169.254.169.253,
+	// OpenStack's IPv6 metadata fe80::a9fe:a9fe).
+	"169.254.0.1",
+	"169.254.169.123",
+	"169.254.169.253",
+	"169.254.255.255",
+	"fe80::a9fe:a9fe",
+	"fe80::1",
+	"fe80::1%eth0",
+}
+
+// The metadata endpoints are refused whatever the settings: before any connection for a host
+// written as an address (or a numeric form of one), and on the address dialled for one a name
+// resolves to (TestMetadataRefusedAtTheDial dials them).
+func TestMetadataRefusedWhateverTheSettings(t *testing.T) {
+	t.Parallel()
+	everything := Policy{AllowLoopback: true, AllowPrivate: true}
+	for _, p := range []Policy{{}, {AllowLoopback: true}, {AllowPrivate: true}, everything} {
+		for _, host := range metadataHosts {
+			e := p.CheckHost(host)
+			if e == nil {
+				t.Errorf("%+v: the host %s is allowed", p, host)
+				continue
+			}
+			if strings.Contains(e.Error(), "WEBHOOK_ALLOW") {
+				t.Errorf("%+v: the refusal of %s says a setting would allow it: %q", p, host, e)
+			}
+			if a, err := netip.ParseAddr(host); err == nil {
+				if e := p.check(a); e == nil {
+					t.Errorf("%+v: the dialled address %s is allowed", p, a)
+				}
+			}
+		}
+	}
+	// The refusal says what the address is.
+	for host, what := range map[string]string{
+		"169.254.169.254":        "cloud metadata endpoint",
+		"::ffff:169.254.169.254": "IPv4-mapped form of the cloud metadata endpoint",
+		"64:ff9b::a9fe:a9fe":     "NAT64 form (64:ff9b::/96) of the cloud metadata endpoint",
+		"fd00:ec2::254":          "AWS",
+		"fd20:ce::254":           "Google Cloud's metadata endpoint",
+		"100.100.100.200":        "Alibaba Cloud's metadata endpoint",
+		"192.0.0.192":            "Oracle Cloud's metadata endpoint",
+		"2852039166":             "2852039166 is 169.254.169.254, a non-standard numeric form of the cloud metadata endpoint",
+	} {
+		if e := everything.CheckHost(host); e == nil || !strings.Contains(e.Error(), what) {
+			t.Errorf("the refusal of %s, %v, does not say %q", host, e, what)
 		}
 	}
 }

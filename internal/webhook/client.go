@@ -37,7 +37,8 @@ type Config struct {
 	Timeout time.Duration
 	// AllowLoopback is WEBHOOK_ALLOW_LOOPBACK: allow 127.0.0.0/8 and ::1 (local runs and tests).
 	AllowLoopback bool
-	// AllowPrivate is WEBHOOK_ALLOW_PRIVATE: allow RFC 1918 and fc00::/7 (receivers inside a VPC).
+	// AllowPrivate is WEBHOOK_ALLOW_PRIVATE: allow RFC 1918 and fc00::/7 (receivers inside a VPC),
+	// less the cloud metadata endpoints in fc00::/7, refused whatever the settings (address.go).
 	AllowPrivate bool
 	// UserAgent is the User-Agent header (DefaultUserAgent).
 	UserAgent string
@@ -47,6 +48,12 @@ type Config struct {
 	Resolver *net.Resolver
 }
 
+// Policy is the address rule cfg asks for: what its Client dials, and what the API accepts in a
+// task's url.
+func (cfg Config) Policy() Policy {
+	return Policy{AllowLoopback: cfg.AllowLoopback, AllowPrivate: cfg.AllowPrivate}
+}
+
 // Client delivers tasks. It is safe for concurrent use, and keeps connections to receivers open
 // between deliveries.
 type Client struct {
@@ -54,7 +61,7 @@ type Client struct {
 	key       []byte
 	timeout   time.Duration
 	userAgent string
-	policy    policy
+	policy    Policy
 }
 
 // New returns a Client for cfg. It panics if cfg.Key is empty.
@@ -66,7 +73,7 @@ func New(cfg Config) *Client {
 		key:       bytes.Clone(cfg.Key),
 		timeout:   cfg.Timeout,
 		userAgent: cfg.UserAgent,
-		policy:    policy{allowLoopback: cfg.AllowLoopback, allowPrivate: cfg.AllowPrivate},
+		policy:    cfg.Policy(),
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
@@ -202,7 +209,7 @@ func (c *Client) deliver(ctx context.Context, r Request, start time.Time) Result
 	if err != nil { // ValidateURL parsed it already
 		return Result{Outcome: Permanent, Message: "url is not a valid url"}
 	}
-	if e := c.checkHost(u.Hostname()); e != nil {
+	if e := c.policy.CheckHost(u.Hostname()); e != nil {
 		return Result{Outcome: Refused, Message: e.Error()}
 	}
 
@@ -252,34 +259,6 @@ func (c *Client) deliver(ctx context.Context, r Request, start time.Time) Result
 		res.Message += ": " + validUTF8(string(head), MessageBodyBytes)
 	}
 	return res
-}
-
-// checkHost refuses, before any resolution, a host that is an IP address the policy forbids, or a
-// numeric form that resolvers disagree on ("127.1", "2130706433", "0x7f.1"). Names are left to the
-// dial-time check.
-func (c *Client) checkHost(host string) *RefusedError {
-	if a, err := netip.ParseAddr(host); err == nil {
-		if e := c.policy.check(a); e != nil {
-			e.Host = host
-			return e
-		}
-		return nil
-	}
-	a, parsed, numeric := legacyIPv4(host)
-	if !numeric {
-		return nil
-	}
-	e := &RefusedError{Host: host, What: "a numeric host in a non-standard form, which resolvers read differently; write an IPv4 address in dotted decimal (a.b.c.d)"}
-	if parsed {
-		e.Addr = a
-		if c.policy.check(a) != nil {
-			rg, _ := classify(a)
-			e.What = "a non-standard numeric form of " + rg.what + "; write an IPv4 address in dotted decimal (a.b.c.d)"
-		} else {
-			e.What = "a non-standard numeric form of an IPv4 address; write it in dotted decimal (a.b.c.d)"
-		}
-	}
-	return e
 }
 
 // errorText describes a failed request without the url (the caller knows it): the caller's context

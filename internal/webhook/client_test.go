@@ -1,22 +1,23 @@
 package webhook
 
 import (
-	"context"
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 )
 
@@ -83,124 +84,13 @@ func (rc *receiver) connections() (n int64) {
 	return n
 }
 
-// fakeDNS is a resolver answering from a table, in process (no packet leaves the test): the Go
-// resolver speaks DNS over TCP framing to the net.Pipe its Dial returns. Every name asked is
-// recorded.
-type fakeDNS struct {
-	answers map[string][]net.IP // by lower-case name with the final dot
-	mu      sync.Mutex
-	asked   []string
-}
-
-func (d *fakeDNS) resolver() *net.Resolver {
-	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
-		client, server := net.Pipe()
-		go d.serve(server)
-		return client, nil
-	}}
-}
-
-func (d *fakeDNS) names() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]string(nil), d.asked...)
-}
-
-// serve answers the queries on one stream connection: a 2-byte length, then the message.
-func (d *fakeDNS) serve(c net.Conn) {
-	defer c.Close()
-	for {
-		var n uint16
-		if binary.Read(c, binary.BigEndian, &n) != nil {
-			return
-		}
-		q := make([]byte, n)
-		if _, err := io.ReadFull(c, q); err != nil {
-			return
-		}
-		a := d.answer(q)
-		if a == nil {
-			return
-		}
-		if binary.Write(c, binary.BigEndian, uint16(len(a))) != nil {
-			return
-		}
-		if _, err := c.Write(a); err != nil {
-			return
-		}
-	}
-}
-
-// answer builds the reply to query q: its id and question, and the table's addresses of the type
-// asked (A or AAAA), or NXDOMAIN for a name not in the table.
-func (d *fakeDNS) answer(q []byte) []byte {
-	if len(q) < 12 {
-		return nil
-	}
-	// The question: labels up to the root, then type and class.
-	i := 12
-	var labels []string
-	for i < len(q) && q[i] != 0 {
-		l := int(q[i])
-		if i+1+l > len(q) {
-			return nil
-		}
-		labels = append(labels, string(q[i+1:i+1+l]))
-		i += 1 + l
-	}
-	i++
-	if i+4 > len(q) {
-		return nil
-	}
-	qtype := binary.BigEndian.Uint16(q[i:])
-	question := q[12 : i+4]
-	name := strings.ToLower(strings.Join(labels, ".")) + "."
-	d.mu.Lock()
-	d.asked = append(d.asked, name)
-	d.mu.Unlock()
-
-	ips, known := d.answers[name]
-	var rrs [][]byte
-	for _, ip := range ips {
-		var data []byte
-		switch {
-		case qtype == 1 && ip.To4() != nil:
-			data = ip.To4()
-		case qtype == 28 && ip.To4() == nil:
-			data = ip.To16()
-		default:
-			continue
-		}
-		rr := []byte{0xc0, 12} // the name: a pointer to the question's
-		rr = binary.BigEndian.AppendUint16(rr, qtype)
-		rr = binary.BigEndian.AppendUint16(rr, 1) // class IN
-		rr = binary.BigEndian.AppendUint32(rr, 60)
-		rr = binary.BigEndian.AppendUint16(rr, uint16(len(data)))
-		rrs = append(rrs, append(rr, data...))
-	}
-	flags := uint16(0x8180) // a response, recursion desired and available, no error
-	if !known {
-		flags |= 3 // NXDOMAIN
-	}
-	a := append([]byte(nil), q[0:2]...)
-	a = binary.BigEndian.AppendUint16(a, flags)
-	a = binary.BigEndian.AppendUint16(a, 1)
-	a = binary.BigEndian.AppendUint16(a, uint16(len(rrs)))
-	a = append(a, 0, 0, 0, 0)
-	a = append(a, question...)
-	for _, rr := range rrs {
-		a = append(a, rr...)
-	}
-	return a
-}
-
-func loopbackDNS() *fakeDNS {
-	return &fakeDNS{answers: map[string][]net.IP{
-		"loopback.test.": {net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
-		"v4only.test.":   {net.ParseIP("127.0.0.1")},
-		"localhost.":     {net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
-		"mapped.test.":   {net.ParseIP("::ffff:127.0.0.1")},
-	}}
+func loopbackDNS() *testutil.DNS {
+	return testutil.NewDNS(map[string][]string{
+		"loopback.test": {"127.0.0.1", "::1"},
+		"v4only.test":   {"127.0.0.1"},
+		"localhost":     {"127.0.0.1", "::1"},
+		"mapped.test":   {"::ffff:127.0.0.1"},
+	})
 }
 
 // The forgery matrix: with loopback not allowed, every url that means the loopback receiver is
@@ -210,7 +100,7 @@ func TestForgeryMatrix(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t)
 	dns := loopbackDNS()
-	strict := New(Config{Key: testKey(t), Resolver: dns.resolver(), Timeout: 5 * time.Second})
+	strict := New(Config{Key: testKey(t), Resolver: dns.Resolver(), Timeout: 5 * time.Second})
 	p := strconv.Itoa(rc.port)
 	hosts := []struct{ host, says string }{
 		{"0.0.0.0", "0.0.0.0 is the unspecified address"},
@@ -248,7 +138,7 @@ func TestForgeryMatrix(t *testing.T) {
 	if rc.hits.Load() != 0 {
 		t.Fatal("the loopback receiver served a refused delivery")
 	}
-	for _, name := range dns.names() {
+	for _, name := range dns.Names() {
 		if name == "127.1." || name == "2130706433." || name == "0x7f.1." || name == "0177.0.0.1." {
 			t.Errorf("the numeric host %s was sent to DNS", name)
 		}
@@ -267,7 +157,7 @@ func TestForgeryMatrix(t *testing.T) {
 	}
 	// With loopback allowed, the names reach the receiver: the fake resolver was used, and the
 	// refusals above were the rule's.
-	loose := New(Config{Key: testKey(t), Resolver: dns.resolver(), AllowLoopback: true, Timeout: 5 * time.Second})
+	loose := New(Config{Key: testKey(t), Resolver: dns.Resolver(), AllowLoopback: true, Timeout: 5 * time.Second})
 	allowed := []string{"127.0.0.1", "loopback.test", "v4only.test", "localhost", "[::ffff:127.0.0.1]", "mapped.test"}
 	if rc.v6 {
 		allowed = append(allowed, "[::1]")
@@ -372,5 +262,46 @@ func TestDeliveredRequest(t *testing.T) {
 	}
 	if ua := (<-got).header.Get("User-Agent"); ua != "mine/1" {
 		t.Fatalf("User-Agent %q", ua)
+	}
+}
+
+// With every setting on (WEBHOOK_ALLOW_PRIVATE and WEBHOOK_ALLOW_LOOPBACK), a name that resolves to
+// a metadata endpoint, in any form, is refused on the address dialled: net.Dialer.Control refuses
+// the socket before connect is called, so no packet leaves for it (were it let through, the connect
+// would go out, and end in a timeout or an unreachable network: a temporary failure, retried).
+// The same client delivers to a loopback receiver through the same resolver, so the refusals are
+// the rule's.
+func TestMetadataRefusedAtTheDial(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t)
+	addrs := []string{
+		"169.254.169.254", "::ffff:169.254.169.254", "::a9fe:a9fe", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::",
+		"fd00:ec2::254", "fd00:ec2::253", "fd00:ec2::123", "fd20:ce::254",
+		"100.100.100.200", "::ffff:100.100.100.200", "192.0.0.192", "169.254.169.123", "169.254.0.1",
+		"fe80::a9fe:a9fe", "fe80::1",
+	}
+	answers := map[string][]string{"receiver.test": {"127.0.0.1"}}
+	for i, a := range addrs {
+		answers[fmt.Sprintf("meta-%d.test", i)] = []string{a}
+	}
+	dns := testutil.NewDNS(answers)
+	c := New(Config{Key: testKey(t), Resolver: dns.Resolver(), AllowLoopback: true, AllowPrivate: true, Timeout: 5 * time.Second})
+	for i, a := range addrs {
+		name := fmt.Sprintf("meta-%d.test", i)
+		res := c.Deliver(t.Context(), Request{ID: "msg_meta", URL: "http://" + name + "/latest/meta-data/", Payload: []byte(`{}`)})
+		dialled := netip.MustParseAddr(a).Unmap().String()
+		if res.Outcome != Refused || res.Status != 0 || !strings.HasPrefix(res.Message, "refused: "+name+" is "+dialled+", ") {
+			t.Errorf("%s (%s): %v %d %q, want refused at the dial of %s", name, a, res.Outcome, res.Status, res.Message, dialled)
+		}
+		if strings.Contains(res.Message, "WEBHOOK_ALLOW") {
+			t.Errorf("%s (%s): the refusal %q says a setting would allow it", name, a, res.Message)
+		}
+		if !slices.Contains(dns.Names(), name+".") {
+			t.Errorf("%s was never resolved: the refusal was not made at the dial", name)
+		}
+	}
+	res := c.Deliver(t.Context(), Request{ID: "msg_control", URL: "http://receiver.test:" + strconv.Itoa(rc.port) + "/", Payload: []byte(`{}`)})
+	if res.Outcome != Delivered {
+		t.Fatalf("the loopback receiver through the same resolver: %v %q, want delivered", res.Outcome, res.Message)
 	}
 }

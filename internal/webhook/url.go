@@ -15,8 +15,9 @@ const MaxURLBytes = 2048
 // information) in it. The error's message names the problem in words fit for a 400 answer to the
 // caller; it may quote the scheme or the port, never the rest of the url.
 //
-// It does not look at where the host points: that is decided at every delivery, on the address
-// dialled (the name may resolve elsewhere by then).
+// It does not look at where the host points: Policy.CheckURL adds that for a host written as an
+// address, and every delivery decides it on the address dialled (a name may resolve elsewhere by
+// then).
 func ValidateURL(raw string) error {
 	if raw == "" {
 		return errors.New("url is required")

@@ -213,9 +213,16 @@ func Tasks(ctx context.Context, c config.Config, log *slog.Logger) (*processing.
 	if w.AllowLoopback {
 		log.Warn("WEBHOOK_ALLOW_LOOPBACK=true: tasks may be delivered to 127.0.0.0/8 and ::1 (local runs only)")
 	}
-	client := webhook.New(webhook.Config{Key: key, Timeout: w.Timeout, AllowLoopback: w.AllowLoopback,
-		AllowPrivate: w.AllowPrivate})
+	p := WebhookPolicy(c)
+	client := webhook.New(webhook.Config{Key: key, Timeout: w.Timeout, AllowLoopback: p.AllowLoopback,
+		AllowPrivate: p.AllowPrivate})
 	return &processing.Tasks{Deliverer: client, RetryBase: w.RetryBase, RetryMax: w.RetryMax, Timeout: w.Timeout}, nil
+}
+
+// WebhookPolicy is the deliveries' address rule (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE): what
+// the deliverers Tasks builds dial, and what the API accepts in a task's url (api.Server.Webhook).
+func WebhookPolicy(c config.Config) webhook.Policy {
+	return webhook.Policy{AllowLoopback: c.Webhook.AllowLoopback, AllowPrivate: c.Webhook.AllowPrivate}
 }
 
 // EventService returns an agent's EventService (WORKER_MAX_REFERENCES, WORKER_RETENTION): each

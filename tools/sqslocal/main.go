@@ -68,7 +68,9 @@ func main() {
 	// goaws returns invisible messages to the queue and moves them to a DLQ on this tick.
 	go gosqs.PeriodicTasks(100*time.Millisecond, quit)
 
-	srv := &http.Server{Handler: newGate(router.New()), ReadHeaderTimeout: 10 * time.Second}
+	// The timeouts of the main module's servers (internal/httpserver, which this module cannot
+	// import): an idle keep-alive connection is closed after a minute.
+	srv := &http.Server{Handler: newGate(router.New()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
 	go func() {
 		sig := make(chan os.Signal, 1)
 		if *ignoreInterrupt {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
+	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 )
 
@@ -27,7 +28,7 @@ func Serve(ctx context.Context, addr string, part metrics.Part, log *slog.Logger
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", reg.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserver.New(mux)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics: endpoint stopped", "err", err)

@@ -1,0 +1,67 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// An id, a cursor or a limit too large for its type is "out of range", a 400 with a JSON message,
+// on every route that takes one, in the path or the query; one that is not a number says so.
+// Nothing is written.
+func TestIDsOutOfRange(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	const huge = "99999999999999999999" // above 2^63-1
+	for _, tc := range []struct{ method, path, says string }{
+		{"GET", "/events/" + huge, "event id " + huge + " is out of range"},
+		{"GET", "/events/9223372036854775808", "is out of range"}, // 2^63
+		{"GET", "/events/" + huge + "/attempts", "event id " + huge + " is out of range"},
+		{"POST", "/events/" + huge + "/retry", "event id " + huge + " is out of range"},
+		{"GET", "/events?state=failed&before=" + huge, "before " + huge + " is out of range"},
+		{"GET", "/events?state=failed&limit=" + huge, "limit " + huge + " is out of range"},
+		{"GET", "/events?state=failed&limit=101", "limit 101 is out of range"},
+		{"GET", "/events?state=failed&limit=0", "limit 0 is out of range"},
+		{"GET", "/references/r/events?after=" + huge, "after " + huge + " is out of range"},
+		{"GET", "/references/r/events?limit=" + huge, "limit " + huge + " is out of range"},
+		{"GET", "/references/r/events?limit=1001", "limit 1001 is out of range"},
+		{"GET", "/references/r/events?limit=0", "limit 0 is out of range"},
+
+		// Not numbers, or not positive: said so, as before.
+		{"GET", "/events/abc", "must be a positive integer"},
+		{"GET", "/events/0", "must be a positive integer"},
+		{"GET", "/events/-1", "must be a positive integer"},
+		{"GET", "/events/-" + huge, "must be a positive integer"},
+		{"GET", "/events/+1", "must be a positive integer"},
+		{"GET", "/events/007", "must be a positive integer"},
+		{"GET", "/events/1e3", "must be a positive integer"},
+		{"GET", "/events/" + huge + "x/attempts", "must be a positive integer"},
+		{"POST", "/events/x/retry", "must be a positive integer"},
+		{"GET", "/events?state=failed&before=-5", "must be"},
+		{"GET", "/events?state=failed&limit=ten", "limit must be an integer"},
+		{"GET", "/references/r/events?after=0", "must be"},
+		{"GET", "/references/r/events?limit=-" + huge, "limit must be"},
+	} {
+		status, body, _ := b.do(t, tc.method, tc.path, "")
+		require.Equal(t, http.StatusBadRequest, status, "%s %s: %v", tc.method, tc.path, body)
+		msg, _ := body["error"].(string)
+		require.Contains(t, msg, tc.says, "%s %s", tc.method, tc.path)
+		if strings.Contains(tc.says, "out of range") {
+			require.NotContains(t, msg, "must be a positive integer", "%s %s", tc.method, tc.path)
+		}
+	}
+	// The largest id is an id: one that does not exist.
+	status, _, _ := b.do(t, "GET", "/events/9223372036854775807", "")
+	require.Equal(t, http.StatusNotFound, status)
+	status, body, _ := b.do(t, "GET", "/events?state=failed&before=9223372036854775807&limit=100", "")
+	require.Equal(t, http.StatusOK, status, "%v", body)
+	status, body, _ = b.do(t, "GET", "/references/r/events?after=9223372036854775807&limit=1000", "")
+	require.Equal(t, http.StatusBadRequest, status, "%v", body)
+	require.Contains(t, body["error"], "is not a task of this reference", "read as an id")
+	n, err := b.store.Count(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
