@@ -1,14 +1,11 @@
 package exactlyonce
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"unicode/utf8"
+	"maps"
+	"slices"
 )
 
 // Counter actions. The source document spells the second one "readed"; "read" is accepted as well
@@ -17,9 +14,6 @@ const (
 	CounterAdded = "added"
 	CounterRead  = "readed"
 )
-
-// MaxCounterText is the longest entity id, entity type or user id, in characters.
-const MaxCounterText = 255
 
 // CounterMessage is one message of the counters queue: an entity of a type, of a user, was added
 // (counted from now on) or read (not counted any more).
@@ -65,58 +59,35 @@ func hashTexts(texts ...string) [32]byte {
 }
 
 // DecodeCounterMessage parses a message body. It accepts only a JSON object with exactly the
-// members entityId, entityType, userId (strings of 1 to MaxCounterText characters) and action
-// ("added", "readed" or "read"), each once, and nothing after it. Anything else is an error that
-// says what is wrong: such a message fails on every delivery and ends in the dead-letter queue.
+// fields entityId, entityType, userId and action, each once (DecodeObject), and nothing after it.
+// The three texts are names (name.go): entityId one of CheckName, userId and entityType, which are
+// segments of the path GET /counters/{userId}/{entityType}, of CheckPathName; all read back as
+// sent (DecodeString). action is "added", "readed" or "read". Anything else is an error that says
+// what is wrong: such a message fails on every delivery and ends in the dead-letter queue, alone.
 func DecodeCounterMessage(body string) (CounterMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader([]byte(body)))
-	tok, err := dec.Token()
+	fields, err := DecodeObject([]byte(body))
 	if err != nil {
-		return CounterMessage{}, fmt.Errorf("counter message: not JSON: %w", err)
+		return CounterMessage{}, fmt.Errorf("counter message: %w", err)
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return CounterMessage{}, errors.New("counter message: not a JSON object")
+	names := []string{"entityId", "entityType", "userId", "action"}
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		if !slices.Contains(names, name) {
+			return CounterMessage{}, fmt.Errorf("counter message: unknown field %q (want entityId, entityType, userId, action)", boundText(name))
+		}
 	}
 	var m CounterMessage
-	fields := map[string]*string{"entityId": &m.EntityID, "entityType": &m.EntityType, "userId": &m.UserID, "action": &m.Action}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return CounterMessage{}, fmt.Errorf("counter message: not JSON: %w", err)
-		}
-		name, _ := tok.(string)
-		dst, ok := fields[name]
+	for i, dst := range []*string{&m.EntityID, &m.EntityType, &m.UserID, &m.Action} {
+		raw, ok := fields[names[i]]
 		if !ok {
-			return CounterMessage{}, fmt.Errorf("counter message: unknown member %q (want entityId, entityType, userId, action)", boundText(name))
+			return CounterMessage{}, fmt.Errorf("counter message: %s is missing", names[i])
 		}
-		if seen[name] {
-			return CounterMessage{}, fmt.Errorf("counter message: member %q twice", name)
+		if *dst, err = DecodeString(names[i], raw); err != nil {
+			return CounterMessage{}, fmt.Errorf("counter message: %w", err)
 		}
-		seen[name] = true
-		tok, err = dec.Token()
+	}
+	for _, err := range []error{CheckName("entityId", m.EntityID), CheckPathName("entityType", m.EntityType),
+		CheckPathName("userId", m.UserID)} {
 		if err != nil {
-			return CounterMessage{}, fmt.Errorf("counter message: not JSON: %w", err)
-		}
-		s, ok := tok.(string)
-		if !ok {
-			return CounterMessage{}, fmt.Errorf("counter message: %s must be a string", name)
-		}
-		*dst = s
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return CounterMessage{}, fmt.Errorf("counter message: not JSON: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return CounterMessage{}, errors.New("counter message: something follows the JSON object")
-	}
-	for _, name := range []string{"entityId", "entityType", "userId", "action"} {
-		if !seen[name] {
-			return CounterMessage{}, fmt.Errorf("counter message: %s is missing", name)
-		}
-	}
-	for _, name := range []string{"entityId", "entityType", "userId"} {
-		if err := CheckCounterText(name, *fields[name]); err != nil {
 			return CounterMessage{}, fmt.Errorf("counter message: %w", err)
 		}
 	}
@@ -129,18 +100,6 @@ func DecodeCounterMessage(body string) (CounterMessage, error) {
 		return CounterMessage{}, fmt.Errorf("counter message: action must be \"added\" or \"readed\", got %q", boundText(m.Action))
 	}
 	return m, nil
-}
-
-// CheckCounterText checks an entity id, entity type or user id: valid UTF-8 of 1 to
-// MaxCounterText characters. The error names what and is safe to show a caller.
-func CheckCounterText(name, s string) error {
-	if !utf8.ValidString(s) {
-		return Errorf(EINVALID, "%s must be valid UTF-8", name)
-	}
-	if n := utf8.RuneCountInString(s); n < 1 || n > MaxCounterText {
-		return Errorf(EINVALID, "%s must be 1 to %d characters, got %d", name, MaxCounterText, n)
-	}
-	return nil
 }
 
 func boundText(s string) string {

@@ -22,7 +22,6 @@ const Queued State = 2
 const (
 	MaxTaskURLBytes       = 2048
 	MaxTaskPayloadBytes   = 256 << 10
-	MaxReferenceIDBytes   = 255
 	MaxTaskRetries        = 25
 	DefaultTaskMaxRetries = 3
 )

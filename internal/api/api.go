@@ -351,18 +351,18 @@ func (s *Server) readEmptyObject(w http.ResponseWriter, r *http.Request) ([]byte
 }
 
 // jsonObject reads a body that must be a JSON object, or nothing (only JSON whitespace): its fields,
-// none for no body. Any other JSON value, such as null, is an EINVALID error.
+// none for no body. It is the one reader of every request body (exactlyonce.DecodeObject): a field
+// given twice is an EINVALID error naming it, and so is any other JSON value, such as null.
 func jsonObject(body []byte) (map[string]json.RawMessage, error) {
-	trimmed := bytes.TrimLeft(body, jsonSpace)
-	if len(trimmed) == 0 {
+	if len(bytes.TrimLeft(body, jsonSpace)) == 0 {
 		return nil, nil
 	}
-	// An object and nothing else: json.Unmarshal would take null for an empty map.
-	var fields map[string]json.RawMessage
-	if trimmed[0] != '{' || json.Unmarshal(body, &fields) != nil {
+	fields, err := exactlyonce.DecodeObject(body)
+	var notObject *exactlyonce.NotObjectError
+	if errors.As(err, &notObject) {
 		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "request body must be a JSON object")
 	}
-	return fields, nil
+	return fields, err
 }
 
 // readBody reads the request's body within the size limit. A body declared longer than the limit

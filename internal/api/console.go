@@ -200,7 +200,11 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) retryReference(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("referenceId")
-	if err := checkReference(ref); err != nil {
+	if err := exactlyonce.CheckPathName("referenceId", ref); err != nil {
+		s.error(w, r, err)
+		return
+	}
+	if err := s.readRetryBody(w, r); err != nil {
 		s.error(w, r, err)
 		return
 	}

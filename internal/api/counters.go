@@ -23,10 +23,11 @@ func (s *Server) counterReader(w http.ResponseWriter, r *http.Request) (CounterR
 	return c, ok
 }
 
-// counterText reads a path value that names a user or an entity type: 1 to 255 characters.
+// counterText reads a path value that names a user or an entity type: a name as the counter
+// consumer accepts it (exactlyonce.CheckPathName).
 func counterText(r *http.Request, name string) (string, error) {
 	v := r.PathValue(name)
-	if err := exactlyonce.CheckCounterText(name, v); err != nil {
+	if err := exactlyonce.CheckPathName(name, v); err != nil {
 		return "", err
 	}
 	return v, nil

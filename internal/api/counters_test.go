@@ -50,6 +50,19 @@ func TestCounterRoutes(t *testing.T) {
 	code, got = serve(t, h, "GET", "/counters/ann/"+strings.Repeat("é", 256), "")
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Equal(t, "entityType must be 1 to 255 characters, got 256", got["error"])
+	// What the counter consumer refuses to count, a read refuses too (issue 29, C and 7).
+	for path, want := range map[string]string{
+		"/counters/ann ":         "userId must not end with a space",
+		"/counters/ann/message ": "entityType must not end with a space",
+		"/counters/..":           `userId must not be "." or ".."`,
+		"/counters/ann/.":        `entityType must not be "." or ".."`,
+		`/counters/a\b/message`:  `userId must not contain '/' or '\'`,
+		"/counters/ann/\xff":     "entityType must be valid UTF-8",
+	} {
+		code, got = serve(t, h, "GET", path, "")
+		require.Equal(t, http.StatusBadRequest, code, path)
+		require.True(t, strings.HasPrefix(got["error"].(string), want), "%s: %v", path, got)
+	}
 	code, _ = serve(t, h, "POST", "/counters/ann", "")
 	require.Equal(t, http.StatusMethodNotAllowed, code)
 }

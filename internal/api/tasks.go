@@ -7,9 +7,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -72,8 +70,8 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url is required: it is what makes the event a task")
 	}
 	t := &exactlyonce.NewTask{Payload: json.RawMessage("null"), MaxRetries: exactlyonce.DefaultTaskMaxRetries}
-	if json.Unmarshal(raw, &t.URL) != nil {
-		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url must be a string")
+	if t.URL, err = exactlyonce.DecodeString("url", raw); err != nil {
+		return nil, err
 	}
 	if err := addresses.CheckURL(t.URL); err != nil {
 		var refused *webhook.RefusedError
@@ -89,10 +87,10 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		t.Payload = append(json.RawMessage(nil), p...)
 	}
 	if r, ok := fields["referenceId"]; ok {
-		if json.Unmarshal(r, &t.ReferenceID) != nil {
-			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "referenceId must be a string")
+		if t.ReferenceID, err = exactlyonce.DecodeString("referenceId", r); err != nil {
+			return nil, err
 		}
-		if err := checkReference(t.ReferenceID); err != nil {
+		if err := exactlyonce.CheckPathName("referenceId", t.ReferenceID); err != nil {
 			return nil, err
 		}
 	}
@@ -105,23 +103,6 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		t.MaxRetries = n
 	}
 	return t, nil
-}
-
-// checkReference checks a referenceId: 1 to 255 characters of valid UTF-8, no control character,
-// and no '/', as it is a path segment of GET /references/{referenceId}/events.
-func checkReference(ref string) error {
-	n := utf8.RuneCountInString(ref)
-	switch {
-	case n == 0 || n > exactlyonce.MaxReferenceIDBytes:
-		return exactlyonce.Errorf(exactlyonce.EINVALID, "referenceId must be 1 to %d characters, got %d", exactlyonce.MaxReferenceIDBytes, n)
-	case !utf8.ValidString(ref):
-		return exactlyonce.Errorf(exactlyonce.EINVALID, "referenceId must be valid UTF-8")
-	case strings.ContainsFunc(ref, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return exactlyonce.Errorf(exactlyonce.EINVALID, "referenceId must not contain control characters")
-	case strings.Contains(ref, "/"):
-		return exactlyonce.Errorf(exactlyonce.EINVALID, "referenceId must not contain '/': it is a path segment of GET /references/{referenceId}/events")
-	}
-	return nil
 }
 
 // createTask stores one task and queues it if it heads its reference (a task queued behind another
@@ -261,7 +242,7 @@ type ReferenceEventJSON struct {
 
 func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("referenceId")
-	if err := checkReference(ref); err != nil {
+	if err := exactlyonce.CheckPathName("referenceId", ref); err != nil {
 		s.error(w, r, err)
 		return
 	}
@@ -324,6 +305,10 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if err := s.readRetryBody(w, r); err != nil {
+		s.error(w, r, err)
+		return
+	}
 	placement, head, err := ts.RetryTask(r.Context(), id)
 	if err != nil {
 		s.error(w, r, err)
@@ -333,4 +318,22 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		s.asyncGroups().queueCommitted(r.Context(), []int64{id})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": "pending", "placement": placement})
+}
+
+// readRetryBody reads the body of a retry (POST /events/{id}/retry, POST
+// /references/{referenceId}/retry) by the one rule of every body (jsonObject): none, or a JSON
+// object; a retry takes no fields, so any field is refused rather than ignored.
+func (s *Server) readRetryBody(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	fields, err := jsonObject(body)
+	if err != nil {
+		return err
+	}
+	for k := range fields {
+		return exactlyonce.Errorf(exactlyonce.EINVALID, "unknown field %q: a retry takes no fields", sanitize(k))
+	}
+	return nil
 }

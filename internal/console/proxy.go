@@ -15,8 +15,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/exactlyonce/exactlyonce"
 )
 
 // route is one API call the console may make: a method, a path of literal segments and parameters
@@ -51,15 +53,18 @@ const (
 )
 
 // match finds the routes whose path matches the escaped path's segments, and returns the upstream
-// path built from them, every segment re-escaped. A segment that is empty, a dot segment, or that
-// decodes to something holding a slash, a backslash or a control character matches nothing, so no
-// request reaches a path off the list.
+// path built from them, every segment re-escaped. A segment that is empty, a dot segment, longer
+// than a name may be (exactlyonce.MaxNameLength characters), or that decodes to something holding a
+// slash, a backslash or a control character matches nothing, so no request reaches a path off the
+// list. These are the path rules of the names the API accepts (exactlyonce.CheckPathName), so that
+// every name it accepts reads back through here; the API judges the rest of a name (a 400).
 func match(escaped string) (upstream string, matched []route) {
 	segs := strings.Split(escaped, "/")
 	values := make([]string, len(segs))
 	for i, s := range segs {
 		v, err := url.PathUnescape(s)
-		if err != nil || v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\\") || hasControl(v) || len(v) > 255 {
+		if err != nil || v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\\") || hasControl(v) ||
+			utf8.RuneCountInString(v) > exactlyonce.MaxNameLength {
 			return "", nil
 		}
 		values[i] = v

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/redrive"
 )
 
@@ -118,13 +118,9 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 	if !c.checkPost(w, r) {
 		return
 	}
-	var in struct {
-		DryRun *bool `json:"dryRun"`
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1024))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil || in.DryRun == nil || dec.Decode(&struct{}{}) != io.EOF {
-		writeError(w, http.StatusBadRequest, `the body must be {"dryRun": true} or {"dryRun": false}`)
+	dryRun, err := redriveBody(http.MaxBytesReader(w, r.Body, 1024))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	mu, _ := q.busy.LoadOrStore(name, &sync.Mutex{})
@@ -140,7 +136,7 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 		writeError(w, http.StatusBadGateway, "the queue "+quote(name)+" or its DLQ could not be found; the console's log says why")
 		return
 	}
-	if *in.DryRun {
+	if dryRun {
 		// The DLQ's own count first: a dry run that stops at dryRunLimit answers it instead.
 		approx, err := counts(ctx, q.client, rq.DLQURL, types.QueueAttributeNameApproximateNumberOfMessages)
 		var n int
@@ -224,4 +220,30 @@ func counts(ctx context.Context, c *sqs.Client, url string, names ...types.Queue
 		}
 	}
 	return n, nil
+}
+
+// redriveBody reads a redrive's body, {"dryRun": true} or {"dryRun": false}, by the one rule of every
+// body (exactlyonce.DecodeObject): the name matched exactly, given once, nothing else. Its error is
+// safe to show.
+func redriveBody(body io.Reader) (dryRun bool, err error) {
+	bad := errors.New(`the body must be {"dryRun": true} or {"dryRun": false}`)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return false, bad
+	}
+	fields, err := exactlyonce.DecodeObject(b)
+	var twice *exactlyonce.Error
+	switch {
+	case errors.As(err, &twice):
+		return false, errors.New(twice.Message + `; the body is {"dryRun": true} or {"dryRun": false}`)
+	case err != nil || len(fields) != 1:
+		return false, bad
+	}
+	switch string(fields["dryRun"]) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, bad
 }

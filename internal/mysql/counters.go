@@ -286,9 +286,9 @@ func writeCounterSums(ctx context.Context, tx *sql.Tx, keys []exactlyonce.Counte
 			insArgs = append(insArgs, UserBucket(k.UserID), k.EntityType, k.UserID, v.Sum, v.Version)
 			continue
 		}
-		sumCases = append(sumCases, "WHEN user_id = ? AND entity_type = ? THEN ?")
+		sumCases = append(sumCases, "WHEN CAST(user_id AS BINARY) = ? AND CAST(entity_type AS BINARY) = ? THEN ?")
 		sumArgs = append(sumArgs, k.UserID, k.EntityType, v.Sum)
-		versionCases = append(versionCases, "WHEN user_id = ? AND entity_type = ? THEN ?")
+		versionCases = append(versionCases, "WHEN CAST(user_id AS BINARY) = ? AND CAST(entity_type AS BINARY) = ? THEN ?")
 		versionArgs = append(versionArgs, k.UserID, k.EntityType, v.Version)
 		keyRows = append(keyRows, "(?, ?)")
 		keyArgs = append(keyArgs, k.UserID, k.EntityType)

@@ -6,6 +6,14 @@
 -- (...)` prunes every statement to the partitions of the buckets named; the IN lists are expanded
 -- to one ? per value.
 --
+-- user_id and entity_type are compared as bytes, CAST(... AS BINARY), as Go compares them (the
+-- counts are keyed by them in maps, the entities hashed with them): the columns' utf8mb4_bin
+-- collation ignores trailing spaces (PAD SPACE), so a plain `entity_type = ?` took "t" and "t "
+-- for one count, and a batch that changed "t" updated both rows ("updated 2 of 1 counts") on every
+-- delivery. The consumer refuses trailing spaces (exactlyonce.CheckName); the cast keeps the counts
+-- stored before apart. Every statement scans its partitions anyway (no index), so the cast costs no
+-- plan.
+--
 -- Lock order, the same everywhere: the buckets (one statement, in the order of its scan), then
 -- the sum rows of those buckets' users, then the rows inserted. Only the consumer locks buckets;
 -- the sweeper and the API read without locks, and the sweeper's deletes touch rows that no
@@ -37,7 +45,7 @@ SELECT bucket, directory, NOW(6) FROM counter_directories WHERE bucket IN (/*ids
 -- keep every other writer of these rows out until we commit, and keep a missing row missing.
 -- Scans the partitions of the users' buckets: its cost grows with the number of counts (users
 -- times types) in a partition, not with the entities.
-SELECT entity_type, user_id, sum, version FROM t_counter_sum WHERE bucket IN (/*ids*/) AND user_id IN (/*users*/);
+SELECT entity_type, user_id, sum, version FROM t_counter_sum WHERE bucket IN (/*ids*/) AND CAST(user_id AS BINARY) IN (/*users*/);
 
 -- name: InsertCounterSums
 -- The first change of a count creates its row: exactly once, because its user's bucket is locked
@@ -48,10 +56,11 @@ INSERT INTO t_counter_sum (bucket, entity_type, user_id, sum, version, updated_a
 -- The counts this batch changed, set to what the batch computed from the values read above
 -- (under the users' bucket locks, so no change is lost). Row locks on the matched rows, which no
 -- one else writes (they wait on the bucket locks first). /*sums*/ and /*versions*/ are one
--- WHEN user_id = ? AND entity_type = ? THEN ? per count; /*keys*/ one (?, ?) per count.
+-- WHEN CAST(user_id AS BINARY) = ? AND CAST(entity_type AS BINARY) = ? THEN ? per count; /*keys*/
+-- one (?, ?) per count.
 UPDATE t_counter_sum
 SET sum = CASE /*sums*/ ELSE sum END, version = CASE /*versions*/ ELSE version END, updated_at = NOW(6)
-WHERE bucket IN (/*ids*/) AND (user_id, entity_type) IN (/*keys*/);
+WHERE bucket IN (/*ids*/) AND (CAST(user_id AS BINARY), CAST(entity_type AS BINARY)) IN (/*keys*/);
 
 -- name: InsertCounterFacts
 -- The facts of the batch's changes: an added row (kind 1) for an entity counted from now on, a read
@@ -120,16 +129,18 @@ SELECT bucket, entity_type, user_id FROM t_counter_sum WHERE bucket IN (/*ids*/)
 -- whole or not at all. No lock. Scans one subpartition of each kind of t_counter.
 SELECT s.sum,
        (SELECT COUNT(*) FROM (SELECT SUM(kind = 1) AS a, SUM(kind = 2) AS r FROM t_counter
-          WHERE bucket = ? AND entity_type = ? AND user_id = ? GROUP BY entity_hash) f WHERE f.a = 1 AND f.r = 0),
+          WHERE bucket = ? AND CAST(entity_type AS BINARY) = ? AND CAST(user_id AS BINARY) = ? GROUP BY entity_hash) f
+          WHERE f.a = 1 AND f.r = 0),
        (SELECT COUNT(*) FROM (SELECT SUM(kind = 1) AS a, SUM(kind = 2) AS r FROM t_counter
-          WHERE bucket = ? AND entity_type = ? AND user_id = ? GROUP BY entity_hash) f WHERE f.a > 1 OR f.r > 1)
-FROM t_counter_sum s WHERE s.bucket = ? AND s.entity_type = ? AND s.user_id = ?;
+          WHERE bucket = ? AND CAST(entity_type AS BINARY) = ? AND CAST(user_id AS BINARY) = ? GROUP BY entity_hash) f
+          WHERE f.a > 1 OR f.r > 1)
+FROM t_counter_sum s WHERE s.bucket = ? AND CAST(s.entity_type AS BINARY) = ? AND CAST(s.user_id AS BINARY) = ?;
 
 -- name: CounterSumsOfUser
 -- GET /counters/{userId}: a user's counts (a consistent read, no lock), from their bucket's
 -- partition.
-SELECT entity_type, sum, version FROM t_counter_sum WHERE bucket = ? AND user_id = ?;
+SELECT entity_type, sum, version FROM t_counter_sum WHERE bucket = ? AND CAST(user_id AS BINARY) = ?;
 
 -- name: CounterSumOf
 -- GET /counters/{userId}/{entityType}: one count (a consistent read, no lock).
-SELECT sum, version FROM t_counter_sum WHERE bucket = ? AND user_id = ? AND entity_type = ?;
+SELECT sum, version FROM t_counter_sum WHERE bucket = ? AND CAST(user_id AS BINARY) = ? AND CAST(entity_type AS BINARY) = ?;

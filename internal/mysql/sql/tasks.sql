@@ -5,6 +5,13 @@
 -- which a create locks before it queues a task behind it and a settlement locks before it promotes
 -- the next. So a settlement never waits for a bucket: only for a create queueing behind the very
 -- task it settles.
+--
+-- reference_id is compared as bytes, CAST(reference_id AS BINARY), as Go compares references (maps,
+-- the routing hash): the column's utf8mb4_bin collation ignores trailing spaces (PAD SPACE), so a
+-- plain `reference_id = ?` took "r" and "r " for one reference whenever their routing hashes met
+-- (murmur3 pairs are easy to make). The API refuses trailing spaces (exactlyonce.CheckPathName);
+-- the cast keeps the references stored before apart. Every statement here scans anyway (no index),
+-- so the cast costs no plan.
 
 -- name: LockTaskBuckets
 -- Locks the bucket of the reference a manual retry orders (it changes nothing: the lock is the
@@ -39,14 +46,14 @@ UPDATE task_buckets SET position = position + CASE bucket /*cases*/ ELSE 0 END W
 SELECT 0, bucket, position, NULL FROM task_buckets WHERE bucket IN (/*ids*/)
 UNION ALL
 SELECT 1, id, 0, reference_id FROM events
-WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
+WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/);
 
 -- name: OpenHeads
 -- The open tasks (heads) of references, read again after LockHeads: a head that was settled while
 -- LockHeads waited for it is not open any more, and the task its settlement promoted (if any) heads
 -- the reference now. Consistent read of `open` only; the same rows as BucketsAndHeads's second part.
 SELECT 1, id, 0, reference_id FROM events
-WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
+WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/);
 
 -- name: LockHeads
 -- A create (or a retry to the end) locks the heads it will queue tasks behind, before it inserts
@@ -72,7 +79,7 @@ VALUES /*rows*/;
 -- the task before it settles. A consistent read of the `queued` partition only (`state = 2`), run
 -- with the references' buckets locked.
 SELECT id, reference_id, position FROM events
-WHERE state = 2 AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
+WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/);
 
 -- name: PromoteQueued
 -- Makes queued tasks pending: each heads its reference now, due at once (next_attempt_at now, so
@@ -114,7 +121,7 @@ WHERE event_id = ? ORDER BY started_at, number;
 -- The position of one task of a reference (the cursor of GET /references/{id}/events?after=).
 -- Pruned by id to one subpartition of each state partition. A task not found here may be packed
 -- (tasks_retry.go reads its page then, sql/pages.sql).
-SELECT position FROM events WHERE id = ? AND kind = 'task' AND reference_id = ? LIMIT 1;
+SELECT position FROM events WHERE id = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ? LIMIT 1;
 
 -- name: ReferenceTasks
 -- GET /references/{id}/events: a reference's tasks in delivery order, after a position, of those
@@ -123,7 +130,7 @@ SELECT position FROM events WHERE id = ? AND kind = 'task' AND reference_id = ? 
 -- set, what is not packed yet and the failed events; routing_hash is compared first, so most rows
 -- are rejected on an integer.
 SELECT id, state, position, attempts, created_at, processed_at FROM events
-WHERE routing_hash = ? AND kind = 'task' AND reference_id = ? AND position > ?
+WHERE routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ? AND position > ?
 ORDER BY position LIMIT ?;
 
 -- name: LockFailedTask
@@ -144,7 +151,7 @@ SELECT kind, state, reference_id, routing_hash FROM events WHERE id = ? LIMIT 1;
 -- place. Scans every partition of `events` (a manual operation, rare); when it finds none, the
 -- store asks the packed history too (PagesOfReference: a packed task was delivered, so started).
 SELECT COUNT(*) FROM events
-WHERE routing_hash = ? AND kind = 'task' AND reference_id = ? AND position > ?
+WHERE routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ? AND position > ?
   AND (state NOT IN (0, 2) OR attempts > 0)
 LIMIT 1;
 
@@ -152,7 +159,7 @@ LIMIT 1;
 -- A manual retry in place: the reference's pending head (it has not started: LaterTaskStarted said
 -- so), which goes back to the queue behind the retried task. A consistent read: the retry holds the
 -- reference's heads (LockHeads). `state = 0` prunes to `open`.
-SELECT id, position FROM events WHERE state = 0 AND routing_hash = ? AND kind = 'task' AND reference_id = ?;
+SELECT id, position FROM events WHERE state = 0 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?;
 
 -- name: RequeueTask
 -- Puts a pending head back in the queue (state 2), behind a task retried in place.
@@ -180,7 +187,7 @@ UPDATE settled_count SET n = n - ?;
 -- again). `state IN (20, 40)` prunes it to `fresh` and `failed`: the failed set and what was
 -- settled since the last fold, never the processed history.
 SELECT id FROM events
-WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND reference_id = ?
+WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
 ORDER BY position;
 
 -- name: LockFailedTasks

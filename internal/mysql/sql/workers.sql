@@ -63,10 +63,14 @@ FROM event_workers WHERE is_done = 1 ORDER BY done_at DESC, worker_id LIMIT ?;
 
 -- name: WorkerByID
 -- GET /workers/{workerId}: one worker, active or done. A consistent read; no partition pruned
--- (a worker may be in either), so its cost is the live workers plus the retained history.
+-- (a worker may be in either), so its cost is the live workers plus the retained history. The id
+-- is the caller's and compared as bytes, as Go compares it: the column has the database's default
+-- collation, which ignores case (and, on MariaDB, trailing spaces), so `worker_id = ?` answered
+-- "W_AB" with worker "w_ab". (The other statements compare ids the EventService made, "w_" and
+-- lowercase hex, which no collation folds together.)
 SELECT worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate, tasks_completed,
   tasks_failed, max_reference_count, is_done, reference_ids, first_hash
-FROM event_workers WHERE worker_id = ? LIMIT 1;
+FROM event_workers WHERE CAST(worker_id AS BINARY) = ? LIMIT 1;
 
 -- name: AdoptWorker
 -- Recovery: a surviving agent takes over a live worker whose agent is gone. Guarded by the old

@@ -1,0 +1,53 @@
+package exactlyonce
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Names are the texts a caller names things by: a task's referenceId, a counter message's userId,
+// entityType and entityId. Go keys them byte for byte (maps, the routing and entity hashes), and the
+// store's statements compare them byte for byte too (CAST(... AS BINARY), internal/mysql/sql): the
+// columns' collation, utf8mb4_bin, would ignore trailing spaces ("t" and "t " are equal to it: it is
+// a PAD SPACE collation), and there is no NO PAD one that both MySQL 8 and MariaDB know. A name is
+// also refused at the door when the two sides could disagree on it or when it could not be read back:
+// CheckName and CheckPathName.
+
+// MaxNameLength is the longest name, in characters (the columns are VARCHAR(255)).
+const MaxNameLength = 255
+
+// CheckName checks a name: valid UTF-8 of 1 to MaxNameLength characters that does not end with a
+// space (which the columns' collation ignores, so that the database would take it for the same
+// name without). The error is EINVALID, names field and is safe to show a caller.
+func CheckName(field, s string) error {
+	if !utf8.ValidString(s) {
+		return Errorf(EINVALID, "%s must be valid UTF-8", field)
+	}
+	if n := utf8.RuneCountInString(s); n < 1 || n > MaxNameLength {
+		return Errorf(EINVALID, "%s must be 1 to %d characters, got %d", field, MaxNameLength, n)
+	}
+	if strings.HasSuffix(s, " ") {
+		return Errorf(EINVALID, "%s must not end with a space: the database would take it for the same name without one", field)
+	}
+	return nil
+}
+
+// CheckPathName checks a name that is also a segment of a URL path, such as GET
+// /references/{referenceId}/events: CheckName's rules, and nothing that a client, a proxy or the
+// server would split, clean away or turn into another path, so that the thing named can be read
+// back: no control character, no '/' or '\' (browsers take both for a separator), and not "." or
+// ".." (dot segments, which browsers remove even when written %2E%2E).
+func CheckPathName(field, s string) error {
+	if err := CheckName(field, s); err != nil {
+		return err
+	}
+	switch {
+	case s == "." || s == "..":
+		return Errorf(EINVALID, "%s must not be \".\" or \"..\": a URL path cannot carry it", field)
+	case strings.ContainsAny(s, `/\`):
+		return Errorf(EINVALID, "%s must not contain '/' or '\\': it is a segment of a URL path", field)
+	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return Errorf(EINVALID, "%s must not contain control characters", field)
+	}
+	return nil
+}
