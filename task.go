@@ -57,10 +57,13 @@ type Task struct {
 	WorkerID string
 }
 
-// TaskState is a task's state under the names of the task API: pending (queued or waiting its
-// backoff included), processing, completed or failed.
+// TaskState is a task's state under the names of the task API: pending (claimable, or waiting its
+// backoff), queued (waiting behind an earlier task of its reference), processing, completed or
+// failed. Every read says the same: GET /events/{id}, the listings and the overview's counts.
 func TaskState(s State) string {
 	switch {
+	case s == Queued:
+		return "queued"
 	case s == Processing:
 		return "processing"
 	case s == Processed:

@@ -328,8 +328,10 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
+	state := exactlyonce.Queued // behind the open task of its reference
 	if head {
+		state = exactlyonce.Pending
 		s.asyncGroups().queueCommitted(r.Context(), []int64{id})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": "pending", "placement": placement})
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": exactlyonce.TaskState(state), "placement": placement})
 }
