@@ -1,10 +1,13 @@
 package api_test
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -84,4 +87,83 @@ func TestAQueuedTaskIsQueuedInEveryRead(t *testing.T) {
 	counts = overview(t, b)["events"].(map[string]any)
 	require.EqualValues(t, 1, counts["queued"])
 	require.EqualValues(t, 1, counts["pending"])
+}
+
+// read200 reads path and returns its answer's body.
+func read200(t *testing.T, b *testBundle, path string) map[string]any {
+	t.Helper()
+	status, got, _ := b.do(t, "GET", path, "")
+	require.Equal(t, http.StatusOK, status, "%s: %v", path, got)
+	return got
+}
+
+// listedTask finds task id in a listing's answer.
+func listedTask(t *testing.T, page map[string]any, id int64) map[string]any {
+	t.Helper()
+	for _, e := range page["events"].([]any) {
+		if m := e.(map[string]any); int64(m["id"].(float64)) == id {
+			return m
+		}
+	}
+	t.Fatalf("task %d not listed: %v", id, page)
+	return nil
+}
+
+// A task delivered after failed attempts says how it ended: completed, with no exceptionMessage
+// (and no next attempt); the errors are its attempts'. GET /events/{id}, the processed listing the
+// console's events page shows, and both again once the task is packed into its page agree. A task
+// failed for good keeps its exceptionMessage.
+func TestACompletedTaskCarriesNoException(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	hook := &hookRecorder{status: []int{503, 200, 400}}
+	recv := httptest.NewServer(hook)
+	t.Cleanup(recv.Close)
+	done := createTask(t, b, `{"url": "`+recv.URL+`", "payload": 1, "referenceId": "e"}`)
+	failed := createTask(t, b, `{"url": "`+recv.URL+`", "payload": 2, "referenceId": "e"}`)
+	deliverAll(t, b.store)
+
+	check := func(when string) map[string]any {
+		t.Helper()
+		got := read200(t, b, fmt.Sprintf("/events/%d", done))
+		require.Equal(t, "completed", got["state"], when)
+		require.EqualValues(t, 2, got["attempts"], when)
+		require.Contains(t, got, "exceptionMessage", when)
+		require.Nil(t, got["exceptionMessage"], "%s: a completed task carries no error: %v", when, got)
+		require.Nil(t, got["nextAttemptAt"], "%s: nor a next attempt", when)
+		listing := listedTask(t, read200(t, b, "/events?state=processed&kind=task"), done)
+		require.Equal(t, got, listing, "%s: the console's processed list shows the task as GET /events/{id} does", when)
+		attempts := read200(t, b, fmt.Sprintf("/events/%d/attempts", done))["attempts"].([]any)
+		require.Len(t, attempts, 2, when)
+		require.Equal(t, "HTTP 503: answer 503", attempts[0].(map[string]any)["error"], "%s: the error is the attempt's", when)
+		require.Nil(t, attempts[1].(map[string]any)["error"], when)
+		return got
+	}
+	before := check("before the pack")
+	var lastError sql.NullString
+	require.NoError(t, b.store.DB().QueryRow("SELECT last_error FROM events WHERE id = ?", done).Scan(&lastError))
+	require.False(t, lastError.Valid, "the stored row, which the pack copies into the page, keeps no error either: %q", lastError.String)
+	f := read200(t, b, fmt.Sprintf("/events/%d", failed))
+	require.Equal(t, "failed", f["state"])
+	require.Equal(t, "HTTP 400: answer 400", f["exceptionMessage"], "a failed task says why")
+	require.Nil(t, f["nextAttemptAt"], "a failed task has no next attempt")
+	require.Equal(t, f, listedTask(t, read200(t, b, "/events?state=failed&kind=task"), failed))
+
+	// Packed: the task's row leaves `events` for its page, and reads the same.
+	for {
+		n, err := b.store.FoldSettled(context.Background(), 5000)
+		require.NoError(t, err)
+		if n == 0 {
+			break
+		}
+	}
+	_, err := b.store.DB().Exec("UPDATE status SET id = id + 10000") // its unit far behind the id counter
+	require.NoError(t, err)
+	_, packed, err := b.store.PackPages(context.Background(), 100, time.Minute)
+	require.NoError(t, err)
+	require.Positive(t, packed)
+	var inEvents int
+	require.NoError(t, b.store.DB().QueryRow("SELECT COUNT(*) FROM events WHERE id = ?", done).Scan(&inEvents))
+	require.Zero(t, inEvents, "the completed task is packed")
+	require.Equal(t, before, check("after the pack"))
 }

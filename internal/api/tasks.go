@@ -174,9 +174,15 @@ func taskJSON(e exactlyonce.Event) TaskJSON {
 		j.CompletedAt = e.ProcessedAt
 		j.Attempts++ // the attempts column counts the failed ones
 	}
-	if e.LastError != "" {
+	// The task's own fields say how it ended: a completed task has no exceptionMessage (the errors
+	// of the attempts before are its attempts', GET /events/{id}/attempts), a failed one says why,
+	// an open one why its last attempt failed. Only a task waiting its backoff has a next attempt.
+	if e.LastError != "" && !j.IsCompleted {
 		msg := e.LastError
 		j.ExceptionMessage = &msg
+	}
+	if e.State != exactlyonce.Pending {
+		j.NextAttemptAt = nil
 	}
 	return j
 }

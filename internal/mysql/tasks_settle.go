@@ -85,7 +85,7 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		for rest := completed; len(rest) > 0; {
 			chunk := rest[:min(len(rest), markChunk)]
 			rest = rest[len(chunk):]
-			n, err := setValues(ctx, tx, "SettleLeased", chunk, values, []any{c.By, c.ID})
+			n, err := setValues(ctx, tx, "SettleLeasedTasks", chunk, values, []any{c.By, c.ID})
 			if err != nil {
 				return err
 			}

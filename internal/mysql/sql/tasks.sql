@@ -97,6 +97,22 @@ WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id FROM events
 WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
 
+-- name: SettleLeasedTasks
+-- A task's settlement as completed: SettleLeased's (sql/events.sql), guarded and locked the same way
+-- (LockLeased locked the rows), and the task's row then says how it ended: no last error and no
+-- next attempt (the errors of the attempts before are in task_attempts, GET /events/{id}/attempts).
+UPDATE events
+SET value = CASE id /*cases*/ END,
+    state = 10,
+    processed_at = NOW(6),
+    processed_by = ?,
+    process_count = process_count + 1,
+    lease_expires_at = NULL,
+    last_error = NULL,
+    next_attempt_at = NULL
+WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/)
+LIMIT ?;
+
 -- name: InsertAttempts
 -- Records delivery attempts, in the transaction that records their outcome (the settlement or
 -- the failure), only for the tasks whose lease that transaction found held: an attempt is recorded
