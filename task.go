@@ -55,6 +55,10 @@ type Task struct {
 	// WorkerID is the event worker that holds the task's reference (internal/processing's
 	// EventService); empty until one does, and for a task without a reference.
 	WorkerID string
+	// RetryBase is how many attempts the task had made when it was last retried by hand (0 if
+	// never): its attempts are numbered across its whole life (Event.Attempts + 1 is the next), and
+	// its retry budget, MaxRetries retries, counts the attempts after RetryBase.
+	RetryBase int
 }
 
 // TaskState is a task's state under the names of the task API: pending (claimable, or waiting its

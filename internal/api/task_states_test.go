@@ -167,3 +167,62 @@ func TestACompletedTaskCarriesNoException(t *testing.T) {
 	require.Zero(t, inEvents, "the completed task is packed")
 	require.Equal(t, before, check("after the pack"))
 }
+
+// attemptsOf reads a task's attempts (GET /events/{id}/attempts): their numbers and statuses.
+func attemptsOf(t *testing.T, b *testBundle, id int64) (numbers []int, statuses []int) {
+	t.Helper()
+	for _, a := range read200(t, b, fmt.Sprintf("/events/%d/attempts", id))["attempts"].([]any) {
+		m := a.(map[string]any)
+		numbers = append(numbers, int(m["number"].(float64)))
+		statuses = append(statuses, int(m["status"].(float64)))
+	}
+	return numbers, statuses
+}
+
+// A task's attempts are numbered across its whole life: a manual retry (of the task, or of its
+// reference) continues the numbering, and the task's attempts field counts them all, while each
+// retry still gets a fresh budget of maxRetries retries. maxRetries 1 against a receiver that
+// answers 503 four times: two attempts, failed; retried, two more (3 and 4: the budget is fresh),
+// failed; its reference retried, a fifth, delivered.
+func TestAttemptsAreNumberedAcrossManualRetries(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	hook := &hookRecorder{status: []int{503, 503, 503, 503, 200}}
+	recv := httptest.NewServer(hook)
+	t.Cleanup(recv.Close)
+	id := createTask(t, b, `{"url": "`+recv.URL+`", "payload": 1, "referenceId": "n", "maxRetries": 1}`)
+	check := func(state string, n int) {
+		t.Helper()
+		got := read200(t, b, fmt.Sprintf("/events/%d", id))
+		require.Equal(t, state, got["state"])
+		require.EqualValues(t, n, got["attempts"], "the attempts field counts every attempt: %v", got)
+		numbers, statuses := attemptsOf(t, b, id)
+		want := make([]int, n)
+		for i := range want {
+			want[i] = i + 1
+		}
+		require.Equal(t, want, numbers, "numbered 1..%d, no repeat", n)
+		require.Equal(t, []int{503, 503, 503, 503, 200}[:n], statuses)
+		listing := referenceStates(t, b, "n")
+		require.Equal(t, state, listing[id])
+		ref := read200(t, b, "/references/n/events")["events"].([]any)[0].(map[string]any)
+		require.EqualValues(t, n, ref["attempts"], "the reference's listing agrees")
+	}
+
+	deliverAll(t, b.store)
+	check("failed", 2)
+
+	status, got, _ := b.do(t, "POST", fmt.Sprintf("/events/%d/retry", id), "")
+	require.Equal(t, http.StatusOK, status, "%v", got)
+	check("pending", 2)
+	deliverAll(t, b.store)
+	check("failed", 4)
+
+	status, got, _ = b.do(t, "POST", "/references/n/retry", "")
+	require.Equal(t, http.StatusOK, status, "%v", got)
+	require.Equal(t, []any{float64(id)}, got["retried"])
+	check("pending", 4)
+	deliverAll(t, b.store)
+	check("completed", 5)
+	require.Len(t, hook.bodies, 5, "the receiver saw five attempts")
+}

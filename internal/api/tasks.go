@@ -152,7 +152,8 @@ type TaskJSON struct {
 	IsCompleted      bool            `json:"isCompleted"`
 	IsFailed         bool            `json:"isFailed"`
 	ExceptionMessage *string         `json:"exceptionMessage"`
-	// Attempts counts the delivery attempts made (within the current retry budget).
+	// Attempts counts the delivery attempts made over the task's whole life: a manual retry
+	// continues the count (and the numbering of GET /events/{id}/attempts).
 	Attempts      int        `json:"attempts"`
 	NextAttemptAt *time.Time `json:"nextAttemptAt"`
 	ProcessedBy   string     `json:"processedBy,omitempty"`

@@ -134,16 +134,19 @@ func (e *Engine) deliverChain(ctx context.Context, c exactlyonce.Claim, t exactl
 	}
 }
 
-// outcome is the settlement's view of one attempt.
+// outcome is the settlement's view of one attempt. Attempts are numbered across the task's life
+// (a manual retry continues the numbering); its retry budget counts those since its last manual
+// retry (RetryBase), each of which gives it MaxRetries retries afresh.
 func (e *Engine) outcome(t exactlyonce.Event, res webhook.Result) exactlyonce.TaskOutcome {
 	attempt := t.Attempts + 1
 	o := exactlyonce.TaskOutcome{Event: t, Attempt: exactlyonce.Attempt{Number: attempt, Started: res.Started,
 		Duration: res.Duration, Status: res.Status, Error: res.Message}}
+	inBudget := attempt - t.Task.RetryBase // the attempt's number within this budget, from 1
 	switch {
 	case res.Outcome == webhook.Delivered:
 		o.Delivered = true
-	case res.Outcome == webhook.Temporary && attempt <= t.Task.MaxRetries:
-		o.Wait = webhook.RetryDelay(attempt, e.Tasks.RetryBase, e.Tasks.RetryMax, res.RetryAfter)
+	case res.Outcome == webhook.Temporary && inBudget <= t.Task.MaxRetries:
+		o.Wait = webhook.RetryDelay(inBudget, e.Tasks.RetryBase, e.Tasks.RetryMax, res.RetryAfter)
 	default: // permanent, refused, or the retries are spent
 		o.Final = true
 	}

@@ -288,7 +288,7 @@ function focusHeading() {
 function retryButton(id, after) {
   return el('button', { type: 'button', class: 'primary', 'data-retry': id, onclick: async (ev) => {
     const button = ev.currentTarget; // null once the handler has awaited
-    const ok = await confirmAction('Retry task ' + id + '?', 'Task ' + id + ' is delivered again from its first attempt, in its reference\'s order.');
+    const ok = await confirmAction('Retry task ' + id + '?', 'Task ' + id + ' is delivered again, in its reference\'s order, with a fresh retry budget; its attempts are numbered on from the last.');
     if (!ok) return;
     button.disabled = true;
     try {

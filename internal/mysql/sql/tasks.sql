@@ -94,7 +94,7 @@ WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 -- name: LeasedTasks
 -- The tasks just leased by PromoteQueuedLeased, to work them: `state = 1 AND claim_id = ?` prunes
 -- to `open` and to the claim's rows.
-SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id FROM events
+SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id, retry_base FROM events
 WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
 
 -- name: SettleLeasedTasks
@@ -175,11 +175,13 @@ SELECT id, position FROM events WHERE state = 0 AND routing_hash = ? AND kind = 
 UPDATE events SET state = 2 WHERE state = 0 AND id = ? LIMIT 1;
 
 -- name: RetryTask
--- Gives a failed task a fresh retry budget: pending (0) or queued (2), attempts and its last error
--- cleared, at position ?; it leaves its event worker (which may be done by now): the next claim's
--- EventService assigns it again. Guarded by the failed states, with the row locked by LockFailedTask.
+-- Gives a failed task a fresh retry budget: pending (0) or queued (2), its last error cleared, at
+-- position ?; its attempts are kept, so that the next one is numbered after them, and the budget
+-- counts from here (retry_base, migrations/0014_task_retry_base.sql). It leaves its event worker
+-- (which may be done by now): the next claim's EventService assigns it again. Guarded by the failed
+-- states, with the row locked by LockFailedTask (or LockFailedTasks).
 UPDATE events
-SET state = ?, position = ?, attempts = 0, last_error = NULL, next_attempt_at = NULL, processed_at = NULL,
+SET state = ?, position = ?, retry_base = attempts, last_error = NULL, next_attempt_at = NULL, processed_at = NULL,
     processed_by = NULL, claim_id = NULL, lease_expires_at = NULL, worker_id = NULL
 WHERE id = ? AND state IN (20, 40) LIMIT 1;
 
