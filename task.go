@@ -175,10 +175,11 @@ type WorkerGrowth struct {
 	WillTerminate bool
 }
 
-// WorkerConflictError says that an assignment named a live event worker that its agent no longer
-// runs (it is done, or another agent adopted it): the EventService forgets it.
+// WorkerConflictError says that an assignment named an event worker that cannot take tasks from
+// this agent: its agent no longer runs it (it is done, or another agent adopted it), or it is full
+// (willTerminate). The EventService forgets it.
 type WorkerConflictError struct{ WorkerID string }
 
 func (e *WorkerConflictError) Error() string {
-	return "event worker " + e.WorkerID + " is not this agent's live worker"
+	return "event worker " + e.WorkerID + " is not a live worker of this agent with room"
 }

@@ -70,16 +70,22 @@ VALUES /*rows*/;
 -- name: QueuedOfReferences
 -- The queued tasks of the named references, to promote the first of each (the lowest position) when
 -- the task before it settles. A consistent read of the `queued` partition only (`state = 2`), run
--- with the references' buckets locked.
+-- with the references' heads locked (LockLeased), so every create that queued a task behind one of
+-- them has committed, and any other waits for this settlement.
 SELECT id, reference_id, position FROM events
 WHERE state = 2 AND routing_hash IN (/*hashes*/) AND reference_id IN (/*refs*/);
 
 -- name: PromoteQueued
 -- Makes queued tasks pending: each heads its reference now, due at once (next_attempt_at now, so
 -- that the sweeper's grace, meant for events the queue path has not had yet, does not hold them
--- back). Guarded by `state = 2`; the buckets' locks make it the only promotion of these references
--- in flight. /*worker*/ names each promoted task's event worker, its reference's (the settled
--- head's): `CASE id WHEN ? THEN ? ... ELSE worker_id END`, or `worker_id` when none has one.
+-- back). Guarded by `state = 2`; the heads' locks (LockLeased) make it the only promotion of these
+-- references in flight. Locks the promoted rows, after the event workers' rows the settlement
+-- locked (SettleWorkers): no transaction that holds a queued task's row waits for an event worker's
+-- (creates and retries touch no event worker), so the order cannot deadlock. /*worker*/ names each
+-- promoted task's event worker: its reference's (the settled head's) if that worker has room
+-- (WorkersWithRoom), `CASE id WHEN ? THEN ? ... ELSE worker_id END`, or `worker_id` (NULL: a queued
+-- task has none) when none has; a task promoted behind a full worker joins none, and the EventService
+-- of whoever delivers it gives it one with room.
 UPDATE events SET state = 0, next_attempt_at = NOW(6), worker_id = /*worker*/ WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 
 -- name: PromoteQueuedLeased
