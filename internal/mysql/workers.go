@@ -153,13 +153,24 @@ func expandStrings(q string, ss []string) (string, []any) {
 // it with a *exactlyonce.WorkerConflictError naming the worker.
 func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
 	var conflict string
+	// GrowWorker grows no full worker, and a new worker is grown in the assignment that makes it:
+	// it is inserted with room, and full (willTerminate) only by its growth, which comes after.
+	grown := map[string]bool{}
+	for _, g := range a.Grow {
+		grown[g.ID] = true
+	}
+	newFull := map[string]bool{}
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 		for _, w := range a.New {
 			refs, err := json.Marshal(nonNil(w.References))
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, query("InsertWorker"), w.ID, w.AgentID, w.WillTerminate, w.MaxReferenceCount,
+			will := w.WillTerminate
+			if grown[w.ID] {
+				newFull[w.ID], will = will, false
+			}
+			if _, err := tx.ExecContext(ctx, query("InsertWorker"), w.ID, w.AgentID, will, w.MaxReferenceCount,
 				len(w.References), string(refs), w.FirstHash); err != nil {
 				return err
 			}
@@ -189,7 +200,8 @@ func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, 
 			if err != nil {
 				return err
 			}
-			res, err := tx.ExecContext(ctx, query("GrowWorker"), g.AddTasks, string(refs), len(g.References), g.WillTerminate, g.ID, agent)
+			res, err := tx.ExecContext(ctx, query("GrowWorker"), g.AddTasks, string(refs), len(g.References),
+				g.WillTerminate || newFull[g.ID], g.ID, agent)
 			if err != nil {
 				return err
 			}

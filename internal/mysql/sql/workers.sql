@@ -17,7 +17,9 @@
 
 -- name: InsertWorker
 -- A new event worker, in the assignment's transaction (no lock beyond the new row's): id, agent,
--- will_terminate, max references, reference count, references (JSON), first reference's hash.
+-- will_terminate, max references, reference count, references (JSON), first reference's hash. A new
+-- worker the same assignment grows is inserted with room (will_terminate 0), and GrowWorker, which
+-- grows no full worker, makes it full.
 INSERT INTO event_workers (worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate,
   tasks_completed, tasks_failed, max_reference_count, is_done, reference_count, reference_ids, first_hash, done_at)
 VALUES (?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL);
