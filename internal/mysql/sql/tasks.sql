@@ -162,7 +162,7 @@ SELECT kind, state, reference_id, routing_hash FROM events WHERE id = ? LIMIT 1;
 
 -- name: LaterTaskStarted
 -- A manual retry: has a task of the reference after this one started (settled, processing, or
--- attempted)? Then the retried task goes to the end of its reference's queue, else back in its
+-- attempted, ever: a manual retry keeps a task's attempts)? Then the retried task goes to the end of its reference's queue, else back in its
 -- place. Scans every partition of `events` (a manual operation, rare); when it finds none, the
 -- store asks the packed history too (PagesOfReference: a packed task was delivered, so started).
 SELECT COUNT(*) FROM events
