@@ -54,12 +54,19 @@ type Task struct {
 	// WorkerID is the event worker that holds the task's reference (internal/processing's
 	// EventService); empty until one does, and for a task without a reference.
 	WorkerID string
+	// RetryBase is how many attempts the task had made when it was last retried by hand (0 if
+	// never): its attempts are numbered across its whole life (Event.Attempts + 1 is the next), and
+	// its retry budget, MaxRetries retries, counts the attempts after RetryBase.
+	RetryBase int
 }
 
-// TaskState is a task's state under the names of the task API: pending (queued or waiting its
-// backoff included), processing, completed or failed.
+// TaskState is a task's state under the names of the task API: pending (claimable, or waiting its
+// backoff), queued (waiting behind an earlier task of its reference), processing, completed or
+// failed. Every read says the same: GET /events/{id}, the listings and the overview's counts.
 func TaskState(s State) string {
 	switch {
+	case s == Queued:
+		return "queued"
 	case s == Processing:
 		return "processing"
 	case s == Processed:
@@ -167,10 +174,11 @@ type WorkerGrowth struct {
 	WillTerminate bool
 }
 
-// WorkerConflictError says that an assignment named a live event worker that its agent no longer
-// runs (it is done, or another agent adopted it): the EventService forgets it.
+// WorkerConflictError says that an assignment named an event worker that cannot take tasks from
+// this agent: its agent no longer runs it (it is done, or another agent adopted it), or it is full
+// (willTerminate). The EventService forgets it.
 type WorkerConflictError struct{ WorkerID string }
 
 func (e *WorkerConflictError) Error() string {
-	return "event worker " + e.WorkerID + " is not this agent's live worker"
+	return "event worker " + e.WorkerID + " is not a live worker of this agent with room"
 }

@@ -89,8 +89,9 @@ func (nopTB) Fatal(args ...any) {
 }
 
 // The processor (the SQS path) delivers tasks through its own EventService, as the agents do:
-// WORKER_MAX_REFERENCES=3 and 10 references make 4 event workers, each run by the processor's
-// agent, which is registered without a range; every settled task names its worker, and the books
+// WORKER_MAX_REFERENCES=3 and 10 references make at least 4 event workers (the heads fill three,
+// and the tasks after a full worker's go to others), each run by the processor's agent, which is
+// registered without a range; every settled task names its worker, and the books
 // hold. When the processor stops, its workers are done and its agent row is gone.
 func TestProcessorDeliversTasksThroughEventWorkers(t *testing.T) {
 	t.Parallel()
@@ -129,10 +130,13 @@ func TestProcessorDeliversTasksThroughEventWorkers(t *testing.T) {
 	done, err := store.DoneWorkers(ctx, 100)
 	require.NoError(t, err)
 	all := append(active, done...)
-	require.Len(t, all, 4, "10 references, 3 a worker")
+	// 10 references, 3 a worker: the heads fill three workers and start a fourth; a full worker takes
+	// no new task, so the tasks after its heads go to a worker with room, or a new one.
+	require.GreaterOrEqual(t, len(all), 4)
 	var settled int64
 	for _, w := range all {
 		require.Equal(t, self.ID, w.AgentID, "worker %s is the processor's", w.ID)
+		require.LessOrEqual(t, len(w.References), 3, "worker %s", w.ID)
 		settled += w.TasksCompleted + w.TasksFailed
 	}
 	require.Equal(t, int64(refs*perRef), settled)

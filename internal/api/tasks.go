@@ -139,7 +139,8 @@ type TaskJSON struct {
 	IsCompleted      bool            `json:"isCompleted"`
 	IsFailed         bool            `json:"isFailed"`
 	ExceptionMessage *string         `json:"exceptionMessage"`
-	// Attempts counts the delivery attempts made (within the current retry budget).
+	// Attempts counts the delivery attempts made over the task's whole life: a manual retry
+	// continues the count (and the numbering of GET /events/{id}/attempts).
 	Attempts      int        `json:"attempts"`
 	NextAttemptAt *time.Time `json:"nextAttemptAt"`
 	ProcessedBy   string     `json:"processedBy,omitempty"`
@@ -161,9 +162,15 @@ func taskJSON(e exactlyonce.Event) TaskJSON {
 		j.CompletedAt = e.ProcessedAt
 		j.Attempts++ // the attempts column counts the failed ones
 	}
-	if e.LastError != "" {
+	// The task's own fields say how it ended: a completed task has no exceptionMessage (the errors
+	// of the attempts before are its attempts', GET /events/{id}/attempts), a failed one says why,
+	// an open one why its last attempt failed. Only a task waiting its backoff has a next attempt.
+	if e.LastError != "" && !j.IsCompleted {
 		msg := e.LastError
 		j.ExceptionMessage = &msg
+	}
+	if e.State != exactlyonce.Pending {
+		j.NextAttemptAt = nil
 	}
 	return j
 }
@@ -314,10 +321,12 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
+	state := exactlyonce.Queued // behind the open task of its reference
 	if head {
+		state = exactlyonce.Pending
 		s.asyncGroups().queueCommitted(r.Context(), []int64{id})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": "pending", "placement": placement})
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": exactlyonce.TaskState(state), "placement": placement})
 }
 
 // readRetryBody reads the body of a retry (POST /events/{id}/retry, POST

@@ -145,7 +145,7 @@ func TestTaskLifeThroughTheAPI(t *testing.T) {
 
 	status, got, _ := b.do(t, "GET", fmt.Sprintf("/events/%d", second), "")
 	require.Equal(t, 200, status)
-	require.Equal(t, "pending", got["state"])
+	require.Equal(t, "queued", got["state"], "behind the first, as GET /events?state=queued lists it")
 	require.Equal(t, "order-7", got["referenceId"])
 	require.EqualValues(t, 3, got["maxRetries"], "the default")
 	require.Equal(t, []any{2.0}, got["payload"])

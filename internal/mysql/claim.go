@@ -417,7 +417,7 @@ func scanClaimed(rows *sql.Rows, err error) ([]claimed, error) {
 		var c claimed
 		var t taskColumns
 		if err := rows.Scan(&c.id, &c.kind, &c.attempts, &t.url, &t.payload, &t.reference, &t.maxRetries, &t.hash,
-			&t.position, &t.worker); err != nil {
+			&t.position, &t.worker, &t.retryBase); err != nil {
 			return nil, err
 		}
 		c.task = t.task(c.kind)

@@ -30,6 +30,7 @@ type taskColumns struct {
 	maxRetries, position sql.NullInt64
 	hash                 uint32
 	worker               sql.NullString
+	retryBase            sql.NullInt64
 }
 
 func (t taskColumns) task(kind exactlyonce.Kind) *exactlyonce.Task {
@@ -37,7 +38,8 @@ func (t taskColumns) task(kind exactlyonce.Kind) *exactlyonce.Task {
 		return nil
 	}
 	return &exactlyonce.Task{URL: t.url.String, Payload: t.payload, ReferenceID: t.reference.String,
-		MaxRetries: int(t.maxRetries.Int64), Position: t.position.Int64, Hash: t.hash, WorkerID: t.worker.String}
+		MaxRetries: int(t.maxRetries.Int64), Position: t.position.Int64, Hash: t.hash, WorkerID: t.worker.String,
+		RetryBase: int(t.retryBase.Int64)}
 }
 
 // CreatedTask is one task a create stored.

@@ -135,3 +135,147 @@ func TestASettlementWaitsForACreateQueueingBehindItsHead(t *testing.T) {
 	require.Len(t, settled.Next, 1, "the settlement handed the reference on to the task queued meanwhile")
 	require.Equal(t, int64(queuedID), settled.Next[0].ID)
 }
+
+// headInWorker is leasedHead's head, assigned to a new event worker w with room (as an
+// EventService assigns a claimed task), and n tasks of its reference queued behind it. It returns
+// the head as the engine holds it (its worker named) and the queued tasks' ids.
+func headInWorker(ctx context.Context, t *testing.T, w string, n int) (*sql.DB, *mysql.Store, exactlyonce.Claim, exactlyonce.Event, []int64) {
+	t.Helper()
+	db, store, c, head := leasedHead(ctx, t)
+	require.NoError(t, store.AssignWorkers(ctx, c.ID, 1, exactlyonce.WorkerAssignment{
+		New:   []exactlyonce.EventWorker{{ID: w, AgentID: 1, MaxReferenceCount: 2}},
+		Grow:  []exactlyonce.WorkerGrowth{{ID: w, AddTasks: 1, References: []string{"r"}}},
+		Tasks: map[string][]int64{w: {head.ID}},
+	}))
+	head.Task.WorkerID = w
+	var queued []int64
+	for i := range n {
+		got, err := store.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 2+i)})
+		require.NoError(t, err)
+		require.False(t, got[0].Head)
+		queued = append(queued, got[0].ID)
+	}
+	return db, store, c, head, queued
+}
+
+// A settlement, the assignment that fills its head's event worker, and a create of the same
+// reference, at once, in this order: the assignment holds the worker's row (it has just marked it
+// full, not committed yet); the settlement has locked and settled the head and waits for the
+// worker's row; the create waits for the head. When the assignment commits, the settlement sees the
+// worker full: the next task of the reference is promoted (and leased, to be delivered next) into
+// no worker, for the engine's EventService to give it one with room, and the full worker, left with
+// nothing, is done. The create then queues its task behind the promoted one. Order and
+// exactly-once hold: one open task, the rest queued in creation order, and a second settlement of
+// the head settles nothing.
+func TestASettlementPromotesIntoNoFullWorkerWhileACreateWaits(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, store, c, head, queued := headInWorker(ctx, t, "w_filling", 1)
+
+	// The assignment that fills the worker, by hand: GrowWorker's lock and change, not committed.
+	fill, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer fill.Rollback()
+	_, err = fill.ExecContext(ctx, `UPDATE event_workers SET will_terminate = 1, reference_count = 2, reference_ids = '["r","other"]'
+		WHERE is_done = 0 AND worker_id = 'w_filling'`)
+	require.NoError(t, err)
+
+	settled := make(chan struct{})
+	var settlement exactlyonce.TaskSettlement
+	var settleErr error
+	go func() {
+		defer close(settled)
+		settlement, settleErr = store.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
+			Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, true)
+	}()
+	awaitStatement(t, db, "UPDATE event_workers", settled)
+
+	created := make(chan struct{})
+	var late []mysql.CreatedTask
+	var createErr error
+	go func() {
+		defer close(created)
+		late, createErr = store.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 9)})
+	}()
+	awaitStatement(t, db, "UPDATE events SET position = position", created)
+
+	require.NoError(t, fill.Commit())
+	<-settled
+	require.NoError(t, settleErr)
+	require.Equal(t, []int64{head.ID}, settlement.Completed)
+	require.Len(t, settlement.Next, 1, "the reference's next task is handed on")
+	require.Equal(t, queued[0], settlement.Next[0].ID)
+	require.Empty(t, settlement.Next[0].Task.WorkerID, "not into the worker that is full")
+	<-created
+	require.NoError(t, createErr)
+	require.False(t, late[0].Head, "queued behind the promoted task")
+
+	w, found, err := store.Worker(ctx, "w_filling")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.True(t, w.WillTerminate)
+	require.True(t, w.IsDone, "the full worker's own task is settled: it is done")
+	require.Equal(t, int64(1), w.TasksCompleted)
+	require.Zero(t, w.TasksRemaining)
+
+	again, err := store.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
+		Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, true)
+	require.NoError(t, err)
+	require.Empty(t, again.Completed, "settled once")
+	require.Empty(t, again.Next)
+	listed, err := store.ReferenceTasks(ctx, "r", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, listed, 3)
+	require.Equal(t, []int64{head.ID, queued[0], late[0].ID}, []int64{listed[0].ID, listed[1].ID, listed[2].ID}, "creation order")
+	require.Equal(t, []exactlyonce.State{exactlyonce.Processed, exactlyonce.Processing, exactlyonce.Queued},
+		[]exactlyonce.State{listed[0].State, listed[1].State, listed[2].State})
+}
+
+// The other order: a create that has locked the head of a full worker and queued a task behind
+// it, not committed, when the settlement starts. The settlement waits for it, then promotes that
+// task, into no worker (its head's is full), pending for any worker (without chaining); the full
+// worker is done.
+func TestASettlementWaitsForACreateAndPromotesIntoNoFullWorker(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, store, c, head, _ := headInWorker(ctx, t, "w_full", 0)
+	_, err := db.ExecContext(ctx, `UPDATE event_workers SET will_terminate = 1 WHERE worker_id = 'w_full'`)
+	require.NoError(t, err)
+
+	create, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer create.Rollback()
+	_, err = create.ExecContext(ctx, `UPDATE events SET position = position WHERE state < 2 AND id = ?`, head.ID)
+	require.NoError(t, err)
+	const queuedID = 1 << 40
+	_, err = create.ExecContext(ctx, `INSERT INTO events (id, kind, routing_hash, state, created_at, url, payload, reference_id, max_retries, position)
+		VALUES (?, 'task', ?, 2, NOW(6), 'https://example.com/hook', '{}', 'r', 3, ?)`, queuedID, mysql.ReferenceHash("r"), head.Task.Position+1)
+	require.NoError(t, err)
+
+	done := make(chan struct{})
+	var settled exactlyonce.TaskSettlement
+	var settleErr error
+	go func() {
+		defer close(done)
+		settled, settleErr = store.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
+			Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, false)
+	}()
+	awaitStatement(t, db, "SELECT id FROM events WHERE state = 1 AND claim_id", done)
+	require.NoError(t, create.Commit())
+	<-done
+	require.NoError(t, settleErr)
+	require.Equal(t, []int64{head.ID}, settled.Completed)
+	e, err := store.Get(ctx, queuedID)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Pending, e.State, "promoted, for any worker")
+	var worker sql.NullString
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT worker_id FROM events WHERE id = ?", queuedID).Scan(&worker))
+	require.False(t, worker.Valid, "in no worker: its head's is full (%q)", worker.String)
+	w, _, err := store.Worker(ctx, "w_full")
+	require.NoError(t, err)
+	require.True(t, w.IsDone)
+	require.Equal(t, int64(1), w.TasksCompleted)
+	require.Zero(t, w.TasksRemaining)
+}

@@ -95,7 +95,7 @@ func (s *Store) ReferenceTasks(ctx context.Context, ref string, after int64, lim
 	return mergeReferenceTasks(out, packed, from, limit), nil
 }
 
-// RetryTask gives a failed task a fresh retry budget (attempts cleared). A task of a reference goes
+// RetryTask gives a failed task a fresh retry budget (its attempts kept: the next is numbered after them). A task of a reference goes
 // back in its place if no later task of its reference has started (those go back to waiting behind
 // it), else to the end of its reference's queue. It returns where it went, and whether it is
 // pending now (it heads its reference: a queue message may name it). A task that is not failed is

@@ -15,6 +15,11 @@ import (
 // to claim c, and for each reference whose task settled, hands the reference on to its next queued
 // task: pending, or, with chain, leased to c (returned in Next). Each outcome is written only if
 // the task is still leased to c (the guard of every settlement), with its attempt.
+//
+// The next task joins the event worker of the task it follows if that worker has room; behind a
+// full one (willTerminate) it joins none, and the EventService of whoever delivers it gives it one
+// with room (a task in Next has no WorkerID then), so that a full worker takes no new task and is
+// done once its own have settled.
 func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error) {
 	var out exactlyonce.TaskSettlement
 	if len(outcomes) == 0 {
@@ -85,7 +90,7 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		for rest := completed; len(rest) > 0; {
 			chunk := rest[:min(len(rest), markChunk)]
 			rest = rest[len(chunk):]
-			n, err := setValues(ctx, tx, "SettleLeased", chunk, values, []any{c.By, c.ID})
+			n, err := setValues(ctx, tx, "SettleLeasedTasks", chunk, values, []any{c.By, c.ID})
 			if err != nil {
 				return err
 			}
@@ -97,16 +102,34 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		if err := insertAttempts(ctx, tx, c.ID, attempts); err != nil {
 			return err
 		}
-		next, promoted, err := promote(ctx, tx, c, settledRefs, refWorker, chain)
+		// The next task of each reference settled, read with its head locked (LockLeased above).
+		first, err := queuedFirst(ctx, tx, settledRefs)
 		if err != nil {
 			return err
 		}
-		out.Next = next
-		for _, w := range promoted {
-			books.promoted(w)
+		for ref := range first {
+			if w := refWorker[ref]; w != "" {
+				books.promoting(w)
+			}
 		}
-		// The event workers' counts change here, in the transaction that settles their tasks.
-		return books.write(ctx, tx)
+		// The event workers' counts change here, in the transaction that settles their tasks, and
+		// this statement locks their rows: whether each has room for the task promoted behind its
+		// head is decided on its row under that lock, and read back for the promotion.
+		if err := books.write(ctx, tx); err != nil {
+			return err
+		}
+		room, err := books.withRoom(ctx, tx)
+		if err != nil {
+			return err
+		}
+		workerOf := map[int64]string{}
+		for ref, h := range first {
+			if w := refWorker[ref]; room[w] {
+				workerOf[h.id] = w
+			}
+		}
+		out.Next, err = promote(ctx, tx, c, first, workerOf, chain)
+		return err
 	})
 	if err != nil {
 		return exactlyonce.TaskSettlement{}, interpret("settle tasks", err)
@@ -144,49 +167,46 @@ func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []
 	return nil
 }
 
-// promote hands each of the references on to its next queued task (the lowest position), in the
-// transaction that settled the reference's head, with that head locked (so every create that queued
-// a task behind it has committed): pending, or, with chain, leased to c and returned.
-//
-// A promoted task joins the event worker of the head it follows (refWorker: reference to worker);
-// promote returns, for each task it promoted into a worker, that worker.
-func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, refs map[string]uint32, refWorker map[string]string, chain bool) ([]exactlyonce.Event, []string, error) {
+// queuedTask is a reference's first queued task: the one its settlement promotes.
+type queuedTask struct{ id, pos int64 }
+
+// queuedFirst reads the first queued task (the lowest position) of each of the references, in the
+// transaction that settled the references' heads, with those heads locked (so every create that
+// queued a task behind one of them has committed).
+func queuedFirst(ctx context.Context, tx *sql.Tx, refs map[string]uint32) (map[string]queuedTask, error) {
+	first := map[string]queuedTask{}
 	if len(refs) == 0 {
-		return nil, nil, nil
+		return first, nil
 	}
 	q, args := refArgs(query("QueuedOfReferences"), refs)
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	type head struct{ id, pos int64 }
-	first := map[string]head{}
+	defer rows.Close()
 	for rows.Next() {
-		var h head
+		var h queuedTask
 		var ref string
 		if err := rows.Scan(&h.id, &ref, &h.pos); err != nil {
-			rows.Close()
-			return nil, nil, err
+			return nil, err
 		}
 		if cur, ok := first[ref]; !ok || h.pos < cur.pos {
 			first[ref] = h
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, err
-	}
+	return first, rows.Err()
+}
+
+// promote hands each reference on to its first queued task (first): pending, or, with chain,
+// leased to c and returned. A promoted task joins the event worker workerOf names (its head's, when
+// that worker has room), else none.
+func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, first map[string]queuedTask, workerOf map[int64]string, chain bool) ([]exactlyonce.Event, error) {
 	if len(first) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
 	ids := make([]int64, 0, len(first))
-	workerOf := map[int64]string{}
-	var promoted []string
-	for ref, h := range first {
+	for _, h := range first {
 		ids = append(ids, h.id)
-		if w := refWorker[ref]; w != "" {
-			workerOf[h.id] = w
-		}
 	}
 	slices.Sort(ids)
 	name, pre := "PromoteQueued", []any(nil)
@@ -201,7 +221,6 @@ func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, refs map[stri
 			if w, ok := workerOf[id]; ok {
 				b.WriteString(" WHEN ? THEN ?")
 				pre = append(pre, id, w)
-				promoted = append(promoted, w)
 			}
 		}
 		b.WriteString(" ELSE worker_id END")
@@ -210,24 +229,24 @@ func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, refs map[stri
 	q, idArgs := expandIDs(strings.Replace(query(name), "/*worker*/", worker, 1), ids)
 	res, err := tx.ExecContext(ctx, q, append(append(pre, idArgs...), len(ids))...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if n, err := res.RowsAffected(); err != nil {
-		return nil, nil, err
+		return nil, err
 	} else if n != int64(len(ids)) {
-		return nil, nil, fmt.Errorf("promoted %d rows for %d queued tasks", n, len(ids))
+		return nil, fmt.Errorf("promoted %d rows for %d queued tasks", n, len(ids))
 	}
 	if !chain {
-		return nil, promoted, nil
+		return nil, nil
 	}
 	q, idArgs = expandIDs(query("LeasedTasks"), ids)
 	got, err := scanClaimed(tx.QueryContext(ctx, q, append([]any{c.ID}, idArgs...)...))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	next := make([]exactlyonce.Event, len(got))
 	for i, r := range got {
 		next[i] = r.event(exactlyonce.Processing)
 	}
-	return next, promoted, nil
+	return next, nil
 }

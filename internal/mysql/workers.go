@@ -22,7 +22,10 @@ type workerBooks map[string]*workerBook
 
 type workerBook struct {
 	completed, failed, remaining int64
-	last                         sql.NullInt64
+	// promoted counts the queued tasks that follow this worker's settled heads: they join it if it
+	// has room, which SettleWorkers decides on the worker's row.
+	promoted int64
+	last     sql.NullInt64
 }
 
 func (b workerBooks) of(ev exactlyonce.Event) *workerBook {
@@ -56,23 +59,22 @@ func (b workerBooks) failed(ev exactlyonce.Event) {
 	}
 }
 
-func (b workerBooks) promoted(w string) { b.get(w).remaining++ }
+// promoting counts a queued task that follows a settled head of worker w.
+func (b workerBooks) promoting(w string) { b.get(w).promoted++ }
 
 // write applies the books in one statement (SettleWorkers), which also makes done the
-// willTerminate workers left with nothing. Which ones did is not read back (a statement more in
-// every settlement, which the tasks bench measured): the EventService learns it at its next pulse.
+// willTerminate workers left with nothing, and gives the promoted tasks' count to the workers with
+// room only. Which workers became done is not read back (a statement more in every settlement,
+// which the tasks bench measured): the EventService learns it at its next pulse. Which have room
+// is, by the caller, when it promotes tasks into them (WorkersWithRoom).
 func (b workerBooks) write(ctx context.Context, tx *sql.Tx) error {
 	if len(b) == 0 {
 		return nil
 	}
-	ids := make([]string, 0, len(b))
-	for w := range b {
-		ids = append(ids, w)
-	}
-	slices.Sort(ids)
+	ids := b.ids()
 	q := query("SettleWorkers")
 	var args []any
-	for _, col := range []string{"remaining", "completed", "failed", "remaining", "last"} {
+	for _, col := range []string{"remaining", "completed", "failed", "remaining", "promoted", "last"} {
 		var cases strings.Builder
 		for _, w := range ids {
 			wb := b[w]
@@ -84,6 +86,8 @@ func (b workerBooks) write(ctx context.Context, tx *sql.Tx) error {
 				v = wb.completed
 			case "failed":
 				v = wb.failed
+			case "promoted":
+				v = wb.promoted
 			case "last":
 				v = wb.last
 			}
@@ -95,6 +99,44 @@ func (b workerBooks) write(ctx context.Context, tx *sql.Tx) error {
 	q, idArgs := expandStrings(q, ids)
 	_, err := tx.ExecContext(ctx, q, append(args, idArgs...)...)
 	return err
+}
+
+func (b workerBooks) ids() []string {
+	ids := make([]string, 0, len(b))
+	for w := range b {
+		ids = append(ids, w)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// withRoom reads which of the workers to which queued tasks are promoting have room for them
+// (WorkersWithRoom), after write locked their rows.
+func (b workerBooks) withRoom(ctx context.Context, tx *sql.Tx) (map[string]bool, error) {
+	var ids []string
+	for _, w := range b.ids() {
+		if b[w].promoted > 0 {
+			ids = append(ids, w)
+		}
+	}
+	room := map[string]bool{}
+	if len(ids) == 0 {
+		return room, nil
+	}
+	q, args := expandStrings(query("WorkersWithRoom"), ids)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var w string
+		if err := rows.Scan(&w); err != nil {
+			return nil, err
+		}
+		room[w] = true
+	}
+	return room, rows.Err()
 }
 
 func expandStrings(q string, ss []string) (string, []any) {
@@ -111,13 +153,24 @@ func expandStrings(q string, ss []string) (string, []any) {
 // it with a *exactlyonce.WorkerConflictError naming the worker.
 func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
 	var conflict string
+	// GrowWorker grows no full worker, and a new worker is grown in the assignment that makes it:
+	// it is inserted with room, and full (willTerminate) only by its growth, which comes after.
+	grown := map[string]bool{}
+	for _, g := range a.Grow {
+		grown[g.ID] = true
+	}
+	newFull := map[string]bool{}
 	err := inTx(ctx, s.db, s.stats, s.retry, func(tx *sql.Tx) error {
 		for _, w := range a.New {
 			refs, err := json.Marshal(nonNil(w.References))
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, query("InsertWorker"), w.ID, w.AgentID, w.WillTerminate, w.MaxReferenceCount,
+			will := w.WillTerminate
+			if grown[w.ID] {
+				newFull[w.ID], will = will, false
+			}
+			if _, err := tx.ExecContext(ctx, query("InsertWorker"), w.ID, w.AgentID, will, w.MaxReferenceCount,
 				len(w.References), string(refs), w.FirstHash); err != nil {
 				return err
 			}
@@ -147,7 +200,8 @@ func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, 
 			if err != nil {
 				return err
 			}
-			res, err := tx.ExecContext(ctx, query("GrowWorker"), g.AddTasks, string(refs), len(g.References), g.WillTerminate, g.ID, agent)
+			res, err := tx.ExecContext(ctx, query("GrowWorker"), g.AddTasks, string(refs), len(g.References),
+				g.WillTerminate || newFull[g.ID], g.ID, agent)
 			if err != nil {
 				return err
 			}

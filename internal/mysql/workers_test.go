@@ -14,8 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// An assignment may grow only a live worker its agent runs: one another agent adopted fails it with
-// a WorkerConflictError and writes nothing (not even its new workers); adoption is taken by one
+// An assignment may grow only a live worker its agent runs that is not full: one another agent
+// adopted, or one full, fails it with a WorkerConflictError and writes nothing (not even its new
+// workers); adoption is taken by one
 // agent only; an agent's stop makes its idle workers done, and done workers are pruned after the
 // retention.
 func TestEventWorkerRegistryGuards(t *testing.T) {
@@ -63,6 +64,22 @@ func TestEventWorkerRegistryGuards(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, found)
 
+	// A full worker (willTerminate) takes no new task: growing it is a conflict too.
+	require.NoError(t, store.AssignWorkers(ctx, c.ID, 1, exactlyonce.WorkerAssignment{
+		New:  []exactlyonce.EventWorker{{ID: "w_full", AgentID: 1, MaxReferenceCount: 1}},
+		Grow: []exactlyonce.WorkerGrowth{{ID: "w_full", References: []string{"x"}, WillTerminate: true}},
+	}))
+	err = store.AssignWorkers(ctx, c.ID, 1, exactlyonce.WorkerAssignment{
+		Grow:  []exactlyonce.WorkerGrowth{{ID: "w_full", AddTasks: 1, References: []string{"x", "b"}, WillTerminate: true}},
+		Tasks: map[string][]int64{"w_full": {created[1].ID}},
+	})
+	require.True(t, errors.As(err, &conflict), "a full worker grown: %v", err)
+	require.Equal(t, "w_full", conflict.WorkerID)
+	full, _, err := store.Worker(ctx, "w_full")
+	require.NoError(t, err)
+	require.Zero(t, full.TasksRemaining)
+	require.Equal(t, []string{"x"}, full.References)
+
 	// A stop of a worker with a task left: willTerminate, still live; settling its task makes it done.
 	require.NoError(t, store.StopWorkers(ctx, []string{"w_1"}))
 	w, _, err := store.Worker(ctx, "w_1")
@@ -102,13 +119,13 @@ func TestLiveEventWorkerStatementsReadOnlyTheActivePartition(t *testing.T) {
 	t.Parallel()
 	store := testdb.Store(t, mysql.StoreConfig{}, 2)
 	literal := func(q string) string {
-		for _, m := range []string{"/*remaining*/", "/*completed*/", "/*failed*/", "/*last*/"} {
+		for _, m := range []string{"/*remaining*/", "/*completed*/", "/*failed*/", "/*promoted*/", "/*last*/"} {
 			q = strings.ReplaceAll(q, m, "WHEN 'w' THEN 1")
 		}
 		q = strings.ReplaceAll(q, "/*ids*/", "'w'")
 		return strings.ReplaceAll(q, "?", "1")
 	}
-	for _, name := range []string{"GrowWorker", "SettleWorkers", "ActiveWorkers", "AdoptWorker", "StopWorkers"} {
+	for _, name := range []string{"GrowWorker", "SettleWorkers", "WorkersWithRoom", "ActiveWorkers", "AdoptWorker", "StopWorkers"} {
 		parts := explainPartitions(t, store.DB(), literal(mysql.QueryText(name)))
 		require.Equal(t, []string{"active"}, parts, name)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -134,16 +135,19 @@ func (e *Engine) deliverChain(ctx context.Context, c exactlyonce.Claim, t exactl
 	}
 }
 
-// outcome is the settlement's view of one attempt.
+// outcome is the settlement's view of one attempt. Attempts are numbered across the task's life
+// (a manual retry continues the numbering); its retry budget counts those since its last manual
+// retry (RetryBase), each of which gives it MaxRetries retries afresh.
 func (e *Engine) outcome(t exactlyonce.Event, res webhook.Result) exactlyonce.TaskOutcome {
 	attempt := t.Attempts + 1
 	o := exactlyonce.TaskOutcome{Event: t, Attempt: exactlyonce.Attempt{Number: attempt, Started: res.Started,
 		Duration: res.Duration, Status: res.Status, Error: res.Message}}
+	inBudget := attempt - t.Task.RetryBase // the attempt's number within this budget, from 1
 	switch {
 	case res.Outcome == webhook.Delivered:
 		o.Delivered = true
-	case res.Outcome == webhook.Temporary && attempt <= t.Task.MaxRetries:
-		o.Wait = webhook.RetryDelay(attempt, e.Tasks.RetryBase, e.Tasks.RetryMax, res.RetryAfter)
+	case res.Outcome == webhook.Temporary && inBudget <= t.Task.MaxRetries:
+		o.Wait = webhook.RetryDelay(inBudget, e.Tasks.RetryBase, e.Tasks.RetryMax, res.RetryAfter)
 	default: // permanent, refused, or the retries are spent
 		o.Final = true
 	}
@@ -233,6 +237,46 @@ func (st *taskSettler) run(ctx context.Context) {
 	}
 }
 
+// assignNext gives an event worker to the tasks the settlement handed on to this claim behind a
+// full worker (they joined none: a full worker takes no new task), one assignment for the group,
+// as a claim's tasks get theirs. A task it cannot assign is released, pending, for the next claim,
+// and not delivered here.
+func (st *taskSettler) assignNext(ctx context.Context, next []exactlyonce.Event) []exactlyonce.Event {
+	w := st.e.Workers
+	if w == nil {
+		return next
+	}
+	var bare []exactlyonce.Event
+	for _, n := range next {
+		if n.Task.ReferenceID != "" && n.Task.WorkerID == "" {
+			bare = append(bare, n)
+		}
+	}
+	if len(bare) == 0 {
+		return next
+	}
+	assigned, err := w.assign(ctx, st.c.ID, bare)
+	if err != nil {
+		st.e.logger().Warn(st.e.By+": event worker assignment failed; the tasks are released", "tasks", len(bare), "err", err)
+		for _, t := range bare {
+			st.release(t)
+		}
+		return slices.DeleteFunc(next, func(n exactlyonce.Event) bool {
+			return n.Task.ReferenceID != "" && n.Task.WorkerID == ""
+		})
+	}
+	worker := make(map[int64]*exactlyonce.Task, len(assigned))
+	for _, a := range assigned {
+		worker[a.ID] = a.Task
+	}
+	for i := range next {
+		if t, ok := worker[next[i].ID]; ok {
+			next[i].Task = t
+		}
+	}
+	return next
+}
+
 // flush settles one group and answers each request with the next task of its reference, if any.
 func (st *taskSettler) flush(ctx context.Context, group []settleRequest) {
 	outcomes := make([]exactlyonce.TaskOutcome, len(group))
@@ -259,6 +303,7 @@ func (st *taskSettler) flush(ctx context.Context, group []settleRequest) {
 	st.worked.gaveUp = append(st.worked.gaveUp, res.GaveUp...)
 	st.worked.retrying = append(st.worked.retrying, res.Retrying...)
 	st.mu.Unlock()
+	res.Next = st.assignNext(sctx, res.Next)
 	next := map[string]*exactlyonce.Event{}
 	for i := range res.Next {
 		n := &res.Next[i]

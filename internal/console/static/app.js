@@ -296,13 +296,13 @@ function focusHeading() {
 function retryButton(id, after) {
   return el('button', { type: 'button', class: 'primary', 'data-retry': id, onclick: async (ev) => {
     const button = ev.currentTarget; // null once the handler has awaited
-    const ok = await confirmAction('Retry task ' + id + '?', 'Task ' + id + ' is delivered again from its first attempt, in its reference\'s order.');
+    const ok = await confirmAction('Retry task ' + id + '?', 'Task ' + id + ' is delivered again, in its reference\'s order, with a fresh retry budget; its attempts are numbered on from the last.');
     if (!ok) return;
     button.disabled = true;
     try {
-      await api('/events/' + encodeURIComponent(id) + '/retry', { method: 'POST' });
+      const res = await api('/events/' + encodeURIComponent(id) + '/retry', { method: 'POST' });
       await after(); // the page again, which clears the status line: the outcome is said after it
-      status('Task ' + id + ' is pending again.');
+      status('Task ' + id + ' is ' + res.state + ' again' + (res.state === 'queued' ? ', behind the open task of its reference.' : '.'));
       focusHeading();
     } catch (e) {
       button.disabled = false;
@@ -318,7 +318,7 @@ function retryReferenceButton(ref, after) {
     try {
       const res = await api('/references/' + encodeURIComponent(ref) + '/retry', { method: 'POST' });
       await after();
-      status(res.retried.length + ' task(s) of ' + ref + ' pending again' +
+      status(res.retried.length + ' task(s) of ' + ref + ' retried' +
         (res.placement === 'end' ? ', at the end of the reference (later tasks had started).' : ', in place.'));
       focusHeading();
     } catch (e) { status('Retry of ' + ref + ' refused: ' + e.message, true); }

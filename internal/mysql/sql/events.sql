@@ -65,7 +65,7 @@ ORDER BY id DESC LIMIT ?;
 -- A locking scan locks each row it reads and, at READ COMMITTED, releases the rows that do not
 -- match at once. So another worker's scan can hold one of our rows for an instant, and SKIP LOCKED
 -- then skips it although nobody is processing it. claimIDs asks again for such rows (ClaimableIDs).
-SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id FROM events
+SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id, retry_base FROM events
 WHERE state < 2 AND id IN (/*ids*/)
   AND ((state = 0 AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6))) OR lease_expires_at <= NOW(6))
 LIMIT ? FOR UPDATE SKIP LOCKED;
@@ -92,7 +92,7 @@ WHERE state < 2 AND id IN (/*ids*/)
 -- agent or a sweeper outside any agent), so that agents do not scan past and skip each other's
 -- rows. It is not what makes the claim exclusive: two agents with a stale view of the ranges both
 -- claiming one range still get disjoint rows from SKIP LOCKED, and the settle's guard holds.
-SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id FROM events
+SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id, retry_base FROM events
 WHERE state < 2
   AND routing_hash BETWEEN ? AND ?
   AND ((state = 0 AND ((next_attempt_at IS NULL AND created_at <= NOW(6) - INTERVAL ? MICROSECOND)

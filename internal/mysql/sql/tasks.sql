@@ -77,16 +77,22 @@ VALUES /*rows*/;
 -- name: QueuedOfReferences
 -- The queued tasks of the named references, to promote the first of each (the lowest position) when
 -- the task before it settles. A consistent read of the `queued` partition only (`state = 2`), run
--- with the references' buckets locked.
+-- with the references' heads locked (LockLeased), so every create that queued a task behind one of
+-- them has committed, and any other waits for this settlement.
 SELECT id, reference_id, position FROM events
 WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/);
 
 -- name: PromoteQueued
 -- Makes queued tasks pending: each heads its reference now, due at once (next_attempt_at now, so
 -- that the sweeper's grace, meant for events the queue path has not had yet, does not hold them
--- back). Guarded by `state = 2`; the buckets' locks make it the only promotion of these references
--- in flight. /*worker*/ names each promoted task's event worker, its reference's (the settled
--- head's): `CASE id WHEN ? THEN ? ... ELSE worker_id END`, or `worker_id` when none has one.
+-- back). Guarded by `state = 2`; the heads' locks (LockLeased) make it the only promotion of these
+-- references in flight. Locks the promoted rows, after the event workers' rows the settlement
+-- locked (SettleWorkers): no transaction that holds a queued task's row waits for an event worker's
+-- (creates and retries touch no event worker), so the order cannot deadlock. /*worker*/ names each
+-- promoted task's event worker: its reference's (the settled head's) if that worker has room
+-- (WorkersWithRoom), `CASE id WHEN ? THEN ? ... ELSE worker_id END`, or `worker_id` (NULL: a queued
+-- task has none) when none has; a task promoted behind a full worker joins none, and the EventService
+-- of whoever delivers it gives it one with room.
 UPDATE events SET state = 0, next_attempt_at = NOW(6), worker_id = /*worker*/ WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 
 -- name: PromoteQueuedLeased
@@ -101,8 +107,24 @@ WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 -- name: LeasedTasks
 -- The tasks just leased by PromoteQueuedLeased, to work them: `state = 1 AND claim_id = ?` prunes
 -- to `open` and to the claim's rows.
-SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id FROM events
+SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id, retry_base FROM events
 WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/);
+
+-- name: SettleLeasedTasks
+-- A task's settlement as completed: SettleLeased's (sql/events.sql), guarded and locked the same way
+-- (LockLeased locked the rows), and the task's row then says how it ended: no last error and no
+-- next attempt (the errors of the attempts before are in task_attempts, GET /events/{id}/attempts).
+UPDATE events
+SET value = CASE id /*cases*/ END,
+    state = 10,
+    processed_at = NOW(6),
+    processed_by = ?,
+    process_count = process_count + 1,
+    lease_expires_at = NULL,
+    last_error = NULL,
+    next_attempt_at = NULL
+WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/)
+LIMIT ?;
 
 -- name: InsertAttempts
 -- Records delivery attempts, in the transaction that records their outcome (the settlement or
@@ -147,7 +169,7 @@ SELECT kind, state, reference_id, routing_hash FROM events WHERE id = ? LIMIT 1;
 
 -- name: LaterTaskStarted
 -- A manual retry: has a task of the reference after this one started (settled, processing, or
--- attempted)? Then the retried task goes to the end of its reference's queue, else back in its
+-- attempted, ever: a manual retry keeps a task's attempts)? Then the retried task goes to the end of its reference's queue, else back in its
 -- place. Scans every partition of `events` (a manual operation, rare); when it finds none, the
 -- store asks the packed history too (PagesOfReference: a packed task was delivered, so started).
 SELECT COUNT(*) FROM events
@@ -166,11 +188,13 @@ SELECT id, position FROM events WHERE state = 0 AND routing_hash = ? AND kind = 
 UPDATE events SET state = 2 WHERE state = 0 AND id = ? LIMIT 1;
 
 -- name: RetryTask
--- Gives a failed task a fresh retry budget: pending (0) or queued (2), attempts and its last error
--- cleared, at position ?; it leaves its event worker (which may be done by now): the next claim's
--- EventService assigns it again. Guarded by the failed states, with the row locked by LockFailedTask.
+-- Gives a failed task a fresh retry budget: pending (0) or queued (2), its last error cleared, at
+-- position ?; its attempts are kept, so that the next one is numbered after them, and the budget
+-- counts from here (retry_base, migrations/0014_task_retry_base.sql). It leaves its event worker
+-- (which may be done by now): the next claim's EventService assigns it again. Guarded by the failed
+-- states, with the row locked by LockFailedTask (or LockFailedTasks).
 UPDATE events
-SET state = ?, position = ?, attempts = 0, last_error = NULL, next_attempt_at = NULL, processed_at = NULL,
+SET state = ?, position = ?, retry_base = attempts, last_error = NULL, next_attempt_at = NULL, processed_at = NULL,
     processed_by = NULL, claim_id = NULL, lease_expires_at = NULL, worker_id = NULL
 WHERE id = ? AND state IN (20, 40) LIMIT 1;
 

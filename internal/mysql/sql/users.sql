@@ -138,7 +138,7 @@ GRANT SELECT ON task_attempts TO /*user*/;
 -- api: POST /events/{id}/retry puts a failed task back in its reference's order (RetryTask,
 -- RequeueTask, under LockFailedTask's and ReferenceHead's row locks). The one UPDATE the API makes
 -- on events, and only on the columns a retry resets: never an event's value, its id or its task.
-GRANT UPDATE (state, position, attempts, last_error, next_attempt_at, processed_at, processed_by, claim_id,
+GRANT UPDATE (state, position, retry_base, last_error, next_attempt_at, processed_at, processed_by, claim_id,
   lease_expires_at, worker_id) ON events TO /*user*/;
 
 -- name: GrantEventWorkers

@@ -1,13 +1,25 @@
 -- Event workers (migrations/0010_event_workers.sql): the EventService's registry. Locks are taken
 -- in one order everywhere: task rows (events) first, then event_workers rows, the latter by
--- UPDATEs whose semi-consistent read at READ COMMITTED waits only for the rows they name. Every
+-- UPDATEs whose semi-consistent read at READ COMMITTED waits only for the rows they name. One
+-- exception, which cannot deadlock: a settlement locks the queued tasks it promotes after its
+-- workers (PromoteQueued, sql/tasks.sql), and no transaction holding a queued task's row ever
+-- waits for an event worker's.
+--
+-- A full worker (will_terminate, set once it holds max_reference_count references, or when its
+-- agent leaves) takes no new task, as the source document's EventWorker "will no longer accept new
+-- events": GrowWorker refuses to grow one, and a settlement promotes the next task of a reference
+-- into its head's worker only if that worker has room, decided on the worker's row under its lock
+-- (SettleWorkers, then WorkersWithRoom). So a full worker's tasks only settle, and it is done once
+-- they have. Every
 -- statement on live workers says `is_done = 0`, which prunes to the `active` partition: its cost
 -- is the number of live event workers, not the history
 -- (TestLiveEventWorkerStatementsReadOnlyTheActivePartition checks it with EXPLAIN).
 
 -- name: InsertWorker
 -- A new event worker, in the assignment's transaction (no lock beyond the new row's): id, agent,
--- will_terminate, max references, reference count, references (JSON), first reference's hash.
+-- will_terminate, max references, reference count, references (JSON), first reference's hash. A new
+-- worker the same assignment grows is inserted with room (will_terminate 0), and GrowWorker, which
+-- grows no full worker, makes it full.
 INSERT INTO event_workers (worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate,
   tasks_completed, tasks_failed, max_reference_count, is_done, reference_count, reference_ids, first_hash, done_at)
 VALUES (?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL);
@@ -22,30 +34,46 @@ UPDATE events SET worker_id = ? WHERE state = 1 AND claim_id = ? AND id IN (/*id
 -- An assignment adds tasks (and maybe references) to a live worker: its remaining count grows by
 -- the tasks, its references are the owner's list, will_terminate is set once it holds its maximum.
 -- Guarded by the agent: only the agent that runs the worker adds to it (an agent that was ejected
--- and whose worker another adopted finds it no longer its own). Locks the worker's row until the
--- assignment commits; a settlement of the same worker waits.
+-- and whose worker another adopted finds it no longer its own); and by `will_terminate = 0`: a
+-- worker already full takes nothing more (the EventService never asks it to; this makes it a rule
+-- of the registry). Locks the worker's row until the assignment commits; a settlement of the same
+-- worker waits, and then sees the worker as this assignment left it.
 UPDATE event_workers SET tasks_remaining = tasks_remaining + ?, reference_ids = ?, reference_count = ?,
   will_terminate = GREATEST(will_terminate, ?)
-WHERE is_done = 0 AND worker_id = ? AND agent_id = ? LIMIT 1;
+WHERE is_done = 0 AND will_terminate = 0 AND worker_id = ? AND agent_id = ? LIMIT 1;
 
 -- name: SettleWorkers
 -- A settlement's bookkeeping, in the transaction that settles the tasks, one statement for every
 -- worker the settlement touches: completed and failed counts, remaining (minus the tasks settled for
--- good, plus the queued tasks promoted into it), last completed task; a willTerminate worker left
--- with nothing becomes done (and moves to the `done` partition). Each /*name*/ is `WHEN ? THEN ?`
--- per worker (its id, its value); /*ids*/ the workers. The assignments are evaluated left to right
--- (MySQL and MariaDB alike): is_done reads tasks_remaining before it changes, done_at the new
--- is_done. Locks the named workers' rows, in scan order, the same for every settlement, so two
--- settlements sharing workers queue rather than deadlock; the task rows were locked first
--- (LockLeased).
+-- good, plus the queued tasks to be promoted into it, /*promoted*/, if it has room), last completed
+-- task; a willTerminate worker left with nothing becomes done (and moves to the `done` partition).
+-- Each /*name*/ is `WHEN ? THEN ?` per worker (its id, its value); /*ids*/ the workers. The
+-- assignments are evaluated left to right (MySQL and MariaDB alike): is_done reads tasks_remaining
+-- before it changes, done_at the new is_done.
+--
+-- Locks the named workers' rows, in scan order, the same for every settlement, so two settlements
+-- sharing workers queue rather than deadlock; the task rows were locked first (LockLeased). It runs
+-- before the promotion, and the lock is why: whether a worker has room (will_terminate = 0) is
+-- decided here, on the row as the last assignment or stop that touched it committed it (one still
+-- in flight holds the row, and this waits for it), and stays so until this settlement commits: the
+-- promoted tasks' count goes to a worker with room only, and WorkersWithRoom reads the same rows
+-- again for the promotion. A full worker gets nothing, so it is done once its own tasks are.
 UPDATE event_workers
 SET is_done = IF(will_terminate = 1 AND tasks_remaining + CASE worker_id /*remaining*/ END <= 0, 1, 0),
     done_at = IF(is_done = 1, NOW(6), NULL),
     tasks_completed = tasks_completed + CASE worker_id /*completed*/ END,
     tasks_failed = tasks_failed + CASE worker_id /*failed*/ END,
-    tasks_remaining = tasks_remaining + CASE worker_id /*remaining*/ END,
+    tasks_remaining = tasks_remaining + CASE worker_id /*remaining*/ END
+      + IF(will_terminate = 0, CASE worker_id /*promoted*/ END, 0),
     last_completed_task = COALESCE(CASE worker_id /*last*/ ELSE NULL END, last_completed_task)
 WHERE is_done = 0 AND worker_id IN (/*ids*/);
+
+-- name: WorkersWithRoom
+-- A settlement, after SettleWorkers: which of its heads' workers take the tasks promoted behind
+-- those heads, the live ones that are not full. A consistent read of the `active` partition, of
+-- rows SettleWorkers has just locked: no other transaction can have changed them since, so it reads
+-- what SettleWorkers decided on. No lock of its own.
+SELECT worker_id FROM event_workers WHERE is_done = 0 AND will_terminate = 0 AND worker_id IN (/*ids*/);
 
 -- name: ActiveWorkers
 -- The live event workers (recovery at every pulse; GET /workers?active=true): a consistent read of

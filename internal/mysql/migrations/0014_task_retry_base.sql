@@ -1,0 +1,14 @@
+-- events: a task's attempts are numbered across its whole life (issue 29).
+--
+-- `attempts` counts a task's failed attempts, and the next attempt is number attempts + 1. A manual
+-- retry (POST /events/{id}/retry, POST /references/{referenceId}/retry) used to set it back to 0,
+-- so the retried task's attempts were numbered from 1 again, beside the first ones of the same
+-- numbers. Now a retry keeps `attempts` and records in retry_base how many attempts the task had
+-- made when it was retried: the retry budget (max_retries retries, fresh at every manual retry, as
+-- the README promises) counts the attempts after it, attempts - retry_base. NULL for a task never
+-- retried by hand and for every other kind (read as 0).
+--
+-- A packed task is processed, never retried again, so the pack does not carry retry_base
+-- (sql/pages.sql). A column at the end: INSTANT on MySQL 8 and MariaDB, nothing copied. A rerun
+-- gets 1060 "duplicate column", which the runner treats as applied.
+ALTER TABLE events ADD COLUMN retry_base INT NULL;
