@@ -190,7 +190,7 @@ UPDATE events SET state = 2 WHERE state = 0 AND id = ? LIMIT 1;
 -- name: RetryTask
 -- Gives a failed task a fresh retry budget: pending (0) or queued (2), its last error cleared, at
 -- position ?; its attempts are kept, so that the next one is numbered after them, and the budget
--- counts from here (retry_base, migrations/0014_task_retry_base.sql). It leaves its event worker
+-- counts from here (retry_base, migrations/0013_task_retry_base.sql). It leaves its event worker
 -- (which may be done by now): the next claim's EventService assigns it again. Guarded by the failed
 -- states, with the row locked by LockFailedTask (or LockFailedTasks).
 UPDATE events
