@@ -31,17 +31,21 @@ const (
 	// packTxUnitsBacklog is the most units a transaction moves when many are waiting: 250,000
 	// events, a few seconds.
 	packTxUnitsBacklog = 250
-	// packRowBytes is the most bytes of events (pages.SizeBound) one read of the pack brings in,
-	// and the most of a unit one page row is written with; a unit with more takes more rows. It is
-	// what bounds the pack's memory, whatever its units hold: a read's rows, their encoding, and
-	// the statement the driver builds of them (interpolateParams: escaped, a byte is two at worst,
-	// and copied twice): some 25 MiB measured (TestAPackOfLargePayloadsIsBoundedByBytes), about ten
-	// times packRowBytes at worst. It keeps that statement, 8 MiB and a few KB at worst,
-	// under the smallest max_allowed_packet in use (16 MiB, MariaDB's default; Aurora MySQL's is
-	// 64 MiB), and each column under MEDIUMBLOB's 16 MiB. A larger one would give a unit of large
-	// tasks fewer rows for more memory; a sweeper on Lambda has 256 MB (README, "The packed
-	// history", says what a row more costs a read).
+	// packRowBytes is the most bytes of events (pages.SizeBound) one page row is written with of a
+	// unit; a unit with more takes more rows. It keeps the statement that writes them (escaped by
+	// the driver, interpolateParams: a byte is two at worst), 8 MiB and a few KB at worst, under
+	// the smallest max_allowed_packet in use (16 MiB, MariaDB's default; Aurora MySQL's is 64 MiB),
+	// and each column under MEDIUMBLOB's 16 MiB; and the memory the driver takes for it (it copies
+	// the statement twice) to a few times its size. A larger one would give a unit of large tasks
+	// fewer rows for more memory (README, "The packed history", says what a row more costs a read).
 	packRowBytes = 4 << 20
+	// packReadBytes is the most bytes of events (pages.SizeBound) one read of the pack brings in
+	// (planReads): with a statement being written, what bounds the pack's memory, whatever its
+	// units hold (some 40 MiB measured at most, TestAPackOfLargePayloadsIsBoundedByBytes; a
+	// sweeper on Lambda has 256 MB). Each read scans what is left of `settled`, so a transaction
+	// of a long backlog (250,000 small events, about 75 MiB by that bound) makes five reads:
+	// larger reads would scan less, for more memory.
+	packReadBytes = 16 << 20
 	// packIDsPerStatement keeps the attempts' statements short (RDS Proxy pins the session of a
 	// statement over 16 KB).
 	packIDsPerStatement = 500
@@ -279,24 +283,26 @@ type heldEvent struct {
 }
 
 // packRead is what one PackedRows statement brings in: the events of whole units that take at most
-// packRowBytes together, or a part of at most packRowBytes of one unit that takes more.
+// packReadBytes together, or a part of at most packReadBytes of one unit that takes more.
 type packRead struct {
 	units  []int64
 	events []heldEvent // ascending ids
 }
 
-// packTx packs the folded events of batch's units in tx, holding at most about packRowBytes of
-// them at once, however large the units are. It locks the events it packs and reads only their
-// ids and sizes first (PackedEvents, PackedAttemptSizes); then, a read of at most packRowBytes
-// at a time (planReads), it reads their rows and attempts (PackedRows, PackedAttempts) and writes
-// them into their pages (writeUnit); last it deletes them (DeletePacked, DeletePackedAttempts),
-// and rolls back unless it deleted exactly the events and attempts it holds.
+// packTx packs the folded events of batch's units in tx, holding at most about packReadBytes of
+// them at once, however large the units are. It takes the packs' turn (TakePackTurn), locks the
+// events it packs and reads only their ids and sizes (PackedEvents, PackedAttemptSizes); then,
+// one read of at most packReadBytes at a time (planReads), it reads their rows and attempts
+// (PackedRows, PackedAttempts) and writes them into their pages (writeUnit), in rows of at most
+// packRowBytes; last it deletes them (DeletePacked, DeletePackedAttempts), and rolls back unless
+// it deleted exactly the events and attempts it holds.
 //
 // Exact under any interleaving of packs, late events and folds: the events PackedEvents returns
-// are locked until the commit, so no other pack deletes or packs one of them meanwhile, and nothing
-// else changes a folded event; DeletePacked therefore deletes every one of them, and deleting no
-// more than there are means deleting exactly them. More is an event folded into these units since
-// (deleting it would lose it): the pack rolls back, and the units are packed again later.
+// are locked until the commit, so no other pack deletes or packs one of them meanwhile (the turn
+// keeps other packs out besides), and nothing else changes a folded event; DeletePacked therefore
+// deletes every one of them, and deleting no more than there are means deleting exactly them.
+// More is an event folded into these units since (deleting it would lose it): the pack rolls
+// back, and the units are packed again later.
 func packTx(ctx context.Context, tx *sql.Tx, batch []int64) (packResult, error) {
 	var res packResult
 	unitArgs := idArgs(batch)
@@ -464,11 +470,11 @@ func readAttemptSizes(ctx context.Context, tx *sql.Tx, tasks []int64) (map[int64
 	return out, count, nil
 }
 
-// planReads splits the events a pack holds into reads of at most packRowBytes (by their bounds):
+// planReads splits the events a pack holds into reads of at most packReadBytes (by their bounds):
 // units that fit are read whole, several in one read while they fit together, so that the
 // transaction scans `settled` few times; a unit that takes more is read in parts of at most
-// packRowBytes, each of which is written as a row of its own. (A single event over packRowBytes,
-// which the API's limits make impossible, would be a read of its own.)
+// packReadBytes. (A single event over packReadBytes, which the API's limits make impossible, would
+// be a read of its own.)
 func planReads(events []heldEvent) []packRead {
 	slices.SortFunc(events, func(a, b heldEvent) int { return cmp.Compare(a.id, b.id) })
 	var out []packRead
@@ -486,8 +492,8 @@ func planReads(events []heldEvent) []packRead {
 		for ; end < len(events) && pages.UnitOf(events[end].id) == unit; end++ {
 			size += events[end].size
 		}
-		if size <= packRowBytes {
-			if curSize+size > packRowBytes {
+		if size <= packReadBytes {
+			if curSize+size > packReadBytes {
 				flush()
 			}
 			cur.units = append(cur.units, unit)
@@ -496,18 +502,33 @@ func planReads(events []heldEvent) []packRead {
 			start = end
 			continue
 		}
+		// A large unit: cut into its rows' worth (of packRowBytes, as chunkBySize cuts them), and
+		// as many whole rows to a read as it holds, so that no row is cut short at a read's end.
 		flush()
-		var part []heldEvent
-		var partSize int64
-		for _, e := range events[start:end] {
-			if len(part) > 0 && partSize+e.size > packRowBytes {
-				out = append(out, packRead{units: []int64{unit}, events: part})
-				part, partSize = nil, 0
+		cuts := []int{} // where in events the unit's rows start, and its end
+		var rowSize int64
+		for k := start; k < end; k++ {
+			if k == start || rowSize+events[k].size > packRowBytes {
+				cuts, rowSize = append(cuts, k), 0
 			}
-			part = append(part, e)
-			partSize += e.size
+			rowSize += events[k].size
 		}
-		out = append(out, packRead{units: []int64{unit}, events: part})
+		cuts = append(cuts, end)
+		read, readSize := packRead{units: []int64{unit}}, int64(0)
+		for r := 0; r+1 < len(cuts); r++ {
+			row := events[cuts[r]:cuts[r+1]]
+			var size int64
+			for _, e := range row {
+				size += e.size
+			}
+			if len(read.events) > 0 && readSize+size > packReadBytes {
+				out = append(out, read)
+				read, readSize = packRead{units: []int64{unit}}, 0
+			}
+			read.events = append(read.events, row...)
+			readSize += size
+		}
+		out = append(out, read)
 		start = end
 	}
 	flush()

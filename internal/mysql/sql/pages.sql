@@ -80,7 +80,7 @@ SELECT event_id, COUNT(*), SUM(LENGTH(claim_id) + COALESCE(LENGTH(error), 0)) FR
 WHERE event_id IN (/*ids*/) GROUP BY event_id;
 
 -- name: PackedRows
--- The pack: every column but the lease of the events of one read (at most 4 MiB of them, planned
+-- The pack: every column but the lease of the events of one read (at most 16 MiB of them, planned
 -- by PackedEvents' sizes: pages.go, planReads), those with ids from its first to its last (?, ?)
 -- of its units (/*units*/), just before it writes them. A consistent read: the pack holds these
 -- events' locks since PackedEvents, so they are as it locked them; it keeps only those, and passes
