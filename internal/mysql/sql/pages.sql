@@ -99,7 +99,8 @@ SELECT event_id, number, started_at, duration_us, status, error, claim_id FROM t
 
 -- name: LockUnit
 -- The pack: locks the rows of a unit's page and reads the unit's ten columns of each (/*columns*/),
--- a scan of one partition of 1,024 (about one row). The row lock orders two packs writing one page.
+-- a scan of one partition of 1,024 (about one row). The row lock keeps the rows as read until the
+-- pack commits (packs take turns, TakePackTurn; the lock holds against any other writer besides).
 SELECT /*columns*/ FROM event_pages WHERE page = ? FOR UPDATE;
 
 -- name: MergeUnit
