@@ -172,8 +172,9 @@ type packResult struct {
 // always one), and starts at a random one of the units it can pack, so that sweepers packing at
 // once mostly take different units. A unit is packed when every event of
 // its ids still in `events` (but the failed ones, which stay) is folded, and it is at least packLag
-// units behind the id counter's. Safe to run from many processes at once: a transaction that finds
-// its units changed under it (another pack took them, or an event settled into them) rolls back.
+// units behind the id counter's. Safe to run from many processes at once: packs take turns, and
+// one that finds the turn taken returns what it has packed (the next call packs the rest); a
+// transaction that finds an event folded into its units since it locked theirs rolls back.
 func (s *Store) PackPages(ctx context.Context, maxUnits int, budget time.Duration) (packedUnits, packedEvents int64, err error) {
 	if maxUnits < 1 {
 		return 0, 0, fmt.Errorf("pack pages: maxUnits %d; want at least 1", maxUnits)
@@ -541,7 +542,6 @@ func planReads(events []heldEvent) []packRead {
 // unit too large for one row, it is a new row of the page. It clears rows once it has encoded
 // them, so that their payloads are not held while the driver copies the statement.
 func writeUnit(ctx context.Context, tx *sql.Tx, unit int64, rows []pages.Row, merge bool) error {
-	defer clear(rows)
 	page, first := pages.UnitPage(unit), pages.FirstColumn(unit)
 	columns := columnList(first, pages.UnitColumns)
 	if merge {
