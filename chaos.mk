@@ -9,7 +9,7 @@ FUZZTIME ?= 60s
 
 .PHONY: chaos chaos-short invoke test-localstack fuzz-api
 
-chaos: db sqslocal ## the long chaos run (CHAOS_DURATION=3m): kills (APIs too), lock contention, database restarts, poison; checks the invariants, prints the figures
+chaos: db sqslocal ## the long chaos run (CHAOS_DURATION=3m): kills (APIs too), lock contention, database restarts, poison, packers racing late creates of old ids; checks the invariants, prints the figures
 	$(GO) build -o bin/chaos ./cmd/chaos
 	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal bin/chaos -duration $(CHAOS_DURATION) -clients 8 -processors 3 -sweepers 3 -apis 2 -db-restarts 4 -poison 10 -require-retries $(CHAOS_FLAGS)
 

@@ -38,6 +38,8 @@ func main() {
 	flag.IntVar(&cfg.Processors, "processors", 0, "processor processes (default 2)")
 	flag.IntVar(&cfg.Sweepers, "sweepers", 0, "sweeper processes (default 2)")
 	flag.IntVar(&cfg.APIs, "apis", 0, "API processes, built as `make run` builds its API (default 1)")
+	flag.IntVar(&cfg.Packers, "packers", 0, "processes folding and packing a unit or two at a time over and over, their packs dawdling (default 3; -1: none)")
+	flag.DurationVar(&cfg.LateEvery, "late-every", 0, "mean pause between two rounds of creates with ids taken long before (default 100ms; -1ns: none)")
 	flag.IntVar(&cfg.Contenders, "contenders", 0, "processes holding row locks past the lock wait timeout, to provoke retries (default 1; -1: none)")
 	flag.IntVar(&cfg.LockWaitTimeout, "lock-wait-timeout", 0, "innodb_lock_wait_timeout of every session, in seconds (default 1)")
 	flag.BoolVar(&cfg.RequireRetries, "require-retries", false, "fail the run if no transaction was retried (the retry helper's retry branch did not run)")

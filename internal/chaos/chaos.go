@@ -1,7 +1,8 @@
 // Package chaos is the chaos run: the whole system on a private MariaDB and a real SQS endpoint,
 // driven by concurrent sync and async creates through API processes built as `make run` builds its
-// API (async creates answered on commit, messages sent by an outbox), while the API, processor and
-// sweeper processes are killed (SIGKILL) and started again at random, a contender process holds row
+// API (async creates answered on commit, messages sent by an outbox) and by late creates of ids
+// taken long before (late.go), while the API, processor, sweeper and packer processes are killed
+// (SIGKILL) and started again at random, a contender process holds row
 // locks past the lock wait timeout and provokes deadlocks, the database is restarted (stopped, and
 // killed), and poison messages are injected; then an invariant checker verifies that every event
 // was processed exactly once and nothing was lost. `make chaos` runs the long form and `make
@@ -10,7 +11,7 @@
 // One file per job: chaos.go sets the run up and drives it (Run); config.go holds its Config and
 // Report; supervise.go starts, kills and accounts for the worker processes, and worker.go is what
 // runs inside one; contention.go is the contender; faults.go holds the fault loops (worker kills,
-// database restarts, poison messages); client.go is the API clients; progress.go the progress
+// database restarts, poison messages); client.go is the API clients; late.go the late creates; progress.go the progress
 // lines and the wait for the system to settle; checker.go the invariant checker.
 package chaos
 
@@ -160,15 +161,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	// The workers, each a process that the run kills and starts again: the APIs too.
 	defer r.stopWorkers()
-	for role, n := range map[string]int{RoleAPI: cfg.APIs, RoleProcessor: cfg.Processors, RoleSweeper: cfg.Sweepers, RoleContender: cfg.Contenders} {
+	for role, n := range map[string]int{RoleAPI: cfg.APIs, RoleProcessor: cfg.Processors, RoleSweeper: cfg.Sweepers,
+		RolePacker: cfg.Packers, RoleContender: cfg.Contenders} {
 		for range n {
 			if err := r.startWorker(role); err != nil {
 				return nil, fmt.Errorf("start a %s: %w", role, err)
 			}
 		}
 	}
-	r.logf("%d APIs, %d processors, %d sweepers, %d contenders (locks held %s, lock wait timeout %d s), %d clients for %s; queue %s",
-		cfg.APIs, cfg.Processors, cfg.Sweepers, cfg.Contenders, time.Duration(cfg.LockWaitTimeout)*3*time.Second/2, cfg.LockWaitTimeout,
+	r.logf("%d APIs, %d processors, %d sweepers, %d packers, %d contenders (locks held %s, lock wait timeout %d s), %d clients for %s; queue %s",
+		cfg.APIs, cfg.Processors, cfg.Sweepers, cfg.Packers, cfg.Contenders, time.Duration(cfg.LockWaitTimeout)*3*time.Second/2, cfg.LockWaitTimeout,
 		cfg.Clients, cfg.Duration, r.q.URL)
 
 	// The chaos.
@@ -188,6 +190,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		close(collectDone)
 	}()
+	if cfg.LateEvery > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.lateLoop(runCtx, results) }()
+	}
 	wg.Add(4)
 	go func() { defer wg.Done(); r.killLoop(runCtx) }()
 	go func() { defer wg.Done(); r.restartLoop(runCtx) }()
@@ -222,7 +228,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.logf("creates done (%d answers); settling", len(collected))
 	settled := r.settle(ctx, db)
 	// The check reads GET /events through an API, so the APIs stop last.
-	r.stopWorkers(RoleProcessor, RoleSweeper)
+	r.stopWorkers(RoleProcessor, RoleSweeper, RolePacker)
 	if cfg.BeforeCheck != nil {
 		if err := cfg.BeforeCheck(ctx, db, r.client, r.q, r.reports); err != nil {
 			return nil, err

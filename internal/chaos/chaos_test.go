@@ -136,6 +136,8 @@ func TestChaosShort(t *testing.T) {
 	require.Positive(t, rep.ProcessorKills, "processors were killed")
 	require.Positive(t, rep.SweeperKills, "sweepers were killed")
 	require.Positive(t, rep.APIKills, "API processes were killed")
+	require.Positive(t, rep.PackerKills, "packers were killed")
+	require.Positive(t, rep.LateCreates, "events were created with ids taken long before, while packers packed their units")
 	require.Positive(t, rep.Retries, "transactions were retried")
 	require.Positive(t, rep.DBStops+rep.DBKills, "the database was restarted")
 	require.Positive(t, rep.AsyncCreates)

@@ -37,6 +37,9 @@ func (r *run) check(ctx context.Context, collected []created, settled bool) {
 				violate("id %d was handed to two clients", c.id)
 			}
 			acked[c.id] = c.async
+			if c.late {
+				rep.LateCreates++
+			}
 			if c.async {
 				rep.AsyncCreates++
 			} else {

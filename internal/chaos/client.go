@@ -20,6 +20,8 @@ type created struct {
 	err    error
 	// unreachable: the connection was refused, so no API received the request.
 	unreachable bool
+	// late: a create with an id taken long before (late.go).
+	late bool
 	// task: an async create of a task, the seq-th of its client's reference ref (tasks.go).
 	task bool
 	ref  string

@@ -50,6 +50,16 @@ type Config struct {
 	// Visibility is the queue's visibility timeout in seconds (default 3); MaxReceive its
 	// receive limit before the DLQ (default 10).
 	Visibility, MaxReceive int
+	// Packers are processes that fold and pack as a sweeper's maintenance does, but over and over,
+	// a unit or two at a time, their packs dawdling at random between statements, so that packs
+	// overlap each other's, the sweepers' and the late creates' in every way (issue 29); they are
+	// killed like the others.
+	// Default 3; negative: none. None either with KeepHistory.
+	Packers int
+	// LateEvery is the mean pause between two rounds of late creates (late.go): events created
+	// with ids taken before the counter moved two units and more past them, on a page nobody has
+	// packed yet. Default 100 ms; negative: none.
+	LateEvery time.Duration
 	// SweepGrace leaves pending events younger than this to the queue. Default 3 s.
 	SweepGrace time.Duration
 	// KeepHistory: the sweepers do not pack the folded history into pages (sweeping.Config), so
@@ -89,6 +99,11 @@ func (c *Config) defaults() {
 	c.Sweepers = cmp.Or(c.Sweepers, 2)
 	c.APIs = cmp.Or(c.APIs, 1)
 	c.Contenders = max(cmp.Or(c.Contenders, 1), 0)
+	c.Packers = max(cmp.Or(c.Packers, 3), 0)
+	if c.KeepHistory {
+		c.Packers = 0
+	}
+	c.LateEvery = max(cmp.Or(c.LateEvery, 100*time.Millisecond), 0)
 	c.LockWaitTimeout = cmp.Or(c.LockWaitTimeout, 1)
 	c.KillEvery = cmp.Or(c.KillEvery, 1500*time.Millisecond)
 	c.Lease = cmp.Or(c.Lease, 2*time.Second)
@@ -130,9 +145,9 @@ type Report struct {
 	// Refused + NoAnswer, and processed like any other.
 	Orphans int
 
-	ProcessorKills, SweeperKills, APIKills int
-	WorkerStarts, DBStops, DBKills         int
-	PoisonInjected, PoisonInDLQ            int
+	ProcessorKills, SweeperKills, APIKills, PackerKills int
+	WorkerStarts, DBStops, DBKills                      int
+	PoisonInjected, PoisonInDLQ                         int
 
 	// Figures of the store's retry helper and the mapping, summed over every process (APIs,
 	// processors, sweepers).
@@ -157,14 +172,16 @@ type Report struct {
 	// again (a worker killed between the answer and the settlement: at least once, same webhook-id).
 	TasksCreated, TasksDelivered, TaskRepeats int
 	CountReported                             int64 // GET /events at the end
-	// Packed is how many events the sweepers packed into pages (sql/pages.sql) during the run,
-	// under the kills and restarts: the checks above read them there.
-	Packed     int64
-	Violations []string
+	// Packed is how many events the sweepers and packers packed into pages (sql/pages.sql) during
+	// the run, under the kills and restarts: the checks above read them there.
+	Packed int64
+	// LateCreates counts the events created with ids taken long before (late.go), acknowledged.
+	LateCreates int
+	Violations  []string
 }
 
 // Kills is the number of worker processes killed: processors, sweepers and APIs.
-func (r *Report) Kills() int { return r.ProcessorKills + r.SweeperKills + r.APIKills }
+func (r *Report) Kills() int { return r.ProcessorKills + r.SweeperKills + r.APIKills + r.PackerKills }
 
 // OK tells whether every invariant held.
 func (r *Report) OK() bool { return len(r.Violations) == 0 }
@@ -182,8 +199,9 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "  committed unanswered   %d (stored, processed once; the client saw its create fail)\n", r.Orphans)
 	fmt.Fprintf(&b, "  GET /events            %d\n", r.CountReported)
 	fmt.Fprintf(&b, "  packed into pages      %d (read from there by every check)\n", r.Packed)
-	fmt.Fprintf(&b, "  kills                  %d (processors %d, sweepers %d, APIs %d); worker starts %d\n",
-		r.Kills(), r.ProcessorKills, r.SweeperKills, r.APIKills, r.WorkerStarts)
+	fmt.Fprintf(&b, "  late creates           %d (ids taken before the counter moved past them, on pages being packed)\n", r.LateCreates)
+	fmt.Fprintf(&b, "  kills                  %d (processors %d, sweepers %d, APIs %d, packers %d); worker starts %d\n",
+		r.Kills(), r.ProcessorKills, r.SweeperKills, r.APIKills, r.PackerKills, r.WorkerStarts)
 	fmt.Fprintf(&b, "  database restarts      %d (stopped %d, killed %d)\n", r.DBStops+r.DBKills, r.DBStops, r.DBKills)
 	fmt.Fprintf(&b, "  retries                %d (deadlocks %d, lock wait timeouts %d, gave up %d); retried by %v\n",
 		r.Retries, r.Deadlocks, r.LockWaitTimeouts, r.GaveUp, r.RetriesByRole)

@@ -10,11 +10,11 @@ import (
 )
 
 // killLoop SIGKILLs a worker of the system every KillEvery (jittered) and starts a new one of the
-// same role a moment later. The roles take turns (processor, sweeper, API), so that each is killed
-// every third kill whatever the run's length; within a role the worker is taken at random. The
+// same role a moment later. The roles take turns (processor, sweeper, API, packer), so that each
+// is killed every fourth kill whatever the run's length (a role with no process is skipped); within a role the worker is taken at random. The
 // contenders are the fault, not the system: they are not killed.
 func (r *run) killLoop(ctx context.Context) {
-	roles := []string{RoleProcessor, RoleSweeper, RoleAPI}
+	roles := []string{RoleProcessor, RoleSweeper, RoleAPI, RolePacker}
 	for turn := 0; ; turn++ {
 		select {
 		case <-ctx.Done():
@@ -48,6 +48,8 @@ func (r *run) killLoop(ctx context.Context) {
 			r.report.SweeperKills++
 		case RoleAPI:
 			r.report.APIKills++
+		case RolePacker:
+			r.report.PackerKills++
 		}
 		r.mu.Unlock()
 		w.child.Kill()

@@ -2,11 +2,13 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	stdlog "log"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/signal"
@@ -24,6 +26,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -38,6 +41,7 @@ const (
 	RoleSweeper   = "sweeper"   // the sweeper's worker loop
 	RoleAPI       = "api"       // the API as `make run` serves it: answers async creates on commit, an outbox sends
 	RoleContender = "contender" // a foreign transaction holding row locks (contention.go)
+	RolePacker    = "packer"    // a sweeper's fold and pack over and over, its packs dawdling
 )
 
 // WorkerStats is what a worker reports on stdout, as a line "stats {json}", every 200 ms: its
@@ -198,6 +202,32 @@ func RunWorker(role string) int {
 				GaveUp: st.GaveUp, Swept: counting.settled.Load()}
 		}
 		run = func(ctx context.Context) { _ = a.Run(ctx) }
+	case RolePacker:
+		// The fold and the pack of a sweeper's maintenance, over and over, a unit or two at a time
+		// (a sweeper's maintenance packs up to ten units a transaction, once a second), their packs
+		// dawdling at random between statements (mysql.WithPackSteps): so that packs of the same
+		// units overlap each other's, the sweepers', the folds and the late creates in every way,
+		// the interleavings of issue 29, which packs of a few milliseconds rarely meet.
+		stats = func() WorkerStats {
+			st := store.Stats()
+			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries, GaveUp: st.GaveUp}
+		}
+		run = func(ctx context.Context) {
+			dawdle := mysql.WithPackSteps(ctx, func(*sql.Tx, string) {
+				if rand.IntN(2) == 0 {
+					time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+				}
+			})
+			for ctx.Err() == nil {
+				_, err := store.FoldSettled(ctx, 1000)
+				if err == nil {
+					_, _, err = store.PackPages(dawdle, 1+rand.IntN(2), time.Second)
+				}
+				if err != nil {
+					time.Sleep(50 * time.Millisecond) // the database is down, or restarting
+				}
+			}
+		}
 	default:
 		fmt.Fprintf(os.Stderr, "unknown worker role %q\n", role)
 		return 2

@@ -330,7 +330,9 @@ func TestALateEventIsMergedIntoItsPackedUnit(t *testing.T) {
 // in `events`, being packed, or packed; every event ends up stored once; the count stays exact.
 func TestPackingRacesCreatesReadsAndAnotherPacker(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// A bound for the whole test, the reads of every event at its end too: on a loaded machine
+	// those alone took a good part of a minute.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	store := testdb.Store(t, mysql.StoreConfig{}, 12)
 	// Ids from 6,000 on, so that the events cross the boundary of pages 0 and 1 (id 10,000), and the

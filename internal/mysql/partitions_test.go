@@ -114,6 +114,7 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 		{mysql.ListEventsText("queued"), []string{"queued"}},
 		{mysql.ListEventsText("processed"), []string{"fresh", "settled"}},
 		{mysql.QueryText("PackableUnits"), []string{"fresh", "open", "queued", "settled"}},
+		{mysql.QueryText("PackedEvents"), []string{"settled"}},
 		{mysql.QueryText("PackedRows"), []string{"settled"}},
 		{mysql.QueryText("DeletePacked"), []string{"settled"}},
 		{mysql.GetPackedText(12345), []string{"p1"}},

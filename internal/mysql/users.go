@@ -36,7 +36,7 @@ var roleGrants = map[Role][]string{
 	// A sweeper registers as an agent, whose id it takes from the counter (RegisterAgent).
 	RoleSweeper: {"GrantClaimSettleEvents", "GrantAgents", "GrantAdvanceCounter", "GrantFoldSettledCount", "GrantPruneKeys",
 		"GrantReadCounterSums", "GrantSweepCounterFacts", "GrantSweepCounterNotifications", "GrantTaskBuckets",
-		"GrantRecordAttempts", "GrantEventWorkers", "GrantPackPages", "GrantDeletePackedEvents", "GrantPackAttempts"},
+		"GrantRecordAttempts", "GrantEventWorkers", "GrantPackPages", "GrantPackTurn", "GrantDeletePackedEvents", "GrantPackAttempts"},
 	RoleCounter: {"GrantLockCounterBuckets", "GrantWriteCounterDirectories", "GrantWriteCounterSums", "GrantInsertCounterFacts", "GrantRecordCounterNotifications"},
 }
 

@@ -168,9 +168,11 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	got, err := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{}).Get(ctx, pending[0])
 	require.NoError(t, err, "the API reads a packed event")
 	require.Equal(t, exactlyonce.Processed, got.State)
-	for _, stmt := range []string{"DELETE FROM event_pages", "TRUNCATE TABLE event_pages", "DROP TABLE event_pages"} {
+	for _, stmt := range []string{"DELETE FROM event_pages", "TRUNCATE TABLE event_pages", "DROP TABLE event_pages",
+		"DELETE FROM pack_turn", "INSERT INTO pack_turn (turn) VALUES (1)"} {
 		requireDenied(t, sweeper.DB(), stmt)
 	}
+	requireDenied(t, apiDB, "SELECT turn FROM pack_turn")
 	for _, stmt := range []string{"DELETE FROM event_pages", "INSERT INTO event_pages (page, events) VALUES (0, 0)",
 		"UPDATE event_pages SET events = 0", "DELETE FROM task_attempts"} {
 		requireDenied(t, apiDB, stmt)

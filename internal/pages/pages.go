@@ -55,6 +55,33 @@ func UnitPage(unit int64) int64 { return unit * Unit / Size }
 // FirstColumn is the first column of a unit in its page.
 func FirstColumn(unit int64) int { return int(unit*Unit%Size) / PerColumn }
 
+// RecordOverhead bounds the bytes a record takes in a column beyond its strings and bytes: its
+// length, the id, the flags, the routing hash, every integer and time (varints of at most ten
+// bytes), each string's length and the reference's hash. AttemptOverhead bounds the same of one
+// delivery attempt beyond its error and claim. With them a writer bounds what events take in a
+// column from the lengths of their columns alone, before it reads them (SizeBound).
+const (
+	RecordOverhead  = 256
+	AttemptOverhead = 64
+)
+
+// SizeBound is at least the bytes r takes in a column.
+func SizeBound(r Row) int {
+	n := RecordOverhead + len(r.Kind) + len(r.Payload)
+	for _, s := range []*string{r.Value, r.ProcessedBy, r.LastError, r.URL, r.ReferenceID, r.ClaimID, r.WorkerID} {
+		if s != nil {
+			n += len(*s)
+		}
+	}
+	for _, a := range r.TaskAttempts {
+		n += AttemptOverhead + len(a.ClaimID)
+		if a.Error != nil {
+			n += len(*a.Error)
+		}
+	}
+	return n
+}
+
 // Empty is an empty column.
 func Empty() []byte { return []byte{version} }
 

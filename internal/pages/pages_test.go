@@ -2,6 +2,7 @@ package pages
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -168,4 +169,32 @@ func TestAReferenceNeedleMatchesOnlyItsTasks(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "ref-a", *got.ReferenceID)
 	require.Equal(t, uint32(9), got.RoutingHash)
+}
+
+// SizeBound bounds what a record takes, at the largest integers and times every field can hold.
+func TestSizeBoundBoundsARecord(t *testing.T) {
+	huge := time.UnixMicro(math.MinInt64).UTC()
+	big := int64(math.MinInt64)
+	full := Row{ID: math.MaxInt64, RoutingHash: math.MaxUint32, Kind: "task", State: math.MinInt, CreatedAt: huge,
+		ProcessCount: big, Attempts: big, Value: ptr("v"), ProcessedAt: &huge, ProcessedBy: ptr("sweeper"),
+		LastError: ptr("e"), NextAttemptAt: &huge, URL: ptr("http://u"), Payload: []byte("{}"), ReferenceID: ptr("r"),
+		MaxRetries: &big, Position: &big, ClaimID: ptr("c"), WorkerID: ptr("w"),
+		TaskAttempts: []Attempt{{Number: big, StartedAt: huge, DurationUS: big, Status: big, Error: ptr("x"), ClaimID: "c"},
+			{Number: big, StartedAt: huge, DurationUS: big, Status: big, ClaimID: "c"}}}
+	for _, r := range []Row{full, {ID: math.MaxInt64 - 1, Kind: "plain", CreatedAt: huge}} {
+		_, cols, err := Encode([]Row{r})
+		require.NoError(t, err)
+		var n int
+		for _, c := range cols {
+			n += len(c) - len(Empty())
+		}
+		require.LessOrEqual(t, n, SizeBound(r))
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 1000 {
+		r := row(rng, int64(i))
+		_, cols, err := Encode([]Row{r})
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(cols[ColumnOf(r.ID)])-len(Empty()), SizeBound(r))
+	}
 }

@@ -4,7 +4,8 @@
 -- at a time. A page usually has one row, more when events of a unit settled after it was packed.
 -- `page = ?` prunes a statement to one of 1,024 HASH(page) partitions, which holds one page row up
 -- to 10,240,000 events. /*column*/ and /*columns*/ are column names the store writes from ids
--- (c0 .. c99), never caller text. Nothing here takes a lock but the pack's own writes.
+-- (c0 .. c99), never caller text. Nothing here takes a lock but the pack: its turn, PackedEvents,
+-- LockUnit and its writes.
 
 -- name: GetPacked
 -- GET /events/{id} of an event that `events` no longer holds: the one column of its page that holds
@@ -41,30 +42,76 @@ SELECT /*found*/ FROM event_pages JOIN (SELECT ? AS r) q WHERE /*any*/;
 -- set plus what was settled and not packed yet, not the history. A consistent read.
 SELECT id DIV 1000, MAX(state < 30) FROM events WHERE state <= 30 GROUP BY id DIV 1000;
 
+-- name: TakePackTurn
+-- The pack, first statement of each of its transactions: the one row of pack_turn (migration 0014),
+-- locked until the transaction ends, so that packs run one at a time (issue 29). Two packs at once
+-- would each hold their units' events (PackedEvents) and then wait in DeletePacked for the
+-- other's: a DELETE's scan, unlike an UPDATE's, waits for every row another transaction holds,
+-- matching or not, even at READ COMMITTED. SKIP LOCKED: a pack that finds the turn taken packs
+-- nothing now (its sweeper's next maintenance packs), rather than hold a sweeper's batches up.
+-- No row at all is an error for the caller (PackTurnRows tells the two apart).
+SELECT turn FROM pack_turn FOR UPDATE SKIP LOCKED;
+
+-- name: PackTurnRows
+-- The pack, when TakePackTurn returned no row: whether pack_turn has its row. A consistent read.
+SELECT COUNT(*) FROM pack_turn;
+
+-- name: PackedEvents
+-- The pack, under its turn: the folded events of the units it packs (/*units*/ is one ? per
+-- unit), their kind, and the bytes of their strings and payload (NULL counts 0; RecordOverhead is
+-- added in Go), so that the pack plans its reads and writes by bytes before it reads any payload.
+-- A locking read, and what makes the pack exact whatever runs beside it (issue 29): it holds every
+-- event it returns until it commits, so that no other pack can delete and pack one of them
+-- meanwhile (the turn keeps other packs out, and this holds even without it), and nothing else
+-- changes a folded event; DeletePacked then deletes every one of them, and its count tells whether
+-- it deleted any other (a late event folded into these units since). SKIP LOCKED: it waits for no
+-- one; a row it skips is a fold's not committed yet (or another pack's, without the turn), which
+-- this pack neither writes nor counts, and which DeletePacked's count sees if it is still there.
+SELECT id, kind, LENGTH(kind) + COALESCE(LENGTH(value), 0) + COALESCE(LENGTH(processed_by), 0)
+       + COALESCE(LENGTH(last_error), 0) + COALESCE(LENGTH(url), 0) + COALESCE(LENGTH(payload), 0)
+       + COALESCE(LENGTH(reference_id), 0) + COALESCE(LENGTH(claim_id), 0) + COALESCE(LENGTH(worker_id), 0)
+FROM events WHERE state = 30 AND id DIV 1000 IN (/*units*/) FOR UPDATE SKIP LOCKED;
+
+-- name: PackedAttemptSizes
+-- The pack: how many delivery attempts each task it holds has, and the bytes of their strings
+-- (/*ids*/, at most 500 a statement), pruned by HASH(event_id) to their partitions. A consistent
+-- read: a processed task is never attempted again.
+SELECT event_id, COUNT(*), SUM(LENGTH(claim_id) + COALESCE(LENGTH(error), 0)) FROM task_attempts
+WHERE event_id IN (/*ids*/) GROUP BY event_id;
+
 -- name: PackedRows
--- The pack, in its transaction: the folded events of the units it packs (/*units*/ is one ? per
--- unit), every column but the lease. A consistent read; nothing changes a folded event but a pack,
--- and DeletePacked checks that it deletes exactly these.
+-- The pack: every column but the lease of the events of one read (at most 16 MiB of them, planned
+-- by PackedEvents' sizes: pages.go, planReads), those with ids from its first to its last (?, ?)
+-- of its units (/*units*/), just before it writes them. A consistent read: the pack holds these
+-- events' locks since PackedEvents, so they are as it locked them; it keeps only those, and passes
+-- over any other event of the range (one folded since). ORDER BY id: the server sorts the ids of
+-- the rows it scans and then reads the rows it returns, so that the scan does not copy the payload
+-- of every row of `settled` for each read (InnoDB copies the BLOBs a statement reads of every row
+-- it scans), and a unit's rows come one after the other.
 SELECT id, routing_hash, kind, state, value, created_at, processed_at, processed_by, process_count, attempts,
        last_error, next_attempt_at, url, payload, reference_id, max_retries, position, claim_id, worker_id
-FROM events WHERE state = 30 AND id DIV 1000 IN (/*units*/);
+FROM events WHERE state = 30 AND id BETWEEN ? AND ? AND id DIV 1000 IN (/*units*/) ORDER BY id;
 
 -- name: PackedAttempts
--- The pack: the delivery attempts of the tasks it packs (/*ids*/, at most 500 a statement), pruned by
--- HASH(event_id) to their partitions. A processed task is never attempted again.
+-- The pack: the delivery attempts of the tasks of one read (/*ids*/, at most 500 a statement),
+-- pruned by HASH(event_id) to their partitions. A processed task is never attempted again.
 SELECT event_id, number, started_at, duration_us, status, error, claim_id FROM task_attempts WHERE event_id IN (/*ids*/);
 
 -- name: LockUnit
 -- The pack: locks the rows of a unit's page and reads the unit's ten columns of each (/*columns*/),
--- a scan of one partition of 1,024 (about one row). The row lock orders two packs writing one page.
+-- a scan of one partition of 1,024 (about one row). The row lock keeps the rows as read until the
+-- pack commits (packs take turns, TakePackTurn; the lock holds against any other writer besides).
 SELECT /*columns*/ FROM event_pages WHERE page = ? FOR UPDATE;
 
 -- name: MergeUnit
 -- The pack: writes a unit's ten columns into the page's row LockUnit read (/*sets*/ is `cN = ?` for
--- each), which it names by the page and by what those columns held (/*was*/, `cN = ?` for each):
+-- each), which it names by the page and by what those columns held (/*was*/ is `LENGTH(cN) = ? AND
+-- SHA2(cN, 256) = ?` for each: the length first, so that rows of other lengths are passed without
+-- a digest, and the digest rather than the bytes, so that the statement carries the unit once):
 -- empty (the first time), or the unit's events packed before, which the new columns hold with the
 -- late ones merged in. So a late event of a unit (a create that took its id long before it
--- inserted) does not add a row to the page: a page keeps one row, and a read scans one.
+-- inserted) does not add a row to the page: a page keeps one row, and a read scans one. Two rows of
+-- a page whose unit columns are equal are equal for every reader, so either may be the one written.
 UPDATE event_pages SET events = events + ?, /*sets*/ WHERE page = ? AND /*was*/ LIMIT 1;
 
 -- name: InsertPage
@@ -73,10 +120,12 @@ INSERT INTO event_pages (page, events, /*columns*/) VALUES /*rows*/;
 
 -- name: DeletePacked
 -- The pack: deletes the events it packed from `events`, in the transaction that wrote their units.
--- The caller checks that it deleted exactly as many as PackedRows read, and rolls back otherwise:
--- more means an event settled into these units since (it would be lost), fewer that a concurrent
--- pack took some (they would be packed twice). At READ COMMITTED the scan reads rows that other
--- transactions hold semi-consistently and passes those of other units without waiting.
+-- It deletes at least the events PackedEvents locked (they are this transaction's until it ends);
+-- the caller checks that it deleted exactly as many, and rolls back otherwise: more means an event
+-- was folded into these units since, and deleting it would lose it. A DELETE's scan waits for
+-- every row of `settled` that another transaction holds (no semi-consistent read, unlike an
+-- UPDATE's), whatever its unit: a fold committing (briefly), or another pack (which the turn keeps
+-- out).
 DELETE FROM events WHERE state = 30 AND id DIV 1000 IN (/*units*/);
 
 -- name: DeletePackedAttempts

@@ -168,6 +168,12 @@ GRANT SELECT ON event_pages TO /*user*/;
 -- It never deletes a page row.
 GRANT SELECT, INSERT, UPDATE ON event_pages TO /*user*/;
 
+-- name: GrantPackTurn
+-- sweeper: a pack takes its turn, the lock of pack_turn's one row (TakePackTurn, a SELECT ... FOR
+-- UPDATE, which MySQL 8 grants with UPDATE), and reads whether the row is there (PackTurnRows). It
+-- never changes the row.
+GRANT SELECT, UPDATE ON pack_turn TO /*user*/;
+
 -- name: GrantDeletePackedEvents
 -- sweeper: the pack deletes the events it packed, in the transaction that inserted their pages
 -- (DeletePacked, guarded by `state = 30` and a count of what it read). The only DELETE on events.
