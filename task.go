@@ -104,6 +104,24 @@ const (
 	RetryAlone RetryPlacement = "unordered"
 )
 
+// CreatedTask is one task a create stored.
+type CreatedTask struct {
+	ID int64
+	// Head tells whether the task is pending now (it heads its reference, or has none): a queue
+	// message may name it. A task that is not is queued behind an earlier task of its reference, and
+	// the settlement of that task hands it on.
+	Head bool
+}
+
+// RetriedReference is what the retry of a reference's failed tasks did: the tasks it retried, in
+// their new delivery order, where they went, and the one that heads the reference now, if any (a
+// queue message may name it).
+type RetriedReference struct {
+	IDs       []int64
+	Placement RetryPlacement
+	Head      int64 // 0: the reference's head is a task that was open before
+}
+
 // TaskOutcome is what one delivery attempt of a leased task came to.
 type TaskOutcome struct {
 	// Event is the task as it was leased (Event.Task set).

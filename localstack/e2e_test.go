@@ -31,6 +31,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
@@ -54,7 +55,7 @@ func requireLocalStack(t *testing.T) *sqs.Client {
 
 // database creates a database for the test on the compose MySQL (LOCALSTACK_DB_ADMIN_DSN, default
 // its root user on 127.0.0.1:3306), migrated, or skips if the server does not answer.
-func database(t *testing.T) *mysql.Store {
+func database(t *testing.T) *wire.Stores {
 	t.Helper()
 	cfg, err := drv.ParseDSN(cmp.Or(os.Getenv("LOCALSTACK_DB_ADMIN_DSN"), "root:root@tcp(127.0.0.1:3306)/"))
 	require.NoError(t, err)
@@ -78,7 +79,7 @@ func database(t *testing.T) *mysql.Store {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	require.NoError(t, mysql.Migrate(context.Background(), db))
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	return store
 }

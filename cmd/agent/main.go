@@ -30,7 +30,7 @@ func main() {
 	defer stop()
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
-	store := wire.Must(wire.OpenStore(ctx, cfg))
+	stores := wire.Must(wire.OpenStores(ctx, cfg))
 	// One agent per shard SHARDS_ASSIGNED lists (else one dynamic agent), each its own member.
 	configs := wire.Agents(cfg, "standalone", log)
 	// Their metrics (label part="agent") on /metrics of METRICS_ADDR, when set.
@@ -42,12 +42,12 @@ func main() {
 		// Between its batches each does the sweeper's maintenance (the count's fold, pruning).
 		sc := wire.Sweeping(cfg, log)
 		sc.Metrics.Recorder = rec
-		ac.Maintain = sweeping.New(store, sc).AgentMaintenance()
-		engine := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Tasks: tasks}
+		ac.Maintain = sweeping.New(stores.Sweeping(), sc).AgentMaintenance()
+		engine := &processing.Engine{Store: stores.Events, TaskStore: stores.Tasks, By: exactlyonce.BySweeper, Logger: log, Tasks: tasks}
 		if tasks != nil {
-			engine.Workers = wire.EventService(store, cfg, log) // its own EventService (event workers)
+			engine.Workers = wire.EventService(stores.Agents, cfg, log) // its own EventService (event workers)
 		}
-		a := wire.Must(agents.New(store, engine, ac))
+		a := wire.Must(agents.New(stores.Agents, engine, ac))
 		log.Info("agent: starting", "name", a.Member.Config().Name)
 		go a.LogStatsEvery(ctx, time.Minute)
 		wg.Add(1)

@@ -25,7 +25,7 @@ func main() {
 	// Inline: an async request is stored and its message sent in the request's own goroutine, under
 	// its context, and answered after both, because Lambda freezes the environment once the answer is
 	// returned: nothing of a request may run after it (api.AsyncGroup.Inline).
-	server := &api.Server{Store: wire.Must(wire.OpenStore(context.Background(), cfg)), Logger: log,
+	server := &api.Server{Stores: wire.Must(wire.OpenStores(context.Background(), cfg)).API(), Logger: log,
 		AsyncGroup: api.AsyncGroup{Inline: true}, Idempotency: idempotency(cfg), Webhook: wire.WebhookPolicy(cfg)}
 	if cfg.QueueURL != "" {
 		server.Queue = &queue.SQSSender{Client: wire.Must(wire.SQS(log)), QueueURL: cfg.QueueURL}

@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,8 +22,8 @@ import (
 func TestKeysAreScopedToTheCallersIAMIdentity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	server := &api.Server{Store: store, AsyncGroup: api.AsyncGroup{Inline: true}, Idempotency: idempotency(config.Config{})}
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	server := &api.Server{Stores: store.API(), AsyncGroup: api.AsyncGroup{Inline: true}, Idempotency: idempotency(config.Config{})}
 	adapter := httpadapter.New(server)
 	invoke := func(identity events.APIGatewayRequestIdentity, path string) (int64, events.APIGatewayProxyResponse) {
 		t.Helper()
@@ -57,7 +58,7 @@ func TestKeysAreScopedToTheCallersIAMIdentity(t *testing.T) {
 		require.Equal(t, bobID, id)
 		require.Equal(t, bobFirst.Body, again.Body, "bob's own answer")
 	}
-	n, err := store.Count(ctx)
+	n, err := store.Events.Count(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 

@@ -25,9 +25,9 @@ import (
 // did, under FunctionName = the function's name.
 func TestOneMetricLinePerInvocation(t *testing.T) {
 	t.Setenv("AWS_LAMBDA_FUNCTION_NAME", "stack-ApiFunction")
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	var out bytes.Buffer
-	server := &api.Server{Store: store, AsyncGroup: api.AsyncGroup{Inline: true}, Idempotency: idempotency(config.Config{}),
+	server := &api.Server{Stores: store.API(), AsyncGroup: api.AsyncGroup{Inline: true}, Idempotency: idempotency(config.Config{}),
 		Logger: wire.NewLogger(io.Discard, 0)}
 	h := handler(server, &out, server.Logger)
 	invoke := func(requestID, path, key string) []map[string]any {
@@ -88,7 +88,7 @@ func emfLines(t *testing.T, out string) []map[string]any {
 // A queue send is counted by its outcome: sent, or failed (its event stays pending for the sweeper).
 func TestQueueSendsAreCounted(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	client := localsqs.Client(t)
 	good := localsqs.Queues(t, client, 30, 5)
 	for _, tc := range []struct {
@@ -96,7 +96,7 @@ func TestQueueSendsAreCounted(t *testing.T) {
 		sends, fails float64
 	}{{good.URL, 1, 0}, {good.URL + "-missing", 0, 1}} {
 		var out bytes.Buffer
-		server := &api.Server{Store: store, AsyncGroup: api.AsyncGroup{Inline: true}, Logger: wire.NewLogger(io.Discard, 0),
+		server := &api.Server{Stores: store.API(), AsyncGroup: api.AsyncGroup{Inline: true}, Logger: wire.NewLogger(io.Discard, 0),
 			Queue: &queue.SQSSender{Client: client, QueueURL: tc.url}}
 		h := handler(server, &out, server.Logger)
 		resp, err := h(context.Background(), events.APIGatewayProxyRequest{HTTPMethod: http.MethodPost, Path: "/events/async",

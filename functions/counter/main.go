@@ -18,7 +18,7 @@ import (
 func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
-	c := &counters.Consumer{Store: wire.Must(wire.OpenStore(context.Background(), cfg)), Logger: log,
+	c := &counters.Consumer{Store: wire.Must(wire.OpenStores(context.Background(), cfg)).Counters, Logger: log,
 		Publisher: wire.Must(wire.CounterPublisher(log)),
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.

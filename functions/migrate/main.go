@@ -17,7 +17,7 @@ import (
 func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	cfg.DB.Migrate = new(false) // the handler migrates, so that a failure is the invocation's error
-	open := func(ctx context.Context) (*mysql.Store, error) { return wire.OpenStore(ctx, cfg) }
+	open := func(ctx context.Context) (*mysql.DB, error) { return wire.OpenDB(ctx, cfg) }
 	h := &migration.Handler{Open: open, Logger: wire.Logger(cfg)}
 	h.Users = wire.Must(mysql.ParseFunctionUsers(os.Getenv("DB_FUNCTION_USERS"))) // each function's own database user
 	lambda.Start(func(ctx context.Context, ev json.RawMessage) (migration.Result, error) {

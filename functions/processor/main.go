@@ -19,8 +19,8 @@ import (
 func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
-	store := wire.Must(wire.OpenStore(context.Background(), cfg))
-	p := wire.Must(wire.ProcessorWorkers(&processing.Processor{Store: store, Logger: log,
+	stores := wire.Must(wire.OpenStores(context.Background(), cfg))
+	p := wire.Must(wire.ProcessorWorkers(&processing.Processor{Store: stores.Events, TaskStore: stores.Tasks, Logger: log,
 		// Tasks are delivered with the signing secret of WEBHOOK_SECRET_ARN, read once here.
 		Tasks: wire.Must(wire.Tasks(context.Background(), cfg, log)),
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
@@ -29,7 +29,7 @@ func main() {
 		// The tasks it delivers join event workers of its own: the container registers as an agent
 		// without a range at its first batch, pulses while a batch runs, and expires once frozen
 		// for good, when the sweepers adopt what its workers still hold.
-		store, cfg, log))
+		stores, cfg, log))
 	lambda.Start(handler(p, os.Stdout, log))
 }
 

@@ -22,13 +22,13 @@ import (
 // in one claim of four ids, one of which names no event.
 func TestOneMetricLinePerInvocation(t *testing.T) {
 	t.Setenv("AWS_LAMBDA_FUNCTION_NAME", "stack-ProcessorFunction")
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
-	ids, err := store.CreatePendingBatch(ctx, 3)
+	ids, err := store.Events.CreatePendingBatch(ctx, 3)
 	require.NoError(t, err)
 	var out bytes.Buffer
 	log := wire.NewLogger(io.Discard, 0)
-	h := handler(&processing.Processor{Store: store, Logger: log}, &out, log)
+	h := handler(&processing.Processor{Store: store.Events, TaskStore: store.Tasks, Logger: log}, &out, log)
 
 	var ev events.SQSEvent
 	missing := int64(1 << 50) // above the id counter: no event has it

@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
@@ -23,10 +22,9 @@ func main() {
 	log := wire.Logger(cfg)
 	sc := wire.Sweeping(cfg, log)
 	sc.Counters = wire.Must(wire.CounterSweep(log)) // the counter service's outbox, reconciliation, pruning
-	store := wire.Must(wire.OpenStore(context.Background(), cfg))
-	sc.AgentStore = store
+	stores := wire.Must(wire.OpenStores(context.Background(), cfg))
 	sc.Tasks = wire.Must(wire.Tasks(context.Background(), cfg, log))
-	lambda.Start(handler(store, sc, os.Stdout, log))
+	lambda.Start(handler(stores, sc, os.Stdout, log))
 }
 
 // handler is the Lambda's handler: a sweeper agent per invocation (sweeping.Sweeper.HandleAgent)
@@ -34,8 +32,8 @@ func main() {
 // the metrics the sweeper's alarms watch (infra/alarms.go), per function name. The sweeper writes
 // its line itself, before its deadline's margin (sweeping.Metrics); wire.Invocation adds the
 // request id to the log lines.
-func handler(store *mysql.Store, sc sweeping.Config, out io.Writer, log *slog.Logger) func(context.Context, sweeping.ShardInput) (sweeping.Result, error) {
+func handler(stores *wire.Stores, sc sweeping.Config, out io.Writer, log *slog.Logger) func(context.Context, sweeping.ShardInput) (sweeping.Result, error) {
 	rec := metrics.NewRecorder(metrics.PartSweeper, true, nil)
 	sc.Metrics = sweeping.Metrics{Out: out, Function: os.Getenv("AWS_LAMBDA_FUNCTION_NAME"), Recorder: rec}
-	return wire.Invocation(rec, nil, log, sweeping.New(store, sc).HandleAgent)
+	return wire.Invocation(rec, nil, log, sweeping.New(stores.Sweeping(), sc).HandleAgent)
 }

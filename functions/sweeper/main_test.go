@@ -21,13 +21,13 @@ import (
 // agent settled the three waiting events, pulsed, and left nothing waiting.
 func TestOneMetricLinePerInvocation(t *testing.T) {
 	t.Setenv("AWS_LAMBDA_FUNCTION_NAME", "stack-SweeperFunction")
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
-	_, err := store.CreatePendingBatch(ctx, 3)
+	_, err := store.Events.CreatePendingBatch(ctx, 3)
 	require.NoError(t, err)
 	var out bytes.Buffer
 	log := wire.NewLogger(io.Discard, 0)
-	sc := sweeping.Config{Grace: -1, AgentStore: store, AgentStopBefore: time.Second, Logger: log,
+	sc := sweeping.Config{Grace: -1, AgentStopBefore: time.Second, Logger: log,
 		Agent: agents.Config{Member: agents.MemberConfig{PulseInterval: 100 * time.Millisecond, Expiration: 2 * time.Second},
 			PollInterval: 50 * time.Millisecond}}
 	h := handler(store, sc, &out, log)

@@ -11,9 +11,11 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,11 +30,11 @@ func memberConfig(name string) agents.MemberConfig {
 }
 
 // startAgent runs an agent on store until the test ends (or stop is called), reporting to rep.
-func startAgent(t *testing.T, store *mysql.Store, cfg agents.Config, rep processing.Reporter) (a *agents.Agent, stop func()) {
+func startAgent(t *testing.T, store *wire.Stores, cfg agents.Config, rep processing.Reporter) (a *agents.Agent, stop func()) {
 	t.Helper()
 	cfg.PollInterval = 50 * time.Millisecond
 	cfg.PollJitter = 20 * time.Millisecond
-	a, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Report: rep}, cfg)
+	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Report: rep}, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -82,7 +84,7 @@ func converged(as []exactlyonce.Agent, n int) bool {
 
 // sampler reads the agents table continuously until stopped, failing on any moment where two
 // RUNNING agents' ranges overlap, and returns the samples it took.
-func sampler(t *testing.T, store *mysql.Store) (stop func() int) {
+func sampler(t *testing.T, store *wire.Stores) (stop func() int) {
 	t.Helper()
 	var (
 		samples atomic.Int64
@@ -93,7 +95,7 @@ func sampler(t *testing.T, store *mysql.Store) (stop func() int) {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			as, err := store.Agents(ctx)
+			as, err := store.Agents.Agents(ctx)
 			if err != nil {
 				continue
 			}
@@ -118,7 +120,7 @@ func sampler(t *testing.T, store *mysql.Store) (stop func() int) {
 // 0..9 of 10 within a few pulses.
 func TestTenAgentsStartedAtOnceConvergeWithoutOverlap(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 24)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 24))
 	stopSampling := sampler(t, store)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -134,7 +136,7 @@ func TestTenAgentsStartedAtOnceConvergeWithoutOverlap(t *testing.T) {
 	close(start)
 	wg.Wait()
 	require.Eventually(t, func() bool {
-		as, err := store.Agents(context.Background())
+		as, err := store.Agents.Agents(context.Background())
 		return err == nil && converged(as, 10)
 	}, 30*time.Second, 10*time.Millisecond)
 	took := time.Since(began)
@@ -151,10 +153,10 @@ func TestTenAgentsStartedAtOnceConvergeWithoutOverlap(t *testing.T) {
 // event exactly once, by the checker that counts the workers' own reports.
 func TestStaleViewStillSettlesEveryEventExactlyOnce(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
 	ctx := context.Background()
 	for range 10 {
-		_, err := store.CreatePendingBatch(ctx, 200)
+		_, err := store.Events.CreatePendingBatch(ctx, 200)
 		require.NoError(t, err)
 	}
 	ledger := verify.NewLedger()
@@ -167,7 +169,7 @@ func TestStaleViewStillSettlesEveryEventExactlyOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			// Half the workers lease (claim, work, settle in three steps), half settle inline.
-			e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Report: ledger,
+			e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Report: ledger,
 				Works: exactlyonce.Works{exactlyonce.KindPlain: exactlyonce.ValueWork{New: func(int64) string { return exactlyonce.NewValue() }, Leased: i%2 == 0}}}
 			for {
 				b, err := e.ProcessDueIn(ctx, 0, 20, r)
@@ -183,9 +185,9 @@ func TestStaleViewStillSettlesEveryEventExactlyOnce(t *testing.T) {
 	}
 	wg.Wait()
 	// The two half-range workers leave nothing in the other half: one whole-space sweep.
-	_, err = (&processing.Engine{Store: store, By: exactlyonce.BySweeper, Report: ledger}).ProcessDue(ctx, 0, 5000)
+	_, err = (&processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Report: ledger}).ProcessDue(ctx, 0, 5000)
 	require.NoError(t, err)
-	audit, err := store.AuditEvents(ctx)
+	audit, err := mysqltest.AuditEvents(ctx, store.DB.Pool())
 	require.NoError(t, err)
 	res := verify.Check(audit, ledger)
 	require.True(t, res.OK(), "%s", res)
@@ -199,11 +201,11 @@ func TestStaleViewStillSettlesEveryEventExactlyOnce(t *testing.T) {
 // agrees.
 func TestEjectedAgentStopsClaimingAndRejoins(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	ctx := context.Background()
-	stale, err := agents.NewMember(store, memberConfig("stale"))
+	stale, err := agents.NewMember(store.Agents, memberConfig("stale"))
 	require.NoError(t, err)
-	other, err := agents.NewMember(store, memberConfig("other"))
+	other, err := agents.NewMember(store.Agents, memberConfig("other"))
 	require.NoError(t, err)
 	pulseBoth := func() {
 		require.NoError(t, stale.Pulse(ctx))
@@ -221,7 +223,7 @@ func TestEjectedAgentStopsClaimingAndRejoins(t *testing.T) {
 	// stale stops pulsing; other keeps pulsing until it has ejected it.
 	require.Eventually(t, func() bool {
 		require.NoError(t, other.Pulse(ctx))
-		as, err := store.Agents(ctx)
+		as, err := store.Agents.Agents(ctx)
 		require.NoError(t, err)
 		return len(as) == 1
 	}, 10*time.Second, testPulse/2)
@@ -248,7 +250,7 @@ func TestEjectedAgentStopsClaimingAndRejoins(t *testing.T) {
 // overlapping; after each change they converge again.
 func TestAgentsJoiningAndLeavingNeverOverlap(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 24)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 24))
 	stopSampling := sampler(t, store)
 	var stops []func()
 	for i := range 6 {
@@ -258,13 +260,13 @@ func TestAgentsJoiningAndLeavingNeverOverlap(t *testing.T) {
 		time.Sleep(time.Duration(i) * testPulse / 3)
 	}
 	require.Eventually(t, func() bool {
-		as, err := store.Agents(context.Background())
+		as, err := store.Agents.Agents(context.Background())
 		return err == nil && converged(as, 6)
 	}, 30*time.Second, 10*time.Millisecond)
 	for i, stop := range stops[:4] {
 		stop()
 		require.Eventually(t, func() bool {
-			as, err := store.Agents(context.Background())
+			as, err := store.Agents.Agents(context.Background())
 			return err == nil && converged(as, 6-i-1)
 		}, 30*time.Second, 10*time.Millisecond)
 	}
@@ -281,20 +283,20 @@ func (c *counting) Settled(_ string, ids []int64) { c.n.Add(int64(len(ids))) }
 func TestFourAgentsShareTheEventsEvenly(t *testing.T) {
 	t.Parallel()
 	const events, n = 100_000, 4
-	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
 	counts := make([]*counting, n)
 	for i := range counts {
 		counts[i] = &counting{}
 		startAgent(t, store, agents.Config{Member: memberConfig(fmt.Sprintf("agent-%d", i)), BatchSize: 500}, counts[i])
 	}
 	require.Eventually(t, func() bool {
-		as, err := store.Agents(context.Background())
+		as, err := store.Agents.Agents(context.Background())
 		return err == nil && converged(as, n)
 	}, 30*time.Second, 10*time.Millisecond)
-	_, err := mysql.LoadPending(context.Background(), store.DB(), events, nil)
+	_, err := mysqltest.LoadPending(context.Background(), store.DB.Pool(), events, nil)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		open, err := mysql.CountOpen(context.Background(), store.DB())
+		open, err := mysqltest.CountOpen(context.Background(), store.DB.Pool())
 		return err == nil && open == 0
 	}, 5*time.Minute, 50*time.Millisecond)
 	total := int64(0)

@@ -17,6 +17,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
@@ -27,11 +28,11 @@ import (
 var testWebhookKey = []byte("0123456789abcdef0123456789abcdef")
 
 // taskEngine is an agent's engine that delivers tasks through an EventService, as cmd/agent's.
-func taskEngine(store *mysql.Store, cfg config.Config, lease time.Duration, log *slog.Logger) *processing.Engine {
+func taskEngine(store *wire.Stores, cfg config.Config, lease time.Duration, log *slog.Logger) *processing.Engine {
 	client := webhook.New(webhook.Config{Key: testWebhookKey, AllowLoopback: true, Timeout: 5 * time.Second})
-	return &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Lease: lease,
+	return &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log, Lease: lease,
 		Tasks:   &processing.Tasks{Deliverer: client, RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond},
-		Workers: wire.EventService(store, cfg, log)}
+		Workers: wire.EventService(store.Agents, cfg, log)}
 }
 
 // runEventWorkersChild is an agent process that delivers tasks through its EventService
@@ -44,7 +45,7 @@ func runEventWorkersChild() int {
 	defer stop()
 	lease, _ := time.ParseDuration(os.Getenv("LEASE"))
 	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	a, err := agents.New(store, taskEngine(store, cfg, lease, log), wire.Agent(cfg, "test", log))
+	a, err := agents.New(store.Agents, taskEngine(store, cfg, lease, log), wire.Agent(cfg, "test", log))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -123,7 +124,7 @@ func (r *seqReceiver) check(t *testing.T, refs, perRef int) {
 }
 
 // createSeqTasks creates perRef tasks for each of refs references, in order, and returns their ids.
-func createSeqTasks(t *testing.T, store *mysql.Store, url string, refs, perRef int) []int64 {
+func createSeqTasks(t *testing.T, store *wire.Stores, url string, refs, perRef int) []int64 {
 	t.Helper()
 	var ids []int64
 	for k := 0; k < perRef; k++ {
@@ -132,7 +133,7 @@ func createSeqTasks(t *testing.T, store *mysql.Store, url string, refs, perRef i
 			payload, _ := json.Marshal(seqPayload{Ref: fmt.Sprintf("ref-%d", r), Seq: k})
 			batch = append(batch, exactlyonce.NewTask{URL: url, Payload: payload, ReferenceID: fmt.Sprintf("ref-%d", r), MaxRetries: 3})
 		}
-		created, err := store.CreateTasks(context.Background(), batch)
+		created, err := store.Tasks.CreateTasks(context.Background(), batch)
 		require.NoError(t, err)
 		for _, c := range created {
 			ids = append(ids, c.ID)
@@ -142,9 +143,9 @@ func createSeqTasks(t *testing.T, store *mysql.Store, url string, refs, perRef i
 }
 
 // workersOf returns the active event workers run by agent id.
-func workersOf(t *testing.T, store *mysql.Store, id int64) []exactlyonce.EventWorker {
+func workersOf(t *testing.T, store *wire.Stores, id int64) []exactlyonce.EventWorker {
 	t.Helper()
-	ws, err := store.ActiveWorkers(context.Background())
+	ws, err := store.Agents.ActiveWorkers(context.Background())
 	require.NoError(t, err)
 	var out []exactlyonce.EventWorker
 	for _, w := range ws {
@@ -156,10 +157,10 @@ func workersOf(t *testing.T, store *mysql.Store, id int64) []exactlyonce.EventWo
 }
 
 // requireAdopted waits for (then checks) every one of ws to be run by agent to, or done.
-func requireAdopted(t *testing.T, store *mysql.Store, ws []exactlyonce.EventWorker, to int64) {
+func requireAdopted(t *testing.T, store *wire.Stores, ws []exactlyonce.EventWorker, to int64) {
 	t.Helper()
 	for _, w := range ws {
-		got, ok, err := store.Worker(context.Background(), w.ID)
+		got, ok, err := store.Agents.Worker(context.Background(), w.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, to, got.AgentID, "worker %s adopted", w.ID)
@@ -189,17 +190,17 @@ func TestEventWorkersSurviveSIGKILLAndRestart(t *testing.T) {
 	var after []exactlyonce.Agent
 	require.Eventually(t, func() bool {
 		var err error
-		after, err = c.store.Agents(context.Background())
+		after, err = c.store.Agents.Agents(context.Background())
 		return err == nil && converged(after, 1) && after[0].Name == "agent-1"
 	}, 30*time.Second, 10*time.Millisecond, "agent-1 never ran alone: %+v", &after)
 	c.drained(60 * time.Second)
 	rec.check(t, seqRefs, seqPerRef)
-	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB()))
+	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB.Pool(), mysqltest.PackedTasks))
 	requireAdopted(t, c.store, held, after[0].ID)
 	require.NoError(t, syscall.Kill(c.procs[1].Pid(), syscall.SIGTERM))
 	_, err := c.procs[1].WaitLine("stopped", 10*time.Second)
 	require.NoError(t, err)
-	active, err := c.store.ActiveWorkers(context.Background())
+	active, err := c.store.Agents.ActiveWorkers(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, active, "an agent leaving with nothing left leaves no live worker")
 }
@@ -231,7 +232,7 @@ func TestEventWorkersOfAKilledAgentAreAdopted(t *testing.T) {
 	require.Equal(t, other.ID, survivor[0].ID)
 	c.drained(60 * time.Second)
 	rec.check(t, seqRefs, seqPerRef)
-	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB()))
+	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB.Pool(), mysqltest.PackedTasks))
 	requireAdopted(t, c.store, held, other.ID)
 }
 
@@ -242,7 +243,7 @@ func TestEventWorkersOfAKilledAgentAreAdopted(t *testing.T) {
 func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
 	t.Parallel()
 	db, _ := testdbDB(t)
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	const refs, perRef = 10, 60
 	rec, url := newSeqReceiver(t, 20*time.Millisecond)
@@ -256,7 +257,7 @@ func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
 		e.Tasks.Timeout = 500 * time.Millisecond // a delivery starts only with 2.5 s left before the deadline
 		ac := agents.Config{Member: agents.MemberConfig{Name: name, Kind: "sweeper", PulseInterval: 100 * time.Millisecond,
 			Expiration: time.Second, Handover: true}, PollInterval: 20 * time.Millisecond, BatchSize: 20}
-		a, err := agents.New(store, e, ac)
+		a, err := agents.New(store.Agents, e, ac)
 		require.NoError(t, err)
 		require.NoError(t, a.RunUntil(hard, stop))
 		return a
@@ -267,7 +268,7 @@ func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
 	first := invocation("invocation-1", hard, stop)
 	cancelStop()
 	cancel()
-	left, err := store.ActiveWorkers(context.Background())
+	left, err := store.Agents.ActiveWorkers(context.Background())
 	require.NoError(t, err)
 	require.NotEmpty(t, left, "the deadline came while its workers held tasks")
 	for _, w := range left {
@@ -275,7 +276,7 @@ func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
 		require.Positive(t, w.TasksRemaining)
 	}
 	require.Positive(t, rec.count())
-	require.NoError(t, verify.WorkerBooks(context.Background(), store.DB()), "the books hold at the hand-over")
+	require.NoError(t, verify.WorkerBooks(context.Background(), store.DB.Pool(), mysqltest.PackedTasks), "the books hold at the hand-over")
 	_ = first
 
 	// The next invocation adopts them and finishes.
@@ -289,11 +290,11 @@ func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
 		second = invocation("invocation-2", ctx, stop2)
 	}()
 	require.Eventually(t, func() bool {
-		n, err := mysql.CountOpen(context.Background(), store.DB())
+		n, err := mysqltest.CountOpen(context.Background(), store.DB.Pool())
 		return err == nil && n == 0
 	}, 60*time.Second, 20*time.Millisecond)
 	for _, w := range left {
-		got, ok, err := store.Worker(context.Background(), w.ID)
+		got, ok, err := store.Agents.Worker(context.Background(), w.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.True(t, got.IsDone, "worker %s finished", w.ID)
@@ -303,8 +304,8 @@ func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
 	<-doneRun
 	_ = second
 	rec.check(t, refs, perRef)
-	require.NoError(t, verify.WorkerBooks(context.Background(), store.DB()))
-	active, err := store.ActiveWorkers(context.Background())
+	require.NoError(t, verify.WorkerBooks(context.Background(), store.DB.Pool(), mysqltest.PackedTasks))
+	active, err := store.Agents.ActiveWorkers(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, active)
 }

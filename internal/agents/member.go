@@ -31,7 +31,7 @@ const (
 	DefaultExpiration    = 30 * time.Second
 )
 
-// Store is what an agent needs of the agents table (internal/mysql implements it).
+// Store is what an agent needs of the agents table (internal/mysql/agentstore implements it).
 type Store interface {
 	// RegisterAgent inserts a new agent, WAITING, expiring after expiration (the database's clock).
 	RegisterAgent(ctx context.Context, spec exactlyonce.AgentSpec, expiration time.Duration) (exactlyonce.Agent, error)

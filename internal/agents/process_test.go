@@ -17,6 +17,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -72,7 +73,7 @@ func runChild(role string) int {
 	delay, _ := time.ParseDuration(os.Getenv("WORK_DELAY"))
 	lease, _ := time.ParseDuration(os.Getenv("LEASE"))
 	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	a, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Report: rep,
+	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log, Report: rep,
 		Lease: lease, Works: exactlyonce.Works{exactlyonce.KindPlain: slowWork{delay}}}, wire.Agent(cfg, "test", log))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -92,7 +93,7 @@ func runChild(role string) int {
 type cluster struct {
 	t     *testing.T
 	dsn   string
-	store *mysql.Store
+	store *wire.Stores
 	dir   string
 	env   []string
 	procs []*child.Process
@@ -102,7 +103,7 @@ type cluster struct {
 func newCluster(t *testing.T, env ...string) *cluster {
 	t.Helper()
 	db, dsn := testdbDB(t)
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	base := []string{"DB_DSN=" + dsn, "SWEEP_GRACE=0", "AGENT_PULSE_INTERVAL=200ms", "AGENT_EXPIRATION=1s",
 		"AGENT_POLL_INTERVAL=50ms", "AGENT_BATCH_SIZE=20", "WORK_DELAY=2ms", "LEASE=3s"}
@@ -143,7 +144,7 @@ func (c *cluster) converge(n int, within time.Duration) []exactlyonce.Agent {
 	var as []exactlyonce.Agent
 	require.Eventuallyf(c.t, func() bool {
 		var err error
-		as, err = c.store.Agents(context.Background())
+		as, err = c.store.Agents.Agents(context.Background())
 		return err == nil && converged(as, n)
 	}, within, 10*time.Millisecond, "agents did not converge to %d RUNNING: %+v", n, &as)
 	return as
@@ -153,7 +154,7 @@ func (c *cluster) converge(n int, within time.Duration) []exactlyonce.Agent {
 func (c *cluster) drained(within time.Duration) {
 	c.t.Helper()
 	require.Eventually(c.t, func() bool {
-		n, err := mysql.CountOpen(context.Background(), c.store.DB())
+		n, err := mysqltest.CountOpen(context.Background(), c.store.DB.Pool())
 		return err == nil && n == 0
 	}, within, 20*time.Millisecond)
 }
@@ -166,7 +167,7 @@ func (c *cluster) drained(within time.Duration) {
 // for every settlement a live agent made (or 10 s pass, and the check fails).
 func (c *cluster) check(killed int) {
 	c.t.Helper()
-	audit, err := c.store.AuditEvents(context.Background())
+	audit, err := mysqltest.AuditEvents(context.Background(), c.store.DB.Pool())
 	require.NoError(c.t, err)
 	var res verify.Result
 	deadline := time.Now().Add(10 * time.Second)
@@ -201,7 +202,7 @@ func TestAgentKilledWhileHoldingClaims(t *testing.T) {
 		c.start()
 	}
 	c.converge(4, 30*time.Second)
-	_, err := mysql.LoadPending(context.Background(), c.store.DB(), 3000, nil)
+	_, err := mysqltest.LoadPending(context.Background(), c.store.DB.Pool(), 3000, nil)
 	require.NoError(t, err)
 	victim := c.procs[2]
 	require.Eventually(t, func() bool { return c.settledLines(2) >= 2 }, 30*time.Second, 5*time.Millisecond)
@@ -223,7 +224,7 @@ func TestAgentStoppedPastItsExpirationRejoins(t *testing.T) {
 		c.start()
 	}
 	before := c.converge(3, 30*time.Second)
-	_, err := mysql.LoadPending(context.Background(), c.store.DB(), 3000, nil)
+	_, err := mysqltest.LoadPending(context.Background(), c.store.DB.Pool(), 3000, nil)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return c.settledLines(1) >= 2 }, 30*time.Second, 5*time.Millisecond)
 	victim := c.procs[1]
@@ -252,7 +253,7 @@ func TestAgentSIGTERMHandsOver(t *testing.T) {
 	c.start()
 	c.start()
 	c.converge(2, 30*time.Second)
-	_, err := mysql.LoadPending(context.Background(), c.store.DB(), 2000, nil)
+	_, err := mysqltest.LoadPending(context.Background(), c.store.DB.Pool(), 2000, nil)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return c.settledLines(0) >= 2 }, 30*time.Second, 5*time.Millisecond)
 	leaver := c.procs[0]
@@ -269,12 +270,12 @@ func TestAgentSIGTERMHandsOver(t *testing.T) {
 
 // childStart is how every child role begins: a context that SIGTERM ends, the configuration and
 // the store; ok is false, after saying why on stderr, when one of them failed.
-func childStart() (context.Context, context.CancelFunc, config.Config, *mysql.Store, bool) {
+func childStart() (context.Context, context.CancelFunc, config.Config, *wire.Stores, bool) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	cfg, err := config.Load(os.Getenv)
 	if err == nil {
-		var store *mysql.Store
-		if store, err = child.OpenStore(); err == nil {
+		var store *wire.Stores
+		if store, err = child.OpenStores(); err == nil {
 			return ctx, stop, cfg, store, true
 		}
 	}

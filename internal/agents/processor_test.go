@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
@@ -25,9 +26,9 @@ import (
 
 // taskProcessor is the processor as functions/processor builds it: tasks delivered through an
 // EventService of its own, under an agent without a range.
-func taskProcessor(t testing.TB, store *mysql.Store, cfg config.Config, lease time.Duration, log *slog.Logger) *processing.Processor {
+func taskProcessor(t testing.TB, store *wire.Stores, cfg config.Config, lease time.Duration, log *slog.Logger) *processing.Processor {
 	client := webhook.New(webhook.Config{Key: testWebhookKey, AllowLoopback: true, Timeout: 5 * time.Second})
-	p, err := wire.ProcessorWorkers(&processing.Processor{Store: store, Logger: log, Lease: lease,
+	p, err := wire.ProcessorWorkers(&processing.Processor{Store: store.Events, TaskStore: store.Tasks, Logger: log, Lease: lease,
 		Tasks: &processing.Tasks{Deliverer: client, RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond}}, store, cfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func (nopTB) Fatal(args ...any) {
 func TestProcessorDeliversTasksThroughEventWorkers(t *testing.T) {
 	t.Parallel()
 	db, _ := testdbDB(t)
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	const refs, perRef = 10, 4
 	rec, url := newSeqReceiver(t, time.Millisecond)
@@ -110,12 +111,12 @@ func TestProcessorDeliversTasksThroughEventWorkers(t *testing.T) {
 	resp, err := p.Handle(ctx, messages(ids))
 	require.NoError(t, err)
 	require.Empty(t, resp.BatchItemFailures)
-	n, err := mysql.CountOpen(ctx, store.DB())
+	n, err := mysqltest.CountOpen(ctx, store.DB.Pool())
 	require.NoError(t, err)
 	require.Zero(t, n, "the batch delivered every task: the heads it claimed, the rest handed on")
 	rec.check(t, refs, perRef)
 
-	as, err := store.Agents(ctx)
+	as, err := store.Agents.Agents(ctx)
 	require.NoError(t, err)
 	require.Len(t, as, 1)
 	self := as[0]
@@ -124,10 +125,10 @@ func TestProcessorDeliversTasksThroughEventWorkers(t *testing.T) {
 	require.Equal(t, exactlyonce.AgentRunning, self.State)
 	require.Nil(t, self.TotalShardCount, "an agent without a range")
 
-	require.NoError(t, verify.WorkerBooks(ctx, store.DB()), "every settled task names its event worker")
-	active, err := store.ActiveWorkers(ctx)
+	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks), "every settled task names its event worker")
+	active, err := store.Agents.ActiveWorkers(ctx)
 	require.NoError(t, err)
-	done, err := store.DoneWorkers(ctx, 100)
+	done, err := store.Agents.DoneWorkers(ctx, 100)
 	require.NoError(t, err)
 	all := append(active, done...)
 	// 10 references, 3 a worker: the heads fill three workers and start a fourth; a full worker takes
@@ -142,10 +143,10 @@ func TestProcessorDeliversTasksThroughEventWorkers(t *testing.T) {
 	require.Equal(t, int64(refs*perRef), settled)
 
 	require.NoError(t, p.Close(ctx))
-	as, err = store.Agents(ctx)
+	as, err = store.Agents.Agents(ctx)
 	require.NoError(t, err)
 	require.Empty(t, as, "the processor's agent left")
-	active, err = store.ActiveWorkers(ctx)
+	active, err = store.Agents.ActiveWorkers(ctx)
 	require.NoError(t, err)
 	require.Empty(t, active, "its workers had nothing left: done when it stopped")
 }
@@ -156,8 +157,8 @@ func TestProcessorDeliversTasksThroughEventWorkers(t *testing.T) {
 func TestARangelessAgentTakesNoRange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rangeless := func(store *mysql.Store) *agents.Rangeless {
-		r, err := agents.NewRangeless(store, agents.MemberConfig{Name: "p", Kind: "processor"})
+	rangeless := func(store *wire.Stores) *agents.Rangeless {
+		r, err := agents.NewRangeless(store.Agents, agents.MemberConfig{Name: "p", Kind: "processor"})
 		require.NoError(t, err)
 		require.NoError(t, r.Pulse(ctx))
 		return r
@@ -165,10 +166,10 @@ func TestARangelessAgentTakesNoRange(t *testing.T) {
 	t.Run("dynamic", func(t *testing.T) {
 		t.Parallel()
 		db, _ := testdbDB(t)
-		store, err := mysql.NewStore(db, mysql.StoreConfig{})
+		store, err := wire.StoresOn(db, mysql.Config{})
 		require.NoError(t, err)
 		r := rangeless(store)
-		m, err := agents.NewMember(store, memberConfig("dynamic"))
+		m, err := agents.NewMember(store.Agents, memberConfig("dynamic"))
 		require.NoError(t, err)
 		for i := 0; i < 3; i++ {
 			require.NoError(t, m.Pulse(ctx))
@@ -181,7 +182,7 @@ func TestARangelessAgentTakesNoRange(t *testing.T) {
 	t.Run("static", func(t *testing.T) {
 		t.Parallel()
 		db, _ := testdbDB(t)
-		store, err := mysql.NewStore(db, mysql.StoreConfig{})
+		store, err := wire.StoresOn(db, mysql.Config{})
 		require.NoError(t, err)
 		rangeless(store)
 		a, b := staticMember(t, store, "s0", 0, 2), staticMember(t, store, "s1", 1, 2)
@@ -208,7 +209,7 @@ func TestEventWorkersOfAKilledProcessorAreAdopted(t *testing.T) {
 	c.env = append(c.env, "TASK_IDS="+strings.Join(list, ","))
 	c.startRole("processor")
 	require.Eventually(t, func() bool { return rec.count() >= 40 }, 30*time.Second, 5*time.Millisecond)
-	as, err := c.store.Agents(context.Background())
+	as, err := c.store.Agents.Agents(context.Background())
 	require.NoError(t, err)
 	require.Len(t, as, 1)
 	require.Equal(t, exactlyonce.ShardingNone, as[0].Sharding)
@@ -220,12 +221,12 @@ func TestEventWorkersOfAKilledProcessorAreAdopted(t *testing.T) {
 	c.startRole("eventworkers")
 	var after []exactlyonce.Agent
 	require.Eventually(t, func() bool {
-		after, err = c.store.Agents(context.Background())
+		after, err = c.store.Agents.Agents(context.Background())
 		return err == nil && converged(after, 1) && after[0].Name == "agent-1"
 	}, 30*time.Second, 10*time.Millisecond, "the processor's agent was never ejected: %+v", &after)
 	c.drained(60 * time.Second)
 	rec.check(t, seqRefs, seqPerRef)
-	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB()))
+	require.NoError(t, verify.WorkerBooks(context.Background(), c.store.DB.Pool(), mysqltest.PackedTasks))
 	requireAdopted(t, c.store, held, after[0].ID)
 }
 
@@ -236,14 +237,14 @@ func TestARangelessAgentLivesWhileHeldAndStartsOverOnceEjected(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, _ := testdbDB(t)
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
-	r, err := agents.NewRangeless(store, agents.MemberConfig{Name: "p", Kind: "processor",
+	r, err := agents.NewRangeless(store.Agents, agents.MemberConfig{Name: "p", Kind: "processor",
 		PulseInterval: 100 * time.Millisecond, Expiration: 300 * time.Millisecond})
 	require.NoError(t, err)
 	resets := 0
 	r.Reset = func() { resets++ }
-	other, err := agents.NewMember(store, memberConfig("ejector"))
+	other, err := agents.NewMember(store.Agents, memberConfig("ejector"))
 	require.NoError(t, err)
 
 	release, err := r.Hold(ctx)
@@ -273,8 +274,8 @@ func TestARangelessAgentLivesWhileHeldAndStartsOverOnceEjected(t *testing.T) {
 	require.Equal(t, int64(1), r.Stats.Ejected.Load())
 }
 
-func hasAgent(t *testing.T, store *mysql.Store, id int64) bool {
-	as, err := store.Agents(context.Background())
+func hasAgent(t *testing.T, store *wire.Stores, id int64) bool {
+	as, err := store.Agents.Agents(context.Background())
 	require.NoError(t, err)
 	for _, a := range as {
 		if a.ID == id {

@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -70,13 +71,13 @@ func (r *records) messages() string {
 func TestAnIdleProcessorAgentExpiresQuietly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	rec := &records{}
 	log := slog.New(rec)
 	mc := func(name, kind string) agents.MemberConfig {
 		return agents.MemberConfig{Name: name, Kind: kind, PulseInterval: testPulse, Expiration: testExpiration, Logger: log}
 	}
-	sweeper, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log},
+	sweeper, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log},
 		agents.Config{Member: mc("sweeper", "sweeper"), PollInterval: 50 * time.Millisecond, PollJitter: 20 * time.Millisecond})
 	require.NoError(t, err)
 	sctx, stop := context.WithCancel(ctx)
@@ -84,7 +85,7 @@ func TestAnIdleProcessorAgentExpiresQuietly(t *testing.T) {
 	go func() { defer close(done); _ = sweeper.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
 
-	processor, err := agents.NewRangeless(store, mc("processor", "processor"))
+	processor, err := agents.NewRangeless(store.Agents, mc("processor", "processor"))
 	require.NoError(t, err)
 	release, err := processor.Hold(ctx) // a batch
 	require.NoError(t, err)
@@ -118,16 +119,16 @@ func TestAnIdleProcessorAgentExpiresQuietly(t *testing.T) {
 func TestAProcessorAgentEjectedWhileHeldIsAnError(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	rec := &records{}
-	processor, err := agents.NewRangeless(store, agents.MemberConfig{Name: "processor", Kind: "processor",
+	processor, err := agents.NewRangeless(store.Agents, agents.MemberConfig{Name: "processor", Kind: "processor",
 		PulseInterval: testPulse, Expiration: testExpiration, Logger: slog.New(rec)})
 	require.NoError(t, err)
 	release, err := processor.Hold(ctx)
 	require.NoError(t, err)
 	defer release()
 	first := processor.ID()
-	require.NoError(t, store.RemoveAgent(ctx, first)) // gone while held
+	require.NoError(t, store.Agents.RemoveAgent(ctx, first)) // gone while held
 	require.Eventually(t, func() bool { return processor.ID() != first && processor.ID() != 0 }, 20*time.Second, 20*time.Millisecond,
 		"its background pulse registers it again")
 	errs := rec.atLeast(slog.LevelError)

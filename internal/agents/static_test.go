@@ -9,14 +9,15 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
-func staticMember(t *testing.T, store *mysql.Store, name string, index, total int) *agents.Member {
+func staticMember(t *testing.T, store *wire.Stores, name string, index, total int) *agents.Member {
 	t.Helper()
 	cfg := memberConfig(name)
 	cfg.Static = &agents.Shard{Total: total, Index: index}
-	m, err := agents.NewMember(store, cfg)
+	m, err := agents.NewMember(store.Agents, cfg)
 	require.NoError(t, err)
 	return m
 }
@@ -36,7 +37,7 @@ func pulseAll(t *testing.T, times int, ms ...*agents.Member) {
 // suspended agent waits and runs.
 func TestStaticSharding(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	ctx := context.Background()
 	a := staticMember(t, store, "a", 0, 2)
 	b := staticMember(t, store, "b", 1, 2)
@@ -74,7 +75,7 @@ func TestStaticSharding(t *testing.T) {
 	require.Equal(t, exactlyonce.AgentRunning, dup.State())
 
 	// A dynamic agent among static ones.
-	dyn, err := agents.NewMember(store, memberConfig("dyn"))
+	dyn, err := agents.NewMember(store.Agents, memberConfig("dyn"))
 	require.NoError(t, err)
 	pulseAll(t, 2, a, dup, dyn)
 	for _, m := range []*agents.Member{a, dup, dyn} {

@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,11 +39,11 @@ func (l *lockedBuffer) String() string {
 // The standalone agent's stats line says how many pulses it made and how many failed.
 func TestStatsLineCountsPulses(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	out := &lockedBuffer{}
 	cfg := memberConfig("stats")
 	cfg.Logger = slog.New(slog.NewJSONHandler(out, nil))
-	a, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper}, agents.Config{Member: cfg})
+	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper}, agents.Config{Member: cfg})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -60,12 +61,12 @@ func TestStatsLineCountsPulses(t *testing.T) {
 // pulse halves it (a second change); a pulse that changes nothing counts none.
 func TestPulsesAndShardChangesAreRecorded(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	rec := metrics.NewRecorder(metrics.PartAgent, true, nil)
 	ctx := metrics.With(context.Background(), rec)
-	a, err := agents.NewMember(store, memberConfig("a"))
+	a, err := agents.NewMember(store.Agents, memberConfig("a"))
 	require.NoError(t, err)
-	b, err := agents.NewMember(store, memberConfig("b"))
+	b, err := agents.NewMember(store.Agents, memberConfig("b"))
 	require.NoError(t, err)
 	counts := func() (pulses, changes float64) {
 		for _, v := range rec.Values() {
@@ -100,9 +101,9 @@ func TestPulsesAndShardChangesAreRecorded(t *testing.T) {
 // alarm. A pulse that fails on a live context is one.
 func TestOnlyAPulseThatFailsOnALiveContextIsAFailure(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	rec := metrics.NewRecorder(metrics.PartAgent, true, nil)
-	m, err := agents.NewMember(store, memberConfig("cut"))
+	m, err := agents.NewMember(store.Agents, memberConfig("cut"))
 	require.NoError(t, err)
 	stopped, cancel := context.WithCancel(metrics.With(context.Background(), rec))
 	cancel()
@@ -114,7 +115,7 @@ func TestOnlyAPulseThatFailsOnALiveContextIsAFailure(t *testing.T) {
 		}
 	}
 
-	broken, err := agents.NewMember(testdb.UnreachableStore(t), memberConfig("broken"))
+	broken, err := agents.NewMember(wire.NewStores(testdb.UnreachableCore(t)).Agents, memberConfig("broken"))
 	require.NoError(t, err)
 	require.Error(t, broken.Pulse(metrics.With(context.Background(), rec)))
 	require.EqualValues(t, 1, broken.Stats.PulseFailures.Load())

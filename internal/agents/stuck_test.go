@@ -10,6 +10,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,11 +34,11 @@ func (blockingWork) Inline() bool { return false }
 // an agent stopped with SIGSTOP mid-claim, and the survivor was ejected in turn).
 func TestAStuckBatchDoesNotGetItsAgentEjected(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
-	_, err := store.CreatePendingBatch(context.Background(), 5)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
+	_, err := store.Events.CreatePendingBatch(context.Background(), 5)
 	require.NoError(t, err)
 	work := blockingWork{release: make(chan struct{})}
-	stuck, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper,
+	stuck, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper,
 		Works: exactlyonce.Works{exactlyonce.KindPlain: work}}, agents.Config{Member: memberConfig("stuck"),
 		PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
@@ -50,12 +51,12 @@ func TestAStuckBatchDoesNotGetItsAgentEjected(t *testing.T) {
 	// The stuck agent's batch is under way (some events leased to it), for three expirations.
 	require.Eventually(t, func() bool {
 		var leased int
-		require.NoError(t, store.DB().QueryRow("SELECT COUNT(*) FROM events WHERE state = 1").Scan(&leased))
+		require.NoError(t, store.DB.Pool().QueryRow("SELECT COUNT(*) FROM events WHERE state = 1").Scan(&leased))
 		return leased > 0
 	}, 10*time.Second, 5*time.Millisecond)
 	id := stuck.Member.ID()
 	time.Sleep(3 * testExpiration) // the condition is the passing of time: three expirations
-	as, err := store.Agents(context.Background())
+	as, err := store.Agents.Agents(context.Background())
 	require.NoError(t, err)
 	var ids []int64
 	for _, a := range as {

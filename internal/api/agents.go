@@ -8,8 +8,8 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 )
 
-// AgentLister is what GET /agents needs of the store (internal/mysql's Store has it). A Store
-// without it answers GET /agents with an empty list.
+// AgentLister is what GET /agents needs of the agents' store (internal/mysql/agentstore implements
+// it). A Server without one answers GET /agents with an empty list.
 type AgentLister interface {
 	Agents(ctx context.Context) ([]exactlyonce.Agent, error)
 }
@@ -34,8 +34,8 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Agents []AgentJSON `json:"agents"`
 	}{Agents: []AgentJSON{}}
-	if l, ok := s.Store.(AgentLister); ok {
-		as, err := l.Agents(r.Context())
+	if s.Agents != nil {
+		as, err := s.Agents.Agents(r.Context())
 		if err != nil {
 			s.error(w, r, err)
 			return

@@ -12,23 +12,24 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
 // GET /agents lists the registered agents ordered by id, with their state, assignment and times.
 func TestGetAgents(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
-	a, err := store.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "a", Kind: "standalone", Sharding: exactlyonce.ShardingDynamic}, time.Minute)
+	a, err := store.Agents.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "a", Kind: "standalone", Sharding: exactlyonce.ShardingDynamic}, time.Minute)
 	require.NoError(t, err)
-	b, err := store.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "b", Kind: "sweeper", Sharding: exactlyonce.ShardingDynamic}, time.Minute)
+	b, err := store.Agents.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "b", Kind: "sweeper", Sharding: exactlyonce.ShardingDynamic}, time.Minute)
 	require.NoError(t, err)
-	_, err = store.AssignAgent(ctx, a.ID, exactlyonce.AgentRunning, new(2), new(0))
+	_, err = store.Agents.AssignAgent(ctx, a.ID, exactlyonce.AgentRunning, new(2), new(0))
 	require.NoError(t, err)
 
 	rec := httptest.NewRecorder()
-	(&api.Server{Store: store}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/agents", nil))
+	(&api.Server{Stores: store.API()}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/agents", nil))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	var got struct {
 		Agents []map[string]any `json:"agents"`
@@ -51,7 +52,7 @@ func TestGetAgents(t *testing.T) {
 	}
 
 	rec = httptest.NewRecorder()
-	(&api.Server{Store: store}).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/agents", nil))
+	(&api.Server{Stores: store.API()}).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/agents", nil))
 	require.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 	require.Equal(t, "GET", rec.Header().Get("Allow"))
 }

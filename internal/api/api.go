@@ -53,12 +53,27 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 )
 
-// Store is what the API needs of the store.
-type Store interface {
+// EventStore is what the API needs of the events (internal/mysql/eventstore implements it): the
+// plain creates, an event, the count.
+type EventStore interface {
 	CreateProcessed(ctx context.Context, value string) (exactlyonce.Event, error)
 	CreatePendingBatch(ctx context.Context, n int) ([]int64, error)
 	Get(ctx context.Context, id int64) (exactlyonce.Event, error)
 	Count(ctx context.Context) (int64, error)
+}
+
+// Stores are the stores the API reads and writes, each the interface of what it uses of it. Events
+// is required. A route whose store is nil answers as its interface says: GET /agents and
+// GET /workers an empty list, the counters 404, keyed creates, tasks and the operators' reads an
+// internal error. internal/wire gives every one (wire.Stores.API).
+type Stores struct {
+	Events   EventStore
+	Console  ConsoleStore
+	Tasks    TaskStore
+	Keys     KeyStore
+	Counters CounterReader
+	Agents   AgentLister
+	Workers  WorkerLister
 }
 
 // DefaultMaxBodyBytes caps request bodies: a task's payload may be 256 KiB, and the cap leaves room
@@ -77,7 +92,7 @@ const eTIMEOUT = "body_timeout"
 
 // Server is the API handler.
 type Server struct {
-	Store Store
+	Stores
 	// Queue receives a message naming each async event. Nil: async events are left to the sweeper.
 	Queue queue.Sender
 	// AsyncGroup groups the async events of concurrent requests into one INSERT and one message,
@@ -239,7 +254,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if newValue == nil {
 		newValue = exactlyonce.NewValue
 	}
-	e, err := s.Store.CreateProcessed(r.Context(), newValue())
+	e, err := s.Events.CreateProcessed(r.Context(), newValue())
 	if err != nil {
 		s.error(w, r, err)
 		return
@@ -295,7 +310,7 @@ func (s *Server) asyncGroups() *asyncGroups {
 }
 
 func (s *Server) count(w http.ResponseWriter, r *http.Request) {
-	n, err := s.Store.Count(r.Context())
+	n, err := s.Events.Count(r.Context())
 	if err != nil {
 		s.error(w, r, err)
 		return
@@ -309,7 +324,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	e, err := s.Store.Get(r.Context(), id)
+	e, err := s.Events.Get(r.Context(), id)
 	if err != nil {
 		s.error(w, r, err)
 		return

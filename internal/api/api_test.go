@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,15 +39,15 @@ func (q *recordingQueue) Send(_ context.Context, ids []int64) error {
 }
 
 type testBundle struct {
-	store *mysql.Store
+	store *wire.Stores
 	queue *recordingQueue
 	srv   *httptest.Server
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	b := &testBundle{store: testdb.Store(t, mysql.StoreConfig{}, 4), queue: &recordingQueue{}}
-	b.srv = httptest.NewServer(&api.Server{Store: b.store, Queue: b.queue, MaxBodyBytes: 1024})
+	b := &testBundle{store: wire.NewStores(testdb.Core(t, mysql.Config{}, 4)), queue: &recordingQueue{}}
+	b.srv = httptest.NewServer(&api.Server{Stores: b.store.API(), Queue: b.queue, MaxBodyBytes: 1024})
 	t.Cleanup(b.srv.Close)
 	return b
 }
@@ -114,7 +115,7 @@ func TestCreateAsyncWhenTheQueueIsDownStillStoresAndAnswers(t *testing.T) {
 	b.queue.fail = true
 	status, body, _ := b.do(t, "POST", "/events/async", "")
 	require.Equal(t, http.StatusAccepted, status)
-	e, err := b.store.Get(context.Background(), int64(body["id"].(float64)))
+	e, err := b.store.Events.Get(context.Background(), int64(body["id"].(float64)))
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Pending, e.State, "left pending for the sweeper")
 }
@@ -165,7 +166,7 @@ func TestErrorsAreJSONAndWriteNothing(t *testing.T) {
 			require.NotEmpty(t, hdr.Get("Allow"))
 		}
 	}
-	n, err := b.store.Count(context.Background())
+	n, err := b.store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, n, "no request above may write")
 	require.Empty(t, b.queue.ids)
@@ -173,7 +174,7 @@ func TestErrorsAreJSONAndWriteNothing(t *testing.T) {
 
 func TestDatabaseUnreachableIs503WithoutInternalText(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(&api.Server{Store: testdb.UnreachableStore(t)})
+	srv := httptest.NewServer(&api.Server{Stores: wire.NewStores(testdb.UnreachableCore(t)).API()})
 	defer srv.Close()
 	b := &testBundle{srv: srv}
 	for _, path := range []string{"/events", "/events/async"} {

@@ -17,6 +17,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,11 +27,11 @@ const bound = 5 * time.Second
 
 // rawServer serves the API on loopback and returns its address, for requests written by hand: a
 // client that says one thing in Content-Length and sends another.
-func rawServer(t *testing.T, s *api.Server) (addr string, store *mysql.Store, q *recordingQueue) {
+func rawServer(t *testing.T, s *api.Server) (addr string, store *wire.Stores, q *recordingQueue) {
 	t.Helper()
-	store = testdb.Store(t, mysql.StoreConfig{}, 4)
+	store = wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	q = &recordingQueue{}
-	s.Store, s.Queue = store, q
+	s.Stores, s.Queue = store.API(), q
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().String(), store, q
@@ -56,9 +57,9 @@ func send(t *testing.T, addr, request string) (*http.Response, map[string]any, t
 	return resp, answer, took, conn
 }
 
-func requireNothingWritten(t *testing.T, store *mysql.Store, q *recordingQueue) {
+func requireNothingWritten(t *testing.T, store *wire.Stores, q *recordingQueue) {
 	t.Helper()
-	n, err := store.Count(context.Background())
+	n, err := store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing written")
 	q.mu.Lock()
@@ -131,7 +132,7 @@ func TestBodyReadInTimeKeepsTheConnectionAndNoDeadline(t *testing.T) {
 	t.Parallel()
 	const deadline = 100 * time.Millisecond
 	store := &slowCreateStore{wait: 3 * deadline}
-	srv := httptest.NewServer(&api.Server{Store: store, BodyReadTimeout: deadline})
+	srv := httptest.NewServer(&api.Server{Stores: api.Stores{Events: store}, BodyReadTimeout: deadline})
 	t.Cleanup(srv.Close)
 	var reused []bool
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = append(reused, info.Reused) }}
@@ -150,7 +151,7 @@ func TestBodyReadInTimeKeepsTheConnectionAndNoDeadline(t *testing.T) {
 
 // slowCreateStore creates an event after wait, unless the request's context ends first.
 type slowCreateStore struct {
-	api.Store
+	api.EventStore
 	wait time.Duration
 }
 

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
 // The operators' reads and the bulk retry (issue 20, the console reads only the API):
@@ -19,11 +18,11 @@ import (
 //	GET  /overview                         200 {"time", "events": {...}, "waiting", "oldestWaitingSeconds"}
 //	POST /references/{referenceId}/retry   200 {"referenceId", "retried": [...], "placement"}
 
-// ConsoleStore is what the operators' reads need of the store (mysql.Store has it).
+// ConsoleStore is what the operators' reads need of the events (internal/mysql/eventstore
+// implements it). The bulk retry is the TaskStore's (RetryReference).
 type ConsoleStore interface {
 	ListEvents(ctx context.Context, set string, kind exactlyonce.Kind, before int64, limit int) ([]exactlyonce.Event, int64, error)
-	Overview(ctx context.Context) (mysql.Overview, error)
-	RetryReference(ctx context.Context, ref string) (mysql.RetriedReference, error)
+	Overview(ctx context.Context) (exactlyonce.Overview, error)
 }
 
 // Listing limits. A page also ends early once its tasks' payloads pass MaxListPayloadBytes, so that
@@ -37,12 +36,14 @@ const (
 // listParams are the query parameters of the listing.
 var listParams = []string{"state", "kind", "before", "limit"}
 
+// errNoConsole answers the operators' reads of a Server without their stores.
+var errNoConsole = exactlyonce.Errorf(exactlyonce.EINTERNAL, "the operators' reads are not available")
+
 func (s *Server) consoleStore() (ConsoleStore, error) {
-	cs, ok := s.Store.(ConsoleStore)
-	if !ok {
-		return nil, exactlyonce.Errorf(exactlyonce.EINTERNAL, "the operators' reads are not available")
+	if s.Console == nil {
+		return nil, errNoConsole
 	}
-	return cs, nil
+	return s.Console, nil
 }
 
 // events answers GET /events: the count without a query string, as it always has, else a listing.
@@ -83,8 +84,8 @@ func parseListQuery(raw string) (listQuery, error) {
 	if !q.Has("state") {
 		return bad("state is required to list events (without a query string, GET /events counts them)")
 	}
-	if !slices.Contains(mysql.EventSets, lq.set) {
-		return bad("state must be one of %s, got %q", strings.Join(mysql.EventSets, ", "), sanitize(lq.set))
+	if !slices.Contains(exactlyonce.EventSets, lq.set) {
+		return bad("state must be one of %s, got %q", strings.Join(exactlyonce.EventSets, ", "), sanitize(lq.set))
 	}
 	if q.Has("kind") {
 		switch k := exactlyonce.Kind(q.Get("kind")); k {
@@ -208,12 +209,11 @@ func (s *Server) retryReference(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	cs, err := s.consoleStore()
-	if err != nil {
-		s.error(w, r, err)
+	if s.Tasks == nil {
+		s.error(w, r, errNoConsole)
 		return
 	}
-	done, err := cs.RetryReference(r.Context(), ref)
+	done, err := s.Tasks.RetryReference(r.Context(), ref)
 	if err != nil {
 		s.error(w, r, err)
 		return

@@ -139,12 +139,12 @@ func TestRetryReferenceIsAtomic(t *testing.T) {
 	before := overview(t, b)
 
 	ctx := context.Background()
-	holder, err := b.store.DB().BeginTx(ctx, nil)
+	holder, err := b.store.DB.Pool().BeginTx(ctx, nil)
 	require.NoError(t, err)
 	var n int64
 	require.NoError(t, holder.QueryRowContext(ctx, "SELECT n FROM settled_count FOR UPDATE").Scan(&n))
 	short, cancel := context.WithTimeout(ctx, time.Second)
-	_, err = b.store.RetryReference(short, "x")
+	_, err = b.store.Tasks.RetryReference(short, "x")
 	cancel()
 	require.Error(t, err, "stopped while it waited for settled_count")
 	require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(err))

@@ -32,9 +32,9 @@ func listIDs(t *testing.T, b *testBundle, path string) ([]int64, string, map[str
 func failPlain(t *testing.T, b *testBundle) int64 {
 	t.Helper()
 	ctx := context.Background()
-	id, err := b.store.CreatePending(ctx)
+	id, err := b.store.Events.CreatePending(ctx)
 	require.NoError(t, err)
-	e := &processing.Engine{Store: b.store, By: exactlyonce.BySweeper, Works: exactlyonce.Works{exactlyonce.KindPlain: refuse{}},
+	e := &processing.Engine{Store: b.store.Events, TaskStore: b.store.Tasks, By: exactlyonce.BySweeper, Works: exactlyonce.Works{exactlyonce.KindPlain: refuse{}},
 		Backoff: exactlyonce.Backoff{MaxAttempts: 1, Base: time.Hour, Max: time.Hour}}
 	out, err := e.ProcessIDs(ctx, []int64{id})
 	require.NoError(t, err)
@@ -46,7 +46,7 @@ func failPlain(t *testing.T, b *testBundle) int64 {
 func fold(t *testing.T, b *testBundle) {
 	t.Helper()
 	for {
-		n, err := b.store.FoldSettled(context.Background(), 1000)
+		n, err := b.store.Events.FoldSettled(context.Background(), 1000)
 		require.NoError(t, err)
 		if n == 0 {
 			return
@@ -120,7 +120,7 @@ func TestListEventsByStateAndKind(t *testing.T) {
 func TestListEventsPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ids, err := b.store.CreatePendingBatch(context.Background(), 7)
+	ids, err := b.store.Events.CreatePendingBatch(context.Background(), 7)
 	require.NoError(t, err)
 	for _, limit := range []int{1, 2, 3, 6, 7, 8, 100} {
 		var seen []int64
@@ -139,7 +139,7 @@ func TestListEventsPages(t *testing.T) {
 		require.Equal(t, []int64{ids[6], ids[5], ids[4], ids[3], ids[2], ids[1], ids[0]}, seen, "limit %d", limit)
 	}
 	// The default limit is 50.
-	_, err = b.store.CreatePendingBatch(context.Background(), 50)
+	_, err = b.store.Events.CreatePendingBatch(context.Background(), 50)
 	require.NoError(t, err)
 	got, next, _ := listIDs(t, b, "/events?state=pending")
 	require.Len(t, got, 50)
@@ -249,7 +249,7 @@ func TestOverviewIsExact(t *testing.T) {
 		b.do(t, "POST", "/events", "")
 	}
 	failPlain(t, b)
-	_, err := b.store.DB().Exec("UPDATE events SET created_at = NOW(6) - INTERVAL 90 SECOND WHERE id = ?", alone)
+	_, err := b.store.DB.Pool().Exec("UPDATE events SET created_at = NOW(6) - INTERVAL 90 SECOND WHERE id = ?", alone)
 	require.NoError(t, err)
 	got = overview(t, b)
 	require.Equal(t, [5]float64{2, 0, 2, 2, 1}, counts(got), "%v", got)

@@ -7,20 +7,20 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 )
 
-// CounterReader reads the counter service's counts (mysql.Store has it). The routes below answer
-// from the Server's Store when it has these methods.
+// CounterReader reads the counter service's counts (internal/mysql/counterstore implements it).
+// The routes below answer 404 on a Server without one.
 type CounterReader interface {
 	CounterSums(ctx context.Context, userID string) (map[string]exactlyonce.CounterSum, error)
 	CounterSum(ctx context.Context, k exactlyonce.CounterKey) (exactlyonce.CounterSum, error)
 }
 
-// counterReader returns the store's counter reads, or answers 404 when it has none.
+// counterReader returns the Server's counter reads, or answers 404 when it has none.
 func (s *Server) counterReader(w http.ResponseWriter, r *http.Request) (CounterReader, bool) {
-	c, ok := s.Store.(CounterReader)
-	if !ok {
+	if s.Counters == nil {
 		s.notFound(w, r)
+		return nil, false
 	}
-	return c, ok
+	return s.Counters, true
 }
 
 // counterText reads a path value that names a user or an entity type: a name as the counter

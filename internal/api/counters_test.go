@@ -10,6 +10,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,8 +18,8 @@ import (
 // them; an unknown count is 0 at version 0; a user id or type out of bounds is a 400 naming it.
 func TestCounterRoutes(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	_, err := store.ApplyCounterMessages(context.Background(), []exactlyonce.CounterMessage{
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	_, err := store.Counters.ApplyCounterMessages(context.Background(), []exactlyonce.CounterMessage{
 		{EntityID: "m1", EntityType: "message", UserID: "ann", Action: "added"},
 		{EntityID: "m2", EntityType: "message", UserID: "ann", Action: "added"},
 		{EntityID: "m1", EntityType: "message", UserID: "ann", Action: "readed"},
@@ -26,7 +27,7 @@ func TestCounterRoutes(t *testing.T) {
 		{EntityID: "d1", EntityType: "dialog", UserID: "bob", Action: "added"},
 	})
 	require.NoError(t, err)
-	h := &api.Server{Store: store}
+	h := &api.Server{Stores: store.API()}
 
 	code, got := serve(t, h, "GET", "/counters/ann", "")
 	require.Equal(t, http.StatusOK, code)

@@ -26,9 +26,9 @@ func TestGetShowsAFailingAndAFailedEvent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	id, err := b.store.CreatePending(ctx)
+	id, err := b.store.Events.CreatePending(ctx)
 	require.NoError(t, err)
-	e := &processing.Engine{Store: b.store, By: exactlyonce.BySweeper, Works: exactlyonce.Works{exactlyonce.KindPlain: refuse{}},
+	e := &processing.Engine{Store: b.store.Events, TaskStore: b.store.Tasks, By: exactlyonce.BySweeper, Works: exactlyonce.Works{exactlyonce.KindPlain: refuse{}},
 		Backoff: exactlyonce.Backoff{MaxAttempts: 2, Base: time.Hour, Max: time.Hour}}
 
 	_, err = e.ProcessIDs(ctx, []int64{id})
@@ -44,7 +44,7 @@ func TestGetShowsAFailingAndAFailedEvent(t *testing.T) {
 
 	// The backoff over (moved back by hand: an hour is the test's way to keep the first wait), the
 	// second attempt is the last.
-	_, err = b.store.DB().Exec("UPDATE events SET next_attempt_at = NOW(6) WHERE id = ?", id)
+	_, err = b.store.DB.Pool().Exec("UPDATE events SET next_attempt_at = NOW(6) WHERE id = ?", id)
 	require.NoError(t, err)
 	out, err := e.ProcessIDs(ctx, []int64{id})
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,16 +66,16 @@ func FuzzAPI(f *testing.F) {
 	} {
 		f.Add(s.method, s.path, s.body)
 	}
-	store := testdb.Store(f, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(f, mysql.Config{}, 4))
 	queue := &recordingQueue{}
-	srv := &api.Server{Store: store, Queue: queue}
+	srv := &api.Server{Stores: store.API(), Queue: queue}
 	downQueue := &recordingQueue{}
-	down := &api.Server{Store: testdb.UnreachableStore(f), Queue: downQueue, Logger: slog.New(slog.DiscardHandler)}
+	down := &api.Server{Stores: wire.NewStores(testdb.UnreachableCore(f)).API(), Queue: downQueue, Logger: slog.New(slog.DiscardHandler)}
 	ctx := context.Background()
 
 	f.Fuzz(func(t *testing.T, method, path, body string) {
 		want := documented(method, path, body)
-		before, err := store.Count(ctx)
+		before, err := store.Events.Count(ctx)
 		require.NoError(t, err)
 		queue.mu.Lock()
 		sentBefore, messagesBefore := len(queue.ids), queue.messages
@@ -82,7 +83,7 @@ func FuzzAPI(f *testing.F) {
 
 		status, answer := serve(t, srv, method, path, body)
 
-		after, err := store.Count(ctx)
+		after, err := store.Events.Count(ctx)
 		require.NoError(t, err)
 		queue.mu.Lock()
 		sent, messages := append([]int64(nil), queue.ids[sentBefore:]...), queue.messages-messagesBefore
@@ -107,7 +108,7 @@ func FuzzAPI(f *testing.F) {
 			require.Equal(t, "/events", path)
 			require.Equal(t, before+1, after, "a create writes one event")
 			require.Zero(t, messages)
-			e, err := store.Get(ctx, answerID(t, answer))
+			e, err := store.Events.Get(ctx, answerID(t, answer))
 			require.NoError(t, err, "the event answered is the one stored")
 			require.Equal(t, exactlyonce.Processed, e.State)
 			require.NotNil(t, e.Value)
@@ -118,7 +119,7 @@ func FuzzAPI(f *testing.F) {
 			require.Equal(t, "/events/async", path)
 			require.Equal(t, before+1, after, "an async create writes one event")
 			id := answerID(t, answer)
-			e, err := store.Get(ctx, id)
+			e, err := store.Events.Get(ctx, id)
 			require.NoError(t, err, "the event answered is the one stored")
 			require.Equal(t, exactlyonce.Pending, e.State)
 			require.Nil(t, e.Value)

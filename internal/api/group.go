@@ -52,7 +52,7 @@ type AsyncGroup struct {
 
 // asyncGroups runs the groups. It is built on first use from the Server's fields.
 type asyncGroups struct {
-	store  Store
+	store  EventStore
 	queue  queue.Sender // nil: events are left to the sweeper
 	inline bool         // AsyncGroup.Inline: no groups, no goroutine (createInline)
 	out    *outbox      // non-nil with Linger: sends the messages after the answers
@@ -76,7 +76,7 @@ type created struct {
 const groupTimeout = 10 * time.Second
 
 func newAsyncGroups(s *Server) *asyncGroups {
-	g := &asyncGroups{store: s.Store, queue: s.Queue, log: s.logger(), rec: s.Metrics,
+	g := &asyncGroups{store: s.Events, queue: s.Queue, log: s.logger(), rec: s.Metrics,
 		max:    min(max(cmp.Or(s.AsyncGroup.Max, queue.MaxIDs), 1), queue.MaxIDs),
 		slots:  max(cmp.Or(s.AsyncGroup.Flushers, 1), 1),
 		expire: groupTimeout, inline: s.AsyncGroup.Inline}

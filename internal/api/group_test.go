@@ -18,13 +18,13 @@ import (
 // gateStore hands out ids from memory, records each batch, and holds its first batch until
 // released, so that a test can line requests up behind it.
 type gateStore struct {
-	Store     // only CreatePendingBatch is used
-	mu        sync.Mutex
-	next      int64
-	batches   [][]int64
-	entered   chan struct{}
-	release   chan struct{}
-	failAfter int // fail every batch after this many; 0: never
+	EventStore // only CreatePendingBatch is used
+	mu         sync.Mutex
+	next       int64
+	batches    [][]int64
+	entered    chan struct{}
+	release    chan struct{}
+	failAfter  int // fail every batch after this many; 0: never
 }
 
 func (s *gateStore) CreatePendingBatch(ctx context.Context, n int) ([]int64, error) {
@@ -60,7 +60,7 @@ func TestAsyncRequestsArrivingTogetherShareOneInsertAndOneMessage(t *testing.T) 
 	t.Parallel()
 	store := &gateStore{entered: make(chan struct{}), release: make(chan struct{})}
 	q := &slowQueue{} // never slow: hold is nil
-	s := &Server{Store: store, Queue: q, AsyncGroup: AsyncGroup{Max: 5}}
+	s := &Server{Stores: Stores{Events: store}, Queue: q, AsyncGroup: AsyncGroup{Max: 5}}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 
@@ -105,7 +105,7 @@ func TestAsyncGroupThatCannotBeStoredFailsEachRequest(t *testing.T) {
 	store := &gateStore{entered: make(chan struct{}), release: make(chan struct{}), failAfter: 1}
 	close(store.release)
 	q := &slowQueue{} // never slow: hold is nil
-	s := &Server{Store: store, Queue: q}
+	s := &Server{Stores: Stores{Events: store}, Queue: q}
 	g := newAsyncGroups(s)
 	_, err := g.create(context.Background())
 	require.NoError(t, err)

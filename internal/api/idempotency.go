@@ -56,7 +56,8 @@ type Idempotency struct {
 	Scope func(*http.Request) string
 }
 
-// KeyStore is what keyed creates need of the store (mysql.Store has it).
+// KeyStore is what keyed creates need of the idempotency keys' store (internal/mysql/keystore
+// implements it).
 type KeyStore interface {
 	CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, creates []exactlyonce.KeyedCreate) ([]exactlyonce.KeyedResult, error)
 }
@@ -138,8 +139,8 @@ func fingerprint(r *http.Request, body []byte) [32]byte {
 // createKeyed answers a create that carries a key: the first answer with this key, stored with its
 // event, or, for a repeat, that answer again.
 func (s *Server) createKeyed(w http.ResponseWriter, r *http.Request, key string, body []byte, pending bool, task *exactlyonce.NewTask) {
-	ks, ok := s.Store.(KeyStore)
-	if !ok {
+	ks := s.Keys
+	if ks == nil {
 		s.error(w, r, exactlyonce.Errorf(exactlyonce.EINTERNAL, "idempotency keys are not available"))
 		return
 	}

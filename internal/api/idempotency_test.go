@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -48,8 +49,8 @@ func idOf(t *testing.T, body string) int64 {
 
 func keyedServer(t *testing.T, idem api.Idempotency, group api.AsyncGroup) (*testBundle, *api.Server) {
 	t.Helper()
-	b := &testBundle{store: testdb.Store(t, mysql.StoreConfig{}, 8), queue: &recordingQueue{}}
-	srv := &api.Server{Store: b.store, Queue: b.queue, Idempotency: idem, AsyncGroup: group}
+	b := &testBundle{store: wire.NewStores(testdb.Core(t, mysql.Config{}, 8)), queue: &recordingQueue{}}
+	srv := &api.Server{Stores: b.store.API(), Queue: b.queue, Idempotency: idem, AsyncGroup: group}
 	b.srv = httptest.NewServer(srv)
 	t.Cleanup(b.srv.Close)
 	return b, srv
@@ -57,7 +58,7 @@ func keyedServer(t *testing.T, idem api.Idempotency, group api.AsyncGroup) (*tes
 
 func count(t *testing.T, b *testBundle) int64 {
 	t.Helper()
-	n, err := b.store.Count(context.Background())
+	n, err := b.store.Events.Count(context.Background())
 	require.NoError(t, err)
 	return n
 }
@@ -149,7 +150,7 @@ func TestRepeatAfterTheTTL(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.status)
 	require.Eventually(t, func() bool {
 		var expired bool
-		require.NoError(t, b.store.DB().QueryRow("SELECT MAX(expires_at) <= NOW(6) FROM idempotency_keys").Scan(&expired))
+		require.NoError(t, b.store.DB.Pool().QueryRow("SELECT MAX(expires_at) <= NOW(6) FROM idempotency_keys").Scan(&expired))
 		return expired
 	}, 10*time.Second, 20*time.Millisecond, "the key expires on the database's clock")
 	later := postKeyed(t, b.srv.URL, "/events", "k", "")
@@ -219,7 +220,7 @@ func TestBadKeys(t *testing.T) {
 func TestDuplicateInFlightElsewhereWaitsThenConflicts(t *testing.T) {
 	t.Parallel()
 	b, _ := keyedServer(t, api.Idempotency{Wait: 300 * time.Millisecond}, api.AsyncGroup{Inline: true})
-	tx, err := b.store.DB().Begin()
+	tx, err := b.store.DB.Pool().Begin()
 	require.NoError(t, err)
 	defer tx.Rollback()
 	_, err = tx.Exec("SELECT bucket FROM idempotency_buckets FOR UPDATE") // every bucket held

@@ -61,7 +61,7 @@ func TestIDsOutOfRange(t *testing.T) {
 	status, body, _ = b.do(t, "GET", "/references/r/events?after=9223372036854775807&limit=1000", "")
 	require.Equal(t, http.StatusBadRequest, status, "%v", body)
 	require.Contains(t, body["error"], "is not a task of this reference", "read as an id")
-	n, err := b.store.Count(context.Background())
+	n, err := b.store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, n)
 }

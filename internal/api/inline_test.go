@@ -19,12 +19,12 @@ type requestMark struct{}
 // blocking is a store and a queue whose calls can be made to block until their context ends. They
 // count the calls running, and record whether each ran under the request's context.
 type blocking struct {
-	api.Store   // only CreatePendingBatch is used
-	blockInsert bool
-	blockSend   bool
-	entered     chan struct{} // closed when the call that blocks has started
-	running     atomic.Int32  // store and queue calls not yet returned
-	detached    atomic.Int32  // calls that ran on a context other than the request's
+	api.EventStore // only CreatePendingBatch is used
+	blockInsert    bool
+	blockSend      bool
+	entered        chan struct{} // closed when the call that blocks has started
+	running        atomic.Int32  // store and queue calls not yet returned
+	detached       atomic.Int32  // calls that ran on a context other than the request's
 }
 
 func (b *blocking) call(ctx context.Context, block bool) error {
@@ -69,7 +69,7 @@ func TestInlineAsyncCreateRunsNothingAfterTheAnswer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b.entered = make(chan struct{})
-			s := &api.Server{Store: b, Queue: b, AsyncGroup: api.AsyncGroup{Inline: true}}
+			s := &api.Server{Stores: api.Stores{Events: b}, Queue: b, AsyncGroup: api.AsyncGroup{Inline: true}}
 			ctx, cancel := context.WithCancel(context.WithValue(context.Background(), requestMark{}, true))
 			defer cancel()
 			req := httptest.NewRequest("POST", "/events/async", nil).WithContext(ctx)
@@ -100,7 +100,7 @@ func TestInlineAsyncCreateRunsNothingAfterTheAnswer(t *testing.T) {
 func TestInlineAsyncCreateStoresAndSendsBeforeAnswering(t *testing.T) {
 	t.Parallel()
 	b := &blocking{}
-	s := &api.Server{Store: b, Queue: b, AsyncGroup: api.AsyncGroup{Inline: true, Linger: time.Hour}}
+	s := &api.Server{Stores: api.Stores{Events: b}, Queue: b, AsyncGroup: api.AsyncGroup{Inline: true, Linger: time.Hour}}
 	ctx := context.WithValue(context.Background(), requestMark{}, true)
 	for range 3 {
 		rec := httptest.NewRecorder()

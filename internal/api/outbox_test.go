@@ -55,7 +55,7 @@ func TestLingerAnswersOnCommitAndDrainSendsWhatIsHeld(t *testing.T) {
 	t.Parallel()
 	store := freeStore()
 	q := &slowQueue{}
-	s := &Server{Store: store, Queue: q, AsyncGroup: AsyncGroup{Linger: time.Hour}}
+	s := &Server{Stores: Stores{Events: store}, Queue: q, AsyncGroup: AsyncGroup{Linger: time.Hour}}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 
@@ -78,7 +78,7 @@ func TestLingerAnswersOnCommitAndDrainSendsWhatIsHeld(t *testing.T) {
 func TestOutboxSendsAFullMessageAtOnce(t *testing.T) {
 	t.Parallel()
 	q := &slowQueue{}
-	g := newAsyncGroups(&Server{Store: freeStore(), Queue: q, AsyncGroup: AsyncGroup{Max: 3, Linger: time.Hour}})
+	g := newAsyncGroups(&Server{Stores: Stores{Events: freeStore()}, Queue: q, AsyncGroup: AsyncGroup{Max: 3, Linger: time.Hour}})
 	create := func(n int) {
 		for range n {
 			_, err := g.create(context.Background())
@@ -100,7 +100,7 @@ func TestOutboxSendsALoneIDAfterLinger(t *testing.T) {
 	t.Parallel()
 	const linger = 50 * time.Millisecond
 	q := &slowQueue{}
-	g := newAsyncGroups(&Server{Store: freeStore(), Queue: q, AsyncGroup: AsyncGroup{Linger: linger}})
+	g := newAsyncGroups(&Server{Stores: Stores{Events: freeStore()}, Queue: q, AsyncGroup: AsyncGroup{Linger: linger}})
 	start := time.Now()
 	id, err := g.create(context.Background())
 	require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestOutboxLeavesWhatItCannotHoldToTheSweeper(t *testing.T) {
 	t.Parallel()
 	q := &slowQueue{entered: make(chan struct{}), hold: make(chan struct{})}
 	var logs syncBuffer
-	s := &Server{Store: freeStore(), Queue: q, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	s := &Server{Stores: Stores{Events: freeStore()}, Queue: q, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		AsyncGroup: AsyncGroup{Max: 1, Linger: time.Hour}}
 	g := newAsyncGroups(s)
 	_, err := g.create(context.Background())

@@ -173,7 +173,7 @@ func TestRoutes(t *testing.T) {
 		for _, method := range routeMethods {
 			r := c.request(t, method)
 			// A fresh server each time, so that the ids in the answers do not depend on the order.
-			srv := &api.Server{Store: &fakeStore{}, NewValue: func() string { return "v" }}
+			srv := &api.Server{Stores: api.Stores{Events: &fakeStore{}}, NewValue: func() string { return "v" }}
 			rec := httptest.NewRecorder()
 			srv.ServeHTTP(rec, r)
 

@@ -141,7 +141,7 @@ func TestACompletedTaskCarriesNoException(t *testing.T) {
 	}
 	before := check("before the pack")
 	var lastError sql.NullString
-	require.NoError(t, b.store.DB().QueryRow("SELECT last_error FROM events WHERE id = ?", done).Scan(&lastError))
+	require.NoError(t, b.store.DB.Pool().QueryRow("SELECT last_error FROM events WHERE id = ?", done).Scan(&lastError))
 	require.False(t, lastError.Valid, "the stored row, which the pack copies into the page, keeps no error either: %q", lastError.String)
 	f := read200(t, b, fmt.Sprintf("/events/%d", failed))
 	require.Equal(t, "failed", f["state"])
@@ -151,19 +151,19 @@ func TestACompletedTaskCarriesNoException(t *testing.T) {
 
 	// Packed: the task's row leaves `events` for its page, and reads the same.
 	for {
-		n, err := b.store.FoldSettled(context.Background(), 5000)
+		n, err := b.store.Events.FoldSettled(context.Background(), 5000)
 		require.NoError(t, err)
 		if n == 0 {
 			break
 		}
 	}
-	_, err := b.store.DB().Exec("UPDATE status SET id = id + 10000") // its unit far behind the id counter
+	_, err := b.store.DB.Pool().Exec("UPDATE status SET id = id + 10000") // its unit far behind the id counter
 	require.NoError(t, err)
-	_, packed, err := b.store.PackPages(context.Background(), 100, time.Minute)
+	_, packed, err := b.store.Pages.PackPages(context.Background(), 100, time.Minute)
 	require.NoError(t, err)
 	require.Positive(t, packed)
 	var inEvents int
-	require.NoError(t, b.store.DB().QueryRow("SELECT COUNT(*) FROM events WHERE id = ?", done).Scan(&inEvents))
+	require.NoError(t, b.store.DB.Pool().QueryRow("SELECT COUNT(*) FROM events WHERE id = ?", done).Scan(&inEvents))
 	require.Zero(t, inEvents, "the completed task is packed")
 	require.Equal(t, before, check("after the pack"))
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 )
 
@@ -22,12 +21,14 @@ import (
 //	GET  /references/{referenceId}/events   200 {"referenceId", "events": [...], "next"}   ?after=<id>&limit=<n>
 //	POST /events/{id}/retry                 200 {"id", "state", "placement"}   409 unless the task failed
 
-// TaskStore is what tasks need of the store (mysql.Store has it).
+// TaskStore is what tasks need of their store (internal/mysql/taskstore implements it), the
+// console's bulk retry of a reference (RetryReference) included.
 type TaskStore interface {
-	CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]mysql.CreatedTask, error)
+	CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]exactlyonce.CreatedTask, error)
 	Attempts(ctx context.Context, id int64) ([]exactlyonce.Attempt, error)
 	ReferenceTasks(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error)
 	RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlacement, bool, error)
+	RetryReference(ctx context.Context, ref string) (exactlyonce.RetriedReference, error)
 }
 
 // Reference listing limits.
@@ -37,11 +38,10 @@ const (
 )
 
 func (s *Server) taskStore() (TaskStore, error) {
-	ts, ok := s.Store.(TaskStore)
-	if !ok {
+	if s.Tasks == nil {
 		return nil, exactlyonce.Errorf(exactlyonce.EINTERNAL, "tasks are not available")
 	}
-	return ts, nil
+	return s.Tasks, nil
 }
 
 // taskFields are the fields of a task's create.
@@ -208,7 +208,7 @@ func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	e, err := s.Store.Get(r.Context(), id)
+	e, err := s.Events.Get(r.Context(), id)
 	if err != nil {
 		s.error(w, r, err)
 		return

@@ -17,14 +17,15 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
 func taskServer(t *testing.T) *testBundle {
 	t.Helper()
-	b := &testBundle{store: testdb.Store(t, mysql.StoreConfig{}, 4), queue: &recordingQueue{}}
+	b := &testBundle{store: wire.NewStores(testdb.Core(t, mysql.Config{}, 4)), queue: &recordingQueue{}}
 	// Its receivers listen on loopback.
-	b.srv = httptest.NewServer(&api.Server{Store: b.store, Queue: b.queue, Webhook: webhook.Policy{AllowLoopback: true}})
+	b.srv = httptest.NewServer(&api.Server{Stores: b.store.API(), Queue: b.queue, Webhook: webhook.Policy{AllowLoopback: true}})
 	t.Cleanup(b.srv.Close)
 	return b
 }
@@ -56,7 +57,7 @@ func TestTaskValidation(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, status, "%.80s", tc.body)
 		require.Contains(t, body["error"], tc.names, "%.80s", tc.body)
 	}
-	n, err := b.store.Count(context.Background())
+	n, err := b.store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, n, "no request above may write")
 	require.Empty(t, b.queue.ids)
@@ -86,10 +87,10 @@ func (h *hookRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = fmt.Fprintf(w, "answer %d", st)
 }
 
-func deliverAll(t *testing.T, store *mysql.Store) {
+func deliverAll(t *testing.T, store *wire.Stores) {
 	t.Helper()
 	client := webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second})
-	e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: client,
+	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: client,
 		RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond}}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -97,7 +98,7 @@ func deliverAll(t *testing.T, store *mysql.Store) {
 		require.NoError(t, err)
 		if b.Claimed == 0 {
 			// Nothing due: done, unless a task waits its (millisecond) backoff.
-			out, err := store.Outcomes(context.Background(), openIDs(t, store))
+			out, err := store.Events.Outcomes(context.Background(), openIDs(t, store))
 			require.NoError(t, err)
 			if len(out) == 0 {
 				return
@@ -109,8 +110,8 @@ func deliverAll(t *testing.T, store *mysql.Store) {
 }
 
 // openIDs lists the open events (for a test's small database only: it scans the table).
-func openIDs(t *testing.T, store *mysql.Store) []int64 {
-	rows, err := store.DB().Query("SELECT id FROM events WHERE state < 10")
+func openIDs(t *testing.T, store *wire.Stores) []int64 {
+	rows, err := store.DB.Pool().Query("SELECT id FROM events WHERE state < 10")
 	require.NoError(t, err)
 	defer rows.Close()
 	var ids []int64
@@ -240,7 +241,7 @@ func TestRetryAfterLaterTasksStartedGoesToTheEnd(t *testing.T) {
 	}
 	require.Equal(t, third, order[1], "listed in delivery order: the retried task last")
 	require.Equal(t, first, order[2])
-	n, err := b.store.Count(context.Background())
+	n, err := b.store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 3, n)
 }

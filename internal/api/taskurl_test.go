@@ -11,6 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -86,15 +87,15 @@ var taskURLHosts = []struct{ host, allowedBy string }{
 // each of the four settings.
 func TestTaskURLToAForbiddenAddressIsRefusedAtCreate(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	rows := func() int {
 		var n int
-		require.NoError(t, store.DB().QueryRow("SELECT COUNT(*) FROM events").Scan(&n))
+		require.NoError(t, store.DB.Pool().QueryRow("SELECT COUNT(*) FROM events").Scan(&n))
 		return n
 	}
 	for _, p := range []webhook.Policy{{}, {AllowLoopback: true}, {AllowPrivate: true}, {AllowLoopback: true, AllowPrivate: true}} {
 		q := &recordingQueue{}
-		srv := httptest.NewServer(&api.Server{Store: store, Queue: q, Webhook: p})
+		srv := httptest.NewServer(&api.Server{Stores: store.API(), Queue: q, Webhook: p})
 		b := &testBundle{store: store, queue: q, srv: srv}
 		for _, tc := range taskURLHosts {
 			allowed := tc.allowedBy == "everything" || tc.allowedBy == "loopback" && p.AllowLoopback ||
@@ -119,7 +120,7 @@ func TestTaskURLToAForbiddenAddressIsRefusedAtCreate(t *testing.T) {
 		srv.Close()
 	}
 	// The refusals say what the host is.
-	b := &testBundle{store: store, queue: &recordingQueue{}, srv: httptest.NewServer(&api.Server{Store: store,
+	b := &testBundle{store: store, queue: &recordingQueue{}, srv: httptest.NewServer(&api.Server{Stores: store.API(),
 		Webhook: webhook.Policy{AllowLoopback: true, AllowPrivate: true}})}
 	t.Cleanup(b.srv.Close)
 	for host, says := range map[string]string{
@@ -135,7 +136,7 @@ func TestTaskURLToAForbiddenAddressIsRefusedAtCreate(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, status)
 		require.Contains(t, body["error"], says)
 	}
-	n, err := store.Count(context.Background())
+	n, err := store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, rows(), n)
 }
@@ -161,7 +162,7 @@ func TestPlainCreateWithTaskFieldsPointsToAsync(t *testing.T) {
 	status, out, _ := b.do(t, "POST", "/events", `{"value": "mine"}`)
 	require.Equal(t, http.StatusBadRequest, status)
 	require.NotContains(t, out["error"], "/events/async", "not a task's field")
-	n, err := b.store.Count(context.Background())
+	n, err := b.store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Empty(t, b.queue.ids)

@@ -10,7 +10,9 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,8 +23,8 @@ import (
 // naming the field and write nothing; every accepted one lists its task under its own name.
 func TestReferenceIDsAreReadBackAsGiven(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	h := &api.Server{Store: store}
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	h := &api.Server{Stores: store.API()}
 	create := func(ref string) (int, map[string]any) {
 		return serve(t, h, "POST", "/events/async", `{"url": "https://example.com/x", "referenceId": "`+ref+`"}`)
 	}
@@ -33,7 +35,7 @@ func TestReferenceIDsAreReadBackAsGiven(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, status, "referenceId %q: %v", ref, answer)
 		require.Contains(t, answer["error"], "referenceId", ref)
 	}
-	n, err := store.Count(context.Background())
+	n, err := store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, n, "a refused create writes nothing")
 
@@ -78,14 +80,14 @@ func jsonNumber(id int64) string {
 func TestReferencesAreComparedByteForByte(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	plain, spaced := "ref-3o1kz2", "ref-3o1kz2       "
-	require.Equal(t, mysql.ReferenceHash(plain), mysql.ReferenceHash(spaced), "the pair shares its routing hash")
-	old, err := store.CreateTasks(ctx, []exactlyonce.NewTask{{URL: "https://example.com/x", Payload: json.RawMessage(`null`), ReferenceID: spaced}})
+	require.Equal(t, taskstore.ReferenceHash(plain), taskstore.ReferenceHash(spaced), "the pair shares its routing hash")
+	old, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: "https://example.com/x", Payload: json.RawMessage(`null`), ReferenceID: spaced}})
 	require.NoError(t, err)
 	require.True(t, old[0].Head)
 
-	h := &api.Server{Store: store}
+	h := &api.Server{Stores: store.API()}
 	status, answer := serve(t, h, "POST", "/events/async", `{"url": "https://example.com/x", "referenceId": "`+plain+`"}`)
 	require.Equal(t, http.StatusAccepted, status, "%v", answer)
 	id := answerID(t, answer)
@@ -98,7 +100,7 @@ func TestReferencesAreComparedByteForByte(t *testing.T) {
 	events := list["events"].([]any)
 	require.Len(t, events, 1, "only its own task: %v", list)
 	require.Equal(t, float64(id), events[0].(map[string]any)["id"])
-	tasks, err := store.ReferenceTasks(ctx, spaced, 0, 10)
+	tasks, err := store.Tasks.ReferenceTasks(ctx, spaced, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
 	require.Equal(t, old[0].ID, tasks[0].ID)
@@ -108,12 +110,12 @@ func TestReferencesAreComparedByteForByte(t *testing.T) {
 // (encoding/json lets the last one win) with one message, before anything is done.
 func TestEveryBodyRefusesAFieldGivenTwice(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	h := &api.Server{Store: store}
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	h := &api.Server{Stores: store.API()}
 	status, answer := serve(t, h, "POST", "/events/async", `{"url": "https://example.com/x", "referenceId": "r"}`)
 	require.Equal(t, http.StatusAccepted, status, "%v", answer)
 	task := jsonNumber(answerID(t, answer))
-	n, err := store.Count(context.Background())
+	n, err := store.Events.Count(context.Background())
 	require.NoError(t, err)
 
 	for _, c := range []struct{ method, path, body, field string }{
@@ -135,7 +137,7 @@ func TestEveryBodyRefusesAFieldGivenTwice(t *testing.T) {
 			require.Equal(t, `field "`+c.field+`" given twice: give each field once`, answer["error"], "%s %s %s", c.method, c.path, c.body)
 		}
 	}
-	after, err := store.Count(context.Background())
+	after, err := store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, n, after, "nothing was created")
 

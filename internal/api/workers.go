@@ -8,8 +8,9 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 )
 
-// WorkerLister is what GET /workers needs of the store (internal/mysql's Store has it). A Store
-// without it answers GET /workers with an empty list and GET /workers/{id} with 404.
+// WorkerLister is what GET /workers needs of the event workers' registry (internal/mysql/agentstore
+// implements it). A Server without one answers GET /workers with an empty list and
+// GET /workers/{id} with 404.
 type WorkerLister interface {
 	ActiveWorkers(ctx context.Context) ([]exactlyonce.EventWorker, error)
 	DoneWorkers(ctx context.Context, limit int) ([]exactlyonce.EventWorker, error)
@@ -65,8 +66,8 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Workers []WorkerJSON `json:"workers"`
 	}{Workers: []WorkerJSON{}}
-	l, ok := s.Store.(WorkerLister)
-	if !ok {
+	l := s.Workers
+	if l == nil {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
@@ -97,8 +98,8 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getWorker(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("workerId")
 	notFound := exactlyonce.Errorf(exactlyonce.ENOTFOUND, "no event worker %q", sanitize(id))
-	l, ok := s.Store.(WorkerLister)
-	if !ok || id == "" || len(id) > 32 {
+	l := s.Workers
+	if l == nil || id == "" || len(id) > 32 {
 		s.error(w, r, notFound)
 		return
 	}

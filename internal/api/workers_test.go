@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,9 +29,9 @@ func getJSON(t *testing.T, s *api.Server, path string, status int, v any) {
 // GET /workers/{workerId} shows one. A bad active value is a 400, an unknown id a 404, both JSON.
 func TestGetWorkers(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
-	created, err := store.CreateTasks(ctx, []exactlyonce.NewTask{
+	created, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{
 		{URL: "http://127.0.0.1:1/a", Payload: json.RawMessage(`{}`), ReferenceID: "ref-a"},
 		{URL: "http://127.0.0.1:1/b", Payload: json.RawMessage(`{}`), ReferenceID: "ref-b"},
 	})
@@ -39,10 +40,10 @@ func TestGetWorkers(t *testing.T) {
 	// is done (it was willTerminate).
 	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: exactlyonce.BySweeper, Lease: 60e9,
 		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
-	claimed, err := store.ClaimIDs(ctx, c, []int64{created[0].ID, created[1].ID})
+	claimed, err := store.Events.ClaimIDs(ctx, c, []int64{created[0].ID, created[1].ID})
 	require.NoError(t, err)
 	require.Len(t, claimed.Leased, 2)
-	require.NoError(t, store.AssignWorkers(ctx, c.ID, 7, exactlyonce.WorkerAssignment{
+	require.NoError(t, store.Agents.AssignWorkers(ctx, c.ID, 7, exactlyonce.WorkerAssignment{
 		New: []exactlyonce.EventWorker{{ID: "w_live", AgentID: 7, MaxReferenceCount: 3},
 			{ID: "w_done", AgentID: 7, MaxReferenceCount: 1, WillTerminate: true}},
 		Grow: []exactlyonce.WorkerGrowth{{ID: "w_live", AddTasks: 1, References: []string{"ref-a"}},
@@ -56,11 +57,11 @@ func TestGetWorkers(t *testing.T) {
 		}
 	}
 	done.Task.WorkerID = "w_done"
-	_, err = store.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: done, Delivered: true,
+	_, err = store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: done, Delivered: true,
 		Attempt: exactlyonce.Attempt{Number: 1, Status: 200}}}, false)
 	require.NoError(t, err)
 
-	s := &api.Server{Store: store}
+	s := &api.Server{Stores: store.API()}
 	var list struct {
 		Workers []api.WorkerJSON `json:"workers"`
 	}

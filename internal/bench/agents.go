@@ -18,6 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
@@ -40,7 +41,7 @@ func RunAgent() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	store, err := child.OpenStore()
+	store, err := child.OpenStores()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -51,7 +52,7 @@ func RunAgent() int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Report: rep},
+	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log, Report: rep},
 		wire.Agent(cfg, "standalone", log))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -59,7 +60,7 @@ func RunAgent() int {
 	}
 	fmt.Println("started")
 	_ = a.Run(ctx)
-	st := store.Stats()
+	st := store.DB.Stats()
 	fmt.Printf("stats %d %d\n", st.Deadlocks, st.LockWaitTimeouts)
 	if err := rep.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -129,10 +130,10 @@ func (a *agentProcs) ledger() (*verify.Ledger, error) {
 }
 
 // awaitAgents waits until the table holds n agents, all RUNNING with shards 0..n-1 of n.
-func awaitAgents(ctx context.Context, store *mysql.Store, n int, within time.Duration) ([]exactlyonce.Agent, error) {
+func awaitAgents(ctx context.Context, store *wire.Stores, n int, within time.Duration) ([]exactlyonce.Agent, error) {
 	deadline := time.Now().Add(within)
 	for {
-		as, err := store.Agents(ctx)
+		as, err := store.Agents.Agents(ctx)
 		if err == nil && len(as) == n {
 			ok := true
 			for i, a := range as {
@@ -195,14 +196,14 @@ func (r *run) agentsDrainBatch(ctx context.Context, batch int, judged bool) erro
 				return err
 			}
 			defer db.Close()
-			store, err := mysql.NewStore(db, mysql.StoreConfig{})
+			store, err := wire.StoresOn(db, mysql.Config{})
 			if err != nil {
 				return err
 			}
-			if _, err := mysql.LoadPending(ctx, db, pending, nil); err != nil {
+			if _, err := mysqltest.LoadPending(ctx, db, pending, nil); err != nil {
 				return err
 			}
-			if _, err := mysql.AwaitPurge(ctx, db, 1000, 120*time.Second); err != nil {
+			if _, err := mysqltest.AwaitPurge(ctx, db, 1000, 120*time.Second); err != nil {
 				r.progress(group, "  %v; draining anyway", err)
 			}
 			dir, err := os.MkdirTemp("", "bench-agents-")
@@ -225,13 +226,13 @@ func (r *run) agentsDrainBatch(ctx context.Context, batch int, judged bool) erro
 				return err
 			}
 			t0 := time.Now()
-			remaining, err := mysql.CountOpen(ctx, db)
+			remaining, err := mysqltest.CountOpen(ctx, db)
 			if err != nil {
 				procs.stop()
 				return err
 			}
 			for {
-				open, err := mysql.CountOpen(ctx, db)
+				open, err := mysqltest.CountOpen(ctx, db)
 				if err != nil {
 					procs.stop()
 					return err
@@ -304,7 +305,7 @@ func (r *run) agentsTakeover(ctx context.Context) error {
 		return err
 	}
 	defer db.Close()
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	if err != nil {
 		return err
 	}
@@ -338,7 +339,7 @@ func (r *run) agentsTakeover(ctx context.Context) error {
 		}
 		victim := as[round%4]
 		vr, _ := exactlyonce.ShardRange(*victim.AssignedShardIndex, 4)
-		if _, err := mysql.LoadPending(ctx, db, 2000, nil); err != nil {
+		if _, err := mysqltest.LoadPending(ctx, db, 2000, nil); err != nil {
 			return err
 		}
 		events += 2000
@@ -399,21 +400,21 @@ func (r *run) agentsIdle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	counter := &mysql.CountingConnector{Connector: inner}
+	counter := &mysqltest.CountingConnector{Connector: inner}
 	var wg sync.WaitGroup
 	actx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); wg.Wait() }()
-	var store *mysql.Store
+	var store *wire.Stores
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range 8 {
 		db := mysql.OpenConnector(counter, mysql.ConnConfig{MaxOpenConns: 2})
 		defer db.Close()
-		st, err := mysql.NewStore(db, mysql.StoreConfig{})
+		st, err := wire.StoresOn(db, mysql.Config{})
 		if err != nil {
 			return err
 		}
 		store = st
-		a, err := agents.New(st, &processing.Engine{Store: st, By: exactlyonce.BySweeper, Logger: quiet},
+		a, err := agents.New(st.Agents, &processing.Engine{Store: st.Events, TaskStore: st.Tasks, By: exactlyonce.BySweeper, Logger: quiet},
 			agents.Config{Member: agents.MemberConfig{Name: fmt.Sprintf("idle-%d", i), Kind: "bench", Logger: quiet}})
 		if err != nil {
 			return err

@@ -9,6 +9,8 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // The reference the schema rules forbid: the same columns with an AUTO_INCREMENT primary key. It
@@ -26,15 +28,15 @@ const refTable = `CREATE TABLE ref_events (
 // The inserts the store's create is measured against: the same statement as POST /events's, into
 // the reference table (which assigns the id) and into a copy of events (with ids from memory).
 var (
-	refInsert  = mysql.InsertProcessedInto("ref_events", true)
-	bareInsert = mysql.InsertProcessedInto("bare_events", false)
+	refInsert  = mysqltest.InsertProcessedInto("ref_events", true)
+	bareInsert = mysqltest.InsertProcessedInto("bare_events", false)
 )
 
 // contender is one way of creating an event, measured against the others.
 type contender struct {
 	name   string
 	create func(ctx context.Context) error
-	store  *mysql.Store // nil for the reference
+	store  *wire.Stores // nil for the reference
 }
 
 // runAlloc measures allocation + insert, POST /events's write path (Store.CreateProcessed), for
@@ -85,7 +87,7 @@ func runAlloc(ctx context.Context, r *run) error {
 			return err
 		}})
 		for _, strategy := range []string{mysql.DefaultAllocator, mysql.AllocatorLiteral} {
-			store, err := mysql.NewStore(db, mysql.StoreConfig{Allocator: strategy})
+			store, err := wire.StoresOn(db, mysql.Config{Allocator: strategy})
 			if err != nil {
 				return err
 			}
@@ -93,7 +95,7 @@ func runAlloc(ctx context.Context, r *run) error {
 				strategy = "default"
 			}
 			contenders = append(contenders, &contender{name: strategy, store: store, create: func(ctx context.Context) error {
-				_, err := store.CreateProcessed(ctx, exactlyonce.NewValue())
+				_, err := store.Events.CreateProcessed(ctx, exactlyonce.NewValue())
 				return err
 			}})
 		}
@@ -141,14 +143,14 @@ func runAlloc(ctx context.Context, r *run) error {
 			ratio(group, fmt.Sprintf("alloc_literal_ratio_c%d", c), lit, ref, nil, ""))
 		for _, ct := range contenders {
 			if ct.store != nil {
-				if st := ct.store.Stats(); st.GaveUp > 0 {
+				if st := ct.store.DB.Stats(); st.GaveUp > 0 {
 					r.check(group, ct.name+" transactions", false, fmt.Sprintf("%+v", st))
 				}
 			}
 		}
 	}
 
-	c, err := mysql.CountEvents(ctx, db)
+	c, err := mysqltest.CountEvents(ctx, db)
 	if err != nil {
 		return err
 	}

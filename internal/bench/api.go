@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 )
 
 // runAPI puts each endpoint under load with the load generator, at 16 and 64 connections, on the
@@ -24,7 +24,7 @@ func runAPI(ctx context.Context, r *run) error {
 		return err
 	}
 	defer st.stop()
-	first, err := mysql.LoadProcessed(ctx, st.db, preload, nil)
+	first, err := mysqltest.LoadProcessed(ctx, st.db, preload, nil)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func runAPI(ctx context.Context, r *run) error {
 	for _, conns := range []int{16, 64} {
 		client := httpClient(conns)
 		for _, ep := range endpoints {
-			rows, err := st.store.Count(ctx)
+			rows, err := st.store.Events.Count(ctx)
 			if err != nil {
 				return err
 			}

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 )
 
 // asyncTotals accumulates one contender's rounds.
@@ -293,7 +293,7 @@ func processedSince(ctx context.Context, st *stack, sent map[int64]time.Time, of
 	for id := range sent {
 		lo, hi = min(lo, id), max(hi, id)
 	}
-	processed, err := mysql.ProcessedAsync(ctx, st.db, lo, hi)
+	processed, err := mysqltest.ProcessedAsync(ctx, st.db, lo, hi)
 	if err != nil {
 		return time.Time{}, nil, err
 	}

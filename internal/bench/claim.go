@@ -10,9 +10,11 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // drainResult is what one drain did.
@@ -44,10 +46,10 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stores := make([]*mysql.Store, workers)
-	storeCfg := mysql.StoreConfig{} // the store as shipped: every default
+	stores := make([]*wire.Stores, workers)
+	storeCfg := mysql.Config{} // the store as shipped: every default
 	for i := range stores {
-		s, err := mysql.NewStore(db, storeCfg)
+		s, err := wire.StoresOn(db, storeCfg)
 		if err != nil {
 			return res, err
 		}
@@ -68,7 +70,7 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 				return
 			case <-tick.C:
 			}
-			if n, err := mysql.PurgeBacklog(ctx, db); err == nil {
+			if n, err := mysqltest.PurgeBacklog(ctx, db); err == nil {
 				statsMu.Lock()
 				res.maxPurge = max(res.maxPurge, n)
 				statsMu.Unlock()
@@ -89,7 +91,7 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 		go func() {
 			defer wg.Done()
 			// The sweeper's path: the one processing shape, inline work (a value).
-			engine := &processing.Engine{Store: stores[w], By: exactlyonce.BySweeper}
+			engine := &processing.Engine{Store: stores[w].Events, By: exactlyonce.BySweeper}
 			if ledger != nil { // a nil *Ledger in the interface would not be a nil Reporter
 				engine.Report = ledger
 			}
@@ -115,7 +117,7 @@ func (r *run) drain(ctx context.Context, group string, db *sql.DB, workers, batc
 	<-watched
 	res.events = done.Load()
 	for _, s := range stores {
-		st := s.Stats()
+		st := s.DB.Stats()
 		res.stats.Deadlocks += st.Deadlocks
 		res.stats.LockWaitTimeouts += st.LockWaitTimeouts
 		res.stats.Retries += st.Retries
@@ -175,7 +177,7 @@ func runClaim(ctx context.Context, r *run) error {
 
 	r.progress(group, "loading %d processed rows of history", history)
 	t0 := time.Now()
-	first, err := mysql.LoadProcessed(ctx, histDB, history, func(done int64) {
+	first, err := mysqltest.LoadProcessed(ctx, histDB, history, func(done int64) {
 		r.progress(group, "  history %d/%d (%.1f s)", done, history, time.Since(t0).Seconds())
 	})
 	if err != nil {
@@ -208,11 +210,11 @@ func runClaim(ctx context.Context, r *run) error {
 				}
 				ledgers[side.name] = verify.NewLedger()
 			}
-			firstPending, err := mysql.LoadPending(ctx, side.db, pending, nil)
+			firstPending, err := mysqltest.LoadPending(ctx, side.db, pending, nil)
 			if err != nil {
 				return fmt.Errorf("load pending: %w", err)
 			}
-			backlog, err := mysql.AwaitPurge(ctx, side.db, 200, 60*time.Second)
+			backlog, err := mysqltest.AwaitPurge(ctx, side.db, 200, 60*time.Second)
 			if err != nil {
 				r.progress(group, "  %v; draining anyway", err)
 			}
@@ -281,10 +283,10 @@ func runDrain(ctx context.Context, r *run) error {
 				return err
 			}
 			defer db.Close()
-			if _, err := mysql.LoadPending(ctx, db, pending, nil); err != nil {
+			if _, err := mysqltest.LoadPending(ctx, db, pending, nil); err != nil {
 				return err
 			}
-			backlog, err := mysql.AwaitPurge(ctx, db, 1000, 120*time.Second)
+			backlog, err := mysqltest.AwaitPurge(ctx, db, 1000, 120*time.Second)
 			if err != nil {
 				r.progress(group, "  %v; draining anyway", err)
 			}

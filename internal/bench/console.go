@@ -31,7 +31,7 @@ func runConsole(ctx context.Context, r *run) error {
 	}
 	defer db.stop()
 	for range 200 {
-		if _, err := db.store.CreateProcessed(ctx, "console"); err != nil {
+		if _, err := db.store.Events.CreateProcessed(ctx, "console"); err != nil {
 			return err
 		}
 	}
@@ -40,7 +40,7 @@ func runConsole(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	handler, err := console.New(console.Options{API: &api.Server{Store: db.store}, Addr: ln.Addr().String(),
+	handler, err := console.New(console.Options{API: &api.Server{Stores: db.store.API()}, Addr: ln.Addr().String(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		ln.Close()

@@ -17,6 +17,9 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // runCount measures what the exact count of events costs (migrations/0005_settled_count.sql):
@@ -60,7 +63,7 @@ func countReads(ctx context.Context, r *run, group string) error {
 		}
 		stop := func() { db.Close(); s.drop() }
 		t0 := time.Now()
-		if _, err := mysql.LoadProcessed(ctx, db, events, func(done int64) {
+		if _, err := mysqltest.LoadProcessed(ctx, db, events, func(done int64) {
 			if events > 100_000 {
 				r.progress(group, "  %s: loaded %d/%d events (%.1f s)", name, done, events, time.Since(t0).Seconds())
 			}
@@ -68,7 +71,7 @@ func countReads(ctx context.Context, r *run, group string) error {
 			stop()
 			return side{}, nil, fmt.Errorf("load %d events: %w", events, err)
 		}
-		store, err := mysql.NewStore(db, mysql.StoreConfig{})
+		store, err := wire.StoresOn(db, mysql.Config{})
 		if err != nil {
 			stop()
 			return side{}, nil, err
@@ -84,7 +87,7 @@ func countReads(ctx context.Context, r *run, group string) error {
 			fmt.Sprintf("folded %d", folded))
 		if events == large {
 			r.add(Row{Group: group, Name: "count_fold_eps", Value: float64(folded) / took.Seconds(), Unit: "events/s",
-				Note: fmt.Sprintf("FoldSettled in batches of %d, one client: %d settled events into the count in %.1f s", mysql.DefaultFoldBatch, folded, took.Seconds())})
+				Note: fmt.Sprintf("FoldSettled in batches of %d, one client: %d settled events into the count in %.1f s", eventstore.DefaultFoldBatch, folded, took.Seconds())})
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -92,7 +95,7 @@ func countReads(ctx context.Context, r *run, group string) error {
 			return side{}, nil, err
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		srv := httpserver.New(&api.Server{Store: store, Logger: log})
+		srv := httpserver.New(&api.Server{Stores: store.API(), Logger: log})
 		go func() { _ = srv.Serve(ln) }()
 		return side{name: name, url: "http://" + ln.Addr().String(), events: events, db: db},
 			func() { _ = srv.Close(); stop() }, nil
@@ -190,12 +193,12 @@ func countWrites(ctx context.Context, r *run, group string) error {
 		return err
 	}
 	defer db.Close()
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	if err != nil {
 		return err
 	}
 	create := func(ctx context.Context) error {
-		_, err := store.CreateProcessed(ctx, exactlyonce.NewValue())
+		_, err := store.Events.CreateProcessed(ctx, exactlyonce.NewValue())
 		return err
 	}
 	var folded int64
@@ -206,7 +209,7 @@ func countWrites(ctx context.Context, r *run, group string) error {
 		var ferr error
 		wg.Go(func() {
 			for fctx.Err() == nil {
-				n, err := store.FoldSettled(fctx, mysql.DefaultFoldBatch)
+				n, err := store.Events.FoldSettled(fctx, eventstore.DefaultFoldBatch)
 				folded += n
 				if err != nil {
 					if fctx.Err() == nil {
@@ -214,7 +217,7 @@ func countWrites(ctx context.Context, r *run, group string) error {
 					}
 					return
 				}
-				if n < mysql.DefaultFoldBatch {
+				if n < eventstore.DefaultFoldBatch {
 					select {
 					case <-fctx.Done():
 					case <-time.After(100 * time.Millisecond):
@@ -283,25 +286,25 @@ func countWrites(ctx context.Context, r *run, group string) error {
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM events").Scan(&rows); err != nil {
 		return err
 	}
-	count, err := store.Count(ctx)
+	count, err := store.Events.Count(ctx)
 	if err != nil {
 		return err
 	}
 	r.check(group, "the count equals the events stored, and every event was folded once",
 		count == rows && folded == rows && rows > 0, fmt.Sprintf("count %d, rows %d, folded %d", count, rows, folded))
-	if sn := store.Stats(); sn.GaveUp > 0 {
+	if sn := store.DB.Stats(); sn.GaveUp > 0 {
 		r.check(group, "write and fold transactions", false, fmt.Sprintf("%+v", sn))
 	}
 	return nil
 }
 
 // foldAll folds every settled event into the count and returns how many it folded.
-func foldAll(ctx context.Context, store *mysql.Store) (int64, error) {
+func foldAll(ctx context.Context, store *wire.Stores) (int64, error) {
 	var total int64
 	for {
-		n, err := store.FoldSettled(ctx, mysql.DefaultFoldBatch)
+		n, err := store.Events.FoldSettled(ctx, eventstore.DefaultFoldBatch)
 		total += n
-		if err != nil || n < mysql.DefaultFoldBatch {
+		if err != nil || n < eventstore.DefaultFoldBatch {
 			return total, err
 		}
 	}

@@ -10,6 +10,9 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/counterstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // runCounters measures the counter service's cost per message (internal/counters,
@@ -34,7 +37,7 @@ func runCounters(ctx context.Context, r *run) error {
 
 	type side struct {
 		name   string
-		store  *mysql.Store
+		store  *wire.Stores
 		stored int64
 	}
 	open := func(name string, stored int64) (side, func(), error) {
@@ -50,7 +53,7 @@ func runCounters(ctx context.Context, r *run) error {
 		stop := func() { db.Close(); s.drop() }
 		if stored > 0 {
 			t0 := time.Now()
-			if err := mysql.LoadCounters(ctx, db, stored, users, types, func(done int64) {
+			if err := mysqltest.LoadCounters(ctx, db, stored, users, types, func(done int64) {
 				if done%100_000 == 0 {
 					r.progress(group, "  %s: stored %d/%d entities (%.1f s)", name, done, stored, time.Since(t0).Seconds())
 				}
@@ -59,7 +62,7 @@ func runCounters(ctx context.Context, r *run) error {
 				return side{}, nil, err
 			}
 		}
-		store, err := mysql.NewStore(db, mysql.StoreConfig{})
+		store, err := wire.StoresOn(db, mysql.Config{})
 		if err != nil {
 			stop()
 			return side{}, nil, err
@@ -97,7 +100,7 @@ func runCounters(ctx context.Context, r *run) error {
 						added = append(added, m)
 						msgs = append(msgs, m)
 					}
-					if _, err := sd.store.ApplyCounterMessages(ctx, msgs); err != nil {
+					if _, err := sd.store.Counters.ApplyCounterMessages(ctx, msgs); err != nil {
 						errs <- err
 						return
 					}
@@ -169,12 +172,12 @@ func runCounters(ctx context.Context, r *run) error {
 		ratio(group, "counters_hot_key_ratio", hotRow, emptyRow, nil, "one user vs 10,000 users: reported, no target"))
 
 	// The counts the run left are right: reconcile every bucket of both databases.
-	all := make([]int64, mysql.CounterBuckets)
+	all := make([]int64, counterstore.CounterBuckets)
 	for i := range all {
 		all[i] = int64(i)
 	}
 	for _, sd := range []side{empty, full} {
-		checked, bad, err := sd.store.ReconcileCounters(ctx, all, 200)
+		checked, bad, err := sd.store.Counters.ReconcileCounters(ctx, all, 200)
 		r.check(group, fmt.Sprintf("200 counts of the %s database each equal their counted entities", sd.name),
 			err == nil && len(bad) == 0 && checked > 0, fmt.Sprintf("checked %d, wrong %d, err %v", checked, len(bad), err))
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/api"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 )
 
 // runIdem measures POST /events with an Idempotency-Key through the API handler over HTTP, as one
@@ -33,7 +33,7 @@ func runIdem(ctx context.Context, r *run) error {
 		}
 		return r.serveScratch(ctx, label, func(pool *sql.DB) error {
 			t0 := time.Now()
-			if err := mysql.LoadKeys(ctx, pool, keys, time.Hour, func(done int64) {
+			if err := mysqltest.LoadKeys(ctx, pool, keys, time.Hour, func(done int64) {
 				r.progress(group, "loading keys: %d of %d", done, keys)
 			}); err != nil {
 				return err
@@ -130,12 +130,12 @@ func runIdem(ctx context.Context, r *run) error {
 	r.check(group, "every replay is the stored answer", res.failed == 0 && res.ok > 0, fmt.Sprintf("%d ok, %d failed", res.ok, res.failed))
 	r.add(Row{Group: group, Name: "idem_replay_c16_rps", Value: res.rps(), Unit: "requests/s",
 		Note: "POST /events repeating one stored key, 16 clients: every answer the stored one"})
-	n, err := empty.store.Count(ctx)
+	n, err := empty.store.Events.Count(ctx)
 	if err != nil {
 		return err
 	}
 	var keys int64
-	if err := empty.store.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM idempotency_keys").Scan(&keys); err != nil {
+	if err := empty.store.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM idempotency_keys").Scan(&keys); err != nil {
 		return err
 	}
 	r.check(group, "one event per key, plus one per create without a key", n == keys+unkeyed,

@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 )
 
@@ -20,7 +21,7 @@ import (
 // HTTP, on a database holding 10,000,000 processed events beside one holding 10,000; and the mean
 // time of each store operation the paths run, one at a time, at both sizes. The history is loaded
 // in the database as the sweeper leaves it once it has folded and packed it: counted, and in page
-// rows of event_pages (mysql.LoadPackedHistory encodes the pages as the pack does). The reads take
+// rows of event_pages (mysqltest.LoadPackedHistory encodes the pages as the pack does). The reads take
 // turns in 1 s windows, in rotating order, for several rounds. Then the pack's own cost on a
 // history that was never packed (what migration 0012 leaves on a deployed database): a folded
 // history loaded in `events` and packed by the sweeper's PackPages until nothing is left.
@@ -47,7 +48,7 @@ func runReads(ctx context.Context, r *run) error {
 		d.servedDB, err = r.serveScratch(ctx, label, func(pool *sql.DB) error {
 			t0 := time.Now()
 			said := t0
-			first, err := mysql.LoadPackedHistory(ctx, pool, n, func(done int64) {
+			first, err := mysqltest.LoadPackedHistory(ctx, pool, n, func(done int64) {
 				if time.Since(said) > 10*time.Second || done == n {
 					said = time.Now()
 					r.progress(group, "%s: loaded %d of %d processed events (%.0f s)", label, done, n, time.Since(t0).Seconds())
@@ -122,28 +123,28 @@ func runReads(ctx context.Context, r *run) error {
 		run        func(ctx context.Context, d *db) error
 	}{
 		{"get", "GET /events/{id}: Store.Get of a random id", pick(r, 20, 5), func(ctx context.Context, d *db) error {
-			_, err := d.store.Get(ctx, d.first+rand.Int64N(d.size))
+			_, err := d.store.Events.Get(ctx, d.first+rand.Int64N(d.size))
 			return err
 		}},
 		{"count", "GET /events: Store.Count (settled_count plus the unfolded events)", pick(r, 20, 5), func(ctx context.Context, d *db) error {
-			_, err := d.store.Count(ctx)
+			_, err := d.store.Events.Count(ctx)
 			return err
 		}},
 		// The operators' console's reads (issue 20): pruned to the partitions of their states, so
 		// the processed history should not show in their cost.
 		{"list_failed", "GET /events?state=failed: Store.ListEvents of the failed set (fresh and failed partitions), a page of 50", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
-				_, _, err := d.store.ListEvents(ctx, "failed", "", 0, 51)
+				_, _, err := d.store.Events.ListEvents(ctx, "failed", "", 0, 51)
 				return err
 			}},
 		{"list_pending", "GET /events?state=pending: Store.ListEvents of the pending set (open partition), a page of 50", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
-				_, _, err := d.store.ListEvents(ctx, "pending", "", 0, 51)
+				_, _, err := d.store.Events.ListEvents(ctx, "pending", "", 0, 51)
 				return err
 			}},
 		{"overview", "GET /overview: Store.Overview (settled_count, every partition but the processed history, the waiting metrics)", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
-				_, err := d.store.Overview(ctx)
+				_, err := d.store.Events.Overview(ctx)
 				return err
 			}},
 		{"outcomes", "the processor's check of 10 redelivered ids: Store.Outcomes", pick(r, 20, 5), func(ctx context.Context, d *db) error {
@@ -151,52 +152,52 @@ func runReads(ctx context.Context, r *run) error {
 			for i := range ids {
 				ids[i] = d.first + rand.Int64N(d.size)
 			}
-			_, err := d.store.Outcomes(ctx, ids)
+			_, err := d.store.Events.Outcomes(ctx, ids)
 			return err
 		}},
 		{"create", "POST /events: Store.CreateProcessed", pick(r, 50, 10), func(ctx context.Context, d *db) error {
-			e, err := d.store.CreateProcessed(ctx, "v")
+			e, err := d.store.Events.CreateProcessed(ctx, "v")
 			d.recent = e.ID
 			return err
 		}},
 		{"get_recent", "GET /events/{id} of an event not packed yet (in `events`): Store.Get", pick(r, 20, 5), func(ctx context.Context, d *db) error {
-			_, err := d.store.Get(ctx, d.recent)
+			_, err := d.store.Events.Get(ctx, d.recent)
 			return err
 		}},
 		{"create_pending", "POST /events/async: Store.CreatePending", pick(r, 50, 10), func(ctx context.Context, d *db) error {
-			_, err := d.store.CreatePending(ctx)
+			_, err := d.store.Events.CreatePending(ctx)
 			return err
 		}},
 		{"sweep", "the sweeper's claim and settlement of what is due (the pending events just created, then none)", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
-				_, err := (&processing.Engine{Store: d.store, By: exactlyonce.BySweeper}).ProcessDue(ctx, 0, 50)
+				_, err := (&processing.Engine{Store: d.store.Events, TaskStore: d.store.Tasks, By: exactlyonce.BySweeper}).ProcessDue(ctx, 0, 50)
 				return err
 			}},
 		{"fold", "the sweeper's fold of what was settled into the count: Store.FoldSettled", pick(r, 5, 2),
 			func(ctx context.Context, d *db) error {
-				_, err := d.store.FoldSettled(ctx, mysql.DefaultFoldBatch)
+				_, err := d.store.Events.FoldSettled(ctx, eventstore.DefaultFoldBatch)
 				return err
 			}},
 		{"pack", "the sweeper's pack of folded events into pages (what can be packed: the pages behind the counter's): Store.PackPages", pick(r, 5, 2),
 			func(ctx context.Context, d *db) error {
-				_, _, err := d.store.PackPages(ctx, 1000, time.Hour)
+				_, _, err := d.store.Pages.PackPages(ctx, 1000, time.Hour)
 				return err
 			}},
 		{"list_processed", "GET /events?state=processed: Store.ListEvents of the processed events, unpacked then packed, a page of 50", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
-				_, _, err := d.store.ListEvents(ctx, "processed", "", d.first+rand.Int64N(d.size), 51)
+				_, _, err := d.store.Events.ListEvents(ctx, "processed", "", d.first+rand.Int64N(d.size), 51)
 				return err
 			}},
 		{"attempts", "GET /events/{id}/attempts of a packed event (none in task_attempts, then its page): Store.Attempts", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
-				_, err := d.store.Attempts(ctx, d.first+rand.Int64N(d.size))
+				_, err := d.store.Tasks.Attempts(ctx, d.first+rand.Int64N(d.size))
 				return err
 			}},
 		// Not flat, and said so (README, "Reads and the packed history"): a reference's listing
 		// reads the packed history for its tasks, as it scanned the history before there were pages.
 		{"reference_tasks", "GET /references/{id}/events: Store.ReferenceTasks (scans the packed history: not flat)", pick(r, 3, 2),
 			func(ctx context.Context, d *db) error {
-				_, err := d.store.ReferenceTasks(ctx, "no-such-reference", 0, 50)
+				_, err := d.store.Tasks.ReferenceTasks(ctx, "no-such-reference", 0, 50)
 				return err
 			}},
 	}
@@ -231,14 +232,14 @@ func packBacklog(ctx context.Context, r *run, group string, n int64) error {
 		return err
 	}
 	defer done()
-	first, err := mysql.LoadFoldedHistory(ctx, pool, n, nil)
+	first, err := mysqltest.LoadFoldedHistory(ctx, pool, n, nil)
 	if err != nil {
 		return err
 	}
 	t0 := time.Now()
 	var packed int64
 	for {
-		pages, events, err := store.PackPages(ctx, 1000, time.Hour)
+		pages, events, err := store.Pages.PackPages(ctx, 1000, time.Hour)
 		if err != nil {
 			return err
 		}
@@ -249,11 +250,11 @@ func packBacklog(ctx context.Context, r *run, group string, n int64) error {
 		}
 	}
 	took := time.Since(t0)
-	count, err := store.Count(ctx)
+	count, err := store.Events.Count(ctx)
 	if err != nil {
 		return err
 	}
-	_, getErr := store.Get(ctx, first+rand.Int64N(n))
+	_, getErr := store.Events.Get(ctx, first+rand.Int64N(n))
 	r.check(group, fmt.Sprintf("a history of %d events packed: the count unchanged, an event read from its page", n),
 		count == n && getErr == nil && packed >= n-2*1000, fmt.Sprintf("count %d, packed %d, get: %v", count, packed, getErr))
 	r.add(Row{Group: group, Name: fmt.Sprintf("reads_pack_backlog_%d_s", n), Value: took.Seconds(), Unit: "s",

@@ -10,6 +10,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // redeliveryBatch is the number of events one redelivered batch names: a processor batch of 10
@@ -24,11 +25,11 @@ const redeliveryBatch = 10
 // and the counter. It returns the batches per second over batches batches, and fails if any id
 // is not reported settled.
 func redeliveries(ctx context.Context, db *sql.DB, first, n int64, batches int) (float64, error) {
-	store, err := mysql.NewStore(db, mysql.StoreConfig{}) // the store as shipped: every default
+	store, err := wire.StoresOn(db, mysql.Config{}) // the store as shipped: every default
 	if err != nil {
 		return 0, err
 	}
-	engine := &processing.Engine{Store: store, By: exactlyonce.ByProcessor}
+	engine := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.ByProcessor}
 	rng := rand.New(rand.NewPCG(uint64(first), uint64(n)))
 	ids := make([]int64, redeliveryBatch)
 	start := time.Now()

@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 )
 
@@ -88,7 +89,7 @@ func (s *scratch) open(maxOpen int) (*sql.DB, error) {
 
 // scratchStore makes a migrated scratch database and a store on a pool of maxOpen connections to
 // it; done closes the pool and drops the database.
-func (r *run) scratchStore(ctx context.Context, label string, maxOpen int) (store *mysql.Store, db *sql.DB, done func(), err error) {
+func (r *run) scratchStore(ctx context.Context, label string, maxOpen int) (store *wire.Stores, db *sql.DB, done func(), err error) {
 	s, err := r.newScratch(ctx, label, true)
 	if err != nil {
 		return nil, nil, nil, err
@@ -98,7 +99,7 @@ func (r *run) scratchStore(ctx context.Context, label string, maxOpen int) (stor
 		return nil, nil, nil, err
 	}
 	done = func() { db.Close(); s.drop() }
-	if store, err = mysql.NewStore(db, mysql.StoreConfig{}); err != nil {
+	if store, err = wire.StoresOn(db, mysql.Config{}); err != nil {
 		done()
 		return nil, nil, nil, err
 	}
@@ -117,7 +118,7 @@ func (s *scratch) drop() {
 // loopback port (the idem and reads groups).
 type servedDB struct {
 	url   string
-	store *mysql.Store
+	store *wire.Stores
 	stop  func()
 }
 
@@ -140,7 +141,7 @@ func (r *run) serveScratch(ctx context.Context, label string, seed func(*sql.DB)
 			return nil, err
 		}
 	}
-	store, err := mysql.NewStore(pool, mysql.StoreConfig{})
+	store, err := wire.StoresOn(pool, mysql.Config{})
 	if err != nil {
 		stop()
 		return nil, err
@@ -150,7 +151,7 @@ func (r *run) serveScratch(ctx context.Context, label string, seed func(*sql.DB)
 		stop()
 		return nil, err
 	}
-	srv := httpserver.New(&api.Server{Store: store})
+	srv := httpserver.New(&api.Server{Stores: store.API()})
 	go func() { _ = srv.Serve(ln) }()
 	return &servedDB{url: "http://" + ln.Addr().String(), store: store, stop: func() { srv.Close(); stop() }}, nil
 }

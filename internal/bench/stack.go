@@ -21,9 +21,11 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // stack is the local system (internal/local) on a scratch database and goaws.
@@ -35,7 +37,7 @@ type stack struct {
 	// (api.AsyncGroup without Linger).
 	url, lambdaURL, afterSendURL string
 	db                           *sql.DB
-	store                        *mysql.Store
+	store                        *wire.Stores
 	stop                         func()
 	// goawsPID is the local SQS process, for CPU accounting.
 	goawsPID int
@@ -84,7 +86,7 @@ func (r *run) startStack(ctx context.Context, label string, opts ...func(*local.
 		return fail(err)
 	}
 	stops = append(stops, func() { st.db.Close() })
-	if st.store, err = mysql.NewStore(st.db, mysql.StoreConfig{}); err != nil {
+	if st.store, err = wire.StoresOn(st.db, mysql.Config{}); err != nil {
 		return fail(err)
 	}
 	if r.cfg.SQSLocal == "" {
@@ -142,7 +144,7 @@ func (r *run) startStack(ctx context.Context, label string, opts ...func(*local.
 		if err != nil {
 			return "", err
 		}
-		srv := httpserver.New(&api.Server{Store: st.store, Queue: &queue.SQSSender{Client: client, QueueURL: queues.URL}, Logger: log,
+		srv := httpserver.New(&api.Server{Stores: st.store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: queues.URL}, Logger: log,
 			AsyncGroup: g})
 		go func() { _ = srv.Serve(ln) }()
 		stops = append(stops, func() { _ = srv.Close() })
@@ -162,7 +164,7 @@ func (r *run) awaitProcessed(ctx context.Context, group string, db *sql.DB, time
 	deadline := time.Now().Add(timeout)
 	last := time.Now()
 	for {
-		pending, err := mysql.CountOpen(ctx, db)
+		pending, err := mysqltest.CountOpen(ctx, db)
 		if err != nil {
 			return err
 		}
@@ -194,7 +196,7 @@ func (r *run) verifySettled(ctx context.Context, group string, st *stack, seeded
 		return err
 	}
 	r.check(group, "every event settled exactly once, by the workers' reports", settledOnce(chk), describe(chk))
-	c, err := mysql.CountEvents(ctx, st.db)
+	c, err := mysqltest.CountEvents(ctx, st.db)
 	if err != nil {
 		return err
 	}

@@ -272,7 +272,7 @@ func runTasks(ctx context.Context, r *run) error {
 
 	// A second sweeper agent in this process, sharing the hash space with the local system's.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	agent, err := agents.New(st.store, &processing.Engine{Store: st.store, By: exactlyonce.BySweeper, Report: st.ledger,
+	agent, err := agents.New(st.store.Agents, &processing.Engine{Store: st.store.Events, TaskStore: st.store.Tasks, By: exactlyonce.BySweeper, Report: st.ledger,
 		Logger: log, Tasks: tasks}, agents.Config{Member: agents.MemberConfig{Name: "bench-tasks-agent", Kind: "sweeper", Logger: log},
 		Grace: tasksSweepGrace, PollInterval: tasksSweepInterval, PollJitter: tasksSweepInterval / 2})
 	if err != nil {
@@ -310,7 +310,7 @@ func runTasks(ctx context.Context, r *run) error {
 	tag := 0
 	runOne := func(spec taskSpec, label string) (taskResult, error) {
 		tag++
-		stats0 := st.store.Stats()
+		stats0 := st.store.DB.Stats()
 		meter.begin()
 		res, err := r.runTaskSpec(ctx, st.url, recv, tag, spec)
 		used := meter.end()
@@ -321,7 +321,7 @@ func runTasks(ctx context.Context, r *run) error {
 		if err := r.awaitProcessed(ctx, group, st.db, time.Minute); err != nil {
 			return res, fmt.Errorf("%s: %w", spec.name, err)
 		}
-		s := st.store.Stats()
+		s := st.store.DB.Stats()
 		r.progress(group, "%s%-9s %6d tasks in %6.2f s: %7.0f tasks/s delivered (created in %.2f s); p50 %s p99 %s; "+
 			"%d attempts, %d answered 503, %d duplicates; deadlocks %d, lock waits %d; %s",
 			label, spec.name, res.delivered, res.took.Seconds(), res.tps(), res.createdIn.Seconds(),

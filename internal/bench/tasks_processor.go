@@ -12,17 +12,18 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // runProcessorWorkers measures the processor's event workers: the same ordered tasks delivered by
 // the processor (the SQS path: batches of 10 messages naming 100 tasks each, as the API's grouped
 // sends make them) through its EventService under an agent without a range, beside the processor
 // without one, alternating rounds.
-func (r *run) runProcessorWorkers(ctx context.Context, group string, store *mysql.Store, url string) error {
+func (r *run) runProcessorWorkers(ctx context.Context, group string, store *wire.Stores, url string) error {
 	client := webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true})
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	refs, perRef := pick(r, 500, 20), pick(r, 20, 5)
@@ -36,7 +37,7 @@ func (r *run) runProcessorWorkers(ctx context.Context, group string, store *mysq
 			}
 			for len(batch) > 0 {
 				n := min(len(batch), 200) // the most one create takes
-				created, err := store.CreateTasks(ctx, batch[:n])
+				created, err := store.Tasks.CreateTasks(ctx, batch[:n])
 				if err != nil {
 					return 0, err
 				}
@@ -46,9 +47,9 @@ func (r *run) runProcessorWorkers(ctx context.Context, group string, store *mysq
 				batch = batch[n:]
 			}
 		}
-		p := &processing.Processor{Store: store, Logger: log, Tasks: &processing.Tasks{Deliverer: client}}
+		p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks, Logger: log, Tasks: &processing.Tasks{Deliverer: client}}
 		if withWorkers {
-			err := agents.WithEventWorkers(p, store, &processing.EventService{Store: store, Logger: log},
+			err := agents.WithEventWorkers(p, store.Agents, &processing.EventService{Store: store.Agents, Logger: log},
 				agents.MemberConfig{Name: "bench-processor", Logger: log})
 			if err != nil {
 				return 0, err
@@ -70,7 +71,7 @@ func (r *run) runProcessorWorkers(ctx context.Context, group string, store *mysq
 			}
 		}
 		took := time.Since(start)
-		open, err := mysql.CountOpen(ctx, store.DB())
+		open, err := mysqltest.CountOpen(ctx, store.DB.Pool())
 		if err != nil {
 			return 0, err
 		}

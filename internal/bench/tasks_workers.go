@@ -13,9 +13,9 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // blockingDeliverer holds every delivery until its context ends: an agent that dies holding tasks.
@@ -57,7 +57,7 @@ func (r *run) runTaskWorkers(ctx context.Context, group string) error {
 			}
 			for len(batch) > 0 {
 				n := min(len(batch), 200) // the most one create takes
-				if _, err := store.CreateTasks(ctx, batch[:n]); err != nil {
+				if _, err := store.Tasks.CreateTasks(ctx, batch[:n]); err != nil {
 					return err
 				}
 				batch = batch[n:]
@@ -70,9 +70,9 @@ func (r *run) runTaskWorkers(ctx context.Context, group string) error {
 		if err := create(tag, refs, perRef); err != nil {
 			return 0, err
 		}
-		e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: client}}
+		e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: client}}
 		if withWorkers {
-			e.Workers = &processing.EventService{Store: store, AgentID: func() int64 { return 1 }}
+			e.Workers = &processing.EventService{Store: store.Agents, AgentID: func() int64 { return 1 }}
 		}
 		start := time.Now()
 		for settled := 0; settled < refs*perRef; {
@@ -126,7 +126,7 @@ func (r *run) runTaskWorkers(ctx context.Context, group string) error {
 // runWorkerRecovery: 10,000 tasks held by the event workers of a dead agent (agent id 0 is never
 // registered); an agent starts, adopts them and delivers: the time from its start to its first
 // delivery, and to the last.
-func (r *run) runWorkerRecovery(ctx context.Context, group string, store *mysql.Store, create func(string, int, int) error,
+func (r *run) runWorkerRecovery(ctx context.Context, group string, store *wire.Stores, create func(string, int, int) error,
 	delivered *atomic.Int64, firstAt *atomic.Pointer[time.Time]) error {
 	refs, perRef := pick(r, 500, 50), 20
 	if err := create("dead", refs, perRef); err != nil {
@@ -135,8 +135,8 @@ func (r *run) runWorkerRecovery(ctx context.Context, group string, store *mysql.
 	// The dead agent: its engine claims every head, assigns them to its event workers, and dies in
 	// the middle of their deliveries (they are released, their workers stay live).
 	blocked := &blockingDeliverer{}
-	dead := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: blocked, Concurrency: refs},
-		Workers: &processing.EventService{Store: store, AgentID: func() int64 { return -1 }}}
+	dead := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: blocked, Concurrency: refs},
+		Workers: &processing.EventService{Store: store.Agents, AgentID: func() int64 { return -1 }}}
 	dctx, kill := context.WithCancel(ctx)
 	go func() {
 		for blocked.started.Load() < int64(refs) && dctx.Err() == nil {
@@ -149,7 +149,7 @@ func (r *run) runWorkerRecovery(ctx context.Context, group string, store *mysql.
 		return err
 	}
 	kill()
-	held, err := store.ActiveWorkers(ctx)
+	held, err := store.Agents.ActiveWorkers(ctx)
 	if err != nil {
 		return err
 	}
@@ -157,10 +157,10 @@ func (r *run) runWorkerRecovery(ctx context.Context, group string, store *mysql.
 	firstAt.Store(nil)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	client := webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true})
-	e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Tasks: &processing.Tasks{Deliverer: client},
-		Workers: &processing.EventService{Store: store, Logger: log}}
+	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log, Tasks: &processing.Tasks{Deliverer: client},
+		Workers: &processing.EventService{Store: store.Agents, Logger: log}}
 	start := time.Now()
-	a, err := agents.New(store, e, agents.Config{Member: agents.MemberConfig{Name: "bench-recovery", Kind: "standalone",
+	a, err := agents.New(store.Agents, e, agents.Config{Member: agents.MemberConfig{Name: "bench-recovery", Kind: "standalone",
 		PulseInterval: 200 * time.Millisecond, Expiration: time.Second, Logger: log}, PollInterval: 50 * time.Millisecond, BatchSize: 200})
 	if err != nil {
 		return err
@@ -183,7 +183,7 @@ func (r *run) runWorkerRecovery(ctx context.Context, group string, store *mysql.
 		fmt.Sprintf("%d of %d delivered", delivered.Load(), refs*perRef))
 	adopted := 0
 	for _, w := range held {
-		got, ok, err := store.Worker(ctx, w.ID)
+		got, ok, err := store.Agents.Worker(ctx, w.ID)
 		if err == nil && ok && got.AgentID != w.AgentID {
 			adopted++
 		}

@@ -7,7 +7,9 @@ import (
 	"strings"
 
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // idRange is the ids [first, first+n) of rows the bench loaded as they are, not through a worker.
@@ -21,11 +23,11 @@ type idRange struct{ first, n int64 }
 // requires what it expects of the result (every event settled, no unreported settlement: the bench
 // kills no worker).
 func audit(ctx context.Context, db *sql.DB, ledger *verify.Ledger, seeded ...idRange) (verify.Result, error) {
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	if err != nil {
 		return verify.Result{}, err
 	}
-	all, err := store.AuditEvents(ctx)
+	all, err := mysqltest.AuditEvents(ctx, store.DB.Pool())
 	if err != nil {
 		return verify.Result{}, err
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 )
 
@@ -42,7 +43,7 @@ type run struct {
 	client *sqs.Client
 	q      queue.Queues
 	env    []string
-	store  *mysql.Store
+	store  *wire.Stores
 	// reports is the directory where each worker process writes its reports of what it settled.
 	reports string
 	starts  map[string]int // workers started so far, by role; every second one takes the lease path
@@ -113,7 +114,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := mysql.Migrate(ctx, db); err != nil {
 		return nil, err
 	}
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	if err != nil {
 		return nil, err
 	}

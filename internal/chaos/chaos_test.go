@@ -22,6 +22,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
@@ -60,7 +61,7 @@ func TestChaosCheckerReportsEveryViolation(t *testing.T) {
 				"WHERE processed_by IN ('processor', 'sweeper') AND kind = 'plain' LIMIT 1"); err != nil {
 				return err
 			}
-			store, err := mysql.NewStore(db, mysql.StoreConfig{})
+			store, err := wire.StoresOn(db, mysql.Config{})
 			if err != nil {
 				return err
 			}
@@ -68,7 +69,7 @@ func TestChaosCheckerReportsEveryViolation(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			b, err := (&processing.Engine{Store: store, By: exactlyonce.BySweeper, Report: rep}).ProcessDue(ctx, 0, 10)
+			b, err := (&processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Report: rep}).ProcessDue(ctx, 0, 10)
 			if err != nil || b.Settled != 1 {
 				return fmt.Errorf("settle the event again: %v, %+v", err, b)
 			}

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 )
 
@@ -59,12 +59,12 @@ func (r *run) check(ctx context.Context, collected []created, settled bool) {
 	// What the database holds, checked against what the workers reported settling (internal/verify):
 	// every event settled exactly once, by one claim that one worker reported, or by a claim whose
 	// worker reported starting it and was killed (or lost its commit's answer) before reporting more.
-	audit, err := r.store.AuditEvents(ctx)
+	audit, err := mysqltest.AuditEvents(ctx, r.store.DB.Pool())
 	if err != nil {
 		violate("read events: %v", err)
 		return
 	}
-	if err := r.store.DB().QueryRowContext(ctx, "SELECT COALESCE(SUM(events), 0) FROM event_pages").Scan(&rep.Packed); err != nil {
+	if err := r.store.DB.Pool().QueryRowContext(ctx, "SELECT COALESCE(SUM(events), 0) FROM event_pages").Scan(&rep.Packed); err != nil {
 		violate("read the packed history: %v", err)
 	}
 	ledger := verify.NewLedger()
@@ -88,7 +88,7 @@ func (r *run) check(ctx context.Context, collected []created, settled bool) {
 		rep.Lost++
 		violate("event %d never processed", id)
 	}
-	stored := make(map[int64]mysql.Audit, len(audit))
+	stored := make(map[int64]verify.Audit, len(audit))
 	for _, e := range audit {
 		if _, dup := stored[e.ID]; dup {
 			rep.DuplicateIDs++

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // lateBlock is the ids a late creator's store reserves at once, and lateEvents how many events it
@@ -26,7 +27,7 @@ const (
 // acknowledged create. Its creates are sync creates to the checker; one whose call failed (the
 // database down) may or may not have committed, as one through an API.
 func (r *run) lateLoop(ctx context.Context, out chan<- created) {
-	db := r.store.DB()
+	db := r.store.DB.Pool()
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -39,13 +40,13 @@ func (r *run) lateLoop(ctx context.Context, out chan<- created) {
 		if _, err := db.ExecContext(ctx, "UPDATE status SET id = (id DIV 10000 + 1) * 10000 + ?", r.intn(5000)); err != nil {
 			continue
 		}
-		late, err := mysql.NewStore(db, mysql.StoreConfig{BlockSize: lateBlock})
+		late, err := wire.StoresOn(db, mysql.Config{BlockSize: lateBlock})
 		if err != nil {
 			r.logf("late creates: %v", err)
 			return
 		}
 		create := func() bool {
-			e, err := late.CreateProcessed(context.Background(), "late")
+			e, err := late.Events.CreateProcessed(context.Background(), "late")
 			if err != nil {
 				out <- created{err: err}
 				return false

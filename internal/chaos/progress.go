@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 )
 
@@ -21,7 +21,7 @@ func (r *run) progressLoop(ctx context.Context, db *sql.DB) {
 		case <-t.C:
 		}
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
-		pending, err := mysql.CountOpen(qctx, db)
+		pending, err := mysqltest.CountOpen(qctx, db)
 		cancel()
 		if err != nil {
 			pending = -1
@@ -38,7 +38,7 @@ func (r *run) progressLoop(ctx context.Context, db *sql.DB) {
 func (r *run) settle(ctx context.Context, db *sql.DB) bool {
 	deadline := time.Now().Add(r.cfg.Settle)
 	for time.Now().Before(deadline) {
-		pending, err := mysql.CountOpen(ctx, db)
+		pending, err := mysqltest.CountOpen(ctx, db)
 		if err != nil {
 			pending = -1
 		}

@@ -26,7 +26,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -96,7 +96,7 @@ func RunWorker(role string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	store, err := child.OpenStore()
+	stores, err := child.OpenStores()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -125,12 +125,12 @@ func RunWorker(role string) int {
 			return 2
 		}
 		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
-		handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: cfg.QueueURL},
+		handler := &api.Server{Stores: stores.API(), Queue: &queue.SQSSender{Client: client, QueueURL: cfg.QueueURL},
 			Logger: log, AsyncGroup: api.AsyncGroup{Linger: local.DefaultAsyncLinger}, Webhook: wire.WebhookPolicy(cfg)}
 		srv := httpserver.New(handler)
 		started = "started http://" + ln.Addr().String()
 		stats = func() WorkerStats {
-			st := store.Stats()
+			st := stores.DB.Stats()
 			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries, GaveUp: st.GaveUp}
 		}
 		run = func(ctx context.Context) {
@@ -148,7 +148,7 @@ func RunWorker(role string) int {
 		if err != nil {
 			hold = 1500 * time.Millisecond
 		}
-		c := &contender{db: store.DB(), hold: hold}
+		c := &contender{db: stores.DB.Pool(), hold: hold}
 		stats = func() WorkerStats {
 			return WorkerStats{Holds: c.holds.Load(), ContenderDeadlocks: c.deadlocks.Load(), ContenderTimeouts: c.timeouts.Load()}
 		}
@@ -161,12 +161,12 @@ func RunWorker(role string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		p := &processing.Processor{Store: store, Logger: log, Visibility: vis, Works: works, Lease: lease, Report: reports,
+		p := &processing.Processor{Store: stores.Events, TaskStore: stores.Tasks, Logger: log, Visibility: vis, Works: works, Lease: lease, Report: reports,
 			Tasks: tasks}
 		m := mapping.New(client, p.Handle, mapping.Config{QueueURL: cfg.QueueURL, Concurrency: 2, BatchSize: 10,
 			WaitTime: time.Second, Timeout: 30 * time.Second, Logger: log})
 		stats = func() WorkerStats {
-			st := store.Stats()
+			st := stores.DB.Stats()
 			_, received, deleted, failed, _ := m.Stats.Snapshot()
 			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
 				GaveUp: st.GaveUp, Received: received, Deleted: deleted, Failed: failed, Extended: vis.Extended.Load()}
@@ -183,21 +183,21 @@ func RunWorker(role string) int {
 		ac.Member.PulseInterval, ac.Member.Expiration = 200*time.Millisecond, time.Second
 		// And they fold the count between batches, every second, so that the count's folds run
 		// under the kills and restarts too (the run checks GET /events against the creates).
-		ac.Maintain = sweeping.New(store, sweeping.Config{Logger: log, MaintainEvery: time.Second,
+		ac.Maintain = sweeping.New(stores.Sweeping(), sweeping.Config{Logger: log, MaintainEvery: time.Second,
 			KeepHistory: os.Getenv("CHAOS_KEEP_HISTORY") == "1"}).AgentMaintenance()
 		tasks, err := wire.Tasks(ctx, cfg, log)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		a, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: works,
+		a, err := agents.New(stores.Agents, &processing.Engine{Store: stores.Events, TaskStore: stores.Tasks, By: exactlyonce.BySweeper, Works: works,
 			Lease: lease, Report: counting, Logger: log, Tasks: tasks}, ac)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
 		stats = func() WorkerStats {
-			st := store.Stats()
+			st := stores.DB.Stats()
 			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
 				GaveUp: st.GaveUp, Swept: counting.settled.Load()}
 		}
@@ -205,23 +205,23 @@ func RunWorker(role string) int {
 	case RolePacker:
 		// The fold and the pack of a sweeper's maintenance, over and over, a unit or two at a time
 		// (a sweeper's maintenance packs up to ten units a transaction, once a second), their packs
-		// dawdling at random between statements (mysql.WithPackSteps): so that packs of the same
+		// dawdling at random between statements (pagestore.WithPackSteps): so that packs of the same
 		// units overlap each other's, the sweepers', the folds and the late creates in every way,
 		// the interleavings of issue 29, which packs of a few milliseconds rarely meet.
 		stats = func() WorkerStats {
-			st := store.Stats()
+			st := stores.DB.Stats()
 			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries, GaveUp: st.GaveUp}
 		}
 		run = func(ctx context.Context) {
-			dawdle := mysql.WithPackSteps(ctx, func(*sql.Tx, string) {
+			dawdle := pagestore.WithPackSteps(ctx, func(*sql.Tx, string) {
 				if rand.IntN(2) == 0 {
 					time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
 				}
 			})
 			for ctx.Err() == nil {
-				_, err := store.FoldSettled(ctx, 1000)
+				_, err := stores.Events.FoldSettled(ctx, 1000)
 				if err == nil {
-					_, _, err = store.PackPages(dawdle, 1+rand.IntN(2), time.Second)
+					_, _, err = stores.Pages.PackPages(dawdle, 1+rand.IntN(2), time.Second)
 				}
 				if err != nil {
 					time.Sleep(50 * time.Millisecond) // the database is down, or restarting

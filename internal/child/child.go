@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -141,14 +140,14 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// OpenStore opens the store a child process works on, from the environment the functions read
+// OpenStores opens the stores a child process works on, from the environment the functions read
 // (DB_DSN, ALLOCATOR, ...), without migrating: the parent has migrated the database, and it may be
 // down when the child starts (the child then fails its work, not its start).
-func OpenStore() (*mysql.Store, error) {
+func OpenStores() (*wire.Stores, error) {
 	cfg, err := config.Load(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
 	cfg.DB.Migrate = new(false)
-	return wire.OpenStore(context.Background(), cfg)
+	return wire.OpenStores(context.Background(), cfg)
 }

@@ -86,11 +86,11 @@ type DB struct {
 	// MaxOpenConns is DB_MAX_OPEN_CONNS: the connection pool's size per process.
 	MaxOpenConns int
 	// Migrate is DB_MIGRATE: whether opening the store applies the embedded schema. Nil: unset
-	// (wire.OpenStore says what that means).
+	// (wire.OpenDB says what that means).
 	Migrate *bool
 }
 
-// Store configures the store (mysql.StoreConfig; zero fields take its defaults).
+// Store configures the stores' core handle (mysql.Config; zero fields take its defaults).
 type Store struct {
 	// Allocator is ALLOCATOR: one of Allocators().
 	Allocator string

@@ -19,6 +19,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -246,11 +247,11 @@ func TestUpstreamFailureIsA502WithNoInternalText(t *testing.T) {
 // its 404 for an event that does not exist.
 func TestWithTheRealAPI(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	_, err := store.RegisterAgent(context.Background(), exactlyonce.AgentSpec{Name: "console-test-agent", Kind: "standalone",
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	_, err := store.Agents.RegisterAgent(context.Background(), exactlyonce.AgentSpec{Name: "console-test-agent", Kind: "standalone",
 		Sharding: exactlyonce.ShardingDynamic}, time.Minute)
 	require.NoError(t, err)
-	base := serve(t, Options{API: &api.Server{Store: store}})
+	base := serve(t, Options{API: &api.Server{Stores: store.API()}})
 
 	status, _, body := do(t, "GET", base+"/ui/api/agents", "", nil)
 	require.Equal(t, http.StatusOK, status, body)

@@ -13,6 +13,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -40,8 +41,8 @@ func encodeURIComponent(s string) string {
 func TestEveryAcceptedNameReadsBackThroughTheConsole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	a := &api.Server{Store: store}
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	a := &api.Server{Stores: store.API()}
 	base := serve(t, Options{API: a})
 
 	create := func(ref string) (int, map[string]any) {
@@ -76,7 +77,7 @@ func TestEveryAcceptedNameReadsBackThroughTheConsole(t *testing.T) {
 	}
 
 	long := strings.Repeat("é", 255)
-	_, err := store.ApplyCounterMessages(ctx, []exactlyonce.CounterMessage{{EntityID: "e", EntityType: long, UserID: long, Action: exactlyonce.CounterAdded}})
+	_, err := store.Counters.ApplyCounterMessages(ctx, []exactlyonce.CounterMessage{{EntityID: "e", EntityType: long, UserID: long, Action: exactlyonce.CounterAdded}})
 	require.NoError(t, err)
 	status, _, body := do(t, "GET", base+"/ui/api/counters/"+encodeURIComponent(long)+"/"+encodeURIComponent(long), "", nil)
 	require.Equal(t, http.StatusOK, status, body)

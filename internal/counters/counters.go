@@ -3,7 +3,7 @@
 // counts, exactly once each whatever the queue's duplicates and order, and publishes one result
 // notification per message.
 //
-// A batch is applied in one transaction (mysql.Store.ApplyCounterMessages), which also records the
+// A batch is applied in one transaction (counterstore's ApplyCounterMessages), which also records the
 // batch's notifications; they are published after the commit and marked published. A
 // notification whose publish failed, or whose process died before publishing, is published by the
 // sweeper later (internal/sweeping/counters.go): at least once. Consumers of the notifications drop
@@ -22,7 +22,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 )
 
-// Store applies counter messages and records what was published (mysql.Store has it).
+// Store applies counter messages and records what was published (internal/mysql/counterstore
+// implements it).
 type Store interface {
 	ApplyCounterMessages(ctx context.Context, msgs []exactlyonce.CounterMessage) ([]exactlyonce.CounterResult, error)
 	MarkCounterPublished(ctx context.Context, ids []string) error

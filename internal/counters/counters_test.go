@@ -20,8 +20,10 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/counterstore"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -101,7 +103,7 @@ func TestTenThousandMessagesFromEightConsumers(t *testing.T) {
 	}
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
 	client := localsqs.Client(t)
 	in := localsqs.Queues(t, client, 30, 5)
 	results := localsqs.Queues(t, client, 30, 5)
@@ -149,7 +151,7 @@ func TestTenThousandMessagesFromEightConsumers(t *testing.T) {
 	rand.Shuffle(len(bodies), func(i, j int) { bodies[i], bodies[j] = bodies[j], bodies[i] })
 	sendAll(t, client, in.URL, bodies)
 
-	c := &counters.Consumer{Store: store, Publisher: &counters.SQSPublisher{Client: client, QueueURL: results.URL}}
+	c := &counters.Consumer{Store: store.Counters, Publisher: &counters.SQSPublisher{Client: client, QueueURL: results.URL}}
 	m := mapping.New(client, c.Handle, mapping.Config{QueueURL: in.URL, QueueARN: in.ARN, Concurrency: 8, BatchSize: 10})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -161,7 +163,7 @@ func TestTenThousandMessagesFromEightConsumers(t *testing.T) {
 	stop()
 	<-done
 	_, received, deleted, failed, errored := m.Stats.Snapshot()
-	t.Logf("received %d, deleted %d, failed %d, errored batches %d, store %+v", received, deleted, failed, errored, store.Stats())
+	t.Logf("received %d, deleted %d, failed %d, errored batches %d, store %+v", received, deleted, failed, errored, store.DB.Stats())
 
 	notes := drain(t, client, results.URL, len(bodies), time.Minute)
 	byID := map[string]exactlyonce.CounterResult{}
@@ -190,7 +192,7 @@ func TestTenThousandMessagesFromEightConsumers(t *testing.T) {
 	// applied, and nothing wanted.
 	keys := 0
 	for u := range 100 {
-		sums, err := store.CounterSums(ctx, fmt.Sprintf("user-%d", u))
+		sums, err := store.Counters.CounterSums(ctx, fmt.Sprintf("user-%d", u))
 		require.NoError(t, err)
 		for _, typ := range types {
 			k := key{EntityType: typ, UserID: fmt.Sprintf("user-%d", u)}
@@ -213,17 +215,17 @@ func TestTenThousandMessagesFromEightConsumers(t *testing.T) {
 		}
 	}
 	for k, n := range want {
-		v, err := store.CounterSum(ctx, k)
+		v, err := store.Counters.CounterSum(ctx, k)
 		require.NoError(t, err)
 		require.Equal(t, n, v.Sum, "sum of %v", k)
 	}
 	require.GreaterOrEqual(t, keys, 290, "keys with a row, of 300")
 	require.LessOrEqual(t, keys, 300, "keys with a row, of 300")
-	all := make([]int64, mysql.CounterBuckets)
+	all := make([]int64, counterstore.CounterBuckets)
 	for i := range all {
 		all[i] = int64(i)
 	}
-	checked, bad, err := store.ReconcileCounters(ctx, all, 1000)
+	checked, bad, err := store.Counters.ReconcileCounters(ctx, all, 1000)
 	require.NoError(t, err)
 	require.Equal(t, keys, checked)
 	require.Empty(t, bad)
@@ -234,7 +236,7 @@ func TestTenThousandMessagesFromEightConsumers(t *testing.T) {
 func TestPoisonMessagesEndInTheDLQ(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	client := localsqs.Client(t)
 	in := localsqs.Queues(t, client, 1, 2) // 1 s visibility, DLQ after 2 receives: a short test
 	results := localsqs.Queues(t, client, 30, 5)
@@ -257,7 +259,7 @@ func TestPoisonMessagesEndInTheDLQ(t *testing.T) {
 	rand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 	sendAll(t, client, in.URL, all)
 
-	c := &counters.Consumer{Store: store, Publisher: &counters.SQSPublisher{Client: client, QueueURL: results.URL}}
+	c := &counters.Consumer{Store: store.Counters, Publisher: &counters.SQSPublisher{Client: client, QueueURL: results.URL}}
 	m := mapping.New(client, c.Handle, mapping.Config{QueueURL: in.URL, QueueARN: in.ARN, Concurrency: 2, BatchSize: 10})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -266,13 +268,13 @@ func TestPoisonMessagesEndInTheDLQ(t *testing.T) {
 	stop()
 	<-done
 	require.ElementsMatch(t, poison, dead)
-	v, err := store.CounterSum(ctx, exactlyonce.CounterKey{EntityType: "t", UserID: "u"})
+	v, err := store.Counters.CounterSum(ctx, exactlyonce.CounterKey{EntityType: "t", UserID: "u"})
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.CounterSum{Sum: 20, Version: 20}, v)
 	notes := drain(t, client, results.URL, len(bodies), 30*time.Second)
 	require.Len(t, notes, len(bodies))
 	var unpublished int
-	require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM counter_notifications WHERE state = 0").Scan(&unpublished))
+	require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM counter_notifications WHERE state = 0").Scan(&unpublished))
 	require.Zero(t, unpublished, "the consumer marks what it published")
 }
 
@@ -281,10 +283,10 @@ func TestPoisonMessagesEndInTheDLQ(t *testing.T) {
 func TestRedeliveredBatchCountsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	var got [][]exactlyonce.CounterResult
 	rec := metrics.NewRecorder(metrics.PartCounter, true, nil)
-	c := &counters.Consumer{Store: store, Applied: func(rs []exactlyonce.CounterResult) { got = append(got, rs) }, Metrics: rec}
+	c := &counters.Consumer{Store: store.Counters, Applied: func(rs []exactlyonce.CounterResult) { got = append(got, rs) }, Metrics: rec}
 	ev := events.SQSEvent{Records: []events.SQSMessage{
 		{MessageId: "1", Body: `{"entityId":"a","entityType":"t","userId":"u","action":"added"}`},
 		{MessageId: "2", Body: `{"entityId":"b","entityType":"t","userId":"u","action":"added"}`},

@@ -21,10 +21,12 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/counterstore"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
@@ -42,7 +44,7 @@ func TestMain(m *testing.M) {
 }
 
 func runCounterChild() int {
-	store, err := child.OpenStore()
+	store, err := child.OpenStores()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -51,7 +53,7 @@ func runCounterChild() int {
 	var hangAfter int64
 	fmt.Sscan(os.Getenv("HANG_AFTER"), &hangAfter)
 	var applied atomic.Int64
-	c := &counters.Consumer{Store: store, Publisher: &counters.SQSPublisher{Client: client, QueueURL: os.Getenv("RESULTS_URL")},
+	c := &counters.Consumer{Store: store.Counters, Publisher: &counters.SQSPublisher{Client: client, QueueURL: os.Getenv("RESULTS_URL")},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Applied: func([]exactlyonce.CounterResult) {
 			n := applied.Add(1)
@@ -102,25 +104,25 @@ func newWorkload(entities, users int) workload {
 // sum is what the messages count, nothing is counted twice (reconciliation), no notification is
 // left unpublished, every message sent has a notification, and each count's applied notifications
 // carry its versions 1..N once each.
-func (w workload) check(t *testing.T, store *mysql.Store, client *sqs.Client, resultsURL string) {
+func (w workload) check(t *testing.T, store *wire.Stores, client *sqs.Client, resultsURL string) {
 	t.Helper()
 	ctx := context.Background()
 	var keys []int64
 	for k, n := range w.want {
-		v, err := store.CounterSum(ctx, k)
+		v, err := store.Counters.CounterSum(ctx, k)
 		require.NoError(t, err)
 		require.Equal(t, n, v.Sum, "sum of %v", k)
-		keys = append(keys, mysql.UserBucket(k.UserID))
+		keys = append(keys, counterstore.UserBucket(k.UserID))
 	}
-	_, bad, err := store.ReconcileCounters(ctx, keys, 10_000)
+	_, bad, err := store.Counters.ReconcileCounters(ctx, keys, 10_000)
 	require.NoError(t, err)
 	require.Empty(t, bad)
 	var unpublished int
-	require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM counter_notifications WHERE state = 0").Scan(&unpublished))
+	require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM counter_notifications WHERE state = 0").Scan(&unpublished))
 	require.Zero(t, unpublished)
 
 	var total int
-	require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM counter_notifications").Scan(&total))
+	require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM counter_notifications").Scan(&total))
 	// Notifications are published at least once: a process killed after publishing and before
 	// marking them published has them published again by the sweep, and a consumer drops a repeat
 	// by its id. So the results queue is drained until every recorded id was heard.
@@ -150,7 +152,7 @@ func (w workload) check(t *testing.T, store *mysql.Store, client *sqs.Client, re
 		require.GreaterOrEqual(t, heard[b], n, "notifications of %s", b)
 	}
 	for k, vs := range versions {
-		v, err := store.CounterSum(ctx, k)
+		v, err := store.Counters.CounterSum(ctx, k)
 		require.NoError(t, err)
 		require.Len(t, vs, int(v.Version), "versions of %v", k)
 		for ver, n := range vs {
@@ -175,7 +177,7 @@ func TestConsumerKilledMidRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, dsn := testdb.DB(t, 8)
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	endpoint := localsqs.Endpoint(t)
 	client := localsqs.NewClient(endpoint)
@@ -194,7 +196,7 @@ func TestConsumerKilledMidRun(t *testing.T) {
 	<-p.Exited()
 
 	pub := &counters.SQSPublisher{Client: client, QueueURL: results.URL}
-	c := &counters.Consumer{Store: store, Publisher: pub}
+	c := &counters.Consumer{Store: store.Counters, Publisher: pub}
 	m := mapping.New(client, c.Handle, mapping.Config{QueueURL: in.URL, Concurrency: 4, BatchSize: 10})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -207,7 +209,7 @@ func TestConsumerKilledMidRun(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM counter_notifications WHERE state = 0").Scan(&unpublished))
 	require.NotZero(t, unpublished, "the hung batch's notifications were never published")
 	t.Logf("unpublished after the run: %d", unpublished)
-	res := sweeping.SweepCounters(ctx, store, sweeping.Counters{Publisher: pub, RepublishAfter: -1}, nil)
+	res := sweeping.SweepCounters(ctx, store.Counters, sweeping.Counters{Publisher: pub, RepublishAfter: -1}, nil)
 	require.Zero(t, res.Errors)
 	require.Equal(t, unpublished, res.Republished)
 	w.check(t, store, client, results.URL)
@@ -225,7 +227,7 @@ func TestDatabaseStoppedMidRun(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	require.NoError(t, mysql.Migrate(ctx, db))
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	client := localsqs.Client(t)
 	in := localsqs.Queues(t, client, 1, 1000)
@@ -235,7 +237,7 @@ func TestDatabaseStoppedMidRun(t *testing.T) {
 
 	var batches atomic.Int64
 	pub := &counters.SQSPublisher{Client: client, QueueURL: results.URL}
-	c := &counters.Consumer{Store: store, Publisher: pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	c := &counters.Consumer{Store: store.Counters, Publisher: pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Applied: func([]exactlyonce.CounterResult) { batches.Add(1) }}
 	m := mapping.New(client, c.Handle, mapping.Config{QueueURL: in.URL, Concurrency: 4, BatchSize: 10,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -254,7 +256,7 @@ func TestDatabaseStoppedMidRun(t *testing.T) {
 	stop()
 	<-done
 
-	res := sweeping.SweepCounters(ctx, store, sweeping.Counters{Publisher: pub, RepublishAfter: -1}, nil)
+	res := sweeping.SweepCounters(ctx, store.Counters, sweeping.Counters{Publisher: pub, RepublishAfter: -1}, nil)
 	require.Zero(t, res.Errors)
 	w.check(t, store, client, results.URL)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,9 +25,9 @@ func TestCounterSample(t *testing.T) {
 	require.NoError(t, err)
 	var ev events.SQSEvent
 	require.NoError(t, json.Unmarshal(b, &ev))
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	var got []exactlyonce.CounterResult
-	c := &counters.Consumer{Store: store, Applied: func(rs []exactlyonce.CounterResult) { got = rs }}
+	c := &counters.Consumer{Store: store.Counters, Applied: func(rs []exactlyonce.CounterResult) { got = rs }}
 	resp, err := c.Handle(context.Background(), ev)
 	require.NoError(t, err)
 	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: ev.Records[6].MessageId}}, resp.BatchItemFailures)

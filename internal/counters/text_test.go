@@ -9,7 +9,9 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/counters"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/counterstore"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -43,8 +45,8 @@ func added(entity, typ, user string) string {
 func TestATrailingSpaceDoesNotJamItsCount(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	c := &counters.Consumer{Store: store}
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	c := &counters.Consumer{Store: store.Counters}
 
 	first := handleBatch(t, c, added("e1", "t", "u"))
 	spaced := handleBatch(t, c, added("e2", "t ", "u"))
@@ -56,10 +58,10 @@ func TestATrailingSpaceDoesNotJamItsCount(t *testing.T) {
 	require.Empty(t, first)
 	require.Equal(t, []string{"0"}, spaced, "the type with a trailing space is refused, alone")
 
-	sums, err := store.CounterSums(ctx, "u")
+	sums, err := store.Counters.CounterSums(ctx, "u")
 	require.NoError(t, err)
 	require.Equal(t, map[string]exactlyonce.CounterSum{"t": {Sum: 3, Version: 3}}, sums)
-	v, err := store.CounterSum(ctx, exactlyonce.CounterKey{EntityType: "t", UserID: "v"})
+	v, err := store.Counters.CounterSum(ctx, exactlyonce.CounterKey{EntityType: "t", UserID: "v"})
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.CounterSum{Sum: 1, Version: 1}, v)
 }
@@ -72,14 +74,14 @@ func TestATrailingSpaceDoesNotJamItsCount(t *testing.T) {
 func TestCountsStoredWithATrailingSpaceStayApart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	user := ""
 	for i := 0; user == ""; i++ {
-		if u := fmt.Sprint("user-", i); mysql.UserBucket(u) == mysql.UserBucket(u+" ") {
+		if u := fmt.Sprint("user-", i); counterstore.UserBucket(u) == counterstore.UserBucket(u+" ") {
 			user = u
 		}
 	}
-	_, err := store.ApplyCounterMessages(ctx, []exactlyonce.CounterMessage{
+	_, err := store.Counters.ApplyCounterMessages(ctx, []exactlyonce.CounterMessage{
 		{EntityID: "e1", EntityType: "t", UserID: "u", Action: exactlyonce.CounterAdded},
 		{EntityID: "e2", EntityType: "t ", UserID: "u", Action: exactlyonce.CounterAdded},
 		{EntityID: "e1", EntityType: "t", UserID: user, Action: exactlyonce.CounterAdded},
@@ -87,10 +89,10 @@ func TestCountsStoredWithATrailingSpaceStayApart(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	c := &counters.Consumer{Store: store}
+	c := &counters.Consumer{Store: store.Counters}
 	require.Empty(t, handleBatch(t, c, added("e3", "t", "u"), added("e3", "t", user)))
 
-	sums, err := store.CounterSums(ctx, "u")
+	sums, err := store.Counters.CounterSums(ctx, "u")
 	require.NoError(t, err)
 	require.Equal(t, map[string]exactlyonce.CounterSum{"t": {Sum: 2, Version: 2}, "t ": {Sum: 1, Version: 1}}, sums)
 	for _, k := range []struct {
@@ -102,16 +104,16 @@ func TestCountsStoredWithATrailingSpaceStayApart(t *testing.T) {
 		{exactlyonce.CounterKey{EntityType: "t", UserID: user}, exactlyonce.CounterSum{Sum: 2, Version: 2}},
 		{exactlyonce.CounterKey{EntityType: "t", UserID: user + " "}, exactlyonce.CounterSum{Sum: 1, Version: 1}},
 	} {
-		got, err := store.CounterSum(ctx, k.key)
+		got, err := store.Counters.CounterSum(ctx, k.key)
 		require.NoError(t, err)
 		require.Equal(t, k.want, got, "%q", k.key)
 	}
-	sums, err = store.CounterSums(ctx, user)
+	sums, err = store.Counters.CounterSums(ctx, user)
 	require.NoError(t, err)
 	require.Equal(t, map[string]exactlyonce.CounterSum{"t": {Sum: 2, Version: 2}}, sums)
 
 	// The sweeper's reconciliation counts each count's own facts.
-	checked, bad, err := store.ReconcileCounters(ctx, []int64{mysql.UserBucket("u"), mysql.UserBucket(user)}, 100)
+	checked, bad, err := store.Counters.ReconcileCounters(ctx, []int64{counterstore.UserBucket("u"), counterstore.UserBucket(user)}, 100)
 	require.NoError(t, err)
 	require.Equal(t, 4, checked)
 	require.Empty(t, bad)

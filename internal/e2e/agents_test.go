@@ -18,6 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,7 +28,7 @@ import (
 // /agents lists both.
 func TestLocalSweeperIsAnAgentAndSharesWithAStandaloneOne(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
 	ledger := verify.NewLedger()
@@ -39,7 +40,7 @@ func TestLocalSweeperIsAnAgentAndSharesWithAStandaloneOne(t *testing.T) {
 	}, testLogger())
 	require.NoError(t, err)
 	fast.Name, fast.Kind, fast.Logger = "standalone", "standalone", testLogger()
-	standalone, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Report: ledger},
+	standalone, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Report: ledger},
 		agents.Config{Member: fast, PollInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -57,7 +58,7 @@ func TestLocalSweeperIsAnAgentAndSharesWithAStandaloneOne(t *testing.T) {
 	t.Cleanup(stop)
 
 	testutil.Eventually(t, 30*time.Second, "the two agents run, each on half the hash space", func() bool {
-		as, err := store.Agents(context.Background())
+		as, err := store.Agents.Agents(context.Background())
 		require.NoError(t, err)
 		return len(as) == 2 && as[0].State == exactlyonce.AgentRunning && as[1].State == exactlyonce.AgentRunning &&
 			as[0].Assigned(2, 0) && as[1].Assigned(2, 1)
@@ -103,7 +104,7 @@ func TestLocalSweeperIsAnAgentAndSharesWithAStandaloneOne(t *testing.T) {
 	_, _, deleted, _, _ := sys.MappingStats()
 	require.Zero(t, deleted, "no queue consumer ran")
 	require.Equal(t, map[string]int{exactlyonce.BySweeper: 60}, requireSettledOnce(t, store, ledger, ids))
-	as, err := store.Agents(context.Background())
+	as, err := store.Agents.Agents(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, as, "both agents left when stopped")
 }

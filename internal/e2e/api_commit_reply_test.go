@@ -17,11 +17,13 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
@@ -62,17 +64,17 @@ func createWhoseCommitReplyIsLost(t *testing.T, allocator, path string, group ap
 	db, err := mysql.Open(mysql.ConnConfig{DSN: proxy.DSN(dsn), MaxOpenConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	store, err := mysql.NewStore(db, mysql.StoreConfig{Allocator: allocator})
+	store, err := wire.StoresOn(db, mysql.Config{Allocator: allocator})
 	require.NoError(t, err)
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
-	srv := httptest.NewServer(&api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}, Logger: testLogger(),
+	srv := httptest.NewServer(&api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}, Logger: testLogger(),
 		AsyncGroup: group})
 	t.Cleanup(srv.Close)
-	check, err := mysql.NewStore(direct, mysql.StoreConfig{})
+	check, err := wire.StoresOn(direct, mysql.Config{})
 	require.NoError(t, err)
-	stored := func() []mysql.Audit {
-		audit, err := check.AuditEvents(ctx)
+	stored := func() []verify.Audit {
+		audit, err := mysqltest.AuditEvents(ctx, check.DB.Pool())
 		require.NoError(t, err)
 		return audit
 	}
@@ -107,7 +109,7 @@ func createWhoseCommitReplyIsLost(t *testing.T, allocator, path string, group ap
 	// The event is stored, complete: the create happened although the client was told 503.
 	audit := stored()
 	require.Len(t, audit, 2, "the first event and the one whose answer was lost")
-	var orphan mysql.Audit
+	var orphan verify.Audit
 	for _, e := range audit {
 		if e.ID != first {
 			orphan = e
@@ -119,7 +121,7 @@ func createWhoseCommitReplyIsLost(t *testing.T, allocator, path string, group ap
 		// The API took the insert for failed, so no message names it: the sweeper is its only way.
 		require.True(t, queueEmpty(t, client, q.URL), "no message names the event whose create answered 503")
 		ledger := verify.NewLedger()
-		res, err := sweeping.New(check, sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
+		res, err := sweeping.New(check.Sweeping(), sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
 		require.NoError(t, err)
 		// The first event too: the test took its message instead of a processor.
 		require.Equal(t, 2, res.Processed)

@@ -17,11 +17,13 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,10 +31,10 @@ import (
 // gets its id (202), the event is stored pending, and the sweeper processes it exactly once.
 func TestQueueUnreachableAfterTheAsyncInsertCommits(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	// Nothing listens on port 1: every SendMessage fails to connect.
 	dead := &queue.SQSSender{Client: localsqs.NewClient("http://127.0.0.1:1"), QueueURL: "http://127.0.0.1:1/000000000000/events"}
-	srv := httptest.NewServer(&api.Server{Store: store, Queue: dead, Logger: testLogger()})
+	srv := httptest.NewServer(&api.Server{Stores: store.API(), Queue: dead, Logger: testLogger()})
 	t.Cleanup(srv.Close)
 
 	var ids []int64
@@ -43,12 +45,12 @@ func TestQueueUnreachableAfterTheAsyncInsertCommits(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, id := range ids {
-		e, err := store.Get(ctx, id)
+		e, err := store.Events.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, exactlyonce.Pending, e.State)
 	}
 	ledger := verify.NewLedger()
-	res, err := sweeping.New(store, sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
+	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, len(ids), res.Processed)
 	requireSettledOnce(t, store, ledger, ids, exactlyonce.BySweeper)
@@ -166,10 +168,10 @@ func apiKilledMidRequest(t *testing.T, linger time.Duration) {
 		return ids
 	}
 	// states reads every event's row.
-	states := func() map[int64]mysql.Audit {
-		audit, err := r.checkStore.AuditEvents(ctx)
+	states := func() map[int64]verify.Audit {
+		audit, err := mysqltest.AuditEvents(ctx, r.checkStore.DB.Pool())
 		require.NoError(t, err)
-		rows := make(map[int64]mysql.Audit, len(audit))
+		rows := make(map[int64]verify.Audit, len(audit))
 		for _, e := range audit {
 			_, dup := rows[e.ID]
 			require.False(t, dup, "id %d is stored twice", e.ID)

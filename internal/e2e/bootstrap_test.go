@@ -17,12 +17,14 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
 	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -134,13 +136,13 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
-	e, err := store.Get(ctx, 2)
+	e, err := store.Events.Get(ctx, 2)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.ByProcessor, e.ProcessedBy)
 
-	pendingID, err := store.CreatePending(ctx)
+	pendingID, err := store.Events.CreatePending(ctx)
 	require.NoError(t, err)
 	// The sweeper is an agent for its whole invocation, until sweeping.DefaultAgentStopBefore ahead of
 	// its deadline: a 12 s invocation runs for 4 s.
@@ -163,7 +165,7 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 	// settlement happened and left the table as it is; that the same handlers settle exactly once is
 	// shown by their reports in TestSamplesThroughTheLambdaHandlers, which runs these samples through
 	// them in process.
-	audit, err := store.AuditEvents(ctx)
+	audit, err := mysqltest.AuditEvents(ctx, store.DB.Pool())
 	require.NoError(t, err)
 	require.Len(t, audit, 3, "three events, one row each")
 	chk := verify.Check(audit, verify.NewLedger())
@@ -191,7 +193,7 @@ func TestBootstrapsThroughTheRuntimeAPI(t *testing.T) {
 	var counterResp events.SQSEventResponse
 	require.NoError(t, json.Unmarshal(invoke(start1("counter", 30*time.Second, counterEnv), "counter-batch.json").Payload, &counterResp))
 	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: "c0unter-0007-4b5e-9a0f-5d3c2b1a0e07"}}, counterResp.BatchItemFailures)
-	sum, err := store.CounterSum(ctx, exactlyonce.CounterKey{EntityType: "message", UserID: "alice"})
+	sum, err := store.Counters.CounterSum(ctx, exactlyonce.CounterKey{EntityType: "message", UserID: "alice"})
 	require.NoError(t, err)
 	// msg-1 and msg-2 added, msg-1 read: one counted, after three changes (msg-3, read before its
 	// add, never counts).

@@ -8,10 +8,12 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,15 +24,15 @@ import (
 func TestTheCheckCatchesAnEventSettledTwice(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 2)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 2))
 	ledger := verify.NewLedger()
 	ids := make([]int64, 3)
 	for i := range ids {
-		id, err := store.CreatePending(ctx)
+		id, err := store.Events.CreatePending(ctx)
 		require.NoError(t, err)
 		ids[i] = id
 	}
-	out, err := (&processing.Engine{Store: store, By: exactlyonce.ByProcessor, Report: ledger, Logger: testLogger()}).
+	out, err := (&processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.ByProcessor, Report: ledger, Logger: testLogger()}).
 		ProcessIDs(ctx, ids)
 	require.NoError(t, err)
 	for _, id := range ids {
@@ -39,21 +41,21 @@ func TestTheCheckCatchesAnEventSettledTwice(t *testing.T) {
 	requireSettledOnce(t, store, ledger, ids, exactlyonce.ByProcessor) // so far, so good
 
 	reset := func(id int64) {
-		_, err := store.DB().ExecContext(ctx, `UPDATE events SET state = 0, value = NULL, processed_at = NULL,
+		_, err := store.DB.Pool().ExecContext(ctx, `UPDATE events SET state = 0, value = NULL, processed_at = NULL,
   processed_by = NULL, process_count = 0, claim_id = NULL, lease_expires_at = NULL WHERE id = ?`, id)
 		require.NoError(t, err)
 	}
 	// ids[1] is settled again by a worker that reports it: two reports of one event.
 	twice := ids[1]
 	reset(twice)
-	res, err := sweeping.New(store, sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
+	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Processed)
 	// ids[2] is settled again by a worker that does not report: the first worker's report names a
 	// claim the table does not.
 	silent := ids[2]
 	reset(silent)
-	out, err = (&processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: testLogger()}).ProcessIDs(ctx, []int64{silent})
+	out, err = (&processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: testLogger()}).ProcessIDs(ctx, []int64{silent})
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.OutcomeSettled, out[silent])
 
@@ -61,12 +63,12 @@ func TestTheCheckCatchesAnEventSettledTwice(t *testing.T) {
 	for _, id := range ids {
 		var state exactlyonce.State
 		var count int
-		require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT state, process_count FROM events WHERE id = ?", id).Scan(&state, &count))
+		require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT state, process_count FROM events WHERE id = ?", id).Scan(&state, &count))
 		require.True(t, state.Settled())
 		require.Equal(t, 1, count, "process_count cannot tell event %d was settled twice", id)
 	}
 
-	audit, err := store.AuditEvents(ctx)
+	audit, err := mysqltest.AuditEvents(ctx, store.DB.Pool())
 	require.NoError(t, err)
 	chk := verify.Check(audit, ledger)
 	require.False(t, chk.OK(), "requireSettledOnce would fail the test: %s", chk)

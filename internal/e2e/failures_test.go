@@ -20,6 +20,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/fault"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -433,7 +434,7 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 				return acks >= len(before)+len(during) && queueEmpty(t, r.client, r.q.URL)
 			})
 			r.settledOnce(append(before, during...), exactlyonce.ByProcessor)
-			audit, err := r.checkStore.AuditEvents(ctx)
+			audit, err := mysqltest.AuditEvents(ctx, r.checkStore.DB.Pool())
 			require.NoError(t, err)
 			require.Len(t, audit, len(before)+len(during), "nothing lost, nothing extra")
 			require.True(t, queueEmpty(t, r.client, r.q.DLQURL))

@@ -7,6 +7,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // The end-to-end flows of flows.go against the local system (the API over HTTP, the processor
@@ -14,7 +15,7 @@ import (
 // (localstack/e2e_test.go) run the same flows through LocalStack.
 func TestFlowsAgainstTheLocalSystem(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 1, 2)
 	sys := startSystem(t, q, store, 2*time.Second)

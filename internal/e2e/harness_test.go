@@ -18,11 +18,13 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -32,7 +34,7 @@ import (
 // the workers' reports' to show (checkSettled).
 type recorder struct {
 	check      *sql.DB // reads event states, on its own pool
-	checkStore *mysql.Store
+	checkStore *wire.Stores
 
 	mu         sync.Mutex
 	deliveries map[string]int    // messageId -> times handed to the handler
@@ -44,7 +46,7 @@ type recorder struct {
 }
 
 func newRecorder(check *sql.DB) *recorder {
-	checkStore, err := mysql.NewStore(check, mysql.StoreConfig{})
+	checkStore, err := wire.StoresOn(check, mysql.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -114,7 +116,7 @@ func (r *recorder) verify(acked []events.SQSMessage) {
 				if qerr == sql.ErrNoRows {
 					// Not in `events`: the sweeper may have packed it (Get reads its page).
 					var e exactlyonce.Event
-					e, qerr = r.checkStore.Get(context.Background(), id)
+					e, qerr = r.checkStore.Events.Get(context.Background(), id)
 					state = e.State
 					if exactlyonce.ErrorCode(qerr) == exactlyonce.ENOTFOUND {
 						break
@@ -177,7 +179,7 @@ func (r *recorder) requireNoViolations(t *testing.T) {
 // its own, read into the ledger by r.settledOnce once the child is gone).
 type rig struct {
 	t      *testing.T
-	store  *mysql.Store
+	store  *wire.Stores
 	db     *sql.DB
 	client *sqs.Client
 	q      queue.Queues
@@ -185,7 +187,7 @@ type rig struct {
 	rec    *recorder
 	ledger *verify.Ledger
 	// checkStore reads the table for the checks, on the check pool (rigOptions.check).
-	checkStore *mysql.Store
+	checkStore *wire.Stores
 	children   []reportingChild // child processes whose reports are not read yet
 }
 
@@ -210,14 +212,14 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	if check == nil {
 		check = db
 	}
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	client := localsqs.Client(t)
-	checkStore, err := mysql.NewStore(check, mysql.StoreConfig{})
+	checkStore, err := wire.StoresOn(check, mysql.Config{})
 	require.NoError(t, err)
 	r := &rig{t: t, store: store, db: db, client: client, q: localsqs.Queues(t, client, o.visibility, o.maxReceive),
 		rec: newRecorder(check), ledger: verify.NewLedger(), checkStore: checkStore}
-	r.proc = &processing.Processor{Store: store, Logger: testLogger(), Report: r.ledger}
+	r.proc = &processing.Processor{Store: store.Events, TaskStore: store.Tasks, Logger: testLogger(), Report: r.ledger}
 	return r
 }
 
@@ -227,13 +229,13 @@ func (r *rig) sweeper(cfg sweeping.Config) *sweeping.Sweeper {
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()
 	}
-	return sweeping.New(r.store, cfg)
+	return sweeping.New(r.store.Sweeping(), cfg)
 }
 
 // engine returns a processing engine on the rig's store, for the path by, that reports to the
 // rig's ledger.
 func (r *rig) engine(by string) *processing.Engine {
-	return &processing.Engine{Store: r.store, By: by, Report: r.ledger, Logger: testLogger()}
+	return &processing.Engine{Store: r.store.Events, TaskStore: r.store.Tasks, By: by, Report: r.ledger, Logger: testLogger()}
 }
 
 // child starts this test binary in role (main_test.go) with env, reporting its settlements to a
@@ -303,7 +305,7 @@ func (r *rig) pending(n int) []int64 {
 	r.t.Helper()
 	ids := make([]int64, n)
 	for i := range ids {
-		id, err := r.store.CreatePending(context.Background())
+		id, err := r.store.Events.CreatePending(context.Background())
 		require.NoError(r.t, err)
 		ids[i] = id
 	}
@@ -335,15 +337,15 @@ func drain(t *testing.T, client *sqs.Client, url string) []string {
 // event is settled, by one of the paths by when any are given. It returns the named events'
 // counts per path and the whole result, whose Unreported settlements (a worker killed, or
 // its commit's answer lost, between the commit and its report) the caller bounds.
-func checkSettled(t *testing.T, store *mysql.Store, l *verify.Ledger, ids []int64, by ...string) (map[string]int, verify.Result) {
+func checkSettled(t *testing.T, store *wire.Stores, l *verify.Ledger, ids []int64, by ...string) (map[string]int, verify.Result) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	audit, err := store.AuditEvents(ctx)
+	audit, err := mysqltest.AuditEvents(ctx, store.DB.Pool())
 	require.NoError(t, err)
 	res := verify.Check(audit, l)
 	require.Empty(t, res.Violations, "exactly once, by the workers' reports: %s", res)
-	byID := make(map[int64]mysql.Audit, len(audit))
+	byID := make(map[int64]verify.Audit, len(audit))
 	for _, e := range audit {
 		_, dup := byID[e.ID]
 		require.False(t, dup, "id %d is stored twice", e.ID)
@@ -364,7 +366,7 @@ func checkSettled(t *testing.T, store *mysql.Store, l *verify.Ledger, ids []int6
 
 // requireSettledOnce is checkSettled where no worker died or lost a commit's answer: every
 // settlement by a worker is reported by that worker, once.
-func requireSettledOnce(t *testing.T, store *mysql.Store, l *verify.Ledger, ids []int64, by ...string) map[string]int {
+func requireSettledOnce(t *testing.T, store *wire.Stores, l *verify.Ledger, ids []int64, by ...string) map[string]int {
 	t.Helper()
 	perPath, res := checkSettled(t, store, l, ids, by...)
 	require.Zero(t, res.Unreported, "every settlement reported by the worker that made it: %s", res)
@@ -372,9 +374,9 @@ func requireSettledOnce(t *testing.T, store *mysql.Store, l *verify.Ledger, ids 
 }
 
 // allSettled tells whether every named event is settled (a progress poll; the check is checkSettled).
-func allSettled(t *testing.T, store *mysql.Store, ids []int64) bool {
+func allSettled(t *testing.T, store *wire.Stores, ids []int64) bool {
 	t.Helper()
-	audit, err := store.AuditEvents(context.Background())
+	audit, err := mysqltest.AuditEvents(context.Background(), store.DB.Pool())
 	require.NoError(t, err)
 	settled := make(map[int64]bool, len(audit))
 	for _, e := range audit {

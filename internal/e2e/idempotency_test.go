@@ -22,11 +22,13 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
@@ -90,14 +92,14 @@ func keyedCreateWhoseCommitReplyIsLost(t *testing.T, allocator, path string, gro
 	db, err := mysql.Open(mysql.ConnConfig{DSN: proxy.DSN(dsn), MaxOpenConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	store, err := mysql.NewStore(db, mysql.StoreConfig{Allocator: allocator})
+	store, err := wire.StoresOn(db, mysql.Config{Allocator: allocator})
 	require.NoError(t, err)
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
-	srv := httptest.NewServer(&api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}, Logger: testLogger(),
+	srv := httptest.NewServer(&api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}, Logger: testLogger(),
 		AsyncGroup: group})
 	t.Cleanup(srv.Close)
-	check, err := mysql.NewStore(direct, mysql.StoreConfig{})
+	check, err := wire.StoresOn(direct, mysql.Config{})
 	require.NoError(t, err)
 	async := path == "/events/async"
 	created := http.StatusCreated
@@ -126,10 +128,10 @@ func keyedCreateWhoseCommitReplyIsLost(t *testing.T, allocator, path string, gro
 	require.Equal(t, http.StatusServiceUnavailable, status, "the client cannot know the create happened: %s", body)
 	require.NotContains(t, string(body), `"id"`)
 	require.EqualValues(t, 1, proxy.LostStatementReplies.Load(), "the server committed the create and its reply was lost")
-	audit, err := check.AuditEvents(ctx)
+	audit, err := mysqltest.AuditEvents(ctx, check.DB.Pool())
 	require.NoError(t, err)
 	require.Len(t, audit, 2, "the first event and the one whose answer was lost")
-	var orphan mysql.Audit
+	var orphan verify.Audit
 	for _, e := range audit {
 		if e.ID != first {
 			orphan = e
@@ -142,14 +144,14 @@ func keyedCreateWhoseCommitReplyIsLost(t *testing.T, allocator, path string, gro
 	require.Equal(t, created, status, "%s", body)
 	require.True(t, replayed, "the stored answer, replayed")
 	require.Equal(t, orphan.ID, answeredID(t, body), "the retry answers the event the lost reply created")
-	again, err := check.AuditEvents(ctx)
+	again, err := mysqltest.AuditEvents(ctx, check.DB.Pool())
 	require.NoError(t, err)
 	require.Len(t, again, 2, "no second event")
 
 	if async {
 		require.True(t, queueEmpty(t, client, q.URL), "neither the failed attempt nor the replay sent a message")
 		ledger := verify.NewLedger()
-		res, err := sweeping.New(check, sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
+		res, err := sweeping.New(check.Sweeping(), sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 2, res.Processed)
 		requireSettledOnce(t, check, ledger, []int64{first, orphan.ID}, exactlyonce.BySweeper)
@@ -177,7 +179,7 @@ func TestAPIKilledMidKeyedRequest(t *testing.T) {
 		require.NoError(t, err)
 		return c, line[len("listening "):]
 	}
-	check, err := mysql.NewStore(db, mysql.StoreConfig{})
+	check, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 
 	proc, url := startAPI()
@@ -259,7 +261,7 @@ func TestAPIKilledMidKeyedRequest(t *testing.T) {
 		require.False(t, dup, "event %d answers keys %s and %s", id, other, key)
 		ids[id] = key
 	}
-	audit, err := check.AuditEvents(ctx)
+	audit, err := mysqltest.AuditEvents(ctx, check.DB.Pool())
 	require.NoError(t, err)
 	require.Len(t, audit, len(sent), "one event per key, no more")
 	for _, e := range audit {

@@ -16,11 +16,13 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -32,12 +34,12 @@ func testLogger() *slog.Logger {
 // settlement to ledger.
 type localSystem struct {
 	*local.System
-	store  *mysql.Store
+	store  *wire.Stores
 	ledger *verify.Ledger
 	stop   func() // stops the system and waits until it has stopped; once
 }
 
-func startSystem(t *testing.T, queues queue.Queues, store *mysql.Store, grace time.Duration) *localSystem {
+func startSystem(t *testing.T, queues queue.Queues, store *wire.Stores, grace time.Duration) *localSystem {
 	t.Helper()
 	client := localsqs.Client(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -64,7 +66,7 @@ func startSystem(t *testing.T, queues queue.Queues, store *mysql.Store, grace ti
 func (ls *localSystem) requireSettledOnce(t *testing.T) map[string]int {
 	t.Helper()
 	ls.stop()
-	audit, err := ls.store.AuditEvents(context.Background())
+	audit, err := mysqltest.AuditEvents(context.Background(), ls.store.DB.Pool())
 	require.NoError(t, err)
 	var ids []int64
 	for _, e := range audit {
@@ -78,7 +80,7 @@ func (ls *localSystem) requireSettledOnce(t *testing.T) map[string]int {
 // processor's reports; the count is exact.
 func TestLocalSystemEndToEnd(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
 	// A long grace keeps the sweeper out of it: every async event must come through the queue.
@@ -93,7 +95,7 @@ func TestLocalSystemEndToEnd(t *testing.T) {
 // processes the event.
 func TestQueueSendFailureIsCoveredByTheSweeper(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	client := localsqs.Client(t)
 	good := localsqs.Queues(t, client, 30, 5)
 	broken := good
@@ -113,7 +115,7 @@ func TestQueueSendFailureIsCoveredByTheSweeper(t *testing.T) {
 // answered just before the stop is named by a message, not left to the sweeper.
 func TestLocalStopSendsTheMessagesStillHeld(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	client := localsqs.Client(t)
 	// Visibility 1 s: a message taken by a receive that the stop cancelled is soon visible again.
 	q := localsqs.Queues(t, client, 1, 5)
@@ -134,14 +136,14 @@ func TestLocalStopSendsTheMessagesStillHeld(t *testing.T) {
 	require.NoError(t, sys.Wait())
 
 	// The processor may have taken the message before the mapping stopped; otherwise it is queued.
-	pending, err := store.Get(context.Background(), id)
+	pending, err := store.Events.Get(context.Background(), id)
 	require.NoError(t, err)
 	if pending.Value != nil {
 		require.Equal(t, "processor", pending.ProcessedBy)
 		requireSettledOnce(t, store, ledger, []int64{id}, exactlyonce.ByProcessor)
 		return
 	}
-	audit, err := store.AuditEvents(context.Background())
+	audit, err := mysqltest.AuditEvents(context.Background(), store.DB.Pool())
 	require.NoError(t, err)
 	res := verify.Check(audit, ledger)
 	require.Empty(t, res.Violations, res.String())

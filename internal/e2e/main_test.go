@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 // A child says what it does on stdout, one line per step, for the test to await.
 func runChild(role string) int {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	store, err := child.OpenStore()
+	store, err := child.OpenStores()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -79,7 +79,7 @@ func runChild(role string) int {
 		if mode == "committed" {
 			report = hangBeforeReporting{Reporter: reports, hang: hang}
 		}
-		p := &processing.Processor{Store: store, Logger: log, Report: report}
+		p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks, Logger: log, Report: report}
 		if mode == "claimed" {
 			p.Works = valueWork(func(id int64) string {
 				fmt.Printf("claimed %d\n", id)
@@ -112,7 +112,7 @@ func runChild(role string) int {
 		}
 		tasks := testTasks()
 		tasks.Deliverer = hangAfterDelivery{d: tasks.Deliverer, hang: hang}
-		e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log, Report: reports,
+		e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log, Report: reports,
 			Lease: 2 * time.Second, Tasks: tasks}
 		fmt.Println("polling")
 		for {
@@ -131,7 +131,7 @@ func runChild(role string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		srv := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: queueURL}, Logger: log,
+		srv := &api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: queueURL}, Logger: log,
 			AsyncGroup: api.AsyncGroup{Linger: linger}}
 		fmt.Printf("listening http://%s\n", ln.Addr())
 		_ = http.Serve(ln, srv)

@@ -23,6 +23,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,11 +47,11 @@ func body(t *testing.T, resp events.APIGatewayProxyResponse) map[string]any {
 // contract promises. The samples are what `sam local invoke -e` and `make invoke` feed the functions.
 func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
 	ctx := context.Background()
-	apiHandler := httpadapter.New(&api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: q.URL},
+	apiHandler := httpadapter.New(&api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL},
 		AsyncGroup: api.AsyncGroup{Inline: true}}).ProxyWithContext // as functions/api wires it
 
 	resp, err := apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-post-events.json"))
@@ -77,19 +78,19 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	// The SQS sample names event 2 (pending) and carries one corrupted message.
 	sqsEvent := sample[events.SQSEvent](t, "sqs-batch.json")
 	ledger := verify.NewLedger() // the processor and the sweeper report what they settle
-	presp, err := (&processing.Processor{Store: store, Report: ledger}).Handle(ctx, sqsEvent)
+	presp, err := (&processing.Processor{Store: store.Events, TaskStore: store.Tasks, Report: ledger}).Handle(ctx, sqsEvent)
 	require.NoError(t, err)
 	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: sqsEvent.Records[1].MessageId}}, presp.BatchItemFailures)
-	e, err := store.Get(ctx, 2)
+	e, err := store.Events.Get(ctx, 2)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Processed, e.State)
 
-	pendingID, err := store.CreatePending(ctx)
+	pendingID, err := store.Events.CreatePending(ctx)
 	require.NoError(t, err)
-	sresp, err := sweeping.New(store, sweeping.Config{Grace: -1, Report: ledger}).Handle(ctx, sample[events.CloudWatchEvent](t, "scheduled.json"))
+	sresp, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Report: ledger}).Handle(ctx, sample[events.CloudWatchEvent](t, "scheduled.json"))
 	require.NoError(t, err)
 	require.Equal(t, 1, sresp.Processed)
-	e, err = store.Get(ctx, pendingID)
+	e, err = store.Events.Get(ctx, pendingID)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.BySweeper, e.ProcessedBy)
 	// Event 1 born settled and reported by no worker; 2 and the pending one each reported once.
@@ -98,7 +99,7 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 
 	raw, err := os.ReadFile(filepath.Join(repo.Root(), "events", "migrate.json"))
 	require.NoError(t, err)
-	mres, err := (&migration.Handler{Open: func(context.Context) (*mysql.Store, error) { return store, nil }, Logger: testLogger()}).
+	mres, err := (&migration.Handler{Open: func(context.Context) (*mysql.DB, error) { return store.DB, nil }, Logger: testLogger()}).
 		Handle(ctx, raw)
 	require.NoError(t, err)
 	require.Equal(t, mysql.LatestVersion(), mres.Version)
@@ -106,12 +107,12 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 
 func TestMigrateHandlerFailsTheDeployWhenARuleIsBroken(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 2)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 2))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := store.DB().ExecContext(ctx, "ALTER TABLE status ADD PRIMARY KEY (id)")
+	_, err := store.DB.Pool().ExecContext(ctx, "ALTER TABLE status ADD PRIMARY KEY (id)")
 	require.NoError(t, err)
-	_, err = (&migration.Handler{Open: func(context.Context) (*mysql.Store, error) { return store, nil }, Logger: testLogger()}).
+	_, err = (&migration.Handler{Open: func(context.Context) (*mysql.DB, error) { return store.DB, nil }, Logger: testLogger()}).
 		Handle(ctx, json.RawMessage(`{}`))
 	require.ErrorContains(t, err, "schema rules broken")
 	require.ErrorContains(t, err, "status.PRIMARY")

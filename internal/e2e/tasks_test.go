@@ -118,7 +118,7 @@ func TestTasksAreDeliveredInOrderPerReferenceByProcessorsAndSweepers(t *testing.
 	})
 	recv := httptest.NewServer(rec)
 	t.Cleanup(recv.Close)
-	srv := httptest.NewServer(&api.Server{Store: r.store, Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
+	srv := httptest.NewServer(&api.Server{Stores: r.store.API(), Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
 		Logger: testLogger(), Webhook: webhook.Policy{AllowLoopback: true}})
 	t.Cleanup(srv.Close)
 	r.run(4, 10)
@@ -230,7 +230,7 @@ func TestTaskDeliveredAgainAfterTheWorkerDiedBeforeSettling(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(recv.Close)
-	created, err := r.store.CreateTasks(context.Background(), []exactlyonce.NewTask{{URL: recv.URL, Payload: json.RawMessage(`{"a":1}`),
+	created, err := r.store.Tasks.CreateTasks(context.Background(), []exactlyonce.NewTask{{URL: recv.URL, Payload: json.RawMessage(`{"a":1}`),
 		ReferenceID: "kill-me", MaxRetries: 3}})
 	require.NoError(t, err)
 	id := created[0].ID
@@ -241,7 +241,7 @@ func TestTaskDeliveredAgainAfterTheWorkerDiedBeforeSettling(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("delivered %s 200", processing.WebhookID(id)), line)
 	proc.Kill()
 	<-proc.Exited()
-	e, err := r.store.Get(context.Background(), id)
+	e, err := r.store.Events.Get(context.Background(), id)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Processing, e.State, "delivered, never settled: the dead worker's lease holds it")
 
@@ -257,7 +257,7 @@ func TestTaskDeliveredAgainAfterTheWorkerDiedBeforeSettling(t *testing.T) {
 	require.Equal(t, []string{processing.WebhookID(id), processing.WebhookID(id)}, seen, "delivered twice, with one webhook-id")
 	mu.Unlock()
 	r.settledOnce([]int64{id}, exactlyonce.BySweeper)
-	e, err = r.store.Get(context.Background(), id)
+	e, err = r.store.Events.Get(context.Background(), id)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Processed, e.State)
 	require.Equal(t, 1, e.ProcessCount, "completed once")
@@ -287,7 +287,7 @@ func TestTasksToMetadataEndpointsAreRefusedWithPrivateAddressesAllowed(t *testin
 	dns := testutil.NewDNS(answers)
 	settings := webhook.Config{Key: testKey, AllowPrivate: true, AllowLoopback: true, Resolver: dns.Resolver(), Timeout: 5 * time.Second}
 	r.proc.Tasks = &processing.Tasks{Deliverer: webhook.New(settings), RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
-	srv := httptest.NewServer(&api.Server{Store: r.store, Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
+	srv := httptest.NewServer(&api.Server{Stores: r.store.API(), Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
 		Logger: testLogger(), Webhook: settings.Policy()})
 	t.Cleanup(srv.Close)
 	r.run(2, 10)

@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -127,7 +128,7 @@ func TestTheLocalAPIRefusesOtherSitesBrowsers(t *testing.T) {
 	} {
 		require.Equal(t, http.StatusForbidden, post(c.host, c.headers), name)
 	}
-	n, err := store.Count(context.Background())
+	n, err := store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, n, "a refused request created an event")
 
@@ -138,9 +139,9 @@ func TestTheLocalAPIRefusesOtherSitesBrowsers(t *testing.T) {
 
 // startWithConsole starts a local system on a scratch database and queues of its own, stopped when
 // the test ends.
-func startWithConsole(t *testing.T) (*local.System, *mysql.Store, queue.Queues) {
+func startWithConsole(t *testing.T) (*local.System, *wire.Stores, queue.Queues) {
 	t.Helper()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	client := localsqs.Client(t)
 	queues := localsqs.Queues(t, client, 30, 5)
 	ctx, cancel := context.WithCancel(context.Background())

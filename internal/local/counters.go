@@ -11,10 +11,10 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/counters"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // Counters is the counter service of a local run: its queue (and DLQ), polled by the counter
@@ -60,13 +60,13 @@ func EnsureCounters(ctx context.Context, client *sqs.Client, awsCfg aws.Config, 
 
 // startCounters builds the counter consumer's mapping and gives the sweeper the counter sweep (nil
 // when the run has no counters).
-func startCounters(store *mysql.Store, client *sqs.Client, opt *Options, rec *metrics.Recorder, log *slog.Logger) *mapping.Mapping {
+func startCounters(stores *wire.Stores, client *sqs.Client, opt *Options, rec *metrics.Recorder, log *slog.Logger) *mapping.Mapping {
 	c := opt.Counters
 	if c == nil {
 		return nil
 	}
 	opt.Sweep.Counters = &sweeping.Counters{Publisher: c.Publisher}
-	consumer := &counters.Consumer{Store: store, Publisher: c.Publisher, Logger: log, Metrics: rec,
+	consumer := &counters.Consumer{Store: stores.Counters, Publisher: c.Publisher, Logger: log, Metrics: rec,
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: c.Queues.URL}}
 	m := mapping.New(client, consumer.Handle, mapping.Config{QueueURL: c.Queues.URL, QueueARN: c.Queues.ARN,
 		BatchSize: opt.MappingBatchSize, Concurrency: max(opt.MappingConcurrency, 0), Timeout: opt.ProcessorTimeout, Logger: log})

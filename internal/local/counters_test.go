@@ -18,6 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,7 +32,7 @@ func TestLocalRunCountsAndNotifies(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
 	client := localsqs.NewClient(srv.URL)
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")}
 	c, err := EnsureCounters(ctx, client, awsCfg, srv.URL, log)

@@ -16,6 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,7 +27,7 @@ import (
 func TestIdleConnectionsAreClosed(t *testing.T) {
 	t.Parallel()
 	const idle = 300 * time.Millisecond
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	client := localsqs.Client(t)
 	queues := localsqs.Queues(t, client, 30, 5)
 	ctx, cancel := context.WithCancel(context.Background())

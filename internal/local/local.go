@@ -28,7 +28,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/metrics/prom"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
@@ -129,7 +128,7 @@ func (s *System) Wait() error { return <-s.done }
 // holds; then the processor, the counter consumer and the sweeper finish their batches (deleting
 // their messages) and their agents leave; then the metrics endpoint closes. Wait returns when they
 // have stopped; the queue endpoint and the database must outlive that.
-func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Options, log *slog.Logger) (*System, error) {
+func Start(ctx context.Context, stores *wire.Stores, client *sqs.Client, opt Options, log *slog.Logger) (*System, error) {
 	opt.AsyncLinger = max(cmp.Or(opt.AsyncLinger, DefaultAsyncLinger), 0)
 	opt.Sweep.Logger = cmp.Or(opt.Sweep.Logger, log)
 	if opt.Sweep.Report == nil {
@@ -148,7 +147,7 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	// One process serving many requests: the API groups the async events of concurrent requests
 	// into one INSERT, and sends messages naming many events (api.AsyncGroup); a Lambda serves one
 	// request at a time, and answers after its message is sent.
-	handler := &api.Server{Store: store, Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
+	handler := &api.Server{Stores: stores.API(), Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
 		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency, Webhook: opt.Webhook,
 		Metrics: reg.Recorder(metrics.PartAPI)}
 	ui, err := localConsole(handler, client, reg, ln.Addr().String(), opt, log)
@@ -164,11 +163,11 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 	if pollers <= 0 {
 		pollers = mapping.DefaultConcurrency
 	}
-	processor, err := newProcessors(processing.Processor{Store: store, Logger: log, Report: opt.Report, Tasks: opt.Sweep.Tasks,
+	processor, err := newProcessors(processing.Processor{Store: stores.Events, TaskStore: stores.Tasks, Logger: log, Report: opt.Report, Tasks: opt.Sweep.Tasks,
 		Metrics: reg.Recorder(metrics.PartProcessor),
 		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
 			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}},
-		pollers, store, opt, processorName(opt.Agent.Member.Name), log)
+		pollers, stores, opt, processorName(opt.Agent.Member.Name), log)
 	if err != nil {
 		ln.Close()
 		if mln != nil {
@@ -184,8 +183,8 @@ func Start(ctx context.Context, store *mysql.Store, client *sqs.Client, opt Opti
 			Timeout: opt.ProcessorTimeout, Logger: log,
 		})
 	}
-	counterMapping := startCounters(store, client, &opt, reg.Recorder(metrics.PartCounter), log) // counters.go; sets opt.Sweep.Counters
-	sweeper, err := sweeperAgent(store, opt, log)
+	counterMapping := startCounters(stores, client, &opt, reg.Recorder(metrics.PartCounter), log) // counters.go; sets opt.Sweep.Counters
+	sweeper, err := sweeperAgent(stores, opt, log)
 	if err != nil {
 		ln.Close()
 		if mln != nil {
@@ -379,7 +378,7 @@ func processorName(name string) string {
 
 // sweeperAgent returns the local sweeper: an agent of kind "sweeper" with the sweeper's work,
 // grace and report.
-func sweeperAgent(store *mysql.Store, opt Options, log *slog.Logger) (*agents.Agent, error) {
+func sweeperAgent(stores *wire.Stores, opt Options, log *slog.Logger) (*agents.Agent, error) {
 	sc := opt.Sweep
 	grace := sc.Grace // sweeping.Config's spelling: 0 the default, negative none
 	if grace == 0 {
@@ -398,17 +397,17 @@ func sweeperAgent(store *mysql.Store, opt Options, log *slog.Logger) (*agents.Ag
 	ac.PollInterval = cmp.Or(ac.PollInterval, opt.SweepInterval)
 	ac.PollJitter = cmp.Or(ac.PollJitter, ac.PollInterval/2)
 	ac.Grace = grace
-	engine := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: sc.Works, Lease: sc.Lease,
+	engine := &processing.Engine{Store: stores.Events, TaskStore: stores.Tasks, By: exactlyonce.BySweeper, Works: sc.Works, Lease: sc.Lease,
 		Backoff: sc.Backoff, Report: sc.Report, Logger: sc.Logger, Tasks: sc.Tasks}
 	if sc.Tasks != nil {
 		// Its tasks are packed into event workers (processing.EventService), adopted if it dies.
-		engine.Workers = &processing.EventService{Store: store, MaxReferences: sc.WorkerMaxReferences,
+		engine.Workers = &processing.EventService{Store: stores.Agents, MaxReferences: sc.WorkerMaxReferences,
 			Retention: sc.WorkerRetention, Logger: sc.Logger}
 	}
 	// Between its batches the agent does the sweeper's maintenance: the fold of the count, pruning
 	// expired keys, the counter service's sweep.
-	ac.Maintain = sweeping.New(store, sc).AgentMaintenance()
-	return agents.New(store, engine, ac)
+	ac.Maintain = sweeping.New(stores.Sweeping(), sc).AgentMaintenance()
+	return agents.New(stores.Agents, engine, ac)
 }
 
 // Env returns the Options the configuration asks for (config.Config.Local, the sweeper's and the

@@ -8,8 +8,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // processors stands in for the processor Lambda's execution environments: one processor per
@@ -24,7 +24,7 @@ type processors struct {
 
 // newProcessors returns n copies of base; with tasks, each with its event workers, its agent named
 // name-<i>.
-func newProcessors(base processing.Processor, n int, store *mysql.Store, opt Options, name string, log *slog.Logger) (*processors, error) {
+func newProcessors(base processing.Processor, n int, stores *wire.Stores, opt Options, name string, log *slog.Logger) (*processors, error) {
 	ps := &processors{free: make(chan *processing.Processor, n)}
 	for i := range n {
 		p := base
@@ -32,7 +32,7 @@ func newProcessors(base processing.Processor, n int, store *mysql.Store, opt Opt
 			mc := opt.Agent.Member
 			mc.Name = fmt.Sprintf("%s-%d", name, i)
 			mc.Kind, mc.Static, mc.Handover, mc.Logger = "processor", nil, false, log
-			err := agents.WithEventWorkers(&p, store, &processing.EventService{Store: store,
+			err := agents.WithEventWorkers(&p, stores.Agents, &processing.EventService{Store: stores.Agents,
 				MaxReferences: opt.Sweep.WorkerMaxReferences, Retention: opt.Sweep.WorkerRetention, Logger: log}, mc)
 			if err != nil {
 				return nil, err

@@ -24,6 +24,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -71,7 +72,7 @@ func TestAnIdleRunIsQuiet(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
 	client := localsqs.NewClient(srv.URL)
-	store := testdb.Store(t, mysql.StoreConfig{}, 12)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 12))
 	rec := &records{}
 	log := slog.New(rec)
 	awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")}
@@ -99,7 +100,7 @@ func TestAnIdleRunIsQuiet(t *testing.T) {
 		testutil.Eventually(t, 30*time.Second, "the task for "+ref+" processed", func() bool { return processedAll(t, store) })
 	}
 	processors := func() (n int, sweeper exactlyonce.Agent) {
-		as, err := store.Agents(ctx)
+		as, err := store.Agents.Agents(ctx)
 		require.NoError(t, err)
 		for _, a := range as {
 			if a.Sharding == exactlyonce.ShardingNone {
@@ -131,9 +132,9 @@ func TestAnIdleRunIsQuiet(t *testing.T) {
 
 // processedAll tells whether every event is processed (10, or 30 once the sweeper folded it into
 // the count).
-func processedAll(t *testing.T, store *mysql.Store) bool {
+func processedAll(t *testing.T, store *wire.Stores) bool {
 	t.Helper()
 	var open int
-	require.NoError(t, store.DB().QueryRow("SELECT COUNT(*) FROM events WHERE state NOT IN (10, 30)").Scan(&open))
+	require.NoError(t, store.DB.Pool().QueryRow("SELECT COUNT(*) FROM events WHERE state NOT IN (10, 30)").Scan(&open))
 	return open == 0
 }

@@ -53,10 +53,10 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if opt.Listener, opt.MetricsListener, err = Listen(opt); err != nil {
 		return failed(err)
 	}
-	var store *mysql.Store
+	var stores *wire.Stores
 	defer func() {
-		if store != nil {
-			store.DB().Close()
+		if stores != nil {
+			stores.DB.Pool().Close()
 		}
 	}()
 	abort := func(err error) error {
@@ -67,7 +67,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return failed(err)
 	}
 	// A database DB_DSN names that does not exist is created if the user may (and a log line says so).
-	if store, err = wire.OpenLocalStore(ctx, cfg, log); err != nil {
+	if stores, err = wire.OpenLocalStores(ctx, cfg, log); err != nil {
 		return abort(err)
 	}
 	log.Info("local: database ready", "allocator", cmp.Or(cfg.Store.Allocator, mysql.DefaultAllocator))
@@ -89,15 +89,15 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		cmp.Or(getenv("AWS_ENDPOINT_URL_SNS"), getenv("AWS_ENDPOINT_URL_SQS"), getenv("AWS_ENDPOINT_URL")), log); err != nil {
 		return abort(err)
 	}
-	sys, err := Start(ctx, store, client, opt, log)
+	sys, err := Start(ctx, stores, client, opt, log)
 	if err != nil {
 		return abort(err)
 	}
 	err = sys.Wait() // once ctx has ended, and every part has stopped
 	// The database last: every part that used it has stopped. The local SQS endpoint is scripts/run.sh's
 	// to stop, once this process has exited.
-	store.DB().Close()
-	store = nil
+	stores.DB.Pool().Close()
+	stores = nil
 	if err != nil {
 		log.Error("local: stopped with an error", "err", err)
 		return err

@@ -24,6 +24,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/repo"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -166,9 +167,9 @@ func TestCtrlCStopsInOrder(t *testing.T) {
 	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn})
 	require.NoError(t, err)
 	defer db.Close()
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
-	ev, err := store.Get(context.Background(), created.ID)
+	ev, err := store.Events.Get(context.Background(), created.ID)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Processed, ev.State, "%+v", ev)
 	mu.Lock()

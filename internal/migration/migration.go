@@ -18,7 +18,7 @@ import (
 // Handler is the migrate Lambda's handler.
 type Handler struct {
 	// Open opens the store without migrating.
-	Open   func(context.Context) (*mysql.Store, error)
+	Open   func(context.Context) (*mysql.DB, error)
 	Logger *slog.Logger
 	// Users are the functions' database users, created if missing and granted their privileges
 	// after every migration (mysql.EnsureUsers). Empty: none (local runs, LocalStack).
@@ -43,13 +43,13 @@ type Result struct {
 // Handle applies the migrations and verifies the rules. Any error fails the invocation, and so the
 // CDK Trigger, and so the deployment. An unreachable database is retried; a broken rule is not.
 func (h *Handler) Handle(ctx context.Context, _ json.RawMessage) (Result, error) {
-	store, err := h.Open(ctx)
+	db, err := h.Open(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("open database: %w", err)
 	}
 	backoff := cmp.Or(h.FirstBackoff, time.Second)
 	for attempt := 1; ; attempt++ {
-		err := migrate(ctx, store, h.Users)
+		err := migrate(ctx, db, h.Users)
 		if err == nil {
 			h.Logger.Info("migrate: schema current, rules hold", "version", mysql.LatestVersion(), "attempts", attempt)
 			return Result{Version: mysql.LatestVersion(), Attempts: attempt}, nil
@@ -80,14 +80,14 @@ func (h *Handler) mayRetry(ctx context.Context, attempt int, backoff time.Durati
 	return true
 }
 
-func migrate(ctx context.Context, store *mysql.Store, users []mysql.FunctionUser) error {
-	if err := mysql.Migrate(ctx, store.DB()); err != nil {
+func migrate(ctx context.Context, db *mysql.DB, users []mysql.FunctionUser) error {
+	if err := mysql.Migrate(ctx, db.Pool()); err != nil {
 		return err
 	}
-	if err := mysql.EnsureUsers(ctx, store.DB(), users); err != nil {
+	if err := mysql.EnsureUsers(ctx, db.Pool(), users); err != nil {
 		return err
 	}
-	violations, err := mysql.CheckRules(ctx, store.DB())
+	violations, err := mysql.CheckRules(ctx, db.Pool())
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // openThrough returns an Open func for a fresh, empty database reached through a proxy the test controls.
-func openThrough(t *testing.T) (*fault.Proxy, func(context.Context) (*mysql.Store, error)) {
+func openThrough(t *testing.T) (*fault.Proxy, func(context.Context) (*mysql.DB, error)) {
 	t.Helper()
 	dsn := testdb.NewDatabase(t)
 	cfg, err := drv.ParseDSN(dsn)
@@ -27,13 +27,13 @@ func openThrough(t *testing.T) (*fault.Proxy, func(context.Context) (*mysql.Stor
 	proxy := fault.StartProxy(t, cfg.Addr)
 	cfg.Timeout = time.Second
 	dsn = proxy.DSN(cfg.FormatDSN())
-	return proxy, func(context.Context) (*mysql.Store, error) {
+	return proxy, func(context.Context) (*mysql.DB, error) {
 		db, err := mysql.Open(mysql.ConnConfig{DSN: dsn})
 		if err != nil {
 			return nil, err
 		}
 		t.Cleanup(func() { db.Close() })
-		return mysql.NewStore(db, mysql.StoreConfig{})
+		return mysql.New(db, mysql.Config{})
 	}
 }
 
@@ -76,10 +76,10 @@ func TestGivesUpBeforeTheDeadline(t *testing.T) {
 
 func TestABrokenRuleIsNotRetried(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 2)
-	_, err := store.DB().Exec("CREATE TABLE extra (id INT NOT NULL, UNIQUE KEY u (id))")
+	db := testdb.Core(t, mysql.Config{}, 2)
+	_, err := db.Pool().Exec("CREATE TABLE extra (id INT NOT NULL, UNIQUE KEY u (id))")
 	require.NoError(t, err)
-	h := &migration.Handler{Open: func(context.Context) (*mysql.Store, error) { return store, nil }, Logger: quiet,
+	h := &migration.Handler{Open: func(context.Context) (*mysql.DB, error) { return db, nil }, Logger: quiet,
 		OnRetry: func(int, error) { t.Error("a broken rule must not be retried") }}
 	res, err := h.Handle(context.Background(), json.RawMessage(`{}`))
 	require.ErrorContains(t, err, "schema rules broken")

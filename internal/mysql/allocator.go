@@ -21,7 +21,7 @@ const (
 	// and inserts the event, so the counter's lock is held through the insert and the commit. Dense,
 	// ordered ids; every writer in the system serialises on one row lock. The baseline to compare.
 	AllocatorLiteral = "literal"
-	// DefaultAllocator is the strategy a StoreConfig without one gets.
+	// DefaultAllocator is the strategy a Config without one gets.
 	DefaultAllocator = AllocatorBlock
 )
 
@@ -30,11 +30,6 @@ const (
 // (25-50 ms of inserts) as headroom while the next one is reserved (docs/performance.md).
 const DefaultBlockSize = 1024
 
-// execer is what an insert needs: a transaction or the pool.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
 // allocator hands out ids from the status row; it inserts nothing. The caller inserts the rows that
 // use them, in its own transaction (with whatever else must commit atomically with them: an
 // idempotency key, a task's metadata) or, for one row or one multi-row INSERT, in one autocommit
@@ -42,7 +37,7 @@ type execer interface {
 type allocator interface {
 	// take returns the next n ids. tx is the caller's transaction, or nil when the caller writes
 	// with one autocommit statement; only a strategy whose inTx is true uses it.
-	take(ctx context.Context, tx txConn, n int) ([]int64, error)
+	take(ctx context.Context, tx Conn, n int) ([]int64, error)
 	// inTx tells whether take must run in the caller's transaction, because it advances the counter
 	// there and holds the counter's lock until that transaction ends (the literal strategy).
 	inTx() bool
@@ -50,17 +45,46 @@ type allocator interface {
 
 var errNoCounter = errors.New("status table has no row: the schema is not migrated")
 
+// TakeIDs returns the next n event ids of the id counter. tx is the caller's transaction, or nil
+// when the caller writes the rows that use them with one autocommit statement: only an allocator
+// whose IDsInTx is true takes them in it (and needs it). Ids taken and never used (a transaction
+// that rolled back, a process that stopped) are gaps: never duplicates.
+func (d *DB) TakeIDs(ctx context.Context, tx Conn, n int) ([]int64, error) {
+	return d.alloc.take(ctx, tx, n)
+}
+
+// IDsInTx tells whether TakeIDs must run in the caller's transaction, because it advances the
+// counter there and holds the counter's lock until that transaction ends (AllocatorLiteral). When
+// it is false (AllocatorBlock), a caller takes its ids before its transaction begins: a refill of
+// the allocator inside it would need a second connection while the transaction holds its locks.
+func (d *DB) IDsInTx() bool { return d.alloc.inTx() }
+
+// AdvanceCounter takes n consecutive ids from the counter inside tx, and returns the first: it locks
+// the counter's row (held until tx ends), reads it and advances it. For what must take its ids in
+// its own transaction whatever the allocator (an agent's registration, the benchmark's loads).
+func AdvanceCounter(ctx context.Context, tx Conn, n int64) (first int64, err error) {
+	return lockAndAdvance(ctx, tx, n)
+}
+
+// ReadIDCounter reads the id counter by a consistent read, without a lock: every id at or below it
+// has been handed out, and it only grows.
+func (d *DB) ReadIDCounter(ctx context.Context) (int64, error) {
+	var counter int64
+	err := d.pool.QueryRowContext(ctx, queries.ReadCounter).Scan(&counter)
+	return counter, err
+}
+
 // lockAndAdvance takes n ids from the counter inside tx: it locks the row, reads it and advances it.
 // The ids taken are (old, old+n].
-func lockAndAdvance(ctx context.Context, tx txConn, n int64) (first int64, err error) {
+func lockAndAdvance(ctx context.Context, tx Conn, n int64) (first int64, err error) {
 	var old int64
-	if err := tx.QueryRowContext(ctx, query("LockCounter")).Scan(&old); err != nil {
+	if err := tx.QueryRowContext(ctx, queries.LockCounter).Scan(&old); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, errNoCounter
 		}
 		return 0, err
 	}
-	if _, err := tx.ExecContext(ctx, query("AdvanceCounter"), n); err != nil {
+	if _, err := tx.ExecContext(ctx, queries.AdvanceCounter, n); err != nil {
 		return 0, err
 	}
 	return old + 1, nil
@@ -70,7 +94,7 @@ type literalAllocator struct{}
 
 // take advances the counter by n in the caller's transaction, whose commit (or rollback) ends the
 // counter's lock: the seed's shape, where every writer queues behind the one before it.
-func (a *literalAllocator) take(ctx context.Context, tx txConn, n int) ([]int64, error) {
+func (a *literalAllocator) take(ctx context.Context, tx Conn, n int) ([]int64, error) {
 	if tx == nil {
 		return nil, errors.New("the literal allocator takes ids in the caller's transaction; none was given")
 	}
@@ -120,7 +144,7 @@ type reservation struct {
 
 // take hands out n ids from the reserved blocks; the caller's transaction, if any, is not used:
 // a reservation commits on its own, so that the counter's lock is never held for a caller.
-func (a *blockAllocator) take(ctx context.Context, _ txConn, n int) ([]int64, error) {
+func (a *blockAllocator) take(ctx context.Context, _ Conn, n int) ([]int64, error) {
 	if int64(n)*4 > a.size {
 		// A quarter of a block or more: a few such requests would drain each block as it arrives,
 		// and their callers would wait on refill after refill. They take their own range instead.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,9 +29,9 @@ func TestBlockAllocatorRefillsRaceAcrossProcesses(t *testing.T) {
 		ids       = map[int64]int{}
 		cancelled int
 	)
-	storeOf := make([]*mysql.Store, stores)
+	storeOf := make([]*wire.Stores, stores)
 	for s := range storeOf {
-		store, err := mysql.NewStore(db, mysql.StoreConfig{Allocator: mysql.AllocatorBlock, BlockSize: blockSize})
+		store, err := wire.StoresOn(db, mysql.Config{Allocator: mysql.AllocatorBlock, BlockSize: blockSize})
 		require.NoError(t, err)
 		storeOf[s] = store
 	}
@@ -42,7 +43,7 @@ func TestBlockAllocatorRefillsRaceAcrossProcesses(t *testing.T) {
 				// Some requests give up almost at once, often while a refill is in flight.
 				cctx, cancel = context.WithTimeout(ctx, time.Duration(i%4)*100*time.Microsecond)
 			}
-			id, err := store.CreatePending(cctx)
+			id, err := store.Events.CreatePending(cctx)
 			cancel()
 			if err != nil {
 				if cctx.Err() != nil {

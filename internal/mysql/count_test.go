@@ -2,188 +2,37 @@ package mysql_test
 
 import (
 	"context"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 
-	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
-
-// The count is exact before, during and after folds, for every state an event can be in, and a
-// folded event reads as it did before (processed stays processed, failed stays failed).
-func TestCountIsExactAcrossFolds(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	db := store.DB()
-
-	processed, err := store.CreateProcessed(ctx, "v")
-	require.NoError(t, err)
-	for range 6 {
-		_, err := store.CreateProcessed(ctx, "v")
-		require.NoError(t, err)
-	}
-	pending, err := store.CreatePendingBatch(ctx, 5)
-	require.NoError(t, err)
-	// A failed event, as the claim path leaves one (state 20) with its reason.
-	_, err = db.ExecContext(ctx, "INSERT INTO events (id, value, state, created_at, processed_at, last_error, attempts) "+
-		"VALUES (1000000, NULL, 20, NOW(6), NOW(6), 'boom', 5)")
-	require.NoError(t, err)
-	const total = 7 + 5 + 1
-	count := func() int64 {
-		t.Helper()
-		n, err := store.Count(ctx)
-		require.NoError(t, err)
-		return n
-	}
-	require.EqualValues(t, total, count())
-
-	moved, err := store.FoldSettled(ctx, 3)
-	require.NoError(t, err)
-	require.EqualValues(t, 3, moved, "a fold moves at most its limit")
-	require.EqualValues(t, total, count(), "after a partial fold")
-	for {
-		moved, err := store.FoldSettled(ctx, 3)
-		require.NoError(t, err)
-		if moved == 0 {
-			break
-		}
-		require.EqualValues(t, total, count(), "after each fold")
-	}
-	var counted, fresh int64
-	require.NoError(t, db.QueryRowContext(ctx, "SELECT (SELECT n FROM settled_count), "+
-		"(SELECT COUNT(*) FROM events WHERE state >= 10 AND state < 30)").Scan(&counted, &fresh))
-	require.EqualValues(t, 8, counted, "every settled event was folded and counted once")
-	require.Zero(t, fresh)
-
-	// Folded events read as before.
-	e, err := store.Get(ctx, processed.ID)
-	require.NoError(t, err)
-	require.Equal(t, exactlyonce.Processed, e.State)
-	e, err = store.Get(ctx, 1000000)
-	require.NoError(t, err)
-	require.Equal(t, exactlyonce.Failed, e.State)
-	require.Equal(t, "boom", e.LastError)
-	e, err = store.Get(ctx, pending[0])
-	require.NoError(t, err)
-	require.Equal(t, exactlyonce.Pending, e.State)
-
-	// A pending event settled after the fold is in `fresh`, counted by the scan, then folded.
-	_, err = db.ExecContext(ctx, "UPDATE events SET state = 10, value = 'late' WHERE id = ?", pending[0])
-	require.NoError(t, err)
-	require.EqualValues(t, total, count())
-	moved, err = store.FoldSettled(ctx, 100)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, moved)
-	require.EqualValues(t, total, count())
-
-	_, err = store.FoldSettled(ctx, 0)
-	require.Error(t, err, "a fold of nothing is a caller's mistake")
-}
-
-// Readers racing folders always see the exact count: a fold's move out of `fresh` and its addition
-// to settled_count are one transaction that holds the row's lock, and the count reads the row under a
-// shared lock before it scans. Fails with the two read in separate statements without the lock
-// (2,986 of 3,000), and with both read in one snapshot, one statement or a REPEATABLE READ
-// transaction (3,001-3,007 of 3,000 on MariaDB 10.11).
-func TestCountNeverSeesAFoldHalfway(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 18)
-	const events = 3000
-	_, err := mysql.LoadProcessed(ctx, store.DB(), events, nil)
-	require.NoError(t, err)
-
-	var folded atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for range 3 { // folders, one event per transaction so that folds are many
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				n, err := store.FoldSettled(ctx, 1)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if n == 0 {
-					return
-				}
-				folded.Add(n)
-			}
-		})
-	}
-	var reads atomic.Int64
-	var readers sync.WaitGroup
-	done := make(chan struct{})
-	for range 10 {
-		readers.Go(func() {
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				n, err := store.Count(ctx)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if n != events {
-					errs <- &countError{got: n}
-					return
-				}
-				reads.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	close(done)
-	readers.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.EqualValues(t, events, folded.Load(), "every event was folded once")
-	require.Greater(t, reads.Load(), int64(10), "the readers ran while the folds did")
-	n, err := store.Count(ctx)
-	require.NoError(t, err)
-	require.EqualValues(t, events, n)
-}
-
-type countError struct{ got int64 }
-
-func (e *countError) Error() string {
-	return fmt.Sprintf("a count during the folds read %d events, not the %d there are", e.got, 3000)
-}
 
 // The count's row lost: migrating re-creates it from the counted events, so the count stays exact.
 // Two rows: Migrate refuses and says what to do.
 func TestMigrateChecksTheSettledCountRow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 2)
-	db := store.DB()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 2))
+	db := store.DB.Pool()
 	for range 4 {
-		_, err := store.CreateProcessed(ctx, "v")
+		_, err := store.Events.CreateProcessed(ctx, "v")
 		require.NoError(t, err)
 	}
-	moved, err := store.FoldSettled(ctx, 3)
+	moved, err := store.Events.FoldSettled(ctx, 3)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, moved)
 
 	_, err = db.ExecContext(ctx, "DELETE FROM settled_count")
 	require.NoError(t, err)
-	_, err = store.Count(ctx)
+	_, err = store.Events.Count(ctx)
 	require.Error(t, err, "no row: the count cannot be answered")
-	_, err = store.FoldSettled(ctx, 10)
+	_, err = store.Events.FoldSettled(ctx, 10)
 	require.Error(t, err, "no row: a fold must not move rows it cannot count")
 	require.NoError(t, mysql.Migrate(ctx, db))
-	n, err := store.Count(ctx)
+	n, err := store.Events.Count(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 4, n, "re-created from the counted events")
 

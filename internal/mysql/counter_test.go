@@ -6,6 +6,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,11 +17,11 @@ func TestMigrateReseedsALostCounterAboveTheLargestID(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, _ := testdb.DB(t, 2)
-	store, err := mysql.NewStore(db, mysql.StoreConfig{Allocator: mysql.AllocatorLiteral})
+	store, err := wire.StoresOn(db, mysql.Config{Allocator: mysql.AllocatorLiteral})
 	require.NoError(t, err)
 	var largest int64
 	for range 5 {
-		e, err := store.CreateProcessed(ctx, "before")
+		e, err := store.Events.CreateProcessed(ctx, "before")
 		require.NoError(t, err)
 		largest = max(largest, e.ID)
 	}
@@ -39,7 +40,7 @@ func TestMigrateReseedsALostCounterAboveTheLargestID(t *testing.T) {
 	require.Equal(t, 1, rows, "the counter row is back")
 	require.Equal(t, largest+mysql.CounterSeedGap, counter, "seeded above the largest id, with the gap")
 
-	e, err := store.CreateProcessed(ctx, "after")
+	e, err := store.Events.CreateProcessed(ctx, "after")
 	require.NoError(t, err)
 	require.Greater(t, e.ID, largest, "a new event never reuses an id")
 

@@ -1,6 +1,3 @@
-// Package mysql is the store: the schema, the id allocator and every statement that reads or writes
-// events, against MySQL 8 (Aurora MySQL 3) and MariaDB 10.11. It maps driver errors to domain errors
-// once and runs every locking transaction through one helper (tx.go).
 package mysql
 
 import (
@@ -103,7 +100,7 @@ func (c ConnConfig) driverConfig() (*mysql.Config, error) {
 }
 
 // Open returns a pool for the configuration. It does not connect; the first statement does. Every
-// connection's session runs at READ COMMITTED (readCommitted); a Store needs a pool from Open or
+// connection's session runs at READ COMMITTED (readCommitted); a DB (New) needs a pool from Open or
 // OpenConnector.
 func Open(c ConnConfig) (*sql.DB, error) {
 	connector, err := Connector(c)

@@ -2,15 +2,22 @@ package mysql_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/keystore"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
+
+// fixedValue is the value fixedWorks gives event id.
+func fixedValue(id int64) string { return fmt.Sprintf("v%d", id) }
 
 // fixedWorks gives plain events the value fixedValue, through the one-transaction path or, leased,
 // through the lease path.
@@ -19,14 +26,14 @@ func fixedWorks(leased bool) exactlyonce.Works {
 }
 
 // processIDs processes ids as the processor does, in the one processing shape.
-func processIDs(ctx context.Context, store *mysql.Store, leased bool, ids ...int64) (map[int64]exactlyonce.Outcome, error) {
-	e := &processing.Engine{Store: store, By: exactlyonce.ByProcessor, Works: fixedWorks(leased)}
+func processIDs(ctx context.Context, store *wire.Stores, leased bool, ids ...int64) (map[int64]exactlyonce.Outcome, error) {
+	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.ByProcessor, Works: fixedWorks(leased)}
 	return e.ProcessIDs(ctx, ids)
 }
 
 // processDue processes one batch of due events as the sweeper does and returns how many it settled.
-func processDue(ctx context.Context, store *mysql.Store, leased bool, grace time.Duration, limit int) (int, error) {
-	e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: fixedWorks(leased)}
+func processDue(ctx context.Context, store *wire.Stores, leased bool, grace time.Duration, limit int) (int, error) {
+	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Works: fixedWorks(leased)}
 	b, err := e.ProcessDue(ctx, grace, limit)
 	return b.Settled, err
 }
@@ -54,4 +61,18 @@ func together(t *testing.T, n int, work func(w int) error) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+// keyed is a keyed create of key in scope, answered with its id and key.
+func keyed(scope, key string, pending bool, body string) exactlyonce.KeyedCreate {
+	return exactlyonce.KeyedCreate{Key: exactlyonce.KeyHash(scope, key), Fingerprint: sha256.Sum256([]byte(body)), Pending: pending, Value: "v-" + key,
+		Answer: func(id int64) (int, []byte) { return 201, fmt.Appendf(nil, `{"id":%d,"key":%q}`, id, key) }}
+}
+
+var keyOpts = exactlyonce.KeyOptions{TTL: time.Hour, Wait: 5 * time.Second}
+
+// bucketOf is the idempotency bucket of key in the default scope.
+func bucketOf(key string) int64 {
+	h := exactlyonce.KeyHash("", key)
+	return int64(binary.BigEndian.Uint32(h[:4]) % keystore.KeyBuckets)
 }

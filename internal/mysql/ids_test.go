@@ -8,6 +8,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,24 +21,24 @@ func TestIDsPastTheRangeOfAnInt(t *testing.T) {
 	for _, alloc := range []string{mysql.AllocatorBlock, mysql.AllocatorLiteral} {
 		t.Run(alloc, func(t *testing.T) {
 			t.Parallel()
-			store := testdb.Store(t, mysql.StoreConfig{Allocator: alloc}, 2)
+			store := wire.NewStores(testdb.Core(t, mysql.Config{Allocator: alloc}, 2))
 			ctx := context.Background()
-			_, err := store.DB().ExecContext(ctx, "UPDATE status SET id = ?", int64(math.MaxInt32))
+			_, err := store.DB.Pool().ExecContext(ctx, "UPDATE status SET id = ?", int64(math.MaxInt32))
 			require.NoError(t, err)
 
-			id, err := store.CreatePending(ctx)
+			id, err := store.Events.CreatePending(ctx)
 			require.NoError(t, err)
 			require.Greater(t, id, int64(math.MaxInt32))
 			out, err := processIDs(ctx, store, false, id)
 			require.NoError(t, err)
 			require.Equal(t, exactlyonce.OutcomeSettled, out[id])
-			e, err := store.Get(ctx, id)
+			e, err := store.Events.Get(ctx, id)
 			require.NoError(t, err)
 			require.Equal(t, exactlyonce.Processed, e.State)
-			n, err := store.Count(ctx)
+			n, err := store.Events.Count(ctx)
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n)
-			a, err := store.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "a", Kind: "test", Sharding: exactlyonce.ShardingDynamic}, 0)
+			a, err := store.Agents.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "a", Kind: "test", Sharding: exactlyonce.ShardingDynamic}, 0)
 			require.NoError(t, err)
 			require.Greater(t, a.ID, id)
 		})

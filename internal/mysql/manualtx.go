@@ -55,13 +55,13 @@ const (
 // inManualTx is inTx on a connection of conns: the same retries of deadlocks and lock wait
 // timeouts, each attempt a transaction that fn's first statement opens and COMMIT ends, or
 // ROLLBACK when fn fails. fn must be safe to run again and touch the database only through tx.
-func inManualTx(ctx context.Context, conns *manualConns, stats *Stats, policy RetryPolicy, fn func(tx txConn) error) error {
+func inManualTx(ctx context.Context, conns *manualConns, stats *Stats, policy RetryPolicy, fn func(tx Conn) error) error {
 	return retryTx(ctx, stats, policy, func() error { return conns.run(ctx, fn) })
 }
 
 // run is one attempt: fn, then COMMIT, on a connection that is kept afterwards only if its
 // transaction ended as the server acknowledged.
-func (m *manualConns) run(ctx context.Context, fn func(tx txConn) error) error {
+func (m *manualConns) run(ctx context.Context, fn func(tx Conn) error) error {
 	c, err := m.get(ctx)
 	if err != nil {
 		return err

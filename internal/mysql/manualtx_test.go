@@ -8,8 +8,10 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,26 +26,26 @@ func TestFreshKeyedGroupIsFourStatements(t *testing.T) {
 	_, dsn := testdb.DB(t, 2)
 	inner, err := mysql.Connector(mysql.ConnConfig{DSN: dsn})
 	require.NoError(t, err)
-	counter := &mysql.CountingConnector{Connector: inner}
+	counter := &mysqltest.CountingConnector{Connector: inner}
 	db := mysql.OpenConnector(counter, mysql.ConnConfig{MaxOpenConns: 4})
 	t.Cleanup(func() { db.Close() })
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 
 	// The first group takes a block of ids and a connection with autocommit off.
-	_, err = store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "warm-up", false, "x")})
+	_, err = store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "warm-up", false, "x")})
 	require.NoError(t, err)
-	before, err := mysql.KeyedQuestions(ctx, store)
+	before, err := mysql.ManualQuestions(ctx, store.DB)
 	require.NoError(t, err)
 	sent := counter.Statements()
-	res, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{
+	res, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{
 		keyed("", "a", false, "x"), keyed("", "b", true, "x"), keyed("", "c", false, "x")})
 	require.NoError(t, err)
 	for _, r := range res {
 		require.True(t, r.Created)
 	}
 	require.EqualValues(t, 4, counter.Statements()-sent, "statements the client sent for a group of fresh keys")
-	after, err := mysql.KeyedQuestions(ctx, store)
+	after, err := mysql.ManualQuestions(ctx, store.DB)
 	require.NoError(t, err)
 	require.EqualValues(t, 4+1, after-before, "statements the server ran on the group's connection, and the SHOW that counts them")
 }
@@ -57,16 +59,16 @@ func TestKeyedConnectionsGoBackWithAutocommitOn(t *testing.T) {
 	ctx := context.Background()
 	const conns = 4
 	db, _ := testdb.DB(t, conns)
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 
-	_, err = store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "committed", false, "x")})
+	_, err = store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "committed", false, "x")})
 	require.NoError(t, err)
 	tooLong := keyed("", "too-long", false, "x")
 	tooLong.Answer = func(int64) (int, []byte) { return 201, make([]byte, 5000) } // the body column holds 4,096
-	_, err = store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{tooLong})
+	_, err = store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{tooLong})
 	require.Error(t, err)
-	require.Equal(t, 1, mysql.KeptKeyedConns(store), "a transaction rolled back leaves its connection fit to keep")
+	require.Equal(t, 1, mysql.KeptManualConns(store.DB), "a transaction rolled back leaves its connection fit to keep")
 
 	// A key whose bucket another transaction holds: the create waits, is cut off by its wait, and
 	// its connection, its statement killed mid-way, is discarded.
@@ -74,16 +76,16 @@ func TestKeyedConnectionsGoBackWithAutocommitOn(t *testing.T) {
 	require.NoError(t, err)
 	_, err = holder.ExecContext(ctx, "UPDATE idempotency_buckets SET directory = directory WHERE bucket = ?", bucketOf("held"))
 	require.NoError(t, err)
-	_, err = store.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: 300 * time.Millisecond},
+	_, err = store.Keys.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: 300 * time.Millisecond},
 		[]exactlyonce.KeyedCreate{keyed("", "held", false, "x")})
 	require.Equal(t, exactlyonce.ECONFLICT, exactlyonce.ErrorCode(err), "%v", err)
 	require.NoError(t, holder.Rollback())
-	res, err := store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "held", false, "x")})
+	res, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "held", false, "x")})
 	require.NoError(t, err)
 	require.True(t, res[0].Created)
 
 	testutil.Eventually(t, 10*time.Second, "the kept connections go back to the pool once unused", func() bool {
-		return mysql.KeptKeyedConns(store) == 0
+		return mysql.KeptManualConns(store.DB) == 0
 	})
 	// Every connection the pool can hand out, at once.
 	var held []*sql.Conn
@@ -99,7 +101,7 @@ func TestKeyedConnectionsGoBackWithAutocommitOn(t *testing.T) {
 		require.Equal(t, 0, inTx, "a connection of the pool in a transaction")
 		require.NoError(t, c.Close())
 	}
-	n, err := store.Count(ctx)
+	n, err := store.Events.Count(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "the committed create and the one after the wait")
 }
@@ -113,12 +115,12 @@ func TestKeyedConnectionOfAFullPoolGoesBackAtOnce(t *testing.T) {
 	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn, MaxOpenConns: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	for _, k := range []string{"a", "b"} {
-		_, err = store.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", k, false, "x")})
+		_, err = store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", k, false, "x")})
 		require.NoError(t, err)
-		require.Zero(t, mysql.KeptKeyedConns(store))
+		require.Zero(t, mysql.KeptManualConns(store.DB))
 		var autocommit int
 		require.NoError(t, db.QueryRowContext(ctx, "SELECT @@autocommit").Scan(&autocommit))
 		require.Equal(t, 1, autocommit)

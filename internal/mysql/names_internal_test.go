@@ -2,12 +2,9 @@ package mysql
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -17,27 +14,16 @@ import (
 // apart for one (issue 29, C). A column followed by " AS BINARY" is cast, and never matches.
 var plainNameComparison = regexp.MustCompile(`\b(?:\w+\.)?(reference_id|user_id|entity_type)\s*\)?\s*(=|<>|!=|<=>|\bIN\s*\(|\bLIKE\b)`)
 
-// Every statement of sql/*.sql, and every SQL fragment the package writes in Go, compares those
-// columns as bytes.
+// Every statement of the core's and the stores' .sql files, and every SQL fragment they write in
+// Go, compares those columns as bytes.
 func TestNamesAreComparedAsBytes(t *testing.T) {
 	t.Parallel()
 	texts := map[string]string{}
-	for name, q := range queries {
-		texts["sql/"+name] = q
+	for where, q := range treeStatements(t) {
+		texts[where] = q
 	}
 	fset := token.NewFileSet()
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, f := range treeGoFiles(t, fset) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
 				if s, err := strconv.Unquote(lit.Value); err == nil {

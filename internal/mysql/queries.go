@@ -1,81 +1,149 @@
 package mysql
 
 import (
-	"embed"
+	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
+	"reflect"
+	"slices"
 	"strings"
-
-	"github.com/exactlyonce/exactlyonce/internal/routing"
 )
 
-//go:embed sql/*.sql
-var queryFiles embed.FS
-
-// queries maps a query's name (a "-- name: X" line in sql/*.sql) to its text. The SQL lives in those
-// files, one per table, with the reason for every lock beside it.
-var queries = mustParseQueries()
-
-func mustParseQueries() map[string]string {
-	entries, err := queryFiles.ReadDir("sql")
+// LoadQueries fills dst, a pointer to a struct whose fields are all strings, with the statements
+// of the .sql files at the root of fsys: a line `-- name: X` starts statement X, which is every line
+// after it up to the next such line, less comment lines and blank lines, without its final
+// semicolon; field X gets it. It fails, naming them, when a field has no statement, a statement has
+// no field, or a name is given twice: so a statement is reached through its field (a wrong name is
+// a compile error), and an unused or missing one is an error at the package's initialisation
+// (MustLoadQueries), which fails every test of the package.
+func LoadQueries(fsys fs.FS, dst any) error {
+	v := reflect.ValueOf(dst)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return fmt.Errorf("load queries: want a pointer to a struct, got %T", dst)
+	}
+	texts, err := parseQueryFiles(fsys)
 	if err != nil {
+		return err
+	}
+	set, typ := v.Elem(), v.Elem().Type()
+	var problems []string
+	fields := map[string]bool{}
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Type.Kind() != reflect.String || !f.IsExported() {
+			problems = append(problems, fmt.Sprintf("field %s is not an exported string", f.Name))
+			continue
+		}
+		fields[f.Name] = true
+		text, ok := texts[f.Name]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("no statement named %s", f.Name))
+			continue
+		}
+		set.Field(i).SetString(text)
+	}
+	for _, name := range slices.Sorted(maps.Keys(texts)) {
+		if !fields[name] {
+			problems = append(problems, fmt.Sprintf("statement %s has no field in %s", name, typ))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("load queries into %s: %s", typ, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// MustLoadQueries is LoadQueries into a new T; it panics if that fails. A package fills its query
+// set with it at initialisation, from files embedded in it: the files are fixed when the program is
+// built, so a failure is a mistake in the source, and every test of the package reports it.
+func MustLoadQueries[T any](fsys fs.FS) T {
+	var set T
+	if err := LoadQueries(fsys, &set); err != nil {
 		panic(err)
 	}
-	out := map[string]string{}
-	for _, e := range entries {
-		b, err := queryFiles.ReadFile("sql/" + e.Name())
-		if err != nil {
-			panic(err)
-		}
-		name := ""
-		var body []string
-		flush := func() {
-			if name != "" {
-				out[name] = strings.TrimSuffix(strings.TrimSpace(strings.Join(body, "\n")), ";")
-			}
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			trimmed := strings.TrimSpace(line)
-			if n, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
-				flush()
-				name, body = strings.TrimSpace(n), nil
-				continue
-			}
-			if strings.HasPrefix(trimmed, "--") || trimmed == "" {
-				continue
-			}
-			body = append(body, line)
-		}
-		flush()
+	return set
+}
+
+// parseQueryFiles reads every .sql file at the root of fsys, by name, and returns its statements by
+// name.
+func parseQueryFiles(fsys fs.FS) (map[string]string, error) {
+	files, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return nil, err
 	}
+	if len(files) == 0 {
+		return nil, errors.New("load queries: no .sql file")
+	}
+	out := map[string]string{}
+	for _, file := range files {
+		b, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range parseQueries(string(b)) {
+			if _, ok := out[q.name]; ok {
+				return nil, fmt.Errorf("load queries: statement %s is named twice (%s)", q.name, file)
+			}
+			out[q.name] = q.text
+		}
+	}
+	return out, nil
+}
+
+// namedQuery is one statement of a query file.
+type namedQuery struct{ name, text string }
+
+// parseQueries returns the named statements of one file, in its order.
+func parseQueries(file string) []namedQuery {
+	var out []namedQuery
+	name := ""
+	var body []string
+	flush := func() {
+		if name != "" {
+			out = append(out, namedQuery{name, strings.TrimSuffix(strings.TrimSpace(strings.Join(body, "\n")), ";")})
+		}
+	}
+	for _, line := range strings.Split(file, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if n, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
+			flush()
+			name, body = strings.TrimSpace(n), nil
+			continue
+		}
+		if strings.HasPrefix(trimmed, "--") || trimmed == "" {
+			continue
+		}
+		body = append(body, line)
+	}
+	flush()
 	return out
 }
 
-// query returns the named query; a missing name is a programming error caught by any test.
-func query(name string) string {
-	q, ok := queries[name]
-	if !ok {
-		panic(fmt.Sprintf("mysql: no query named %q in sql/*.sql", name))
+// queryName returns the name of the field of set (a query set LoadQueries filled) that field points
+// to; "" if it is none of them.
+func queryName(set any, field *string) string {
+	v := reflect.ValueOf(set).Elem()
+	for i := range v.NumField() {
+		if v.Field(i).Addr().Interface() == any(field) {
+			return v.Type().Field(i).Name
+		}
 	}
-	return q
+	return ""
 }
 
-// expandIDs replaces the /*ids*/ marker with one placeholder per id and returns the ids as arguments.
-func expandIDs(q string, ids []int64) (string, []any) {
-	return strings.Replace(q, "/*ids*/", placeholders(len(ids)), 1), idArgs(ids)
+// The helpers below write the parts of a statement that depend on its arguments: the IN lists and
+// row lists the statements mark with /*ids*/ and the like, which database/sql cannot bind.
+
+// ExpandIDs replaces the /*ids*/ marker of q with one placeholder per id and returns the ids as
+// arguments.
+func ExpandIDs(q string, ids []int64) (string, []any) {
+	return strings.Replace(q, "/*ids*/", Placeholders(len(ids)), 1), IDArgs(ids)
 }
 
-// expandEventRows replaces the /*rows*/ marker with one row per id (a tuple whose two placeholders
-// are the event's id and its routing hash), and returns those as arguments.
-func expandEventRows(q, row string, ids []int64) (string, []any) {
-	rows := strings.TrimSuffix(strings.Repeat(row+", ", len(ids)), ", ")
-	args := make([]any, 0, 2*len(ids))
-	for _, id := range ids {
-		args = append(args, id, routing.EventHash(id))
-	}
-	return strings.Replace(q, "/*rows*/", rows, 1), args
-}
-
-func idArgs(ids []int64) []any {
+// IDArgs returns ids as statement arguments.
+func IDArgs(ids []int64) []any {
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
@@ -83,9 +151,42 @@ func idArgs(ids []int64) []any {
 	return args
 }
 
-func placeholders(n int) string {
+// Placeholders returns n placeholders, comma-separated; NULL for none (an IN list that matches
+// nothing).
+func Placeholders(n int) string {
 	if n <= 0 {
 		return "NULL"
 	}
 	return strings.Repeat("?, ", n-1) + "?"
+}
+
+// ScanIDs reads the one-column rows of a query that returns ids (rows and err as QueryContext
+// returned them).
+func ScanIDs(rows *sql.Rows, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// Unique returns ids without repeats, in the order of their first appearance.
+func Unique(ids []int64) []int64 {
+	seen := make(map[int64]bool, len(ids))
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }

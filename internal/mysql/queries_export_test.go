@@ -1,16 +1,7 @@
 package mysql
 
-import "sort"
-
-// QueryNames lists every named statement of sql/*.sql, sorted.
-func QueryNames() []string {
-	out := make([]string, 0, len(queries))
-	for name := range queries {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
-}
+// Queries exposes the core's statements to its external tests, which EXPLAIN them.
+var Queries = queries
 
 // RuleQueries are CheckRules' reads of information_schema, by what each finds.
 func RuleQueries() map[string]string {

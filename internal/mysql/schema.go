@@ -87,7 +87,7 @@ func LatestVersion() int {
 //
 // Every run also checks the id counter (checkCounter): a lost counter row is re-created above the
 // largest id in use, and a counter with more than one row is an error; and the same of
-// settled_count's row (checkSettledCount, count.go).
+// settled_count's row (checkSettledCount).
 func Migrate(ctx context.Context, db *sql.DB) error {
 	ms, err := loadMigrations()
 	if err != nil {
@@ -96,8 +96,8 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	if n, err := appliedCount(ctx, db, ms); err == nil && n == len(ms) {
 		var rows int
 		var counts int
-		if err := db.QueryRowContext(ctx, query("CounterRows")).Scan(&rows); err == nil && rows == 1 &&
-			db.QueryRowContext(ctx, query("SettledCountRows")).Scan(&counts) == nil && counts == 1 {
+		if err := db.QueryRowContext(ctx, queries.CounterRows).Scan(&rows); err == nil && rows == 1 &&
+			db.QueryRowContext(ctx, queries.SettledCountRows).Scan(&counts) == nil && counts == 1 {
 			return nil
 		}
 	}
@@ -191,7 +191,7 @@ const CounterSeedGap = 1 << 20
 // that names the fix, and nothing is changed.
 func checkCounter(ctx context.Context, conn *sql.Conn) error {
 	var rows int
-	if err := conn.QueryRowContext(ctx, query("CounterRows")).Scan(&rows); err != nil {
+	if err := conn.QueryRowContext(ctx, queries.CounterRows).Scan(&rows); err != nil {
 		return fmt.Errorf("migrate: check the id counter: %w", err)
 	}
 	switch {
@@ -203,10 +203,10 @@ func checkCounter(ctx context.Context, conn *sql.Conn) error {
 			"DELETE FROM status, and migrate again: it re-creates the counter above the largest event id", rows)
 	}
 	var largest int64
-	if err := conn.QueryRowContext(ctx, query("LargestEventID")).Scan(&largest); err != nil {
+	if err := conn.QueryRowContext(ctx, queries.LargestEventID).Scan(&largest); err != nil {
 		return fmt.Errorf("migrate: re-create the id counter: %w", err)
 	}
-	if _, err := conn.ExecContext(ctx, query("SeedCounter"), largest+CounterSeedGap); err != nil {
+	if _, err := conn.ExecContext(ctx, queries.SeedCounter, largest+CounterSeedGap); err != nil {
 		return fmt.Errorf("migrate: re-create the id counter: %w", err)
 	}
 	return nil
@@ -291,4 +291,31 @@ func CheckRules(ctx context.Context, db *sql.DB) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkSettledCount makes sure settled_count holds exactly one row, on the migration's connection
+// (under its named lock): a missing row is re-created with the number of events already counted
+// (the `settled` partition), so that the count stays exact; more than one row is an error that
+// names the fix, and nothing is changed.
+func checkSettledCount(ctx context.Context, conn *sql.Conn) error {
+	var rows int
+	if err := conn.QueryRowContext(ctx, queries.SettledCountRows).Scan(&rows); err != nil {
+		return fmt.Errorf("migrate: check settled_count: %w", err)
+	}
+	switch {
+	case rows == 1:
+		return nil
+	case rows > 1:
+		return fmt.Errorf("migrate: table settled_count holds %d rows; it must hold exactly one, the number "+
+			"of counted events (with more, GET /events cannot answer). Refusing to run. Run "+
+			"DELETE FROM settled_count and migrate again: it re-creates the row from the events table", rows)
+	}
+	var counted int64
+	if err := conn.QueryRowContext(ctx, queries.CountSettledEvents).Scan(&counted); err != nil {
+		return fmt.Errorf("migrate: re-create settled_count: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, queries.SeedSettledCount, counted); err != nil {
+		return fmt.Errorf("migrate: re-create settled_count: %w", err)
+	}
+	return nil
 }

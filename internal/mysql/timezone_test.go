@@ -7,6 +7,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/fault"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,21 +35,21 @@ func TestTimestampsAreUTCWhateverTheServerZone(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	require.NoError(t, mysql.Migrate(ctx, db))
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 
-	created, err := store.CreateProcessed(ctx, "hello")
+	created, err := store.Events.CreateProcessed(ctx, "hello")
 	require.NoError(t, err)
-	pendingID, err := store.CreatePending(ctx)
+	pendingID, err := store.Events.CreatePending(ctx)
 	require.NoError(t, err)
 
 	now := time.Now().UTC()
-	got, err := store.Get(ctx, created.ID)
+	got, err := store.Events.Get(ctx, created.ID)
 	require.NoError(t, err)
 	require.WithinDuration(t, now, got.CreatedAt, time.Second, "created_at of a processed event")
 	require.NotNil(t, got.ProcessedAt)
 	require.WithinDuration(t, now, *got.ProcessedAt, time.Second, "processed_at")
-	pending, err := store.Get(ctx, pendingID)
+	pending, err := store.Events.Get(ctx, pendingID)
 	require.NoError(t, err)
 	require.WithinDuration(t, now, pending.CreatedAt, time.Second, "created_at of a pending event")
 

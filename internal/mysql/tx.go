@@ -18,10 +18,10 @@ const (
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT: innodb_lock_wait_timeout passed while waiting for a row lock
 )
 
-// txConn is what a transaction's statements are sent through: a *sql.Tx of the pool, or a
-// connection of the keyed creates' own whose session has autocommit off, inside the transaction
-// its first statement opened (manualtx.go).
-type txConn interface {
+// Conn is what a statement is sent through: a *sql.Tx of the pool (InTx), a connection whose
+// session has autocommit off, inside the transaction its first statement opened (InManualTx,
+// manualtx.go), or the pool itself (*sql.DB), for a read outside any transaction.
+type Conn interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row

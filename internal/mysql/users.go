@@ -9,7 +9,7 @@ import (
 )
 
 // Role is what a function does with the database. Each function connects as a database user of
-// its own with the privileges of its role and no other (sql/users.sql); only the migrate step
+// its own with the privileges of its role and no other (users.sql); only the migrate step
 // connects as the admin user, and it creates the others (EnsureUsers).
 type Role string
 
@@ -19,25 +19,29 @@ const (
 	// RoleProcessor and RoleSweeper read and update events.
 	RoleProcessor Role = "processor"
 	RoleSweeper   Role = "sweeper"
-	// RoleCounter applies counter messages: the counter service's consumer (sql/counters.sql).
+	// RoleCounter applies counter messages: the counter service's consumer (counterstore/counters.sql).
 	RoleCounter Role = "counter"
 )
 
-// roleGrants names each role's GRANT statements in sql/users.sql, each on one named table. A
-// table added by a migration adds the grants of the roles that use it here.
-var roleGrants = map[Role][]string{
-	RoleAPI: {"GrantReadInsertEvents", "GrantAdvanceCounter", "GrantReadSettledCount", "GrantReadCounterSums",
-		"GrantKeyBuckets", "GrantReadInsertKeys", "GrantReadAgents", "GrantTaskBuckets", "GrantReadAttempts", "GrantRetryTasks", "GrantReadEventWorkers",
-		"GrantReadPages"},
+// roleGrants are each role's GRANT statements of users.sql, each on one named table. A table added
+// by a migration adds the grants of the roles that use it here.
+var roleGrants = map[Role][]*string{
+	RoleAPI: {&queries.GrantReadInsertEvents, &queries.GrantAdvanceCounter, &queries.GrantReadSettledCount,
+		&queries.GrantReadCounterSums, &queries.GrantKeyBuckets, &queries.GrantReadInsertKeys, &queries.GrantReadAgents,
+		&queries.GrantTaskBuckets, &queries.GrantReadAttempts, &queries.GrantRetryTasks, &queries.GrantReadEventWorkers,
+		&queries.GrantReadPages},
 	// A processor that delivers tasks registers as an agent without a range (agents.Rangeless), its
 	// id from the counter, and runs event workers of its own.
-	RoleProcessor: {"GrantClaimSettleEvents", "GrantAdvanceCounter", "GrantAgents", "GrantTaskBuckets", "GrantRecordAttempts",
-		"GrantRunEventWorkers"},
+	RoleProcessor: {&queries.GrantClaimSettleEvents, &queries.GrantAdvanceCounter, &queries.GrantAgents,
+		&queries.GrantTaskBuckets, &queries.GrantRecordAttempts, &queries.GrantRunEventWorkers},
 	// A sweeper registers as an agent, whose id it takes from the counter (RegisterAgent).
-	RoleSweeper: {"GrantClaimSettleEvents", "GrantAgents", "GrantAdvanceCounter", "GrantFoldSettledCount", "GrantPruneKeys",
-		"GrantReadCounterSums", "GrantSweepCounterFacts", "GrantSweepCounterNotifications", "GrantTaskBuckets",
-		"GrantRecordAttempts", "GrantEventWorkers", "GrantPackPages", "GrantPackTurn", "GrantDeletePackedEvents", "GrantPackAttempts"},
-	RoleCounter: {"GrantLockCounterBuckets", "GrantWriteCounterDirectories", "GrantWriteCounterSums", "GrantInsertCounterFacts", "GrantRecordCounterNotifications"},
+	RoleSweeper: {&queries.GrantClaimSettleEvents, &queries.GrantAgents, &queries.GrantAdvanceCounter,
+		&queries.GrantFoldSettledCount, &queries.GrantPruneKeys, &queries.GrantReadCounterSums,
+		&queries.GrantSweepCounterFacts, &queries.GrantSweepCounterNotifications, &queries.GrantTaskBuckets,
+		&queries.GrantRecordAttempts, &queries.GrantEventWorkers, &queries.GrantPackPages, &queries.GrantPackTurn,
+		&queries.GrantDeletePackedEvents, &queries.GrantPackAttempts},
+	RoleCounter: {&queries.GrantLockCounterBuckets, &queries.GrantWriteCounterDirectories,
+		&queries.GrantWriteCounterSums, &queries.GrantInsertCounterFacts, &queries.GrantRecordCounterNotifications},
 }
 
 // FunctionUser is the database user of one function.
@@ -119,21 +123,21 @@ func EnsureUsers(ctx context.Context, db *sql.DB, users []FunctionUser) error {
 }
 
 func ensureUser(ctx context.Context, db *sql.DB, u FunctionUser) error {
-	stmt := func(name string) string { return strings.ReplaceAll(query(name), "/*user*/", u.account()) }
+	stmt := func(q string) string { return strings.ReplaceAll(q, "/*user*/", u.account()) }
 	if u.IAM {
-		if _, err := db.ExecContext(ctx, stmt("CreateUserIAM")); err != nil {
+		if _, err := db.ExecContext(ctx, stmt(queries.CreateUserIAM)); err != nil {
 			return fmt.Errorf("create: %w", err)
 		}
 	} else {
-		for _, name := range []string{"CreateUserPassword", "AlterUserPassword"} {
-			if _, err := db.ExecContext(ctx, stmt(name), u.Password); err != nil {
+		for _, q := range []string{queries.CreateUserPassword, queries.AlterUserPassword} {
+			if _, err := db.ExecContext(ctx, stmt(q), u.Password); err != nil {
 				return fmt.Errorf("create: %w", err)
 			}
 		}
 	}
-	for _, name := range roleGrants[u.Role] {
-		if _, err := db.ExecContext(ctx, stmt(name)); err != nil {
-			return fmt.Errorf("grant (%s): %w", name, err)
+	for _, grant := range roleGrants[u.Role] {
+		if _, err := db.ExecContext(ctx, stmt(*grant)); err != nil {
+			return fmt.Errorf("grant (%s): %w", queryName(&queries, grant), err)
 		}
 	}
 	return nil

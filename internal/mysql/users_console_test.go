@@ -19,10 +19,10 @@ func TestAPIUserRunsTheConsoleReadsAndTheBulkRetry(t *testing.T) {
 		mysql.FunctionUser{Role: mysql.RoleAPI, Name: "eo_api", Password: "api-secret"},
 		mysql.FunctionUser{Role: mysql.RoleSweeper, Name: "eo_sweeper", Password: "sweeper-secret"},
 	)
-	api := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{})
-	sweeper := openAs(t, dsn("eo_sweeper", "sweeper-secret"), mysql.StoreConfig{})
+	api := openAs(t, dsn("eo_api", "api-secret"), mysql.Config{})
+	sweeper := openAs(t, dsn("eo_sweeper", "sweeper-secret"), mysql.Config{})
 
-	created, err := api.CreateTasks(ctx, []exactlyonce.NewTask{
+	created, err := api.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{
 		{URL: "https://example.com/a", Payload: []byte("1"), ReferenceID: "r", MaxRetries: 1},
 		{URL: "https://example.com/a", Payload: []byte("2"), ReferenceID: "r", MaxRetries: 1},
 	})
@@ -31,22 +31,22 @@ func TestAPIUserRunsTheConsoleReadsAndTheBulkRetry(t *testing.T) {
 	// then folded by the sweeper.
 	_, err = admin.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1 WHERE id IN (?, ?)", created[0].ID, created[1].ID)
 	require.NoError(t, err)
-	_, err = sweeper.FoldSettled(ctx, 10)
+	_, err = sweeper.Events.FoldSettled(ctx, 10)
 	require.NoError(t, err)
 
-	failed, _, err := api.ListEvents(ctx, "failed", exactlyonce.KindTask, 0, 10)
+	failed, _, err := api.Events.ListEvents(ctx, "failed", exactlyonce.KindTask, 0, 10)
 	require.NoError(t, err, "the API lists the failed tasks")
 	require.Len(t, failed, 2)
-	o, err := api.Overview(ctx)
+	o, err := api.Events.Overview(ctx)
 	require.NoError(t, err, "the API reads the overview")
 	require.EqualValues(t, 2, o.Failed)
-	done, err := api.RetryReference(ctx, "r")
+	done, err := api.Tasks.RetryReference(ctx, "r")
 	require.NoError(t, err, "the API retries a reference's failed tasks")
 	require.Equal(t, []int64{created[0].ID, created[1].ID}, done.IDs)
-	o, err = api.Overview(ctx)
+	o, err = api.Events.Overview(ctx)
 	require.NoError(t, err)
 	require.Equal(t, [3]int64{1, 1, 0}, [3]int64{o.Pending, o.Queued, o.Failed})
-	n, err := api.Count(ctx)
+	n, err := api.Events.Count(ctx)
 	require.NoError(t, err)
 	require.Equal(t, o.Total, n)
 }

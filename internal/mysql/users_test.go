@@ -11,6 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/fault"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
@@ -51,12 +52,12 @@ func migratedWithUsers(t *testing.T, users ...mysql.FunctionUser) (func(user, pa
 	return dsn, admin
 }
 
-func openAs(t *testing.T, dsn string, cfg mysql.StoreConfig) *mysql.Store {
+func openAs(t *testing.T, dsn string, cfg mysql.Config) *wire.Stores {
 	t.Helper()
 	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn, MaxOpenConns: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	store, err := mysql.NewStore(db, cfg)
+	store, err := wire.StoresOn(db, cfg)
 	require.NoError(t, err)
 	return store
 }
@@ -99,22 +100,22 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	// The API's work, with both allocators: create processed and pending events, read them, count.
 	var pending []int64
 	for _, alloc := range []string{mysql.AllocatorBlock, mysql.AllocatorLiteral} {
-		api := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{Allocator: alloc})
-		created, err := api.CreateProcessed(ctx, "hello")
+		api := openAs(t, dsn("eo_api", "api-secret"), mysql.Config{Allocator: alloc})
+		created, err := api.Events.CreateProcessed(ctx, "hello")
 		require.NoError(t, err, alloc)
-		got, err := api.Get(ctx, created.ID)
+		got, err := api.Events.Get(ctx, created.ID)
 		require.NoError(t, err, alloc)
 		require.Equal(t, "hello", *got.Value)
-		ids, err := api.CreatePendingBatch(ctx, 3)
+		ids, err := api.Events.CreatePendingBatch(ctx, 3)
 		require.NoError(t, err, alloc)
 		pending = append(pending, ids...)
-		_, err = api.Count(ctx)
+		_, err = api.Events.Count(ctx)
 		require.NoError(t, err, alloc)
-		_, err = api.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: time.Second}, []exactlyonce.KeyedCreate{{
+		_, err = api.Keys.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: time.Second}, []exactlyonce.KeyedCreate{{
 			Key: exactlyonce.KeyHash("", alloc), Value: "keyed", Answer: func(int64) (int, []byte) { return 201, []byte("{}") }}})
 		require.NoError(t, err, "a keyed create, %s", alloc)
 	}
-	apiDB := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{}).DB()
+	apiDB := openAs(t, dsn("eo_api", "api-secret"), mysql.Config{}).DB.Pool()
 	for _, stmt := range []string{
 		"DROP TABLE events",
 		"DROP TABLE status",
@@ -141,7 +142,7 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	}
 
 	// The processor's and the sweeper's work: claim and settle, by id and by due date, and read states.
-	processor := openAs(t, dsn("eo_processor", "processor-secret"), mysql.StoreConfig{})
+	processor := openAs(t, dsn("eo_processor", "processor-secret"), mysql.Config{})
 	outcomes, err := processIDs(ctx, processor, false, pending[0], pending[1])
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.OutcomeSettled, outcomes[pending[0]])
@@ -151,77 +152,77 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	outcomes, err = processIDs(ctx, processor, false, pending[0])
 	require.NoError(t, err, "a settled event: its state is read")
 	require.Equal(t, exactlyonce.OutcomeAlreadySettled, outcomes[pending[0]])
-	sweeper := openAs(t, dsn("eo_sweeper", "sweeper-secret"), mysql.StoreConfig{})
+	sweeper := openAs(t, dsn("eo_sweeper", "sweeper-secret"), mysql.Config{})
 	settled, err := processDue(ctx, sweeper, false, 0, 100)
 	require.NoError(t, err)
 	require.Equal(t, len(pending)-3, settled)
-	folded, err := sweeper.FoldSettled(ctx, 100)
+	folded, err := sweeper.Events.FoldSettled(ctx, 100)
 	require.NoError(t, err, "the sweeper folds settled events into the count")
 	require.Positive(t, folded)
 	// It packs folded events into pages (once ids are handed out past their pages), and the API
 	// reads a packed event there.
 	_, err = admin.ExecContext(ctx, "UPDATE status SET id = id + 3000")
 	require.NoError(t, err)
-	_, packedEvents, err := sweeper.PackPages(ctx, 10, time.Hour)
+	_, packedEvents, err := sweeper.Pages.PackPages(ctx, 10, time.Hour)
 	require.NoError(t, err, "the sweeper packs folded events")
 	require.EqualValues(t, folded, packedEvents)
-	got, err := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{}).Get(ctx, pending[0])
+	got, err := openAs(t, dsn("eo_api", "api-secret"), mysql.Config{}).Events.Get(ctx, pending[0])
 	require.NoError(t, err, "the API reads a packed event")
 	require.Equal(t, exactlyonce.Processed, got.State)
 	for _, stmt := range []string{"DELETE FROM event_pages", "TRUNCATE TABLE event_pages", "DROP TABLE event_pages",
 		"DELETE FROM pack_turn", "INSERT INTO pack_turn (turn) VALUES (1)"} {
-		requireDenied(t, sweeper.DB(), stmt)
+		requireDenied(t, sweeper.DB.Pool(), stmt)
 	}
 	requireDenied(t, apiDB, "SELECT turn FROM pack_turn")
 	for _, stmt := range []string{"DELETE FROM event_pages", "INSERT INTO event_pages (page, events) VALUES (0, 0)",
 		"UPDATE event_pages SET events = 0", "DELETE FROM task_attempts"} {
 		requireDenied(t, apiDB, stmt)
 	}
-	requireDenied(t, processor.DB(), "DELETE FROM events")
+	requireDenied(t, processor.DB.Pool(), "DELETE FROM events")
 
 	// The sweeper is an agent: it registers (its id from the counter), pulses, persists its
 	// assignment, ejects and leaves.
-	agent, err := sweeper.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "s", Kind: "sweeper", Sharding: exactlyonce.ShardingDynamic}, time.Minute)
+	agent, err := sweeper.Agents.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "s", Kind: "sweeper", Sharding: exactlyonce.ShardingDynamic}, time.Minute)
 	require.NoError(t, err)
-	_, err = sweeper.PulseAgent(ctx, agent.ID, time.Minute)
+	_, err = sweeper.Agents.PulseAgent(ctx, agent.ID, time.Minute)
 	require.NoError(t, err)
-	_, err = sweeper.EjectExpiredAgents(ctx, agent.ID)
+	_, err = sweeper.Agents.EjectExpiredAgents(ctx, agent.ID)
 	require.NoError(t, err)
-	_, err = sweeper.AssignAgent(ctx, agent.ID, exactlyonce.AgentRunning, new(1), new(0))
+	_, err = sweeper.Agents.AssignAgent(ctx, agent.ID, exactlyonce.AgentRunning, new(1), new(0))
 	require.NoError(t, err)
-	as, err := openAs(t, dsn("eo_api", "api-secret"), mysql.StoreConfig{}).Agents(ctx)
+	as, err := openAs(t, dsn("eo_api", "api-secret"), mysql.Config{}).Agents.Agents(ctx)
 	require.NoError(t, err, "the API lists the agents (GET /agents)")
 	require.Len(t, as, 1)
-	require.NoError(t, sweeper.RemoveAgent(ctx, agent.ID))
+	require.NoError(t, sweeper.Agents.RemoveAgent(ctx, agent.ID))
 
 	// (The sweeper deletes the events it packs: DELETE is its, and checked above for the others.)
-	for _, worker := range []*mysql.Store{processor, sweeper} {
+	for _, worker := range []*wire.Stores{processor, sweeper} {
 		for _, stmt := range []string{
 			"DROP TABLE events",
 			"INSERT INTO events (id, value, state, created_at) VALUES (999999, NULL, 0, NOW(6))",
 			"GRANT SELECT ON status TO 'eo_api'@'%'",
 		} {
-			requireDenied(t, worker.DB(), stmt)
+			requireDenied(t, worker.DB.Pool(), stmt)
 		}
 	}
 	// The API reads the count (under a lock, which MySQL 8 grants with UPDATE); the processor has no
 	// use for it.
-	requireDenied(t, processor.DB(), "SELECT n FROM settled_count")
+	requireDenied(t, processor.DB.Pool(), "SELECT n FROM settled_count")
 	// The sweeper prunes expired idempotency keys; the processor has no use for them.
-	_, err = sweeper.PruneKeys(ctx, 10, 10)
+	_, err = sweeper.Keys.PruneKeys(ctx, 10, 10)
 	require.NoError(t, err)
-	requireDenied(t, processor.DB(), "DELETE FROM idempotency_keys")
+	requireDenied(t, processor.DB.Pool(), "DELETE FROM idempotency_keys")
 	// A processor that delivers tasks is an agent without a range: it registers (its id from the
 	// counter), pulses and leaves, and runs event workers: creates, grows and stops them.
-	self, err := processor.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "p", Kind: "processor", Sharding: exactlyonce.ShardingNone}, time.Minute)
+	self, err := processor.Agents.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "p", Kind: "processor", Sharding: exactlyonce.ShardingNone}, time.Minute)
 	require.NoError(t, err)
-	_, err = processor.AssignAgent(ctx, self.ID, exactlyonce.AgentRunning, nil, nil)
+	_, err = processor.Agents.AssignAgent(ctx, self.ID, exactlyonce.AgentRunning, nil, nil)
 	require.NoError(t, err)
-	_, err = processor.PulseAgent(ctx, self.ID, time.Minute)
+	_, err = processor.Agents.PulseAgent(ctx, self.ID, time.Minute)
 	require.NoError(t, err)
-	require.NoError(t, processor.StopWorkers(ctx, []string{"w_none"}))
-	require.NoError(t, processor.RemoveAgent(ctx, self.ID))
-	requireDenied(t, processor.DB(), "DELETE FROM event_workers")
+	require.NoError(t, processor.Agents.StopWorkers(ctx, []string{"w_none"}))
+	require.NoError(t, processor.Agents.RemoveAgent(ctx, self.ID))
+	requireDenied(t, processor.DB.Pool(), "DELETE FROM event_workers")
 	for _, stmt := range []string{"DELETE FROM agents", "INSERT INTO agents (id) VALUES (1)"} {
 		requireDenied(t, apiDB, stmt)
 	}

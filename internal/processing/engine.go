@@ -16,7 +16,8 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 )
 
-// Store is what processing needs of the store (internal/mysql implements it).
+// Store is what processing needs of the events (internal/mysql/eventstore implements it): claims,
+// settlements and what an id a claim did not take is.
 type Store interface {
 	// ClaimIDs claims those of the named events that are claimable and that nobody else holds.
 	ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64) (exactlyonce.Claimed, error)
@@ -31,6 +32,11 @@ type Store interface {
 	Fail(ctx context.Context, c exactlyonce.Claim, failures map[int64]exactlyonce.Failure) ([]int64, error)
 	// Outcomes tells, for ids a claim did not take, whether each is settled, busy or missing.
 	Outcomes(ctx context.Context, ids []int64) (map[int64]exactlyonce.Outcome, error)
+}
+
+// TaskStore is what the delivery of tasks needs of the tasks' store (internal/mysql/taskstore
+// implements it).
+type TaskStore interface {
 	// SettleTasks records the outcomes of delivery attempts of tasks leased to claim c, and hands
 	// each reference whose task settled on to its next task (leased to c when chain is set).
 	SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error)
@@ -55,6 +61,8 @@ const DefaultLease = 2 * time.Minute
 // Engine processes events in the one shape: claim, work, settle.
 type Engine struct {
 	Store Store
+	// TaskStore settles the tasks the engine delivers: required with Tasks.
+	TaskStore TaskStore
 	// By names the path: exactlyonce.ByProcessor or BySweeper.
 	By string
 	// Works gives each kind its work. Default exactlyonce.DefaultWorks().

@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,12 +66,12 @@ func (r *reports) Settled(id string, ids []int64) {
 // Work that fails releases its event, and its message comes back.
 func TestProcessorRunsSlowWorkOutsideAnyTransaction(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
 	ok, bad := mustPending(t, store), mustPending(t, store)
 	work := &slowWork{started: make(chan int64, 2), release: make(chan struct{}), fail: func(id int64) bool { return id == bad }}
 	rep := &reports{t: t}
-	p := &processing.Processor{Store: store, Works: exactlyonce.Works{exactlyonce.KindPlain: work}, Report: rep}
+	p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks, Works: exactlyonce.Works{exactlyonce.KindPlain: work}, Report: rep}
 
 	done := make(chan events.SQSEventResponse, 1)
 	go func() {
@@ -81,7 +82,7 @@ func TestProcessorRunsSlowWorkOutsideAnyTransaction(t *testing.T) {
 	}()
 	<-work.started
 	for _, id := range []int64{ok, bad} {
-		e, err := store.Get(ctx, id)
+		e, err := store.Events.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, exactlyonce.Processing, e.State, "event %d is leased while the work runs", id)
 	}
@@ -92,12 +93,12 @@ func TestProcessorRunsSlowWorkOutsideAnyTransaction(t *testing.T) {
 	resp := <-done
 	require.Equal(t, []string{"m-bad"}, failedIDs(resp))
 
-	e, err := store.Get(ctx, ok)
+	e, err := store.Events.Get(ctx, ok)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Processed, e.State)
 	require.Equal(t, "delivered", *e.Value)
 	require.Equal(t, 1, e.ProcessCount)
-	e, err = store.Get(ctx, bad)
+	e, err = store.Events.Get(ctx, bad)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Pending, e.State, "failed work releases its event")
 
@@ -109,17 +110,17 @@ func TestProcessorRunsSlowWorkOutsideAnyTransaction(t *testing.T) {
 // start: nothing is lost, and the released events are claimable at once.
 func TestLeasedWorkNotStartedBeforeTheDeadlineIsReleased(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	a, b := mustPending(t, store), mustPending(t, store)
 	work := &slowWork{started: make(chan int64, 2), release: make(chan struct{})}
-	e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: exactlyonce.Works{exactlyonce.KindPlain: work}}
+	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Works: exactlyonce.Works{exactlyonce.KindPlain: work}}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-work.started; cancel() }() // the deadline arrives during the first delivery
 	b1, err := e.ProcessDue(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Equal(t, processing.Batch{Claimed: 2, Settled: 0}, b1)
 	for _, id := range []int64{a, b} {
-		ev, err := store.Get(context.Background(), id)
+		ev, err := store.Events.Get(context.Background(), id)
 		require.NoError(t, err)
 		require.Equal(t, exactlyonce.Pending, ev.State, "event %d released, not left leased", id)
 	}
@@ -129,9 +130,9 @@ func TestLeasedWorkNotStartedBeforeTheDeadlineIsReleased(t *testing.T) {
 	require.Equal(t, processing.Batch{Claimed: 2, Settled: 2}, b2)
 }
 
-func mustPending(t *testing.T, store *mysql.Store) int64 {
+func mustPending(t *testing.T, store *wire.Stores) int64 {
 	t.Helper()
-	id, err := store.CreatePending(context.Background())
+	id, err := store.Events.CreatePending(context.Background())
 	require.NoError(t, err)
 	return id
 }

@@ -14,7 +14,8 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 )
 
-// WorkerStore is what an EventService needs of the store (internal/mysql's Store has it).
+// WorkerStore is what an EventService needs of the event workers' registry and of the agents
+// (internal/mysql/agentstore implements it).
 type WorkerStore interface {
 	AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error
 	ActiveWorkers(ctx context.Context) ([]exactlyonce.EventWorker, error)

@@ -13,20 +13,22 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
 // allWorkers lists the registry, active and done.
-func allWorkers(t *testing.T, ctx context.Context, store *mysql.Store) []exactlyonce.EventWorker {
+func allWorkers(t *testing.T, ctx context.Context, store *wire.Stores) []exactlyonce.EventWorker {
 	t.Helper()
-	active, err := store.ActiveWorkers(ctx)
+	active, err := store.Agents.ActiveWorkers(ctx)
 	require.NoError(t, err)
-	done, err := store.DoneWorkers(ctx, 1000)
+	done, err := store.Agents.DoneWorkers(ctx, 1000)
 	require.NoError(t, err)
 	return append(active, done...)
 }
@@ -39,7 +41,7 @@ func allWorkers(t *testing.T, ctx context.Context, store *mysql.Store) []exactly
 func TestEventServicePacksReferencesIntoWorkers(t *testing.T) {
 	t.Parallel()
 	const refs, perRef = 10, 5
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rec, srv := newOrderReceiver(t, func(ref string, seq, n int) int {
@@ -54,11 +56,11 @@ func TestEventServicePacksReferencesIntoWorkers(t *testing.T) {
 			payload, _ := json.Marshal(orderPayload{Ref: fmt.Sprintf("ref-%d", r), Seq: k})
 			batch = append(batch, exactlyonce.NewTask{URL: srv.URL + "/hook", Payload: payload, ReferenceID: fmt.Sprintf("ref-%d", r)})
 		}
-		_, err := store.CreateTasks(ctx, batch)
+		_, err := store.Tasks.CreateTasks(ctx, batch)
 		require.NoError(t, err)
 	}
 	e := taskEngine(store, exactlyonce.BySweeper)
-	e.Workers = &processing.EventService{Store: store, AgentID: func() int64 { return 1 }, MaxReferences: 3}
+	e.Workers = &processing.EventService{Store: store.Agents, AgentID: func() int64 { return 1 }, MaxReferences: 3}
 	for settled := 0; settled < refs*perRef; {
 		b, err := e.ProcessDue(ctx, 0, 50)
 		require.NoError(t, err)
@@ -99,14 +101,14 @@ func TestEventServicePacksReferencesIntoWorkers(t *testing.T) {
 	require.GreaterOrEqual(t, full, int64(3))
 	require.LessOrEqual(t, len(live), 1, "a worker is made only when none has room")
 	require.Equal(t, int64(refs*perRef), settled, "every task counted once, in one worker")
-	require.NoError(t, verify.WorkerBooks(ctx, store.DB()))
+	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks))
 	require.NoError(t, e.Workers.ForgetDone(ctx))
 	require.ElementsMatch(t, live, e.Workers.Workers(), "the service forgets the done workers")
 
 	// Stopping the service (its agent leaving) makes the last worker (if any) willTerminate, and
 	// done: it has nothing left.
 	require.NoError(t, e.Workers.Stop(ctx))
-	active, err := store.ActiveWorkers(ctx)
+	active, err := store.Agents.ActiveWorkers(ctx)
 	require.NoError(t, err)
 	require.Empty(t, active)
 }
@@ -185,13 +187,13 @@ func (r *gatedReceiver) holding(keys ...string) bool {
 // once its own tasks are, and the books are exact.
 func TestAFullEventWorkerTakesNoNewTask(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rec, srv := newGatedReceiver(t, "a/0", "b/0", "a/1")
 	create := func(ref string, seq int) int64 {
 		payload, _ := json.Marshal(orderPayload{Ref: ref, Seq: seq})
-		got, err := store.CreateTasks(ctx, []exactlyonce.NewTask{{URL: srv.URL + "/hook", Payload: payload, ReferenceID: ref}})
+		got, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: srv.URL + "/hook", Payload: payload, ReferenceID: ref}})
 		require.NoError(t, err)
 		return got[0].ID
 	}
@@ -199,8 +201,8 @@ func TestAFullEventWorkerTakesNoNewTask(t *testing.T) {
 	create("b", 0)
 	// A delivery held at the gate must not time out while the test waits: a long timeout.
 	client := webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 2 * time.Minute})
-	e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: client, Timeout: 2 * time.Minute}}
-	e.Workers = &processing.EventService{Store: store, AgentID: func() int64 { return 1 }, MaxReferences: 2}
+	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: client, Timeout: 2 * time.Minute}}
+	e.Workers = &processing.EventService{Store: store.Agents, AgentID: func() int64 { return 1 }, MaxReferences: 2}
 	drained := make(chan error, 1)
 	go func() {
 		for settled := 0; settled < 5; {
@@ -215,7 +217,7 @@ func TestAFullEventWorkerTakesNoNewTask(t *testing.T) {
 	}()
 
 	testutil.Eventually(t, 30*time.Second, "both heads in delivery", func() bool { return rec.holding("a/0", "b/0") })
-	ws, err := store.ActiveWorkers(ctx)
+	ws, err := store.Agents.ActiveWorkers(ctx)
 	require.NoError(t, err)
 	require.Len(t, ws, 1)
 	full := ws[0]
@@ -229,12 +231,12 @@ func TestAFullEventWorkerTakesNoNewTask(t *testing.T) {
 	rec.open("b/0")
 	testutil.Eventually(t, 30*time.Second, "the next task of a in delivery", func() bool { return rec.holding("a/1") })
 	testutil.Eventually(t, 20*time.Second, "the full worker done once its own tasks are settled, while a/1 is delivered", func() bool {
-		w, _, err := store.Worker(ctx, full.ID)
+		w, _, err := store.Agents.Worker(ctx, full.ID)
 		require.NoError(t, err)
 		return w.IsDone
 	})
 	require.True(t, rec.holding("a/1"), "a later task of its reference still in delivery")
-	w, _, err := store.Worker(ctx, full.ID)
+	w, _, err := store.Agents.Worker(ctx, full.ID)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), w.TasksCompleted, "its own two tasks, no more")
 	require.Zero(t, w.TasksRemaining)
@@ -248,7 +250,7 @@ func TestAFullEventWorkerTakesNoNewTask(t *testing.T) {
 	rec.mu.Unlock()
 	for _, id := range later {
 		var worker sql.NullString
-		require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT worker_id FROM events WHERE id = ?", id).Scan(&worker))
+		require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT worker_id FROM events WHERE id = ?", id).Scan(&worker))
 		require.True(t, worker.Valid, "task %d delivered by an event worker", id)
 		require.NotEqual(t, full.ID, worker.String, "task %d, created after the worker filled, is another worker's", id)
 	}
@@ -258,7 +260,7 @@ func TestAFullEventWorkerTakesNoNewTask(t *testing.T) {
 			require.True(t, w.IsDone, "full worker %s done once its tasks are", w.ID)
 		}
 	}
-	require.NoError(t, verify.WorkerBooks(ctx, store.DB()))
+	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks))
 }
 
 // Real racing clients: each reference's tasks are created one after the other while two agents'
@@ -271,7 +273,7 @@ func TestAFullEventWorkerTakesNoNewTask(t *testing.T) {
 func TestFullWorkersHandTheirReferencesOnUnderRacingCreates(t *testing.T) {
 	t.Parallel()
 	const refs, perRef = 8, 8
-	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rec, srv := newOrderReceiver(t, func(ref string, seq, n int) int {
@@ -294,7 +296,7 @@ func TestFullWorkersHandTheirReferencesOnUnderRacingCreates(t *testing.T) {
 				return
 			default:
 			}
-			ws, err := store.ActiveWorkers(ctx)
+			ws, err := store.Agents.ActiveWorkers(ctx)
 			if err != nil {
 				continue
 			}
@@ -320,7 +322,7 @@ func TestFullWorkersHandTheirReferencesOnUnderRacingCreates(t *testing.T) {
 		go func() {
 			defer engines.Done()
 			e := taskEngine(store, exactlyonce.BySweeper)
-			e.Workers = &processing.EventService{Store: store, AgentID: func() int64 { return agent }, MaxReferences: 2}
+			e.Workers = &processing.EventService{Store: store.Agents, AgentID: func() int64 { return agent }, MaxReferences: 2}
 			for {
 				select {
 				case <-stop:
@@ -342,7 +344,7 @@ func TestFullWorkersHandTheirReferencesOnUnderRacingCreates(t *testing.T) {
 			ref := fmt.Sprintf("ref-%d", r)
 			for k := range perRef {
 				payload, _ := json.Marshal(orderPayload{Ref: ref, Seq: k})
-				if _, err := store.CreateTasks(ctx, []exactlyonce.NewTask{{URL: srv.URL + "/hook", Payload: payload, ReferenceID: ref,
+				if _, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: srv.URL + "/hook", Payload: payload, ReferenceID: ref,
 					MaxRetries: 3}}); err != nil {
 					t.Errorf("create %s/%d: %v", ref, k, err)
 					return
@@ -353,7 +355,7 @@ func TestFullWorkersHandTheirReferencesOnUnderRacingCreates(t *testing.T) {
 	creators.Wait()
 	testutil.Eventually(t, 2*time.Minute, "every task settled", func() bool {
 		var open int
-		require.NoError(t, store.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE state < 10").Scan(&open))
+		require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE state < 10").Scan(&open))
 		return open == 0
 	})
 	close(stop)
@@ -373,7 +375,7 @@ func TestFullWorkersHandTheirReferencesOnUnderRacingCreates(t *testing.T) {
 	}
 	rec.mu.Unlock()
 	var wrong int
-	require.NoError(t, store.DB().QueryRowContext(ctx,
+	require.NoError(t, store.DB.Pool().QueryRowContext(ctx,
 		"SELECT COUNT(*) FROM events WHERE kind = 'task' AND (state <> 10 OR process_count <> 1)").Scan(&wrong))
 	require.Zero(t, wrong, "every task completed, once")
 	full := 0
@@ -384,5 +386,5 @@ func TestFullWorkersHandTheirReferencesOnUnderRacingCreates(t *testing.T) {
 		}
 	}
 	require.Positive(t, full, "workers filled up")
-	require.NoError(t, verify.WorkerBooks(ctx, store.DB()))
+	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,13 +25,13 @@ import (
 // `failed`, with its error, until someone retries it (POST /events/{id}/retry: Store.RetryTask).
 func TestTaskFailuresStayInTheDatabaseNotInTheQueue(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
-	p := &processing.Processor{Store: store, Tasks: taskEngine(store, exactlyonce.ByProcessor).Tasks}
+	p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks, Tasks: taskEngine(store, exactlyonce.ByProcessor).Tasks}
 	sweeper := taskEngine(store, exactlyonce.BySweeper)
 	get := func(id int64) exactlyonce.Event {
 		t.Helper()
-		e, err := store.Get(ctx, id)
+		e, err := store.Events.Get(ctx, id)
 		require.NoError(t, err)
 		return e
 	}
@@ -83,7 +84,7 @@ func TestTaskFailuresStayInTheDatabaseNotInTheQueue(t *testing.T) {
 	b, err := sweeper.ProcessDue(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Zero(t, b.Settled, "a failed task stays failed until someone retries it")
-	_, pending, err := store.RetryTask(ctx, id)
+	_, pending, err := store.Tasks.RetryTask(ctx, id)
 	require.NoError(t, err)
 	require.True(t, pending)
 	_, err = sweeper.ProcessDue(ctx, 0, 10)

@@ -17,6 +17,8 @@ import (
 // and tells the queue which messages failed so that only those are delivered again.
 type Processor struct {
 	Store Store
+	// TaskStore settles the tasks the processor delivers: required with Tasks.
+	TaskStore TaskStore
 	// Works gives each kind its work. Default exactlyonce.DefaultWorks().
 	Works exactlyonce.Works
 	// Lease is how long leased events are held. Default DefaultLease.
@@ -105,7 +107,7 @@ func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) 
 	for _, m := range msgs {
 		ids = append(ids, m.Body...)
 	}
-	engine := &Engine{Store: p.Store, By: exactlyonce.ByProcessor, Works: p.Works, Lease: p.Lease, Backoff: p.Backoff, Report: p.Report,
+	engine := &Engine{Store: p.Store, TaskStore: p.TaskStore, By: exactlyonce.ByProcessor, Works: p.Works, Lease: p.Lease, Backoff: p.Backoff, Report: p.Report,
 		Logger: p.logger(), Tasks: p.Tasks}
 	if p.Workers != nil && p.Agent != nil {
 		// Alive as an agent for the whole batch: its event workers are its own while it delivers.

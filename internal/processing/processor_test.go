@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,9 +22,9 @@ func record(messageID, body string) events.SQSMessage {
 
 // holdRow locks event id in a transaction of its own, as another worker would, until the test
 // rolls it back (or ends).
-func holdRow(t *testing.T, store *mysql.Store, id int64) *sql.Tx {
+func holdRow(t *testing.T, store *wire.Stores, id int64) *sql.Tx {
 	t.Helper()
-	tx, err := store.DB().BeginTx(context.Background(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := store.DB.Pool().BeginTx(context.Background(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback() })
 	_, err = tx.ExecContext(context.Background(), "SELECT id FROM events WHERE id = ? FOR UPDATE", id)
@@ -41,15 +42,15 @@ func failedIDs(resp events.SQSEventResponse) []string {
 
 func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
-	p := &processing.Processor{Store: store}
+	p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks}
 
-	fresh, err := store.CreatePending(ctx)
+	fresh, err := store.Events.CreatePending(ctx)
 	require.NoError(t, err)
-	held, err := store.CreatePending(ctx)
+	held, err := store.Events.CreatePending(ctx)
 	require.NoError(t, err)
-	done, err := store.CreateProcessed(ctx, "earlier")
+	done, err := store.Events.CreateProcessed(ctx, "earlier")
 	require.NoError(t, err)
 
 	// Another worker holds `held` for the whole batch.
@@ -68,14 +69,14 @@ func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 	require.NoError(t, err, "the handler never fails the whole batch")
 	require.ElementsMatch(t, []string{"m-held", "m-unknown", "m-garbage", "m-negative", "m-extra"}, failedIDs(resp))
 
-	e, err := store.Get(ctx, fresh)
+	e, err := store.Events.Get(ctx, fresh)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Processed, e.State)
 	require.Equal(t, 1, e.ProcessCount, "two messages, one effect")
-	e, err = store.Get(ctx, done.ID)
+	e, err = store.Events.Get(ctx, done.ID)
 	require.NoError(t, err)
 	require.Equal(t, "earlier", *e.Value)
-	e, err = store.Get(ctx, held)
+	e, err = store.Events.Get(ctx, held)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Pending, e.State)
 
@@ -90,16 +91,16 @@ func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 // names are processed whatever happens to the message, and once only.
 func TestMessageNamingSeveralEvents(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
-	p := &processing.Processor{Store: store}
+	p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks}
 	pending := func() int64 {
-		id, err := store.CreatePending(ctx)
+		id, err := store.Events.CreatePending(ctx)
 		require.NoError(t, err)
 		return id
 	}
 	a, b, c, d, held := pending(), pending(), pending(), pending(), pending()
-	done, err := store.CreateProcessed(ctx, "earlier")
+	done, err := store.Events.CreateProcessed(ctx, "earlier")
 	require.NoError(t, err)
 
 	tx := holdRow(t, store, held)
@@ -113,7 +114,7 @@ func TestMessageNamingSeveralEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"m-held", "m-unknown"}, failedIDs(resp))
 	for _, id := range []int64{a, b, c, d} {
-		e, err := store.Get(ctx, id)
+		e, err := store.Events.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, exactlyonce.Processed, e.State, "event %d", id)
 		require.Equal(t, 1, e.ProcessCount, "event %d", id)
@@ -124,14 +125,14 @@ func TestMessageNamingSeveralEvents(t *testing.T) {
 	resp, err = p.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{record("m-held", queue.EncodeIDs([]int64{c, held}))}})
 	require.NoError(t, err)
 	require.Empty(t, resp.BatchItemFailures)
-	e, err := store.Get(ctx, c)
+	e, err := store.Events.Get(ctx, c)
 	require.NoError(t, err)
 	require.Equal(t, 1, e.ProcessCount)
 }
 
 func TestDatabaseFailureFailsEveryDecodableMessage(t *testing.T) {
 	t.Parallel()
-	p := &processing.Processor{Store: testdb.UnreachableStore(t)}
+	p := &processing.Processor{Store: wire.NewStores(testdb.UnreachableCore(t)).Events, TaskStore: wire.NewStores(testdb.UnreachableCore(t)).Tasks}
 	var recs []events.SQSMessage
 	for i := 1; i <= 3; i++ {
 		recs = append(recs, record("m"+strconv.Itoa(i), queue.Encode(int64(i))))

@@ -19,7 +19,8 @@ type Deliverer interface {
 }
 
 // Tasks configures an engine's delivery of tasks. An engine without it (or without a Deliverer)
-// does not claim tasks: they wait for a worker that delivers them.
+// does not claim tasks: they wait for a worker that delivers them. An engine with it settles them
+// in its TaskStore.
 type Tasks struct {
 	Deliverer Deliverer
 	// RetryBase and RetryMax shape the backoff of temporary failures (webhook.RetryDelay; zero:
@@ -287,7 +288,7 @@ func (st *taskSettler) flush(ctx context.Context, group []settleRequest) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterWorkTimeout)
 	defer cancel()
 	chain := st.cfg.timeFor(ctx)
-	res, err := st.e.Store.SettleTasks(sctx, st.c, outcomes, chain)
+	res, err := st.e.TaskStore.SettleTasks(sctx, st.c, outcomes, chain)
 	if err != nil {
 		// The tasks stay leased until their lease expires; then they are delivered again.
 		st.e.logger().Error(st.e.By+": task settlement failed; the tasks are delivered again after their lease",

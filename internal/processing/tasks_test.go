@@ -16,6 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -80,9 +81,9 @@ func (r *orderReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(status)
 }
 
-func taskEngine(store *mysql.Store, by string) *processing.Engine {
+func taskEngine(store *wire.Stores, by string) *processing.Engine {
 	client := webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second})
-	return &processing.Engine{Store: store, By: by, Tasks: &processing.Tasks{Deliverer: client,
+	return &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: by, Tasks: &processing.Tasks{Deliverer: client,
 		RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond}}
 }
 
@@ -93,7 +94,7 @@ func taskEngine(store *mysql.Store, by string) *processing.Engine {
 func TestTasksOfAReferenceAreDeliveredInOrderByRacingWorkers(t *testing.T) {
 	t.Parallel()
 	const refs, perRef = 12, 8
-	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rec, srv := newOrderReceiver(t, func(ref string, seq, n int) int {
@@ -117,7 +118,7 @@ func TestTasksOfAReferenceAreDeliveredInOrderByRacingWorkers(t *testing.T) {
 			ref := fmt.Sprintf("ref-%d", r)
 			for k := 0; k < perRef; k++ {
 				payload, _ := json.Marshal(orderPayload{Ref: ref, Seq: k})
-				got, err := store.CreateTasks(ctx, []exactlyonce.NewTask{{URL: srv.URL + "/hook", Payload: payload,
+				got, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: srv.URL + "/hook", Payload: payload,
 					ReferenceID: ref, MaxRetries: 3}})
 				require.NoError(t, err)
 				require.Equal(t, k == 0, got[0].Head, "only a reference's first task heads it at creation (%s/%d)", ref, k)
@@ -178,7 +179,7 @@ func TestTasksOfAReferenceAreDeliveredInOrderByRacingWorkers(t *testing.T) {
 	}, time.Minute, 20*time.Millisecond, "every task gets a final answer")
 	// Wait for the last settlements, then stop the workers.
 	require.Eventually(t, func() bool {
-		open, err := store.Outcomes(ctx, headIDs)
+		open, err := store.Events.Outcomes(ctx, headIDs)
 		require.NoError(t, err)
 		for _, o := range open {
 			if o == exactlyonce.OutcomeBusy || o == exactlyonce.OutcomeDeferred {
@@ -227,9 +228,9 @@ func (s *scriptedReceiver) count() int {
 	return s.requests
 }
 
-func oneTask(t *testing.T, store *mysql.Store, url string, maxRetries int) int64 {
+func oneTask(t *testing.T, store *wire.Stores, url string, maxRetries int) int64 {
 	t.Helper()
-	got, err := store.CreateTasks(context.Background(), []exactlyonce.NewTask{{URL: url, Payload: []byte(`{}`), MaxRetries: maxRetries}})
+	got, err := store.Tasks.CreateTasks(context.Background(), []exactlyonce.NewTask{{URL: url, Payload: []byte(`{}`), MaxRetries: maxRetries}})
 	require.NoError(t, err)
 	return got[0].ID
 }
@@ -239,16 +240,16 @@ func oneTask(t *testing.T, store *mysql.Store, url string, maxRetries int) int64
 // the task at once; a forbidden address fails it without a connection.
 func TestTaskRetriesBackoffAndFailures(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
 	key := []byte("0123456789abcdef0123456789abcdef")
 	engine := func(allowLoopback bool, base, max time.Duration) *processing.Engine {
-		return &processing.Engine{Store: store, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{
+		return &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{
 			Deliverer: webhook.New(webhook.Config{Key: key, AllowLoopback: allowLoopback, Timeout: 5 * time.Second}),
 			RetryBase: base, RetryMax: max}}
 	}
 	get := func(id int64) exactlyonce.Event {
-		e, err := store.Get(ctx, id)
+		e, err := store.Events.Get(ctx, id)
 		require.NoError(t, err)
 		return e
 	}
@@ -271,7 +272,7 @@ func TestTaskRetriesBackoffAndFailures(t *testing.T) {
 	got := get(id)
 	require.Equal(t, "HTTP 500: boom", got.LastError)
 	require.Equal(t, 3, got.Attempts)
-	attempts, err := store.Attempts(ctx, id)
+	attempts, err := store.Tasks.Attempts(ctx, id)
 	require.NoError(t, err)
 	require.Len(t, attempts, 3)
 
@@ -336,7 +337,7 @@ func TestTaskRetriesBackoffAndFailures(t *testing.T) {
 // time; the processor acknowledges their messages (deferred), since the database brings them back.
 func TestTasksAreReleasedNotStartedPastTheDeadline(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	recv := &scriptedReceiver{handle: func(_ int, w http.ResponseWriter) { w.WriteHeader(http.StatusOK) }}
 	srv := httptest.NewServer(recv)
 	t.Cleanup(srv.Close)
@@ -349,7 +350,7 @@ func TestTasksAreReleasedNotStartedPastTheDeadline(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.OutcomeDeferred, out[id])
 	require.Zero(t, recv.count(), "no delivery started")
-	got, err := store.Get(context.Background(), id)
+	got, err := store.Events.Get(context.Background(), id)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Pending, got.State)
 	require.Zero(t, got.Attempts)
@@ -365,7 +366,7 @@ func TestTasksAreReleasedNotStartedPastTheDeadline(t *testing.T) {
 // context: a 503 (failed, retried), then a 200 (delivered).
 func TestTaskDeliveryMetrics(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	rec := metrics.NewRecorder(metrics.PartProcessor, true, nil)
 	ctx := metrics.With(context.Background(), rec)
 	flaky := &scriptedReceiver{handle: func(n int, w http.ResponseWriter) {
@@ -378,13 +379,13 @@ func TestTaskDeliveryMetrics(t *testing.T) {
 	srv := httptest.NewServer(flaky)
 	t.Cleanup(srv.Close)
 	id := oneTask(t, store, srv.URL, 3)
-	e := &processing.Engine{Store: store, By: exactlyonce.ByProcessor, Tasks: &processing.Tasks{
+	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.ByProcessor, Tasks: &processing.Tasks{
 		Deliverer: webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second}),
 		RetryBase: time.Millisecond, RetryMax: 2 * time.Millisecond}}
 	require.Eventually(t, func() bool {
 		_, err := e.ProcessIDs(ctx, []int64{id})
 		require.NoError(t, err)
-		got, err := store.Get(ctx, id)
+		got, err := store.Events.Get(ctx, id)
 		require.NoError(t, err)
 		return got.State == exactlyonce.Processed
 	}, 10*time.Second, 5*time.Millisecond)

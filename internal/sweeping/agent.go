@@ -45,7 +45,7 @@ func (s *Sweeper) HandleAgent(ctx context.Context, in ShardInput) (Result, error
 }
 
 func (s *Sweeper) runAgent(ctx context.Context, in ShardInput) (Result, error) {
-	if s.cfg.AgentStore == nil {
+	if s.stores.Agents == nil {
 		return Result{}, fmt.Errorf("sweeper: no agent store configured")
 	}
 	shards := cmp.Or(s.cfg.Shards, 1)
@@ -72,7 +72,7 @@ func (s *Sweeper) runAgent(ctx context.Context, in ShardInput) (Result, error) {
 	ac.Maintain = s.maintainBetweenBatches
 	foldedBefore := s.folded.Load()
 	engine := s.engine
-	if ws, ok := engine.Store.(processing.WorkerStore); ok && s.cfg.Tasks != nil {
+	if ws := s.stores.Workers; ws != nil && s.cfg.Tasks != nil {
 		// The invocation's own EventService: at its deadline its event workers are marked
 		// willTerminate, and the next invocation's agent adopts those that still hold tasks.
 		e := *s.engine
@@ -80,7 +80,7 @@ func (s *Sweeper) runAgent(ctx context.Context, in ShardInput) (Result, error) {
 			Retention: s.cfg.WorkerRetention, Logger: s.cfg.Logger}
 		engine = &e
 	}
-	a, err := agents.New(s.cfg.AgentStore, engine, ac)
+	a, err := agents.New(s.stores.Agents, engine, ac)
 	if err != nil {
 		return Result{}, err
 	}

@@ -11,9 +11,11 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,15 +25,15 @@ import (
 // the leaving (far less than an expiration), and every event is settled exactly once.
 func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
 	ctx := context.Background()
 	for range 10 {
-		_, err := store.CreatePendingBatch(ctx, 200)
+		_, err := store.Events.CreatePendingBatch(ctx, 200)
 		require.NoError(t, err)
 	}
 	ledger := verify.NewLedger()
 	const expiration = 2 * time.Second
-	s := sweeping.New(store, sweeping.Config{Grace: -1, BatchSize: 20, Report: ledger, Shards: 2, AgentStore: store,
+	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, BatchSize: 20, Report: ledger, Shards: 2,
 		AgentStopBefore: 300 * time.Millisecond, Logger: quietLogger(),
 		Agent: agents.Config{Member: agents.MemberConfig{PulseInterval: 100 * time.Millisecond, Expiration: expiration},
 			PollInterval: 50 * time.Millisecond}})
@@ -50,7 +52,7 @@ func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 		var since time.Time // when shard 0 lost its RUNNING agent
 		seen := false
 		for sctx.Err() == nil {
-			as, err := store.Agents(sctx)
+			as, err := store.Agents.Agents(sctx)
 			if err != nil {
 				continue
 			}
@@ -105,7 +107,7 @@ func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 	// the rest; every event must then be settled exactly once.
 	var res verify.Result
 	for round := 0; ; round++ {
-		audit, err := store.AuditEvents(ctx)
+		audit, err := mysqltest.AuditEvents(ctx, store.DB.Pool())
 		require.NoError(t, err)
 		res = verify.Check(audit, ledger)
 		require.True(t, res.OK(), "%s", res)
@@ -119,7 +121,7 @@ func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	as, err := store.Agents(ctx)
+	as, err := store.Agents.Agents(ctx)
 	require.NoError(t, err)
 	require.Empty(t, as, "every invocation left")
 

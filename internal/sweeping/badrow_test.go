@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -40,16 +41,16 @@ func TestOneBadEventDoesNotStopTheSweeps(t *testing.T) {
 		name := map[bool]string{false: "inline", true: "leased"}[leased]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			store := testdb.Store(t, mysql.StoreConfig{}, 4)
+			store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 			ctx := context.Background()
 			var ids []int64
 			for range 25 {
-				id, err := store.CreatePending(ctx)
+				id, err := store.Events.CreatePending(ctx)
 				require.NoError(t, err)
 				ids = append(ids, id)
 			}
 			bad := ids[0] // the first row of the table: a claim without order meets it first
-			s := sweeping.New(store, sweeping.Config{Grace: -1, BatchSize: 10, Logger: testLogger(t),
+			s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, BatchSize: 10, Logger: testLogger(t),
 				Works:   exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad, leased: leased}},
 				Backoff: exactlyonce.Backoff{MaxAttempts: 3, Base: 20 * time.Millisecond, Max: 20 * time.Millisecond}})
 
@@ -57,18 +58,18 @@ func TestOneBadEventDoesNotStopTheSweeps(t *testing.T) {
 			require.NoError(t, err, "a failing event is not the sweep's failure")
 			require.Equal(t, 24, res.Processed, "every other event settled in the same sweep")
 			for _, id := range ids[1:] {
-				e, err := store.Get(ctx, id)
+				e, err := store.Events.Get(ctx, id)
 				require.NoError(t, err)
 				require.Equal(t, "processed", e.State.String())
 			}
-			e, err := store.Get(ctx, bad)
+			e, err := store.Events.Get(ctx, bad)
 			require.NoError(t, err)
 			require.Equal(t, "pending", e.State.String(), "the bad event waits its backoff")
 
 			testutil.Eventually(t, 10*time.Second, "the bad event is marked failed after its attempts", func() bool {
 				_, err := s.Sweep(ctx)
 				require.NoError(t, err)
-				e, err = store.Get(ctx, bad)
+				e, err = store.Events.Get(ctx, bad)
 				require.NoError(t, err)
 				return e.State.String() == "failed"
 			})

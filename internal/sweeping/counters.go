@@ -48,8 +48,9 @@ type Counters struct {
 	KeepPublished time.Duration
 }
 
-// counterStore is the store's side of the counter sweep (mysql.Store has it).
-type counterStore interface {
+// CounterStore is the counter service's store as its sweep uses it (internal/mysql/counterstore
+// implements it).
+type CounterStore interface {
 	UnpublishedCounterResults(ctx context.Context, olderThan time.Duration, limit int) (map[string][]byte, error)
 	MarkCounterPublished(ctx context.Context, ids []string) error
 	RandomCounterBuckets(n int) []int64
@@ -72,8 +73,8 @@ type CounterSweepResult struct {
 // log line when it did something, an error line per mismatch and per failed step, and a metric
 // metric of each in the invocation's line. A failure does not fail the sweep of events: the next sweep tries again.
 func (s *Sweeper) sweepCounters(ctx context.Context) {
-	store, ok := s.engine.Store.(counterStore)
-	if s.cfg.Counters == nil || !ok || ctx.Err() != nil {
+	store := s.stores.Counters
+	if s.cfg.Counters == nil || store == nil || ctx.Err() != nil {
 		return
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < s.cfg.StopBefore {
@@ -89,7 +90,7 @@ func (s *Sweeper) sweepCounters(ctx context.Context) {
 }
 
 // SweepCounters is the counter sweep on store (the sweeper's, and tests').
-func SweepCounters(ctx context.Context, store counterStore, cfg Counters, log *slog.Logger) CounterSweepResult {
+func SweepCounters(ctx context.Context, store CounterStore, cfg Counters, log *slog.Logger) CounterSweepResult {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -14,8 +14,10 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/counters"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/counterstore"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -56,18 +58,18 @@ func counterMessages(n int) []exactlyonce.CounterMessage {
 func TestCounterSweepPublishesWhatWasNotPublished(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	pub := &recorder{failing: true}
-	results, err := store.ApplyCounterMessages(ctx, counterMessages(7))
+	results, err := store.Counters.ApplyCounterMessages(ctx, counterMessages(7))
 	require.NoError(t, err)
 
 	cfg := sweeping.Counters{Publisher: pub, RepublishAfter: -1, Batch: 3}
-	res := sweeping.SweepCounters(ctx, store, cfg, nil)
+	res := sweeping.SweepCounters(ctx, store.Counters, cfg, nil)
 	require.Equal(t, 1, res.Errors, "the publish failed")
 	require.Zero(t, res.Republished)
 
 	pub.failing = false
-	res = sweeping.SweepCounters(ctx, store, cfg, nil)
+	res = sweeping.SweepCounters(ctx, store.Counters, cfg, nil)
 	require.Zero(t, res.Errors)
 	require.Equal(t, 7, res.Republished)
 	require.Len(t, pub.got, 7)
@@ -76,13 +78,13 @@ func TestCounterSweepPublishesWhatWasNotPublished(t *testing.T) {
 		require.NoError(t, json.Unmarshal(pub.got[r.ID], &got))
 		require.Equal(t, r, got)
 	}
-	res = sweeping.SweepCounters(ctx, store, cfg, nil)
+	res = sweeping.SweepCounters(ctx, store.Counters, cfg, nil)
 	require.Zero(t, res.Republished, "published ones are not published again")
 
 	// Young notifications are left to their consumer.
-	_, err = store.ApplyCounterMessages(ctx, counterMessages(2))
+	_, err = store.Counters.ApplyCounterMessages(ctx, counterMessages(2))
 	require.NoError(t, err)
-	res = sweeping.SweepCounters(ctx, store, sweeping.Counters{Publisher: pub}, nil)
+	res = sweeping.SweepCounters(ctx, store.Counters, sweeping.Counters{Publisher: pub}, nil)
 	require.Zero(t, res.Republished)
 }
 
@@ -91,18 +93,18 @@ func TestCounterSweepPublishesWhatWasNotPublished(t *testing.T) {
 func TestSweeperReportsABrokenCount(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
-	_, err := store.ApplyCounterMessages(ctx, counterMessages(3))
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	_, err := store.Counters.ApplyCounterMessages(ctx, counterMessages(3))
 	require.NoError(t, err)
-	_, err = store.DB().ExecContext(ctx, "UPDATE t_counter_sum SET sum = 2")
+	_, err = store.DB.Pool().ExecContext(ctx, "UPDATE t_counter_sum SET sum = 2")
 	require.NoError(t, err)
 
 	var logs logged
 	var out bytes.Buffer
 	// Every bucket is sampled, so the broken count is found on the first sweep.
-	s := sweeping.New(store, sweeping.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	s := sweeping.New(store.Sweeping(), sweeping.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 		Metrics:  sweeping.Metrics{Out: &out},
-		Counters: &sweeping.Counters{SampleBuckets: mysql.CounterBuckets, SampleCounts: 100}})
+		Counters: &sweeping.Counters{SampleBuckets: counterstore.CounterBuckets, SampleCounts: 100}})
 	_, err = s.Handle(ctx, events.CloudWatchEvent{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"ERROR"}, logs.levels(t, "sweeper: a count differs from its entities"))

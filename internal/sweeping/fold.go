@@ -7,9 +7,9 @@ import (
 
 // Folder keeps the count of events exact at a cost that does not grow with history: it moves
 // settled events into the counted partition and adds them to the count, a bounded batch per
-// transaction (mysql.Store.FoldSettled, migrations/0005_settled_count.sql). GET /events then scans
+// transaction (eventstore's FoldSettled, migrations/0005_settled_count.sql). GET /events then scans
 // only what is pending and what was settled since the last fold. The sweeper folds after every
-// sweep when its store is a Folder.
+// sweep when it has a Folder (Stores.Folder).
 type Folder interface {
 	FoldSettled(ctx context.Context, limit int) (int64, error)
 }
@@ -17,8 +17,8 @@ type Folder interface {
 // fold folds settled events in batches until a batch comes back short (nothing is left that was
 // settled before it looked) or the context's deadline is near, and returns how many it folded.
 func (s *Sweeper) fold(ctx context.Context) (int64, error) {
-	f, ok := s.engine.Store.(Folder)
-	if !ok {
+	f := s.stores.Folder
+	if f == nil {
 		return 0, nil
 	}
 	return s.untilShort(ctx, s.cfg.FoldBatch, func() (int64, int64, error) {
@@ -45,9 +45,9 @@ func (s *Sweeper) untilShort(ctx context.Context, full int, step func() (got, ev
 }
 
 // Packer packs folded events out of the events table into pages of ten thousand ids, a unit of a
-// thousand ids at a time (issue 19, mysql.Store.PackPages), so that reading an old event scans one
-// small partition instead of a share of the history. The sweeper packs after it folds when its
-// store is a Packer. A pack starts no transaction after its budget (but always one).
+// thousand ids at a time (issue 19, pagestore's PackPages), so that reading an old event scans one
+// small partition instead of a share of the history. The sweeper packs after it folds when it has
+// a Packer (Stores.Packer). A pack starts no transaction after its budget (but always one).
 type Packer interface {
 	PackPages(ctx context.Context, maxUnits int, budget time.Duration) (units, events int64, err error)
 }
@@ -59,8 +59,8 @@ const packUnitsPerRun = 1000
 // pack packs what can be packed until a run comes back short, or PackBudget is spent, or the
 // context's deadline is near, and returns how many events it packed.
 func (s *Sweeper) pack(ctx context.Context) (int64, error) {
-	p, ok := s.engine.Store.(Packer)
-	if !ok {
+	p := s.stores.Packer
+	if p == nil {
 		return 0, nil
 	}
 	stop := time.Now().Add(s.cfg.PackBudget)

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// KeyPruner is a store that deletes expired idempotency keys (mysql.Store).
+// KeyPruner is a store that deletes expired idempotency keys (internal/mysql/keystore).
 type KeyPruner interface {
 	PruneKeys(ctx context.Context, batch, limit int) (int, error)
 }
@@ -18,12 +18,12 @@ const (
 	pruneLimit = 20000
 )
 
-// pruneKeys deletes expired idempotency keys after a sweep, if the store keeps keys, and if the
+// pruneKeys deletes expired idempotency keys after a sweep, if the sweeper has a KeyPruner, and if the
 // deadline leaves time. A failure is logged and left to the next sweep: expired keys answer no
 // request (every lookup says expires_at > now), they only take room.
 func (s *Sweeper) pruneKeys(ctx context.Context) {
-	p, ok := s.engine.Store.(KeyPruner)
-	if !ok {
+	p := s.stores.Keys
+	if p == nil {
 		return
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < s.cfg.StopBefore {

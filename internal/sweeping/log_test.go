@@ -13,6 +13,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -52,10 +53,10 @@ func (l *logged) levels(t *testing.T, msg string) []string {
 // swept at debug level only; a sweep that settled something says so at info.
 func TestHandleLogsAnIdleSweepAtDebug(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	out := &logged{}
 	log := slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s := sweeping.New(store, sweeping.Config{Grace: -1, Logger: log})
+	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Logger: log})
 	ctx := context.Background()
 
 	_, err := s.Handle(ctx, events.CloudWatchEvent{})

@@ -69,13 +69,10 @@ type Metrics struct {
 	Recorder *metrics.Recorder
 }
 
-// waitingAges is the store's read of the oldest waiting event's age (mysql.Store has it).
-type waitingAges interface {
+// Waiting reads the events waiting for a worker (internal/mysql/eventstore implements it): the
+// oldest one's age and their count, which the sweeper publishes after every invocation.
+type Waiting interface {
 	OldestWaitingAge(ctx context.Context) (time.Duration, error)
-}
-
-// waitingCount is the store's count of the waiting events (mysql.Store has it).
-type waitingCount interface {
 	WaitingEvents(ctx context.Context) (int64, error)
 }
 
@@ -139,20 +136,18 @@ func (s *Sweeper) readBudget(ctx context.Context) (context.Context, context.Canc
 
 // oldestAge reads the oldest waiting event's age, and says whether it could.
 func (s *Sweeper) oldestAge(ctx context.Context) (time.Duration, bool) {
-	store, ok := s.engine.Store.(waitingAges)
-	if !ok {
+	if s.stores.Waiting == nil {
 		return 0, false
 	}
-	return readWithin(ctx, s, store.OldestWaitingAge, "sweeper: oldest pending age not read")
+	return readWithin(ctx, s, s.stores.Waiting.OldestWaitingAge, "sweeper: oldest pending age not read")
 }
 
 // waiting counts the waiting events, and says whether it could.
 func (s *Sweeper) waiting(ctx context.Context) (int64, bool) {
-	store, ok := s.engine.Store.(waitingCount)
-	if !ok {
+	if s.stores.Waiting == nil {
 		return 0, false
 	}
-	return readWithin(ctx, s, store.WaitingEvents, "sweeper: waiting events not counted")
+	return readWithin(ctx, s, s.stores.Waiting.WaitingEvents, "sweeper: waiting events not counted")
 }
 
 // readWithin runs one read of the waiting events within readBudget, and says whether it answered;

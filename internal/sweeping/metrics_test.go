@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
@@ -67,9 +69,9 @@ func (l *lines) published(t *testing.T, function string) []map[string]any {
 	return out
 }
 
-func backdate(t *testing.T, store *mysql.Store, by time.Duration) {
+func backdate(t *testing.T, store *wire.Stores, by time.Duration) {
 	t.Helper()
-	_, err := store.DB().Exec("UPDATE events SET created_at = NOW(6) - INTERVAL ? MICROSECOND WHERE state = 0", by.Microseconds())
+	_, err := store.DB.Pool().Exec("UPDATE events SET created_at = NOW(6) - INTERVAL ? MICROSECOND WHERE state = 0", by.Microseconds())
 	require.NoError(t, err)
 }
 
@@ -77,18 +79,18 @@ func backdate(t *testing.T, store *mysql.Store, by time.Duration) {
 // it left waiting (0 once everything is settled).
 func TestHandlePublishesOneMetricLinePerInvocation(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	out := &lines{}
 	ctx := context.Background()
 
 	// Events younger than the grace period are left to the queue path: the age is of what is left.
 	pending(t, store, 3)
 	backdate(t, store, 5*time.Minute)
-	waiting := sweeping.New(store, sweeping.Config{Grace: time.Hour, Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}})
+	waiting := sweeping.New(store.Sweeping(), sweeping.Config{Grace: time.Hour, Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}})
 	_, err := waiting.Handle(ctx, events.CloudWatchEvent{})
 	require.NoError(t, err)
 
-	all := sweeping.New(store, sweeping.Config{Grace: -1, Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}})
+	all := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}})
 	res, err := all.Handle(ctx, events.CloudWatchEvent{})
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Processed)
@@ -117,7 +119,7 @@ func TestHandlePublishesOneMetricLinePerInvocation(t *testing.T) {
 func TestHandlePublishesWhenTheSweepFails(t *testing.T) {
 	t.Parallel()
 	out := &lines{}
-	s := sweeping.New(testdb.UnreachableStore(t), sweeping.Config{Metrics: sweeping.Metrics{Out: out}})
+	s := sweeping.New(wire.NewStores(testdb.UnreachableCore(t)).Sweeping(), sweeping.Config{Metrics: sweeping.Metrics{Out: out}})
 	for range 2 {
 		_, err := s.Handle(context.Background(), events.CloudWatchEvent{})
 		require.Error(t, err)
@@ -137,7 +139,7 @@ func TestHandlePublishesWhenTheSweepFails(t *testing.T) {
 func TestHandlePublishesBeforeTheDeadline(t *testing.T) {
 	t.Parallel()
 	out := &lines{}
-	s := sweeping.New(testdb.UnreachableStore(t), sweeping.Config{Metrics: sweeping.Metrics{Out: out}, StopBefore: 5 * time.Second})
+	s := sweeping.New(wire.NewStores(testdb.UnreachableCore(t)).Sweeping(), sweeping.Config{Metrics: sweeping.Metrics{Out: out}, StopBefore: 5 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	res, err := s.Handle(ctx, events.CloudWatchEvent{})
@@ -172,25 +174,25 @@ func TestMetricNamesAreTheOnesTheAlarmWatches(t *testing.T) {
 // it is failed for good: the metric that makes a bad event visible without reading the table.
 func TestHandlePublishesRetryingAndFailedEvents(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
 	var bad int64
 	for i := range 3 {
-		id, err := store.CreatePending(ctx)
+		id, err := store.Events.CreatePending(ctx)
 		require.NoError(t, err)
 		if i == 1 {
 			bad = id
 		}
 	}
 	out := &lines{}
-	s := sweeping.New(store, sweeping.Config{Grace: -1, Logger: testLogger(t),
+	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Logger: testLogger(t),
 		Works:   exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad}},
 		Backoff: exactlyonce.Backoff{MaxAttempts: 2, Base: time.Millisecond, Max: time.Millisecond},
 		Metrics: sweeping.Metrics{Out: out, Function: "f"}})
 	_, err := s.Handle(ctx, events.CloudWatchEvent{})
 	require.NoError(t, err)
 	testutil.Eventually(t, 10*time.Second, "the bad event's backoff is over", func() bool {
-		e, err := store.Get(ctx, bad)
+		e, err := store.Events.Get(ctx, bad)
 		require.NoError(t, err)
 		return e.NextAttemptAt != nil && time.Now().After(*e.NextAttemptAt)
 	})

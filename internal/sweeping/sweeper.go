@@ -59,7 +59,7 @@ type Config struct {
 	WorkerMaxReferences int
 	WorkerRetention     time.Duration
 	// FoldBatch is the most settled events one fold transaction moves into the count (fold.go).
-	// Default mysql.DefaultFoldBatch's value, 5000.
+	// Default eventstore.DefaultFoldBatch's value, 5000.
 	FoldBatch int
 	// KeepHistory leaves the folded history in the events table instead of packing it into pages
 	// (fold.go, Packer). For tests that break the table's invariants by hand on purpose (the chaos
@@ -70,12 +70,11 @@ type Config struct {
 	// time is packed a little at a time instead of holding the claims up. Default 2 s.
 	PackBudget time.Duration
 	Counters   *Counters // the counter service's part of every sweep (counters.go); nil: none
-	// Shards (SWEEPER_SHARDS, default 1), Agent and AgentStore configure HandleAgent, the scheduled
-	// sweeper as an agent (agent.go): how many static shards the sweepers split the hash space into,
-	// the membership's intervals, and the agents table.
-	Shards     int
-	Agent      agents.Config
-	AgentStore agents.Store
+	// Shards (SWEEPER_SHARDS, default 1) and Agent configure HandleAgent, the scheduled sweeper as
+	// an agent (agent.go, with Stores.Agents): how many static shards the sweepers split the hash
+	// space into, and the membership's intervals.
+	Shards int
+	Agent  agents.Config
 	// AgentStopBefore is how long before its deadline HandleAgent stops starting batches and leaves.
 	// Default DefaultAgentStopBefore.
 	AgentStopBefore time.Duration
@@ -85,13 +84,32 @@ type Config struct {
 	MaintainEvery time.Duration
 }
 
-// DefaultFoldBatch is Config.FoldBatch's default (mysql.DefaultFoldBatch; not imported, so that
+// DefaultFoldBatch is Config.FoldBatch's default (eventstore.DefaultFoldBatch; not imported, so that
 // this package does not depend on the store).
 const DefaultFoldBatch = 5000
+
+// Stores are what a sweeper reads and writes, each the interface of what it uses of it. Events is
+// required (the sweep's claims and settlements), Tasks too when Config.Tasks delivers tasks, and
+// Agents for HandleAgent. Each of the others is a step of the maintenance that a nil store leaves
+// out: the fold (Folder), the pack (Packer), the pruning of idempotency keys (Keys), the counter
+// service's sweep (Counters, with Config.Counters), the waiting events' gauges (Waiting), and the
+// event workers of the tasks an agent delivers (Workers, with Config.Tasks).
+type Stores struct {
+	Events   processing.Store
+	Tasks    processing.TaskStore
+	Folder   Folder
+	Packer   Packer
+	Keys     KeyPruner
+	Counters CounterStore
+	Waiting  Waiting
+	Workers  processing.WorkerStore
+	Agents   agents.Store
+}
 
 // Sweeper processes due pending events.
 type Sweeper struct {
 	engine *processing.Engine
+	stores Stores
 	cfg    Config
 
 	rec          *metrics.Recorder // Metrics.Recorder, or the sweeper's own for Metrics.Out
@@ -100,8 +118,8 @@ type Sweeper struct {
 	lastMaintain time.Time
 }
 
-// New returns a Sweeper.
-func New(store processing.Store, cfg Config) *Sweeper {
+// New returns a Sweeper on stores.
+func New(stores Stores, cfg Config) *Sweeper {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	if cfg.Grace == 0 {
 		cfg.Grace = DefaultGrace
@@ -121,7 +139,8 @@ func New(store processing.Store, cfg Config) *Sweeper {
 	if rec == nil && cfg.Metrics.Out != nil {
 		rec = metrics.NewRecorder(metrics.PartSweeper, true, nil)
 	}
-	return &Sweeper{cfg: cfg, rec: rec, engine: &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: cfg.Works,
+	return &Sweeper{cfg: cfg, rec: rec, stores: stores, engine: &processing.Engine{Store: stores.Events, TaskStore: stores.Tasks,
+		By: exactlyonce.BySweeper, Works: cfg.Works,
 		Lease: cfg.Lease, Backoff: cfg.Backoff, Report: cfg.Report, Logger: cfg.Logger, Tasks: cfg.Tasks}}
 }
 

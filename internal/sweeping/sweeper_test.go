@@ -11,49 +11,50 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
-func pending(t *testing.T, store *mysql.Store, n int) {
+func pending(t *testing.T, store *wire.Stores, n int) {
 	t.Helper()
 	for range n {
-		_, err := store.CreatePending(context.Background())
+		_, err := store.Events.CreatePending(context.Background())
 		require.NoError(t, err)
 	}
 }
 
-func countPending(t *testing.T, store *mysql.Store) int {
+func countPending(t *testing.T, store *wire.Stores) int {
 	t.Helper()
 	var n int
-	require.NoError(t, store.DB().QueryRow("SELECT COUNT(*) FROM events WHERE state = 0").Scan(&n))
+	require.NoError(t, store.DB.Pool().QueryRow("SELECT COUNT(*) FROM events WHERE state = 0").Scan(&n))
 	return n
 }
 
 func TestSweepDrainsInBatchesAndStopsOnAShortBatch(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	pending(t, store, 25)
-	s := sweeping.New(store, sweeping.Config{BatchSize: 10, Grace: -1})
+	s := sweeping.New(store.Sweeping(), sweeping.Config{BatchSize: 10, Grace: -1})
 	res, err := s.Handle(context.Background(), events.CloudWatchEvent{})
 	require.NoError(t, err)
 	require.Equal(t, sweeping.Result{Processed: 25, Batches: 3, Folded: 25}, res,
 		"every event it settled was then folded into the count")
 	require.Zero(t, countPending(t, store))
-	n, err := store.Count(context.Background())
+	n, err := store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 25, n)
 
 	var wrong int
-	require.NoError(t, store.DB().QueryRow(
+	require.NoError(t, store.DB.Pool().QueryRow(
 		"SELECT COUNT(*) FROM events WHERE processed_by <> ? OR process_count <> 1 OR value IS NULL", exactlyonce.BySweeper).Scan(&wrong))
 	require.Zero(t, wrong)
 }
 
 func TestSweepRespectsTheGracePeriod(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	pending(t, store, 3)
-	res, err := sweeping.New(store, sweeping.Config{Grace: time.Hour}).Sweep(context.Background())
+	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: time.Hour}).Sweep(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, res.Processed)
 	require.Equal(t, 3, countPending(t, store))
@@ -61,12 +62,12 @@ func TestSweepRespectsTheGracePeriod(t *testing.T) {
 
 func TestSweepStopsBeforeTheDeadline(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	pending(t, store, 5)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	// Less than StopBefore remains: the sweep must not start a batch.
-	res, err := sweeping.New(store, sweeping.Config{Grace: -1, StopBefore: 5 * time.Second}).Sweep(ctx)
+	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, StopBefore: 5 * time.Second}).Sweep(ctx)
 	require.NoError(t, err)
 	require.True(t, res.Stopped)
 	require.Zero(t, res.Batches)
@@ -76,10 +77,10 @@ func TestSweepStopsBeforeTheDeadline(t *testing.T) {
 
 func TestRunKeepsSweepingUntilCancelled(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 4)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	s := sweeping.New(store, sweeping.Config{Grace: -1, IdleSleep: 10 * time.Millisecond, IdleJitter: 5 * time.Millisecond})
+	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, IdleSleep: 10 * time.Millisecond, IdleJitter: 5 * time.Millisecond})
 	go func() { done <- s.Run(ctx) }()
 	// Events that arrive while the loop idles are picked up on a later pass.
 	for range 3 {

@@ -86,29 +86,30 @@ func DB(t testing.TB, maxOpen int) (*sql.DB, string) {
 	return db, dsn
 }
 
-// Store returns a Store on a new, migrated database.
-func Store(t testing.TB, cfg mysql.StoreConfig, maxOpen int) *mysql.Store {
+// Core returns the core handle (mysql.New, with cfg) on a new, migrated database: a test builds
+// the stores it needs on it (eventstore.New and the like, or wire.NewStores for every one).
+func Core(t testing.TB, cfg mysql.Config, maxOpen int) *mysql.DB {
 	t.Helper()
 	db, _ := DB(t, maxOpen)
-	s, err := mysql.NewStore(db, cfg)
+	core, err := mysql.New(db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return core
 }
 
-// UnreachableStore returns a Store whose database refuses every connection, as when the server is
-// down: nothing listens on port 1 of the loopback address.
-func UnreachableStore(t testing.TB) *mysql.Store {
+// UnreachableCore returns a core handle whose database refuses every connection, as when the server
+// is down: nothing listens on port 1 of the loopback address.
+func UnreachableCore(t testing.TB) *mysql.DB {
 	t.Helper()
 	db, err := mysql.Open(mysql.ConnConfig{DSN: "u:p@tcp(127.0.0.1:1)/x?timeout=1s"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	s, err := mysql.NewStore(db, mysql.StoreConfig{})
+	core, err := mysql.New(db, mysql.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return core
 }

@@ -25,8 +25,21 @@ import (
 	"sync"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
+
+// Audit is one event as the checker sees it: what the table says settled it. The checker does not
+// read the table itself; internal/mysql/mysqltest's AuditEvents reads every event so, the packed
+// history's included.
+type Audit struct {
+	ID    int64
+	State exactlyonce.State
+	// By is the path that settled it (api, processor, sweeper); empty while open.
+	By string
+	// ClaimID is the claim that holds it (while processing) or settled it; empty for events born
+	// settled (POST /events) and for pending ones.
+	ClaimID  string
+	HasValue bool
+}
 
 // Ledger collects workers' reports. It is a processing.Reporter, for workers in this process, and
 // reads the files of workers in other processes (FileReporter). Safe for concurrent use.
@@ -206,7 +219,7 @@ func (r *Result) violate(format string, args ...any) {
 //   - an event born settled (POST /events) is reported settled by no worker;
 //   - no report names an event that is not settled, or not settled by that claim;
 //   - every settled event has its value.
-func Check(events []mysql.Audit, l *Ledger) Result {
+func Check(events []Audit, l *Ledger) Result {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var res Result

@@ -10,14 +10,16 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
-func settled(id int64, by, claim string) mysql.Audit {
-	return mysql.Audit{ID: id, State: exactlyonce.Processed, By: by, ClaimID: claim, HasValue: true}
+func settled(id int64, by, claim string) verify.Audit {
+	return verify.Audit{ID: id, State: exactlyonce.Processed, By: by, ClaimID: claim, HasValue: true}
 }
 
 // The checker must be able to fail: each way a settlement can be wrong is reported, naming the
@@ -35,7 +37,7 @@ func TestCheckerCatchesEveryBrokenInvariant(t *testing.T) {
 	l.Settled("c", []int64{6})  // 6 is still pending
 	l.Settled("c", []int64{99}) // 99 does not exist
 	l.Settled("nobody", []int64{2})
-	res := verify.Check([]mysql.Audit{
+	res := verify.Check([]verify.Audit{
 		settled(1, exactlyonce.ByProcessor, "a"),
 		settled(2, exactlyonce.BySweeper, "a"),
 		settled(3, exactlyonce.ByProcessor, "a"),
@@ -73,7 +75,7 @@ func TestCheckerPassesWhenEveryEventIsReportedOnce(t *testing.T) {
 	l := verify.NewLedger()
 	l.Claiming("a")
 	l.Settled("a", []int64{1, 2})
-	res := verify.Check([]mysql.Audit{settled(1, exactlyonce.ByProcessor, "a"), settled(2, exactlyonce.ByProcessor, "a"),
+	res := verify.Check([]verify.Audit{settled(1, exactlyonce.ByProcessor, "a"), settled(2, exactlyonce.ByProcessor, "a"),
 		settled(3, exactlyonce.ByAPI, "")}, l)
 	require.True(t, res.OK(), res.Violations)
 	require.Equal(t, 2, res.Reported)
@@ -100,7 +102,7 @@ func TestFileReportsRoundTripAndIgnoreACutLine(t *testing.T) {
 	l := verify.NewLedger()
 	require.NoError(t, l.ReadFile(path))
 	require.NoError(t, l.ReadFile(filepath.Join(t.TempDir(), "none")), "a worker that never reported wrote no file")
-	res := verify.Check([]mysql.Audit{settled(10, exactlyonce.BySweeper, "c1"), settled(11, exactlyonce.BySweeper, "c1"),
+	res := verify.Check([]verify.Audit{settled(10, exactlyonce.BySweeper, "c1"), settled(11, exactlyonce.BySweeper, "c1"),
 		settled(12, exactlyonce.BySweeper, "c2")}, l)
 	require.True(t, res.OK(), res.Violations)
 	require.Equal(t, 2, res.Reported)
@@ -114,15 +116,15 @@ func TestFileReportsRoundTripAndIgnoreACutLine(t *testing.T) {
 // each reporting to the ledger; the check passes with every event reported exactly once.
 func TestCheckerOnRacingWorkers(t *testing.T) {
 	t.Parallel()
-	store := testdb.Store(t, mysql.StoreConfig{}, 16)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
 	ctx := context.Background()
 	var ids []int64
 	for range 300 {
-		id, err := store.CreatePending(ctx)
+		id, err := store.Events.CreatePending(ctx)
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
-	_, err := store.CreateProcessed(ctx, "sync")
+	_, err := store.Events.CreateProcessed(ctx, "sync")
 	require.NoError(t, err)
 	l := verify.NewLedger()
 	var wg sync.WaitGroup
@@ -132,7 +134,7 @@ func TestCheckerOnRacingWorkers(t *testing.T) {
 			defer wg.Done()
 			works := exactlyonce.Works{exactlyonce.KindPlain: exactlyonce.ValueWork{Leased: w%2 == 1}}
 			if w < 3 {
-				e := &processing.Engine{Store: store, By: exactlyonce.BySweeper, Works: works, Report: l}
+				e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Works: works, Report: l}
 				for {
 					b, err := e.ProcessDue(ctx, 0, 20)
 					if err != nil || b.Claimed == 0 {
@@ -140,14 +142,14 @@ func TestCheckerOnRacingWorkers(t *testing.T) {
 					}
 				}
 			}
-			e := &processing.Engine{Store: store, By: exactlyonce.ByProcessor, Works: works, Report: l}
+			e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.ByProcessor, Works: works, Report: l}
 			for i := 0; i < len(ids); i += 10 {
 				_, _ = e.ProcessIDs(ctx, ids[(i+w*50)%len(ids):min((i+w*50)%len(ids)+10, len(ids))])
 			}
 		}()
 	}
 	wg.Wait()
-	audit, err := store.AuditEvents(ctx)
+	audit, err := mysqltest.AuditEvents(ctx, store.DB.Pool())
 	require.NoError(t, err)
 	res := verify.Check(audit, l)
 	require.True(t, res.OK(), res.Violations)

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
 // WorkerBooks checks the event workers' registry (event_workers) against the task rows, as an
@@ -15,8 +13,9 @@ import (
 // a reference the worker holds; a worker's tasksCompleted, tasksFailed and tasksRemaining are
 // exactly its completed, failed and open tasks; its lastCompletedTask is one of its completed tasks,
 // and none of them completed after it. A settled task names a worker. It reads the whole tables:
-// for tests.
-func WorkerBooks(ctx context.Context, db *sql.DB) error {
+// for tests. packed reads the tasks with a reference of the packed history (mysqltest.PackedTasks):
+// it is read after the events table, so that a task packed meanwhile is seen once.
+func WorkerBooks(ctx context.Context, db *sql.DB, packed PackedTasks) error {
 	type worker struct {
 		remaining, completed, failed int64
 		last                         sql.NullInt64
@@ -50,7 +49,7 @@ func WorkerBooks(ctx context.Context, db *sql.DB) error {
 	}
 	got := map[string]*books{}
 	openBy := map[string]map[string]bool{} // reference: the workers holding an open task of it
-	tasks, err := taskRows(ctx, db)
+	tasks, err := taskRows(ctx, db, packed)
 	if err != nil {
 		return err
 	}
@@ -127,18 +126,29 @@ func WorkerBooks(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// taskRows are the tasks with a reference: those in `events`, then the packed ones
-// (mysql.PackedTasks), each once.
-func taskRows(ctx context.Context, db *sql.DB) ([]mysql.TaskRow, error) {
+// TaskRow is a task with a reference as the books' check sees it.
+type TaskRow struct {
+	ID          int64
+	State       int // as stored: 30 and 40 once folded
+	ReferenceID string
+	WorkerID    string
+	ProcessedAt sql.NullTime
+}
+
+// PackedTasks reads the tasks with a reference in the packed history.
+type PackedTasks func(ctx context.Context, db *sql.DB) ([]TaskRow, error)
+
+// taskRows are the tasks with a reference: those in `events`, then the packed ones, each once.
+func taskRows(ctx context.Context, db *sql.DB, readPacked PackedTasks) ([]TaskRow, error) {
 	rows, err := db.QueryContext(ctx, `SELECT id, state, reference_id, COALESCE(worker_id, ''), processed_at FROM events WHERE kind = 'task' AND reference_id IS NOT NULL`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []mysql.TaskRow
+	var out []TaskRow
 	seen := map[int64]bool{}
 	for rows.Next() {
-		var t mysql.TaskRow
+		var t TaskRow
 		if err := rows.Scan(&t.ID, &t.State, &t.ReferenceID, &t.WorkerID, &t.ProcessedAt); err != nil {
 			return nil, err
 		}
@@ -148,7 +158,7 @@ func taskRows(ctx context.Context, db *sql.DB) ([]mysql.TaskRow, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	packed, err := mysql.PackedTasks(ctx, db)
+	packed, err := readPacked(ctx, db)
 	if err != nil {
 		return nil, err
 	}

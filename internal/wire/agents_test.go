@@ -24,10 +24,10 @@ func TestSeveralAssignedShardsRunOneAgentEach(t *testing.T) {
 	require.Equal(t, "q", one[0].Member.Name, "one shard: the name as given")
 	require.Len(t, wire.Agents(load(t, nil), "standalone", nil), 1, "dynamic sharding: one agent")
 
-	store := testdb.Store(t, mysql.StoreConfig{}, 8)
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	var members []*agents.Member
 	for _, ac := range append(two, one...) {
-		m, err := agents.NewMember(store, ac.Member)
+		m, err := agents.NewMember(store.Agents, ac.Member)
 		require.NoError(t, err)
 		members = append(members, m)
 	}

@@ -63,13 +63,13 @@ var quotedInMessage = regexp.MustCompile(`'([^']*)'`)
 // ident quotes a database name for a statement.
 func ident(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
 
-// OpenLocalStore is OpenStore for the local runner (cmd/local): if the database DB_DSN names does
+// OpenLocalStores is OpenStores for the local runner (cmd/local): if the database DB_DSN names does
 // not exist, it creates it (CREATE DATABASE IF NOT EXISTS) when the user may, logs that it did, and
 // opens it. When the user may not, or the database is named by DB_HOST and DB_NAME rather than
-// DB_DSN, the error names the database and says what to do, as OpenStore's does. The functions
+// DB_DSN, the error names the database and says what to do, as OpenStores's does. The functions
 // never create their database: in AWS it is the cluster's, created with it.
-func OpenLocalStore(ctx context.Context, c config.Config, log *slog.Logger) (*mysql.Store, error) {
-	store, err := OpenStore(ctx, c)
+func OpenLocalStores(ctx context.Context, c config.Config, log *slog.Logger) (*Stores, error) {
+	store, err := OpenStores(ctx, c)
 	var me *drv.MySQLError
 	if err == nil || c.DB.DSN == "" || !errors.As(err, &me) || me.Number != errUnknownDatabase {
 		return store, err
@@ -81,7 +81,7 @@ func OpenLocalStore(ctx context.Context, c config.Config, log *slog.Logger) (*my
 			name, user, cerr, ident(name), me)
 	}
 	log.Info("local: created the database DB_DSN names", "database", name)
-	return OpenStore(ctx, c)
+	return OpenStores(ctx, c)
 }
 
 // createDatabase creates database name on the server of c.DSN, as its user.

@@ -94,7 +94,7 @@ func databaseExists(t *testing.T, name string) bool {
 func TestOpenStoreNamesTheMissingDatabase(t *testing.T) {
 	t.Parallel()
 	dsn, name := missingDatabase(t, testdb.ServerDSN())
-	_, err := wire.OpenStore(context.Background(), load(t, map[string]string{"DB_DSN": dsn}))
+	_, err := wire.OpenStores(context.Background(), load(t, map[string]string{"DB_DSN": dsn}))
 	require.Error(t, err)
 	require.ErrorContains(t, err, `database "`+name+`" does not exist`)
 	require.ErrorContains(t, err, "CREATE DATABASE")
@@ -111,12 +111,12 @@ func TestOpenLocalStoreCreatesTheDatabase(t *testing.T) {
 	dsn, name := missingDatabase(t, testdb.ServerDSN())
 	var out bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, nil))
-	store, err := wire.OpenLocalStore(context.Background(), load(t, map[string]string{"DB_DSN": dsn}), log)
+	store, err := wire.OpenLocalStores(context.Background(), load(t, map[string]string{"DB_DSN": dsn}), log)
 	require.NoError(t, err)
-	t.Cleanup(func() { store.DB().Close() })
+	t.Cleanup(func() { store.DB.Pool().Close() })
 	require.True(t, databaseExists(t, name))
 	var tables int
-	require.NoError(t, store.DB().QueryRow(
+	require.NoError(t, store.DB.Pool().QueryRow(
 		"SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()").Scan(&tables))
 	require.Positive(t, tables, "and migrated it")
 
@@ -128,9 +128,9 @@ func TestOpenLocalStoreCreatesTheDatabase(t *testing.T) {
 
 	// A second start finds it, and says nothing.
 	out.Reset()
-	again, err := wire.OpenLocalStore(context.Background(), load(t, map[string]string{"DB_DSN": dsn}), log)
+	again, err := wire.OpenLocalStores(context.Background(), load(t, map[string]string{"DB_DSN": dsn}), log)
 	require.NoError(t, err)
-	again.DB().Close()
+	again.DB.Pool().Close()
 	require.Empty(t, out.String())
 }
 
@@ -159,7 +159,7 @@ func TestOpenLocalStoreCannotCreateTheDatabase(t *testing.T) {
 	}
 	quiet := slog.New(slog.DiscardHandler)
 
-	_, err := wire.OpenLocalStore(ctx, load(t, map[string]string{"DB_DSN": dsn("reader")}), quiet)
+	_, err := wire.OpenLocalStores(ctx, load(t, map[string]string{"DB_DSN": dsn("reader")}), quiet)
 	require.Error(t, err)
 	require.ErrorContains(t, err, `database "nosuch" does not exist`)
 	require.ErrorContains(t, err, `user "reader" may not create it`)
@@ -167,7 +167,7 @@ func TestOpenLocalStoreCannotCreateTheDatabase(t *testing.T) {
 	require.ErrorContains(t, err, "DB_DSN")
 	require.False(t, exists())
 
-	_, err = wire.OpenLocalStore(ctx, load(t, map[string]string{"DB_DSN": dsn("nobody")}), quiet)
+	_, err = wire.OpenLocalStores(ctx, load(t, map[string]string{"DB_DSN": dsn("nobody")}), quiet)
 	require.Error(t, err)
 	require.ErrorContains(t, err, `user "nobody" may not use database "nosuch", or it does not exist`)
 	require.ErrorContains(t, err, "GRANT ALL ON `nosuch`.*")

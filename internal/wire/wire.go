@@ -44,9 +44,19 @@ var AWS = sync.OnceValues(func() (aws.Config, error) {
 	return awsconfig.LoadDefaultConfig(context.Background())
 })
 
-// OpenStore opens the database, migrates it unless DB_MIGRATE is false (unset: it migrates), and
-// returns the store.
-func OpenStore(ctx context.Context, c config.Config) (*mysql.Store, error) {
+// OpenStores opens the database, migrates it unless DB_MIGRATE is false (unset: it migrates), and
+// returns the process's stores, built on one core handle.
+func OpenStores(ctx context.Context, c config.Config) (*Stores, error) {
+	db, err := OpenDB(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return NewStores(db), nil
+}
+
+// OpenDB opens the database, migrates it unless DB_MIGRATE is false (unset: it migrates), and returns
+// the core handle, with the configured allocator (OpenStores builds the stores on it).
+func OpenDB(ctx context.Context, c config.Config) (*mysql.DB, error) {
 	conn := Conn(c.DB)
 	if conn.IAMAuth {
 		awsCfg, err := AWS()
@@ -66,24 +76,24 @@ func OpenStore(ctx context.Context, c config.Config) (*mysql.Store, error) {
 			return nil, DatabaseError(c.DB, err)
 		}
 	}
-	store, err := mysql.NewStore(db, StoreConfig(c.Store))
+	core, err := mysql.New(db, StoreConfig(c.Store))
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	return store, nil
+	return core, nil
 }
 
 // Conn returns the mysql.ConnConfig of the configured database, without AWS credentials
-// (OpenStore adds them for IAM auth).
+// (OpenDB adds them for IAM auth).
 func Conn(c config.DB) mysql.ConnConfig {
 	return mysql.ConnConfig{DSN: c.DSN, Host: c.Host, Port: c.Port, Name: c.Name, User: c.User,
 		Password: c.Password, IAMAuth: c.IAMAuth, TLS: c.TLS, Region: c.Region, MaxOpenConns: c.MaxOpenConns}
 }
 
-// StoreConfig returns the configured mysql.StoreConfig.
-func StoreConfig(c config.Store) mysql.StoreConfig {
-	return mysql.StoreConfig{Allocator: c.Allocator, BlockSize: c.BlockSize}
+// StoreConfig returns the core handle's configured mysql.Config (ALLOCATOR, ALLOCATOR_BLOCK_SIZE).
+func StoreConfig(c config.Store) mysql.Config {
+	return mysql.Config{Allocator: c.Allocator, BlockSize: c.BlockSize}
 }
 
 // SQS returns an SQS client from the AWS configuration (AWS_ENDPOINT_URL_SQS, credentials, region),
@@ -237,7 +247,7 @@ func EventService(store processing.WorkerStore, c config.Config, log *slog.Logge
 // AGENT_PULSE_INTERVAL and AGENT_EXPIRATION apply): the tasks it delivers join event workers as
 // the agents' do. Its name is the Lambda container's log stream when there is one, else
 // processor-<pid>-<host>.
-func ProcessorWorkers(p *processing.Processor, store *mysql.Store, c config.Config, log *slog.Logger) (*processing.Processor, error) {
+func ProcessorWorkers(p *processing.Processor, stores *Stores, c config.Config, log *slog.Logger) (*processing.Processor, error) {
 	if p.Tasks == nil {
 		return p, nil
 	}
@@ -250,5 +260,5 @@ func ProcessorWorkers(p *processing.Processor, store *mysql.Store, c config.Conf
 		host, _ := os.Hostname()
 		mc.Name = fmt.Sprintf("processor-%d-%s", os.Getpid(), host)
 	}
-	return p, agents.WithEventWorkers(p, store, EventService(store, c, log), mc)
+	return p, agents.WithEventWorkers(p, stores.Agents, EventService(stores.Agents, c, log), mc)
 }

@@ -45,7 +45,7 @@ func (s *sweepStore) ClaimDue(_ context.Context, _ exactlyonce.Claim, grace time
 func sweep(t *testing.T, c config.Config) (grace time.Duration, limit int) {
 	t.Helper()
 	st := &sweepStore{}
-	_, err := sweeping.New(st, wire.Sweeping(c, slog.New(slog.NewTextHandler(io.Discard, nil)))).Sweep(context.Background())
+	_, err := sweeping.New(sweeping.Stores{Events: st}, wire.Sweeping(c, slog.New(slog.NewTextHandler(io.Discard, nil)))).Sweep(context.Background())
 	require.NoError(t, err)
 	return st.grace, st.limit
 }
@@ -55,7 +55,7 @@ func sweep(t *testing.T, c config.Config) (grace time.Duration, limit int) {
 func TestDefaults(t *testing.T) {
 	t.Parallel()
 	c := load(t, nil)
-	require.Equal(t, mysql.StoreConfig{}, wire.StoreConfig(c.Store), "the store's defaults apply")
+	require.Equal(t, mysql.Config{}, wire.StoreConfig(c.Store), "the store's defaults apply")
 	require.Equal(t, "block", mysql.DefaultAllocator)
 	require.Equal(t, 1024, mysql.DefaultBlockSize)
 
@@ -96,7 +96,7 @@ func TestConfigured(t *testing.T) {
 		"VISIBILITY_HEARTBEAT": "1s", "VISIBILITY_EXTENSION": "3s", "QUEUE_NAME": "mine", "LOG_LEVEL": "warn"})
 	require.Equal(t, mysql.ConnConfig{Host: "h", Port: 3307, Name: "n", User: "u", Password: "p",
 		TLS: true, Region: "eu-west-1", MaxOpenConns: 7}, wire.Conn(c.DB))
-	require.Equal(t, mysql.StoreConfig{Allocator: "literal", BlockSize: 8}, wire.StoreConfig(c.Store))
+	require.Equal(t, mysql.Config{Allocator: "literal", BlockSize: 8}, wire.StoreConfig(c.Store))
 	v := wire.Visibility(c, nil)
 	require.Equal(t, "http://q", v.QueueURL)
 	require.Equal(t, time.Second, v.Heartbeat)
@@ -110,7 +110,7 @@ func TestAllocatorsAgree(t *testing.T) {
 	t.Parallel()
 	require.ElementsMatch(t, []string{mysql.AllocatorBlock, mysql.AllocatorLiteral}, config.Allocators())
 	for _, a := range config.Allocators() {
-		_, err := mysql.NewStore(nil, wire.StoreConfig(config.Store{Allocator: a}))
+		_, err := wire.StoresOn(nil, wire.StoreConfig(config.Store{Allocator: a}))
 		require.NoError(t, err, a)
 	}
 }
@@ -121,11 +121,11 @@ func TestOpenStoreMigrates(t *testing.T) {
 	tables := func(t *testing.T, migrate string) int {
 		t.Helper()
 		c := load(t, map[string]string{"DB_DSN": testdb.NewDatabase(t), "DB_MIGRATE": migrate})
-		store, err := wire.OpenStore(context.Background(), c)
+		store, err := wire.OpenStores(context.Background(), c)
 		require.NoError(t, err)
-		t.Cleanup(func() { store.DB().Close() })
+		t.Cleanup(func() { store.DB.Pool().Close() })
 		var n int
-		require.NoError(t, store.DB().QueryRow(
+		require.NoError(t, store.DB.Pool().QueryRow(
 			"SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()").Scan(&n))
 		return n
 	}

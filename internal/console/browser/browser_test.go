@@ -45,13 +45,13 @@ func runAgent(role string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	store, err := child.OpenStore()
+	store, err := child.OpenStores()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	a, err := agents.New(store, &processing.Engine{Store: store, By: exactlyonce.BySweeper, Logger: log},
+	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log},
 		wire.Agent(cfg, "standalone", log))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

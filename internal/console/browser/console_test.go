@@ -32,6 +32,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // system is a whole local system with the console, and what the test drives it with.
@@ -54,7 +55,7 @@ func startSystem(t *testing.T) *system {
 	s := &system{client: localsqs.NewClient(srv.URL)}
 	db, dsn := testdb.DB(t, 20)
 	s.dsn = dsn
-	store, err := mysql.NewStore(db, mysql.StoreConfig{})
+	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")}

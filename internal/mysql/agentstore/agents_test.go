@@ -1,0 +1,105 @@
+package agentstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// An agent's id comes from the status counter under its row lock: agents registering at once get
+// distinct ids, never an event's, in registration order.
+func TestRegisterAgentsAtOnceGivesDistinctIDs(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
+	ctx := context.Background()
+	var mu sync.Mutex
+	ids := map[int64]bool{}
+	together(t, 16, func(w int) error {
+		a, err := store.Agents.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: "a", Kind: "test", Sharding: exactlyonce.ShardingDynamic}, time.Minute)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		ids[a.ID] = true
+		mu.Unlock()
+		return nil
+	})
+	require.Len(t, ids, 16)
+	eventID, err := store.Events.CreatePending(ctx)
+	require.NoError(t, err)
+	require.False(t, ids[eventID])
+	agents, err := store.Agents.Agents(ctx)
+	require.NoError(t, err)
+	require.Len(t, agents, 16)
+	for i, a := range agents {
+		require.Equal(t, exactlyonce.AgentWaiting, a.State, "every agent is persisted WAITING first")
+		require.Nil(t, a.TotalShardCount)
+		if i > 0 {
+			require.Greater(t, a.ID, agents[i-1].ID, "ordered by id")
+		}
+	}
+}
+
+// Expiration is the database's clock: an agent that stops pulsing is ejected by another's pulse
+// once its expiration has passed, and its own pulse then says it was ejected; a pulse keeps an
+// agent in.
+func TestPulseAndEjectOnTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	spec := exactlyonce.AgentSpec{Name: "x", Kind: "test", Sharding: exactlyonce.ShardingDynamic}
+	live, err := store.Agents.RegisterAgent(ctx, spec, time.Minute)
+	require.NoError(t, err)
+	dying, err := store.Agents.RegisterAgent(ctx, spec, 200*time.Millisecond)
+	require.NoError(t, err)
+
+	gone, err := store.Agents.EjectExpiredAgents(ctx, live.ID)
+	require.NoError(t, err)
+	require.Empty(t, gone, "nobody has expired yet")
+
+	// Wait on the database's clock, not ours.
+	require.Eventually(t, func() bool {
+		as, now, err := store.Agents.AgentsAt(ctx)
+		require.NoError(t, err)
+		for _, a := range as {
+			if a.ID == dying.ID {
+				return now.After(a.Expiration)
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond)
+
+	gone, err = store.Agents.EjectExpiredAgents(ctx, live.ID)
+	require.NoError(t, err)
+	require.Len(t, gone, 1)
+	require.Equal(t, dying.ID, gone[0].ID)
+
+	ok, err := store.Agents.PulseAgent(ctx, dying.ID, time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok, "an ejected agent's pulse finds no row")
+	ok, err = store.Agents.PulseAgent(ctx, live.ID, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	ok, err = store.Agents.AssignAgent(ctx, live.ID, exactlyonce.AgentRunning, new(1), new(0))
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = store.Agents.AssignAgent(ctx, live.ID, exactlyonce.AgentRunning, new(1), new(0))
+	require.NoError(t, err)
+	require.True(t, ok, "an unchanged assignment of a live agent")
+	ok, err = store.Agents.AssignAgent(ctx, dying.ID, exactlyonce.AgentRunning, new(1), new(0))
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	require.NoError(t, store.Agents.RemoveAgent(ctx, live.ID))
+	as, err := store.Agents.Agents(ctx)
+	require.NoError(t, err)
+	require.Empty(t, as)
+}

@@ -1,0 +1,318 @@
+package agentstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+)
+
+// Event workers: the registry of internal/processing's EventService (migrations/0010_event_workers.sql,
+// workers.sql).
+
+// WorkerBooks gathers, in a settlement of tasks (taskstore's SettleTasks), what changes on each
+// event worker: its counts change in the transaction that settles its tasks (Write). The settlement
+// of tasks writes the books through these transaction-level methods; the statements, on the
+// event_workers table, are this store's (workers.sql).
+type WorkerBooks map[string]*workerBook
+
+type workerBook struct {
+	completed, failed, remaining int64
+	// promoted counts the queued tasks that follow this worker's settled heads: they join it if it
+	// has room, which SettleWorkers decides on the worker's row.
+	promoted int64
+	last     sql.NullInt64
+}
+
+func (b WorkerBooks) of(ev exactlyonce.Event) *workerBook {
+	if ev.Task == nil || ev.Task.WorkerID == "" {
+		return nil
+	}
+	return b.get(ev.Task.WorkerID)
+}
+
+func (b WorkerBooks) get(w string) *workerBook {
+	wb, ok := b[w]
+	if !ok {
+		wb = &workerBook{}
+		b[w] = wb
+	}
+	return wb
+}
+
+// Completed counts task id of ev's worker delivered.
+func (b WorkerBooks) Completed(ev exactlyonce.Event, id int64) {
+	if wb := b.of(ev); wb != nil {
+		wb.completed++
+		wb.remaining--
+		wb.last = sql.NullInt64{Int64: id, Valid: true}
+	}
+}
+
+// Failed counts ev, a task of its worker, failed for good.
+func (b WorkerBooks) Failed(ev exactlyonce.Event) {
+	if wb := b.of(ev); wb != nil {
+		wb.failed++
+		wb.remaining--
+	}
+}
+
+// Promoting counts a queued task that follows a settled head of worker w.
+func (b WorkerBooks) Promoting(w string) { b.get(w).promoted++ }
+
+// Write applies the books in one statement (SettleWorkers), which also makes done the
+// willTerminate workers left with nothing, and gives the promoted tasks' count to the workers with
+// room only. Which workers became done is not read back (a statement more in every settlement,
+// which the tasks bench measured): the EventService learns it at its next pulse. Which have room
+// is, by the caller, when it promotes tasks into them (WorkersWithRoom).
+func (b WorkerBooks) Write(ctx context.Context, tx *sql.Tx) error {
+	if len(b) == 0 {
+		return nil
+	}
+	ids := b.ids()
+	q := queries.SettleWorkers
+	var args []any
+	for _, col := range []string{"remaining", "completed", "failed", "remaining", "promoted", "last"} {
+		var cases strings.Builder
+		for _, w := range ids {
+			wb := b[w]
+			var v any
+			switch col {
+			case "remaining":
+				v = wb.remaining
+			case "completed":
+				v = wb.completed
+			case "failed":
+				v = wb.failed
+			case "promoted":
+				v = wb.promoted
+			case "last":
+				v = wb.last
+			}
+			cases.WriteString(" WHEN ? THEN ?")
+			args = append(args, w, v)
+		}
+		q = strings.Replace(q, "/*"+col+"*/", cases.String(), 1)
+	}
+	q, idArgs := expandStrings(q, ids)
+	_, err := tx.ExecContext(ctx, q, append(args, idArgs...)...)
+	return err
+}
+
+func (b WorkerBooks) ids() []string {
+	ids := make([]string, 0, len(b))
+	for w := range b {
+		ids = append(ids, w)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// WithRoom reads which of the workers to which queued tasks are promoting have room for them
+// (WorkersWithRoom), after Write locked their rows.
+func (b WorkerBooks) WithRoom(ctx context.Context, tx *sql.Tx) (map[string]bool, error) {
+	var ids []string
+	for _, w := range b.ids() {
+		if b[w].promoted > 0 {
+			ids = append(ids, w)
+		}
+	}
+	room := map[string]bool{}
+	if len(ids) == 0 {
+		return room, nil
+	}
+	q, args := expandStrings(queries.WorkersWithRoom, ids)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var w string
+		if err := rows.Scan(&w); err != nil {
+			return nil, err
+		}
+		room[w] = true
+	}
+	return room, rows.Err()
+}
+
+func expandStrings(q string, ss []string) (string, []any) {
+	args := make([]any, len(ss))
+	for i, s := range ss {
+		args[i] = s
+	}
+	return strings.Replace(q, "/*ids*/", mysql.Placeholders(len(ss)), 1), args
+}
+
+// AssignWorkers writes an assignment of agent's in one transaction: the new workers, the tasks'
+// worker (only those still leased to claimID: the number assigned must match, or nothing is
+// written), the workers' growth. A grown worker that is done, unknown or run by another agent fails
+// it with a *exactlyonce.WorkerConflictError naming the worker.
+func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
+	var conflict string
+	// GrowWorker grows no full worker, and a new worker is grown in the assignment that makes it:
+	// it is inserted with room, and full (willTerminate) only by its growth, which comes after.
+	grown := map[string]bool{}
+	for _, g := range a.Grow {
+		grown[g.ID] = true
+	}
+	newFull := map[string]bool{}
+	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+		for _, w := range a.New {
+			refs, err := json.Marshal(nonNil(w.References))
+			if err != nil {
+				return err
+			}
+			will := w.WillTerminate
+			if grown[w.ID] {
+				newFull[w.ID], will = will, false
+			}
+			if _, err := tx.ExecContext(ctx, queries.InsertWorker, w.ID, w.AgentID, will, w.MaxReferenceCount,
+				len(w.References), string(refs), w.FirstHash); err != nil {
+				return err
+			}
+		}
+		workers := make([]string, 0, len(a.Tasks))
+		for w := range a.Tasks {
+			workers = append(workers, w)
+		}
+		slices.Sort(workers)
+		for _, w := range workers {
+			ids := slices.Sorted(slices.Values(a.Tasks[w]))
+			q, args := mysql.ExpandIDs(queries.AssignTasks, ids)
+			res, err := tx.ExecContext(ctx, q, append(append([]any{w, claimID}, args...), len(ids))...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n != int64(len(ids)) {
+				return fmt.Errorf("assigned %d of %d tasks: their lease was taken over", n, len(ids))
+			}
+		}
+		grow := slices.Clone(a.Grow)
+		slices.SortFunc(grow, func(x, y exactlyonce.WorkerGrowth) int { return strings.Compare(x.ID, y.ID) })
+		for _, g := range grow {
+			refs, err := json.Marshal(nonNil(g.References))
+			if err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, queries.GrowWorker, g.AddTasks, string(refs), len(g.References),
+				g.WillTerminate || newFull[g.ID], g.ID, agent)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n != 1 {
+				conflict = g.ID
+				return errWorkerConflict
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errWorkerConflict) {
+		return &exactlyonce.WorkerConflictError{WorkerID: conflict}
+	}
+	return mysql.Interpret("assign event workers", err)
+}
+
+var errWorkerConflict = errors.New("event worker conflict")
+
+func nonNil(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
+}
+
+func scanWorkers(rows *sql.Rows, err error) ([]exactlyonce.EventWorker, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []exactlyonce.EventWorker
+	for rows.Next() {
+		var w exactlyonce.EventWorker
+		var last sql.NullInt64
+		var refs string
+		if err := rows.Scan(&w.ID, &w.AgentID, &w.CreatedAt, &last, &w.TasksRemaining, &w.WillTerminate, &w.TasksCompleted,
+			&w.TasksFailed, &w.MaxReferenceCount, &w.IsDone, &refs, &w.FirstHash); err != nil {
+			return nil, err
+		}
+		if last.Valid {
+			w.LastCompletedTask = &last.Int64
+		}
+		if err := json.Unmarshal([]byte(refs), &w.References); err != nil {
+			return nil, fmt.Errorf("event worker %s: references: %w", w.ID, err)
+		}
+		w.CreatedAt = w.CreatedAt.UTC()
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// ActiveWorkers lists the event workers that are not done, oldest first.
+func (s *Store) ActiveWorkers(ctx context.Context) ([]exactlyonce.EventWorker, error) {
+	ws, err := scanWorkers(s.db.QueryContext(ctx, queries.ActiveWorkers))
+	return ws, mysql.Interpret("list event workers", err)
+}
+
+// DoneWorkers lists up to limit done event workers, the most recently done first.
+func (s *Store) DoneWorkers(ctx context.Context, limit int) ([]exactlyonce.EventWorker, error) {
+	ws, err := scanWorkers(s.db.QueryContext(ctx, queries.DoneWorkers, limit))
+	return ws, mysql.Interpret("list event workers", err)
+}
+
+// Worker reads one event worker; false if there is none with that id.
+func (s *Store) Worker(ctx context.Context, id string) (exactlyonce.EventWorker, bool, error) {
+	ws, err := scanWorkers(s.db.QueryContext(ctx, queries.WorkerByID, id))
+	if err != nil || len(ws) == 0 {
+		return exactlyonce.EventWorker{}, false, mysql.Interpret("read event worker", err)
+	}
+	return ws[0], true, nil
+}
+
+// AdoptWorker makes agent the runner of live worker id, if from still runs it; false otherwise.
+func (s *Store) AdoptWorker(ctx context.Context, id string, from, agent int64) (bool, error) {
+	res, err := s.db.ExecContext(ctx, queries.AdoptWorker, agent, id, from)
+	if err != nil {
+		return false, mysql.Interpret("adopt event worker", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, mysql.Interpret("adopt event worker", err)
+}
+
+// StopWorkers marks the named live workers willTerminate; those with nothing left become done.
+func (s *Store) StopWorkers(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	q, args := expandStrings(queries.StopWorkers, ids)
+	_, err := s.db.ExecContext(ctx, q, args...)
+	return mysql.Interpret("stop event workers", err)
+}
+
+// WorkerHeads lists the open heads of a worker's references, in their order.
+func (s *Store) WorkerHeads(ctx context.Context, id string) ([]int64, error) {
+	ids, err := mysql.ScanIDs(s.db.QueryContext(ctx, queries.WorkerHeads, id))
+	return ids, mysql.Interpret("read an event worker's tasks", err)
+}
+
+// PruneWorkers deletes up to limit done workers done for longer than retention; it returns how many.
+func (s *Store) PruneWorkers(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	res, err := s.db.ExecContext(ctx, queries.PruneWorkers, retention.Microseconds(), limit)
+	if err != nil {
+		return 0, mysql.Interpret("prune event workers", err)
+	}
+	n, err := res.RowsAffected()
+	return n, mysql.Interpret("prune event workers", err)
+}

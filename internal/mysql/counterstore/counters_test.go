@@ -1,0 +1,263 @@
+package counterstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/counterstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/stretchr/testify/require"
+)
+
+func cmsg(entity, typ, user, action string) exactlyonce.CounterMessage {
+	return exactlyonce.CounterMessage{EntityID: entity, EntityType: typ, UserID: user, Action: action}
+}
+
+func applyOne(t *testing.T, s *wire.Stores, m exactlyonce.CounterMessage) exactlyonce.CounterResult {
+	t.Helper()
+	r, err := s.Counters.ApplyCounterMessages(context.Background(), []exactlyonce.CounterMessage{m})
+	require.NoError(t, err)
+	require.Len(t, r, 1)
+	return r[0]
+}
+
+// An entity counts once however often it is added, stops counting once read, and a duplicate or
+// late "added" after its "readed" does not bring it back; every message gets a result.
+func TestCounterDuplicatesAndLateAdded(t *testing.T) {
+	t.Parallel()
+	s := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	add, read := cmsg("m1", "message", "u1", exactlyonce.CounterAdded), cmsg("m1", "message", "u1", exactlyonce.CounterRead)
+	steps := []struct {
+		m       exactlyonce.CounterMessage
+		applied bool
+		sum     int64
+		version int64
+	}{
+		{add, true, 1, 1},
+		{add, false, 1, 1}, // duplicate
+		{cmsg("m2", "message", "u1", exactlyonce.CounterAdded), true, 2, 2}, // another entity
+		{read, true, 1, 3},
+		{read, false, 1, 3}, // duplicate
+		{add, false, 1, 3},  // late duplicate "added": stays read
+		{cmsg("m1", "message", "U1", exactlyonce.CounterAdded), true, 1, 1}, // another user (case matters)
+	}
+	for i, st := range steps {
+		r := applyOne(t, s, st.m)
+		require.Equal(t, st.applied, r.Applied, "step %d", i)
+		require.Equal(t, st.sum, r.Sum, "step %d", i)
+		require.Equal(t, st.version, r.Version, "step %d", i)
+		require.Len(t, r.ID, 32)
+	}
+	v, err := s.Counters.CounterSum(context.Background(), exactlyonce.CounterKey{EntityType: "message", UserID: "u1"})
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.CounterSum{Sum: 1, Version: 3}, v)
+	v, err = s.Counters.CounterSum(context.Background(), exactlyonce.CounterKey{EntityType: "nothing", UserID: "u1"})
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.CounterSum{}, v)
+	all, err := s.Counters.CounterSums(context.Background(), "u1")
+	require.NoError(t, err)
+	require.Equal(t, map[string]exactlyonce.CounterSum{"message": {Sum: 1, Version: 3}}, all)
+}
+
+// A "readed" that arrives before its "added" keeps the "added" from counting; the count never
+// goes below zero.
+func TestCounterReadBeforeAdded(t *testing.T) {
+	t.Parallel()
+	s := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	r := applyOne(t, s, cmsg("e", "dialog", "u", "readed"))
+	require.Equal(t, exactlyonce.CounterResult{ID: r.ID, EntityID: "e", EntityType: "dialog", UserID: "u", Action: "readed"}, r)
+	r = applyOne(t, s, cmsg("e", "dialog", "u", "added"))
+	require.False(t, r.Applied)
+	require.Zero(t, r.Sum)
+	require.Zero(t, r.Version)
+}
+
+// Within one batch, messages are applied in their order, duplicates included.
+func TestCounterBatchAppliesInOrder(t *testing.T) {
+	t.Parallel()
+	s := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ms := []exactlyonce.CounterMessage{
+		cmsg("a", "t", "u", "added"), cmsg("a", "t", "u", "added"), cmsg("b", "t", "u", "added"),
+		cmsg("a", "t", "u", "readed"), cmsg("a", "t", "u", "added"), cmsg("c", "t", "v", "added"),
+	}
+	rs, err := s.Counters.ApplyCounterMessages(context.Background(), ms)
+	require.NoError(t, err)
+	var got []string
+	for _, r := range rs {
+		got = append(got, fmt.Sprintf("%s/%s %v %d %d", r.UserID, r.EntityID, r.Applied, r.Sum, r.Version))
+	}
+	require.Equal(t, []string{"u/a true 1 1", "u/a false 1 1", "u/b true 2 2", "u/a true 1 3", "u/a false 1 3", "v/c true 1 1"}, got)
+	// The next batch starts from what this one committed: the sums exist now.
+	rs, err = s.Counters.ApplyCounterMessages(context.Background(), []exactlyonce.CounterMessage{cmsg("d", "t", "u", "added"), cmsg("c", "t", "v", "readed")})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), rs[0].Sum)
+	require.Equal(t, int64(4), rs[0].Version)
+	require.Equal(t, int64(0), rs[1].Sum)
+	require.Equal(t, int64(2), rs[1].Version)
+}
+
+// Many messages for one key at once, from concurrent transactions, with duplicates and reads:
+// the sum is the number of entities counted, the version the number of applied changes, and the
+// key's sum row is created once.
+func TestCounterConcurrentMessagesForOneKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
+	const entities, workers = 200, 8
+	var ms []exactlyonce.CounterMessage
+	for e := range entities {
+		id := fmt.Sprint(e)
+		for range 1 + e%3 {
+			ms = append(ms, cmsg(id, "message", "hot", "added"))
+		}
+		if e%2 == 0 {
+			ms = append(ms, cmsg(id, "message", "hot", "readed"), cmsg(id, "message", "hot", "readed"))
+		}
+	}
+	rand.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] })
+	var mu sync.Mutex
+	applied := 0
+	next := 0
+	together(t, workers, func(int) error {
+		for {
+			mu.Lock()
+			if next >= len(ms) {
+				mu.Unlock()
+				return nil
+			}
+			n := min(1+rand.IntN(4), len(ms)-next)
+			batch := ms[next : next+n]
+			next += n
+			mu.Unlock()
+			rs, err := s.Counters.ApplyCounterMessages(ctx, batch)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, r := range rs {
+				if r.Applied {
+					applied++
+				}
+			}
+			mu.Unlock()
+		}
+	})
+	// Counted: entities whose first message (in the order applied) was an "added" and that were
+	// never read: odd entities always; even ones never (their read is remembered whatever the order).
+	v, err := s.Counters.CounterSum(ctx, exactlyonce.CounterKey{EntityType: "message", UserID: "hot"})
+	require.NoError(t, err)
+	require.Equal(t, int64(entities/2), v.Sum)
+	require.Equal(t, int64(applied), v.Version)
+	var rows int
+	require.NoError(t, s.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM t_counter_sum").Scan(&rows))
+	require.Equal(t, 1, rows)
+	checked, bad, err := s.Counters.ReconcileCounters(ctx, []int64{counterstore.UserBucket("hot")}, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, checked)
+	require.Empty(t, bad)
+}
+
+// Many new keys of one user bucket at once: each sum row is created once.
+func TestCounterSumRowsCreatedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := wire.NewStores(testdb.Core(t, mysql.Config{}, 16))
+	together(t, 8, func(w int) error {
+		for i := range 20 {
+			// Every worker sends the same messages: each key's row must be created once.
+			if _, err := s.Counters.ApplyCounterMessages(ctx, []exactlyonce.CounterMessage{
+				cmsg(fmt.Sprint(i), fmt.Sprint("type", i%5), "u", "added")}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var rows int
+	require.NoError(t, s.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM t_counter_sum").Scan(&rows))
+	require.Equal(t, 5, rows)
+	all, err := s.Counters.CounterSums(ctx, "u")
+	require.NoError(t, err)
+	for typ, v := range all {
+		require.Equal(t, exactlyonce.CounterSum{Sum: 4, Version: 4}, v, typ)
+	}
+}
+
+// The reconciliation finds a sum that differs from its facts.
+func TestReconcileFindsABrokenSum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	for i := range 3 {
+		applyOne(t, s, cmsg(fmt.Sprint(i), "t", "u", "added"))
+	}
+	applyOne(t, s, cmsg("0", "t", "u", "readed"))
+	b := []int64{counterstore.UserBucket("u")}
+	_, bad, err := s.Counters.ReconcileCounters(ctx, b, 10)
+	require.NoError(t, err)
+	require.Empty(t, bad)
+	_, err = s.DB.Pool().ExecContext(ctx, "UPDATE t_counter_sum SET sum = sum + 1")
+	require.NoError(t, err)
+	_, bad, err = s.Counters.ReconcileCounters(ctx, b, 10)
+	require.NoError(t, err)
+	require.Equal(t, []exactlyonce.CounterMismatch{{Key: exactlyonce.CounterKey{EntityType: "t", UserID: "u"}, Sum: 3, Counted: 2}}, bad)
+}
+
+// Read entities are pruned after the retention, in bounded batches, and only they.
+func TestPruneReadCounterEntities(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	for i := range 5 {
+		applyOne(t, s, cmsg(fmt.Sprint(i), "t", "u", "added"))
+		if i < 3 {
+			applyOne(t, s, cmsg(fmt.Sprint(i), "t", "u", "readed"))
+		}
+	}
+	n, err := s.Counters.PruneReadCounterEntities(ctx, 2, 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing is old enough yet")
+	// Age every fact past the retention.
+	_, err = s.DB.Pool().ExecContext(ctx, "UPDATE t_counter SET at = at - INTERVAL 16 DAY")
+	require.NoError(t, err)
+	n, err = s.Counters.PruneReadCounterEntities(ctx, 2, 100)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	var facts int
+	require.NoError(t, s.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM t_counter").Scan(&facts))
+	require.Equal(t, 2, facts, "the two counted entities' added facts stay")
+	_, bad, err := s.Counters.ReconcileCounters(ctx, []int64{counterstore.UserBucket("u")}, 10)
+	require.NoError(t, err)
+	require.Empty(t, bad)
+}
+
+// The benchmark's history, loaded directly, reads as if the consumer had stored it: its entities
+// are counted, a repeated "added" is a duplicate, and the counts reconcile.
+func TestLoadCounters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	require.NoError(t, mysqltest.LoadCounters(ctx, s.DB.Pool(), 1000, 10, []string{"a", "b"}, nil))
+	v, err := s.Counters.CounterSum(ctx, exactlyonce.CounterKey{EntityType: "a", UserID: "seed-user-0"})
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.CounterSum{Sum: 100, Version: 100}, v)
+	r := applyOne(t, s, cmsg("seed-0", "a", "seed-user-0", "added"))
+	require.False(t, r.Applied)
+	r = applyOne(t, s, cmsg("seed-0", "a", "seed-user-0", "readed"))
+	require.True(t, r.Applied)
+	require.Equal(t, int64(99), r.Sum)
+	all := make([]int64, counterstore.CounterBuckets)
+	for i := range all {
+		all[i] = int64(i)
+	}
+	checked, bad, err := s.Counters.ReconcileCounters(ctx, all, 100)
+	require.NoError(t, err)
+	require.Equal(t, 10, checked)
+	require.Empty(t, bad)
+}

@@ -1,0 +1,25 @@
+package counterstore
+
+import "reflect"
+
+// Queries exposes the store's statements to its external tests.
+var Queries = queries
+
+// QueryText is the statement name of the store's files; it panics for a name they do not have.
+func QueryText(name string) string {
+	f := reflect.ValueOf(queries).FieldByName(name)
+	if !f.IsValid() {
+		panic("no statement named " + name)
+	}
+	return f.String()
+}
+
+// QueryNames are the names of the store's statements.
+func QueryNames() []string {
+	t := reflect.TypeOf(queries)
+	out := make([]string, t.NumField())
+	for i := range out {
+		out[i] = t.Field(i).Name
+	}
+	return out
+}

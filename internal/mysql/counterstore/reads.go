@@ -1,0 +1,222 @@
+package counterstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+)
+
+// What the sweeper and the API do with what the consumer wrote: publish the notifications left
+// unpublished, prune, reconcile a sample of counts, and read a user's counts.
+
+// MarkCounterPublished records that the notifications with these ids were published.
+func (s *Store) MarkCounterPublished(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	args := make([]any, 0, len(ids))
+	for _, id := range ids {
+		b, err := hex.DecodeString(id)
+		if err != nil {
+			return fmt.Errorf("mark counter notifications published: id %q: %w", id, err)
+		}
+		args = append(args, b)
+	}
+	q := strings.Replace(queries.MarkCounterNotificationsPublished, "/*ids*/", mysql.Placeholders(len(ids)), 1)
+	if _, err := s.db.ExecContext(ctx, q, args...); err != nil {
+		return mysql.Interpret("mark counter notifications published", err)
+	}
+	return nil
+}
+
+// UnpublishedCounterResults returns up to limit notifications recorded more than olderThan ago
+// and not published yet, as published bodies (JSON) by id.
+func (s *Store) UnpublishedCounterResults(ctx context.Context, olderThan time.Duration, limit int) (map[string][]byte, error) {
+	rows, err := s.db.QueryContext(ctx, queries.UnpublishedCounterNotifications, olderThan.Microseconds(), limit)
+	if err != nil {
+		return nil, mysql.Interpret("unpublished counter notifications", err)
+	}
+	defer rows.Close()
+	out := map[string][]byte{}
+	for rows.Next() {
+		var id, body []byte
+		if err := rows.Scan(&id, &body); err != nil {
+			return nil, mysql.Interpret("unpublished counter notifications", err)
+		}
+		out[hex.EncodeToString(id)] = body
+	}
+	return out, mysql.Interpret("unpublished counter notifications", rows.Err())
+}
+
+// PruneCounterNotifications deletes up to limit notifications published more than age ago, in
+// batches of at most batch, and returns how many.
+func (s *Store) PruneCounterNotifications(ctx context.Context, age time.Duration, batch, limit int) (int, error) {
+	return pruneLoop(batch, limit, func(n int) (int64, error) {
+		res, err := s.db.ExecContext(ctx, queries.PruneCounterNotifications, int64(age.Seconds()), n)
+		if err != nil {
+			return 0, mysql.Interpret("prune counter notifications", err)
+		}
+		return res.RowsAffected()
+	})
+}
+
+// PruneReadCounterEntities deletes the facts of up to limit entities read more than
+// CounterReadRetention ago, in batches of at most batch entities, and returns how many entities.
+func (s *Store) PruneReadCounterEntities(ctx context.Context, batch, limit int) (int, error) {
+	retention := int64(CounterReadRetention.Seconds())
+	return pruneLoop(batch, limit, func(n int) (int64, error) {
+		rows, err := s.db.QueryContext(ctx, queries.OldReadCounterEntities, retention, n)
+		if err != nil {
+			return 0, mysql.Interpret("prune read counter entities", err)
+		}
+		var buckets []int64
+		var hashes []any
+		for rows.Next() {
+			var b int64
+			var h []byte
+			if err := rows.Scan(&b, &h); err != nil {
+				rows.Close()
+				return 0, mysql.Interpret("prune read counter entities", err)
+			}
+			buckets = append(buckets, b)
+			hashes = append(hashes, h)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, mysql.Interpret("prune read counter entities", err)
+		}
+		if len(hashes) == 0 {
+			return 0, nil
+		}
+		slices.Sort(buckets)
+		buckets = slices.Compact(buckets)
+		q, args := mysql.ExpandIDs(queries.DeleteCounterEntities, buckets)
+		q = strings.Replace(q, "/*hashes*/", mysql.Placeholders(len(hashes)), 1)
+		args = append(append(args, hashes...), retention)
+		if _, err := s.db.ExecContext(ctx, q, args...); err != nil {
+			return 0, mysql.Interpret("prune read counter entities", err)
+		}
+		return int64(len(hashes)), nil
+	})
+}
+
+// pruneLoop runs step (which deletes up to n and says how many) until limit is reached or a step
+// comes back short.
+func pruneLoop(batch, limit int, step func(n int) (int64, error)) (int, error) {
+	total := 0
+	for total < limit {
+		n := min(batch, limit-total)
+		got, err := step(n)
+		if err != nil {
+			return total, err
+		}
+		total += int(got)
+		if got < int64(n) {
+			break
+		}
+	}
+	return total, nil
+}
+
+// ReconcileCounters checks the counts of the users of `buckets` user buckets chosen at random, at
+// most limit counts, and returns how many it checked and those that are wrong.
+func (s *Store) ReconcileCounters(ctx context.Context, buckets []int64, limit int) (int, []exactlyonce.CounterMismatch, error) {
+	if len(buckets) == 0 {
+		return 0, nil, nil
+	}
+	q, args := mysql.ExpandIDs(queries.SampleCounterSums, buckets)
+	rows, err := s.db.QueryContext(ctx, q, append(args, limit)...)
+	if err != nil {
+		return 0, nil, mysql.Interpret("reconcile counters", err)
+	}
+	type sample struct {
+		bucket int64
+		key    exactlyonce.CounterKey
+	}
+	var samples []sample
+	for rows.Next() {
+		var sm sample
+		if err := rows.Scan(&sm.bucket, &sm.key.EntityType, &sm.key.UserID); err != nil {
+			rows.Close()
+			return 0, nil, mysql.Interpret("reconcile counters", err)
+		}
+		samples = append(samples, sm)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, nil, mysql.Interpret("reconcile counters", err)
+	}
+	var bad []exactlyonce.CounterMismatch
+	for _, sm := range samples {
+		var m exactlyonce.CounterMismatch
+		m.Key = sm.key
+		k := []any{sm.bucket, sm.key.EntityType, sm.key.UserID}
+		err := s.db.QueryRowContext(ctx, queries.ReconcileCounterSum, append(append(append([]any{}, k...), k...), k...)...).
+			Scan(&m.Sum, &m.Counted, &m.Duplicated)
+		if err == sql.ErrNoRows {
+			continue // pruned meanwhile? sums are never deleted; a race with nothing
+		}
+		if err != nil {
+			return 0, nil, mysql.Interpret("reconcile counters", err)
+		}
+		if m.Sum != m.Counted || m.Duplicated != 0 {
+			bad = append(bad, m)
+		}
+	}
+	return len(samples), bad, nil
+}
+
+// CounterSums returns a user's counts by entity type (none: an empty map).
+func (s *Store) CounterSums(ctx context.Context, userID string) (map[string]exactlyonce.CounterSum, error) {
+	rows, err := s.db.QueryContext(ctx, queries.CounterSumsOfUser, UserBucket(userID), userID)
+	if err != nil {
+		return nil, mysql.Interpret("counter sums", err)
+	}
+	defer rows.Close()
+	out := map[string]exactlyonce.CounterSum{}
+	for rows.Next() {
+		var t string
+		var v exactlyonce.CounterSum
+		if err := rows.Scan(&t, &v.Sum, &v.Version); err != nil {
+			return nil, mysql.Interpret("counter sums", err)
+		}
+		out[t] = v
+	}
+	return out, mysql.Interpret("counter sums", rows.Err())
+}
+
+// CounterSum returns one count; an unknown one is zero at version zero.
+func (s *Store) CounterSum(ctx context.Context, k exactlyonce.CounterKey) (exactlyonce.CounterSum, error) {
+	var v exactlyonce.CounterSum
+	err := s.db.QueryRowContext(ctx, queries.CounterSumOf, UserBucket(k.UserID), k.UserID, k.EntityType).Scan(&v.Sum, &v.Version)
+	if err == sql.ErrNoRows {
+		return exactlyonce.CounterSum{}, nil
+	}
+	if err != nil {
+		return v, mysql.Interpret("counter sum", err)
+	}
+	return v, nil
+}
+
+// RandomCounterBuckets returns n distinct user buckets chosen at random (the sweeper's sample).
+func (s *Store) RandomCounterBuckets(n int) []int64 {
+	n = min(n, CounterBuckets)
+	out := make([]int64, 0, n)
+	seen := map[int64]bool{}
+	for len(out) < n {
+		b := mrand.Int64N(CounterBuckets)
+		if !seen[b] {
+			seen[b] = true
+			out = append(out, b)
+		}
+	}
+	return out
+}

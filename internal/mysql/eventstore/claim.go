@@ -1,0 +1,463 @@
+package eventstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+)
+
+// claimed is one row a claim locked.
+type claimed struct {
+	id       int64
+	kind     exactlyonce.Kind
+	attempts int // failed attempts so far
+	task     *exactlyonce.Task
+}
+
+// event is the claimed row as the work sees it.
+func (c claimed) event(state exactlyonce.State) exactlyonce.Event {
+	return exactlyonce.Event{ID: c.id, Kind: c.kind, State: state, Attempts: c.attempts, Task: c.task}
+}
+
+// ClaimIDs claims those of the named events that are claimable and that nobody else holds, in one
+// transaction (see Claim). An id may appear more than once; it is claimed at most once. The ids it
+// does not claim are settled, held by another worker, or unknown: Outcomes tells which. On an error
+// nothing was settled or leased, unless the error came from the commit itself (its answer lost),
+// in which case the claim may have committed: the caller must treat its events as unknown.
+func (s *Store) ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64) (exactlyonce.Claimed, error) {
+	ids = mysql.Unique(ids)
+	if len(ids) == 0 {
+		return exactlyonce.Claimed{}, nil
+	}
+	out, err := s.claim(ctx, c, func(tx *sql.Tx) ([]claimed, error) { return claimIDs(ctx, tx, ids) })
+	return out, mysql.Interpret("claim events", err)
+}
+
+// ClaimDue claims up to limit due events that nobody else holds, in one transaction (see Claim):
+// pending events older than grace, and processing events whose lease expired, whose routing hash
+// lies in c.Range (nil: every hash). Fewer than limit (Claimed.Count) means no more were due in
+// that range when it looked.
+func (s *Store) ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Duration, limit int) (exactlyonce.Claimed, error) {
+	r := exactlyonce.AllHashes
+	if c.Range != nil {
+		r = *c.Range
+	}
+	out, err := s.claim(ctx, c, func(tx *sql.Tx) ([]claimed, error) {
+		return scanClaimed(tx.QueryContext(ctx, queries.ClaimDue, r.Lo, r.Hi, grace.Microseconds(), limit))
+	})
+	return out, mysql.Interpret("claim due events", err)
+}
+
+// claim runs one claiming transaction: lock with lock, then work and settle the inline kinds and
+// lease the others, and commit.
+func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, lock func(*sql.Tx) ([]claimed, error)) (exactlyonce.Claimed, error) {
+	if c.ID == "" || c.By == "" {
+		return exactlyonce.Claimed{}, fmt.Errorf("claim: an ID and a By are required")
+	}
+	var out exactlyonce.Claimed
+	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+		out = exactlyonce.Claimed{}
+		rows, err := lock(tx)
+		if err != nil {
+			return err
+		}
+		values := map[int64]string{}
+		var leased []int64
+		for _, r := range rows {
+			w, ok := c.Works[r.kind]
+			switch {
+			case !ok && r.kind == exactlyonce.KindTask:
+				// A worker that cannot deliver tasks leaves them as they are (its transaction's end
+				// releases their locks): a failure recorded here would settle a task without handing
+				// its reference on.
+			case !ok:
+				if err := recordFailure(ctx, tx, &out, c, r, fmt.Errorf("no work for events of kind %q", r.kind)); err != nil {
+					return err
+				}
+			case w.Inline():
+				res, werr := w.Do(ctx, r.event(exactlyonce.Processing))
+				if werr != nil {
+					if err := recordFailure(ctx, tx, &out, c, r, werr); err != nil {
+						return err
+					}
+					continue
+				}
+				values[r.id] = res.Value
+				out.Settled = append(out.Settled, r.id)
+			default:
+				leased = append(leased, r.id)
+				out.Leased = append(out.Leased, r.event(exactlyonce.Processing))
+			}
+		}
+		if err := markProcessed(ctx, tx, out.Settled, values, c.By, c.ID); err != nil {
+			return err
+		}
+		return lease(ctx, tx, leased, c.ID, c.Lease)
+	})
+	if err != nil {
+		return exactlyonce.Claimed{}, err
+	}
+	return out, nil
+}
+
+// maxErrorText bounds the error kept on an event (last_error is VARCHAR(1024)).
+const maxErrorText = 1024
+
+// ErrorText is text as an event keeps it for its last error: valid UTF-8, at most maxErrorText
+// bytes.
+func ErrorText(text string) string {
+	text = strings.ToValidUTF8(text, "?")
+	if len(text) > maxErrorText {
+		text = strings.ToValidUTF8(text[:maxErrorText], "")
+	}
+	return text
+}
+
+// failure returns the new state of an event whose attempt number attempt failed under backoff b,
+// how long it waits, and the error text to keep.
+func failure(b exactlyonce.Backoff, attempt int, err error) (state exactlyonce.State, wait time.Duration, text string) {
+	text = ErrorText(err.Error())
+	if b.GivesUp(attempt) {
+		return exactlyonce.Failed, 0, text
+	}
+	return exactlyonce.Pending, b.Delay(attempt), text
+}
+
+// recordFailure records, in the claim's transaction, that the work of the claimed event r failed
+// with werr: the event waits its backoff, or is failed for good.
+func recordFailure(ctx context.Context, tx *sql.Tx, out *exactlyonce.Claimed, c exactlyonce.Claim, r claimed, werr error) error {
+	state, wait, text := failure(c.Backoff, r.attempts+1, werr)
+	if _, err := tx.ExecContext(ctx, queries.FailClaimed, state, text, wait.Microseconds(), state, state, c.By,
+		c.ID, r.id); err != nil {
+		return err
+	}
+	if out.Failed == nil {
+		out.Failed = map[int64]error{}
+	}
+	out.Failed[r.id] = werr
+	if state == exactlyonce.Failed {
+		out.GaveUp = append(out.GaveUp, r.id)
+	}
+	return nil
+}
+
+// Fail records that the work of events leased to claim c failed, each with its error, in one short
+// transaction: each waits its backoff (pending again) or, out of attempts, is failed for good. It
+// returns those failed for good. An event whose lease was taken over is not touched.
+func (s *Store) Fail(ctx context.Context, c exactlyonce.Claim, failures map[int64]exactlyonce.Failure) ([]int64, error) {
+	if len(failures) == 0 {
+		return nil, nil
+	}
+	var gaveUp []int64
+	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+		gaveUp = gaveUp[:0]
+		for id, f := range failures {
+			state, wait, text := failure(c.Backoff, f.Attempt, f.Err)
+			res, err := FailLeased(ctx, tx, c, id, state, text, wait)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 1 && state == exactlyonce.Failed {
+				gaveUp = append(gaveUp, id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, mysql.Interpret("record failed work", err)
+	}
+	return gaveUp, nil
+}
+
+// FailLeased records, in tx, that the attempt of event id leased to claim c failed with text: the
+// event is in state now (pending again, waiting wait, or failed for good), unless its lease was
+// taken over (the result then says no row changed). FailLeased's statement, for Fail and for the
+// settlement of tasks (taskstore).
+func FailLeased(ctx context.Context, tx mysql.Conn, c exactlyonce.Claim, id int64, state exactlyonce.State, text string,
+	wait time.Duration) (sql.Result, error) {
+	return tx.ExecContext(ctx, queries.FailLeased, state, text, wait.Microseconds(), state, state, c.By, c.ID, c.ID, id)
+}
+
+// LockLeased locks those of ids (at most MarkChunk) still leased to claim claimID, in tx, and
+// returns them: the first statement of every settlement of leased events, Settle's and the tasks'.
+func LockLeased(ctx context.Context, tx mysql.Conn, claimID string, ids []int64) ([]int64, error) {
+	q, args := mysql.ExpandIDs(queries.LockLeased, ids)
+	return mysql.ScanIDs(tx.QueryContext(ctx, q, append([]any{claimID}, args...)...))
+}
+
+// Settle settles events leased to claim claimID with their results, in one short transaction, and
+// returns those it settled. An event missing from the answer was not settled because its lease was
+// taken over (it expired and another worker claimed it) or it was settled already (by this claim
+// too: settling twice settles nothing the second time): the guard on the lease holder makes a
+// second settlement impossible.
+func (s *Store) Settle(ctx context.Context, claimID, by string, results map[int64]exactlyonce.Result) ([]int64, error) {
+	if len(results) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, 0, len(results))
+	values := make(map[int64]string, len(results))
+	for id, r := range results {
+		ids = append(ids, id)
+		values[id] = r.Value
+	}
+	var settled []int64
+	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+		settled = settled[:0]
+		for rest := ids; len(rest) > 0; {
+			chunk := rest[:min(len(rest), MarkChunk)]
+			rest = rest[len(chunk):]
+			held, err := LockLeased(ctx, tx, claimID, chunk)
+			if err != nil || len(held) == 0 {
+				return err
+			}
+			n, err := SetValues(ctx, tx, queries.SettleLeased, held, values, []any{by, claimID})
+			if err != nil {
+				return err
+			}
+			if n != int64(len(held)) {
+				return fmt.Errorf("settled %d rows for %d leased events", n, len(held))
+			}
+			settled = append(settled, held...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, mysql.Interpret("settle events", err)
+	}
+	return settled, nil
+}
+
+// Release gives events leased to claim claimID back, pending, so that they are claimable at once:
+// their work failed, or could not finish before the worker's deadline. An event whose lease was
+// taken over is not touched.
+func (s *Store) Release(ctx context.Context, claimID string, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+		for rest := ids; len(rest) > 0; {
+			chunk := rest[:min(len(rest), MarkChunk)]
+			rest = rest[len(chunk):]
+			q, args := mysql.ExpandIDs(queries.Release, chunk)
+			if _, err := tx.ExecContext(ctx, q, append([]any{claimID}, args...)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return mysql.Interpret("release events", err)
+}
+
+// Outcomes tells, for ids a claim did not take, what each is: open but held by another worker (its
+// row lock or its lease, or waiting its backoff), a task the database brings back by itself (queued
+// behind its reference, or waiting its backoff: deferred), settled already, or missing. It reads only the
+// `open` partition and the one-row counter, never the settled history, so its cost does not grow
+// with history: an id at or below the counter that is not open is settled (processed or failed),
+// one above it names no event. The one case this cannot tell apart is an id the allocator handed out
+// whose insert never committed (a gap): a queue message names only committed events (it is sent after
+// the commit), so only a forged message can name one, and it is acknowledged as settled instead of
+// going to the dead-letter queue. Consistent reads: no lock taken, none waited for.
+func (s *Store) Outcomes(ctx context.Context, ids []int64) (map[int64]exactlyonce.Outcome, error) {
+	out := make(map[int64]exactlyonce.Outcome, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	q, args := mysql.ExpandIDs(queries.OpenStates, ids)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, mysql.Interpret("read event states", err)
+	}
+	for rows.Next() {
+		var id int64
+		var kind exactlyonce.Kind
+		var waits sql.NullBool
+		if err := rows.Scan(&id, &kind, &waits); err != nil {
+			rows.Close()
+			return nil, mysql.Interpret("read event states", err)
+		}
+		out[id] = exactlyonce.OutcomeBusy
+		if kind == exactlyonce.KindTask && waits.Bool {
+			out[id] = exactlyonce.OutcomeDeferred
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, mysql.Interpret("read event states", err)
+	}
+	counter, err := s.core.ReadIDCounter(ctx)
+	if err != nil {
+		return nil, mysql.Interpret("read the id counter", err)
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; ok {
+			continue
+		}
+		if id <= counter {
+			out[id] = exactlyonce.OutcomeAlreadySettled
+		} else {
+			out[id] = exactlyonce.OutcomeMissing
+		}
+	}
+	return out, nil
+}
+
+// claimAgain are the pauses before claimIDs asks again for claimable events its claim skipped: at
+// most len(claimAgain) more claims, about 30 ms in all. A row that another worker really holds
+// stays locked through them (and costs its batch that much); a row that a scan held for an instant
+// is claimed. Under CPU contention an instant can be a few milliseconds: a thread holding a row's
+// lock for the length of one comparison can be descheduled.
+var claimAgain = []time.Duration{0, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond}
+
+// claimIDs locks those of ids that are claimable and that no other transaction holds, in tx, and
+// returns them. A locking scan by another worker holds each row it passes for an instant, so SKIP
+// LOCKED may skip a row that nobody is processing; such a false "busy" would cost the event a
+// whole visibility timeout on the queue (and count towards its dead-letter limit). So the ids the
+// claim skipped that a consistent read still finds claimable are claimed again, a bounded number
+// of times; a row another worker really holds stays locked through them and is reported busy.
+func claimIDs(ctx context.Context, tx *sql.Tx, ids []int64) ([]claimed, error) {
+	var out []claimed
+	want := ids
+	for try := 0; ; try++ {
+		q, args := mysql.ExpandIDs(queries.ClaimIDs, want)
+		got, err := scanClaimed(tx.QueryContext(ctx, q, append(args, len(want))...))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+		if len(got) == len(want) || try == len(claimAgain) {
+			return out, nil
+		}
+		// Of the rest, only those still claimable can be claimed: the others are settled, leased or
+		// unknown.
+		q, args = mysql.ExpandIDs(queries.ClaimableIDs, without(want, got))
+		if want, err = mysql.ScanIDs(tx.QueryContext(ctx, q, args...)); err != nil {
+			return nil, err
+		}
+		if len(want) == 0 {
+			return out, nil
+		}
+		if pause := claimAgain[try]; pause > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(pause):
+			}
+		}
+	}
+}
+
+// without returns the ids in all that are not among the claimed rows got.
+func without(all []int64, got []claimed) []int64 {
+	skip := make(map[int64]bool, len(got))
+	for _, c := range got {
+		skip[c.id] = true
+	}
+	var out []int64
+	for _, id := range all {
+		if !skip[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// MarkChunk is the most events one UPDATE names: about 50 bytes of SQL each, so a statement stays
+// well under 16 KB, beyond which RDS Proxy pins the client's session.
+const MarkChunk = 200
+
+// markProcessed settles events claimed in tx with their values, in statements of at most MarkChunk
+// events. It fails, rolling everything back, if an update does not touch exactly the claimed rows
+// it names: that would mean a lock did not hold.
+func markProcessed(ctx context.Context, tx *sql.Tx, ids []int64, values map[int64]string, by, claimID string) error {
+	for rest := ids; len(rest) > 0; {
+		chunk := rest[:min(len(rest), MarkChunk)]
+		rest = rest[len(chunk):]
+		n, err := SetValues(ctx, tx, queries.MarkProcessed, chunk, values, []any{by, claimID})
+		if err != nil {
+			return err
+		}
+		if n != int64(len(chunk)) {
+			return fmt.Errorf("processed %d rows for %d claimed events", n, len(chunk))
+		}
+	}
+	return nil
+}
+
+// SetValues runs the settling UPDATE q (MarkProcessed, SettleLeased, taskstore's SettleLeasedTasks:
+// its CASE expanded to one WHEN ? THEN ? per id, its IN list to one ? per id, then LIMIT ?) in tx,
+// with mid, the arguments between the CASE and the IN list, and returns the rows it changed.
+func SetValues(ctx context.Context, tx *sql.Tx, q string, ids []int64, values map[int64]string, mid []any) (int64, error) {
+	var cases strings.Builder
+	args := make([]any, 0, 3*len(ids)+len(mid)+1)
+	for _, id := range ids {
+		cases.WriteString("WHEN ? THEN ? ")
+		args = append(args, id, values[id])
+	}
+	args = append(args, mid...)
+	q, inArgs := mysql.ExpandIDs(strings.Replace(q, "/*cases*/", cases.String(), 1), ids)
+	res, err := tx.ExecContext(ctx, q, append(append(args, inArgs...), len(ids))...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// lease leases the events claimed in tx to claimID for d, in statements of at most MarkChunk
+// events, and fails if an update does not touch exactly the claimed rows it names.
+func lease(ctx context.Context, tx *sql.Tx, ids []int64, claimID string, d time.Duration) error {
+	for rest := ids; len(rest) > 0; {
+		chunk := rest[:min(len(rest), MarkChunk)]
+		rest = rest[len(chunk):]
+		q, args := mysql.ExpandIDs(queries.Lease, chunk)
+		res, err := tx.ExecContext(ctx, q, append(append([]any{claimID, d.Microseconds()}, args...), len(chunk))...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != int64(len(chunk)) {
+			return fmt.Errorf("leased %d rows for %d claimed events", n, len(chunk))
+		}
+	}
+	return nil
+}
+
+// ScanLeasedEvents reads the rows of a statement that returns the claim's columns (ClaimIDs'), as
+// events leased, processing: taskstore's LeasedTasks, the tasks a settlement promoted and leased.
+func ScanLeasedEvents(rows *sql.Rows, err error) ([]exactlyonce.Event, error) {
+	got, err := scanClaimed(rows, err)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]exactlyonce.Event, len(got))
+	for i, r := range got {
+		out[i] = r.event(exactlyonce.Processing)
+	}
+	return out, nil
+}
+
+func scanClaimed(rows *sql.Rows, err error) ([]claimed, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []claimed
+	for rows.Next() {
+		var c claimed
+		var t taskColumns
+		if err := rows.Scan(&c.id, &c.kind, &c.attempts, &t.url, &t.payload, &t.reference, &t.maxRetries, &t.hash,
+			&t.position, &t.worker, &t.retryBase); err != nil {
+			return nil, err
+		}
+		c.task = t.task(c.kind)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,229 @@
+package eventstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/stretchr/testify/require"
+)
+
+func claimFor(by string, lease time.Duration) exactlyonce.Claim {
+	return exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: by, Lease: lease, Works: fixedWorks(true)}
+}
+
+// lockNowait tries to lock event id from a transaction of its own without waiting, and says
+// whether it could: a row lock held by anyone else makes it fail at once.
+func lockNowait(t *testing.T, db *sql.DB, id int64) bool {
+	t.Helper()
+	tx, err := db.BeginTx(context.Background(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.Exec("SET SESSION innodb_lock_wait_timeout = 1")
+	require.NoError(t, err)
+	var got int64
+	err = tx.QueryRow("SELECT id FROM events WHERE id = ? FOR UPDATE", id).Scan(&got)
+	return err == nil
+}
+
+// The lease path holds no row lock while the work runs: the claim commits, the event is visibly
+// `processing`, another transaction can lock its row at once, and the settlement then settles it
+// once, recording the claim that settled it.
+func TestLeasedWorkHoldsNoRowLockAndSettlesOnce(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	id, err := store.Events.CreatePending(ctx)
+	require.NoError(t, err)
+
+	c := claimFor(exactlyonce.ByProcessor, time.Minute)
+	got, err := store.Events.ClaimIDs(ctx, c, []int64{id})
+	require.NoError(t, err)
+	require.Empty(t, got.Settled)
+	require.Len(t, got.Leased, 1)
+	require.Equal(t, id, got.Leased[0].ID)
+
+	e, err := store.Events.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Processing, e.State)
+	require.Equal(t, "processing", e.State.String())
+	require.True(t, lockNowait(t, store.DB.Pool(), id), "no row lock is held between claim and settlement")
+
+	// While leased, nobody else claims it: not the processor, not the sweeper.
+	other, err := store.Events.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, time.Minute), []int64{id})
+	require.NoError(t, err)
+	require.Zero(t, other.Count())
+	due, err := store.Events.ClaimDue(ctx, claimFor(exactlyonce.BySweeper, time.Minute), 0, 10)
+	require.NoError(t, err)
+	require.Zero(t, due.Count())
+	out, err := store.Events.Outcomes(ctx, []int64{id})
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.OutcomeBusy, out[id])
+
+	settled, err := store.Events.Settle(ctx, c.ID, c.By, map[int64]exactlyonce.Result{id: {Value: "done"}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{id}, settled)
+	settled, err = store.Events.Settle(ctx, c.ID, c.By, map[int64]exactlyonce.Result{id: {Value: "again"}})
+	require.NoError(t, err)
+	require.Empty(t, settled, "a second settlement of the same claim changes nothing")
+
+	e, err = store.Events.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Processed, e.State)
+	require.Equal(t, "done", *e.Value)
+	require.Equal(t, 1, e.ProcessCount)
+	var claimID string
+	require.NoError(t, store.DB.Pool().QueryRow("SELECT claim_id FROM events WHERE id = ?", id).Scan(&claimID))
+	require.Equal(t, c.ID, claimID)
+}
+
+// A worker whose lease expired and was taken over cannot settle: the sweeper and a redelivered
+// message both claim an event whose lease expired, and only the new holder's settlement counts.
+func TestExpiredLeaseIsClaimedAgainAndTheOldHolderCannotSettle(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	a, err := store.Events.CreatePending(ctx)
+	require.NoError(t, err)
+	b, err := store.Events.CreatePending(ctx)
+	require.NoError(t, err)
+
+	old := claimFor(exactlyonce.ByProcessor, 200*time.Millisecond)
+	got, err := store.Events.ClaimIDs(ctx, old, []int64{a, b})
+	require.NoError(t, err)
+	require.Len(t, got.Leased, 2)
+
+	// The old holder stalls past its lease; the sweeper takes the expired leases over.
+	sweep := claimFor(exactlyonce.BySweeper, time.Minute)
+	var taken exactlyonce.Claimed
+	testutil.Eventually(t, 10*time.Second, "the sweeper claims the expired leases", func() bool {
+		taken, err = store.Events.ClaimDue(ctx, sweep, time.Hour, 10) // a long grace: only expired leases are due
+		require.NoError(t, err)
+		return taken.Count() == 2
+	})
+
+	settled, err := store.Events.Settle(ctx, old.ID, old.By, map[int64]exactlyonce.Result{a: {Value: "old"}, b: {Value: "old"}})
+	require.NoError(t, err)
+	require.Empty(t, settled, "the old holder's settlement is refused")
+	require.NoError(t, store.Events.Release(ctx, old.ID, []int64{a, b}))
+	e, err := store.Events.Get(ctx, a)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Processing, e.State, "the old holder's release does not touch the new lease")
+
+	settled, err = store.Events.Settle(ctx, sweep.ID, sweep.By, map[int64]exactlyonce.Result{a: {Value: "new"}, b: {Value: "new"}})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{a, b}, settled)
+	for _, id := range []int64{a, b} {
+		e, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "new", *e.Value)
+		require.Equal(t, exactlyonce.BySweeper, e.ProcessedBy)
+		require.Equal(t, 1, e.ProcessCount)
+	}
+}
+
+// A redelivered message claims an event whose lease expired, too.
+func TestRedeliveredMessageClaimsAnExpiredLease(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	id, err := store.Events.CreatePending(ctx)
+	require.NoError(t, err)
+	_, err = store.Events.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, 100*time.Millisecond), []int64{id})
+	require.NoError(t, err)
+	testutil.Eventually(t, 10*time.Second, "the message's retry settles the event", func() bool {
+		out, err := processIDs(ctx, store, false, id)
+		require.NoError(t, err)
+		return out[id] == exactlyonce.OutcomeSettled
+	})
+}
+
+// Work that fails releases its events: pending again, claimable at once, nothing settled.
+func TestFailedWorkReleasesTheEvent(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	id, err := store.Events.CreatePending(ctx)
+	require.NoError(t, err)
+	c := claimFor(exactlyonce.ByProcessor, time.Hour)
+	_, err = store.Events.ClaimIDs(ctx, c, []int64{id})
+	require.NoError(t, err)
+	require.NoError(t, store.Events.Release(ctx, c.ID, []int64{id}))
+	e, err := store.Events.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Pending, e.State)
+	out, err := processIDs(ctx, store, true, id)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.OutcomeSettled, out[id])
+}
+
+// An event whose kind has no work is left open, and said so; the others of the claim go on.
+func TestEventWithoutWorkIsLeftOpen(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	id, err := store.Events.CreatePending(ctx)
+	require.NoError(t, err)
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: exactlyonce.BySweeper, Lease: time.Minute, Works: exactlyonce.Works{}}
+	got, err := store.Events.ClaimIDs(ctx, c, []int64{id})
+	require.NoError(t, err)
+	require.Contains(t, got.Failed, id)
+	e, err := store.Events.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Pending, e.State)
+}
+
+// Events created in a caller's transaction commit with what else it writes, or not at all: the
+// allocator hands out ids and the caller's transaction inserts the rows.
+func TestEventsCreatedInATransactionCommitOrRollBackWithIt(t *testing.T) {
+	t.Parallel()
+	for _, alloc := range []string{mysql.AllocatorBlock, mysql.AllocatorLiteral} {
+		t.Run(alloc, func(t *testing.T) {
+			t.Parallel()
+			store := wire.NewStores(testdb.Core(t, mysql.Config{Allocator: alloc}, 4))
+			ctx := context.Background()
+			boom := errors.New("the caller's other write failed")
+			var lost []int64
+			err := store.Events.InTx(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+				ids, err := tx.CreatePending(ctx, 3)
+				if err != nil {
+					return err
+				}
+				lost = ids
+				return boom
+			})
+			require.ErrorIs(t, err, boom)
+			for _, id := range lost {
+				_, err := store.Events.Get(ctx, id)
+				require.Equal(t, exactlyonce.ENOTFOUND, exactlyonce.ErrorCode(err), "event %d rolled back with its transaction", id)
+			}
+
+			var kept []int64
+			var sync exactlyonce.Event
+			require.NoError(t, store.Events.InTx(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+				ids, err := tx.CreatePending(ctx, 2)
+				if err != nil {
+					return err
+				}
+				kept = ids
+				sync, err = tx.CreateProcessed(ctx, "together")
+				return err
+			}))
+			for _, id := range append(kept, sync.ID) {
+				_, err := store.Events.Get(ctx, id)
+				require.NoError(t, err)
+			}
+			n, err := store.Events.Count(ctx)
+			require.NoError(t, err)
+			require.EqualValues(t, 3, n)
+		})
+	}
+}

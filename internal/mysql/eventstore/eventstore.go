@@ -1,0 +1,31 @@
+// Package eventstore is the events and their claims (events.sql, count.sql, metrics.sql): the
+// plain creates, an event and the listings (reading the packed history through pagestore after
+// `events`), the exact count and the sweeper's fold into it, the overview and the waiting gauges,
+// and the claims: ClaimIDs and ClaimDue lock claimable events with SKIP LOCKED, settle the inline
+// work's in the claim's transaction and lease the rest; Settle, Fail and Release end a lease, guarded
+// by its holder; Outcomes tells what an id a claim did not take is.
+//
+// It depends on the core and on pagestore. taskstore builds on its transaction-level functions
+// (LockLeased, FailLeased, SetValues, ScanLeasedEvents, StoredState): a task is an event, and its
+// settlement settles the event's row as these do.
+package eventstore
+
+import (
+	"embed"
+
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+)
+
+//go:embed events.sql count.sql metrics.sql
+var sqlFiles embed.FS
+
+// queryTexts are the statements of events.sql, count.sql and metrics.sql.
+type queryTexts struct {
+	InsertProcessed, InsertPendingRows, Get, ListEvents, ClaimIDs, ClaimableIDs, ClaimDue, Lease, MarkProcessed, LockLeased, SettleLeased, Release, FailClaimed, FailLeased, OpenStates string
+
+	LockSettledCount, CountUnfolded, FoldSettled, AddSettled, LockSettledCountAt, OverviewCounts string
+
+	OldestWaitingAge, WaitingEvents string
+}
+
+var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)

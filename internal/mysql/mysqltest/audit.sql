@@ -1,0 +1,12 @@
+-- The audit: what the exactly-once checker (internal/verify) reads of the tables. Each statement
+-- scans a whole table, the history's included: tests, the chaos run and the benchmark run them,
+-- never the product. Consistent reads: they take no lock and wait for none.
+
+-- name: Audit
+-- Every event of `events` with what settled it, a consistent read of every partition; then
+-- AuditPages reads the packed history.
+SELECT id, state, COALESCE(processed_by, ''), COALESCE(claim_id, ''), value IS NOT NULL FROM events;
+
+-- name: AuditPages
+-- Every column of every page row of the packed history (/*columns*/: c0 .. c99).
+SELECT /*columns*/ FROM event_pages;

@@ -1,0 +1,40 @@
+// Package mysqltest is for tests, `make bench` and `make chaos` only: what they need of the
+// database that the product never does. Seeding loads millions of rows in bulk, as the stores would
+// have written them (seed.go, seed_pages.go, counters_seed.go, keys_seed.go); the audit reads every
+// event, the packed history's included, for the exactly-once checker (audit.go, internal/verify);
+// CountingConnector counts the statements a path sends (counting.go); and the helpers read what
+// the server plans and holds (EXPLAIN's partitions, InnoDB's purge backlog).
+//
+// Nothing in the product imports it: TestNoProductImportsMysqltest fails if a command or function
+// carries it. Its statements are in its own .sql files, read into a typed set as the stores' are;
+// those that copy a store's statement are checked against it by that store's tests (Statement).
+package mysqltest
+
+import (
+	"embed"
+	"reflect"
+
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+)
+
+//go:embed *.sql
+var sqlFiles embed.FS
+
+// queryTexts are mysqltest's statements: the audit's (audit.sql) and the seeding's (seed.sql).
+type queryTexts struct {
+	Audit, AuditPages string
+
+	LoadPages, LoadCounterFacts, LoadCounterSums, LoadCounterDirectory string
+}
+
+var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
+
+// Statement returns the text of mysqltest's statement name (audit.sql, seed.sql), for the stores'
+// tests that check a copy against their own; "" for an unknown name.
+func Statement(name string) string {
+	f := reflect.ValueOf(queries).FieldByName(name)
+	if !f.IsValid() {
+		return ""
+	}
+	return f.String()
+}

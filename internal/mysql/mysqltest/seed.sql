@@ -1,0 +1,22 @@
+-- The seeding of the benchmark's scratch databases (seed*.go): rows written as the stores write
+-- them, in bulk. The statements that copy a store's are checked against it by that store's tests,
+-- so that a seed never writes rows the store would not.
+
+-- name: LoadPages
+-- pagestore's InsertPage (pagestore/pages.sql): rows of the packed history, /*columns*/ every
+-- column, /*rows*/ one (?, ?, ...) per row.
+INSERT INTO event_pages (page, events, /*columns*/) VALUES /*rows*/;
+
+-- name: LoadCounterFacts
+-- counterstore's InsertCounterFacts (counterstore/counters.sql): /*rows*/ is one
+-- (?, ?, ?, ?, ?, ?, NOW(6)) per fact.
+INSERT INTO t_counter (bucket, kind, entity_hash, entity_type, user_id, entity_id, at) VALUES /*rows*/;
+
+-- name: LoadCounterSums
+-- counterstore's InsertCounterSums (counterstore/counters.sql): /*rows*/ is one
+-- (?, ?, ?, ?, ?, NOW(6)) per count.
+INSERT INTO t_counter_sum (bucket, entity_type, user_id, sum, version, updated_at) VALUES /*rows*/;
+
+-- name: LoadCounterDirectory
+-- A counter bucket's directory, written whole: the entries of the entities the seed counted.
+UPDATE counter_directories SET directory = ? WHERE bucket = ?;

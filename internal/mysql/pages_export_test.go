@@ -1,4 +1,0 @@
-package mysql
-
-// PackRowBytes is the most bytes of events one page row holds of a unit.
-const PackRowBytes = packRowBytes

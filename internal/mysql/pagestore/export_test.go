@@ -1,0 +1,31 @@
+package pagestore
+
+import "reflect"
+
+// Queries exposes the store's statements to its external tests, which EXPLAIN them.
+var Queries = queries
+
+// PackRowBytes is the most bytes of events one page row holds of a unit.
+const PackRowBytes = packRowBytes
+
+// GetPackedText is GetPacked's text for id, as GetPacked makes it.
+func GetPackedText(id int64) string { return getPackedText(id) }
+
+// QueryText is the statement name of the store's files; it panics for a name they do not have.
+func QueryText(name string) string {
+	f := reflect.ValueOf(queries).FieldByName(name)
+	if !f.IsValid() {
+		panic("no statement named " + name)
+	}
+	return f.String()
+}
+
+// QueryNames are the names of the store's statements.
+func QueryNames() []string {
+	t := reflect.TypeOf(queries)
+	out := make([]string, t.NumField())
+	for i := range out {
+		out[i] = t.Field(i).Name
+	}
+	return out
+}

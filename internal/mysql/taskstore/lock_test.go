@@ -1,0 +1,283 @@
+package taskstore_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// The order of a reference's tasks rests on its head's lock (internal/mysql/sql/tasks.sql): a
+// settlement locks the head it settles before it reads the reference's queue, and a create that
+// queues a task behind a head locks that head first. These tests hold a head's lock from a
+// transaction of their own, as the other side would, at the moment that matters.
+
+// awaitStatement waits until a statement that starts with prefix runs on this test's database (the
+// call under test has reached the lock the test holds, and waits for it there), or fails the test
+// if the call returned first. (MariaDB's INNODB_TRX does not always list a transaction waiting on a
+// partitioned table, so the processlist is read.)
+func awaitStatement(t *testing.T, db *sql.DB, prefix string, done <-chan struct{}) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE DB = DATABASE() AND INFO LIKE CONCAT(?, '%')`, prefix).Scan(&n))
+		if n > 0 {
+			return
+		}
+		select {
+		case <-done:
+			t.Fatalf("the call returned without running %q", prefix)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%q did not run within 30 s", prefix)
+}
+
+func refTask(ref string, i int) exactlyonce.NewTask {
+	return exactlyonce.NewTask{URL: "https://example.com/hook", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), ReferenceID: ref, MaxRetries: 3}
+}
+
+// leasedHead returns a new database and its store holding one task of reference "r", its head,
+// leased to claim c.
+func leasedHead(ctx context.Context, t *testing.T) (*sql.DB, *wire.Stores, exactlyonce.Claim, exactlyonce.Event) {
+	t.Helper()
+	db, _ := testdb.DB(t, 8)
+	store, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	created, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 1)})
+	require.NoError(t, err)
+	require.True(t, created[0].Head)
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute,
+		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
+	claimed, err := store.Events.ClaimIDs(ctx, c, []int64{created[0].ID})
+	require.NoError(t, err)
+	require.Len(t, claimed.Leased, 1)
+	return db, store, c, claimed.Leased[0]
+}
+
+// A create that finds the reference's head being settled waits for the settlement; when the
+// settlement promoted nothing (the head was the reference's last task), the new task is the head,
+// not queued behind a task that is gone (where it would wait for ever).
+func TestACreateBehindAHeadBeingSettledWaitsAndBecomesTheHead(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, store, c, head := leasedHead(ctx, t)
+
+	// A settlement of the head, by hand: lock it (as LockLeased does), settle it, promote nothing.
+	settle, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer settle.Rollback()
+	_, err = settle.ExecContext(ctx, `UPDATE events SET claim_id = claim_id WHERE state = 1 AND claim_id = ? AND id = ?`, c.ID, head.ID)
+	require.NoError(t, err)
+
+	done := make(chan struct{})
+	var second []exactlyonce.CreatedTask
+	var createErr error
+	go func() {
+		defer close(done)
+		second, createErr = store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 2)})
+	}()
+	awaitStatement(t, db, "UPDATE events SET position = position", done)
+	_, err = settle.ExecContext(ctx, `UPDATE events SET state = ?, processed_at = NOW(6), value = 'HTTP 200' WHERE id = ?`,
+		exactlyonce.Processed, head.ID)
+	require.NoError(t, err)
+	require.NoError(t, settle.Commit())
+	<-done
+	require.NoError(t, createErr)
+	require.True(t, second[0].Head, "the task behind a head settled meanwhile heads its reference")
+	e, err := store.Events.Get(ctx, second[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Pending, e.State, "pending, so that a worker finds it")
+}
+
+// A settlement waits for a create that is queueing a task behind the head it settles, and then
+// promotes that task: the create's task is not left queued behind a settled head.
+func TestASettlementWaitsForACreateQueueingBehindItsHead(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, store, c, head := leasedHead(ctx, t)
+
+	// A create, by hand, that has locked the head and queued a task behind it, not committed yet.
+	create, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer create.Rollback()
+	_, err = create.ExecContext(ctx, `UPDATE events SET position = position WHERE state < 2 AND id = ?`, head.ID)
+	require.NoError(t, err)
+	const queuedID = 1 << 40
+	_, err = create.ExecContext(ctx, `INSERT INTO events (id, kind, routing_hash, state, created_at, url, payload, reference_id, max_retries, position)
+		VALUES (?, 'task', ?, 2, NOW(6), 'https://example.com/hook', '{}', 'r', 3, ?)`, queuedID, taskstore.ReferenceHash("r"), head.Task.Position+1)
+	require.NoError(t, err)
+
+	done := make(chan struct{})
+	var settled exactlyonce.TaskSettlement
+	var settleErr error
+	go func() {
+		defer close(done)
+		settled, settleErr = store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
+			Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, true)
+	}()
+	awaitStatement(t, db, "SELECT id FROM events WHERE state = 1 AND claim_id", done)
+	require.NoError(t, create.Commit())
+	<-done
+	require.NoError(t, settleErr)
+	require.Equal(t, []int64{head.ID}, settled.Completed)
+	require.Len(t, settled.Next, 1, "the settlement handed the reference on to the task queued meanwhile")
+	require.Equal(t, int64(queuedID), settled.Next[0].ID)
+}
+
+// headInWorker is leasedHead's head, assigned to a new event worker w with room (as an
+// EventService assigns a claimed task), and n tasks of its reference queued behind it. It returns
+// the head as the engine holds it (its worker named) and the queued tasks' ids.
+func headInWorker(ctx context.Context, t *testing.T, w string, n int) (*sql.DB, *wire.Stores, exactlyonce.Claim, exactlyonce.Event, []int64) {
+	t.Helper()
+	db, store, c, head := leasedHead(ctx, t)
+	require.NoError(t, store.Agents.AssignWorkers(ctx, c.ID, 1, exactlyonce.WorkerAssignment{
+		New:   []exactlyonce.EventWorker{{ID: w, AgentID: 1, MaxReferenceCount: 2}},
+		Grow:  []exactlyonce.WorkerGrowth{{ID: w, AddTasks: 1, References: []string{"r"}}},
+		Tasks: map[string][]int64{w: {head.ID}},
+	}))
+	head.Task.WorkerID = w
+	var queued []int64
+	for i := range n {
+		got, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 2+i)})
+		require.NoError(t, err)
+		require.False(t, got[0].Head)
+		queued = append(queued, got[0].ID)
+	}
+	return db, store, c, head, queued
+}
+
+// A settlement, the assignment that fills its head's event worker, and a create of the same
+// reference, at once, in this order: the assignment holds the worker's row (it has just marked it
+// full, not committed yet); the settlement has locked and settled the head and waits for the
+// worker's row; the create waits for the head. When the assignment commits, the settlement sees the
+// worker full: the next task of the reference is promoted (and leased, to be delivered next) into
+// no worker, for the engine's EventService to give it one with room, and the full worker, left with
+// nothing, is done. The create then queues its task behind the promoted one. Order and
+// exactly-once hold: one open task, the rest queued in creation order, and a second settlement of
+// the head settles nothing.
+func TestASettlementPromotesIntoNoFullWorkerWhileACreateWaits(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, store, c, head, queued := headInWorker(ctx, t, "w_filling", 1)
+
+	// The assignment that fills the worker, by hand: GrowWorker's lock and change, not committed.
+	fill, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer fill.Rollback()
+	_, err = fill.ExecContext(ctx, `UPDATE event_workers SET will_terminate = 1, reference_count = 2, reference_ids = '["r","other"]'
+		WHERE is_done = 0 AND worker_id = 'w_filling'`)
+	require.NoError(t, err)
+
+	settled := make(chan struct{})
+	var settlement exactlyonce.TaskSettlement
+	var settleErr error
+	go func() {
+		defer close(settled)
+		settlement, settleErr = store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
+			Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, true)
+	}()
+	awaitStatement(t, db, "UPDATE event_workers", settled)
+
+	created := make(chan struct{})
+	var late []exactlyonce.CreatedTask
+	var createErr error
+	go func() {
+		defer close(created)
+		late, createErr = store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 9)})
+	}()
+	awaitStatement(t, db, "UPDATE events SET position = position", created)
+
+	require.NoError(t, fill.Commit())
+	<-settled
+	require.NoError(t, settleErr)
+	require.Equal(t, []int64{head.ID}, settlement.Completed)
+	require.Len(t, settlement.Next, 1, "the reference's next task is handed on")
+	require.Equal(t, queued[0], settlement.Next[0].ID)
+	require.Empty(t, settlement.Next[0].Task.WorkerID, "not into the worker that is full")
+	<-created
+	require.NoError(t, createErr)
+	require.False(t, late[0].Head, "queued behind the promoted task")
+
+	w, found, err := store.Agents.Worker(ctx, "w_filling")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.True(t, w.WillTerminate)
+	require.True(t, w.IsDone, "the full worker's own task is settled: it is done")
+	require.Equal(t, int64(1), w.TasksCompleted)
+	require.Zero(t, w.TasksRemaining)
+
+	again, err := store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
+		Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, true)
+	require.NoError(t, err)
+	require.Empty(t, again.Completed, "settled once")
+	require.Empty(t, again.Next)
+	listed, err := store.Tasks.ReferenceTasks(ctx, "r", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, listed, 3)
+	require.Equal(t, []int64{head.ID, queued[0], late[0].ID}, []int64{listed[0].ID, listed[1].ID, listed[2].ID}, "creation order")
+	require.Equal(t, []exactlyonce.State{exactlyonce.Processed, exactlyonce.Processing, exactlyonce.Queued},
+		[]exactlyonce.State{listed[0].State, listed[1].State, listed[2].State})
+}
+
+// The other order: a create that has locked the head of a full worker and queued a task behind
+// it, not committed, when the settlement starts. The settlement waits for it, then promotes that
+// task, into no worker (its head's is full), pending for any worker (without chaining); the full
+// worker is done.
+func TestASettlementWaitsForACreateAndPromotesIntoNoFullWorker(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, store, c, head, _ := headInWorker(ctx, t, "w_full", 0)
+	_, err := db.ExecContext(ctx, `UPDATE event_workers SET will_terminate = 1 WHERE worker_id = 'w_full'`)
+	require.NoError(t, err)
+
+	create, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer create.Rollback()
+	_, err = create.ExecContext(ctx, `UPDATE events SET position = position WHERE state < 2 AND id = ?`, head.ID)
+	require.NoError(t, err)
+	const queuedID = 1 << 40
+	_, err = create.ExecContext(ctx, `INSERT INTO events (id, kind, routing_hash, state, created_at, url, payload, reference_id, max_retries, position)
+		VALUES (?, 'task', ?, 2, NOW(6), 'https://example.com/hook', '{}', 'r', 3, ?)`, queuedID, taskstore.ReferenceHash("r"), head.Task.Position+1)
+	require.NoError(t, err)
+
+	done := make(chan struct{})
+	var settled exactlyonce.TaskSettlement
+	var settleErr error
+	go func() {
+		defer close(done)
+		settled, settleErr = store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
+			Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, false)
+	}()
+	awaitStatement(t, db, "SELECT id FROM events WHERE state = 1 AND claim_id", done)
+	require.NoError(t, create.Commit())
+	<-done
+	require.NoError(t, settleErr)
+	require.Equal(t, []int64{head.ID}, settled.Completed)
+	e, err := store.Events.Get(ctx, queuedID)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Pending, e.State, "promoted, for any worker")
+	var worker sql.NullString
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT worker_id FROM events WHERE id = ?", queuedID).Scan(&worker))
+	require.False(t, worker.Valid, "in no worker: its head's is full (%q)", worker.String)
+	w, _, err := store.Agents.Worker(ctx, "w_full")
+	require.NoError(t, err)
+	require.True(t, w.IsDone)
+	require.Equal(t, int64(1), w.TasksCompleted)
+	require.Zero(t, w.TasksRemaining)
+}

@@ -1,0 +1,37 @@
+package taskstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+// The retries' statements that name the folded states (30, 40) read the failed events, folded or
+// not, and never the processed history (`settled`).
+func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
+	t.Parallel()
+	db := testdb.Core(t, mysql.Config{}, 2)
+	literal := func(q string) string {
+		q = strings.ReplaceAll(q, "/*ids*/", "1, 2, 3")
+		return strings.ReplaceAll(q, "?", "1")
+	}
+	for _, c := range []struct {
+		q    string
+		want []string
+	}{
+		{taskstore.Queries.LockFailedTask, []string{"failed", "fresh"}},
+		{taskstore.Queries.RetryTask, []string{"failed", "fresh"}},
+		{taskstore.Queries.FailedOfReference, []string{"failed", "fresh"}},
+		{taskstore.Queries.LockFailedTasks, []string{"failed", "fresh"}},
+	} {
+		got, err := mysqltest.PartitionsOf(context.Background(), db.Pool(), literal(c.q))
+		require.NoError(t, err)
+		require.Equal(t, c.want, got, "%.60s", c.q)
+	}
+}

@@ -1,0 +1,255 @@
+package taskstore
+
+// A task's reads (its attempts, its reference's listing) and its manual retry. The statements are in
+// tasks.sql.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
+)
+
+// Attempts returns a task's delivery attempts, oldest first.
+func (s *Store) Attempts(ctx context.Context, id int64) ([]exactlyonce.Attempt, error) {
+	rows, err := s.db.QueryContext(ctx, queries.Attempts, id)
+	if err != nil {
+		return nil, mysql.Interpret("read attempts", err)
+	}
+	defer rows.Close()
+	out := []exactlyonce.Attempt{}
+	for rows.Next() {
+		var a exactlyonce.Attempt
+		var us int64
+		if err := rows.Scan(&a.Number, &a.Started, &us, &a.Status, &a.Error); err != nil {
+			return nil, mysql.Interpret("read attempts", err)
+		}
+		a.Duration = time.Duration(us) * time.Microsecond
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil || len(out) > 0 {
+		return out, mysql.Interpret("read attempts", err)
+	}
+	// None in task_attempts: the task may be packed, its attempts with it (read after, as Get).
+	packed, ok, err := packedAttempts(ctx, s.db, id)
+	if err != nil || !ok {
+		return out, mysql.Interpret("read attempts", err)
+	}
+	return packed, nil
+}
+
+// ReferenceTasks returns up to limit tasks of a reference in delivery order, after the task with
+// id after (0: from the first). An after that names no task of the reference is an EINVALID error.
+func (s *Store) ReferenceTasks(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error) {
+	var from int64
+	if after > 0 {
+		var pos sql.NullInt64
+		err := s.db.QueryRowContext(ctx, queries.ReferencePosition, after, ref).Scan(&pos)
+		if errors.Is(err, sql.ErrNoRows) {
+			// Not in `events`: a packed task of the reference, maybe.
+			r, ok, perr := pagestore.GetPacked(ctx, s.db, after)
+			if perr != nil {
+				return nil, mysql.Interpret("list reference tasks", perr)
+			}
+			if ok && r.Kind == string(exactlyonce.KindTask) && r.ReferenceID != nil && *r.ReferenceID == ref && r.Position != nil {
+				pos, err = sql.NullInt64{Int64: *r.Position, Valid: true}, nil
+			}
+		}
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && !pos.Valid) {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "after: event %d is not a task of this reference", after)
+		}
+		if err != nil {
+			return nil, mysql.Interpret("list reference tasks", err)
+		}
+		from = pos.Int64
+	}
+	rows, err := s.db.QueryContext(ctx, queries.ReferenceTasks, ReferenceHash(ref), ref, from, limit)
+	if err != nil {
+		return nil, mysql.Interpret("list reference tasks", err)
+	}
+	defer rows.Close()
+	out := []exactlyonce.Event{}
+	for rows.Next() {
+		e := exactlyonce.Event{Kind: exactlyonce.KindTask, Task: &exactlyonce.Task{ReferenceID: ref}}
+		var processedAt sql.NullTime
+		if err := rows.Scan(&e.ID, &e.State, &e.Task.Position, &e.Attempts, &e.CreatedAt, &processedAt); err != nil {
+			return nil, mysql.Interpret("list reference tasks", err)
+		}
+		e.State = eventstore.StoredState(e.State)
+		if processedAt.Valid {
+			e.ProcessedAt = &processedAt.Time
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mysql.Interpret("list reference tasks", err)
+	}
+	packed, err := pagestore.OfReference(ctx, s.db, ref, ReferenceHash(ref))
+	if err != nil {
+		return nil, mysql.Interpret("list reference tasks", err)
+	}
+	return mergeReferenceTasks(out, packed, from, limit), nil
+}
+
+// RetryTask gives a failed task a fresh retry budget (its attempts kept: the next is numbered after them). A task of a reference goes
+// back in its place if no later task of its reference has started (those go back to waiting behind
+// it), else to the end of its reference's queue. It returns where it went, and whether it is
+// pending now (it heads its reference: a queue message may name it). A task that is not failed is
+// an ECONFLICT error; an unknown id ENOTFOUND.
+func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlacement, bool, error) {
+	var placement exactlyonce.RetryPlacement
+	var head bool
+	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+		// The bucket comes first: read the task's reference without a lock, lock its bucket, then the
+		// task (and check again that it is failed).
+		var kind exactlyonce.Kind
+		var state exactlyonce.State
+		var ref sql.NullString
+		var hash uint32
+		err := tx.QueryRowContext(ctx, queries.TaskOf, id).
+			Scan(&kind, &state, &ref, &hash)
+		if errors.Is(err, sql.ErrNoRows) {
+			// Not in `events`: packed (so processed, never failed: failed events are not packed) or unknown.
+			r, ok, perr := pagestore.GetPacked(ctx, tx, id)
+			if perr != nil {
+				return perr
+			}
+			if !ok {
+				return exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
+			}
+			if r.Kind != string(exactlyonce.KindTask) {
+				return exactlyonce.Errorf(exactlyonce.ECONFLICT, "event %d is not a task: only a failed task can be retried", id)
+			}
+			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "task %d is %s, not failed: only a failed task can be retried",
+				id, exactlyonce.TaskState(eventstore.StoredState(exactlyonce.State(r.State))))
+		}
+		if err != nil {
+			return err
+		}
+		if kind != exactlyonce.KindTask {
+			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "event %d is not a task: only a failed task can be retried", id)
+		}
+		if err := lockTaskBucketsOnly(ctx, tx, bucketsOf(ref, hash)); err != nil {
+			return err
+		}
+		var pos int64
+		var refText string
+		err = tx.QueryRowContext(ctx, queries.LockFailedTask, id).Scan(&state, &refText, &hash, &pos)
+		if errors.Is(err, sql.ErrNoRows) {
+			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "task %d is %s, not failed: only a failed task can be retried",
+				id, exactlyonce.TaskState(eventstore.StoredState(state)))
+		}
+		if err != nil {
+			return err
+		}
+		newState := exactlyonce.Pending
+		placement = exactlyonce.RetryAlone
+		if refText != "" {
+			placement, newState, pos, err = placeRetry(ctx, tx, refText, hash, pos)
+			if err != nil {
+				return err
+			}
+		}
+		res, err := tx.ExecContext(ctx, queries.RetryTask, newState, nullPosition(refText, pos), id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			return fmt.Errorf("retried %d rows for task %d", n, id)
+		}
+		if state >= exactlyonce.Processed+eventstore.CountedShift {
+			if _, err := tx.ExecContext(ctx, queries.UncountRetried, 1); err != nil {
+				return err
+			}
+		}
+		head = newState == exactlyonce.Pending
+		return nil
+	})
+	if err != nil {
+		return "", false, mysql.Interpret("retry task", err)
+	}
+	return placement, head, nil
+}
+
+func bucketsOf(ref sql.NullString, hash uint32) []int64 {
+	if !ref.Valid || ref.String == "" {
+		return nil
+	}
+	return []int64{taskBucket(hash)}
+}
+
+func nullPosition(ref string, pos int64) sql.NullInt64 {
+	return sql.NullInt64{Int64: pos, Valid: ref != ""}
+}
+
+// placeRetry decides where a retried task of reference ref (at position pos) goes, with its bucket
+// locked: in place, ahead of the reference's pending head, if no later task has started; else at
+// the end, with a new position from the bucket. The reference's head is locked first, so that no
+// claim starts it and no settlement promotes past it while the retry decides.
+func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos int64) (exactlyonce.RetryPlacement, exactlyonce.State, int64, error) {
+	refs := map[string]uint32{ref: hash}
+	heads, err := openHeads(ctx, tx, refs)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	open, err := lockHeads(ctx, tx, refs, heads)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	var started int64
+	if err := tx.QueryRowContext(ctx, queries.LaterTaskStarted, hash, ref, pos).Scan(&started); err != nil {
+		return "", 0, 0, err
+	}
+	if started == 0 { // nothing in `events`: a later task may have been delivered and packed
+		if started, err = packedLaterTasks(ctx, tx, ref, pos); err != nil {
+			return "", 0, 0, err
+		}
+	}
+	type head struct{ id, pos int64 }
+	var pending []head
+	rows, err := tx.QueryContext(ctx, queries.ReferenceHead, hash, ref)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	for rows.Next() {
+		var h head
+		if err := rows.Scan(&h.id, &h.pos); err != nil {
+			rows.Close()
+			return "", 0, 0, err
+		}
+		pending = append(pending, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", 0, 0, err
+	}
+	if started == 0 && !slices.ContainsFunc(pending, func(h head) bool { return h.pos < pos }) {
+		for _, h := range pending {
+			if _, err := tx.ExecContext(ctx, queries.RequeueTask, h.id); err != nil {
+				return "", 0, 0, err
+			}
+		}
+		return exactlyonce.RetryInPlace, exactlyonce.Pending, pos, nil
+	}
+	// To the end: the next position of the bucket's sequence, taken as a create takes it, behind
+	// the head locked above, if there is one.
+	b := taskBucket(hash)
+	before, _, err := advanceTaskBuckets(ctx, tx, map[int64]int64{b: 1}, refs)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	state := exactlyonce.Pending
+	if open[ref] {
+		state = exactlyonce.Queued
+	}
+	return exactlyonce.RetryAtEnd, state, before[b] + 1, nil
+}

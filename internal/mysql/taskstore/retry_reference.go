@@ -1,0 +1,207 @@
+package taskstore
+
+// The bulk retry of a reference's failed tasks (POST /references/{referenceId}/retry). The
+// statements are in tasks.sql.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
+)
+
+// RetryReference gives every failed task of reference ref a fresh retry budget, in one transaction,
+// in their order, by RetryTask's rules applied to them as one: they go back in their places if no
+// task of the reference after the first of them has started (but the failed ones themselves), and
+// no task of the reference is open before it; else all to the end of the reference's queue, in
+// their order, behind the task open now. Either way only one task of the reference is open (its
+// head) and the others are queued, in position order. A reference with no failed task is left as
+// it is (no task retried, no error).
+//
+// Locks are taken in RetryTask's order of kinds: the reference's bucket first, then its head (so no
+// claim starts it and no settlement promotes past it, and no task of the reference can fail while
+// this decides), then the failed tasks.
+func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.RetriedReference, error) {
+	hash := ReferenceHash(ref)
+	refs := map[string]uint32{ref: hash}
+	var out exactlyonce.RetriedReference
+	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+		out = exactlyonce.RetriedReference{}
+		if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
+			return err
+		}
+		heads, err := openHeads(ctx, tx, refs)
+		if err != nil {
+			return err
+		}
+		open, err := lockHeads(ctx, tx, refs, heads)
+		if err != nil {
+			return err
+		}
+		ids, err := mysql.ScanIDs(tx.QueryContext(ctx, queries.FailedOfReference, hash, ref))
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		failed, folded, err := lockFailedTasks(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		place, err := placeRetries(ctx, tx, ref, hash, failed, heads[ref], open[ref])
+		if err != nil {
+			return err
+		}
+		for i, f := range failed {
+			res, err := tx.ExecContext(ctx, queries.RetryTask, place.states[i], place.positions[i], f.id)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n != 1 {
+				return fmt.Errorf("retried %d rows for task %d", n, f.id)
+			}
+			out.IDs = append(out.IDs, f.id)
+			if place.states[i] == exactlyonce.Pending {
+				out.Head = f.id
+			}
+		}
+		if folded > 0 {
+			if _, err := tx.ExecContext(ctx, queries.UncountRetried, folded); err != nil {
+				return err
+			}
+		}
+		out.Placement = place.placement
+		return nil
+	})
+	if err != nil {
+		return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
+	}
+	if out.IDs == nil {
+		out.IDs = []int64{}
+	}
+	return out, nil
+}
+
+// failedTask is a failed task locked for a retry.
+type failedTask struct {
+	id, position int64
+}
+
+// lockFailedTasks locks the failed tasks ids (LockFailedTasks) and returns them in position order,
+// with how many of them were folded (state 40). A task of ids that is not failed any more is an
+// error: with the reference's bucket and heads locked, nothing but a fold changes a failed task.
+func lockFailedTasks(ctx context.Context, tx *sql.Tx, ids []int64) ([]failedTask, int64, error) {
+	q, args := mysql.ExpandIDs(queries.LockFailedTasks, ids)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var out []failedTask
+	var folded int64
+	for rows.Next() {
+		var f failedTask
+		var state exactlyonce.State
+		if err := rows.Scan(&f.id, &state, &f.position); err != nil {
+			return nil, 0, err
+		}
+		if state == exactlyonce.Failed+eventstore.CountedShift {
+			folded++
+		}
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	if len(out) != len(ids) {
+		return nil, 0, fmt.Errorf("%d of the reference's %d failed tasks are failed once locked", len(out), len(ids))
+	}
+	return out, folded, nil
+}
+
+// retryPlaces is where each failed task of a bulk retry goes: its state and position, by index.
+type retryPlaces struct {
+	placement exactlyonce.RetryPlacement
+	states    []exactlyonce.State
+	positions []int64
+}
+
+// placeRetries decides where the failed tasks of reference ref (locked, in position order) go, with
+// the reference's bucket and its open tasks (heads, locked; open tells whether it has one) locked.
+// In place: every task after the first failed one is either failed too or has not started
+// (LaterTaskStarted, less the failed ones, which it counts), and every open task of the reference
+// is a pending one after it, which goes back to the queue (RequeueTask); the failed tasks keep their
+// positions, the first pending, the others queued. Else to the end: positions taken from the
+// bucket's sequence as a create takes them, the first pending if the reference has no open task,
+// every other queued.
+func placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []int64, open bool) (retryPlaces, error) {
+	first := failed[0].position
+	var started int64
+	if err := tx.QueryRowContext(ctx, queries.LaterTaskStarted, hash, ref, first).Scan(&started); err != nil {
+		return retryPlaces{}, err
+	}
+	started -= int64(len(failed) - 1) // the failed tasks after the first are retried with it
+	if started == 0 {                 // nothing in `events`: a later task may have been delivered and packed
+		packed, err := packedLaterTasks(ctx, tx, ref, first)
+		if err != nil {
+			return retryPlaces{}, err
+		}
+		started = packed
+	}
+	type head struct{ id, pos int64 }
+	var pending []head
+	rows, err := tx.QueryContext(ctx, queries.ReferenceHead, hash, ref)
+	if err != nil {
+		return retryPlaces{}, err
+	}
+	for rows.Next() {
+		var h head
+		if err := rows.Scan(&h.id, &h.pos); err != nil {
+			rows.Close()
+			return retryPlaces{}, err
+		}
+		pending = append(pending, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return retryPlaces{}, err
+	}
+	// A head that is not pending is processing: it has started, wherever it stands.
+	inPlace := started == 0 && len(pending) == len(heads)
+	for _, h := range pending {
+		inPlace = inPlace && h.pos > first
+	}
+	p := retryPlaces{states: make([]exactlyonce.State, len(failed)), positions: make([]int64, len(failed))}
+	for i := range p.states {
+		p.states[i] = exactlyonce.Queued
+	}
+	if inPlace {
+		for _, h := range pending {
+			if _, err := tx.ExecContext(ctx, queries.RequeueTask, h.id); err != nil {
+				return retryPlaces{}, err
+			}
+		}
+		for i, f := range failed {
+			p.positions[i] = f.position
+		}
+		p.placement = exactlyonce.RetryInPlace
+		p.states[0] = exactlyonce.Pending
+		return p, nil
+	}
+	b := taskBucket(hash)
+	before, _, err := advanceTaskBuckets(ctx, tx, map[int64]int64{b: int64(len(failed))}, map[string]uint32{ref: hash})
+	if err != nil {
+		return retryPlaces{}, err
+	}
+	for i := range failed {
+		p.positions[i] = before[b] + 1 + int64(i)
+	}
+	p.placement = exactlyonce.RetryAtEnd
+	if !open {
+		p.states[0] = exactlyonce.Pending
+	}
+	return p, nil
+}

@@ -1,0 +1,237 @@
+package taskstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/agentstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
+)
+
+// SettleTasks records, in one short transaction, the outcomes of delivery attempts of tasks leased
+// to claim c, and for each reference whose task settled, hands the reference on to its next queued
+// task: pending, or, with chain, leased to c (returned in Next). Each outcome is written only if
+// the task is still leased to c (the guard of every settlement), with its attempt.
+//
+// The next task joins the event worker of the task it follows if that worker has room; behind a
+// full one (willTerminate) it joins none, and the EventService of whoever delivers it gives it one
+// with room (a task in Next has no WorkerID then), so that a full worker takes no new task and is
+// done once its own have settled.
+func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error) {
+	var out exactlyonce.TaskSettlement
+	if len(outcomes) == 0 {
+		return out, nil
+	}
+	ids := make([]int64, len(outcomes))
+	for i, o := range outcomes {
+		ids[i] = o.Event.ID
+	}
+	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+		out = exactlyonce.TaskSettlement{}
+		// The tasks still leased to c, locked: a create queueing behind one of them holds it until
+		// it commits (LockHeads), so the promotion below sees its task.
+		held := map[int64]bool{}
+		for rest := ids; len(rest) > 0; {
+			chunk := rest[:min(len(rest), eventstore.MarkChunk)]
+			rest = rest[len(chunk):]
+			got, err := eventstore.LockLeased(ctx, tx, c.ID, chunk)
+			if err != nil {
+				return err
+			}
+			for _, id := range got {
+				held[id] = true
+			}
+		}
+		values := map[int64]string{}
+		var completed []int64
+		settledRefs := map[string]uint32{}
+		books := agentstore.WorkerBooks{}
+		refWorker := map[string]string{}
+		var attempts []exactlyonce.TaskOutcome
+		for _, o := range outcomes {
+			id := o.Event.ID
+			if !held[id] {
+				continue
+			}
+			delete(held, id) // an id given twice is written once
+			attempts = append(attempts, o)
+			if o.Delivered {
+				values[id] = "HTTP " + strconv.Itoa(o.Attempt.Status)
+				completed = append(completed, id)
+				books.Completed(o.Event, id)
+			} else {
+				state, wait := exactlyonce.Pending, o.Wait
+				if o.Final {
+					state, wait = exactlyonce.Failed, 0
+				}
+				text := eventstore.ErrorText(o.Attempt.Error)
+				if _, err := eventstore.FailLeased(ctx, tx, c, id, state, text, wait); err != nil {
+					return err
+				}
+				if !o.Final {
+					out.Retrying = append(out.Retrying, id)
+					continue
+				}
+				out.GaveUp = append(out.GaveUp, id)
+				books.Failed(o.Event)
+			}
+			if t := o.Event.Task; t != nil && t.ReferenceID != "" {
+				settledRefs[t.ReferenceID] = t.Hash
+				if t.WorkerID != "" {
+					refWorker[t.ReferenceID] = t.WorkerID
+				}
+			}
+		}
+		for rest := completed; len(rest) > 0; {
+			chunk := rest[:min(len(rest), eventstore.MarkChunk)]
+			rest = rest[len(chunk):]
+			n, err := eventstore.SetValues(ctx, tx, queries.SettleLeasedTasks, chunk, values, []any{c.By, c.ID})
+			if err != nil {
+				return err
+			}
+			if n != int64(len(chunk)) {
+				return fmt.Errorf("settled %d rows for %d leased tasks", n, len(chunk))
+			}
+		}
+		out.Completed = completed
+		if err := insertAttempts(ctx, tx, c.ID, attempts); err != nil {
+			return err
+		}
+		// The next task of each reference settled, read with its head locked (LockLeased above).
+		first, err := queuedFirst(ctx, tx, settledRefs)
+		if err != nil {
+			return err
+		}
+		for ref := range first {
+			if w := refWorker[ref]; w != "" {
+				books.Promoting(w)
+			}
+		}
+		// The event workers' counts change here, in the transaction that settles their tasks, and
+		// this statement locks their rows: whether each has room for the task promoted behind its
+		// head is decided on its row under that lock, and read back for the promotion.
+		if err := books.Write(ctx, tx); err != nil {
+			return err
+		}
+		room, err := books.WithRoom(ctx, tx)
+		if err != nil {
+			return err
+		}
+		workerOf := map[int64]string{}
+		for ref, h := range first {
+			if w := refWorker[ref]; room[w] {
+				workerOf[h.id] = w
+			}
+		}
+		out.Next, err = promote(ctx, tx, c, first, workerOf, chain)
+		return err
+	})
+	if err != nil {
+		return exactlyonce.TaskSettlement{}, mysql.Interpret("settle tasks", err)
+	}
+	return out, nil
+}
+
+func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []exactlyonce.TaskOutcome) error {
+	for rest := outcomes; len(rest) > 0; {
+		chunk := rest[:min(len(rest), eventstore.MarkChunk)]
+		rest = rest[len(chunk):]
+		args := make([]any, 0, 7*len(chunk))
+		for _, o := range chunk {
+			a := o.Attempt
+			var text sql.NullString
+			if a.Error != "" {
+				text = sql.NullString{String: eventstore.ErrorText(a.Error), Valid: true}
+			}
+			args = append(args, o.Event.ID, a.Number, a.Started.UTC(), a.Duration.Microseconds(), a.Status, text, claimID)
+		}
+		q := strings.Replace(queries.InsertAttempts, "/*rows*/",
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(chunk)), ", "), 1)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queuedTask is a reference's first queued task: the one its settlement promotes.
+type queuedTask struct{ id, pos int64 }
+
+// queuedFirst reads the first queued task (the lowest position) of each of the references, in the
+// transaction that settled the references' heads, with those heads locked (so every create that
+// queued a task behind one of them has committed).
+func queuedFirst(ctx context.Context, tx *sql.Tx, refs map[string]uint32) (map[string]queuedTask, error) {
+	first := map[string]queuedTask{}
+	if len(refs) == 0 {
+		return first, nil
+	}
+	q, args := refArgs(queries.QueuedOfReferences, refs)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var h queuedTask
+		var ref string
+		if err := rows.Scan(&h.id, &ref, &h.pos); err != nil {
+			return nil, err
+		}
+		if cur, ok := first[ref]; !ok || h.pos < cur.pos {
+			first[ref] = h
+		}
+	}
+	return first, rows.Err()
+}
+
+// promote hands each reference on to its first queued task (first): pending, or, with chain,
+// leased to c and returned. A promoted task joins the event worker workerOf names (its head's, when
+// that worker has room), else none.
+func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, first map[string]queuedTask, workerOf map[int64]string, chain bool) ([]exactlyonce.Event, error) {
+	if len(first) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, 0, len(first))
+	for _, h := range first {
+		ids = append(ids, h.id)
+	}
+	slices.Sort(ids)
+	promote, pre := queries.PromoteQueued, []any(nil)
+	if chain {
+		promote, pre = queries.PromoteQueuedLeased, []any{c.ID, c.Lease.Microseconds()}
+	}
+	worker := "worker_id"
+	if len(workerOf) > 0 {
+		var b strings.Builder
+		b.WriteString("CASE id")
+		for _, id := range ids {
+			if w, ok := workerOf[id]; ok {
+				b.WriteString(" WHEN ? THEN ?")
+				pre = append(pre, id, w)
+			}
+		}
+		b.WriteString(" ELSE worker_id END")
+		worker = b.String()
+	}
+	q, idArgs := mysql.ExpandIDs(strings.Replace(promote, "/*worker*/", worker, 1), ids)
+	res, err := tx.ExecContext(ctx, q, append(append(pre, idArgs...), len(ids))...)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, err
+	} else if n != int64(len(ids)) {
+		return nil, fmt.Errorf("promoted %d rows for %d queued tasks", n, len(ids))
+	}
+	if !chain {
+		return nil, nil
+	}
+	q, idArgs = mysql.ExpandIDs(queries.LeasedTasks, ids)
+	return eventstore.ScanLeasedEvents(tx.QueryContext(ctx, q, append([]any{c.ID}, idArgs...)...))
+}
