@@ -89,7 +89,7 @@ func NewFunctions(scope constructs.Construct, props FunctionsProps) *Functions {
 		timeout: migrateTimeout, maxOpenConns: migrateMaxOpenConns, migrateOnStart: true, dbUser: databaseAdminUsername,
 	})
 	if props.Access.Network != nil {
-		// Migrate creates each function's database user, by role (internal/mysql, sql/users.sql).
+		// Migrate creates each function's database user, by role (internal/mysql, users.sql).
 		f.Migrate.AddEnvironment(jsii.String("DB_FUNCTION_USERS"), jsii.String(strings.Join([]string{
 			"api:" + databaseAPIUser, "processor:" + databaseProcessorUser, "sweeper:" + databaseSweeperUser,
 			"counter:" + databaseCounterUser, // counters.go

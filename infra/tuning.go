@@ -91,7 +91,7 @@ const (
 
 // Database users, one per function (docs/deploy.md, "Database users"): only migrate connects as
 // databaseAdminUsername, and it creates these (DB_FUNCTION_USERS), each with only the privileges
-// its function's work needs (internal/mysql/sql/users.sql). They sign in with IAM, end to end.
+// its function's work needs (internal/mysql/users.sql). They sign in with IAM, end to end.
 const (
 	databaseAPIUser       = "exactlyonce_api"
 	databaseProcessorUser = "exactlyonce_processor"

@@ -17,7 +17,7 @@ import (
 
 // runCounters measures the counter service's cost per message (internal/counters,
 // migrations/0008_counters.sql), through the store's batch transaction as the consumer runs it
-// (mysql.Store.ApplyCounterMessages, batches of 10, 8 concurrent consumers; the SQS side is not in
+// (counterstore.Store.ApplyCounterMessages, batches of 10, 8 concurrent consumers; the SQS side is not in
 // the measurement):
 //
 //   - messages/s with 1,000,000 entities already stored (over 10,000 users and 3 types) beside

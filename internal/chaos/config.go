@@ -172,7 +172,7 @@ type Report struct {
 	// again (a worker killed between the answer and the settlement: at least once, same webhook-id).
 	TasksCreated, TasksDelivered, TaskRepeats int
 	CountReported                             int64 // GET /events at the end
-	// Packed is how many events the sweepers and packers packed into pages (sql/pages.sql) during
+	// Packed is how many events the sweepers and packers packed into pages (internal/mysql/pagestore/pages.sql) during
 	// the run, under the kills and restarts: the checks above read them there.
 	Packed int64
 	// LateCreates counts the events created with ids taken long before (late.go), acknowledged.

@@ -247,7 +247,7 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 		var name string
 		require.NoError(t, rows.Scan(&name))
 		require.True(t, granted[name] || adminOnly[name],
-			"table %s is granted to no function's user: add its grants to sql/users.sql and roleGrants", name)
+			"table %s is granted to no function's user: add its grants to users.sql and roleGrants", name)
 	}
 	require.NoError(t, rows.Err())
 }

@@ -116,7 +116,7 @@ func appendTime(b []byte, t time.Time) []byte { return binary.AppendVarint(b, t.
 
 // ReferenceNeedle is how a task's reference is stored in a record: its length, its bytes and its
 // routing hash (4 bytes, big-endian). A statement looks for these bytes in a column to find the
-// columns that hold a reference's tasks (sql/pages.sql, PagesOfReference): with the length before
+// columns that hold a reference's tasks (internal/mysql/pagestore/pages.sql, PagesOfReference): with the length before
 // and the hash after, another field (a kind, a url) never matches them, and a payload only if it
 // holds them on purpose; the reader decodes and checks every record it gets anyway.
 func ReferenceNeedle(ref string, hash uint32) []byte {

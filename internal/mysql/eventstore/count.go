@@ -10,7 +10,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
-// The exact count of events (migrations/0005_settled_count.sql, sql/count.sql). Settled events are
+// The exact count of events (internal/mysql/migrations/0005_settled_count.sql, count.sql). Settled events are
 // written in the `fresh` partition (states 10 and 20) and folded by the sweeper into `settled`
 // (states 30 and 40) in transactions that add what they moved to settled_count's one row, so that
 // GET /events reads that row plus a scan of `open` and `fresh`: a cost set by the pending events and

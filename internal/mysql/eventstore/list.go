@@ -2,7 +2,7 @@ package eventstore
 
 // The operators' reads (issue 20): a page of the events of one state, and the overview of the
 // events by state. Both are bounded by partitions that do not hold the processed history
-// (sql/events.sql, ListEvents; sql/count.sql, OverviewCounts).
+// (events.sql, ListEvents; count.sql, OverviewCounts).
 
 import (
 	"cmp"
@@ -24,7 +24,7 @@ import (
 // listStates are the stored states of each set, written into ListEvents as literals (never caller
 // text), so that the statement is pruned to their partitions when it is prepared. Processed is read
 // from `fresh` and `settled` (the folded events not packed yet) and then from the packed history
-// (listProcessed, pages_read.go).
+// (listProcessed, with the packed reads of internal/mysql/pagestore).
 var listStates = map[string]string{
 	"pending":    "0",
 	"processing": "1",
@@ -60,7 +60,7 @@ func (s *Store) ListEvents(ctx context.Context, set string, kind exactlyonce.Kin
 // it off, UncountRetried), so while the lock is held the folded processed events are settled_count
 // less the `failed` partition's rows. Total is the sum, what Count answers at the same moment.
 //
-// Waiting and OldestWaiting are the metrics' reads (sql/metrics.sql), made after the transaction:
+// Waiting and OldestWaiting are the metrics' reads (metrics.sql), made after the transaction:
 // they describe the same moment to within a few milliseconds, not exactly.
 func (s *Store) Overview(ctx context.Context) (exactlyonce.Overview, error) {
 	var o exactlyonce.Overview

@@ -11,7 +11,7 @@ import (
 // OldestWaitingAge returns how long the oldest event waiting for a worker has existed: a pending
 // event, or a leased one whose lease expired. Zero when none waits. Measured on the database's
 // clock (created_at and NOW(6) come from the same server), so the caller's clock does not matter.
-// It reads only the `open` partition and takes no lock (sql/metrics.sql).
+// It reads only the `open` partition and takes no lock (metrics.sql).
 func (s *Store) OldestWaitingAge(ctx context.Context) (time.Duration, error) {
 	var us sql.NullInt64
 	if err := s.db.QueryRowContext(ctx, queries.OldestWaitingAge).Scan(&us); err != nil {
@@ -25,7 +25,7 @@ func (s *Store) OldestWaitingAge(ctx context.Context) (time.Duration, error) {
 
 // WaitingEvents returns how many events wait for a worker: those OldestWaitingAge measures (a
 // pending event, or a leased one whose lease expired). It reads only the `open` partition and
-// takes no lock (sql/metrics.sql).
+// takes no lock (metrics.sql).
 func (s *Store) WaitingEvents(ctx context.Context) (int64, error) {
 	var n int64
 	if err := s.db.QueryRowContext(ctx, queries.WaitingEvents).Scan(&n); err != nil {

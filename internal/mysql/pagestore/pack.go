@@ -118,7 +118,7 @@ var errPackBusy = errors.New("pack: another process is packing")
 type packStepKey struct{}
 
 // WithPackSteps returns ctx carrying f: a pack run under it (PackPages) calls f with its
-// transaction before each of its statements, named as in sql/pages.sql, and before it commits
+// transaction before each of its statements, named as in pages.sql, and before it commits
 // ("Commit"). Only the tests, which hold two packs between the statements of their choice, and
 // the chaos run, whose packs dawdle between statements so that they overlap each other's and the
 // late creates' in every way, set one.

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The order of a reference's tasks rests on its head's lock (internal/mysql/sql/tasks.sql): a
+// The order of a reference's tasks rests on its head's lock (tasks.sql): a
 // settlement locks the head it settles before it reads the reference's queue, and a create that
 // queues a task behind a head locks that head first. These tests hold a head's lock from a
 // transaction of their own, as the other side would, at the moment that matters.
