@@ -5,7 +5,7 @@ PKGS := . ./cmd/... ./functions/... ./internal/...
 FUNCTIONS := api processor sweeper migrate counter
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: help run test test-go db sqslocal browser local agent redrive ui vet clean
+.PHONY: help run test test-go no-build-output db sqslocal browser local agent redrive ui vet clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -16,7 +16,7 @@ help: ## list the targets
 run: db sqslocal local ## run the whole system locally (MariaDB, local SQS, API on :8080, processor, sweeper)
 	scripts/run.sh
 
-test: db sqslocal browser ## every test: unit, integration (MariaDB + SQS protocol), the console in Chromium, failure scenarios, infrastructure, bench smoke
+test: no-build-output db sqslocal browser ## every test: unit, integration (MariaDB + SQS protocol), the console in Chromium, failure scenarios, infrastructure, bench smoke
 	$(MAKE) test-go
 	$(if $(wildcard chaos.mk),$(MAKE) chaos-short)
 	$(if $(wildcard bench.mk),$(MAKE) bench-smoke BENCH_OUT=build/bench-smoke.json)
@@ -24,6 +24,9 @@ test: db sqslocal browser ## every test: unit, integration (MariaDB + SQS protoc
 
 test-go: ## the Go tests of the application (needs `make db`)
 	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal $(GO) test -count=1 -race -timeout 20m $(PKGS)
+
+no-build-output: ## fail if git tracks an executable or object file, or .gitignore misses where a build writes
+	scripts/no-build-output.sh
 
 db: ## install and start MariaDB if needed, and create the project's user
 	scripts/mariadb.sh ensure
