@@ -1,5 +1,6 @@
-// Package testdb gives each test a real, isolated database: a new MariaDB/MySQL database with a
-// unique name, migrated, dropped when the test ends. Nothing here is a mock.
+// Package testdb gives each test a real, isolated database on MariaDB/MySQL: DB and Store a migrated
+// one of its own (leased from a pool of migrated databases, see pool.go), NewDatabase an empty one
+// with a unique name, dropped when the test ends. Nothing here is a mock.
 //
 // It is for tests only: only _test.go files import it (it takes a testing.TB everywhere), so no
 // command or function carries it. Commands that need a database of their own (the benchmark, the
@@ -46,12 +47,14 @@ func NewDatabase(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ping, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := admin.PingContext(ctx); err != nil {
+	if err := admin.PingContext(ping); err != nil {
 		t.Fatalf("no database server at %s (%v): run `make test`, or `scripts/mariadb.sh ensure`, or set TEST_DB_DSN",
 			cfg.Addr, err)
 	}
+	// No deadline on creating and dropping: slow on a loaded machine, never wrong.
+	ctx := context.Background()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "t_" + hex.EncodeToString(b)
@@ -59,8 +62,6 @@ func NewDatabase(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
 		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
 			t.Logf("drop test database %s: %v", name, err)
 		}
@@ -69,20 +70,35 @@ func NewDatabase(t testing.TB) string {
 	return cfg.FormatDSN()
 }
 
-// DB returns a pool on a new, migrated database, closed when the test ends.
+// DB returns a pool on a migrated database of its own, closed when the test ends. The database is
+// leased from a pool of migrated databases (pool.go) and is in exactly the state a fresh migration
+// leaves; the test may change its rows and its schema freely.
 func DB(t testing.TB, maxOpen int) (*sql.DB, string) {
 	t.Helper()
-	dsn := NewDatabase(t)
+	p, err := getPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No deadline: making a database is slow on a loaded machine, never wrong; go test's -timeout
+	// bounds a server that does not answer.
+	ctx := context.Background()
+	l, err := p.lease(ctx)
+	if err != nil {
+		t.Fatalf("lease a migrated test database: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.release(ctx); err != nil {
+			t.Logf("release test database %s: %v", l.name, err)
+		}
+	})
+	cfg := p.cfg.Clone()
+	cfg.DBName = l.name
+	dsn := cfg.FormatDSN()
 	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn, MaxOpenConns: maxOpen})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := mysql.Migrate(ctx, db); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
 	return db, dsn
 }
 
