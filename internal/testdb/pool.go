@@ -178,6 +178,7 @@ func releaseLock(ctx context.Context, conn *sql.Conn, name string) {
 type lease struct {
 	name string
 	conn *sql.Conn // holds the member's lock
+	how  string    // what it took: "reused" or "made from the template"
 }
 
 // lease returns a member in the template's state, locked for the caller until release.
@@ -212,7 +213,7 @@ func (p *pool) lease(ctx context.Context) (*lease, error) {
 			conn.Close()
 			continue
 		}
-		return &lease{name: m, conn: conn}, nil
+		return &lease{name: m, conn: conn, how: "reused"}, nil
 	}
 	return p.newMember(ctx)
 }
@@ -258,7 +259,7 @@ func (p *pool) newMember(ctx context.Context) (*lease, error) {
 	if err := p.reset(ctx, conn, name); err != nil {
 		return fail(err)
 	}
-	return &lease{name: name, conn: conn}, nil
+	return &lease{name: name, conn: conn, how: "made from the template"}, nil
 }
 
 // templateShape makes sure the template is migrated and returns its shape.

@@ -82,9 +82,13 @@ func DB(t testing.TB, maxOpen int) (*sql.DB, string) {
 	// No deadline: making a database is slow on a loaded machine, never wrong; go test's -timeout
 	// bounds a server that does not answer.
 	ctx := context.Background()
+	start := time.Now()
 	l, err := p.lease(ctx)
 	if err != nil {
 		t.Fatalf("lease a migrated test database: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Logf("testdb: %s leased in %v (%s)", l.name, took.Round(time.Millisecond), l.how)
 	}
 	t.Cleanup(func() {
 		if err := l.release(ctx); err != nil {
