@@ -85,7 +85,8 @@ func TestAnIdleRunIsQuiet(t *testing.T) {
 		AllowLoopback: true, Timeout: 5 * time.Second})}
 	const pulse, expiration = 200 * time.Millisecond, time.Second
 	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: events, Counters: counters,
-		Sweep: sweeping.Config{Tasks: tasks}, Agent: agents.Config{Member: agents.MemberConfig{Name: "quiet",
+		Webhook: webhook.Policy{AllowLoopback: true}, // the receiver is on loopback
+		Sweep:   sweeping.Config{Tasks: tasks}, Agent: agents.Config{Member: agents.MemberConfig{Name: "quiet",
 			PulseInterval: pulse, Expiration: expiration}}}, log)
 	require.NoError(t, err)
 

@@ -242,28 +242,41 @@ func appliedCount(ctx context.Context, db *sql.DB, ms []migration) (int, error) 
 // ruleChecks are the reads of information_schema behind CheckRules, each naming what it finds. Each
 // is confined to the current database in a form the server uses to read no other, so that the check
 // costs the same whatever else the server holds (TestSchemaRulesReadOnlyTheirDatabase).
-var ruleChecks = []struct{ what, query string }{
+//
+// A check may name a fallback: the read to make when the server refuses the first with the error
+// given (information_schema.EVENTS fails with 1577 while the event scheduler is disabled; the events
+// are still in mysql.event, which the migrating user can read).
+var ruleChecks = []struct {
+	what, query string
+	unless      uint16 // the server's error number that sends the check to its fallback
+	fallback    string
+}{
 	{"index", `SELECT CONCAT(TABLE_NAME, '.', INDEX_NAME) FROM information_schema.STATISTICS
-		WHERE TABLE_SCHEMA = DATABASE()`},
+		WHERE TABLE_SCHEMA = DATABASE()`, 0, ""},
 	{"constraint", `SELECT CONCAT(TABLE_NAME, '.', CONSTRAINT_NAME, ' (', CONSTRAINT_TYPE, ')')
 		FROM information_schema.TABLE_CONSTRAINTS
-		WHERE TABLE_SCHEMA = DATABASE() AND CONSTRAINT_TYPE IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY')`},
+		WHERE TABLE_SCHEMA = DATABASE() AND CONSTRAINT_TYPE IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY')`, 0, ""},
 	{"foreign key", `SELECT CONCAT(TABLE_NAME, '.', CONSTRAINT_NAME) FROM information_schema.REFERENTIAL_CONSTRAINTS
-		WHERE CONSTRAINT_SCHEMA = DATABASE()`},
+		WHERE CONSTRAINT_SCHEMA = DATABASE()`, 0, ""},
 	{"auto-increment", `SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME) FROM information_schema.COLUMNS
-		WHERE TABLE_SCHEMA = DATABASE() AND EXTRA LIKE '%auto_increment%'`},
+		WHERE TABLE_SCHEMA = DATABASE() AND EXTRA LIKE '%auto_increment%'`, 0, ""},
 	// A trigger lives in its table's schema. EVENT_OBJECT_SCHEMA, not TRIGGER_SCHEMA: MariaDB finds
 	// triggers through their tables, and filtered on TRIGGER_SCHEMA it opens every table of every
 	// database on the server (EXPLAIN: "Scanned all databases"), seconds beside other databases.
-	{"trigger", `SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = DATABASE()`},
+	{"trigger", `SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = DATABASE()`, 0, ""},
 	{"stored routine", `SELECT CONCAT(ROUTINE_TYPE, ' ', ROUTINE_NAME) FROM information_schema.ROUTINES
-		WHERE ROUTINE_SCHEMA = DATABASE()`},
-	{"view", `SELECT TABLE_NAME FROM information_schema.VIEWS WHERE TABLE_SCHEMA = DATABASE()`},
-	{"scheduled event", `SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = DATABASE()`},
+		WHERE ROUTINE_SCHEMA = DATABASE()`, 0, ""},
+	{"view", `SELECT TABLE_NAME FROM information_schema.VIEWS WHERE TABLE_SCHEMA = DATABASE()`, 0, ""},
+	{"scheduled event", `SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = DATABASE()`,
+		errEventSchedulerDisabled, `SELECT CAST(name AS CHAR) FROM mysql.event WHERE db = DATABASE()`},
 	// A sequence is a counter the server advances: an auto-increment by another name.
 	{"sequence", `SELECT TABLE_NAME FROM information_schema.TABLES
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'SEQUENCE'`},
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'SEQUENCE'`, 0, ""},
 }
+
+// errEventSchedulerDisabled is the server's answer to a read of information_schema.EVENTS while its
+// event scheduler cannot run: "Cannot proceed, because event scheduler is disabled".
+const errEventSchedulerDisabled = 1577
 
 // CheckRules lists every breach of the schema rules in the current database: primary keys, unique
 // keys, foreign keys, indexes of any kind, auto-increment columns, triggers, stored routines
@@ -274,6 +287,10 @@ func CheckRules(ctx context.Context, db *sql.DB) ([]string, error) {
 	var out []string
 	for _, c := range ruleChecks {
 		rows, err := db.QueryContext(ctx, c.query)
+		var me *mysql.MySQLError
+		if err != nil && c.fallback != "" && errors.As(err, &me) && me.Number == c.unless {
+			rows, err = db.QueryContext(ctx, c.fallback)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("check rules (%s): %w", c.what, err)
 		}
