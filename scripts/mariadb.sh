@@ -4,6 +4,8 @@
 #   scripts/mariadb.sh ensure   install if missing, start if stopped, create the user; prints the DSN
 #   scripts/mariadb.sh stop     stop the server if this script can find it running
 #   scripts/mariadb.sh running  exit 0 if a local server answers
+#   scripts/mariadb.sh drop-test-databases
+#                               drop the tests' pool of migrated databases (tdb_*) that no test holds
 #
 # It does nothing when DB_DSN points elsewhere than 127.0.0.1/localhost: then the database is the user's.
 # Environment: DB_USER_LOCAL / DB_PASSWORD_LOCAL (default exactlyonce / exactlyonce).
@@ -108,5 +110,16 @@ case "${1:-ensure}" in
       as_root mariadb-admin --protocol=socket -S "$socket" -uroot shutdown
     fi
     ;;
-  *) echo "usage: $0 [ensure|stop]" >&2; exit 2 ;;
+  drop-test-databases)
+    # The pool (internal/testdb/pool.go) keeps its databases between runs, about 160 MB each; a test
+    # holds the named lock exactlyonce.testdb.<database> while it uses one, so those are left alone.
+    dbs="$(as_root mariadb --protocol=socket -S "$socket" -uroot -N -e \
+      "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE 'tdb\\_%'
+         AND IS_USED_LOCK(CONCAT('exactlyonce.testdb.', SCHEMA_NAME)) IS NULL")"
+    for db in $dbs; do
+      as_root mariadb --protocol=socket -S "$socket" -uroot -e "DROP DATABASE IF EXISTS \`$db\`"
+    done
+    log "dropped $(echo "$dbs" | grep -c . || true) test databases"
+    ;;
+  *) echo "usage: $0 [ensure|stop|running|drop-test-databases]" >&2; exit 2 ;;
 esac

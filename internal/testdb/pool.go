@@ -383,7 +383,14 @@ func readShape(ctx context.Context, conn *sql.Conn, db string) (*shape, error) {
 		"SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = ?",
 	} {
 		var n int
-		if err := conn.QueryRowContext(ctx, q, db).Scan(&n); err != nil {
+		err := conn.QueryRowContext(ctx, q, db).Scan(&n)
+		if isErr(err, errEventSchedulerDisabled) {
+			// The server's scheduler cannot run, and information_schema.EVENTS refuses every read;
+			// the events are still rows of mysql.event (as mysql.CheckRules reads them then).
+			q = "SELECT COUNT(*) FROM mysql.event WHERE db = ?"
+			err = conn.QueryRowContext(ctx, q, db).Scan(&n)
+		}
+		if err != nil {
 			return nil, err
 		}
 		if n > 0 {
@@ -392,6 +399,11 @@ func readShape(ctx context.Context, conn *sql.Conn, db string) (*shape, error) {
 	}
 	return s, nil
 }
+
+// errEventSchedulerDisabled is the server's answer to a read of information_schema.EVENTS while its
+// event scheduler cannot run (event_scheduler=DISABLED, or privileges turned on after a start under
+// --skip-grant-tables).
+const errEventSchedulerDisabled = 1577
 
 // errDrift says a member's schema is no longer the template's.
 var errDrift = errors.New("not the template's schema")

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/fault"
+	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
 
@@ -136,4 +138,44 @@ func checksums(t *testing.T, admin *sql.DB, db string) map[string]string {
 		out[n] = fmt.Sprintf("%d rows, checksum %d", c, sum.Int64)
 	}
 	return out
+}
+
+// On a server whose event scheduler cannot run, information_schema.EVENTS refuses every read (error
+// 1577); reset must still compare a member with the template there, and must still see an event a
+// test left in a member (then in mysql.event). A private server started under --skip-grant-tables is
+// such a server.
+func TestReadShapeWithTheEventSchedulerDisabled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := fault.PrivateServer(t)
+	require.NoError(t, srv.CreateDatabase(ctx, "member"))
+	srv.CheckPrivileges(t,
+		"CREATE USER 'admin'@'%' IDENTIFIED BY 'admin-secret'",
+		"GRANT ALL PRIVILEGES ON *.* TO 'admin'@'%' WITH GRANT OPTION")
+	cfg := drv.NewConfig()
+	cfg.User, cfg.Passwd = "admin", "admin-secret"
+	cfg.Net, cfg.Addr, cfg.DBName = "tcp", srv.Addr(), "member"
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	_, err = conn.ExecContext(ctx, "SELECT EVENT_NAME FROM information_schema.EVENTS")
+	require.True(t, isErr(err, errEventSchedulerDisabled), "the server's scheduler cannot run: %v", err)
+	_, err = conn.ExecContext(ctx, "CREATE TABLE status (id BIGINT NOT NULL)")
+	require.NoError(t, err)
+
+	s, err := readShape(ctx, conn, "member")
+	require.NoError(t, err)
+	require.Len(t, s.tables, 1)
+
+	_, err = conn.ExecContext(ctx, `INSERT INTO mysql.event (db, name, body, definer, execute_at, created,
+		modified, status, on_completion, sql_mode, comment, originator, time_zone, character_set_client,
+		collation_connection, db_collation, body_utf8)
+		SELECT 'member', 'scratch_event', 'SELECT 1', 'root@localhost', NOW(), NOW(), NOW(), 'DISABLED',
+		'DROP', '', '', 1, 'SYSTEM', 'utf8mb4', 'utf8mb4_general_ci', 'utf8mb4_general_ci', 'SELECT 1'`)
+	require.NoError(t, err)
+	_, err = readShape(ctx, conn, "member")
+	require.ErrorContains(t, err, "forbid")
 }
