@@ -16,7 +16,9 @@ package testdb
 //   - Each lease puts the member back into the template's state before the test sees it: the
 //     connections still on it are killed, its schema is compared with the template's (the tables,
 //     SHOW CREATE TABLE of each, no trigger, routine or event), and every table's rows are replaced
-//     by the template's. A member whose schema a test changed is dropped and another is made.
+//     by the template's. A member whose schema a test changed is dropped and another is made; so is
+//     one whose files a test grew (errGrown), so that the pool's size stays its members' count
+//     times the template's (about 160 MB).
 //
 // So a test sees exactly what a fresh migration leaves (TestLeasedDatabaseIsAFreshMigration), and
 // the members outlive the run: the next `go test` leases them at once. They are dropped when the
@@ -69,6 +71,7 @@ type pool struct {
 type shape struct {
 	database string  // SHOW CREATE DATABASE, the name removed
 	tables   []table // by name
+	size     int64   // the template's: see size
 }
 
 type table struct {
@@ -105,7 +108,7 @@ func getPool() (*pool, error) {
 		defer cancel()
 		if err := admin.PingContext(ctx); err != nil {
 			admin.Close()
-			poolErr = fmt.Errorf("no database server at %s (%v): run `make test`, or `scripts/mariadb.sh ensure`, or set TEST_DB_DSN",
+			poolErr = fmt.Errorf("no database server at %s (%v): run `make test`, or `scripts/mariadb.sh ensure-test`, or set TEST_DB_DSN",
 				cfg.Addr, err)
 			return
 		}
@@ -205,7 +208,8 @@ func (p *pool) lease(ctx context.Context) (*lease, error) {
 			continue
 		}
 		if err := p.reset(ctx, conn, m); err != nil {
-			// Not the template's schema any more (a test changed it), or gone: drop it, try the next.
+			// Not the template's schema any more (a test changed it), grown, or gone: drop it, try
+			// the next.
 			if _, derr := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS "+m); derr != nil {
 				conn.Close()
 				return nil, fmt.Errorf("drop %s after %v: %w", m, err, derr)
@@ -313,6 +317,9 @@ func (p *pool) withTemplate(ctx context.Context, f func(*shape) error) (*shape, 
 		if s, err = readShape(ctx, conn, p.tpl); err != nil {
 			return nil, fmt.Errorf("read the template %s: %w", p.tpl, err)
 		}
+		if s.size, err = size(ctx, conn, p.tpl); err != nil {
+			return nil, fmt.Errorf("read the template %s: %w", p.tpl, err)
+		}
 		p.mu.Lock()
 		p.shape = s
 		p.mu.Unlock()
@@ -408,6 +415,39 @@ const errEventSchedulerDisabled = 1577
 // errDrift says a member's schema is no longer the template's.
 var errDrift = errors.New("not the template's schema")
 
+// errGrown says a test left a member's files much larger than the template's. Deleting rows does not
+// shrink InnoDB's files, so a member that once held a test's large payloads would keep their space
+// (in memory, on the tests' server) for every later lease: it is dropped and another made instead.
+var errGrown = errors.New("grown past the template's size")
+
+// maxGrowth is how much larger than the template a member may be at its next lease. The template
+// takes about 40 MB in these terms; the tests with the largest payloads leave 300 MB more.
+const maxGrowth = 64 << 20
+
+// size is the space db's tables take: data, indexes and free space, as InnoDB's statistics say
+// (refreshed in the background after a table's rows changed by a tenth; a member that grew is
+// found at a later lease if not at the next). A cheap read: the file sizes themselves
+// (information_schema.INNODB_SYS_TABLESPACES) are read by scanning every database's partitions.
+func size(ctx context.Context, conn *sql.Conn, db string) (int64, error) {
+	var n sql.NullInt64
+	err := conn.QueryRowContext(ctx, `SELECT SUM(DATA_LENGTH + INDEX_LENGTH + DATA_FREE) FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = ?`, db).Scan(&n)
+	return n.Int64, err
+}
+
+// grown tells whether db takes more than limit bytes beyond the template.
+func (p *pool) grown(ctx context.Context, conn *sql.Conn, db string, limit int64) (bool, error) {
+	want, err := p.templateShape(ctx)
+	if err != nil {
+		return false, err
+	}
+	got, err := size(ctx, conn, db)
+	if err != nil {
+		return false, err
+	}
+	return got-want.size > limit, nil
+}
+
 // reset puts a member (whose lock conn holds) into the template's state: no other connection on
 // it, the template's schema (checked; errDrift if not) and the template's rows in every table.
 func (p *pool) reset(ctx context.Context, conn *sql.Conn, db string) error {
@@ -429,6 +469,11 @@ func (p *pool) reset(ctx context.Context, conn *sql.Conn, db string) error {
 		if got.tables[i].name != t.name || got.tables[i].create != t.create {
 			return fmt.Errorf("%w: table %s", errDrift, t.name)
 		}
+	}
+	if big, err := p.grown(ctx, conn, db, maxGrowth); err != nil {
+		return err
+	} else if big {
+		return errGrown
 	}
 	for i, t := range want.tables {
 		if !t.seeded && !got.tables[i].seeded {
