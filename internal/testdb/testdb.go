@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,16 +22,42 @@ import (
 	drv "github.com/go-sql-driver/mysql"
 )
 
-// DefaultDSN is the server `scripts/mariadb.sh ensure` (run by `make test`) provides.
+// TestServerDSN is the tests' own server, which `scripts/mariadb.sh ensure-test` (run by `make test`)
+// provides: a MariaDB like the shared one whose files are in memory, where making a database costs
+// no disk writes.
+const TestServerDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:13306)/"
+
+// DefaultDSN is the shared server `scripts/mariadb.sh ensure` provides (`make run`'s), which tests
+// use when the tests' server is not running.
 const DefaultDSN = config.LocalServerDSN
 
-// ServerDSN returns the DSN of the server tests create their databases on: TEST_DB_DSN, or DefaultDSN.
-// Its database part is ignored.
+var (
+	serverOnce sync.Once
+	serverDSN  string
+)
+
+// ServerDSN returns the DSN of the server tests create their databases on: TEST_DB_DSN; else
+// TestServerDSN if that server answers; else DefaultDSN. Both are real MariaDB servers with the same
+// configuration; only where their files live differs. Its database part is ignored.
 func ServerDSN() string {
 	if v := os.Getenv("TEST_DB_DSN"); v != "" {
 		return v
 	}
-	return DefaultDSN
+	serverOnce.Do(func() {
+		serverDSN = DefaultDSN
+		db, err := sql.Open("mysql", TestServerDSN)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		// Nothing listening is refused at once; the bound is for a server that hangs.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if db.PingContext(ctx) == nil {
+			serverDSN = TestServerDSN
+		}
+	})
+	return serverDSN
 }
 
 // NewDatabase creates an empty database with a unique name and drops it when the test ends. It
@@ -50,7 +77,7 @@ func NewDatabase(t testing.TB) string {
 	ping, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := admin.PingContext(ping); err != nil {
-		t.Fatalf("no database server at %s (%v): run `make test`, or `scripts/mariadb.sh ensure`, or set TEST_DB_DSN",
+		t.Fatalf("no database server at %s (%v): run `make test`, or `scripts/mariadb.sh ensure-test`, or set TEST_DB_DSN",
 			cfg.Addr, err)
 	}
 	// No deadline on creating and dropping: slow on a loaded machine, never wrong.
