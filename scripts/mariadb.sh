@@ -5,7 +5,8 @@
 #   scripts/mariadb.sh stop     stop the server if this script can find it running
 #   scripts/mariadb.sh running  exit 0 if a local server answers
 #   scripts/mariadb.sh drop-test-databases
-#                               drop the tests' pool of migrated databases (tdb_*) that no test holds
+#                               drop the tests' pool of migrated databases (tdb_*) that no test holds,
+#                               on both servers
 #   scripts/mariadb.sh ensure-test
 #                               the tests' own server (below): start it if stopped; prints its DSN
 #   scripts/mariadb.sh stop-test
@@ -179,15 +180,19 @@ case "${1:-ensure}" in
     fi
     ;;
   drop-test-databases)
-    # The pool (internal/testdb/pool.go) keeps its databases between runs, about 160 MB each; a test
-    # holds the named lock exactlyonce.testdb.<database> while it uses one, so those are left alone.
-    dbs="$(as_root mariadb --protocol=socket -S "$socket" -uroot -N -e \
-      "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE 'tdb\\_%'
-         AND IS_USED_LOCK(CONCAT('exactlyonce.testdb.', SCHEMA_NAME)) IS NULL")"
-    for db in $dbs; do
-      as_root mariadb --protocol=socket -S "$socket" -uroot -e "DROP DATABASE IF EXISTS \`$db\`"
+    # The pool (internal/testdb/pool.go) keeps its databases between runs, about 160 MB each, on the
+    # shared server and on the tests' own; a test holds the named lock exactlyonce.testdb.<database>
+    # while it uses one, so those are left alone.
+    for sock in "$socket" "$(test_dir)/sock"; do
+      [ -S "$sock" ] || continue
+      dbs="$(as_root mariadb --protocol=socket -S "$sock" -uroot -N -e \
+        "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE 'tdb\\_%'
+           AND IS_USED_LOCK(CONCAT('exactlyonce.testdb.', SCHEMA_NAME)) IS NULL")" || continue
+      for db in $dbs; do
+        as_root mariadb --protocol=socket -S "$sock" -uroot -e "DROP DATABASE IF EXISTS \`$db\`"
+      done
+      log "dropped $(echo "$dbs" | grep -c . || true) test databases on the server of $sock"
     done
-    log "dropped $(echo "$dbs" | grep -c . || true) test databases"
     ;;
   ensure-test)
     installed || install
