@@ -105,7 +105,7 @@ func newCluster(t *testing.T, env ...string) *cluster {
 	db, dsn := testdbDB(t)
 	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
-	base := []string{"DB_DSN=" + dsn, "SWEEP_GRACE=0", "AGENT_PULSE_INTERVAL=200ms", "AGENT_EXPIRATION=1s",
+	base := []string{"DB_DSN=" + dsn, "SWEEP_GRACE=0", "AGENT_PULSE_INTERVAL=200ms", "AGENT_EXPIRATION=3s",
 		"AGENT_POLL_INTERVAL=50ms", "AGENT_BATCH_SIZE=20", "WORK_DELAY=2ms", "LEASE=3s"}
 	c := &cluster{t: t, dsn: dsn, store: store, dir: t.TempDir(), env: append(base, env...)}
 	t.Cleanup(func() {
@@ -209,7 +209,7 @@ func TestAgentKilledWhileHoldingClaims(t *testing.T) {
 	victim.Kill()
 	killed := time.Now()
 	c.converge(3, 30*time.Second)
-	t.Logf("the survivors took the killed agent's range %s after SIGKILL (expiration 1s)", time.Since(killed).Round(time.Millisecond))
+	t.Logf("the survivors took the killed agent's range %s after SIGKILL (expiration 3s)", time.Since(killed).Round(time.Millisecond))
 	c.drained(60 * time.Second)
 	c.check(1)
 }

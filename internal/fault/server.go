@@ -3,6 +3,7 @@ package fault
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,9 +28,10 @@ import (
 // with the durability settings of a production server (innodb_flush_log_at_trx_commit=1), so that
 // what a killed server had committed is still there when it comes back.
 //
-// Measured on the 2-core CI machine: initialising the data directory (mariadb-install-db) takes
-// about 2.2 s, a start about 0.2 s (also after a SIGKILL, with crash recovery), a graceful stop
-// about 1.8 s.
+// Its directory is in memory (/dev/shm) when there is room: a killed process loses nothing it wrote
+// there either, and the 2,500 partition files of a migration cost no disk writes. Measured on the
+// 2-core machine under load: initialising the data directory 7.9 s on disk, 0.5 s in memory; a
+// migration 11 s and 1.6 s; a start after a SIGKILL (crash recovery) 1.2 s and 0.4 s.
 type Server struct {
 	// Port is the loopback TCP port; it stays the same across restarts.
 	Port int
@@ -75,7 +78,7 @@ func StartServer() (*Server, error) {
 	}
 	installDB, _ := lookBin("mariadb-install-db")
 	mariadbd, _ := lookBin("mariadbd")
-	dir, err := os.MkdirTemp("", "mariadb-")
+	dir, err := os.MkdirTemp(serversParent(), "mariadb-")
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +125,47 @@ func StartServer() (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// serversParent is where private servers' directories go: /dev/shm when it has room for a few
+// migrated servers (a few hundred MB each), else the temporary directory.
+func serversParent() string {
+	const shm, room = "/dev/shm", 4 << 30
+	removeAbandoned(shm)
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(shm, &st); err == nil && st.Bavail*uint64(st.Bsize) >= room {
+		if probe, err := os.MkdirTemp(shm, "mariadb-probe-"); err == nil {
+			os.Remove(probe)
+			return shm
+		}
+	}
+	return ""
+}
+
+// removeAbandoned removes the directories of private servers whose owner died without Close (a
+// test binary killed by its -timeout): in memory they would hold their space until the machine
+// restarts. A directory is abandoned when its server is not running (its pid file names no live
+// process) and it is older than any start takes.
+func removeAbandoned(parent string) {
+	dirs, _ := filepath.Glob(filepath.Join(parent, "mariadb-*"))
+	for _, dir := range dirs {
+		info, err := os.Stat(dir)
+		if err != nil || time.Since(info.ModTime()) < 30*time.Minute {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && alive(pid) {
+				continue
+			}
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// alive tells whether a process exists (another user's too: signalling it is refused, not failed).
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func chownToMySQL(dir string) error {
@@ -175,8 +219,9 @@ func (s *Server) Running() bool {
 	}
 }
 
-// Start starts the server on its data directory and waits until it answers (30 s at most). A
-// server already running is left alone.
+// Start starts the server on its data directory and waits until it answers or exits. A server
+// already running is left alone. Crash recovery is slow on a loaded machine, never wrong: the bound
+// (5 minutes) is for a server that hangs.
 func (s *Server) Start() error {
 	if s.Running() {
 		return nil
@@ -205,7 +250,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	defer db.Close()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := db.PingContext(ctx)
@@ -220,7 +265,7 @@ func (s *Server) Start() error {
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("mariadbd did not answer within 30 s: %v", err)
+			return fmt.Errorf("mariadbd did not answer within 5 minutes: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -189,8 +189,10 @@ func TestRunHonoursDBName(t *testing.T) {
 	url, _ := endpoint(t)
 	name := unusedName(t, db)
 	c := child.Start(t, roleLocal, runnerEnv(url, "DB_NAME="+name, "DB_PORT="+port, "DB_USER="+cfg.User, "DB_PASSWORD="+cfg.Passwd)...)
+	// Creating and migrating the database is slow on a loaded machine, never wrong: the bound is for
+	// a run that hangs.
 	require.Eventually(t, func() bool { return withMsg(logLines(strings.Join(c.Output(), "\n")), "local: api listening") != nil },
-		60*time.Second, 20*time.Millisecond, "the run never listened: %q", c.Output())
+		5*time.Minute, 20*time.Millisecond, "the run never listened: %q", c.Output())
 	recs := logLines(strings.Join(c.Output(), "\n"))
 	start := withMsg(recs, "local: starting")
 	require.NotNil(t, start, c.Output())

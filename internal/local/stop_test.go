@@ -106,7 +106,9 @@ func TestCtrlCStopsInOrder(t *testing.T) {
 	})
 
 	var api string
-	testutil.Eventually(t, 90*time.Second, "the run listening", func() bool {
+	// The run migrates its new database first: slow on a loaded machine, never wrong. The bound is
+	// for a run that hangs.
+	testutil.Eventually(t, 5*time.Minute, "the run listening", func() bool {
 		if r := withMsg(logLines(out.String()), "local: api listening"); r != nil {
 			api, _ = r["url"].(string)
 		}

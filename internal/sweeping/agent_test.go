@@ -32,7 +32,7 @@ func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 		require.NoError(t, err)
 	}
 	ledger := verify.NewLedger()
-	const expiration = 2 * time.Second
+	const expiration = 4 * time.Second
 	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, BatchSize: 20, Report: ledger, Shards: 2,
 		AgentStopBefore: 300 * time.Millisecond, Logger: quietLogger(),
 		Agent: agents.Config{Member: agents.MemberConfig{PulseInterval: 100 * time.Millisecond, Expiration: expiration},
@@ -77,8 +77,9 @@ func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 		}
 	}()
 
-	// Three ticks of shard 0, each 1.5 s long, starting every second (the overlap of timeout and
-	// rate), and one long invocation of shard 1.
+	// Three ticks of shard 0, each 3 s long, starting every 2 s (the overlap of timeout and rate),
+	// and one long invocation of shard 1. (Half these lengths, a loaded machine's invocation ended
+	// before any of its pulses did: "no pulse succeeded in the whole invocation".)
 	var wg sync.WaitGroup
 	invoke := func(shard int, after, length time.Duration) {
 		wg.Add(1)
@@ -91,9 +92,9 @@ func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 			require.NoError(t, err)
 		}()
 	}
-	invoke(1, 0, 4*time.Second)
+	invoke(1, 0, 8*time.Second)
 	for tick := range 3 {
-		invoke(0, time.Duration(tick)*time.Second, 1500*time.Millisecond)
+		invoke(0, time.Duration(tick)*2*time.Second, 3*time.Second)
 	}
 	wg.Wait()
 	stopSampling()

@@ -50,9 +50,14 @@ func TestOneBadEventDoesNotStopTheSweeps(t *testing.T) {
 				ids = append(ids, id)
 			}
 			bad := ids[0] // the first row of the table: a claim without order meets it first
-			s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, BatchSize: 10, Logger: testLogger(t),
-				Works:   exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad, leased: leased}},
-				Backoff: exactlyonce.Backoff{MaxAttempts: 3, Base: 20 * time.Millisecond, Max: 20 * time.Millisecond}})
+			sweeper := func(bad int64, backoff time.Duration) *sweeping.Sweeper {
+				return sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, BatchSize: 10, Logger: testLogger(t),
+					Works:   exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad, leased: leased}},
+					Backoff: exactlyonce.Backoff{MaxAttempts: 3, Base: backoff, Max: backoff}})
+			}
+			// A backoff is drawn in (0, Base]: a day, so that this sweep's later batches do not meet the
+			// bad event due again, however slowly they run.
+			s := sweeper(bad, 24*time.Hour)
 
 			res, err := s.Sweep(ctx)
 			require.NoError(t, err, "a failing event is not the sweep's failure")
@@ -66,7 +71,11 @@ func TestOneBadEventDoesNotStopTheSweeps(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "pending", e.State.String(), "the bad event waits its backoff")
 
-			testutil.Eventually(t, 10*time.Second, "the bad event is marked failed after its attempts", func() bool {
+			// Its retries, with backoffs of milliseconds, on a second bad event (the first waits its day).
+			bad, err = store.Events.CreatePending(ctx)
+			require.NoError(t, err)
+			s = sweeper(bad, 20*time.Millisecond)
+			testutil.Eventually(t, time.Minute, "the bad event is marked failed after its attempts", func() bool {
 				_, err := s.Sweep(ctx)
 				require.NoError(t, err)
 				e, err = store.Events.Get(ctx, bad)

@@ -1,5 +1,6 @@
-// Package testdb gives each test a real, isolated database: a new MariaDB/MySQL database with a
-// unique name, migrated, dropped when the test ends. Nothing here is a mock.
+// Package testdb gives each test a real, isolated database on MariaDB/MySQL: DB and Store a migrated
+// one of its own (leased from a pool of migrated databases, see pool.go), NewDatabase an empty one
+// with a unique name, dropped when the test ends. Nothing here is a mock.
 //
 // It is for tests only: only _test.go files import it (it takes a testing.TB everywhere), so no
 // command or function carries it. Commands that need a database of their own (the benchmark, the
@@ -12,6 +13,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,16 +22,42 @@ import (
 	drv "github.com/go-sql-driver/mysql"
 )
 
-// DefaultDSN is the server `scripts/mariadb.sh ensure` (run by `make test`) provides.
+// TestServerDSN is the tests' own server, which `scripts/mariadb.sh ensure-test` (run by `make test`)
+// provides: a MariaDB like the shared one whose files are in memory, where making a database costs
+// no disk writes.
+const TestServerDSN = "exactlyonce:exactlyonce@tcp(127.0.0.1:13306)/"
+
+// DefaultDSN is the shared server `scripts/mariadb.sh ensure` provides (`make run`'s), which tests
+// use when the tests' server is not running.
 const DefaultDSN = config.LocalServerDSN
 
-// ServerDSN returns the DSN of the server tests create their databases on: TEST_DB_DSN, or DefaultDSN.
-// Its database part is ignored.
+var (
+	serverOnce sync.Once
+	serverDSN  string
+)
+
+// ServerDSN returns the DSN of the server tests create their databases on: TEST_DB_DSN; else
+// TestServerDSN if that server answers; else DefaultDSN. Both are real MariaDB servers with the same
+// configuration; only where their files live differs. Its database part is ignored.
 func ServerDSN() string {
 	if v := os.Getenv("TEST_DB_DSN"); v != "" {
 		return v
 	}
-	return DefaultDSN
+	serverOnce.Do(func() {
+		serverDSN = DefaultDSN
+		db, err := sql.Open("mysql", TestServerDSN)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		// Nothing listening is refused at once; the bound is for a server that hangs.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if db.PingContext(ctx) == nil {
+			serverDSN = TestServerDSN
+		}
+	})
+	return serverDSN
 }
 
 // NewDatabase creates an empty database with a unique name and drops it when the test ends. It
@@ -46,12 +74,14 @@ func NewDatabase(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ping, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := admin.PingContext(ctx); err != nil {
-		t.Fatalf("no database server at %s (%v): run `make test`, or `scripts/mariadb.sh ensure`, or set TEST_DB_DSN",
+	if err := admin.PingContext(ping); err != nil {
+		t.Fatalf("no database server at %s (%v): run `make test`, or `scripts/mariadb.sh ensure-test`, or set TEST_DB_DSN",
 			cfg.Addr, err)
 	}
+	// No deadline on creating and dropping: slow on a loaded machine, never wrong.
+	ctx := context.Background()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "t_" + hex.EncodeToString(b)
@@ -59,8 +89,6 @@ func NewDatabase(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
 		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
 			t.Logf("drop test database %s: %v", name, err)
 		}
@@ -69,20 +97,39 @@ func NewDatabase(t testing.TB) string {
 	return cfg.FormatDSN()
 }
 
-// DB returns a pool on a new, migrated database, closed when the test ends.
+// DB returns a pool on a migrated database of its own, closed when the test ends. The database is
+// leased from a pool of migrated databases (pool.go) and is in exactly the state a fresh migration
+// leaves; the test may change its rows and its schema freely.
 func DB(t testing.TB, maxOpen int) (*sql.DB, string) {
 	t.Helper()
-	dsn := NewDatabase(t)
+	p, err := getPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No deadline: making a database is slow on a loaded machine, never wrong; go test's -timeout
+	// bounds a server that does not answer.
+	ctx := context.Background()
+	start := time.Now()
+	l, err := p.lease(ctx)
+	if err != nil {
+		t.Fatalf("lease a migrated test database: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Logf("testdb: %s leased in %v (%s)", l.name, took.Round(time.Millisecond), l.how)
+	}
+	t.Cleanup(func() {
+		if err := l.release(ctx); err != nil {
+			t.Logf("release test database %s: %v", l.name, err)
+		}
+	})
+	cfg := p.cfg.Clone()
+	cfg.DBName = l.name
+	dsn := cfg.FormatDSN()
 	db, err := mysql.Open(mysql.ConnConfig{DSN: dsn, MaxOpenConns: maxOpen})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := mysql.Migrate(ctx, db); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
 	return db, dsn
 }
 
