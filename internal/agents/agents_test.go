@@ -206,7 +206,11 @@ func TestEjectedAgentStopsClaimingAndRejoins(t *testing.T) {
 	ctx := context.Background()
 	stale, err := agents.NewMember(store.Agents, memberConfig("stale"))
 	require.NoError(t, err)
-	other, err := agents.NewMember(store.Agents, memberConfig("other"))
+	// other lives a minute between pulses: only stale's expiration is under test, and a pulse of
+	// other's that a loaded machine held up for seconds must not let stale eject it in return.
+	otherConfig := memberConfig("other")
+	otherConfig.Expiration = time.Minute
+	other, err := agents.NewMember(store.Agents, otherConfig)
 	require.NoError(t, err)
 	pulseBoth := func() {
 		require.NoError(t, stale.Pulse(ctx))
