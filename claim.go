@@ -1,16 +1,16 @@
 package exactlyonce
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	mrand "math/rand/v2"
 	"time"
 )
 
-// Claim names one claim and says what to do with the events it claims. Processing has one shape
-// (Work): claim, work, settle. An event whose kind's work is inline is worked and settled in the
-// claim's own transaction; any other is leased to the claim, and the worker works it outside any
-// transaction and then settles it (or releases it) under the guard of its lease.
+// Claim names one claim. Processing has one shape: claim, work, settle. The engine
+// (internal/processing) decides what becomes of each event a claim locks (Decide); the store locks,
+// marks, leases and records what it is told.
 type Claim struct {
 	// ID names the claim: the lease holder of what it leases and the settler of what it settles.
 	// NewClaimID makes one; a claim's transaction retried after a deadlock keeps its ID.
@@ -19,14 +19,38 @@ type Claim struct {
 	By string
 	// Lease is how long leased events are held before another worker may claim them.
 	Lease time.Duration
-	// Works gives each kind its work. An event whose kind has none fails like an event whose work
-	// failed.
-	Works Works
-	// Backoff says how often an event whose work fails is tried again, and after how long.
-	Backoff Backoff
 	// Range, for a claim of due events, narrows it to the events whose routing hash lies in it: an
 	// agent's shard. Nil: every hash. A claim of named events ignores it.
 	Range *HashRange
+}
+
+// Decide is what a store calls inside a claim's transaction, with the rows it locked as events
+// (state Processing), in the order it locked them: it returns one Decision per event, in the same
+// order, which the store then writes in that transaction. It runs with the rows' locks held, so it
+// does only short, in-process work; and a transaction retried after a deadlock calls it again, so
+// calling it twice must be harmless.
+type Decide func(ctx context.Context, claimed []Event) []Decision
+
+// Action is what a claim does with one event it locked.
+type Action uint8
+
+const (
+	// Leave leaves the event as it is: the transaction's end releases its lock. Nothing is written.
+	Leave Action = iota
+	// Settle settles the event, processed, with Decision.Value, in the claim's transaction.
+	Settle
+	// Fail records Decision.Failure on the event in the claim's transaction.
+	Fail
+	// Lease leases the event to the claim: the worker works it outside any transaction, then
+	// settles, fails or releases it under the guard of its lease.
+	Lease
+)
+
+// Decision is what becomes of one event a claim locked.
+type Decision struct {
+	Action  Action
+	Value   string  // Settle's value
+	Failure Failure // Fail's record
 }
 
 // Backoff is the retry policy of failed work: a failed attempt makes the event wait a random time up
@@ -69,22 +93,24 @@ func (b Backoff) GivesUp(attempt int) bool { return attempt >= b.WithDefaults().
 
 // Claimed is what one claiming transaction did.
 type Claimed struct {
-	// Settled are the events worked and settled inline, in the claim's transaction.
+	// Settled are the events settled in the claim's transaction (Decision Settle).
 	Settled []int64
 	// Leased are the events leased to the claim: work them, then Settle or Release them.
 	Leased []Event
-	// Failed are the claimed events whose inline work failed (or whose kind has no work), with why.
-	// Each failure is recorded on the event in the claim's transaction: it waits its backoff, or,
-	// out of attempts, it is failed for good (GaveUp).
+	// Failed are the claimed events whose failure the claim recorded (Decision Fail), with why:
+	// each waits its backoff, or is failed for good (GaveUp).
 	Failed map[int64]error
 	// GaveUp are the events of Failed marked failed for good.
 	GaveUp []int64
 }
 
-// Failure is a failed attempt of an event's work: which attempt it was (1 for the first) and why.
+// Failure is what a failed attempt of an event's work comes to, as the engine decided it under its
+// Backoff: the event fails for good (Final: state failed, with the error), or waits Wait and is
+// claimable again. Err is the reason kept on the event.
 type Failure struct {
-	Attempt int
-	Err     error
+	Final bool
+	Wait  time.Duration
+	Err   error
 }
 
 // Count is the number of events the claim took: settled, leased or failed.

@@ -1,9 +1,7 @@
 package exactlyonce
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"time"
 )
 
@@ -164,17 +162,6 @@ type EventWorker struct {
 	// the worker when its own agent is gone.
 	FirstHash uint32
 }
-
-// TaskWork marks the kind KindTask as worked, and leased (never inline): the engine's task path
-// delivers tasks (internal/processing), concurrently across references and in order within one;
-// Do is never called.
-type TaskWork struct{}
-
-func (TaskWork) Do(context.Context, Event) (Result, error) {
-	return Result{}, errors.New("tasks are delivered by the engine's task path, not by Work.Do")
-}
-
-func (TaskWork) Inline() bool { return false }
 
 // WorkerAssignment is what one assignment of an EventService writes: the workers it creates, the
 // live workers it grows, and which worker each task of the claim joins.

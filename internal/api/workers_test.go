@@ -11,6 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -38,9 +39,8 @@ func TestGetWorkers(t *testing.T) {
 	require.NoError(t, err)
 	// Two workers as an EventService would write them: one live, one whose task completed and that
 	// is done (it was willTerminate).
-	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: exactlyonce.BySweeper, Lease: 60e9,
-		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
-	claimed, err := store.Events.ClaimIDs(ctx, c, []int64{created[0].ID, created[1].ID})
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: exactlyonce.BySweeper, Lease: 60e9}
+	claimed, err := store.Events.ClaimIDs(ctx, c, []int64{created[0].ID, created[1].ID}, mysqltest.LeaseAll)
 	require.NoError(t, err)
 	require.Len(t, claimed.Leased, 2)
 	require.NoError(t, store.Agents.AssignWorkers(ctx, c.ID, 7, exactlyonce.WorkerAssignment{

@@ -1,14 +1,26 @@
-// Package processing is the one processing shape that the processor, the sweeper and the
-// standalone worker share: claim (row locks taken with SKIP LOCKED; inline work settled in the
-// same transaction, other work leased), work (outside any transaction), settle (a short
-// transaction guarded by the state and the lease holder). The SQS processor is built on it here
-// (processor.go); the sweeper in internal/sweeping.
+// Package processing is the one processing shape that every path takes (the processor, the
+// sweeper's agents, the standalone agent, the local runner): claim, work, settle. The engine
+// decides; the stores lock, mark, lease and record.
+//
+//   - Claim: the store locks the claimable rows (SKIP LOCKED) and, in that transaction, calls the
+//     engine's Decide (decide.go) with them. Decide picks each event's work and says what becomes
+//     of it: inline work (in-process, short) is done there and the event settled or its failure
+//     recorded, in the claim's own transaction (the drain's fast path: one transaction per batch);
+//     other work, and every task the engine delivers, is leased; an event no one here can work is
+//     left as it is.
+//   - Work: leased events are worked outside any transaction (engine.go: Work.Do; tasks.go: the
+//     webhook deliveries, concurrent across references, in order within one).
+//   - Settle: a short transaction guarded by the lease holder records what the engine decided
+//     (the value; the failure, its backoff or its end, from Backoff or the task's retry budget;
+//     the release of what was not started), and, for tasks, the attempt and the reference's next
+//     task.
+//
+// The SQS processor is built on it here (processor.go); the sweeper in internal/sweeping.
 package processing
 
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
 	"time"
@@ -17,18 +29,21 @@ import (
 )
 
 // Store is what processing needs of the events (internal/mysql/eventstore implements it): claims,
-// settlements and what an id a claim did not take is.
+// settlements and what an id a claim did not take is. It decides nothing: a claim writes what
+// decide returns, a settlement what the engine gives it.
 type Store interface {
-	// ClaimIDs claims those of the named events that are claimable and that nobody else holds.
-	ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64) (exactlyonce.Claimed, error)
-	// ClaimDue claims up to limit due events: pending for longer than grace, or leased with an
-	// expired lease.
-	ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Duration, limit int) (exactlyonce.Claimed, error)
+	// ClaimIDs claims those of the named events that are claimable and that nobody else holds, and
+	// writes, in the claim's transaction, what decide says of each.
+	ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64, decide exactlyonce.Decide) (exactlyonce.Claimed, error)
+	// ClaimDue claims up to limit due events (pending for longer than grace, or leased with an
+	// expired lease), and writes, in the claim's transaction, what decide says of each.
+	ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Duration, limit int, decide exactlyonce.Decide) (exactlyonce.Claimed, error)
 	// Settle settles events leased to claimID and returns those it settled.
 	Settle(ctx context.Context, claimID, by string, results map[int64]exactlyonce.Result) ([]int64, error)
 	// Release gives events leased to claimID back, pending, with no attempt counted.
 	Release(ctx context.Context, claimID string, ids []int64) error
-	// Fail records failed attempts of events leased to claim c and returns those failed for good.
+	// Fail records failed attempts of events leased to claim c, as the engine decided them, and
+	// returns those failed for good.
 	Fail(ctx context.Context, c exactlyonce.Claim, failures map[int64]exactlyonce.Failure) ([]int64, error)
 	// Outcomes tells, for ids a claim did not take, whether each is settled, busy or missing.
 	Outcomes(ctx context.Context, ids []int64) (map[int64]exactlyonce.Outcome, error)
@@ -84,24 +99,18 @@ type Engine struct {
 	Workers *EventService
 }
 
-func (e *Engine) claim() exactlyonce.Claim {
-	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: e.By, Lease: cmp.Or(e.Lease, DefaultLease), Works: e.Works,
-		Backoff: e.Backoff.WithDefaults()}
-	if c.Works == nil {
-		c.Works = exactlyonce.DefaultWorks()
-	}
-	if e.delivers() {
-		works := make(exactlyonce.Works, len(c.Works)+1)
-		for k, w := range c.Works {
-			works[k] = w
-		}
-		works[exactlyonce.KindTask] = exactlyonce.TaskWork{}
-		c.Works = works
+// claim starts one claim: its id (told to Report before anything of it can settle), with the works
+// and the backoff its decisions use.
+func (e *Engine) claim() claimRun {
+	r := claimRun{Claim: exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: e.By, Lease: cmp.Or(e.Lease, DefaultLease)},
+		works: e.Works, backoff: e.Backoff.WithDefaults(), delivers: e.delivers()}
+	if r.works == nil {
+		r.works = exactlyonce.DefaultWorks()
 	}
 	if e.Report != nil {
-		e.Report.Claiming(c.ID)
+		e.Report.Claiming(r.ID)
 	}
-	return c
+	return r
 }
 
 func (e *Engine) logger() *slog.Logger { return cmp.Or(e.Logger, slog.Default()) }
@@ -126,7 +135,7 @@ func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactly
 		return out, nil
 	}
 	c := e.claim()
-	claimed, err := e.Store.ClaimIDs(ctx, c, ids)
+	claimed, err := e.Store.ClaimIDs(ctx, c.Claim, ids, c.decide)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +240,7 @@ func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int)
 func (e *Engine) ProcessDueIn(ctx context.Context, grace time.Duration, limit int, r *exactlyonce.HashRange) (Batch, error) {
 	c := e.claim()
 	c.Range = r
-	claimed, err := e.Store.ClaimDue(ctx, c, grace, limit)
+	claimed, err := e.Store.ClaimDue(ctx, c.Claim, grace, limit, c.decide)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -263,7 +272,7 @@ type worked struct {
 // whose work succeeded. Events whose work failed have the failure recorded (they wait their backoff,
 // or are failed for good); events that the context's end left undone are released (pending,
 // claimable at once, no attempt counted); if even that fails their lease expires.
-func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyonce.Claimed) worked {
+func (e *Engine) work(ctx context.Context, c claimRun, claimed exactlyonce.Claimed) worked {
 	log := e.logger()
 	for id, err := range claimed.Failed {
 		log.Warn(e.By+": work failed", "id", id, "err", err)
@@ -271,14 +280,14 @@ func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyo
 	var out worked
 	var tasks, others []exactlyonce.Event
 	for _, ev := range claimed.Leased {
-		if ev.Kind == exactlyonce.KindTask && e.delivers() {
+		if ev.Kind == exactlyonce.KindTask && c.delivers {
 			tasks = append(tasks, ev)
 		} else {
 			others = append(others, ev)
 		}
 	}
 	if len(tasks) > 0 {
-		tw := e.workTasks(ctx, c, tasks)
+		tw := e.workTasks(ctx, c.Claim, tasks)
 		out.settled = append(out.settled, tw.completed...)
 		out.gaveUp = append(out.gaveUp, tw.gaveUp...)
 		out.failed = len(tw.gaveUp) + len(tw.retrying)
@@ -296,9 +305,9 @@ func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyo
 			release = append(release, ev.ID)
 			continue
 		}
-		w, ok := c.Works[ev.Kind]
+		w, ok := c.works[ev.Kind]
 		if !ok {
-			failures[ev.ID] = exactlyonce.Failure{Attempt: ev.Attempts + 1, Err: fmt.Errorf("no work for events of kind %q", ev.Kind)}
+			failures[ev.ID] = c.failure(ev, noWork(ev.Kind))
 			continue
 		}
 		res, err := w.Do(ctx, ev)
@@ -308,7 +317,7 @@ func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyo
 				continue
 			}
 			log.Warn(e.By+": work failed", "id", ev.ID, "err", err)
-			failures[ev.ID] = exactlyonce.Failure{Attempt: ev.Attempts + 1, Err: err}
+			failures[ev.ID] = c.failure(ev, err)
 			continue
 		}
 		results[ev.ID] = res
@@ -327,7 +336,7 @@ func (e *Engine) work(ctx context.Context, c exactlyonce.Claim, claimed exactlyo
 	}
 	if len(failures) > 0 {
 		out.failed += len(failures)
-		gaveUp, err := e.Store.Fail(sctx, c, failures)
+		gaveUp, err := e.Store.Fail(sctx, c.Claim, failures)
 		if err != nil {
 			log.Warn(e.By+": recording failed work failed; the events are claimable when their lease expires", "events", len(failures), "err", err)
 		}

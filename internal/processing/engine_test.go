@@ -136,3 +136,22 @@ func mustPending(t *testing.T, store *wire.Stores) int64 {
 	require.NoError(t, err)
 	return id
 }
+
+// An event whose kind has no work is left open, and said so (its failure recorded, it waits its
+// backoff): the engine decides it, in the claim's transaction.
+func TestEventWithoutWorkIsLeftOpen(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	id, err := store.Events.CreatePending(ctx)
+	require.NoError(t, err)
+	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Works: exactlyonce.Works{}}
+	out, err := e.ProcessIDs(ctx, []int64{id})
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.OutcomeBusy, out[id], "its work failed: it waits its backoff")
+	ev, err := store.Events.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.Pending, ev.State)
+	require.Equal(t, 1, ev.Attempts)
+	require.Contains(t, ev.LastError, `no work for events of kind "plain"`)
+}

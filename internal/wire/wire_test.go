@@ -36,7 +36,7 @@ type sweepStore struct {
 	limit            int
 }
 
-func (s *sweepStore) ClaimDue(_ context.Context, _ exactlyonce.Claim, grace time.Duration, limit int) (exactlyonce.Claimed, error) {
+func (s *sweepStore) ClaimDue(_ context.Context, _ exactlyonce.Claim, grace time.Duration, limit int, _ exactlyonce.Decide) (exactlyonce.Claimed, error) {
 	s.grace, s.limit = grace, limit
 	return exactlyonce.Claimed{}, nil
 }

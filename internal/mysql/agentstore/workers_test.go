@@ -11,6 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/agentstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -30,9 +31,8 @@ func TestEventWorkerRegistryGuards(t *testing.T) {
 		{URL: "http://127.0.0.1:1/b", Payload: json.RawMessage(`{}`), ReferenceID: "b"},
 	})
 	require.NoError(t, err)
-	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: exactlyonce.BySweeper, Lease: time.Minute,
-		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
-	claimed, err := store.Events.ClaimIDs(ctx, c, []int64{created[0].ID, created[1].ID})
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: exactlyonce.BySweeper, Lease: time.Minute}
+	claimed, err := store.Events.ClaimIDs(ctx, c, []int64{created[0].ID, created[1].ID}, mysqltest.LeaseAll)
 	require.NoError(t, err)
 	require.Len(t, claimed.Leased, 2)
 	require.NoError(t, store.Agents.AssignWorkers(ctx, c.ID, 1, exactlyonce.WorkerAssignment{

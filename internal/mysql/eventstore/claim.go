@@ -11,53 +11,41 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
-// claimed is one row a claim locked.
-type claimed struct {
-	id       int64
-	kind     exactlyonce.Kind
-	attempts int // failed attempts so far
-	task     *exactlyonce.Task
-}
-
-// event is the claimed row as the work sees it.
-func (c claimed) event(state exactlyonce.State) exactlyonce.Event {
-	return exactlyonce.Event{ID: c.id, Kind: c.kind, State: state, Attempts: c.attempts, Task: c.task}
-}
-
 // ClaimIDs claims those of the named events that are claimable and that nobody else holds, in one
-// transaction (see Claim). An id may appear more than once; it is claimed at most once. The ids it
+// transaction (see claim). An id may appear more than once; it is claimed at most once. The ids it
 // does not claim are settled, held by another worker, or unknown: Outcomes tells which. On an error
 // nothing was settled or leased, unless the error came from the commit itself (its answer lost),
 // in which case the claim may have committed: the caller must treat its events as unknown.
-func (s *Store) ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64) (exactlyonce.Claimed, error) {
+func (s *Store) ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64, decide exactlyonce.Decide) (exactlyonce.Claimed, error) {
 	ids = mysql.Unique(ids)
 	if len(ids) == 0 {
 		return exactlyonce.Claimed{}, nil
 	}
-	out, err := s.claim(ctx, c, func(tx *sql.Tx) ([]claimed, error) { return claimIDs(ctx, tx, ids) })
+	out, err := s.claim(ctx, c, decide, func(tx *sql.Tx) ([]exactlyonce.Event, error) { return claimIDs(ctx, tx, ids) })
 	return out, mysql.Interpret("claim events", err)
 }
 
-// ClaimDue claims up to limit due events that nobody else holds, in one transaction (see Claim):
+// ClaimDue claims up to limit due events that nobody else holds, in one transaction (see claim):
 // pending events older than grace, and processing events whose lease expired, whose routing hash
 // lies in c.Range (nil: every hash). Fewer than limit (Claimed.Count) means no more were due in
 // that range when it looked.
-func (s *Store) ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Duration, limit int) (exactlyonce.Claimed, error) {
+func (s *Store) ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Duration, limit int, decide exactlyonce.Decide) (exactlyonce.Claimed, error) {
 	r := exactlyonce.AllHashes
 	if c.Range != nil {
 		r = *c.Range
 	}
-	out, err := s.claim(ctx, c, func(tx *sql.Tx) ([]claimed, error) {
+	out, err := s.claim(ctx, c, decide, func(tx *sql.Tx) ([]exactlyonce.Event, error) {
 		return scanClaimed(tx.QueryContext(ctx, queries.ClaimDue, r.Lo, r.Hi, grace.Microseconds(), limit))
 	})
 	return out, mysql.Interpret("claim due events", err)
 }
 
-// claim runs one claiming transaction: lock with lock, then work and settle the inline kinds and
-// lease the others, and commit.
-func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, lock func(*sql.Tx) ([]claimed, error)) (exactlyonce.Claimed, error) {
-	if c.ID == "" || c.By == "" {
-		return exactlyonce.Claimed{}, fmt.Errorf("claim: an ID and a By are required")
+// claim runs one claiming transaction: lock with lock, ask decide what becomes of each locked event,
+// and write that: the failures first, in the order the rows were locked, then the settlements, then
+// the leases; then commit. An event decide leaves is untouched (the commit releases its lock).
+func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, decide exactlyonce.Decide, lock func(*sql.Tx) ([]exactlyonce.Event, error)) (exactlyonce.Claimed, error) {
+	if c.ID == "" || c.By == "" || decide == nil {
+		return exactlyonce.Claimed{}, fmt.Errorf("claim: an ID, a By and a Decide are required")
 	}
 	var out exactlyonce.Claimed
 	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
@@ -66,32 +54,31 @@ func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, lock func(*sql.T
 		if err != nil {
 			return err
 		}
-		values := map[int64]string{}
+		if len(rows) == 0 {
+			return nil
+		}
+		decided := decide(ctx, rows)
+		if len(decided) != len(rows) {
+			return fmt.Errorf("claim: %d decisions for %d claimed events", len(decided), len(rows))
+		}
+		var values map[int64]string
 		var leased []int64
-		for _, r := range rows {
-			w, ok := c.Works[r.kind]
-			switch {
-			case !ok && r.kind == exactlyonce.KindTask:
-				// A worker that cannot deliver tasks leaves them as they are (its transaction's end
-				// releases their locks): a failure recorded here would settle a task without handing
-				// its reference on.
-			case !ok:
-				if err := recordFailure(ctx, tx, &out, c, r, fmt.Errorf("no work for events of kind %q", r.kind)); err != nil {
+		for i, d := range decided {
+			ev := rows[i]
+			switch d.Action {
+			case exactlyonce.Settle:
+				if values == nil {
+					values = make(map[int64]string, len(rows))
+				}
+				values[ev.ID] = d.Value
+				out.Settled = append(out.Settled, ev.ID)
+			case exactlyonce.Fail:
+				if err := recordFailure(ctx, tx, &out, c, ev.ID, d.Failure); err != nil {
 					return err
 				}
-			case w.Inline():
-				res, werr := w.Do(ctx, r.event(exactlyonce.Processing))
-				if werr != nil {
-					if err := recordFailure(ctx, tx, &out, c, r, werr); err != nil {
-						return err
-					}
-					continue
-				}
-				values[r.id] = res.Value
-				out.Settled = append(out.Settled, r.id)
-			default:
-				leased = append(leased, r.id)
-				out.Leased = append(out.Leased, r.event(exactlyonce.Processing))
+			case exactlyonce.Lease:
+				leased = append(leased, ev.ID)
+				out.Leased = append(out.Leased, ev)
 			}
 		}
 		if err := markProcessed(ctx, tx, out.Settled, values, c.By, c.ID); err != nil {
@@ -118,37 +105,36 @@ func ErrorText(text string) string {
 	return text
 }
 
-// failure returns the new state of an event whose attempt number attempt failed under backoff b,
-// how long it waits, and the error text to keep.
-func failure(b exactlyonce.Backoff, attempt int, err error) (state exactlyonce.State, wait time.Duration, text string) {
-	text = ErrorText(err.Error())
-	if b.GivesUp(attempt) {
+// failed is the state, the wait and the error text a failure f writes.
+func failed(f exactlyonce.Failure) (state exactlyonce.State, wait time.Duration, text string) {
+	text = ErrorText(f.Err.Error())
+	if f.Final {
 		return exactlyonce.Failed, 0, text
 	}
-	return exactlyonce.Pending, b.Delay(attempt), text
+	return exactlyonce.Pending, f.Wait, text
 }
 
-// recordFailure records, in the claim's transaction, that the work of the claimed event r failed
-// with werr: the event waits its backoff, or is failed for good.
-func recordFailure(ctx context.Context, tx *sql.Tx, out *exactlyonce.Claimed, c exactlyonce.Claim, r claimed, werr error) error {
-	state, wait, text := failure(c.Backoff, r.attempts+1, werr)
+// recordFailure records, in the claim's transaction, the failure f of the claimed event id: the
+// event waits, or is failed for good.
+func recordFailure(ctx context.Context, tx *sql.Tx, out *exactlyonce.Claimed, c exactlyonce.Claim, id int64, f exactlyonce.Failure) error {
+	state, wait, text := failed(f)
 	if _, err := tx.ExecContext(ctx, queries.FailClaimed, state, text, wait.Microseconds(), state, state, c.By,
-		c.ID, r.id); err != nil {
+		c.ID, id); err != nil {
 		return err
 	}
 	if out.Failed == nil {
 		out.Failed = map[int64]error{}
 	}
-	out.Failed[r.id] = werr
+	out.Failed[id] = f.Err
 	if state == exactlyonce.Failed {
-		out.GaveUp = append(out.GaveUp, r.id)
+		out.GaveUp = append(out.GaveUp, id)
 	}
 	return nil
 }
 
-// Fail records that the work of events leased to claim c failed, each with its error, in one short
-// transaction: each waits its backoff (pending again) or, out of attempts, is failed for good. It
-// returns those failed for good. An event whose lease was taken over is not touched.
+// Fail records that the work of events leased to claim c failed, each as the engine decided
+// (Failure), in one short transaction: each waits (pending again) or is failed for good. It returns
+// those failed for good. An event whose lease was taken over is not touched.
 func (s *Store) Fail(ctx context.Context, c exactlyonce.Claim, failures map[int64]exactlyonce.Failure) ([]int64, error) {
 	if len(failures) == 0 {
 		return nil, nil
@@ -157,7 +143,7 @@ func (s *Store) Fail(ctx context.Context, c exactlyonce.Claim, failures map[int6
 	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
 		gaveUp = gaveUp[:0]
 		for id, f := range failures {
-			state, wait, text := failure(c.Backoff, f.Attempt, f.Err)
+			state, wait, text := failed(f)
 			res, err := FailLeased(ctx, tx, c, id, state, text, wait)
 			if err != nil {
 				return err
@@ -321,8 +307,8 @@ var claimAgain = []time.Duration{0, time.Millisecond, 2 * time.Millisecond, 4 * 
 // whole visibility timeout on the queue (and count towards its dead-letter limit). So the ids the
 // claim skipped that a consistent read still finds claimable are claimed again, a bounded number
 // of times; a row another worker really holds stays locked through them and is reported busy.
-func claimIDs(ctx context.Context, tx *sql.Tx, ids []int64) ([]claimed, error) {
-	var out []claimed
+func claimIDs(ctx context.Context, tx *sql.Tx, ids []int64) ([]exactlyonce.Event, error) {
+	var out []exactlyonce.Event
 	want := ids
 	for try := 0; ; try++ {
 		q, args := mysql.ExpandIDs(queries.ClaimIDs, want)
@@ -353,11 +339,11 @@ func claimIDs(ctx context.Context, tx *sql.Tx, ids []int64) ([]claimed, error) {
 	}
 }
 
-// without returns the ids in all that are not among the claimed rows got.
-func without(all []int64, got []claimed) []int64 {
+// without returns the ids in all that are not among the claimed events got.
+func without(all []int64, got []exactlyonce.Event) []int64 {
 	skip := make(map[int64]bool, len(got))
 	for _, c := range got {
-		skip[c.id] = true
+		skip[c.ID] = true
 	}
 	var out []int64
 	for _, id := range all {
@@ -432,31 +418,25 @@ func lease(ctx context.Context, tx *sql.Tx, ids []int64, claimID string, d time.
 // ScanLeasedEvents reads the rows of a statement that returns the claim's columns (ClaimIDs'), as
 // events leased, processing: taskstore's LeasedTasks, the tasks a settlement promoted and leased.
 func ScanLeasedEvents(rows *sql.Rows, err error) ([]exactlyonce.Event, error) {
-	got, err := scanClaimed(rows, err)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]exactlyonce.Event, len(got))
-	for i, r := range got {
-		out[i] = r.event(exactlyonce.Processing)
-	}
-	return out, nil
+	return scanClaimed(rows, err)
 }
 
-func scanClaimed(rows *sql.Rows, err error) ([]claimed, error) {
+// scanClaimed reads the rows a claim locked (or a settlement leased) as events, processing, with
+// their failed attempts so far and, for a task, its webhook and its place in its reference.
+func scanClaimed(rows *sql.Rows, err error) ([]exactlyonce.Event, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []claimed
+	var out []exactlyonce.Event
 	for rows.Next() {
-		var c claimed
+		c := exactlyonce.Event{State: exactlyonce.Processing}
 		var t taskColumns
-		if err := rows.Scan(&c.id, &c.kind, &c.attempts, &t.url, &t.payload, &t.reference, &t.maxRetries, &t.hash,
+		if err := rows.Scan(&c.ID, &c.Kind, &c.Attempts, &t.url, &t.payload, &t.reference, &t.maxRetries, &t.hash,
 			&t.position, &t.worker, &t.retryBase); err != nil {
 			return nil, err
 		}
-		c.task = t.task(c.kind)
+		c.Task = t.task(c.Kind)
 		out = append(out, c)
 	}
 	return out, rows.Err()

@@ -10,6 +10,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -17,7 +18,7 @@ import (
 )
 
 func claimFor(by string, lease time.Duration) exactlyonce.Claim {
-	return exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: by, Lease: lease, Works: fixedWorks(true)}
+	return exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: by, Lease: lease}
 }
 
 // lockNowait tries to lock event id from a transaction of its own without waiting, and says
@@ -45,7 +46,7 @@ func TestLeasedWorkHoldsNoRowLockAndSettlesOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	c := claimFor(exactlyonce.ByProcessor, time.Minute)
-	got, err := store.Events.ClaimIDs(ctx, c, []int64{id})
+	got, err := store.Events.ClaimIDs(ctx, c, []int64{id}, mysqltest.LeaseAll)
 	require.NoError(t, err)
 	require.Empty(t, got.Settled)
 	require.Len(t, got.Leased, 1)
@@ -58,10 +59,10 @@ func TestLeasedWorkHoldsNoRowLockAndSettlesOnce(t *testing.T) {
 	require.True(t, lockNowait(t, store.DB.Pool(), id), "no row lock is held between claim and settlement")
 
 	// While leased, nobody else claims it: not the processor, not the sweeper.
-	other, err := store.Events.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, time.Minute), []int64{id})
+	other, err := store.Events.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, time.Minute), []int64{id}, mysqltest.LeaseAll)
 	require.NoError(t, err)
 	require.Zero(t, other.Count())
-	due, err := store.Events.ClaimDue(ctx, claimFor(exactlyonce.BySweeper, time.Minute), 0, 10)
+	due, err := store.Events.ClaimDue(ctx, claimFor(exactlyonce.BySweeper, time.Minute), 0, 10, mysqltest.LeaseAll)
 	require.NoError(t, err)
 	require.Zero(t, due.Count())
 	out, err := store.Events.Outcomes(ctx, []int64{id})
@@ -97,7 +98,7 @@ func TestExpiredLeaseIsClaimedAgainAndTheOldHolderCannotSettle(t *testing.T) {
 	require.NoError(t, err)
 
 	old := claimFor(exactlyonce.ByProcessor, 200*time.Millisecond)
-	got, err := store.Events.ClaimIDs(ctx, old, []int64{a, b})
+	got, err := store.Events.ClaimIDs(ctx, old, []int64{a, b}, mysqltest.LeaseAll)
 	require.NoError(t, err)
 	require.Len(t, got.Leased, 2)
 
@@ -105,7 +106,7 @@ func TestExpiredLeaseIsClaimedAgainAndTheOldHolderCannotSettle(t *testing.T) {
 	sweep := claimFor(exactlyonce.BySweeper, time.Minute)
 	var taken exactlyonce.Claimed
 	testutil.Eventually(t, 10*time.Second, "the sweeper claims the expired leases", func() bool {
-		taken, err = store.Events.ClaimDue(ctx, sweep, time.Hour, 10) // a long grace: only expired leases are due
+		taken, err = store.Events.ClaimDue(ctx, sweep, time.Hour, 10, mysqltest.LeaseAll) // a long grace: only expired leases are due
 		require.NoError(t, err)
 		return taken.Count() == 2
 	})
@@ -137,7 +138,7 @@ func TestRedeliveredMessageClaimsAnExpiredLease(t *testing.T) {
 	ctx := context.Background()
 	id, err := store.Events.CreatePending(ctx)
 	require.NoError(t, err)
-	_, err = store.Events.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, 100*time.Millisecond), []int64{id})
+	_, err = store.Events.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, 100*time.Millisecond), []int64{id}, mysqltest.LeaseAll)
 	require.NoError(t, err)
 	testutil.Eventually(t, 10*time.Second, "the message's retry settles the event", func() bool {
 		out, err := processIDs(ctx, store, false, id)
@@ -154,7 +155,7 @@ func TestFailedWorkReleasesTheEvent(t *testing.T) {
 	id, err := store.Events.CreatePending(ctx)
 	require.NoError(t, err)
 	c := claimFor(exactlyonce.ByProcessor, time.Hour)
-	_, err = store.Events.ClaimIDs(ctx, c, []int64{id})
+	_, err = store.Events.ClaimIDs(ctx, c, []int64{id}, mysqltest.LeaseAll)
 	require.NoError(t, err)
 	require.NoError(t, store.Events.Release(ctx, c.ID, []int64{id}))
 	e, err := store.Events.Get(ctx, id)
@@ -163,22 +164,6 @@ func TestFailedWorkReleasesTheEvent(t *testing.T) {
 	out, err := processIDs(ctx, store, true, id)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.OutcomeSettled, out[id])
-}
-
-// An event whose kind has no work is left open, and said so; the others of the claim go on.
-func TestEventWithoutWorkIsLeftOpen(t *testing.T) {
-	t.Parallel()
-	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
-	ctx := context.Background()
-	id, err := store.Events.CreatePending(ctx)
-	require.NoError(t, err)
-	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: exactlyonce.BySweeper, Lease: time.Minute, Works: exactlyonce.Works{}}
-	got, err := store.Events.ClaimIDs(ctx, c, []int64{id})
-	require.NoError(t, err)
-	require.Contains(t, got.Failed, id)
-	e, err := store.Events.Get(ctx, id)
-	require.NoError(t, err)
-	require.Equal(t, exactlyonce.Pending, e.State)
 }
 
 // Events created in a caller's transaction commit with what else it writes, or not at all: the

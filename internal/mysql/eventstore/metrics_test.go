@@ -77,7 +77,7 @@ func TestOldestWaitingAge(t *testing.T) {
 	// Leased under a live lease, older still: a worker has it, it is not waiting.
 	live, err := store.Events.CreatePending(ctx)
 	require.NoError(t, err)
-	got, err := store.Events.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, time.Hour), []int64{live})
+	got, err := store.Events.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, time.Hour), []int64{live}, mysqltest.LeaseAll)
 	require.NoError(t, err)
 	require.Len(t, got.Leased, 1)
 	backdate(t, store, live, 50*time.Hour)

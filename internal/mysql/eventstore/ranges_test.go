@@ -7,6 +7,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/routing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -54,9 +55,8 @@ func TestClaimDueTakesOnlyItsHashRange(t *testing.T) {
 		r, err := exactlyonce.ShardRange(i, total)
 		require.NoError(t, err)
 		c := claimFor(exactlyonce.BySweeper, time.Minute)
-		c.Works = fixedWorks(false)
 		c.Range = &r
-		got, err := store.Events.ClaimDue(ctx, c, 0, 1000)
+		got, err := store.Events.ClaimDue(ctx, c, 0, 1000, mysqltest.SettleAll(fixedValue))
 		require.NoError(t, err)
 		require.NotEmpty(t, got.Settled, "shard %d of %d claimed nothing", i, total)
 		for _, id := range got.Settled {

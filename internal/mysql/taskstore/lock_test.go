@@ -10,6 +10,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -58,9 +59,8 @@ func leasedHead(ctx context.Context, t *testing.T) (*sql.DB, *wire.Stores, exact
 	created, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 1)})
 	require.NoError(t, err)
 	require.True(t, created[0].Head)
-	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute,
-		Works: exactlyonce.Works{exactlyonce.KindTask: exactlyonce.TaskWork{}}}
-	claimed, err := store.Events.ClaimIDs(ctx, c, []int64{created[0].ID})
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute}
+	claimed, err := store.Events.ClaimIDs(ctx, c, []int64{created[0].ID}, mysqltest.LeaseAll)
 	require.NoError(t, err)
 	require.Len(t, claimed.Leased, 1)
 	return db, store, c, claimed.Leased[0]

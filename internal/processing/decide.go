@@ -1,0 +1,59 @@
+package processing
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// claimRun is one claim as the engine runs it: the claim the store writes under, and what its
+// decisions use.
+type claimRun struct {
+	exactlyonce.Claim
+	works    exactlyonce.Works
+	backoff  exactlyonce.Backoff
+	delivers bool // tasks are leased and delivered (Engine.Tasks); otherwise left for one that does
+}
+
+// decide is the engine's Decide: what becomes of each event the claim locked, in the claim's
+// transaction. A task is leased when the engine delivers tasks (tasks.go), else left as it is: a
+// failure recorded here would settle a task without handing its reference on. An event of a kind
+// with no work fails as failed work does. Inline work is done here, under the rows' locks, and its
+// event settled or its failure recorded; other work is leased, to be done outside any transaction.
+func (c claimRun) decide(ctx context.Context, claimed []exactlyonce.Event) []exactlyonce.Decision {
+	out := make([]exactlyonce.Decision, len(claimed))
+	for i, ev := range claimed {
+		w, ok := c.works[ev.Kind]
+		switch {
+		case ev.Kind == exactlyonce.KindTask:
+			if c.delivers {
+				out[i].Action = exactlyonce.Lease
+			}
+		case !ok:
+			out[i] = exactlyonce.Decision{Action: exactlyonce.Fail, Failure: c.failure(ev, noWork(ev.Kind))}
+		case w.Inline():
+			res, err := w.Do(ctx, ev)
+			if err != nil {
+				out[i] = exactlyonce.Decision{Action: exactlyonce.Fail, Failure: c.failure(ev, err)}
+				continue
+			}
+			out[i] = exactlyonce.Decision{Action: exactlyonce.Settle, Value: res.Value}
+		default:
+			out[i].Action = exactlyonce.Lease
+		}
+	}
+	return out
+}
+
+// failure is what the failed attempt of ev's work comes to under the claim's backoff: the event
+// waits a random time that grows with its attempts, or, its attempts spent, fails for good.
+func (c claimRun) failure(ev exactlyonce.Event, err error) exactlyonce.Failure {
+	attempt := ev.Attempts + 1
+	if c.backoff.GivesUp(attempt) {
+		return exactlyonce.Failure{Final: true, Err: err}
+	}
+	return exactlyonce.Failure{Wait: c.backoff.Delay(attempt), Err: err}
+}
+
+func noWork(k exactlyonce.Kind) error { return fmt.Errorf("no work for events of kind %q", k) }
