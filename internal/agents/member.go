@@ -238,7 +238,12 @@ func (m *Member) pulse(ctx context.Context) error {
 	m.mu.Unlock()
 
 	gone, err := m.store.EjectExpiredAgents(ctx, id)
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// The agent is stopping (its context ended mid-pulse): nothing is wrong, and an idle
+		// system's shutdown stays quiet.
+		m.log.Debug("agent: stopped before ejecting expired agents", "agent", id, "err", err)
+	case err != nil:
 		// Not fatal: another agent's pulse ejects them, or ours next time.
 		m.log.Warn("agent: could not eject expired agents", "agent", id, "err", err)
 	}
