@@ -52,8 +52,11 @@ func RunAgent() int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log, Report: rep},
-		wire.Agent(cfg, "standalone", log))
+	// As cmd/agent's (wire.StandaloneAgents), with the reports: its engine, its maintenance between
+	// batches, its path (exactlyonce.ByAgent).
+	sc := wire.Sweeping(cfg, log)
+	sc.Engine.Report = rep
+	a, err := wire.Agent(store, sc, wire.AgentConfigs(cfg, "standalone", log)[0], exactlyonce.ByAgent)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -18,18 +18,15 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/httpserver"
-	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
@@ -118,15 +115,15 @@ func RunWorker(role string) int {
 	switch role {
 	case RoleAPI:
 		// As `make run` builds it (internal/local): async creates answered on commit, their
-		// messages sent by the outbox within local.DefaultAsyncLinger; the default allocator.
+		// messages sent by the outbox within wire.DefaultAsyncLinger; the default allocator.
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
 		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
-		handler := &api.Server{Stores: stores.API(), Queue: &queue.SQSSender{Client: client, QueueURL: cfg.QueueURL},
-			Logger: log, AsyncGroup: api.AsyncGroup{Linger: local.DefaultAsyncLinger}, Webhook: wire.WebhookPolicy(cfg)}
+		handler := wire.API(cfg, stores, &queue.SQSSender{Client: client, QueueURL: cfg.QueueURL},
+			api.AsyncGroup{Linger: wire.DefaultAsyncLinger}, log)
 		srv := httpserver.New(handler)
 		started = "started http://" + ln.Addr().String()
 		stats = func() WorkerStats {
@@ -161,8 +158,13 @@ func RunWorker(role string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		p := &processing.Processor{Store: stores.Events, TaskStore: stores.Tasks, Logger: log, Visibility: vis, Works: works, Lease: lease, Report: reports,
-			Tasks: tasks}
+		// Without event workers: the processors are killed over and over, and each one's workers
+		// would hold their references until its agent expired.
+		p, err := wire.Processor(stores, processing.Engine{Logger: log, Works: works, Lease: lease, Report: reports, Tasks: tasks}, vis, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
 		m := mapping.New(client, p.Handle, mapping.Config{QueueURL: cfg.QueueURL, Concurrency: 2, BatchSize: 10,
 			WaitTime: time.Second, Timeout: 30 * time.Second, Logger: log})
 		stats = func() WorkerStats {
@@ -178,20 +180,20 @@ func RunWorker(role string) int {
 		// (fast intervals: a pulse every 200 ms, ejected after 1 s), and a database restart makes
 		// their pulses fail and their rows expire.
 		counting := &settleCounter{Reporter: reports}
-		ac := wire.Agent(cfg, "chaos", log)
+		ac := wire.AgentConfigs(cfg, "chaos", log)[0]
 		ac.BatchSize, ac.PollInterval, ac.PollJitter = 20, 200*time.Millisecond, 200*time.Millisecond
 		ac.Member.PulseInterval, ac.Member.Expiration = 200*time.Millisecond, time.Second
-		// And they fold the count between batches, every second, so that the count's folds run
-		// under the kills and restarts too (the run checks GET /events against the creates).
-		ac.Maintain = sweeping.New(stores.Sweeping(), sweeping.Config{Logger: log, MaintainEvery: time.Second,
-			KeepHistory: os.Getenv("CHAOS_KEEP_HISTORY") == "1"}).AgentMaintenance()
 		tasks, err := wire.Tasks(ctx, cfg, log)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		a, err := agents.New(stores.Agents, &processing.Engine{Store: stores.Events, TaskStore: stores.Tasks, By: exactlyonce.BySweeper, Works: works,
-			Lease: lease, Report: counting, Logger: log, Tasks: tasks}, ac)
+		// And they fold the count between batches, every second, so that the count's folds run
+		// under the kills and restarts too (the run checks GET /events against the creates).
+		sc := wire.Sweeping(cfg, log)
+		sc.MaintainEvery, sc.KeepHistory = time.Second, os.Getenv("CHAOS_KEEP_HISTORY") == "1"
+		sc.Engine = processing.Engine{Works: works, Lease: lease, Report: counting, Logger: log, Tasks: tasks}
+		a, err := wire.Agent(stores, sc, ac, exactlyonce.BySweeper)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2

@@ -9,6 +9,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
@@ -50,9 +51,9 @@ func TestOneBadEventDoesNotStopTheSweeps(t *testing.T) {
 				ids = append(ids, id)
 			}
 			bad := ids[0] // the first row of the table: a claim without order meets it first
-			s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, BatchSize: 10, Logger: testLogger(t),
-				Works:   exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad, leased: leased}},
-				Backoff: exactlyonce.Backoff{MaxAttempts: 3, Base: 20 * time.Millisecond, Max: 20 * time.Millisecond}})
+			s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), BatchSize: 10, Logger: testLogger(t),
+				Engine: processing.Engine{Works: exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad, leased: leased}},
+					Backoff: exactlyonce.Backoff{MaxAttempts: 3, Base: 20 * time.Millisecond, Max: 20 * time.Millisecond}}})
 
 			res, err := s.Sweep(ctx)
 			require.NoError(t, err, "a failing event is not the sweep's failure")

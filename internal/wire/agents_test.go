@@ -17,12 +17,12 @@ import (
 // agree on the static total and each runs its own range; one shard alone gives one agent.
 func TestSeveralAssignedShardsRunOneAgentEach(t *testing.T) {
 	t.Parallel()
-	two := wire.Agents(load(t, map[string]string{"AGENT_NAME": "p", "SHARDS_TOTAL": "3", "SHARDS_ASSIGNED": "0,2"}), "standalone", nil)
+	two := wire.AgentConfigs(load(t, map[string]string{"AGENT_NAME": "p", "SHARDS_TOTAL": "3", "SHARDS_ASSIGNED": "0,2"}), "standalone", nil)
 	require.Len(t, two, 2)
-	one := wire.Agents(load(t, map[string]string{"AGENT_NAME": "q", "SHARDS_TOTAL": "3", "SHARDS_ASSIGNED": "1"}), "standalone", nil)
+	one := wire.AgentConfigs(load(t, map[string]string{"AGENT_NAME": "q", "SHARDS_TOTAL": "3", "SHARDS_ASSIGNED": "1"}), "standalone", nil)
 	require.Len(t, one, 1)
 	require.Equal(t, "q", one[0].Member.Name, "one shard: the name as given")
-	require.Len(t, wire.Agents(load(t, nil), "standalone", nil), 1, "dynamic sharding: one agent")
+	require.Len(t, wire.AgentConfigs(load(t, nil), "standalone", nil), 1, "dynamic sharding: one agent")
 
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	var members []*agents.Member
