@@ -171,7 +171,7 @@ func runAgents(ctx context.Context, r *run) error {
 }
 
 func (r *run) agentsDrain(ctx context.Context) error {
-	// The standalone agent's batch (50, the source document's) is judged; the sweepers' (500) is
+	// The standalone agent's batch (50, agents.DefaultBatchSize) is judged; the sweepers' (500) is
 	// reported beside it.
 	if err := r.agentsDrainBatch(ctx, agents.DefaultBatchSize, true); err != nil {
 		return err
