@@ -403,14 +403,14 @@ func (r *run) agentsIdle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	counter := &mysqltest.CountingConnector{Connector: inner}
+	tally := &mysqltest.StatementTally{Connector: inner}
 	var wg sync.WaitGroup
 	actx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); wg.Wait() }()
 	var store *wire.Stores
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range 8 {
-		db := mysql.OpenConnector(counter, mysql.ConnConfig{MaxOpenConns: 2})
+		db := mysql.OpenConnector(tally, mysql.ConnConfig{MaxOpenConns: 2})
 		defer db.Close()
 		st, err := wire.StoresOn(db, mysql.Config{})
 		if err != nil {
@@ -428,14 +428,14 @@ func (r *run) agentsIdle(ctx context.Context) error {
 	if _, err := awaitAgents(ctx, store, 8, 60*time.Second); err != nil {
 		return err
 	}
-	before := counter.Statements()
+	before := tally.Statements()
 	t0 := time.Now()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(window):
 	}
-	n := counter.Statements() - before
+	n := tally.Statements() - before
 	r.add(Row{Group: group, Name: "agents_idle_8_sps", Value: float64(n) / time.Since(t0).Seconds(), Unit: "statements/s",
 		Note: fmt.Sprintf("8 idle agents, pulse %s, poll %s plus up to %s, over %s: every statement, BEGIN and COMMIT counted",
 			agents.DefaultPulseInterval, agents.DefaultPollInterval, agents.DefaultPollJitter, window)})
