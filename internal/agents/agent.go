@@ -40,7 +40,7 @@ type Config struct {
 	BatchTimeout time.Duration
 	// Maintain, when set, is called after every batch and every pause, with the loop's context:
 	// work that is not a claim (a sweeper's fold of the count, its pruning), which it rate-limits
-	// itself (sweeping.Sweeper.AgentMaintenance). Nil: none.
+	// itself (sweeping.Sweeper.Agent sets it). Nil: none.
 	Maintain func(context.Context)
 }
 

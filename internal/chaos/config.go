@@ -25,7 +25,7 @@ type Config struct {
 	Processors, Sweepers int
 	// APIs are the API processes kept running (and killed), built as `make run` builds its API:
 	// POST /events/async answers on commit and an outbox sends the messages within
-	// local.DefaultAsyncLinger. Clients spread their creates over the live ones. Default 1.
+	// wire.DefaultAsyncLinger. Clients spread their creates over the live ones. Default 1.
 	APIs int
 	// Contenders are processes that play a foreign transaction (an operator's query, a batch job):
 	// they hold the counter's row lock, and the row locks of the open events, for longer than the

@@ -1,7 +1,10 @@
-// Package wire builds the dependencies every entrypoint needs from a config.Config: the logger, the
-// store, the SQS client, and the settings of the sweeper and of the processor's visibility
-// extension, and the queue of local runs. It states no default of its own beyond what an unset
-// variable means here (DB_MIGRATE, QUEUE_NAME); every other default is the configured component's.
+// Package wire builds every process from a config.Config, once: the logger, the stores, the SQS
+// client, the settings of each component, and each process's assembly (assembly.go: the API, the
+// processor, the sweeper and standalone agents, the counter consumer), which the functions, the
+// commands, the local runner, the chaos run and the benchmark use. It passes every setting as
+// internal/config reads it (config's package doc states the one convention), and states no default
+// of its own beyond what an unset variable means here (DB_MIGRATE, QUEUE_NAME, ASYNC_LINGER for a
+// long-running API); every other default is the configured component's.
 package wire
 
 import (
