@@ -15,7 +15,7 @@ type Claim struct {
 	// ID names the claim: the lease holder of what it leases and the settler of what it settles.
 	// NewClaimID makes one; a claim's transaction retried after a deadlock keeps its ID.
 	ID string
-	// By names the path settling the events: ByProcessor or BySweeper.
+	// By names the path settling the events: ByProcessor, BySweeper or ByAgent.
 	By string
 	// Lease is how long leased events are held before another worker may claim them.
 	Lease time.Duration

@@ -8,8 +8,8 @@ import (
 	"slices"
 )
 
-// Counter actions. The source document spells the second one "readed"; "read" is accepted as well
-// and means the same. Notifications always say "added" or "readed".
+// Counter actions. The counter service's message format spells the second one "readed", and so do
+// its notifications, always "added" or "readed"; "read" is accepted as well and means the same.
 const (
 	CounterAdded = "added"
 	CounterRead  = "readed"

@@ -56,7 +56,8 @@ type Event struct {
 	CreatedAt   time.Time
 	ProcessedAt *time.Time
 	// ProcessedBy names the path that processed the event: "api" (synchronous create),
-	// "processor" (the SQS consumer) or "sweeper".
+	// "processor" (the SQS consumer), "sweeper" (a sweeper agent) or "agent" (the standalone agent):
+	// the By* constants below.
 	ProcessedBy string
 	// ProcessCount counts the writes that processed the event. Exactly-once means it is 1 for
 	// every processed event and 0 for every pending one; it exists so that a violation is visible.
@@ -70,9 +71,10 @@ type Event struct {
 	Task *Task
 }
 
-// Who processed an event.
+// Who processed an event (Event.ProcessedBy): the path that really settled it.
 const (
-	ByAPI       = "api"
-	ByProcessor = "processor"
-	BySweeper   = "sweeper"
+	ByAPI       = "api"       // a sync create, processed at birth
+	ByProcessor = "processor" // the queue's consumer
+	BySweeper   = "sweeper"   // a sweeper agent: the scheduled Lambda's, the local runner's
+	ByAgent     = "agent"     // the standalone agent (cmd/agent)
 )

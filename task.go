@@ -144,8 +144,8 @@ type TaskSettlement struct {
 	Next []Event
 }
 
-// EventWorker is one event worker of the registry (GET /workers): the source document's fields,
-// the agent that runs it and the references it holds.
+// EventWorker is one event worker of the registry (GET /workers): its id, the agent that runs it,
+// its state and counts (maxReferenceCount, willTerminate, isDone, ...), and the references it holds.
 type EventWorker struct {
 	ID                string
 	AgentID           int64

@@ -101,7 +101,7 @@ func TestFlowsOnLocalStackServices(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sctx, cancel := context.WithCancel(ctx)
 	sys, err := local.Start(sctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: q,
-		SweepInterval: 500 * time.Millisecond, Sweep: sweeping.Config{Grace: 5 * time.Second, Logger: quiet}}, quiet)
+		SweepInterval: 500 * time.Millisecond, Sweep: sweeping.Config{Grace: new(5 * time.Second), Logger: quiet}}, quiet)
 	require.NoError(t, err)
 	t.Cleanup(func() { cancel(); _ = sys.Wait() })
 

@@ -15,13 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/metrics/prom"
-	"github.com/exactlyonce/exactlyonce/internal/processing"
-	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -31,23 +27,14 @@ func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
 	stores := wire.Must(wire.OpenStores(ctx, cfg))
-	// One agent per shard SHARDS_ASSIGNED lists (else one dynamic agent), each its own member.
-	configs := wire.Agents(cfg, "standalone", log)
 	// Their metrics (label part="agent") on /metrics of METRICS_ADDR, when set.
 	rec := wire.Must(prom.Serve(ctx, cfg.MetricsAddr, metrics.PartAgent, log))
 	ctx = metrics.With(ctx, rec)
-	tasks := wire.Must(wire.Tasks(context.Background(), cfg, log))
+	// One agent per shard SHARDS_ASSIGNED lists (else one dynamic agent), each its own member, each
+	// doing the sweeper's maintenance between its batches (the count's fold, pruning), each settling
+	// its events as processed by "agent" (exactlyonce.ByAgent).
 	var wg sync.WaitGroup
-	for _, ac := range configs {
-		// Between its batches each does the sweeper's maintenance (the count's fold, pruning).
-		sc := wire.Sweeping(cfg, log)
-		sc.Metrics.Recorder = rec
-		ac.Maintain = sweeping.New(stores.Sweeping(), sc).AgentMaintenance()
-		engine := &processing.Engine{Store: stores.Events, TaskStore: stores.Tasks, By: exactlyonce.BySweeper, Logger: log, Tasks: tasks}
-		if tasks != nil {
-			engine.Workers = wire.EventService(stores.Agents, cfg, log) // its own EventService (event workers)
-		}
-		a := wire.Must(agents.New(stores.Agents, engine, ac))
+	for _, a := range wire.Must(wire.StandaloneAgents(ctx, cfg, stores, log)) {
 		log.Info("agent: starting", "name", a.Member.Config().Name)
 		go a.LogStatsEvery(ctx, time.Minute)
 		wg.Add(1)

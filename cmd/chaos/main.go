@@ -28,9 +28,9 @@ import (
 )
 
 func main() {
-	// The run starts this same executable again for each worker process.
+	// The run starts this same executable again for each process.
 	if role := os.Getenv(child.RoleEnv); role != "" {
-		os.Exit(chaos.RunWorker(role))
+		os.Exit(chaos.RunProcess(role))
 	}
 	var cfg chaos.Config
 	flag.DurationVar(&cfg.Duration, "duration", 0, "how long clients create events while things fail (default 60s)")

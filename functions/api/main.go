@@ -22,15 +22,22 @@ import (
 func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
-	// Inline: an async request is stored and its message sent in the request's own goroutine, under
-	// its context, and answered after both, because Lambda freezes the environment once the answer is
-	// returned: nothing of a request may run after it (api.AsyncGroup.Inline).
-	server := &api.Server{Stores: wire.Must(wire.OpenStores(context.Background(), cfg)).API(), Logger: log,
-		AsyncGroup: api.AsyncGroup{Inline: true}, Idempotency: idempotency(cfg), Webhook: wire.WebhookPolicy(cfg)}
+	var q queue.Sender
 	if cfg.QueueURL != "" {
-		server.Queue = &queue.SQSSender{Client: wire.Must(wire.SQS(log)), QueueURL: cfg.QueueURL}
+		q = &queue.SQSSender{Client: wire.Must(wire.SQS(log)), QueueURL: cfg.QueueURL}
 	}
-	lambda.Start(handler(server, os.Stdout, log))
+	lambda.Start(handler(newServer(cfg, wire.Must(wire.OpenStores(context.Background(), cfg)), q, log), os.Stdout, log))
+}
+
+// newServer is the API as the Lambda serves it (wire.API), and each idempotency key scoped to the
+// caller's IAM identity (callerScope). Inline: an async request is stored and its message sent in
+// the request's own goroutine, under its context, and answered after both, because Lambda freezes
+// the environment once the answer is returned: nothing of a request may run after it
+// (api.AsyncGroup.Inline).
+func newServer(cfg config.Config, stores *wire.Stores, q queue.Sender, log *slog.Logger) *api.Server {
+	server := wire.API(cfg, stores, q, api.AsyncGroup{Inline: true}, log)
+	server.Idempotency.Scope = callerScope
+	return server
 }
 
 // handler is the Lambda's handler: server behind API Gateway's proxy adapter, its metrics recorded
@@ -39,13 +46,6 @@ func handler(server *api.Server, out io.Writer, log *slog.Logger) func(context.C
 	// Also the server's own: its keyed groups run on no request's context.
 	server.Metrics = metrics.NewRecorder(metrics.PartAPI, true, nil)
 	return wire.Invocation(server.Metrics, out, log, httpadapter.New(server).ProxyWithContext)
-}
-
-// idempotency configures the Idempotency-Key header: each key is scoped to the caller's IAM
-// identity (callerScope).
-func idempotency(cfg config.Config) api.Idempotency {
-	return api.Idempotency{TTL: cfg.Idempotency.TTL, Wait: cfg.Idempotency.Wait, Required: cfg.Idempotency.Required,
-		Scope: callerScope}
 }
 
 // callerScope is the caller's identity as API Gateway authenticated it (the REST API's IAM

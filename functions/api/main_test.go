@@ -23,7 +23,7 @@ func TestKeysAreScopedToTheCallersIAMIdentity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
-	server := &api.Server{Stores: store.API(), AsyncGroup: api.AsyncGroup{Inline: true}, Idempotency: idempotency(config.Config{})}
+	server := newServer(config.Config{}, store, nil, nil)
 	adapter := httpadapter.New(server)
 	invoke := func(identity events.APIGatewayRequestIdentity, path string) (int64, events.APIGatewayProxyResponse) {
 		t.Helper()

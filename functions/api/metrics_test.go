@@ -27,8 +27,7 @@ func TestOneMetricLinePerInvocation(t *testing.T) {
 	t.Setenv("AWS_LAMBDA_FUNCTION_NAME", "stack-ApiFunction")
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	var out bytes.Buffer
-	server := &api.Server{Stores: store.API(), AsyncGroup: api.AsyncGroup{Inline: true}, Idempotency: idempotency(config.Config{}),
-		Logger: wire.NewLogger(io.Discard, 0)}
+	server := newServer(config.Config{}, store, nil, wire.NewLogger(io.Discard, 0))
 	h := handler(server, &out, server.Logger)
 	invoke := func(requestID, path, key string) []map[string]any {
 		t.Helper()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/exactlyonce/exactlyonce/internal/config"
-	"github.com/exactlyonce/exactlyonce/internal/counters"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
@@ -18,11 +17,10 @@ import (
 func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
-	c := &counters.Consumer{Store: wire.Must(wire.OpenStores(context.Background(), cfg)).Counters, Logger: log,
-		Publisher: wire.Must(wire.CounterPublisher(log)),
+	c := wire.CounterConsumer(wire.Must(wire.OpenStores(context.Background(), cfg)), wire.Must(wire.CounterPublisher(log)),
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		Visibility: wire.Visibility(cfg, wire.Must(wire.SQS(log)))}
+		wire.Visibility(cfg, wire.Must(wire.SQS(log))), log)
 	// One EMF line per invocation on stdout (wire.Invocation).
 	lambda.Start(wire.Invocation(metrics.NewRecorder(metrics.PartCounter, true, nil), os.Stdout, log, c.Handle))
 }

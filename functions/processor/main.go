@@ -20,16 +20,16 @@ func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
 	stores := wire.Must(wire.OpenStores(context.Background(), cfg))
-	p := wire.Must(wire.ProcessorWorkers(&processing.Processor{Store: stores.Events, TaskStore: stores.Tasks, Logger: log,
+	p := wire.Must(wire.Processor(stores,
 		// Tasks are delivered with the signing secret of WEBHOOK_SECRET_ARN, read once here.
-		Tasks: wire.Must(wire.Tasks(context.Background(), cfg, log)),
+		processing.Engine{Logger: log, Tasks: wire.Must(wire.Tasks(context.Background(), cfg, log))},
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		Visibility: wire.Visibility(cfg, wire.Must(wire.SQS(log)))},
+		wire.Visibility(cfg, wire.Must(wire.SQS(log))),
 		// The tasks it delivers join event workers of its own: the container registers as an agent
 		// without a range at its first batch, pulses while a batch runs, and expires once frozen
 		// for good, when the sweepers adopt what its workers still hold.
-		stores, cfg, log))
+		wire.ProcessorEventWorkers(cfg, log)))
 	lambda.Start(handler(p, os.Stdout, log))
 }
 

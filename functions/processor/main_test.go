@@ -28,7 +28,7 @@ func TestOneMetricLinePerInvocation(t *testing.T) {
 	require.NoError(t, err)
 	var out bytes.Buffer
 	log := wire.NewLogger(io.Discard, 0)
-	h := handler(&processing.Processor{Store: store.Events, TaskStore: store.Tasks, Logger: log}, &out, log)
+	h := handler(&processing.Processor{Engine: processing.Engine{Store: store.Events, TaskStore: store.Tasks, Logger: log}}, &out, log)
 
 	var ev events.SQSEvent
 	missing := int64(1 << 50) // above the id counter: no event has it

@@ -20,10 +20,9 @@ import (
 func main() {
 	cfg := wire.Must(config.Load(os.Getenv))
 	log := wire.Logger(cfg)
-	sc := wire.Sweeping(cfg, log)
-	sc.Counters = wire.Must(wire.CounterSweep(log)) // the counter service's outbox, reconciliation, pruning
+	// With its task deliveries and the counter service's sweep (its outbox, reconciliation, pruning).
+	sc := wire.Must(wire.SweeperConfig(context.Background(), cfg, log))
 	stores := wire.Must(wire.OpenStores(context.Background(), cfg))
-	sc.Tasks = wire.Must(wire.Tasks(context.Background(), cfg, log))
 	lambda.Start(handler(stores, sc, os.Stdout, log))
 }
 

@@ -27,7 +27,7 @@ func TestOneMetricLinePerInvocation(t *testing.T) {
 	require.NoError(t, err)
 	var out bytes.Buffer
 	log := wire.NewLogger(io.Discard, 0)
-	sc := sweeping.Config{Grace: -1, AgentStopBefore: time.Second, Logger: log,
+	sc := sweeping.Config{Grace: new(time.Duration(0)), AgentStopBefore: time.Second, Logger: log,
 		Agent: agents.Config{Member: agents.MemberConfig{PulseInterval: 100 * time.Millisecond, Expiration: 2 * time.Second},
 			PollInterval: 50 * time.Millisecond}}
 	h := handler(store, sc, &out, log)

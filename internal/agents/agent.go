@@ -13,7 +13,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 )
 
-// Defaults of the processing loop, as the anchor has them.
+// Defaults of the processing loop, as Hibernate Search's outbox-polling has them.
 const (
 	DefaultBatchSize    = 50
 	DefaultPollInterval = time.Second
@@ -40,7 +40,7 @@ type Config struct {
 	BatchTimeout time.Duration
 	// Maintain, when set, is called after every batch and every pause, with the loop's context:
 	// work that is not a claim (a sweeper's fold of the count, its pruning), which it rate-limits
-	// itself (sweeping.Sweeper.AgentMaintenance). Nil: none.
+	// itself (sweeping.Sweeper.Agent sets it). Nil: none.
 	Maintain func(context.Context)
 }
 
@@ -91,7 +91,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // including the batch under way when stop ends and the leaving: a Lambda's invocation, whose
 // deadline nothing may outlive, with stop ending a few seconds before it.
 //
-// The pulse runs on its own goroutine, beside the batches, where the source document's loop takes
+// The pulse runs on its own goroutine, beside the batches, where Hibernate Search's loop takes
 // turns: a batch that waits (on a row lock a stalled process holds, on slow work) must not stop
 // the pulse, or a live agent would be ejected and its range reshuffled for nothing. Whether the
 // agent may claim is checked before every batch (Member.Assignment).

@@ -32,8 +32,9 @@ var testWebhookKey = []byte("0123456789abcdef0123456789abcdef")
 func taskEngine(store *wire.Stores, cfg config.Config, lease time.Duration, log *slog.Logger) *processing.Engine {
 	client := webhook.New(webhook.Config{Key: testWebhookKey, AllowLoopback: true, Timeout: 5 * time.Second})
 	return &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log, Lease: lease,
-		Tasks:   &processing.Tasks{Deliverer: client, RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond},
-		Workers: wire.EventService(store.Agents, cfg, log)}
+		Tasks: &processing.Tasks{Deliverer: client, RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond},
+		Workers: &processing.EventService{Store: store.Agents, MaxReferences: cfg.Webhook.WorkerMaxReferences,
+			Retention: cfg.Webhook.WorkerRetention, Logger: log}}
 }
 
 // runEventWorkersChild is an agent process that delivers tasks through its EventService
@@ -46,7 +47,7 @@ func runEventWorkersChild() int {
 	defer stop()
 	lease, _ := time.ParseDuration(os.Getenv("LEASE"))
 	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	a, err := agents.New(store.Agents, taskEngine(store, cfg, lease, log), wire.Agent(cfg, "test", log))
+	a, err := agents.New(store.Agents, taskEngine(store, cfg, lease, log), wire.AgentConfigs(cfg, "test", log)[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -178,7 +178,8 @@ func (m *Member) fresh() bool {
 	return time.Since(m.pulsedAt) < m.cfg.Expiration-m.cfg.PulseInterval
 }
 
-// Pulse is one pulse, in the anchor's order, each step its own transaction: (1) register, or
+// Pulse is one pulse, in this order (Hibernate Search's outbox-polling pulse), each step its own
+// transaction: (1) register, or
 // push its own expiration forward; (2) eject the other agents that expired; (3) read every agent;
 // (4) persist WAITING with the target assignment if it changed, or RUNNING once every member agrees
 // on the topology. An error leaves the agent unable to claim once its lease runs short

@@ -74,7 +74,7 @@ func runChild(role string) int {
 	lease, _ := time.ParseDuration(os.Getenv("LEASE"))
 	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
 	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log, Report: rep,
-		Lease: lease, Works: exactlyonce.Works{exactlyonce.KindPlain: slowWork{delay}}}, wire.Agent(cfg, "test", log))
+		Lease: lease, Works: exactlyonce.Works{exactlyonce.KindPlain: slowWork{delay}}}, wire.AgentConfigs(cfg, "test", log)[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

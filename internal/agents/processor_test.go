@@ -28,8 +28,9 @@ import (
 // EventService of its own, under an agent without a range.
 func taskProcessor(t testing.TB, store *wire.Stores, cfg config.Config, lease time.Duration, log *slog.Logger) *processing.Processor {
 	client := webhook.New(webhook.Config{Key: testWebhookKey, AllowLoopback: true, Timeout: 5 * time.Second})
-	p, err := wire.ProcessorWorkers(&processing.Processor{Store: store.Events, TaskStore: store.Tasks, Logger: log, Lease: lease,
-		Tasks: &processing.Tasks{Deliverer: client, RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond}}, store, cfg, log)
+	p, err := wire.Processor(store, processing.Engine{Logger: log, Lease: lease,
+		Tasks: &processing.Tasks{Deliverer: client, RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond}}, nil,
+		wire.ProcessorEventWorkers(cfg, log))
 	if err != nil {
 		t.Fatal(err)
 	}

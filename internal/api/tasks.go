@@ -125,7 +125,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request, t exactlyonc
 	writeJSON(w, http.StatusAccepted, map[string]int64{"id": created[0].ID})
 }
 
-// TaskJSON is a task as the API shows it, with the names of the source document.
+// TaskJSON is a task as the API shows it (docs/api.md, docs/tasks.md names its fields).
 type TaskJSON struct {
 	ID               int64           `json:"id"`
 	Kind             string          `json:"kind"`

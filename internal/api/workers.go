@@ -20,8 +20,8 @@ type WorkerLister interface {
 // doneWorkersLimit bounds the done event workers one GET /workers lists (the most recent first).
 const doneWorkersLimit = 1000
 
-// WorkerJSON is an event worker as GET /workers shows it: the source document's fields, its agent
-// and its references. Times are the database's clock.
+// WorkerJSON is an event worker as GET /workers shows it: its fields (docs/api.md), its agent and
+// its references. Times are the database's clock.
 type WorkerJSON struct {
 	WorkerID          string    `json:"workerId"`
 	AgentID           int64     `json:"agentId"`

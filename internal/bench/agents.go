@@ -52,8 +52,11 @@ func RunAgent() int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log, Report: rep},
-		wire.Agent(cfg, "standalone", log))
+	// As cmd/agent's (wire.StandaloneAgents), with the reports: its engine, its maintenance between
+	// batches, its path (exactlyonce.ByAgent).
+	sc := wire.Sweeping(cfg, log)
+	sc.Engine.Report = rep
+	a, err := wire.Agent(store, sc, wire.AgentConfigs(cfg, "standalone", log)[0], exactlyonce.ByAgent)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -168,7 +171,7 @@ func runAgents(ctx context.Context, r *run) error {
 }
 
 func (r *run) agentsDrain(ctx context.Context) error {
-	// The standalone agent's batch (50, the source document's) is judged; the sweepers' (500) is
+	// The standalone agent's batch (50, agents.DefaultBatchSize) is judged; the sweepers' (500) is
 	// reported beside it.
 	if err := r.agentsDrainBatch(ctx, agents.DefaultBatchSize, true); err != nil {
 		return err
@@ -400,14 +403,14 @@ func (r *run) agentsIdle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	counter := &mysqltest.CountingConnector{Connector: inner}
+	tally := &mysqltest.StatementTally{Connector: inner}
 	var wg sync.WaitGroup
 	actx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); wg.Wait() }()
 	var store *wire.Stores
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range 8 {
-		db := mysql.OpenConnector(counter, mysql.ConnConfig{MaxOpenConns: 2})
+		db := mysql.OpenConnector(tally, mysql.ConnConfig{MaxOpenConns: 2})
 		defer db.Close()
 		st, err := wire.StoresOn(db, mysql.Config{})
 		if err != nil {
@@ -425,14 +428,14 @@ func (r *run) agentsIdle(ctx context.Context) error {
 	if _, err := awaitAgents(ctx, store, 8, 60*time.Second); err != nil {
 		return err
 	}
-	before := counter.Statements()
+	before := tally.Statements()
 	t0 := time.Now()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(window):
 	}
-	n := counter.Statements() - before
+	n := tally.Statements() - before
 	r.add(Row{Group: group, Name: "agents_idle_8_sps", Value: float64(n) / time.Since(t0).Seconds(), Unit: "statements/s",
 		Note: fmt.Sprintf("8 idle agents, pulse %s, poll %s plus up to %s, over %s: every statement, BEGIN and COMMIT counted",
 			agents.DefaultPulseInterval, agents.DefaultPollInterval, agents.DefaultPollJitter, window)})

@@ -22,6 +22,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
@@ -114,10 +115,10 @@ func (r *run) startStack(ctx context.Context, label string, opts ...func(*local.
 	sctx, cancelSys := context.WithCancel(context.WithoutCancel(ctx))
 	st.ledger = verify.NewLedger()
 	opt := local.Options{
-		HTTPAddr: "127.0.0.1:0", Queues: queues, Report: st.ledger,
-		MappingConcurrency: stackMappingConcurrency, MappingBatchSize: stackMappingBatchSize,
+		HTTPAddr: "127.0.0.1:0", Queues: queues, Engine: processing.Engine{Report: st.ledger},
+		MappingConcurrency: new(stackMappingConcurrency), MappingBatchSize: stackMappingBatchSize,
 		// Everything async must come through the queue: the sweeper stays out of the measurement.
-		SweepInterval: time.Hour, Sweep: sweeping.Config{Grace: time.Hour, Logger: log},
+		SweepInterval: time.Hour, Sweep: sweeping.Config{Grace: new(time.Hour), Logger: log},
 	}
 	for _, o := range opts {
 		o(&opt)

@@ -20,7 +20,9 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 // The tasks group: webhooks delivered from POST /events/async with a url (README, "Tasks and
@@ -260,9 +262,9 @@ func runTasks(ctx context.Context, r *run) error {
 	deliverer := webhook.New(webhook.Config{Key: key, AllowLoopback: true})
 	tasks := &processing.Tasks{Deliverer: deliverer, RetryBase: tasksRetryBase, RetryMax: tasksRetryMax}
 	st, err := r.startStack(ctx, "tasks", func(o *local.Options) {
-		o.Sweep.Tasks = tasks
+		o.Engine.Tasks = tasks
 		o.Webhook = webhook.Policy{AllowLoopback: true} // the API accepts what the deliverer reaches
-		o.Sweep.Grace = tasksSweepGrace
+		o.Sweep.Grace = new(tasksSweepGrace)
 		o.SweepInterval = tasksSweepInterval
 	})
 	if err != nil {
@@ -272,9 +274,10 @@ func runTasks(ctx context.Context, r *run) error {
 
 	// A second sweeper agent in this process, sharing the hash space with the local system's.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	agent, err := agents.New(st.store.Agents, &processing.Engine{Store: st.store.Events, TaskStore: st.store.Tasks, By: exactlyonce.BySweeper, Report: st.ledger,
-		Logger: log, Tasks: tasks}, agents.Config{Member: agents.MemberConfig{Name: "bench-tasks-agent", Kind: "sweeper", Logger: log},
-		Grace: tasksSweepGrace, PollInterval: tasksSweepInterval, PollJitter: tasksSweepInterval / 2})
+	agent, err := wire.Agent(st.store, sweeping.Config{Grace: new(tasksSweepGrace), Logger: log,
+		Engine: processing.Engine{Report: st.ledger, Logger: log, Tasks: tasks}},
+		agents.Config{Member: agents.MemberConfig{Name: "bench-tasks-agent", Kind: "sweeper", Logger: log},
+			PollInterval: tasksSweepInterval, PollJitter: tasksSweepInterval / 2}, exactlyonce.BySweeper)
 	if err != nil {
 		return err
 	}

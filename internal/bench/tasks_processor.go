@@ -47,13 +47,13 @@ func (r *run) runProcessorWorkers(ctx context.Context, group string, store *wire
 				batch = batch[n:]
 			}
 		}
-		p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks, Logger: log, Tasks: &processing.Tasks{Deliverer: client}}
+		var workers *wire.EventWorkers
 		if withWorkers {
-			err := agents.WithEventWorkers(p, store.Agents, &processing.EventService{Store: store.Agents, Logger: log},
-				agents.MemberConfig{Name: "bench-processor", Logger: log})
-			if err != nil {
-				return 0, err
-			}
+			workers = &wire.EventWorkers{Member: agents.MemberConfig{Name: "bench-processor", Logger: log}}
+		}
+		p, err := wire.Processor(store, processing.Engine{Logger: log, Tasks: &processing.Tasks{Deliverer: client}}, nil, workers)
+		if err != nil {
+			return 0, err
 		}
 		start := time.Now()
 		for i := 0; i < len(ids); i += 1000 {

@@ -9,8 +9,8 @@
 // chaos-short` (which `make test` runs) a short one.
 //
 // One file per job: chaos.go sets the run up and drives it (Run); config.go holds its Config and
-// Report; supervise.go starts, kills and accounts for the worker processes, and worker.go is what
-// runs inside one; contention.go is the contender; faults.go holds the fault loops (worker kills,
+// Report; supervise.go starts, kills and accounts for the processes, and process.go is what
+// runs inside one; contention.go is the contender; faults.go holds the fault loops (process kills,
 // database restarts, poison messages); client.go is the API clients; late.go the late creates; progress.go the progress
 // lines and the wait for the system to settle; checker.go the invariant checker.
 package chaos
@@ -44,13 +44,13 @@ type run struct {
 	q      queue.Queues
 	env    []string
 	store  *wire.Stores
-	// reports is the directory where each worker process writes its reports of what it settled.
+	// reports is the directory where each process writes its reports of what it settled.
 	reports string
-	starts  map[string]int // workers started so far, by role; every second one takes the lease path
+	starts  map[string]int // processes started so far, by role; every second one takes the lease path
 
 	mu      sync.Mutex
-	workers []*worker
-	retired map[string]*WorkerStats // counters of workers that are gone, by role
+	procs   []*proc
+	retired map[string]*ProcessStats // counters of processes that are gone, by role
 	// apiStarted is closed, and replaced, whenever an API process starts: clients that found none
 	// live wait on it.
 	apiStarted chan struct{}
@@ -81,7 +81,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
 	started := time.Now()
 	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), starts: map[string]int{},
-		retired: map[string]*WorkerStats{}, apiStarted: make(chan struct{})}
+		retired: map[string]*ProcessStats{}, apiStarted: make(chan struct{})}
 	r.report.Seed = cfg.Seed
 	r.report.OtherStatuses = map[int]int{}
 
@@ -140,7 +140,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The workers read the variables the functions read (internal/config): the processor extends
+	// The processes read the variables the functions read (internal/config): the processor extends
 	// visibility every half visibility timeout, by one timeout.
 	visibility := time.Duration(cfg.Visibility) * time.Second
 	r.env = []string{"DB_DSN=" + dsn, "QUEUE_URL=" + r.q.URL, "AWS_ENDPOINT_URL_SQS=" + endpoint,
@@ -160,12 +160,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.env = append(r.env, "WEBHOOK_SECRET="+taskSecret, "WEBHOOK_ALLOW_LOOPBACK=true", "RETRY_BASE=20ms", "RETRY_MAX=500ms")
 	}
 
-	// The workers, each a process that the run kills and starts again: the APIs too.
-	defer r.stopWorkers()
+	// The processes, each one the run kills and starts again: the APIs too.
+	defer r.stopProcesses()
 	for role, n := range map[string]int{RoleAPI: cfg.APIs, RoleProcessor: cfg.Processors, RoleSweeper: cfg.Sweepers,
 		RolePacker: cfg.Packers, RoleContender: cfg.Contenders} {
 		for range n {
-			if err := r.startWorker(role); err != nil {
+			if err := r.startProcess(role); err != nil {
 				return nil, fmt.Errorf("start a %s: %w", role, err)
 			}
 		}
@@ -208,20 +208,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	// Settle: every worker running but the contenders, the database up; wait until nothing is
+	// Settle: every process running but the contenders, the database up; wait until nothing is
 	// pending and the poison is in the DLQ.
-	r.stopWorkers(RoleContender)
+	r.stopProcesses(RoleContender)
 	if !r.server.Running() {
 		if err := r.server.Start(); err != nil {
 			return nil, err
 		}
 	}
 	r.mu.Lock()
-	for _, w := range r.workers {
+	for _, w := range r.procs {
 		select {
 		case <-w.child.Exited():
 			r.mu.Unlock()
-			return nil, fmt.Errorf("a %s worker exited on its own: %q", w.role, w.child.Output())
+			return nil, fmt.Errorf("a %s process exited on its own: %q", w.role, w.child.Output())
 		default:
 		}
 	}
@@ -229,14 +229,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.logf("creates done (%d answers); settling", len(collected))
 	settled := r.settle(ctx, db)
 	// The check reads GET /events through an API, so the APIs stop last.
-	r.stopWorkers(RoleProcessor, RoleSweeper, RolePacker)
+	r.stopProcesses(RoleProcessor, RoleSweeper, RolePacker)
 	if cfg.BeforeCheck != nil {
 		if err := cfg.BeforeCheck(ctx, db, r.client, r.q, r.reports); err != nil {
 			return nil, err
 		}
 	}
 	r.check(ctx, collected, settled)
-	r.stopWorkers()
+	r.stopProcesses()
 	r.figures()
 	r.report.Duration = time.Since(started)
 	return &r.report, nil

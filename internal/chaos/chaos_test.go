@@ -27,11 +27,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestMain runs the tests, or a worker process when the run starts this binary again as one.
+// TestMain runs the tests, or a process when the run starts this binary again as one.
 func TestMain(m *testing.M) {
 	_ = drv.SetLogger(stdlog.New(io.Discard, "", 0)) // connections the run cuts are expected
 	if role := os.Getenv(child.RoleEnv); role != "" {
-		os.Exit(chaos.RunWorker(role))
+		os.Exit(chaos.RunProcess(role))
 	}
 	os.Exit(m.Run())
 }
@@ -55,8 +55,8 @@ func TestChaosCheckerReportsEveryViolation(t *testing.T) {
 		KeepHistory: true,
 		BeforeCheck: func(ctx context.Context, db *sql.DB, client *sqs.Client, q queue.Queues, reports string) error {
 			// An async event settled twice, as a broken guard or a lost lock would let happen: it is
-			// put back to pending behind the system's back (a plain one: this engine delivers no task), and a real worker settles it again and
-			// reports it. Only the workers' reports can tell (the table shows one settled event).
+			// put back to pending behind the system's back (a plain one: this engine delivers no task), and a real process settles it again and
+			// reports it. Only the processes' reports can tell (the table shows one settled event).
 			if _, err := db.ExecContext(ctx, "UPDATE events SET state = 0, value = NULL, claim_id = NULL "+
 				"WHERE processed_by IN ('processor', 'sweeper') AND kind = 'plain' LIMIT 1"); err != nil {
 				return err

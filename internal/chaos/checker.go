@@ -56,9 +56,9 @@ func (r *run) check(ctx context.Context, collected []created, settled bool) {
 		}
 	}
 
-	// What the database holds, checked against what the workers reported settling (internal/verify):
-	// every event settled exactly once, by one claim that one worker reported, or by a claim whose
-	// worker reported starting it and was killed (or lost its commit's answer) before reporting more.
+	// What the database holds, checked against what the processes reported settling (internal/verify):
+	// every event settled exactly once, by one claim that one process reported, or by a claim whose
+	// process reported starting it and was killed (or lost its commit's answer) before reporting more.
 	audit, err := mysqltest.AuditEvents(ctx, r.store.DB.Pool())
 	if err != nil {
 		violate("read events: %v", err)
@@ -71,7 +71,7 @@ func (r *run) check(ctx context.Context, collected []created, settled bool) {
 	files, _ := filepath.Glob(filepath.Join(r.reports, "*.reports"))
 	for _, f := range files {
 		if err := ledger.ReadFile(f); err != nil {
-			violate("read the workers' reports %s: %v", filepath.Base(f), err)
+			violate("read the processes' reports %s: %v", filepath.Base(f), err)
 		}
 	}
 	res := verify.Check(audit, ledger)
@@ -189,14 +189,14 @@ func (r *run) check(ctx context.Context, collected []created, settled bool) {
 	}
 }
 
-// figures sums the counters every worker process reported (each one's last stats line: a killed
-// worker's last 200 ms are not counted, so they are lower bounds), once every worker is gone. With
+// figures sums the counters every process reported (each one's last stats line: a killed
+// process's last 200 ms are not counted, so they are lower bounds), once every process is gone. With
 // RequireRetries, a run that retried no transaction is a violation: the retry helper's retry branch
 // did not run.
 func (r *run) figures() {
 	rep := &r.report
 	rep.RetriesByRole = map[string]int64{}
-	var s WorkerStats
+	var s ProcessStats
 	r.mu.Lock()
 	for role, st := range r.retired {
 		s.add(*st)

@@ -21,15 +21,15 @@ type Config struct {
 	Duration time.Duration
 	// Clients is the number of concurrent API clients. Default 8.
 	Clients int
-	// Processors and Sweepers are the worker processes kept running (and killed). Defaults 2 and 2.
+	// Processors and Sweepers are the processes kept running (and killed). Defaults 2 and 2.
 	Processors, Sweepers int
 	// APIs are the API processes kept running (and killed), built as `make run` builds its API:
 	// POST /events/async answers on commit and an outbox sends the messages within
-	// local.DefaultAsyncLinger. Clients spread their creates over the live ones. Default 1.
+	// wire.DefaultAsyncLinger. Clients spread their creates over the live ones. Default 1.
 	APIs int
 	// Contenders are processes that play a foreign transaction (an operator's query, a batch job):
 	// they hold the counter's row lock, and the row locks of the open events, for longer than the
-	// lock wait timeout, and take them in an order that deadlocks with a settling worker, so that
+	// lock wait timeout, and take them in an order that deadlocks with a settling process, so that
 	// the store's retry helper has deadlocks and lock wait timeouts to retry. Default 1; negative:
 	// none.
 	Contenders int
@@ -39,7 +39,7 @@ type Config struct {
 	// RequireRetries makes a run in which no transaction was retried (no deadlock or lock wait
 	// timeout was met, so the retry helper's retry branch never ran) a violation.
 	RequireRetries bool
-	// KillEvery is the mean pause between two kills of a random worker (a processor, a sweeper or
+	// KillEvery is the mean pause between two kills of a random process (a processor, a sweeper or
 	// an API). Default 1.5 s.
 	KillEvery time.Duration
 	// DBRestarts is how many times the database is restarted, alternately stopped and killed.
@@ -71,16 +71,16 @@ type Config struct {
 	Settle time.Duration
 	// SQSEndpoint is the SQS endpoint; empty starts a local goaws (bin/sqslocal).
 	SQSEndpoint string
-	// Self is the executable started for workers, with child.RoleEnv naming the role (its main
-	// must call RunWorker then). Default os.Args[0].
+	// Self is the executable started for processes, with child.RoleEnv naming the role (its main
+	// must call RunProcess then). Default os.Args[0].
 	Self string
 	// Log receives progress lines. Default: discarded.
 	Log io.Writer
 	// Seed makes the schedule of kills reproducible. Default: random.
 	Seed uint64
-	// Lease is how long the workers that take the lease path hold an event (every second worker
+	// Lease is how long the processes that take the lease path hold an event (every second process
 	// started does: its plain events are leased, worked outside the claim's transaction and
-	// settled under the lease's guard). Default 2 s, so that a killed worker's leases expire
+	// settled under the lease's guard). Default 2 s, so that a killed process's leases expire
 	// within the run.
 	Lease time.Duration
 	// TaskEvery makes every TaskEvery-th async create of a client a task, an event with a webhook,
@@ -88,7 +88,7 @@ type Config struct {
 	TaskEvery int
 	// BeforeCheck, when set, runs after the system settled and before the checker: the checker's
 	// own test uses it to break the invariants on purpose and see each violation reported. reports
-	// is the directory of the workers' report files (internal/verify).
+	// is the directory of the processes' report files (internal/verify).
 	BeforeCheck func(ctx context.Context, db *sql.DB, client *sqs.Client, q queue.Queues, reports string) error
 }
 
@@ -146,7 +146,7 @@ type Report struct {
 	Orphans int
 
 	ProcessorKills, SweeperKills, APIKills, PackerKills int
-	WorkerStarts, DBStops, DBKills                      int
+	ProcessStarts, DBStops, DBKills                     int
 	PoisonInjected, PoisonInDLQ                         int
 
 	// Figures of the store's retry helper and the mapping, summed over every process (APIs,
@@ -154,22 +154,22 @@ type Report struct {
 	Deadlocks, LockWaitTimeouts, Retries, GaveUp int64
 	RetriesByRole                                map[string]int64 // the Retries, by the role of the process that retried
 	// What the contenders did: lock holds, and the deadlocks and lock wait timeouts they lost
-	// themselves (a deadlock InnoDB resolved by rolling back the contender, not a worker).
+	// themselves (a deadlock InnoDB resolved by rolling back the contender, not a process).
 	ContenderHolds, ContenderDeadlocks, ContenderTimeouts int64
 	Received, Deleted, Failed, Extended                   int64
 	ProcessedByProcessor, ProcessedBySweeper              int
 
-	// Reports are the settlements the workers reported (internal/verify); Unreported the events
-	// settled by a claim whose worker reported starting it but not what it settled (killed between
+	// Reports are the settlements the processes reported (internal/verify); Unreported the events
+	// settled by a claim whose process reported starting it but not what it settled (killed between
 	// the commit and the report, or its commit's answer lost with the database).
 	Reports, Unreported int
 
 	// What the checker found: DuplicateIDs (ids handed out twice or stored twice), Duplicates
-	// (events settled other than exactly once, by the workers' own reports), Lost (acknowledged ids
+	// (events settled other than exactly once, by the processes' own reports), Lost (acknowledged ids
 	// not stored, or events never processed).
 	DuplicateIDs, Duplicates, Lost int
 	// Tasks acknowledged to their clients, tasks the receiver took (2xx), and deliveries it took
-	// again (a worker killed between the answer and the settlement: at least once, same webhook-id).
+	// again (a process killed between the answer and the settlement: at least once, same webhook-id).
 	TasksCreated, TasksDelivered, TaskRepeats int
 	CountReported                             int64 // GET /events at the end
 	// Packed is how many events the sweepers and packers packed into pages (internal/mysql/pagestore/pages.sql) during
@@ -180,7 +180,7 @@ type Report struct {
 	Violations  []string
 }
 
-// Kills is the number of worker processes killed: processors, sweepers and APIs.
+// Kills is the number of processes killed: processors, sweepers and APIs.
 func (r *Report) Kills() int { return r.ProcessorKills + r.SweeperKills + r.APIKills + r.PackerKills }
 
 // OK tells whether every invariant held.
@@ -200,8 +200,8 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "  GET /events            %d\n", r.CountReported)
 	fmt.Fprintf(&b, "  packed into pages      %d (read from there by every check)\n", r.Packed)
 	fmt.Fprintf(&b, "  late creates           %d (ids taken before the counter moved past them, on pages being packed)\n", r.LateCreates)
-	fmt.Fprintf(&b, "  kills                  %d (processors %d, sweepers %d, APIs %d, packers %d); worker starts %d\n",
-		r.Kills(), r.ProcessorKills, r.SweeperKills, r.APIKills, r.PackerKills, r.WorkerStarts)
+	fmt.Fprintf(&b, "  kills                  %d (processors %d, sweepers %d, APIs %d, packers %d); process starts %d\n",
+		r.Kills(), r.ProcessorKills, r.SweeperKills, r.APIKills, r.PackerKills, r.ProcessStarts)
 	fmt.Fprintf(&b, "  database restarts      %d (stopped %d, killed %d)\n", r.DBStops+r.DBKills, r.DBStops, r.DBKills)
 	fmt.Fprintf(&b, "  retries                %d (deadlocks %d, lock wait timeouts %d, gave up %d); retried by %v\n",
 		r.Retries, r.Deadlocks, r.LockWaitTimeouts, r.GaveUp, r.RetriesByRole)
@@ -210,7 +210,7 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "  queue                  received %d, acknowledged %d, failed %d, visibility extended %d\n",
 		r.Received, r.Deleted, r.Failed, r.Extended)
 	fmt.Fprintf(&b, "  processed async by     processor %d, sweeper %d\n", r.ProcessedByProcessor, r.ProcessedBySweeper)
-	fmt.Fprintf(&b, "  workers' reports       %d settlements; %d events settled by a worker killed before it could report them\n",
+	fmt.Fprintf(&b, "  processes' reports     %d settlements; %d events settled by a process killed before it could report them\n",
 		r.Reports, r.Unreported)
 	fmt.Fprintf(&b, "  tasks                  %d acknowledged, %d delivered (each reference checked in order), %d deliveries repeated (same webhook-id)\n",
 		r.TasksCreated, r.TasksDelivered, r.TaskRepeats)

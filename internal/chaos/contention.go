@@ -12,7 +12,7 @@ import (
 )
 
 // contender plays a foreign transaction on the database (an operator's query, a batch job, a
-// report that locks what it reads) so that the workers meet the two errors the store's retry
+// report that locks what it reads) so that the processes meet the two errors the store's retry
 // helper retries, which the system alone does not produce: its claims skip locked rows and its
 // other statements wait only briefly, in one order, so the chaos runs without it saw no deadlock
 // and no lock wait timeout. Every session of the run waits at most Config.LockWaitTimeout for a
@@ -21,12 +21,12 @@ import (
 //   - the counter's row lock: every id reservation of an API meanwhile waits, times out (1205) and
 //     is retried;
 //   - the pending events' row locks, then, in the other order, the leased events' row locks: a
-//     worker settling leased events (LockLeased) locks its own rows as its scan meets them (in the
+//     process settling leased events (LockLeased) locks its own rows as its scan meets them (in the
 //     order they were inserted), and waits at the first newer pending row the contender holds; the
-//     contender then asks for the leased rows, one of which that worker holds. InnoDB breaks the
+//     contender then asks for the leased rows, one of which that process holds. InnoDB breaks the
 //     cycle by rolling back the lighter transaction, and the contender has made itself heavy first
-//     (it locked settled rows, which nothing else locks), so the worker's is rolled back (1213)
-//     and retried. The workers that wait without deadlocking time out (1205) and are retried.
+//     (it locked settled rows, which nothing else locks), so the process's is rolled back (1213)
+//     and retried. The processes that wait without deadlocking time out (1205) and are retried.
 //
 // The contender writes nothing and rolls back every transaction: it changes no row, and the
 // invariants are checked as without it. Its statements are the fault, not the product's, so they
@@ -45,15 +45,15 @@ const (
 	// The counter's exclusive row lock, as an allocation takes it.
 	contendCounter = "SELECT id FROM status FOR UPDATE"
 	// Weight: exclusive locks on up to 5,000 settled rows, pruned to the settled partition. No
-	// worker locks a settled row, so these block nobody; they only make this transaction the
+	// process locks a settled row, so these block nobody; they only make this transaction the
 	// heavier one of any deadlock (InnoDB rolls back the one with fewer undo records and locks).
 	contendWeight = "SELECT id FROM events WHERE state >= 10 LIMIT 5000 FOR UPDATE"
 	// Half the pending events nobody holds, in every subpartition (they hash on id MOD 8; this takes
-	// the ids whose bit 3 is 0), so that the workers go on claiming and leasing the other half,
+	// the ids whose bit 3 is 0), so that the processes go on claiming and leasing the other half,
 	// whose rows lie between these in a scan's order. Claims skip the rows held (SKIP LOCKED) and
 	// their messages come back later; a settlement's locking scan of the open partition waits for them.
 	contendPending = "SELECT id FROM events WHERE state = 0 AND id % 16 < 8 FOR UPDATE SKIP LOCKED"
-	// Every leased event, waiting for those held: a worker settling its leases holds some of them
+	// Every leased event, waiting for those held: a process settling its leases holds some of them
 	// while it waits for our pending rows.
 	contendLeased = "SELECT id FROM events WHERE state = 1 FOR UPDATE"
 )
@@ -96,7 +96,7 @@ func (c *contender) holdCounter(ctx context.Context, tx *sql.Tx) error {
 }
 
 // holdEvents makes itself heavy, then for a third of the hold takes the pending events as they
-// are created (every 20 ms: the newest rows, which come after the rows a settling worker holds in
+// are created (every 20 ms: the newest rows, which come after the rows a settling process holds in
 // its scan's order), then asks for the leased events, and holds it all until the hold is over.
 func (c *contender) holdEvents(ctx context.Context, tx *sql.Tx) error {
 	start := time.Now()

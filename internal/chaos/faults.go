@@ -9,9 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
-// killLoop SIGKILLs a worker of the system every KillEvery (jittered) and starts a new one of the
+// killLoop SIGKILLs a process of the system every KillEvery (jittered) and starts a new one of the
 // same role a moment later. The roles take turns (processor, sweeper, API, packer), so that each
-// is killed every fourth kill whatever the run's length (a role with no process is skipped); within a role the worker is taken at random. The
+// is killed every fourth kill whatever the run's length (a role with no process is skipped); within a role the process is taken at random. The
 // contenders are the fault, not the system: they are not killed.
 func (r *run) killLoop(ctx context.Context) {
 	roles := []string{RoleProcessor, RoleSweeper, RoleAPI, RolePacker}
@@ -25,7 +25,7 @@ func (r *run) killLoop(ctx context.Context) {
 		var victims []int
 		for k := range roles {
 			role := roles[(turn+k)%len(roles)]
-			for i, w := range r.workers {
+			for i, w := range r.procs {
 				if w.role == role {
 					victims = append(victims, i)
 				}
@@ -39,8 +39,8 @@ func (r *run) killLoop(ctx context.Context) {
 			continue
 		}
 		i := victims[r.intn(len(victims))]
-		w := r.workers[i]
-		r.workers = append(r.workers[:i:i], r.workers[i+1:]...)
+		w := r.procs[i]
+		r.procs = append(r.procs[:i:i], r.procs[i+1:]...)
 		switch w.role {
 		case RoleProcessor:
 			r.report.ProcessorKills++
@@ -60,7 +60,7 @@ func (r *run) killLoop(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(time.Duration(r.intn(800)) * time.Millisecond):
 		}
-		if err := r.startWorker(w.role); err != nil {
+		if err := r.startProcess(w.role); err != nil {
 			r.logf("restart %s: %v", w.role, err)
 		}
 	}

@@ -13,13 +13,13 @@ func TestFiguresRequireRetries(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
-		retired map[string]*WorkerStats
+		retired map[string]*ProcessStats
 		require bool
 		fails   bool
 	}{
-		{"no retry, required", map[string]*WorkerStats{RoleProcessor: {Received: 5}}, true, true},
-		{"no retry, not required", map[string]*WorkerStats{RoleProcessor: {Received: 5}}, false, false},
-		{"retried by the API", map[string]*WorkerStats{RoleAPI: {LockWaitTimeouts: 1, Retries: 1}, RoleProcessor: {Received: 5}}, true, false},
+		{"no retry, required", map[string]*ProcessStats{RoleProcessor: {Received: 5}}, true, true},
+		{"no retry, not required", map[string]*ProcessStats{RoleProcessor: {Received: 5}}, false, false},
+		{"retried by the API", map[string]*ProcessStats{RoleAPI: {LockWaitTimeouts: 1, Retries: 1}, RoleProcessor: {Received: 5}}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -12,30 +12,30 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/child"
 )
 
-// worker is one running worker process.
-type worker struct {
+// process is one running process.
+type proc struct {
 	role  string
 	child *child.Process
 	url   string // an API's base URL
 }
 
-// lastStats returns the last stats line the worker printed.
-func (w *worker) lastStats() WorkerStats {
+// lastStats returns the last stats line the process printed.
+func (w *proc) lastStats() ProcessStats {
 	out := w.child.Output()
 	for i := len(out) - 1; i >= 0; i-- {
 		if raw, ok := strings.CutPrefix(out[i], "stats "); ok {
-			var s WorkerStats
+			var s ProcessStats
 			if json.Unmarshal([]byte(raw), &s) == nil {
 				return s
 			}
 		}
 	}
-	return WorkerStats{}
+	return ProcessStats{}
 }
 
-// startWorker starts a worker process of role. Each writes its reports of what it settled to a file
+// startProcess starts a process of role. Each writes its reports of what it settled to a file
 // of its own in r.reports, and every second one of its role takes the lease path.
-func (r *run) startWorker(role string) error {
+func (r *run) startProcess(role string) error {
 	r.mu.Lock()
 	r.starts[role]++
 	n := r.starts[role]
@@ -57,12 +57,12 @@ func (r *run) startWorker(role string) error {
 		url = ""
 	}
 	r.mu.Lock()
-	r.workers = append(r.workers, &worker{role: role, child: c, url: url})
+	r.procs = append(r.procs, &proc{role: role, child: c, url: url})
 	if role == RoleAPI {
 		close(r.apiStarted)
 		r.apiStarted = make(chan struct{})
 	}
-	r.report.WorkerStarts++
+	r.report.ProcessStarts++
 	r.mu.Unlock()
 	return nil
 }
@@ -72,7 +72,7 @@ func (r *run) startWorker(role string) error {
 func (r *run) apiURL() (string, <-chan struct{}) {
 	r.mu.Lock()
 	var urls []string
-	for _, w := range r.workers {
+	for _, w := range r.procs {
 		if w.role == RoleAPI {
 			urls = append(urls, w.url)
 		}
@@ -85,18 +85,18 @@ func (r *run) apiURL() (string, <-chan struct{}) {
 	return urls[r.intn(len(urls))], nil
 }
 
-// stopWorkers kills the workers of the given roles (every role when none is given).
-func (r *run) stopWorkers(roles ...string) {
+// stopProcesses kills the processes of the given roles (every role when none is given).
+func (r *run) stopProcesses(roles ...string) {
 	r.mu.Lock()
-	var ws, keep []*worker
-	for _, w := range r.workers {
+	var ws, keep []*proc
+	for _, w := range r.procs {
 		if len(roles) == 0 || slices.Contains(roles, w.role) {
 			ws = append(ws, w)
 		} else {
 			keep = append(keep, w)
 		}
 	}
-	r.workers = keep
+	r.procs = keep
 	r.mu.Unlock()
 	for _, w := range ws {
 		w.child.Kill()
@@ -104,11 +104,11 @@ func (r *run) stopWorkers(roles ...string) {
 	}
 }
 
-func (r *run) retire(w *worker) {
+func (r *run) retire(w *proc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.retired[w.role] == nil {
-		r.retired[w.role] = &WorkerStats{}
+		r.retired[w.role] = &ProcessStats{}
 	}
 	r.retired[w.role].add(w.lastStats())
 }

@@ -14,14 +14,14 @@ import (
 // Tasks in the chaos run: every TaskEvery-th async create of a client is a task (an event with a
 // webhook) of one of the client's own references, which it creates one after the other, so that their
 // creation order is known: seq 0, 1, 2, ... per reference. The receiver is this process (it is never
-// killed); the workers deliver to it while they are killed, the database restarts and the contender
+// killed); the processes deliver to it while they are killed, the database restarts and the contender
 // holds locks. It checks, as each request arrives, that a reference's tasks are attempted in
 // creation order (a task is attempted only once every earlier one is settled, so the seqs a
 // reference's requests carry never go down), and counts the deliveries: each task acknowledged to
-// its client must be delivered, and a repeat of a delivered task (a worker killed between the answer
+// its client must be delivered, and a repeat of a delivered task (a process killed between the answer
 // and its settlement) must carry the same webhook-id.
 
-// taskSecret signs the run's deliveries (the workers get it as WEBHOOK_SECRET).
+// taskSecret signs the run's deliveries (the processes get it as WEBHOOK_SECRET).
 const taskSecret = "whsec_Y2hhb3MtcnVuLXRhc2stc2lnbmluZy1zZWNyZXQtMDEyMzQ1Njc4OQ=="
 
 // taskPayload is what a chaos task carries.

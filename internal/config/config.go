@@ -1,9 +1,22 @@
 // Package config reads a process's configuration from the environment, once, into plain values
 // (strings, numbers, booleans, durations), and validates it: any bad value is an error naming every
-// bad variable. It imports no package of the application and states no default: a variable the
-// environment does not set is left at its zero value, or nil where zero is a meaningful value, and
-// the component it configures applies its own default. internal/wire builds the dependencies from
-// a Config. The README's "Configuration" lists the variables.
+// bad variable. It imports no package of the application and states no default: the component a
+// variable configures applies its own. internal/wire builds the dependencies from a Config. The
+// README's "Configuration" lists the variables.
+//
+// One convention per setting, the same from here down to the component that applies the default
+// (wire passes the values through, it does not translate them):
+//
+//   - A setting whose zero is not a meaningful value (a batch size, an interval, a timeout) is a
+//     plain value: zero (unset) means the component's default.
+//   - A setting whose zero is a meaningful value is a pointer: nil (unset) means the component's
+//     default, and any value, zero included, means itself. These are SWEEP_GRACE (Sweep.Grace,
+//     sweeping.Config.Grace; 0: no grace, default sweeping.DefaultGrace), ASYNC_LINGER
+//     (Local.AsyncLinger, local.Options.AsyncLinger; 0: answer after the send, default
+//     wire.DefaultAsyncLinger), MAPPING_CONCURRENCY (Local.MappingConcurrency,
+//     local.Options.MappingConcurrency; 0: no queue consumer) and DB_MIGRATE (DB.Migrate; false:
+//     no migration). Below the component that applies the default, the value is resolved and zero
+//     means zero (agents.Config.Grace, api.AsyncGroup.Linger).
 package config
 
 import (

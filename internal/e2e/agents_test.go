@@ -35,8 +35,8 @@ func TestLocalSweeperIsAnAgentAndSharesWithAStandaloneOne(t *testing.T) {
 	fast := agents.MemberConfig{PulseInterval: 200 * time.Millisecond, Expiration: 2 * time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := local.Start(ctx, store, client, local.Options{
-		HTTPAddr: "127.0.0.1:0", Queues: q, MappingConcurrency: -1, SweepInterval: 100 * time.Millisecond,
-		Sweep: sweeping.Config{Grace: -1, Logger: testLogger()}, Report: ledger, Agent: agents.Config{Member: fast},
+		HTTPAddr: "127.0.0.1:0", Queues: q, MappingConcurrency: new(0), SweepInterval: 100 * time.Millisecond,
+		Sweep: sweeping.Config{Grace: new(time.Duration(0)), Logger: testLogger()}, Engine: processing.Engine{Report: ledger}, Agent: agents.Config{Member: fast},
 	}, testLogger())
 	require.NoError(t, err)
 	fast.Name, fast.Kind, fast.Logger = "standalone", "standalone", testLogger()

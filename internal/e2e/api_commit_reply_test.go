@@ -14,10 +14,10 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/fault"
-	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -39,7 +39,7 @@ func TestCreateWhoseCommitReplyIsLost(t *testing.T) {
 	t.Parallel()
 	// The API as functions/api wires it (the async create runs in the request, its answer follows
 	// the send) and as the local runner does (answered on commit, an outbox sends the messages).
-	groups := map[string]api.AsyncGroup{"lambda": {Inline: true}, "local": {Linger: local.DefaultAsyncLinger}}
+	groups := map[string]api.AsyncGroup{"lambda": {Inline: true}, "local": {Linger: wire.DefaultAsyncLinger}}
 	for _, allocator := range []string{mysql.DefaultAllocator, mysql.AllocatorLiteral} {
 		for _, path := range []string{"/events", "/events/async"} {
 			for name, group := range groups {
@@ -121,7 +121,7 @@ func createWhoseCommitReplyIsLost(t *testing.T, allocator, path string, group ap
 		// The API took the insert for failed, so no message names it: the sweeper is its only way.
 		require.True(t, queueEmpty(t, client, q.URL), "no message names the event whose create answered 503")
 		ledger := verify.NewLedger()
-		res, err := sweeping.New(check.Sweeping(), sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
+		res, err := sweeping.New(check.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), Logger: testLogger(), Engine: processing.Engine{Report: ledger}}).Sweep(ctx)
 		require.NoError(t, err)
 		// The first event too: the test took its message instead of a processor.
 		require.Equal(t, 2, res.Processed)

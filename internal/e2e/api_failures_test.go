@@ -18,6 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -50,7 +51,7 @@ func TestQueueUnreachableAfterTheAsyncInsertCommits(t *testing.T) {
 		require.Equal(t, exactlyonce.Pending, e.State)
 	}
 	ledger := verify.NewLedger()
-	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
+	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), Logger: testLogger(), Engine: processing.Engine{Report: ledger}}).Sweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, len(ids), res.Processed)
 	requireSettledOnce(t, store, ledger, ids, exactlyonce.BySweeper)
@@ -244,7 +245,7 @@ func apiKilledMidRequest(t *testing.T, linger time.Duration) {
 
 	// The sweeper, with its grace period, settles the events left pending: the answered ones whose
 	// messages the kill lost, and creates committed without an answer.
-	sw := r.sweeper(sweeping.Config{Grace: 2 * time.Second})
+	sw := r.sweeper(sweeping.Config{Grace: new(2 * time.Second)})
 	rows := states()
 	var left []int64
 	for id, e := range rows {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -48,7 +49,7 @@ func TestTheCheckCatchesAnEventSettledTwice(t *testing.T) {
 	// ids[1] is settled again by a worker that reports it: two reports of one event.
 	twice := ids[1]
 	reset(twice)
-	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
+	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), Logger: testLogger(), Engine: processing.Engine{Report: ledger}}).Sweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Processed)
 	// ids[2] is settled again by a worker that does not report: the first worker's report names a

@@ -17,10 +17,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/fault"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -223,19 +225,19 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 		r := newRig(t, rigOptions{visibility: 30, maxReceive: 5})
 		id := r.pending(1)[0]
 		inTx, release := make(chan struct{}), make(chan struct{})
-		r.proc.Works = valueWork(func(int64) string { close(inTx); <-release; return "by-processor" })
+		r.proc.Engine.Works = valueWork(func(int64) string { close(inTx); <-release; return "by-processor" })
 		done := make(chan events.SQSEventResponse)
 		go func() {
 			resp, _ := r.proc.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: queue.Encode(id)}}})
 			done <- resp
 		}()
 		<-inTx
-		res, err := r.sweeper(sweeping.Config{Grace: -1}).Sweep(ctx)
+		res, err := r.sweeper(sweeping.Config{Grace: new(time.Duration(0))}).Sweep(ctx)
 		require.NoError(t, err)
 		require.Zero(t, res.Processed, "the sweeper skips the event the processor holds")
 		close(release)
 		require.Empty(t, (<-done).BatchItemFailures)
-		res, err = r.sweeper(sweeping.Config{Grace: -1}).Sweep(ctx)
+		res, err = r.sweeper(sweeping.Config{Grace: new(time.Duration(0))}).Sweep(ctx)
 		require.NoError(t, err)
 		require.Zero(t, res.Processed)
 		r.settledOnce([]int64{id}, exactlyonce.ByProcessor)
@@ -246,8 +248,8 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 		r := newRig(t, rigOptions{visibility: 30, maxReceive: 5})
 		id := r.pending(1)[0]
 		inTx, release := make(chan struct{}), make(chan struct{})
-		s := r.sweeper(sweeping.Config{Grace: -1,
-			Works: valueWork(func(int64) string { close(inTx); <-release; return "by-sweeper" })})
+		s := r.sweeper(sweeping.Config{Grace: new(time.Duration(0)),
+			Engine: processing.Engine{Works: valueWork(func(int64) string { close(inTx); <-release; return "by-sweeper" })}})
 		done := make(chan error)
 		go func() { _, err := s.Sweep(ctx); done <- err }()
 		<-inTx
@@ -279,8 +281,14 @@ func TestProcessorAndSweeperRaceForTheSameEvent(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_ = r.sweeper(sweeping.Config{Grace: -1, BatchSize: 7, IdleSleep: 10 * time.Millisecond,
-					IdleJitter: 10 * time.Millisecond}).Run(sctx)
+				a, err := r.sweeper(sweeping.Config{Grace: new(time.Duration(0))}).Agent(agents.Config{BatchSize: 7,
+					Member:       agents.MemberConfig{PulseInterval: 50 * time.Millisecond, Expiration: time.Second},
+					PollInterval: 10 * time.Millisecond, PollJitter: 10 * time.Millisecond}, exactlyonce.BySweeper)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = a.Run(sctx)
 			}()
 		}
 		t.Cleanup(func() { cancel(); wg.Wait() })
@@ -378,7 +386,7 @@ func TestDatabaseServerDownDuringProcessing(t *testing.T) {
 			r.rec.ackGate = up.Load
 			inTx, release := make(chan struct{}, 1), make(chan struct{})
 			var hold atomic.Bool
-			r.proc.Works = valueWork(func(id int64) string {
+			r.proc.Engine.Works = valueWork(func(id int64) string {
 				if hold.Load() {
 					select {
 					case inTx <- struct{}{}:
@@ -465,7 +473,7 @@ func TestDatabaseConnectionsCutDuringProcessing(t *testing.T) {
 		r, proxy := proxied(t)
 		ids := r.pending(5)
 		var cut atomic.Bool
-		r.proc.Works = valueWork(func(id int64) string {
+		r.proc.Engine.Works = valueWork(func(id int64) string {
 			if cut.CompareAndSwap(false, true) {
 				proxy.CutAll() // the claim's transaction is open on the connection being cut
 			}
@@ -547,7 +555,7 @@ func TestSlowProcessingExtendsVisibility(t *testing.T) {
 			r := newRig(t, rigOptions{visibility: 2, maxReceive: 10})
 			// Processing takes 5 s, the visibility timeout is 2 s. The sleep is the injected slowness
 			// of the work, not synchronisation.
-			r.proc.Works = valueWork(func(id int64) string { time.Sleep(5 * time.Second); return fixedValue(id) })
+			r.proc.Engine.Works = valueWork(func(id int64) string { time.Sleep(5 * time.Second); return fixedValue(id) })
 			if extend {
 				r.proc.Visibility = &sqsbatch.Visibility{Client: r.client, QueueURL: r.q.URL,
 					Heartbeat: 500 * time.Millisecond, Extension: 2 * time.Second}

@@ -219,13 +219,13 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	require.NoError(t, err)
 	r := &rig{t: t, store: store, db: db, client: client, q: localsqs.Queues(t, client, o.visibility, o.maxReceive),
 		rec: newRecorder(check), ledger: verify.NewLedger(), checkStore: checkStore}
-	r.proc = &processing.Processor{Store: store.Events, TaskStore: store.Tasks, Logger: testLogger(), Report: r.ledger}
+	r.proc = &processing.Processor{Engine: processing.Engine{Store: store.Events, TaskStore: store.Tasks, Logger: testLogger(), Report: r.ledger}}
 	return r
 }
 
 // sweeper returns a sweeper on the rig's store that reports to the rig's ledger.
 func (r *rig) sweeper(cfg sweeping.Config) *sweeping.Sweeper {
-	cfg.Report = r.ledger
+	cfg.Engine.Report = r.ledger
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()
 	}

@@ -19,10 +19,10 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/fault"
-	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -70,7 +70,7 @@ func answeredID(t *testing.T, body []byte) int64 {
 // settles it once; no event gets two messages.
 func TestKeyedCreateWhoseCommitReplyIsLost(t *testing.T) {
 	t.Parallel()
-	groups := map[string]api.AsyncGroup{"lambda": {Inline: true}, "local": {Linger: local.DefaultAsyncLinger}}
+	groups := map[string]api.AsyncGroup{"lambda": {Inline: true}, "local": {Linger: wire.DefaultAsyncLinger}}
 	for _, allocator := range []string{mysql.DefaultAllocator, mysql.AllocatorLiteral} {
 		for _, path := range []string{"/events", "/events/async"} {
 			for name, group := range groups {
@@ -151,7 +151,7 @@ func keyedCreateWhoseCommitReplyIsLost(t *testing.T, allocator, path string, gro
 	if async {
 		require.True(t, queueEmpty(t, client, q.URL), "neither the failed attempt nor the replay sent a message")
 		ledger := verify.NewLedger()
-		res, err := sweeping.New(check.Sweeping(), sweeping.Config{Grace: -1, Logger: testLogger(), Report: ledger}).Sweep(ctx)
+		res, err := sweeping.New(check.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), Logger: testLogger(), Engine: processing.Engine{Report: ledger}}).Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 2, res.Processed)
 		requireSettledOnce(t, check, ledger, []int64{first, orphan.ID}, exactlyonce.BySweeper)

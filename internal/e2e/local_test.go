@@ -17,6 +17,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -46,7 +47,7 @@ func startSystem(t *testing.T, queues queue.Queues, store *wire.Stores, grace ti
 	ledger := verify.NewLedger()
 	sys, err := local.Start(ctx, store, client, local.Options{
 		HTTPAddr: "127.0.0.1:0", Queues: queues, SweepInterval: 100 * time.Millisecond,
-		Sweep: sweeping.Config{Grace: grace, Logger: testLogger()}, Report: ledger,
+		Sweep: sweeping.Config{Grace: &grace, Logger: testLogger()}, Engine: processing.Engine{Report: ledger},
 	}, testLogger())
 	require.NoError(t, err)
 	var once sync.Once
@@ -124,8 +125,8 @@ func TestLocalStopSendsTheMessagesStillHeld(t *testing.T) {
 	// The linger is long, so that only the stop sends the message; the sweeper stays out.
 	ledger := verify.NewLedger()
 	sys, err := local.Start(ctx, store, client, local.Options{
-		HTTPAddr: "127.0.0.1:0", Queues: q, AsyncLinger: time.Hour, SweepInterval: time.Hour,
-		Sweep: sweeping.Config{Grace: time.Hour, Logger: testLogger()}, Report: ledger,
+		HTTPAddr: "127.0.0.1:0", Queues: q, AsyncLinger: new(time.Hour), SweepInterval: time.Hour,
+		Sweep: sweeping.Config{Grace: new(time.Hour), Logger: testLogger()}, Engine: processing.Engine{Report: ledger},
 	}, testLogger())
 	require.NoError(t, err)
 	tg := Target{APIURL: sys.URL}

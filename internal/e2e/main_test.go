@@ -79,9 +79,9 @@ func runChild(role string) int {
 		if mode == "committed" {
 			report = hangBeforeReporting{Reporter: reports, hang: hang}
 		}
-		p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks, Logger: log, Report: report}
+		p := &processing.Processor{Engine: processing.Engine{Store: store.Events, TaskStore: store.Tasks, Logger: log, Report: report}}
 		if mode == "claimed" {
-			p.Works = valueWork(func(id int64) string {
+			p.Engine.Works = valueWork(func(id int64) string {
 				fmt.Printf("claimed %d\n", id)
 				hang()
 				return ""

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/migration"
@@ -78,7 +79,7 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	// The SQS sample names event 2 (pending) and carries one corrupted message.
 	sqsEvent := sample[events.SQSEvent](t, "sqs-batch.json")
 	ledger := verify.NewLedger() // the processor and the sweeper report what they settle
-	presp, err := (&processing.Processor{Store: store.Events, TaskStore: store.Tasks, Report: ledger}).Handle(ctx, sqsEvent)
+	presp, err := (&processing.Processor{Engine: processing.Engine{Store: store.Events, TaskStore: store.Tasks, Report: ledger}}).Handle(ctx, sqsEvent)
 	require.NoError(t, err)
 	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: sqsEvent.Records[1].MessageId}}, presp.BatchItemFailures)
 	e, err := store.Events.Get(ctx, 2)
@@ -87,7 +88,15 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 
 	pendingID, err := store.Events.CreatePending(ctx)
 	require.NoError(t, err)
-	sresp, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Report: ledger}).Handle(ctx, sample[events.CloudWatchEvent](t, "scheduled.json"))
+	// The scheduled rule's default event carries no shard: the invocation is shard 0's agent
+	// (sweeping.ShardInput), claiming until AgentStopBefore ahead of its deadline.
+	sweeper := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), Engine: processing.Engine{Report: ledger},
+		Logger: testLogger(), AgentStopBefore: 200 * time.Millisecond,
+		Agent: agents.Config{Member: agents.MemberConfig{PulseInterval: 50 * time.Millisecond, Expiration: time.Second},
+			PollInterval: 20 * time.Millisecond}})
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	sresp, err := sweeper.HandleAgent(ictx, sample[sweeping.ShardInput](t, "scheduled.json"))
 	require.NoError(t, err)
 	require.Equal(t, 1, sresp.Processed)
 	e, err = store.Events.Get(ctx, pendingID)

@@ -66,10 +66,16 @@ func startCounters(stores *wire.Stores, client *sqs.Client, opt *Options, rec *m
 		return nil
 	}
 	opt.Sweep.Counters = &sweeping.Counters{Publisher: c.Publisher}
-	consumer := &counters.Consumer{Store: stores.Counters, Publisher: c.Publisher, Logger: log, Metrics: rec,
-		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: c.Queues.URL}}
+	consumer := wire.CounterConsumer(stores, c.Publisher, &sqsbatch.Visibility{Client: client, QueueURL: c.Queues.URL}, log)
+	consumer.Metrics = rec
+	// MAPPING_CONCURRENCY=0 turns the events' queue consumer off, not the counter service's: it then
+	// polls with mapping's default concurrency.
+	concurrency := 0
+	if mc := opt.MappingConcurrency; mc != nil {
+		concurrency = *mc
+	}
 	m := mapping.New(client, consumer.Handle, mapping.Config{QueueURL: c.Queues.URL, QueueARN: c.Queues.ARN,
-		BatchSize: opt.MappingBatchSize, Concurrency: max(opt.MappingConcurrency, 0), Timeout: opt.ProcessorTimeout, Logger: log})
+		BatchSize: opt.MappingBatchSize, Concurrency: concurrency, Timeout: opt.ProcessorTimeout, Logger: log})
 	log.Info("local: counter consumer polling", "queue", c.Queues.URL, "dlq", c.Queues.DLQURL,
 		"results", c.ResultsURL, "concurrency", m.Config().Concurrency)
 	return m

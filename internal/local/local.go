@@ -43,20 +43,24 @@ type Options struct {
 	HTTPAddr string
 	// Queues are the queue and DLQ the API sends to and the mapping polls.
 	Queues queue.Queues
-	// MappingConcurrency and MappingBatchSize shape the local event source mapping
-	// (MAPPING_CONCURRENCY, MAPPING_BATCH_SIZE; defaults: mapping.Config's). A negative
-	// MappingConcurrency (MAPPING_CONCURRENCY=0) runs no queue consumer at all: every async event is
-	// left to the agents, for demos and tests of them.
-	MappingConcurrency, MappingBatchSize int
+	// MappingConcurrency is MAPPING_CONCURRENCY, as config reads it: the pollers of the local event
+	// source mapping, nil for mapping.Config's default; 0 runs no queue consumer at all, and every
+	// async event is left to the agents, for demos and tests of them.
+	MappingConcurrency *int
+	// MappingBatchSize is MAPPING_BATCH_SIZE (default: mapping.Config's).
+	MappingBatchSize int
 	// ProcessorTimeout is each processor invocation's deadline (PROCESSOR_TIMEOUT; default:
 	// mapping.Config.Timeout's).
 	ProcessorTimeout time.Duration
 	// SweepInterval is how long the sweeper's agent waits when nothing is due (SWEEP_INTERVAL, or
 	// AGENT_POLL_INTERVAL; default: agents.DefaultPollInterval), plus up to half of it.
 	SweepInterval time.Duration
-	// Sweep configures the sweeper's work (SWEEP_GRACE, as sweeping.Config.Grace has it; Works,
-	// Lease, Backoff, Report); SWEEP_BATCH_SIZE is its batch when AGENT_BATCH_SIZE is unset. Its
-	// Logger defaults to Start's.
+	// Engine is the engine options of the run's processor and sweeper agent (processing.Engine:
+	// Works, Lease, Backoff, Report, Tasks; the stores, By and Workers are each path's).
+	Engine processing.Engine
+	// Sweep configures the sweeper agent (SWEEP_GRACE, as config reads it; WORKER_*);
+	// SWEEP_BATCH_SIZE is its batch when AGENT_BATCH_SIZE is unset. Its Engine is Engine: Start sets
+	// it. Its Logger defaults to Start's.
 	Sweep sweeping.Config
 	// Agent configures the sweeper's membership (AGENT_*, SHARDS_*; defaults: agents'); its name
 	// defaults to "local-<pid>-<host>".
@@ -64,20 +68,17 @@ type Options struct {
 	// VisibilityHeartbeat and VisibilityExtension shape the processor's visibility extension
 	// (VISIBILITY_HEARTBEAT, VISIBILITY_EXTENSION; defaults: sqsbatch.Visibility's).
 	VisibilityHeartbeat, VisibilityExtension time.Duration
-	// AsyncLinger is api.AsyncGroup.Linger (ASYNC_LINGER, default DefaultAsyncLinger): POST
-	// /events/async answers once the event is committed, and a message names the events committed
-	// within about this long. Negative (ASYNC_LINGER=0): answer after the message is sent, as a
-	// Lambda does.
-	AsyncLinger time.Duration
+	// AsyncLinger is ASYNC_LINGER, as config reads it (api.AsyncGroup.Linger; nil:
+	// wire.DefaultAsyncLinger): POST /events/async answers once the event is committed, and a
+	// message names the events committed within about this long. Zero: answer after the message is
+	// sent, as a Lambda does.
+	AsyncLinger *time.Duration
 	// Idempotency configures the Idempotency-Key header (IDEMPOTENCY_TTL, IDEMPOTENCY_WAIT,
 	// IDEMPOTENCY_REQUIRED; defaults: api.Idempotency's). Locally every caller has one scope.
 	Idempotency api.Idempotency
 	// Webhook is the deliveries' address rule the API applies to a task's url at create
 	// (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE: the same settings as Sweep.Tasks's deliverer).
 	Webhook webhook.Policy
-	// Report, when set, hears of every settlement the processor and the sweeper make (the
-	// exactly-once checker's reports, internal/verify); Sweep.Report, when set, is the sweeper's.
-	Report processing.Reporter
 	// Counters, when set, runs the counter service's consumer (counters.go).
 	Counters *Counters
 	// IdleTimeout closes the API's (and console's) and the metrics endpoint's keep-alive
@@ -92,11 +93,6 @@ type Options struct {
 	// the queues. Start owns them from then on.
 	Listener, MetricsListener net.Listener
 }
-
-// DefaultAsyncLinger is Options.AsyncLinger's default. At 16 clients it let a message name about 50
-// events where answering after the send gave about 8, and it made the async path as cheap in CPU per
-// event as POST /events (docs/performance.md, "Target 3").
-const DefaultAsyncLinger = 5 * time.Millisecond
 
 // System is a running local system.
 type System struct {
@@ -129,11 +125,10 @@ func (s *System) Wait() error { return <-s.done }
 // their messages) and their agents leave; then the metrics endpoint closes. Wait returns when they
 // have stopped; the queue endpoint and the database must outlive that.
 func Start(ctx context.Context, stores *wire.Stores, client *sqs.Client, opt Options, log *slog.Logger) (*System, error) {
-	opt.AsyncLinger = max(cmp.Or(opt.AsyncLinger, DefaultAsyncLinger), 0)
+	linger := wire.AsyncLinger(opt.AsyncLinger)
 	opt.Sweep.Logger = cmp.Or(opt.Sweep.Logger, log)
-	if opt.Sweep.Report == nil {
-		opt.Sweep.Report = opt.Report
-	}
+	opt.Engine.Logger = cmp.Or(opt.Engine.Logger, log)
+	opt.Sweep.Engine = opt.Engine
 
 	reg := prom.New()
 	opt.Sweep.Metrics.Recorder = reg.Recorder(metrics.PartSweeper)
@@ -148,7 +143,7 @@ func Start(ctx context.Context, stores *wire.Stores, client *sqs.Client, opt Opt
 	// into one INSERT, and sends messages naming many events (api.AsyncGroup); a Lambda serves one
 	// request at a time, and answers after its message is sent.
 	handler := &api.Server{Stores: stores.API(), Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
-		AsyncGroup: api.AsyncGroup{Linger: opt.AsyncLinger}, Idempotency: opt.Idempotency, Webhook: opt.Webhook,
+		AsyncGroup: api.AsyncGroup{Linger: linger}, Idempotency: opt.Idempotency, Webhook: opt.Webhook,
 		Metrics: reg.Recorder(metrics.PartAPI)}
 	ui, err := localConsole(handler, client, reg, ln.Addr().String(), opt, log)
 	if err != nil {
@@ -159,15 +154,13 @@ func Start(ctx context.Context, stores *wire.Stores, client *sqs.Client, opt Opt
 		return nil, err
 	}
 	server := newServer(withConsole(handler, ui, ln.Addr().String()), opt)
-	pollers := opt.MappingConcurrency
-	if pollers <= 0 {
-		pollers = mapping.DefaultConcurrency
+	consume := opt.MappingConcurrency == nil || *opt.MappingConcurrency > 0
+	pollers := mapping.DefaultConcurrency
+	if consume && opt.MappingConcurrency != nil {
+		pollers = *opt.MappingConcurrency
 	}
-	processor, err := newProcessors(processing.Processor{Store: stores.Events, TaskStore: stores.Tasks, Logger: log, Report: opt.Report, Tasks: opt.Sweep.Tasks,
-		Metrics: reg.Recorder(metrics.PartProcessor),
-		Visibility: &sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL,
-			Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}},
-		pollers, stores, opt, processorName(opt.Agent.Member.Name), log)
+	processor, err := newProcessors(pollers, stores, opt, processorName(opt.Agent.Member.Name), reg.Recorder(metrics.PartProcessor),
+		&sqsbatch.Visibility{Client: client, QueueURL: opt.Queues.URL, Heartbeat: opt.VisibilityHeartbeat, Extension: opt.VisibilityExtension}, log)
 	if err != nil {
 		ln.Close()
 		if mln != nil {
@@ -176,10 +169,10 @@ func Start(ctx context.Context, stores *wire.Stores, client *sqs.Client, opt Opt
 		return nil, err
 	}
 	var m *mapping.Mapping
-	if opt.MappingConcurrency >= 0 {
+	if consume {
 		m = mapping.New(client, processor.Handle, mapping.Config{
 			QueueURL: opt.Queues.URL, QueueARN: opt.Queues.ARN,
-			BatchSize: opt.MappingBatchSize, Concurrency: opt.MappingConcurrency,
+			BatchSize: opt.MappingBatchSize, Concurrency: pollers,
 			Timeout: opt.ProcessorTimeout, Logger: log,
 		})
 	}
@@ -203,7 +196,7 @@ func Start(ctx context.Context, stores *wire.Stores, client *sqs.Client, opt Opt
 		metricsServer = newServer(mux, opt)
 		log.Info("local: metrics served", "url", sys.MetricsURL)
 	}
-	log.Info("local: api listening", "url", sys.URL, "async_linger", opt.AsyncLinger.String())
+	log.Info("local: api listening", "url", sys.URL, "async_linger", linger.String())
 	log.Info("local: console: "+sys.ConsoleURL, "url", sys.ConsoleURL)
 	if m != nil {
 		log.Info("local: processor polling", "queue", opt.Queues.URL, "dlq", opt.Queues.DLQURL,
@@ -376,38 +369,23 @@ func processorName(name string) string {
 	return fmt.Sprintf("processor-%d-%s", os.Getpid(), host)
 }
 
-// sweeperAgent returns the local sweeper: an agent of kind "sweeper" with the sweeper's work,
-// grace and report.
+// sweeperAgent returns the local sweeper: an agent of kind "sweeper" (wire.Agent), named
+// local-<pid>-<host> unless AGENT_NAME names it, with the sweeper's engine, grace, event workers
+// and maintenance (the fold of the count, pruning expired keys, the counter service's sweep); its
+// batch is AGENT_BATCH_SIZE, else SWEEP_BATCH_SIZE, else the agents' default, and its pause
+// AGENT_POLL_INTERVAL, else SWEEP_INTERVAL.
 func sweeperAgent(stores *wire.Stores, opt Options, log *slog.Logger) (*agents.Agent, error) {
-	sc := opt.Sweep
-	grace := sc.Grace // sweeping.Config's spelling: 0 the default, negative none
-	if grace == 0 {
-		grace = sweeping.DefaultGrace
-	} else if grace < 0 {
-		grace = 0
-	}
 	ac := opt.Agent
 	if ac.Member.Name == "" {
 		host, _ := os.Hostname()
 		ac.Member.Name = fmt.Sprintf("local-%d-%s", os.Getpid(), host)
 	}
 	ac.Member.Kind = "sweeper"
-	ac.Member.Logger = cmp.Or(ac.Member.Logger, sc.Logger)
-	ac.BatchSize = cmp.Or(ac.BatchSize, sc.BatchSize)
+	ac.Member.Logger = cmp.Or(ac.Member.Logger, log)
+	ac.BatchSize = cmp.Or(ac.BatchSize, opt.Sweep.BatchSize)
 	ac.PollInterval = cmp.Or(ac.PollInterval, opt.SweepInterval)
 	ac.PollJitter = cmp.Or(ac.PollJitter, ac.PollInterval/2)
-	ac.Grace = grace
-	engine := &processing.Engine{Store: stores.Events, TaskStore: stores.Tasks, By: exactlyonce.BySweeper, Works: sc.Works, Lease: sc.Lease,
-		Backoff: sc.Backoff, Report: sc.Report, Logger: sc.Logger, Tasks: sc.Tasks}
-	if sc.Tasks != nil {
-		// Its tasks are packed into event workers (processing.EventService), adopted if it dies.
-		engine.Workers = &processing.EventService{Store: stores.Agents, MaxReferences: sc.WorkerMaxReferences,
-			Retention: sc.WorkerRetention, Logger: sc.Logger}
-	}
-	// Between its batches the agent does the sweeper's maintenance: the fold of the count, pruning
-	// expired keys, the counter service's sweep.
-	ac.Maintain = sweeping.New(stores.Sweeping(), sc).AgentMaintenance()
-	return agents.New(stores.Agents, engine, ac)
+	return wire.Agent(stores, opt.Sweep, ac, exactlyonce.BySweeper)
 }
 
 // Env returns the Options the configuration asks for (config.Config.Local, the sweeper's and the
@@ -417,7 +395,9 @@ func sweeperAgent(stores *wire.Stores, opt Options, log *slog.Logger) (*agents.A
 func Env(c config.Config) Options {
 	o := Options{
 		HTTPAddr:            c.Local.HTTPAddr,
+		MappingConcurrency:  c.Local.MappingConcurrency,
 		MappingBatchSize:    c.Local.MappingBatchSize,
+		AsyncLinger:         c.Local.AsyncLinger,
 		ProcessorTimeout:    c.Local.ProcessorTimeout,
 		SweepInterval:       c.Local.SweepInterval,
 		Sweep:               wire.Sweeping(c, nil),
@@ -428,18 +408,6 @@ func Env(c config.Config) Options {
 		Agent:       wire.AgentVars(c.Agent),
 		MetricsAddr: c.MetricsAddr,
 		Webhook:     wire.WebhookPolicy(c),
-	}
-	if mc := c.Local.MappingConcurrency; mc != nil {
-		o.MappingConcurrency = *mc
-		if *mc == 0 {
-			o.MappingConcurrency = -1 // no queue consumer
-		}
-	}
-	if l := c.Local.AsyncLinger; l != nil {
-		o.AsyncLinger = *l
-		if *l == 0 {
-			o.AsyncLinger = -1 // answer after the send
-		}
 	}
 	return o
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,15 +32,17 @@ func TestEnvAsyncLinger(t *testing.T) {
 	t.Parallel()
 	o, err := load(t, nil)
 	require.NoError(t, err)
-	require.Zero(t, o.AsyncLinger, "unset: Start applies DefaultAsyncLinger")
+	require.Nil(t, o.AsyncLinger, "unset")
+	require.Equal(t, wire.DefaultAsyncLinger, wire.AsyncLinger(o.AsyncLinger), "unset: Start applies the default")
 
 	o, err = load(t, map[string]string{"ASYNC_LINGER": "20ms"})
 	require.NoError(t, err)
-	require.Equal(t, 20*time.Millisecond, o.AsyncLinger)
+	require.Equal(t, new(20*time.Millisecond), o.AsyncLinger)
 
 	o, err = load(t, map[string]string{"ASYNC_LINGER": "0"})
 	require.NoError(t, err)
-	require.Negative(t, o.AsyncLinger, "0 turns the linger off: answer after the send")
+	require.Equal(t, new(time.Duration(0)), o.AsyncLinger, "0 turns the linger off: answer after the send")
+	require.Zero(t, wire.AsyncLinger(o.AsyncLinger), "passed on as zero, which api.AsyncGroup.Linger reads as none")
 
 	for _, bad := range []string{"-1s", "5", "soon"} {
 		_, err = load(t, map[string]string{"ASYNC_LINGER": bad})
@@ -60,19 +63,19 @@ func TestEnv(t *testing.T) {
 		"VISIBILITY_HEARTBEAT": "1s", "VISIBILITY_EXTENSION": "4s"})
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:0", o.HTTPAddr)
-	require.Equal(t, 8, o.MappingConcurrency)
+	require.Equal(t, new(8), o.MappingConcurrency)
 	require.Equal(t, 5, o.MappingBatchSize)
 	require.Equal(t, 10*time.Second, o.ProcessorTimeout)
 	require.Equal(t, time.Second, o.SweepInterval)
 	require.Equal(t, 50, o.Sweep.BatchSize)
-	require.Negative(t, o.Sweep.Grace, "SWEEP_GRACE=0: no grace, which sweeping.Config spells negative")
+	require.Equal(t, new(time.Duration(0)), o.Sweep.Grace, "SWEEP_GRACE=0: no grace, spelled as config spells it")
 	require.Equal(t, time.Second, o.VisibilityHeartbeat)
 	require.Equal(t, 4*time.Second, o.VisibilityExtension)
 
 	o, err = load(t, map[string]string{"MAPPING_CONCURRENCY": "0", "AGENT_PULSE_INTERVAL": "1s", "AGENT_EXPIRATION": "9s",
 		"SHARDS_TOTAL": "2", "SHARDS_ASSIGNED": "1"})
 	require.NoError(t, err)
-	require.Negative(t, o.MappingConcurrency, "MAPPING_CONCURRENCY=0: no queue consumer")
+	require.Equal(t, new(0), o.MappingConcurrency, "MAPPING_CONCURRENCY=0: no queue consumer")
 	require.Equal(t, time.Second, o.Agent.Member.PulseInterval)
 	require.Equal(t, 9*time.Second, o.Agent.Member.Expiration)
 	require.Equal(t, &agents.Shard{Total: 2, Index: 1}, o.Agent.Member.Static)

@@ -31,8 +31,8 @@ func TestMetricsEndpointAfterKnownWork(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
-		Queues: queues, AsyncLinger: -1, SweepInterval: 100 * time.Millisecond,
-		Sweep: sweeping.Config{Grace: time.Hour, Logger: log}}, log)
+		Queues: queues, AsyncLinger: new(time.Duration(0)), SweepInterval: 100 * time.Millisecond,
+		Sweep: sweeping.Config{Grace: new(time.Hour), Logger: log}}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		cancel()

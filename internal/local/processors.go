@@ -7,8 +7,9 @@ import (
 	"log/slog"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -22,24 +23,24 @@ type processors struct {
 	free chan *processing.Processor
 }
 
-// newProcessors returns n copies of base; with tasks, each with its event workers, its agent named
-// name-<i>.
-func newProcessors(base processing.Processor, n int, stores *wire.Stores, opt Options, name string, log *slog.Logger) (*processors, error) {
+// newProcessors returns n processors (wire.Processor) with the run's engine options, recording in
+// rec, extending their messages' visibility with vis; with tasks, each with its event workers, its
+// agent named name-<i>.
+func newProcessors(n int, stores *wire.Stores, opt Options, name string, rec *metrics.Recorder, vis *sqsbatch.Visibility,
+	log *slog.Logger) (*processors, error) {
 	ps := &processors{free: make(chan *processing.Processor, n)}
 	for i := range n {
-		p := base
-		if p.Tasks != nil {
-			mc := opt.Agent.Member
-			mc.Name = fmt.Sprintf("%s-%d", name, i)
-			mc.Kind, mc.Static, mc.Handover, mc.Logger = "processor", nil, false, log
-			err := agents.WithEventWorkers(&p, stores.Agents, &processing.EventService{Store: stores.Agents,
-				MaxReferences: opt.Sweep.WorkerMaxReferences, Retention: opt.Sweep.WorkerRetention, Logger: log}, mc)
-			if err != nil {
-				return nil, err
-			}
+		mc := opt.Agent.Member
+		mc.Name = fmt.Sprintf("%s-%d", name, i)
+		mc.Static, mc.Handover, mc.Logger = nil, false, log
+		p, err := wire.Processor(stores, opt.Engine, vis, &wire.EventWorkers{Member: mc,
+			MaxReferences: opt.Sweep.WorkerMaxReferences, Retention: opt.Sweep.WorkerRetention})
+		if err != nil {
+			return nil, err
 		}
-		ps.all = append(ps.all, &p)
-		ps.free <- &p
+		p.Metrics = rec
+		ps.all = append(ps.all, p)
+		ps.free <- p
 	}
 	return ps, nil
 }

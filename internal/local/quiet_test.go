@@ -20,7 +20,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
@@ -87,7 +86,7 @@ func TestAnIdleRunIsQuiet(t *testing.T) {
 	const pulse, expiration = 200 * time.Millisecond, time.Second
 	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: events, Counters: counters,
 		Webhook: webhook.Policy{AllowLoopback: true}, // the receiver is on loopback
-		Sweep:   sweeping.Config{Tasks: tasks}, Agent: agents.Config{Member: agents.MemberConfig{Name: "quiet",
+		Engine:  processing.Engine{Tasks: tasks}, Agent: agents.Config{Member: agents.MemberConfig{Name: "quiet",
 			PulseInterval: pulse, Expiration: expiration}}}, log)
 	require.NoError(t, err)
 

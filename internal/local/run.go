@@ -75,7 +75,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return abort(err)
 	}
-	if opt.Sweep.Tasks, err = wire.Tasks(ctx, cfg, log); err != nil { // the processor and the sweeper agent deliver tasks
+	if opt.Engine.Tasks, err = wire.Tasks(ctx, cfg, log); err != nil { // the processor and the sweeper agent deliver tasks
 		return abort(err)
 	}
 	if opt.Queues, err = queue.Ensure(ctx, client, wire.LocalQueue(cfg.Local.QueueName)); err != nil {

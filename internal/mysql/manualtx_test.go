@@ -26,8 +26,8 @@ func TestFreshKeyedGroupIsFourStatements(t *testing.T) {
 	_, dsn := testdb.DB(t, 2)
 	inner, err := mysql.Connector(mysql.ConnConfig{DSN: dsn})
 	require.NoError(t, err)
-	counter := &mysqltest.CountingConnector{Connector: inner}
-	db := mysql.OpenConnector(counter, mysql.ConnConfig{MaxOpenConns: 4})
+	tally := &mysqltest.StatementTally{Connector: inner}
+	db := mysql.OpenConnector(tally, mysql.ConnConfig{MaxOpenConns: 4})
 	t.Cleanup(func() { db.Close() })
 	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
@@ -37,14 +37,14 @@ func TestFreshKeyedGroupIsFourStatements(t *testing.T) {
 	require.NoError(t, err)
 	before, err := mysql.ManualQuestions(ctx, store.DB)
 	require.NoError(t, err)
-	sent := counter.Statements()
+	sent := tally.Statements()
 	res, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{
 		keyed("", "a", false, "x"), keyed("", "b", true, "x"), keyed("", "c", false, "x")})
 	require.NoError(t, err)
 	for _, r := range res {
 		require.True(t, r.Created)
 	}
-	require.EqualValues(t, 4, counter.Statements()-sent, "statements the client sent for a group of fresh keys")
+	require.EqualValues(t, 4, tally.Statements()-sent, "statements the client sent for a group of fresh keys")
 	after, err := mysql.ManualQuestions(ctx, store.DB)
 	require.NoError(t, err)
 	require.EqualValues(t, 4+1, after-before, "statements the server ran on the group's connection, and the SHOW that counts them")

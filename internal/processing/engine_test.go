@@ -71,7 +71,7 @@ func TestProcessorRunsSlowWorkOutsideAnyTransaction(t *testing.T) {
 	ok, bad := mustPending(t, store), mustPending(t, store)
 	work := &slowWork{started: make(chan int64, 2), release: make(chan struct{}), fail: func(id int64) bool { return id == bad }}
 	rep := &reports{t: t}
-	p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks, Works: exactlyonce.Works{exactlyonce.KindPlain: work}, Report: rep}
+	p := &processing.Processor{Engine: processing.Engine{Store: store.Events, TaskStore: store.Tasks, Works: exactlyonce.Works{exactlyonce.KindPlain: work}, Report: rep}}
 
 	done := make(chan events.SQSEventResponse, 1)
 	go func() {

@@ -38,8 +38,7 @@ const (
 	pruneBatch = 1000
 )
 
-// EventService packs the references of the tasks an agent delivers into event workers (the
-// source document's EventService and EventWorker): a task joins the event worker that holds its
+// EventService packs the references of the tasks an agent delivers into event workers: a task joins the event worker that holds its
 // reference, else one with room, else a new one. An event worker holds at most MaxReferences
 // references; once it has them it is willTerminate: it takes no new reference, completes the tasks
 // it holds (and the tasks queued behind them, which the settlements promote into it), and is done.

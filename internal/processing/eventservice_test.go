@@ -178,8 +178,8 @@ func (r *gatedReceiver) holding(keys ...string) bool {
 	return true
 }
 
-// A full event worker takes no new task (document 001: once full it "will no longer accept new
-// events and will complete all existing events until the queue is empty"). WORKER_MAX_REFERENCES=2:
+// A full event worker takes no new task: once full it no longer accepts new events and completes
+// all those it holds until its queue is empty. WORKER_MAX_REFERENCES=2:
 // the heads of references a and b fill the first worker; while they are being delivered, three
 // more tasks of a and b arrive, queued behind them. When the heads settle, the next tasks go to
 // another worker, and the full one is done at once, while a later task of its references is still

@@ -27,7 +27,7 @@ func TestTaskFailuresStayInTheDatabaseNotInTheQueue(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
-	p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks, Tasks: taskEngine(store, exactlyonce.ByProcessor).Tasks}
+	p := &processing.Processor{Engine: processing.Engine{Store: store.Events, TaskStore: store.Tasks, Tasks: taskEngine(store, exactlyonce.ByProcessor).Tasks}}
 	sweeper := taskEngine(store, exactlyonce.BySweeper)
 	get := func(id int64) exactlyonce.Event {
 		t.Helper()

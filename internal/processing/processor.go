@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
@@ -16,18 +15,12 @@ import (
 // Processor is the SQS-triggered processor: it settles the events its messages name, exactly once,
 // and tells the queue which messages failed so that only those are delivered again.
 type Processor struct {
-	Store Store
-	// TaskStore settles the tasks the processor delivers: required with Tasks.
-	TaskStore TaskStore
-	// Works gives each kind its work. Default exactlyonce.DefaultWorks().
-	Works exactlyonce.Works
-	// Lease is how long leased events are held. Default DefaultLease.
-	Lease time.Duration
-	// Backoff says how often failed work is tried again, and after how long.
-	Backoff exactlyonce.Backoff
-	// Report, when set, hears of every settlement (the exactly-once checker's reports).
-	Report Reporter
-	Logger *slog.Logger
+	// Engine is how the processor claims, works and settles, declared once for every path: its
+	// stores (Store; TaskStore, required with Tasks), the works (default
+	// exactlyonce.DefaultWorks()), the lease, the backoff, the report (the exactly-once checker's),
+	// the logger and the task deliveries (Tasks). The processor sets its By (ByProcessor) and its
+	// Workers (the processor's own, below).
+	Engine Engine
 	// Visibility, when set, keeps a batch's messages invisible for as long as the batch is being
 	// processed. Nil: no extension.
 	Visibility *sqsbatch.Visibility
@@ -93,12 +86,7 @@ func (p *Processor) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 	return h.Handle(ctx, ev)
 }
 
-func (p *Processor) logger() *slog.Logger {
-	if p.Logger == nil {
-		return slog.Default()
-	}
-	return p.Logger
-}
+func (p *Processor) logger() *slog.Logger { return p.Engine.logger() }
 
 // work processes every event the batch's messages name, in one claim, and returns the messages
 // that must come back: those naming an event that is not settled.
@@ -107,8 +95,8 @@ func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) 
 	for _, m := range msgs {
 		ids = append(ids, m.Body...)
 	}
-	engine := &Engine{Store: p.Store, TaskStore: p.TaskStore, By: exactlyonce.ByProcessor, Works: p.Works, Lease: p.Lease, Backoff: p.Backoff, Report: p.Report,
-		Logger: p.logger(), Tasks: p.Tasks}
+	engine := p.Engine
+	engine.By, engine.Workers = exactlyonce.ByProcessor, nil
 	if p.Workers != nil && p.Agent != nil {
 		// Alive as an agent for the whole batch: its event workers are its own while it delivers.
 		release, err := p.Agent.Hold(ctx)

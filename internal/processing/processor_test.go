@@ -44,7 +44,7 @@ func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
-	p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks}
+	p := &processing.Processor{Engine: processing.Engine{Store: store.Events, TaskStore: store.Tasks}}
 
 	fresh, err := store.Events.CreatePending(ctx)
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestMessageNamingSeveralEvents(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
-	p := &processing.Processor{Store: store.Events, TaskStore: store.Tasks}
+	p := &processing.Processor{Engine: processing.Engine{Store: store.Events, TaskStore: store.Tasks}}
 	pending := func() int64 {
 		id, err := store.Events.CreatePending(ctx)
 		require.NoError(t, err)
@@ -132,7 +132,7 @@ func TestMessageNamingSeveralEvents(t *testing.T) {
 
 func TestDatabaseFailureFailsEveryDecodableMessage(t *testing.T) {
 	t.Parallel()
-	p := &processing.Processor{Store: wire.NewStores(testdb.UnreachableCore(t)).Events, TaskStore: wire.NewStores(testdb.UnreachableCore(t)).Tasks}
+	p := &processing.Processor{Engine: processing.Engine{Store: wire.NewStores(testdb.UnreachableCore(t)).Events, TaskStore: wire.NewStores(testdb.UnreachableCore(t)).Tasks}}
 	var recs []events.SQSMessage
 	for i := 1; i <= 3; i++ {
 		recs = append(recs, record("m"+strconv.Itoa(i), queue.Encode(int64(i))))

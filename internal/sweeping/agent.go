@@ -4,12 +4,13 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
-	"github.com/exactlyonce/exactlyonce/internal/processing"
 )
 
 // ShardInput is the scheduled sweeper's input: which of the Shards static shards this invocation
@@ -39,15 +40,19 @@ func (s *Sweeper) HandleAgent(ctx context.Context, in ShardInput) (Result, error
 		s.cfg.Logger.Error("sweeper: agent failed", "processed", res.Processed, "err", err)
 		return res, err
 	}
-	s.cfg.Logger.Info("sweeper: agent done", "processed", res.Processed, "retrying", res.Retrying,
-		"failed", res.Failed, "batches", res.Batches, "pulseFailures", res.PulseFailures, "ms", time.Since(start).Milliseconds())
+	// An idle invocation is the common case (every minute on AWS, on every shard): it is said at
+	// debug level, so that the info log holds only the invocations that did something.
+	level := slog.LevelDebug
+	if res.Processed > 0 || res.Retrying > 0 || res.Failed > 0 || res.PulseFailures > 0 {
+		level = slog.LevelInfo
+	}
+	s.cfg.Logger.Log(ctx, level, "sweeper: agent done", "processed", res.Processed, "retrying", res.Retrying,
+		"failed", res.Failed, "batches", res.Batches, "folded", res.Folded, "pulseFailures", res.PulseFailures,
+		"ms", time.Since(start).Milliseconds())
 	return res, nil
 }
 
 func (s *Sweeper) runAgent(ctx context.Context, in ShardInput) (Result, error) {
-	if s.stores.Agents == nil {
-		return Result{}, fmt.Errorf("sweeper: no agent store configured")
-	}
 	shards := cmp.Or(s.cfg.Shards, 1)
 	index := 0
 	if in.Shard != nil {
@@ -66,21 +71,12 @@ func (s *Sweeper) runAgent(ctx context.Context, in ShardInput) (Result, error) {
 			ac.Member.Name += "-" + lc.AwsRequestID
 		}
 	}
-	ac.Member.Logger = cmp.Or(ac.Member.Logger, s.cfg.Logger)
 	ac.BatchSize = cmp.Or(ac.BatchSize, s.cfg.BatchSize)
-	ac.Grace = s.cfg.Grace
-	ac.Maintain = s.maintainBetweenBatches
 	foldedBefore := s.folded.Load()
-	engine := s.engine
-	if ws := s.stores.Workers; ws != nil && s.cfg.Tasks != nil {
-		// The invocation's own EventService: at its deadline its event workers are marked
-		// willTerminate, and the next invocation's agent adopts those that still hold tasks.
-		e := *s.engine
-		e.Workers = &processing.EventService{Store: ws, MaxReferences: s.cfg.WorkerMaxReferences,
-			Retention: s.cfg.WorkerRetention, Logger: s.cfg.Logger}
-		engine = &e
-	}
-	a, err := agents.New(s.stores.Agents, engine, ac)
+	// The invocation's own agent and, when it delivers tasks, its own EventService: at its deadline
+	// its event workers are marked willTerminate, and the next invocation's agent adopts those that
+	// still hold tasks.
+	a, err := s.Agent(ac, exactlyonce.BySweeper)
 	if err != nil {
 		return Result{}, err
 	}

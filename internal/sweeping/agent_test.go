@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
@@ -33,7 +34,7 @@ func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 	}
 	ledger := verify.NewLedger()
 	const expiration = 4 * time.Second
-	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, BatchSize: 20, Report: ledger, Shards: 2,
+	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), BatchSize: 20, Engine: processing.Engine{Report: ledger}, Shards: 2,
 		AgentStopBefore: 300 * time.Millisecond, Logger: quietLogger(),
 		Agent: agents.Config{Member: agents.MemberConfig{PulseInterval: 100 * time.Millisecond, Expiration: expiration},
 			PollInterval: 50 * time.Millisecond}})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
@@ -51,9 +52,9 @@ func TestOneBadEventDoesNotStopTheSweeps(t *testing.T) {
 			}
 			bad := ids[0] // the first row of the table: a claim without order meets it first
 			sweeper := func(bad int64, backoff time.Duration) *sweeping.Sweeper {
-				return sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, BatchSize: 10, Logger: testLogger(t),
-					Works:   exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad, leased: leased}},
-					Backoff: exactlyonce.Backoff{MaxAttempts: 3, Base: backoff, Max: backoff}})
+				return sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), BatchSize: 10, Logger: testLogger(t),
+					Engine: processing.Engine{Works: exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad, leased: leased}},
+						Backoff: exactlyonce.Backoff{MaxAttempts: 3, Base: backoff, Max: backoff}}})
 			}
 			// A backoff is drawn in (0, Base]: a day, so that this sweep's later batches do not meet the
 			// bad event due again, however slowly they run.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/counters"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -102,10 +102,12 @@ func TestSweeperReportsABrokenCount(t *testing.T) {
 	var logs logged
 	var out bytes.Buffer
 	// Every bucket is sampled, so the broken count is found on the first sweep.
-	s := sweeping.New(store.Sweeping(), sweeping.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	s := sweeping.New(store.Sweeping(), scheduled(sweeping.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 		Metrics:  sweeping.Metrics{Out: &out},
-		Counters: &sweeping.Counters{SampleBuckets: counterstore.CounterBuckets, SampleCounts: 100}})
-	_, err = s.Handle(ctx, events.CloudWatchEvent{})
+		Counters: &sweeping.Counters{SampleBuckets: counterstore.CounterBuckets, SampleCounts: 100}}))
+	// The invocation's agent runs the maintenance, the counter service's sweep with it, at its
+	// first pause.
+	_, err = invoke(s, 3*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, []string{"ERROR"}, logs.levels(t, "sweeper: a count differs from its entities"))
 	var found bool

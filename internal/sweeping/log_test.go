@@ -2,14 +2,13 @@ package sweeping_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -49,23 +48,22 @@ func (l *logged) levels(t *testing.T, msg string) []string {
 	return out
 }
 
-// An idle sweeper (the local runner invokes one every few seconds, AWS every minute) says that it
-// swept at debug level only; a sweep that settled something says so at info.
-func TestHandleLogsAnIdleSweepAtDebug(t *testing.T) {
+// An idle invocation of the scheduled sweeper (AWS invokes one every minute on every shard) says
+// that it is done at debug level only; an invocation that settled something says so at info.
+func TestHandleAgentLogsAnIdleInvocationAtDebug(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	out := &logged{}
 	log := slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Logger: log})
-	ctx := context.Background()
+	s := sweeping.New(store.Sweeping(), scheduled(sweeping.Config{Grace: new(time.Duration(0)), Logger: log}))
 
-	_, err := s.Handle(ctx, events.CloudWatchEvent{})
+	_, err := invoke(s, 300*time.Millisecond)
 	require.NoError(t, err)
-	require.Equal(t, []string{"DEBUG"}, out.levels(t, "sweeper: sweep done"), "nothing was due")
+	require.Equal(t, []string{"DEBUG"}, out.levels(t, "sweeper: agent done"), "nothing was due")
 
 	pending(t, store, 2)
-	res, err := s.Handle(ctx, events.CloudWatchEvent{})
+	res, err := invoke(s, 2*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Processed)
-	require.Equal(t, []string{"INFO"}, out.levels(t, "sweeper: sweep done"), "it settled events")
+	require.Equal(t, []string{"INFO"}, out.levels(t, "sweeper: agent done"), "it settled events")
 }

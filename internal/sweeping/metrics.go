@@ -9,7 +9,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 )
 
-// The metrics Handle publishes after every invocation, in namespace Metrics.Namespace with the one
+// The metrics HandleAgent publishes after every invocation, in namespace Metrics.Namespace with the one
 // dimension FunctionName=Metrics.Function. infra/alarms.go alarms on them; docs/deploy.md says why.
 // They are the names of their definitions in internal/metrics's Catalog, where every metric of every
 // part is defined; the line of an invocation holds all of the sweeper's (PendingEvents,
@@ -50,9 +50,9 @@ const (
 	publishMargin  = 500 * time.Millisecond
 )
 
-// Metrics says where Handle publishes each invocation's metrics.
+// Metrics says where HandleAgent publishes each invocation's metrics.
 type Metrics struct {
-	// Out receives one CloudWatch Embedded Metric Format line per invocation of Handle (see
+	// Out receives one CloudWatch Embedded Metric Format line per invocation of HandleAgent (see
 	// internal/metrics). The Lambda sets os.Stdout: its stdout is its log group, where CloudWatch
 	// extracts the metrics. Nil writes no line (the local runner, tests that do not look).
 	Out io.Writer

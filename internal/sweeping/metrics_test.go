@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -77,24 +76,25 @@ func backdate(t *testing.T, store *wire.Stores, by time.Duration) {
 
 // Every invocation publishes one line: what it settled, no error, and the age of the oldest event
 // it left waiting (0 once everything is settled).
-func TestHandlePublishesOneMetricLinePerInvocation(t *testing.T) {
+func TestHandleAgentPublishesOneMetricLinePerInvocation(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	out := &lines{}
-	ctx := context.Background()
 
 	// Events younger than the grace period are left to the queue path: the age is of what is left.
 	pending(t, store, 3)
 	backdate(t, store, 5*time.Minute)
-	waiting := sweeping.New(store.Sweeping(), sweeping.Config{Grace: time.Hour, Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}})
-	_, err := waiting.Handle(ctx, events.CloudWatchEvent{})
+	waiting := sweeping.New(store.Sweeping(), scheduled(sweeping.Config{Grace: new(time.Hour), Logger: quietLogger(),
+		Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}}))
+	_, err := invoke(waiting, 300*time.Millisecond)
 	require.NoError(t, err)
 
-	all := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}})
-	res, err := all.Handle(ctx, events.CloudWatchEvent{})
+	all := sweeping.New(store.Sweeping(), scheduled(sweeping.Config{Grace: new(time.Duration(0)), Logger: quietLogger(),
+		Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}}))
+	res, err := invoke(all, 2*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Processed)
-	_, err = all.Handle(ctx, events.CloudWatchEvent{})
+	_, err = invoke(all, 300*time.Millisecond)
 	require.NoError(t, err)
 
 	got := out.published(t, "ExactlyOnce-SweeperFunction")
@@ -116,13 +116,14 @@ func TestHandlePublishesOneMetricLinePerInvocation(t *testing.T) {
 
 // A sweep that fails still publishes: an error, and no age, since the database that failed the
 // sweep could not say it either (the alarm on the age treats the missing value as breaching).
-func TestHandlePublishesWhenTheSweepFails(t *testing.T) {
+func TestHandleAgentPublishesWhenTheSweepFails(t *testing.T) {
 	t.Parallel()
 	out := &lines{}
-	s := sweeping.New(wire.NewStores(testdb.UnreachableCore(t)).Sweeping(), sweeping.Config{Metrics: sweeping.Metrics{Out: out}})
+	s := sweeping.New(wire.NewStores(testdb.UnreachableCore(t)).Sweeping(), scheduled(sweeping.Config{Logger: quietLogger(),
+		Metrics: sweeping.Metrics{Out: out}}))
 	for range 2 {
-		_, err := s.Handle(context.Background(), events.CloudWatchEvent{})
-		require.Error(t, err)
+		_, err := invoke(s, 300*time.Millisecond)
+		require.Error(t, err, "no pulse succeeded")
 	}
 	got := out.published(t, sweeping.DefaultFunction)
 	require.Len(t, got, 2, "one line per invocation, failed or not")
@@ -136,13 +137,14 @@ func TestHandlePublishesWhenTheSweepFails(t *testing.T) {
 // With less time left than the margin kept for writing the line, the age is not read (a database
 // that hangs could hold the read past the deadline, and Lambda would end the invocation before the
 // line is written): the line is published without it.
-func TestHandlePublishesBeforeTheDeadline(t *testing.T) {
+func TestHandleAgentPublishesBeforeTheDeadline(t *testing.T) {
 	t.Parallel()
 	out := &lines{}
-	s := sweeping.New(wire.NewStores(testdb.UnreachableCore(t)).Sweeping(), sweeping.Config{Metrics: sweeping.Metrics{Out: out}, StopBefore: 5 * time.Second})
+	s := sweeping.New(wire.NewStores(testdb.UnreachableCore(t)).Sweeping(), sweeping.Config{Metrics: sweeping.Metrics{Out: out},
+		AgentStopBefore: 5 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	res, err := s.Handle(ctx, events.CloudWatchEvent{})
+	res, err := s.HandleAgent(ctx, sweeping.ShardInput{})
 	require.NoError(t, err)
 	require.True(t, res.Stopped)
 	got := out.published(t, sweeping.DefaultFunction)
@@ -172,7 +174,7 @@ func TestMetricNamesAreTheOnesTheAlarmWatches(t *testing.T) {
 
 // An event whose work fails is counted as retrying while it waits its backoff, and as failed once
 // it is failed for good: the metric that makes a bad event visible without reading the table.
-func TestHandlePublishesRetryingAndFailedEvents(t *testing.T) {
+func TestHandleAgentPublishesRetryingAndFailedEvents(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx := context.Background()
@@ -185,18 +187,20 @@ func TestHandlePublishesRetryingAndFailedEvents(t *testing.T) {
 		}
 	}
 	out := &lines{}
-	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, Logger: testLogger(t),
-		Works:   exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad}},
-		Backoff: exactlyonce.Backoff{MaxAttempts: 2, Base: time.Millisecond, Max: time.Millisecond},
-		Metrics: sweeping.Metrics{Out: out, Function: "f"}})
-	_, err := s.Handle(ctx, events.CloudWatchEvent{})
+	// A backoff of up to an hour, so that the first invocation, which claims for its whole window,
+	// tries the bad event once; the test then ends its backoff by hand for the second.
+	s := sweeping.New(store.Sweeping(), scheduled(sweeping.Config{Grace: new(time.Duration(0)), Logger: testLogger(t),
+		Engine: processing.Engine{Works: exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad}},
+			Backoff: exactlyonce.Backoff{MaxAttempts: 2, Base: time.Hour, Max: time.Hour}},
+		Metrics: sweeping.Metrics{Out: out, Function: "f"}}))
+	_, err := invoke(s, 2*time.Second)
 	require.NoError(t, err)
-	testutil.Eventually(t, 10*time.Second, "the bad event's backoff is over", func() bool {
-		e, err := store.Events.Get(ctx, bad)
-		require.NoError(t, err)
-		return e.NextAttemptAt != nil && time.Now().After(*e.NextAttemptAt)
-	})
-	_, err = s.Handle(ctx, events.CloudWatchEvent{})
+	e, err := store.Events.Get(ctx, bad)
+	require.NoError(t, err)
+	require.NotNil(t, e.NextAttemptAt, "it waits its backoff")
+	_, err = store.DB.Pool().ExecContext(ctx, "UPDATE events SET next_attempt_at = NOW(6) - INTERVAL 1 SECOND WHERE id = ?", bad)
+	require.NoError(t, err)
+	_, err = invoke(s, 2*time.Second)
 	require.NoError(t, err)
 	got := out.published(t, "f")
 	require.Len(t, got, 2)

@@ -8,13 +8,12 @@ package sweeping
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
@@ -32,30 +31,23 @@ type Config struct {
 	// BatchSize is the number of events claimed and processed per transaction. Default 500
 	// (measured: about 1.5x the drain rate of 100; docs/performance.md).
 	BatchSize int
-	// Grace leaves pending events younger than this to the queue path. Default 10 s. Zero would
-	// race the processor for every fresh event (harmless, but wasted work), so 0 means the default;
-	// use a negative value for "no grace".
-	Grace time.Duration
+	// Grace leaves pending events younger than this to the queue path: nil (SWEEP_GRACE unset) the
+	// default, DefaultGrace, 10 s; zero no grace, every pending event is due (the convention of
+	// internal/config, passed through unchanged). No grace races the processor for every fresh
+	// event (harmless, but wasted work).
+	Grace *time.Duration
 	// StopBefore is how long before the context's deadline a sweep stops starting batches. Default 2 s.
 	StopBefore time.Duration
-	// IdleSleep and IdleJitter set the standalone loop's pause when nothing is due: IdleSleep plus a
-	// random duration up to IdleJitter. Defaults 1 s and 0.5 s.
-	IdleSleep, IdleJitter time.Duration
-	Logger                *slog.Logger
-	// Metrics says where Handle publishes each invocation's metrics (metrics.go). Default none.
+	Logger     *slog.Logger
+	// Metrics says where HandleAgent publishes each invocation's metrics (metrics.go). Default none.
 	Metrics Metrics
-	// Works gives each kind its work. Default exactlyonce.DefaultWorks().
-	Works exactlyonce.Works
-	// Lease is how long leased events are held. Default processing.DefaultLease.
-	Lease time.Duration
-	// Backoff says how often failed work is tried again, and after how long.
-	Backoff exactlyonce.Backoff
-	// Report, when set, hears of every settlement (the exactly-once checker's reports).
-	Report processing.Reporter
-	// Tasks, when set, makes the sweeper deliver tasks (processing.Engine.Tasks).
-	Tasks *processing.Tasks
-	// WorkerMaxReferences and WorkerRetention configure the EventService of each agent the sweeper
-	// runs (WORKER_MAX_REFERENCES, WORKER_RETENTION; zero: processing's defaults).
+	// Engine is the engine options of the sweeper's agents, declared once in processing.Engine:
+	// Works, Lease, Backoff, Report (the exactly-once checker's), Tasks (when set, the sweeper's
+	// agents deliver tasks) and Logger (default: Logger). Its Store, TaskStore, By and Workers are
+	// the sweeper's to set (New, Agent).
+	Engine processing.Engine
+	// WorkerMaxReferences and WorkerRetention configure the EventService of each agent that
+	// delivers tasks (WORKER_MAX_REFERENCES, WORKER_RETENTION; zero: processing's defaults).
 	WorkerMaxReferences int
 	WorkerRetention     time.Duration
 	// FoldBatch is the most settled events one fold transaction moves into the count (fold.go).
@@ -89,11 +81,11 @@ type Config struct {
 const DefaultFoldBatch = 5000
 
 // Stores are what a sweeper reads and writes, each the interface of what it uses of it. Events is
-// required (the sweep's claims and settlements), Tasks too when Config.Tasks delivers tasks, and
-// Agents for HandleAgent. Each of the others is a step of the maintenance that a nil store leaves
+// required (the sweep's claims and settlements), Tasks too when Config.Engine.Tasks delivers tasks,
+// and Agents for its agents (Agent, HandleAgent). Each of the others is a step of the maintenance that a nil store leaves
 // out: the fold (Folder), the pack (Packer), the pruning of idempotency keys (Keys), the counter
 // service's sweep (Counters, with Config.Counters), the waiting events' gauges (Waiting), and the
-// event workers of the tasks an agent delivers (Workers, with Config.Tasks).
+// event workers of the tasks an agent delivers (Workers, with Config.Engine.Tasks).
 type Stores struct {
 	Events   processing.Store
 	Tasks    processing.TaskStore
@@ -111,6 +103,7 @@ type Sweeper struct {
 	engine *processing.Engine
 	stores Stores
 	cfg    Config
+	grace  time.Duration // Config.Grace, its default applied
 
 	rec          *metrics.Recorder // Metrics.Recorder, or the sweeper's own for Metrics.Out
 	folded       atomic.Int64      // events Maintain folded, for HandleAgent's result
@@ -121,17 +114,14 @@ type Sweeper struct {
 // New returns a Sweeper on stores.
 func New(stores Stores, cfg Config) *Sweeper {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
-	if cfg.Grace == 0 {
-		cfg.Grace = DefaultGrace
-	} else if cfg.Grace < 0 {
-		cfg.Grace = 0
+	grace := DefaultGrace
+	if cfg.Grace != nil {
+		grace = *cfg.Grace
 	}
 	cfg.StopBefore = cmp.Or(cfg.StopBefore, 2*time.Second)
 	cfg.FoldBatch = cmp.Or(cfg.FoldBatch, DefaultFoldBatch)
 	cfg.PackBudget = cmp.Or(cfg.PackBudget, 2*time.Second)
 	cfg.MaintainEvery = cmp.Or(cfg.MaintainEvery, 30*time.Second)
-	cfg.IdleSleep = cmp.Or(cfg.IdleSleep, time.Second)
-	cfg.IdleJitter = cmp.Or(cfg.IdleJitter, 500*time.Millisecond)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -139,9 +129,10 @@ func New(stores Stores, cfg Config) *Sweeper {
 	if rec == nil && cfg.Metrics.Out != nil {
 		rec = metrics.NewRecorder(metrics.PartSweeper, true, nil)
 	}
-	return &Sweeper{cfg: cfg, rec: rec, stores: stores, engine: &processing.Engine{Store: stores.Events, TaskStore: stores.Tasks,
-		By: exactlyonce.BySweeper, Works: cfg.Works,
-		Lease: cfg.Lease, Backoff: cfg.Backoff, Report: cfg.Report, Logger: cfg.Logger, Tasks: cfg.Tasks}}
+	engine := cfg.Engine
+	engine.Store, engine.TaskStore, engine.By, engine.Workers = stores.Events, stores.Tasks, exactlyonce.BySweeper, nil
+	engine.Logger = cmp.Or(engine.Logger, cfg.Logger)
+	return &Sweeper{cfg: cfg, grace: grace, rec: rec, stores: stores, engine: &engine}
 }
 
 // recorder returns the Recorder ctx carries, else the sweeper's.
@@ -215,10 +206,29 @@ func (s *Sweeper) maintainBetweenBatches(ctx context.Context) {
 	}
 }
 
-// AgentMaintenance returns the hook that gives an agent the sweeper's maintenance between its
-// batches (agents.Config.Maintain), for agents that run outside HandleAgent (the local runner's,
-// cmd/agent's).
-func (s *Sweeper) AgentMaintenance() func(context.Context) { return s.maintainBetweenBatches }
+// Agent returns an agent that processes due events under path by (exactlyonce.BySweeper for the
+// sweepers, ByAgent for the standalone agent) with the sweeper's engine and grace, does the
+// sweeper's maintenance between its batches, and, when it delivers tasks, packs them into event
+// workers of its own (an EventService of WorkerMaxReferences and WorkerRetention), adopted by the others if it
+// dies. It is the one assembly of every agent that processes due events: the scheduled sweeper's
+// (HandleAgent), the local runner's, the standalone agent's, the chaos run's and the benchmark's
+// (through internal/wire). ac's Grace and Maintain are the sweeper's; its logger defaults to the
+// sweeper's.
+func (s *Sweeper) Agent(ac agents.Config, by string) (*agents.Agent, error) {
+	ac.Grace = s.grace
+	ac.Maintain = s.maintainBetweenBatches
+	ac.Member.Logger = cmp.Or(ac.Member.Logger, s.cfg.Logger)
+	engine := *s.engine
+	engine.By = by
+	if s.stores.Workers != nil && engine.Tasks != nil {
+		engine.Workers = &processing.EventService{Store: s.stores.Workers, MaxReferences: s.cfg.WorkerMaxReferences,
+			Retention: s.cfg.WorkerRetention, Logger: s.cfg.Logger}
+	}
+	if s.stores.Agents == nil {
+		return nil, fmt.Errorf("sweeper: no agent store configured")
+	}
+	return agents.New(s.stores.Agents, &engine, ac)
+}
 
 func (s *Sweeper) sweepDue(ctx context.Context) (Result, error) {
 	var res Result
@@ -227,7 +237,7 @@ func (s *Sweeper) sweepDue(ctx context.Context) (Result, error) {
 			res.Stopped = true
 			return res, nil
 		}
-		b, err := s.engine.ProcessDue(ctx, s.cfg.Grace, s.cfg.BatchSize)
+		b, err := s.engine.ProcessDue(ctx, s.grace, s.cfg.BatchSize)
 		if err != nil {
 			return res, err
 		}
@@ -237,52 +247,6 @@ func (s *Sweeper) sweepDue(ctx context.Context) (Result, error) {
 		res.Failed += b.GaveUp
 		if b.Claimed < s.cfg.BatchSize {
 			return res, nil
-		}
-	}
-}
-
-// Handle is the Lambda handler for the scheduled EventBridge rule.
-func (s *Sweeper) Handle(ctx context.Context, _ events.CloudWatchEvent) (Result, error) {
-	ctx = metrics.With(ctx, s.recorder(ctx))
-	start := time.Now()
-	res, err := s.Sweep(ctx)
-	s.publish(ctx, res, err)
-	if err != nil {
-		s.cfg.Logger.Error("sweeper: sweep failed", "processed", res.Processed, "err", err)
-		return res, err
-	}
-	// An idle sweep is the common case (every minute in AWS, every few seconds locally): it is said
-	// at debug level, so that the info log holds only sweeps that did something.
-	level := slog.LevelDebug
-	if res.Processed > 0 || res.Retrying > 0 || res.Failed > 0 || res.Stopped {
-		level = slog.LevelInfo
-	}
-	s.cfg.Logger.Log(ctx, level, "sweeper: sweep done", "processed", res.Processed, "retrying", res.Retrying,
-		"failed", res.Failed, "batches", res.Batches, "folded", res.Folded, "stoppedForDeadline", res.Stopped,
-		"ms", time.Since(start).Milliseconds())
-	return res, nil
-}
-
-// Run is the standalone worker loop: sweep, and when nothing was due sleep IdleSleep plus jitter (so
-// that many workers do not poll in step). It returns when ctx is cancelled. Errors are logged and
-// retried after the same pause: a database restart must not stop the worker.
-func (s *Sweeper) Run(ctx context.Context) error {
-	for {
-		res, err := s.Sweep(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			s.cfg.Logger.Warn("sweeper: sweep failed; retrying", "err", err)
-		} else if res.Processed > 0 {
-			s.cfg.Logger.Info("sweeper: processed", "events", res.Processed, "batches", res.Batches)
-			continue // there may be more
-		}
-		pause := s.cfg.IdleSleep + time.Duration(rand.Int64N(int64(s.cfg.IdleJitter)+1))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(pause):
 		}
 	}
 }

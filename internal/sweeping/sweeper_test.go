@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -34,8 +33,8 @@ func TestSweepDrainsInBatchesAndStopsOnAShortBatch(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	pending(t, store, 25)
-	s := sweeping.New(store.Sweeping(), sweeping.Config{BatchSize: 10, Grace: -1})
-	res, err := s.Handle(context.Background(), events.CloudWatchEvent{})
+	s := sweeping.New(store.Sweeping(), sweeping.Config{BatchSize: 10, Grace: new(time.Duration(0))})
+	res, err := s.Sweep(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, sweeping.Result{Processed: 25, Batches: 3, Folded: 25}, res,
 		"every event it settled was then folded into the count")
@@ -54,7 +53,7 @@ func TestSweepRespectsTheGracePeriod(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	pending(t, store, 3)
-	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: time.Hour}).Sweep(context.Background())
+	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Hour)}).Sweep(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, res.Processed)
 	require.Equal(t, 3, countPending(t, store))
@@ -67,7 +66,7 @@ func TestSweepStopsBeforeTheDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	// Less than StopBefore remains: the sweep must not start a batch.
-	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, StopBefore: 5 * time.Second}).Sweep(ctx)
+	res, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), StopBefore: 5 * time.Second}).Sweep(ctx)
 	require.NoError(t, err)
 	require.True(t, res.Stopped)
 	require.Zero(t, res.Batches)
@@ -75,17 +74,21 @@ func TestSweepStopsBeforeTheDeadline(t *testing.T) {
 	require.Equal(t, 5, countPending(t, store))
 }
 
-func TestRunKeepsSweepingUntilCancelled(t *testing.T) {
+// A long-running sweeper agent (the local runner's, the standalone agent's: Sweeper.Agent) keeps
+// processing until it is cancelled, and then leaves.
+func TestAnAgentKeepsSweepingUntilCancelled(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: -1, IdleSleep: 10 * time.Millisecond, IdleJitter: 5 * time.Millisecond})
-	go func() { done <- s.Run(ctx) }()
+	a, err := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), Logger: quietLogger()}).
+		Agent(fastAgent, exactlyonce.BySweeper)
+	require.NoError(t, err)
+	go func() { done <- a.Run(ctx) }()
 	// Events that arrive while the loop idles are picked up on a later pass.
 	for range 3 {
 		pending(t, store, 4)
-		testutil.Eventually(t, 10*time.Second, "the worker loop processed the new events", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the agent's loop processed the new events", func() bool {
 			return countPending(t, store) == 0
 		})
 	}
@@ -96,4 +99,7 @@ func TestRunKeepsSweepingUntilCancelled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
+	as, err := store.Agents.Agents(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, as, "it left")
 }

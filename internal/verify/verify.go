@@ -194,7 +194,7 @@ type Result struct {
 	Events  int // rows in the table
 	Settled int // of them settled
 	// By path, of the settled events.
-	ByAPI, ByProcessor, BySweeper int
+	ByAPI, ByProcessor, BySweeper, ByAgent int
 	// Reported are the settled events with exactly one worker's report of their settlement.
 	Reported int
 	// Unreported are the settled events whose claim was reported starting but whose settlement was
@@ -250,6 +250,8 @@ func Check(events []Audit, l *Ledger) Result {
 			res.ByProcessor++
 		case exactlyonce.BySweeper:
 			res.BySweeper++
+		case exactlyonce.ByAgent:
+			res.ByAgent++
 		default:
 			res.violate("event %d was settled by %q, which is no path", e.ID, e.By)
 		}
@@ -285,6 +287,6 @@ func Check(events []Audit, l *Ledger) Result {
 
 // String summarises the result in one line.
 func (r Result) String() string {
-	return fmt.Sprintf("%d events: %d settled (api %d, processor %d, sweeper %d; %d reported once, %d by workers that died before reporting), %d open, %d violations",
-		r.Events, r.Settled, r.ByAPI, r.ByProcessor, r.BySweeper, r.Reported, r.Unreported, len(r.Open), len(r.Violations))
+	return fmt.Sprintf("%d events: %d settled (api %d, processor %d, sweeper %d, agent %d; %d reported once, %d by processes that died before reporting), %d open, %d violations",
+		r.Events, r.Settled, r.ByAPI, r.ByProcessor, r.BySweeper, r.ByAgent, r.Reported, r.Unreported, len(r.Open), len(r.Violations))
 }

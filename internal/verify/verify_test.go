@@ -75,11 +75,14 @@ func TestCheckerPassesWhenEveryEventIsReportedOnce(t *testing.T) {
 	l := verify.NewLedger()
 	l.Claiming("a")
 	l.Settled("a", []int64{1, 2})
+	l.Claiming("b")
+	l.Settled("b", []int64{4})
 	res := verify.Check([]verify.Audit{settled(1, exactlyonce.ByProcessor, "a"), settled(2, exactlyonce.ByProcessor, "a"),
-		settled(3, exactlyonce.ByAPI, "")}, l)
+		settled(3, exactlyonce.ByAPI, ""), settled(4, exactlyonce.ByAgent, "b")}, l)
 	require.True(t, res.OK(), res.Violations)
-	require.Equal(t, 2, res.Reported)
+	require.Equal(t, 3, res.Reported)
 	require.Equal(t, 1, res.ByAPI)
+	require.Equal(t, 1, res.ByAgent, "the standalone agent's path is a path")
 }
 
 // Reports written by a worker process reach the ledger, and a line cut short by a kill is not a

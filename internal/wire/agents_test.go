@@ -2,12 +2,15 @@ package wire_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -17,12 +20,12 @@ import (
 // agree on the static total and each runs its own range; one shard alone gives one agent.
 func TestSeveralAssignedShardsRunOneAgentEach(t *testing.T) {
 	t.Parallel()
-	two := wire.Agents(load(t, map[string]string{"AGENT_NAME": "p", "SHARDS_TOTAL": "3", "SHARDS_ASSIGNED": "0,2"}), "standalone", nil)
+	two := wire.AgentConfigs(load(t, map[string]string{"AGENT_NAME": "p", "SHARDS_TOTAL": "3", "SHARDS_ASSIGNED": "0,2"}), "standalone", nil)
 	require.Len(t, two, 2)
-	one := wire.Agents(load(t, map[string]string{"AGENT_NAME": "q", "SHARDS_TOTAL": "3", "SHARDS_ASSIGNED": "1"}), "standalone", nil)
+	one := wire.AgentConfigs(load(t, map[string]string{"AGENT_NAME": "q", "SHARDS_TOTAL": "3", "SHARDS_ASSIGNED": "1"}), "standalone", nil)
 	require.Len(t, one, 1)
 	require.Equal(t, "q", one[0].Member.Name, "one shard: the name as given")
-	require.Len(t, wire.Agents(load(t, nil), "standalone", nil), 1, "dynamic sharding: one agent")
+	require.Len(t, wire.AgentConfigs(load(t, nil), "standalone", nil), 1, "dynamic sharding: one agent")
 
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	var members []*agents.Member
@@ -47,5 +50,39 @@ func TestSeveralAssignedShardsRunOneAgentEach(t *testing.T) {
 		require.True(t, ok)
 		wantRange, _ := exactlyonce.ShardRange(want.shard, 3)
 		require.Equal(t, wantRange, r, "%s holds shard %d of 3", want.name, want.shard)
+	}
+}
+
+// The standalone agent (cmd/agent, built by StandaloneAgents) records the path that really
+// processed its events: "agent", which the console's rates and verify count, never "sweeper".
+func TestTheStandaloneAgentRecordsItsOwnPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
+	ids, err := store.Events.CreatePendingBatch(ctx, 5)
+	require.NoError(t, err)
+	c := load(t, map[string]string{"SWEEP_GRACE": "0", "AGENT_PULSE_INTERVAL": "100ms", "AGENT_EXPIRATION": "1s",
+		"AGENT_POLL_INTERVAL": "20ms"})
+	as, err := wire.StandaloneAgents(ctx, c, store, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.Len(t, as, 1)
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = as[0].Run(actx) }()
+	t.Cleanup(func() { stop(); <-done })
+	testutil.Eventually(t, 30*time.Second, "the agent processed every event", func() bool {
+		for _, id := range ids {
+			e, err := store.Events.Get(ctx, id)
+			require.NoError(t, err)
+			if e.State != exactlyonce.Processed {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		e, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, exactlyonce.ByAgent, e.ProcessedBy, "event %d", id)
 	}
 }

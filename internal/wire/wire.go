@@ -1,7 +1,10 @@
-// Package wire builds the dependencies every entrypoint needs from a config.Config: the logger, the
-// store, the SQS client, and the settings of the sweeper and of the processor's visibility
-// extension, and the queue of local runs. It states no default of its own beyond what an unset
-// variable means here (DB_MIGRATE, QUEUE_NAME); every other default is the configured component's.
+// Package wire builds every process from a config.Config, once: the logger, the stores, the SQS
+// client, the settings of each component, and each process's assembly (assembly.go: the API, the
+// processor, the sweeper and standalone agents, the counter consumer), which the functions, the
+// commands, the local runner, the chaos run and the benchmark use. It passes every setting as
+// internal/config reads it (config's package doc states the one convention), and states no default
+// of its own beyond what an unset variable means here (DB_MIGRATE, QUEUE_NAME, ASYNC_LINGER for a
+// long-running API); every other default is the configured component's.
 package wire
 
 import (
@@ -16,14 +19,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/secrets"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
-	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 )
 
@@ -106,73 +107,6 @@ func SQS(log *slog.Logger) (*sqs.Client, error) {
 	return queue.NewClient(awsCfg, log), nil
 }
 
-// Sweeping returns the configured sweeping.Config, logging to log (nil: sweeping's default).
-func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
-	sc := sweeping.Config{BatchSize: c.Sweep.BatchSize, Logger: log, Shards: c.Sweep.Shards, Agent: AgentVars(c.Agent),
-		WorkerMaxReferences: c.Webhook.WorkerMaxReferences, WorkerRetention: c.Webhook.WorkerRetention}
-	if g := c.Sweep.Grace; g != nil {
-		// sweeping.Config.Grace takes zero for its default and a negative value for no grace.
-		sc.Grace = *g
-		if *g == 0 {
-			sc.Grace = -1
-		}
-	}
-	return sc
-}
-
-// Agent returns the configured agents.Config for an agent of kind, logging to log: AGENT_* and
-// SHARDS_* for its membership and loop (AgentVars), a name made of kind, process id and host when
-// AGENT_NAME is unset, and SWEEP_GRACE for the pending events it leaves to the queue path (unset:
-// the sweeper's default grace). With several shards in SHARDS_ASSIGNED it is the first one's: Agents
-// gives one per shard.
-func Agent(c config.Config, kind string, log *slog.Logger) agents.Config {
-	return Agents(c, kind, log)[0]
-}
-
-// Agents returns the agents a process runs: one per shard SHARDS_ASSIGNED lists, as a Hibernate
-// Search node runs one event processor per assigned shard, each its own member of the agents table
-// (named with its shard when there are several); or the one dynamic agent. Each is configured as
-// Agent says.
-func Agents(c config.Config, kind string, log *slog.Logger) []agents.Config {
-	base := AgentVars(c.Agent)
-	if base.Member.Name == "" {
-		host, _ := os.Hostname()
-		base.Member.Name = fmt.Sprintf("%s-%d-%s", kind, os.Getpid(), host)
-	}
-	base.Member.Kind, base.Member.Logger = kind, log
-	base.Grace = sweeping.DefaultGrace
-	if g := c.Sweep.Grace; g != nil {
-		base.Grace = *g
-	}
-	assigned := c.Agent.ShardsAssigned
-	if len(assigned) <= 1 {
-		return []agents.Config{base}
-	}
-	out := make([]agents.Config, len(assigned))
-	for i, shard := range assigned {
-		ac := base
-		ac.Member.Static = &agents.Shard{Total: *c.Agent.ShardsTotal, Index: shard}
-		ac.Member.Name = fmt.Sprintf("%s-shard%d", base.Member.Name, shard)
-		out[i] = ac
-	}
-	return out
-}
-
-// AgentVars returns the agents.Config that AGENT_* and SHARDS_* set, and nothing else: zero where
-// they are unset, for agents' defaults. With several shards in SHARDS_ASSIGNED, the first one's.
-func AgentVars(a config.Agent) agents.Config {
-	ac := agents.Config{
-		Member:       agents.MemberConfig{Name: a.Name, PulseInterval: a.PulseInterval, Expiration: a.Expiration},
-		BatchSize:    a.BatchSize,
-		PollInterval: a.PollInterval,
-		PollJitter:   a.PollInterval / 2,
-	}
-	if a.ShardsTotal != nil && len(a.ShardsAssigned) > 0 {
-		ac.Member.Static = &agents.Shard{Total: *a.ShardsTotal, Index: a.ShardsAssigned[0]}
-	}
-	return ac
-}
-
 // Visibility returns the processor's visibility extension on client, for QUEUE_URL (empty: each
 // record's eventSourceARN names the queue), with the configured heartbeat and extension.
 func Visibility(c config.Config, client *sqs.Client) *sqsbatch.Visibility {
@@ -233,32 +167,4 @@ func Tasks(ctx context.Context, c config.Config, log *slog.Logger) (*processing.
 // the deliverers Tasks builds dial, and what the API accepts in a task's url (api.Server.Webhook).
 func WebhookPolicy(c config.Config) webhook.Policy {
 	return webhook.Policy{AllowLoopback: c.Webhook.AllowLoopback, AllowPrivate: c.Webhook.AllowPrivate}
-}
-
-// EventService returns an agent's EventService (WORKER_MAX_REFERENCES, WORKER_RETENTION): each
-// agent gets its own, and agents.New ties it to the agent's id.
-func EventService(store processing.WorkerStore, c config.Config, log *slog.Logger) *processing.EventService {
-	return &processing.EventService{Store: store, MaxReferences: c.Webhook.WorkerMaxReferences,
-		Retention: c.Webhook.WorkerRetention, Logger: log}
-}
-
-// ProcessorWorkers gives processor p (and returns it), when it delivers tasks, an EventService of
-// its own and its registration as an agent without a range (kind "processor"; AGENT_NAME,
-// AGENT_PULSE_INTERVAL and AGENT_EXPIRATION apply): the tasks it delivers join event workers as
-// the agents' do. Its name is the Lambda container's log stream when there is one, else
-// processor-<pid>-<host>.
-func ProcessorWorkers(p *processing.Processor, stores *Stores, c config.Config, log *slog.Logger) (*processing.Processor, error) {
-	if p.Tasks == nil {
-		return p, nil
-	}
-	mc := AgentVars(c.Agent).Member
-	mc.Kind, mc.Logger = "processor", log
-	if mc.Name == "" {
-		mc.Name = os.Getenv("AWS_LAMBDA_LOG_STREAM_NAME")
-	}
-	if mc.Name == "" {
-		host, _ := os.Hostname()
-		mc.Name = fmt.Sprintf("processor-%d-%s", os.Getpid(), host)
-	}
-	return p, agents.WithEventWorkers(p, stores.Agents, EventService(stores.Agents, c, log), mc)
 }

@@ -18,11 +18,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
-	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -51,8 +48,12 @@ func runAgent(role string) int {
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log},
-		wire.Agent(cfg, "standalone", log))
+	as, err := wire.StandaloneAgents(context.Background(), cfg, store, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	a := as[0]
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

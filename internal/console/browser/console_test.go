@@ -82,7 +82,7 @@ func startSystem(t *testing.T) *system {
 	tasks := &processing.Tasks{Deliverer: webhook.New(webhook.Config{Key: []byte("console-browser-test-signing-key-0123456789"),
 		AllowLoopback: true, Timeout: 5 * time.Second}), RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
 	sys, err := local.Start(ctx, store, s.client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: s.events, Counters: counters,
-		SweepInterval: 100 * time.Millisecond, Sweep: sweeping.Config{Tasks: tasks, Logger: log}, Webhook: webhook.Policy{AllowLoopback: true},
+		SweepInterval: 100 * time.Millisecond, Engine: processing.Engine{Tasks: tasks}, Sweep: sweeping.Config{Logger: log}, Webhook: webhook.Policy{AllowLoopback: true},
 		Agent: agents.Config{Member: agents.MemberConfig{Name: "local-sweeper", PulseInterval: 200 * time.Millisecond,
 			Expiration: time.Second}, PollInterval: 100 * time.Millisecond}}, log)
 	require.NoError(t, err)

@@ -6,8 +6,8 @@
 -- waits for an event worker's.
 --
 -- A full worker (will_terminate, set once it holds max_reference_count references, or when its
--- agent leaves) takes no new task, as the source document's EventWorker "will no longer accept new
--- events": GrowWorker refuses to grow one, and a settlement promotes the next task of a reference
+-- agent leaves) takes no new task: once full it no longer accepts new events and completes those it
+-- holds. GrowWorker refuses to grow one, and a settlement promotes the next task of a reference
 -- into its head's worker only if that worker has room, decided on the worker's row under its lock
 -- (SettleWorkers, then WorkersWithRoom). So a full worker's tasks only settle, and it is done once
 -- they have. Every

@@ -7,39 +7,39 @@ import (
 	"sync/atomic"
 )
 
-// CountingConnector counts the statements its connections send, each a round trip
+// StatementTally counts the statements its connections send, each a round trip
 // (interpolateParams: nothing is prepared): a query, an exec, a ping, a transaction's begin (one
 // statement, START TRANSACTION, or two when it names an isolation level) and its end. For
 // measurements (the agents bench's idle statements) and the tests that count a path's round trips.
-type CountingConnector struct {
+type StatementTally struct {
 	driver.Connector
 	statements atomic.Int64
 }
 
-func (c *CountingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+func (c *StatementTally) Connect(ctx context.Context) (driver.Conn, error) {
 	conn, err := c.Connector.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: conn, n: &c.statements}, nil
+	return &tallyConn{Conn: conn, n: &c.statements}, nil
 }
 
-type countingConn struct {
+type tallyConn struct {
 	driver.Conn
 	n *atomic.Int64
 }
 
-func (c *countingConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+func (c *tallyConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
 	c.n.Add(1)
 	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
 }
 
-func (c *countingConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+func (c *tallyConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
 	c.n.Add(1)
 	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
 }
 
-func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+func (c *tallyConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	c.n.Add(1) // START TRANSACTION
 	if opts.Isolation != driver.IsolationLevel(sql.LevelDefault) {
 		c.n.Add(1) // SET TRANSACTION ISOLATION LEVEL
@@ -48,10 +48,10 @@ func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driv
 	if err != nil {
 		return nil, err
 	}
-	return countingTx{Tx: tx, n: c.n}, nil
+	return tallyTx{Tx: tx, n: c.n}, nil
 }
 
-func (c *countingConn) Ping(ctx context.Context) error {
+func (c *tallyConn) Ping(ctx context.Context) error {
 	c.n.Add(1)
 	if p, ok := c.Conn.(driver.Pinger); ok {
 		return p.Ping(ctx)
@@ -59,34 +59,34 @@ func (c *countingConn) Ping(ctx context.Context) error {
 	return nil
 }
 
-func (c *countingConn) CheckNamedValue(nv *driver.NamedValue) error {
+func (c *tallyConn) CheckNamedValue(nv *driver.NamedValue) error {
 	if ch, ok := c.Conn.(driver.NamedValueChecker); ok {
 		return ch.CheckNamedValue(nv)
 	}
 	return driver.ErrSkip
 }
 
-func (c *countingConn) ResetSession(ctx context.Context) error {
+func (c *tallyConn) ResetSession(ctx context.Context) error {
 	if r, ok := c.Conn.(driver.SessionResetter); ok {
 		return r.ResetSession(ctx)
 	}
 	return nil
 }
 
-func (c *countingConn) IsValid() bool {
+func (c *tallyConn) IsValid() bool {
 	if v, ok := c.Conn.(driver.Validator); ok {
 		return v.IsValid()
 	}
 	return true
 }
 
-type countingTx struct {
+type tallyTx struct {
 	driver.Tx
 	n *atomic.Int64
 }
 
-func (t countingTx) Commit() error   { t.n.Add(1); return t.Tx.Commit() }
-func (t countingTx) Rollback() error { t.n.Add(1); return t.Tx.Rollback() }
+func (t tallyTx) Commit() error   { t.n.Add(1); return t.Tx.Commit() }
+func (t tallyTx) Rollback() error { t.n.Add(1); return t.Tx.Rollback() }
 
 // Statements returns how many statements the connections have sent so far.
-func (c *CountingConnector) Statements() int64 { return c.statements.Load() }
+func (c *StatementTally) Statements() int64 { return c.statements.Load() }

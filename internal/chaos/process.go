@@ -18,35 +18,32 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/httpserver"
-	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mapping"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 )
 
-// Worker roles: the processes the chaos run starts, kills and starts again.
+// Process roles: the processes the chaos run starts, kills and starts again.
 const (
 	RoleProcessor = "processor" // the local event source mapping with the processor's handler
-	RoleSweeper   = "sweeper"   // the sweeper's worker loop
+	RoleSweeper   = "sweeper"   // a sweeper agent, as `make run` runs one
 	RoleAPI       = "api"       // the API as `make run` serves it: answers async creates on commit, an outbox sends
 	RoleContender = "contender" // a foreign transaction holding row locks (contention.go)
 	RolePacker    = "packer"    // a sweeper's fold and pack over and over, its packs dawdling
 )
 
-// WorkerStats is what a worker reports on stdout, as a line "stats {json}", every 200 ms: its
-// counters since it started. A killed worker's last line is what the run counts for it.
-type WorkerStats struct {
+// ProcessStats is what a process reports on stdout, as a line "stats {json}", every 200 ms: its
+// counters since it started. A killed process's last line is what the run counts for it.
+type ProcessStats struct {
 	Deadlocks        int64 `json:"deadlocks"`
 	LockWaitTimeouts int64 `json:"lockWaitTimeouts"`
 	Retries          int64 `json:"retries"`
@@ -62,7 +59,7 @@ type WorkerStats struct {
 	ContenderTimeouts  int64 `json:"contenderTimeouts,omitempty"`
 }
 
-func (s *WorkerStats) add(o WorkerStats) {
+func (s *ProcessStats) add(o ProcessStats) {
 	s.Deadlocks += o.Deadlocks
 	s.LockWaitTimeouts += o.LockWaitTimeouts
 	s.Retries += o.Retries
@@ -77,7 +74,7 @@ func (s *WorkerStats) add(o WorkerStats) {
 	s.ContenderTimeouts += o.ContenderTimeouts
 }
 
-// RunWorker is a worker process's main: it runs role until SIGTERM (or until it is killed, which is
+// RunProcess is a process's main: it runs role until SIGTERM (or until it is killed, which is
 // the point). Configuration comes from the environment, the functions' variables read by
 // internal/config as the functions read them (DB_DSN, QUEUE_URL, AWS_ENDPOINT_URL_SQS,
 // VISIBILITY_HEARTBEAT, VISIBILITY_EXTENSION, SWEEP_GRACE), and the run's own: CHAOS_REPORTS
@@ -86,7 +83,7 @@ func (s *WorkerStats) add(o WorkerStats) {
 //
 // It prints "started" once it runs (an API: "started <its base URL>"), then a stats line every
 // 200 ms.
-func RunWorker(role string) int {
+func RunProcess(role string) int {
 	_ = drv.SetLogger(stdlog.New(io.Discard, "", 0))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -112,26 +109,26 @@ func RunWorker(role string) int {
 	lease, _ := time.ParseDuration(os.Getenv("CHAOS_LEASE"))
 	works := exactlyonce.Works{exactlyonce.KindPlain: exactlyonce.ValueWork{Leased: leased}}
 
-	var stats func() WorkerStats
+	var stats func() ProcessStats
 	var run func(context.Context)
 	started := "started"
 	switch role {
 	case RoleAPI:
 		// As `make run` builds it (internal/local): async creates answered on commit, their
-		// messages sent by the outbox within local.DefaultAsyncLinger; the default allocator.
+		// messages sent by the outbox within wire.DefaultAsyncLinger; the default allocator.
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
 		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
-		handler := &api.Server{Stores: stores.API(), Queue: &queue.SQSSender{Client: client, QueueURL: cfg.QueueURL},
-			Logger: log, AsyncGroup: api.AsyncGroup{Linger: local.DefaultAsyncLinger}, Webhook: wire.WebhookPolicy(cfg)}
+		handler := wire.API(cfg, stores, &queue.SQSSender{Client: client, QueueURL: cfg.QueueURL},
+			api.AsyncGroup{Linger: wire.DefaultAsyncLinger}, log)
 		srv := httpserver.New(handler)
 		started = "started http://" + ln.Addr().String()
-		stats = func() WorkerStats {
+		stats = func() ProcessStats {
 			st := stores.DB.Stats()
-			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries, GaveUp: st.GaveUp}
+			return ProcessStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries, GaveUp: st.GaveUp}
 		}
 		run = func(ctx context.Context) {
 			go func() {
@@ -149,8 +146,8 @@ func RunWorker(role string) int {
 			hold = 1500 * time.Millisecond
 		}
 		c := &contender{db: stores.DB.Pool(), hold: hold}
-		stats = func() WorkerStats {
-			return WorkerStats{Holds: c.holds.Load(), ContenderDeadlocks: c.deadlocks.Load(), ContenderTimeouts: c.timeouts.Load()}
+		stats = func() ProcessStats {
+			return ProcessStats{Holds: c.holds.Load(), ContenderDeadlocks: c.deadlocks.Load(), ContenderTimeouts: c.timeouts.Load()}
 		}
 		run = c.run
 	case RoleProcessor:
@@ -161,14 +158,19 @@ func RunWorker(role string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		p := &processing.Processor{Store: stores.Events, TaskStore: stores.Tasks, Logger: log, Visibility: vis, Works: works, Lease: lease, Report: reports,
-			Tasks: tasks}
+		// Without event workers: the processors are killed over and over, and each one's event workers
+		// would hold their references until its agent expired.
+		p, err := wire.Processor(stores, processing.Engine{Logger: log, Works: works, Lease: lease, Report: reports, Tasks: tasks}, vis, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
 		m := mapping.New(client, p.Handle, mapping.Config{QueueURL: cfg.QueueURL, Concurrency: 2, BatchSize: 10,
 			WaitTime: time.Second, Timeout: 30 * time.Second, Logger: log})
-		stats = func() WorkerStats {
+		stats = func() ProcessStats {
 			st := stores.DB.Stats()
 			_, received, deleted, failed, _ := m.Stats.Snapshot()
-			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
+			return ProcessStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
 				GaveUp: st.GaveUp, Received: received, Deleted: deleted, Failed: failed, Extended: vis.Extended.Load()}
 		}
 		run = func(ctx context.Context) { _ = m.Run(ctx) }
@@ -178,27 +180,27 @@ func RunWorker(role string) int {
 		// (fast intervals: a pulse every 200 ms, ejected after 1 s), and a database restart makes
 		// their pulses fail and their rows expire.
 		counting := &settleCounter{Reporter: reports}
-		ac := wire.Agent(cfg, "chaos", log)
+		ac := wire.AgentConfigs(cfg, "chaos", log)[0]
 		ac.BatchSize, ac.PollInterval, ac.PollJitter = 20, 200*time.Millisecond, 200*time.Millisecond
 		ac.Member.PulseInterval, ac.Member.Expiration = 200*time.Millisecond, time.Second
-		// And they fold the count between batches, every second, so that the count's folds run
-		// under the kills and restarts too (the run checks GET /events against the creates).
-		ac.Maintain = sweeping.New(stores.Sweeping(), sweeping.Config{Logger: log, MaintainEvery: time.Second,
-			KeepHistory: os.Getenv("CHAOS_KEEP_HISTORY") == "1"}).AgentMaintenance()
 		tasks, err := wire.Tasks(ctx, cfg, log)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		a, err := agents.New(stores.Agents, &processing.Engine{Store: stores.Events, TaskStore: stores.Tasks, By: exactlyonce.BySweeper, Works: works,
-			Lease: lease, Report: counting, Logger: log, Tasks: tasks}, ac)
+		// And they fold the count between batches, every second, so that the count's folds run
+		// under the kills and restarts too (the run checks GET /events against the creates).
+		sc := wire.Sweeping(cfg, log)
+		sc.MaintainEvery, sc.KeepHistory = time.Second, os.Getenv("CHAOS_KEEP_HISTORY") == "1"
+		sc.Engine = processing.Engine{Works: works, Lease: lease, Report: counting, Logger: log, Tasks: tasks}
+		a, err := wire.Agent(stores, sc, ac, exactlyonce.BySweeper)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		stats = func() WorkerStats {
+		stats = func() ProcessStats {
 			st := stores.DB.Stats()
-			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
+			return ProcessStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries,
 				GaveUp: st.GaveUp, Swept: counting.settled.Load()}
 		}
 		run = func(ctx context.Context) { _ = a.Run(ctx) }
@@ -208,9 +210,9 @@ func RunWorker(role string) int {
 		// dawdling at random between statements (pagestore.WithPackSteps): so that packs of the same
 		// units overlap each other's, the sweepers', the folds and the late creates in every way,
 		// the interleavings of issue 29, which packs of a few milliseconds rarely meet.
-		stats = func() WorkerStats {
+		stats = func() ProcessStats {
 			st := stores.DB.Stats()
-			return WorkerStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries, GaveUp: st.GaveUp}
+			return ProcessStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries, GaveUp: st.GaveUp}
 		}
 		run = func(ctx context.Context) {
 			dawdle := pagestore.WithPackSteps(ctx, func(*sql.Tx, string) {
@@ -229,7 +231,7 @@ func RunWorker(role string) int {
 			}
 		}
 	default:
-		fmt.Fprintf(os.Stderr, "unknown worker role %q\n", role)
+		fmt.Fprintf(os.Stderr, "unknown process role %q\n", role)
 		return 2
 	}
 
@@ -253,7 +255,7 @@ func RunWorker(role string) int {
 	}
 }
 
-// settleCounter counts the events a worker settled, as the worker reports them, and passes the
+// settleCounter counts the events a process settled, as the process reports them, and passes the
 // reports on.
 type settleCounter struct {
 	processing.Reporter

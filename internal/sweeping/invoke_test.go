@@ -1,0 +1,33 @@
+package sweeping_test
+
+import (
+	"context"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+)
+
+// testStopBefore is how long before its deadline a test's invocation leaves (Config.AgentStopBefore):
+// more than the margin the line of metrics keeps for itself, so that the waiting events are read.
+const testStopBefore = time.Second
+
+// fastAgent is the scheduled sweeper's agent of the tests: it pulses every 50 ms, so that it runs
+// (and claims) within a few pulses of its invocation's start.
+var fastAgent = agents.Config{Member: agents.MemberConfig{PulseInterval: 50 * time.Millisecond, Expiration: time.Second},
+	PollInterval: 20 * time.Millisecond, PollJitter: 10 * time.Millisecond}
+
+// scheduled returns cfg as a test's scheduled sweeper: fastAgent, leaving testStopBefore ahead of
+// its deadline.
+func scheduled(cfg sweeping.Config) sweeping.Config {
+	cfg.Agent, cfg.AgentStopBefore = fastAgent, testStopBefore
+	return cfg
+}
+
+// invoke runs one invocation of the scheduled sweeper s (HandleAgent, the Lambda's handler) that
+// may claim for window: its deadline is window plus testStopBefore away.
+func invoke(s *sweeping.Sweeper, window time.Duration) (sweeping.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), window+testStopBefore)
+	defer cancel()
+	return s.HandleAgent(ctx, sweeping.ShardInput{})
+}
