@@ -104,7 +104,7 @@ func TestTasksAreDeliveredInOrderPerReferenceByProcessorsAndSweepers(t *testing.
 	t.Parallel()
 	const refs, perRef = 50, 20
 	r := newRig(t, rigOptions{visibility: 5, maxReceive: 10})
-	r.proc.Tasks = testTasks()
+	r.proc.Engine.Tasks = testTasks()
 	rec := newOrderedReceiver(refs, func(ref, seq, n int) (int, time.Duration) {
 		switch {
 		case ref%10 == 1 && n <= 2:
@@ -286,7 +286,7 @@ func TestTasksToMetadataEndpointsAreRefusedWithPrivateAddressesAllowed(t *testin
 	}
 	dns := testutil.NewDNS(answers)
 	settings := webhook.Config{Key: testKey, AllowPrivate: true, AllowLoopback: true, Resolver: dns.Resolver(), Timeout: 5 * time.Second}
-	r.proc.Tasks = &processing.Tasks{Deliverer: webhook.New(settings), RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
+	r.proc.Engine.Tasks = &processing.Tasks{Deliverer: webhook.New(settings), RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
 	srv := httptest.NewServer(&api.Server{Stores: r.store.API(), Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
 		Logger: testLogger(), Webhook: settings.Policy()})
 	t.Cleanup(srv.Close)

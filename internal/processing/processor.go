@@ -24,8 +24,6 @@ type Processor struct {
 	// Visibility, when set, keeps a batch's messages invisible for as long as the batch is being
 	// processed. Nil: no extension.
 	Visibility *sqsbatch.Visibility
-	// Tasks, when set with a Deliverer, makes the processor deliver tasks (Engine.Tasks).
-	Tasks *Tasks
 	// Workers, when set with Agent, packs the tasks the processor delivers into event workers
 	// (EventService), as the agents do: a reference's tasks have one owner at a time whichever path
 	// found them. Its AgentID is Agent's.
