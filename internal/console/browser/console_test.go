@@ -84,7 +84,9 @@ func startSystem(t *testing.T) *system {
 	sys, err := local.Start(ctx, store, s.client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: s.events, Counters: counters,
 		SweepInterval: 100 * time.Millisecond, Engine: processing.Engine{Tasks: tasks}, Sweep: sweeping.Config{Logger: log}, Webhook: webhook.Policy{AllowLoopback: true},
 		Agent: agents.Config{Member: agents.MemberConfig{Name: "local-sweeper", PulseInterval: 200 * time.Millisecond,
-			Expiration: time.Second}, PollInterval: 100 * time.Millisecond}}, log)
+			// Only the doomed agent's expiration (1 s) is under test: the local sweeper outlives a
+			// pulse that a loaded machine held up, so that the doomed agent never ejects it.
+			Expiration: 30 * time.Second}, PollInterval: 100 * time.Millisecond}}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		cancel()
