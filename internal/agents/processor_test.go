@@ -240,10 +240,11 @@ func TestARangelessAgentLivesWhileHeldAndStartsOverOnceEjected(t *testing.T) {
 	db, _ := testdbDB(t)
 	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
-	// An expiration of twenty pulses: a held agent is ejected only if its pulses stop, not because a
-	// loaded machine delayed one past an expiration of three.
+	// An expiration of ten pulses of half a second: a held agent is ejected only if its pulses stop,
+	// not because a loaded machine held up a few (a background pulse's deadline is its interval, and
+	// pulses of 100 ms all missed theirs at a load of 20).
 	r, err := agents.NewRangeless(store.Agents, agents.MemberConfig{Name: "p", Kind: "processor",
-		PulseInterval: 100 * time.Millisecond, Expiration: 2 * time.Second})
+		PulseInterval: 500 * time.Millisecond, Expiration: 5 * time.Second})
 	require.NoError(t, err)
 	resets := 0
 	r.Reset = func() { resets++ }
@@ -255,7 +256,7 @@ func TestARangelessAgentLivesWhileHeldAndStartsOverOnceEjected(t *testing.T) {
 	first := r.ID()
 	require.NotZero(t, first)
 	// Held for two expirations, while the other agent ejects whatever expired.
-	deadline := time.Now().Add(4 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		require.NoError(t, other.Pulse(ctx))
 		require.True(t, hasAgent(t, store, first), "a held range-less agent was ejected")
