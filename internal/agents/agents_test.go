@@ -204,7 +204,12 @@ func TestEjectedAgentStopsClaimingAndRejoins(t *testing.T) {
 	ctx := context.Background()
 	stale, err := agents.NewMember(store, memberConfig("stale"))
 	require.NoError(t, err)
-	other, err := agents.NewMember(store, memberConfig("other"))
+	// The other expires far later than stale: between two of its pulses here, stale's pulses that
+	// find it ejected and register it again took 3 s on a loaded machine, long enough for them to
+	// eject the other in turn.
+	otherCfg := memberConfig("other")
+	otherCfg.Expiration = time.Minute
+	other, err := agents.NewMember(store, otherCfg)
 	require.NoError(t, err)
 	pulseBoth := func() {
 		require.NoError(t, stale.Pulse(ctx))
