@@ -88,18 +88,6 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 				}
 			}
 		}
-		for rest := completed; len(rest) > 0; {
-			chunk := rest[:min(len(rest), eventstore.MarkChunk)]
-			rest = rest[len(chunk):]
-			n, err := eventstore.SetValues(ctx, tx, queries.SettleLeasedTasks, chunk, values, []any{c.By, c.ID})
-			if err != nil {
-				return err
-			}
-			if n != int64(len(chunk)) {
-				return fmt.Errorf("settled %d rows for %d leased tasks", n, len(chunk))
-			}
-		}
-		out.Completed = completed
 		if err := insertAttempts(ctx, tx, c.ID, attempts); err != nil {
 			return err
 		}
@@ -119,6 +107,22 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		if err := books.Write(ctx, tx); err != nil {
 			return err
 		}
+		// The completed tasks take their processed_at only now, under their workers' row locks: two
+		// settlements of one worker's tasks then stamp them in the order they write its last
+		// completed task, which is therefore the one completed last (verify.WorkerBooks). Stamped
+		// before the lock, a settlement that waited for it could stamp earlier and write later.
+		for rest := completed; len(rest) > 0; {
+			chunk := rest[:min(len(rest), eventstore.MarkChunk)]
+			rest = rest[len(chunk):]
+			n, err := eventstore.SetValues(ctx, tx, queries.SettleLeasedTasks, chunk, values, []any{c.By, c.ID})
+			if err != nil {
+				return err
+			}
+			if n != int64(len(chunk)) {
+				return fmt.Errorf("settled %d rows for %d leased tasks", n, len(chunk))
+			}
+		}
+		out.Completed = completed
 		room, err := books.WithRoom(ctx, tx)
 		if err != nil {
 			return err
