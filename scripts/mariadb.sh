@@ -11,7 +11,7 @@
 #                               the tests' own server (below): start it if stopped; prints its DSN
 #   scripts/mariadb.sh stop-test
 #
-# It does nothing when DB_DSN points elsewhere than 127.0.0.1/localhost: then the database is the user's.
+# ensure does nothing when DB_DSN points elsewhere than 127.0.0.1:3306: then the database is the user's.
 # Environment: DB_USER_LOCAL / DB_PASSWORD_LOCAL (default exactlyonce / exactlyonce).
 #
 # The tests' server. `make test` runs the tests on a second mariadbd (127.0.0.1:TEST_DB_PORT,
@@ -163,7 +163,9 @@ case "${1:-ensure}" in
     answering
     ;;
   ensure)
-    if [ -n "${DB_DSN:-}" ] && ! echo "$DB_DSN" | grep -Eq '@(tcp\()?(127\.0\.0\.1|localhost)'; then
+    # Only the server on 127.0.0.1:3306 is this command's: a DB_DSN naming another host or another
+    # port (the tests' own server on 13306, say) is left to whoever runs it.
+    if [ -n "${DB_DSN:-}" ] && ! echo "$DB_DSN" | grep -Eq '@(tcp\((127\.0\.0\.1|localhost)(:3306)?\))?/'; then
       log "DB_DSN points at another server; not managing a local one"; exit 0
     fi
     installed || install

@@ -109,6 +109,12 @@ func TestCtrlCStopsInOrder(t *testing.T) {
 	// The run migrates its new database first: slow on a loaded machine, never wrong. The bound is
 	// for a run that hangs.
 	testutil.Eventually(t, 5*time.Minute, "the run listening", func() bool {
+		select {
+		case err := <-exited: // a run that ended before listening will not listen: say why now
+			exited <- err // for the cleanup
+			t.Fatalf("the run ended before its API listened (%v):\n%s", err, out.String())
+		default:
+		}
 		if r := withMsg(logLines(out.String()), "local: api listening"); r != nil {
 			api, _ = r["url"].(string)
 		}
