@@ -169,13 +169,14 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	got, err := openAs(t, dsn("eo_api", "api-secret"), mysql.Config{}).Events.Get(ctx, pending[0])
 	require.NoError(t, err, "the API reads a packed event")
 	require.Equal(t, exactlyonce.Processed, got.State)
-	for _, stmt := range []string{"DELETE FROM event_pages", "TRUNCATE TABLE event_pages", "DROP TABLE event_pages",
-		"DELETE FROM pack_turn", "INSERT INTO pack_turn (turn) VALUES (1)"} {
+	for _, stmt := range []string{"TRUNCATE TABLE event_pages", "DROP TABLE event_pages",
+		"DELETE FROM pack_turn", "INSERT INTO pack_turn (turn) VALUES (1)", "DELETE FROM history_archive",
+		"INSERT INTO history_archive (next_page, archived_pages, archived_events) VALUES (0, 0, 0)"} {
 		requireDenied(t, sweeper.DB.Pool(), stmt)
 	}
 	requireDenied(t, apiDB, "SELECT turn FROM pack_turn")
 	for _, stmt := range []string{"DELETE FROM event_pages", "INSERT INTO event_pages (page, events) VALUES (0, 0)",
-		"UPDATE event_pages SET events = 0", "DELETE FROM task_attempts"} {
+		"UPDATE event_pages SET events = 0", "DELETE FROM task_attempts", "UPDATE history_archive SET next_page = 0"} {
 		requireDenied(t, apiDB, stmt)
 	}
 	requireDenied(t, processor.DB.Pool(), "DELETE FROM events")

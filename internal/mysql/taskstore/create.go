@@ -24,6 +24,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/routing"
 )
 
@@ -40,14 +41,22 @@ var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
 // Store reads and writes tasks. Safe for concurrent use; build one per process, on the process's
 // core handle: its creates are grouped into shared transactions per Store.
 type Store struct {
-	core *mysql.DB
-	db   *sql.DB
+	core    *mysql.DB
+	db      *sql.DB
+	history pagestore.History // the packed history's tiers: page rows, then the archive (WithHistory)
 	// taskCreates groups concurrent CreateTasks calls into shared transactions.
 	taskCreates taskCreates
 }
 
-// New returns the Store on db.
+// New returns the Store on db, reading the packed history in the database only.
 func New(db *mysql.DB) *Store { return &Store{core: db, db: db.Pool()} }
+
+// WithHistory makes s read the packed history through h (its archive too), and returns s. Called
+// once, when the process builds its stores (internal/wire), before s is used.
+func (s *Store) WithHistory(h pagestore.History) *Store {
+	s.history = h
+	return s
+}
 
 // taskBuckets is the number of rows of task_buckets (migrations/0009_tasks.sql, which says why 64).
 const taskBuckets = 64
