@@ -1,0 +1,227 @@
+package pagestore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/archive"
+	"github.com/exactlyonce/exactlyonce/internal/locals3"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// The archive (issue 31): pages older than the retention window move to one S3 object a page (the
+// real S3 protocol: tools/s3local, gofakes3), and every reader answers as before.
+
+type archived struct {
+	store  *wire.Stores
+	db     *sql.DB
+	dsn    string
+	client *archive.Bucket
+	bucket string
+}
+
+// newArchived returns stores on a fresh database that archive to a fresh bucket.
+func newArchived(t *testing.T) archived {
+	t.Helper()
+	db, dsn := testdb.DB(t, 8)
+	store, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	client := locals3.Client(t)
+	bucket := locals3.Bucket(t, client)
+	a := archive.New(client, bucket, 0)
+	store.WithArchive(a)
+	return archived{store: store, db: db, dsn: dsn, client: a, bucket: bucket}
+}
+
+// readers is every answer the readers give of a history, to compare before and after a move.
+type readers struct {
+	events   map[int64]exactlyonce.Event
+	attempts map[int64][]exactlyonce.Attempt
+	listed   []int64
+	count    int64
+}
+
+func readAll(t *testing.T, store *wire.Stores, upTo int64, tasks []int64) readers {
+	t.Helper()
+	ctx := context.Background()
+	r := readers{events: map[int64]exactlyonce.Event{}, attempts: map[int64][]exactlyonce.Attempt{}}
+	for id := int64(1); id <= upTo; id++ {
+		e, err := store.Events.Get(ctx, id)
+		if exactlyonce.ErrorCode(err) == exactlyonce.ENOTFOUND {
+			continue
+		}
+		require.NoError(t, err, id)
+		e.CreatedAt = e.CreatedAt.UTC().Truncate(time.Microsecond)
+		if e.ProcessedAt != nil {
+			p := e.ProcessedAt.UTC().Truncate(time.Microsecond)
+			e.ProcessedAt = &p
+		}
+		r.events[id] = e
+	}
+	for _, id := range tasks {
+		a, err := store.Tasks.Attempts(ctx, id)
+		require.NoError(t, err)
+		for i := range a {
+			a[i].Started = a[i].Started.UTC().Truncate(time.Microsecond)
+		}
+		r.attempts[id] = a
+	}
+	r.listed = listAll(t, store, "", 100)
+	var err error
+	r.count, err = store.Events.Count(ctx)
+	require.NoError(t, err)
+	return r
+}
+
+// history creates processed events and tasks (delivered on their second attempt, and one that fails
+// for good), folds them, and hands ids out past their pages, so that they can all be packed.
+func history(t *testing.T, store *wire.Stores, plain int) (tasks []int64, failed int64) {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[r.Header.Get("webhook-id")]++
+		switch {
+		case strings.Contains(r.URL.Path, "refuse"):
+			w.WriteHeader(http.StatusBadRequest)
+		case seen[r.Header.Get("webhook-id")] == 1:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	engine := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Works: fixedWorks(false), Tasks: &processing.Tasks{
+		Deliverer: webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second}),
+		RetryBase: time.Millisecond, RetryMax: 2 * time.Millisecond}}
+	createProcessed(t, store, plain/2)
+	batch := []exactlyonce.NewTask{{URL: srv.URL + "/refuse", Payload: []byte(`{}`), ReferenceID: "ref-f", MaxRetries: 3}}
+	for i := range 20 {
+		batch = append(batch, exactlyonce.NewTask{URL: srv.URL + "/ok", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i)), ReferenceID: fmt.Sprintf("ref-%d", i%3), MaxRetries: 3})
+	}
+	got, err := store.Tasks.CreateTasks(ctx, batch)
+	require.NoError(t, err)
+	for _, c := range got {
+		tasks = append(tasks, c.ID)
+	}
+	require.Eventually(t, func() bool {
+		b, err := engine.ProcessDue(ctx, 0, 100)
+		require.NoError(t, err)
+		var open int
+		require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE state < 10").Scan(&open))
+		return b.Claimed == 0 && open == 0
+	}, 30*time.Second, 5*time.Millisecond)
+	createProcessed(t, store, plain-plain/2)
+	foldAll(t, store)
+	return tasks, tasks[0]
+}
+
+// packAll packs everything, after handing ids out past the history's pages.
+func packAll(t *testing.T, store *wire.Stores) {
+	t.Helper()
+	_, err := store.DB.Pool().Exec("UPDATE status SET id = id + 30000")
+	require.NoError(t, err)
+	for {
+		units, _, err := store.Pages.PackPages(context.Background(), 1000, time.Hour)
+		require.NoError(t, err)
+		if units == 0 {
+			return
+		}
+	}
+}
+
+// moveAll runs the move until it moves nothing more, and returns what it moved.
+func moveAll(t *testing.T, ctx context.Context, store *wire.Stores, retention time.Duration) pagestore.ArchiveResult {
+	t.Helper()
+	var all pagestore.ArchiveResult
+	for range 100 {
+		res, err := store.Pages.ArchivePages(ctx, retention, time.Minute)
+		require.NoError(t, err)
+		if res.Pages == 0 {
+			return all
+		}
+		all.Pages += res.Pages
+		all.Events += res.Events
+	}
+	t.Fatal("the move did not end")
+	return all
+}
+
+// requireTiersAddUp checks that the tiers hold the count's events, each once: the events of
+// `events`, of the page rows and of the archive add up to GET /events (every event here is settled).
+func requireTiersAddUp(t *testing.T, store *wire.Stores) pagestore.Tiers {
+	t.Helper()
+	ctx := context.Background()
+	tiers, err := pagestore.ReadTiers(ctx, store.DB.Pool())
+	require.NoError(t, err)
+	n, err := store.Events.Count(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, tiers.EventRows+tiers.PagedEvents+tiers.ArchivedEvents, "%+v", tiers)
+	return tiers
+}
+
+func TestArchivedHistoryReadsAsBefore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newArchived(t)
+	tasks, failed := history(t, h.store, 1500)
+	packAll(t, h.store)
+	var counter int64
+	require.NoError(t, h.db.QueryRow("SELECT id FROM status").Scan(&counter))
+	before := readAll(t, h.store, 2000, tasks)
+	require.Greater(t, len(before.events), 1500)
+	require.Len(t, before.attempts[tasks[1]], 2, "a task delivered on its second attempt")
+
+	// Young pages stay.
+	res, err := h.store.Pages.ArchivePages(ctx, time.Hour, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, res.Pages, "every page is younger than an hour")
+
+	moved := moveAll(t, ctx, h.store, 0)
+	require.EqualValues(t, 1, moved.Pages, "ids 1-1,5xx: page 0")
+	require.EqualValues(t, len(before.events)-1, moved.Events, "every event but the failed task")
+	var pageRows int
+	require.NoError(t, h.db.QueryRow("SELECT COUNT(*) FROM event_pages").Scan(&pageRows))
+	require.Zero(t, pageRows, "the page's rows are deleted")
+	tiers := requireTiersAddUp(t, h.store)
+	require.Equal(t, pagestore.Tiers{EventRows: 1, ArchivedPages: 1, ArchivedEvents: moved.Events}, tiers)
+
+	after := readAll(t, h.store, 2000, tasks)
+	require.Equal(t, before, after, "every reader answers as before: by id, attempts, the listing, the count")
+
+	audit, err := mysqltest.AuditArchived(ctx, h.db, h.client)
+	require.NoError(t, err)
+	require.Len(t, audit, len(before.events), "every event once, across the tiers")
+	inDB, err := mysqltest.AuditEvents(ctx, h.db)
+	require.NoError(t, err)
+	require.Len(t, inDB, 1, "the database holds the failed task only")
+
+	// A processed task is not failed, from the archive; the failed one stays in `events` (failed
+	// tasks are never packed, so never archived) and is retried there.
+	_, _, err = h.store.Tasks.RetryTask(ctx, tasks[1])
+	require.Equal(t, exactlyonce.ECONFLICT, exactlyonce.ErrorCode(err), "%v", err)
+	_, _, err = h.store.Tasks.RetryTask(ctx, failed)
+	require.NoError(t, err)
+	_, _, err = h.store.Tasks.RetryTask(ctx, 9_999)
+	require.Equal(t, exactlyonce.ENOTFOUND, exactlyonce.ErrorCode(err), "an id of an archived page with no event: %v", err)
+
+	require.Zero(t, moveAll(t, ctx, h.store, 0).Pages, "moving again moves nothing")
+}
