@@ -225,3 +225,125 @@ func TestArchivedHistoryReadsAsBefore(t *testing.T) {
 
 	require.Zero(t, moveAll(t, ctx, h.store, 0).Pages, "moving again moves nothing")
 }
+
+// lateEvent inserts a processed event with id (a create that took its id long before it inserted),
+// folds it and packs it: into its unit's columns if its page has a row, else into a new row.
+func lateEvent(t *testing.T, store *wire.Stores, id int64, value string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := store.DB.Pool().ExecContext(ctx, "INSERT INTO events (id, routing_hash, value, state, created_at, processed_at, processed_by, process_count) "+
+		"VALUES (?, 0, ?, 10, NOW(6), NOW(6), 'api', 1)", id, value)
+	require.NoError(t, err)
+	foldAll(t, store)
+	_, packed, err := store.Pages.PackPages(ctx, 100, time.Hour)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, packed)
+}
+
+func pageRows(t *testing.T, db *sql.DB, page int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM event_pages WHERE page = ?", page).Scan(&n))
+	return n
+}
+
+// A move that a pack overtakes: each interleaving of the move with late events of the page it moves,
+// and with a pack holding the turn, loses no event and keeps each once. The move is held between
+// its steps (WithArchiveSteps), the pack between its statements (WithPackSteps).
+func TestTheMoveRacesLateEventsAndPacks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newArchived(t)
+	first := createProcessed(t, h.store, 700)[0]
+	var gap int64 // ten ids taken by creates that insert late
+	require.NoError(t, h.db.QueryRow("SELECT id + 1 FROM status").Scan(&gap))
+	_, err := h.db.Exec("UPDATE status SET id = id + 10")
+	require.NoError(t, err)
+	createProcessed(t, h.store, 700)
+	foldAll(t, h.store)
+	packAll(t, h.store)
+	require.Equal(t, 1, pageRows(t, h.db, 0))
+	check := func(what string, late ...int64) {
+		t.Helper()
+		for _, id := range late {
+			e, err := h.store.Events.Get(ctx, id)
+			require.NoError(t, err, "%s: the late event %d", what, id)
+			require.Equal(t, fmt.Sprintf("late-%d", id), *e.Value, what)
+		}
+		audit, err := mysqltest.AuditArchived(ctx, h.db, h.client)
+		require.NoError(t, err)
+		require.Len(t, audit, 1400+len(late), "%s: every event once, across the tiers", what)
+		listed := listAll(t, h.store, "", 300)
+		require.Len(t, listed, 1400+len(late), what)
+		requireTiersAddUp(t, h.store)
+	}
+
+	// 1. A late event merged into the page's row after the move wrote and read back its object,
+	// before it deletes the rows: the rows are no longer what it wrote, so it deletes nothing; the
+	// page is in both tiers, and the next move writes it again with the late event.
+	held := pagestore.WithArchiveSteps(ctx, func(page int64, step string) {
+		if step == "Delete" {
+			lateEvent(t, h.store, gap, fmt.Sprintf("late-%d", gap))
+		}
+	})
+	res, err := h.store.Pages.ArchivePages(held, 0, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, res.Pages, "the move found the page changed, and left it")
+	require.Equal(t, 1, pageRows(t, h.db, 0), "the page's row stays, with the late event merged in")
+	check("moved while a late event was merged", gap)
+	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages)
+	require.Zero(t, pageRows(t, h.db, 0))
+	check("moved again", gap)
+
+	// 2. A late event of the page after it moved: the pack inserts a new row and lowers the move's
+	// start to the page; a reader whose cache holds the page's old object finds the event (in the
+	// row, then, once the row has moved, in the new object it asks for when the cached one misses
+	// it); the next move merges the row into the object.
+	client := locals3.Client(t)
+	reader := wire.NewStores(h.store.DB).WithArchive(archive.New(client, h.bucket, 0))
+	_, err = reader.Events.Get(ctx, first) // caches page 0's object
+	require.NoError(t, err)
+	lateEvent(t, h.store, gap+1, fmt.Sprintf("late-%d", gap+1))
+	require.Equal(t, 1, pageRows(t, h.db, 0), "a new row for the late event")
+	var next int64
+	require.NoError(t, h.db.QueryRow("SELECT next_page FROM history_archive").Scan(&next))
+	require.Zero(t, next, "the pack lowered the move's start to the late page")
+	check("a late event of a moved page", gap, gap+1)
+	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages)
+	require.Zero(t, pageRows(t, h.db, 0))
+	e, err := reader.Events.Get(ctx, gap+1)
+	require.NoError(t, err, "a reader whose cached page misses the event asks the bucket again")
+	require.Equal(t, fmt.Sprintf("late-%d", gap+1), *e.Value)
+	check("the late row moved", gap, gap+1)
+
+	// 3. A pack holding the turn when the move deletes: the move leaves the page (in both tiers)
+	// and the next one moves it.
+	packing := make(chan struct{})
+	release := make(chan struct{})
+	go func() {
+		defer close(packing)
+		pctx := pagestore.WithPackSteps(ctx, func(_ *sql.Tx, step string) {
+			if step == "DeletePacked" {
+				packing <- struct{}{}
+				<-release
+			}
+		})
+		_, err := h.db.Exec("INSERT INTO events (id, routing_hash, value, state, created_at, processed_at, processed_by, process_count) "+
+			"VALUES (?, 0, ?, 10, NOW(6), NOW(6), 'api', 1)", gap+2, fmt.Sprintf("late-%d", gap+2))
+		if err == nil {
+			foldAll(t, h.store)
+			_, _, err = h.store.Pages.PackPages(pctx, 100, time.Hour)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}()
+	<-packing // the pack holds the turn, with the late event's row in page 0 not committed
+	res, err = h.store.Pages.ArchivePages(ctx, 0, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, res.Pages, "the move waits for no pack: it leaves the page for the next time")
+	close(release)
+	<-packing
+	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages)
+	check("moved after the pack", gap, gap+1, gap+2)
+}
