@@ -13,6 +13,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/archive"
+	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/locals3"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
@@ -21,6 +22,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -346,4 +348,53 @@ func TestTheMoveRacesLateEventsAndPacks(t *testing.T) {
 	<-packing
 	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages)
 	check("moved after the pack", gap, gap+1, gap+2)
+}
+
+// A process moving pages, killed (SIGKILL) at each step of the move: before it reads the page,
+// before its PUT, before it reads the object back, before its delete, and inside the delete's
+// transaction before it commits. Whatever it had done, every event is still read, listed and
+// audited once, the tiers add up to the count, and the next move completes the page.
+func TestKillingTheMoverAtEachStepLosesNothing(t *testing.T) {
+	t.Parallel()
+	for _, step := range []string{"Read", "Put", "Verify", "Delete", "Commit"} {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			h := newArchived(t)
+			createProcessed(t, h.store, 600)
+			foldAll(t, h.store)
+			packAll(t, h.store)
+			var counter int64
+			require.NoError(t, h.db.QueryRow("SELECT id FROM status").Scan(&counter))
+			before := readAll(t, h.store, 1200, nil)
+			require.Len(t, before.events, 600)
+
+			mover := child.Start(t, "mover", "DB_DSN="+h.dsn, "HISTORY_BUCKET="+h.bucket, "HISTORY_RETENTION=0",
+				"AWS_ENDPOINT_URL_S3="+locals3.Endpoint(t), "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test",
+				"AWS_SECRET_ACCESS_KEY=test", "KILL_AT="+step)
+			_, err := mover.WaitLine("at "+step, 60*time.Second)
+			require.NoError(t, err, "the mover reached %s: %v", step, mover.Output())
+			mover.Kill()
+
+			check := func(what string) {
+				t.Helper()
+				require.Equal(t, before, readAll(t, h.store, 1200, nil), what)
+				audit, err := mysqltest.AuditArchived(ctx, h.db, h.client)
+				require.NoError(t, err)
+				require.Len(t, audit, 600, "%s: every event once, across the tiers", what)
+				requireTiersAddUp(t, h.store)
+			}
+			check("killed at " + step)
+			// The next move (the sweeper's next maintenance) completes it; its locks were released
+			// with the killed process's connection.
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				res, err := h.store.Pages.ArchivePages(ctx, 0, time.Minute)
+				require.NoError(c, err)
+				require.Zero(c, pageRows(t, h.db, 0), "moved: %+v", res)
+			}, 60*time.Second, 100*time.Millisecond)
+			check("moved after the kill at " + step)
+			tiers := requireTiersAddUp(t, h.store)
+			require.EqualValues(t, 600, tiers.ArchivedEvents, "the archive counts each event once")
+		})
+	}
 }
