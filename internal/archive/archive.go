@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/exactlyonce/exactlyonce"
 )
 
 // DefaultCacheBytes is the most bytes of pages a process keeps in its cache (New's cacheBytes
@@ -81,7 +82,7 @@ func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, b
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("archive: get page %d: %w", page, err)
+		return nil, false, unavailable(fmt.Errorf("archive: get page %d: %w", page, err))
 	}
 	defer out.Body.Close()
 	var buf bytes.Buffer
@@ -90,7 +91,7 @@ func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, b
 	}
 	n, err := io.Copy(&buf, io.LimitReader(out.Body, MaxObjectBytes+1))
 	if err != nil {
-		return nil, false, fmt.Errorf("archive: read page %d: %w", page, err)
+		return nil, false, unavailable(fmt.Errorf("archive: read page %d: %w", page, err))
 	}
 	if n > MaxObjectBytes {
 		return nil, false, fmt.Errorf("archive: page %d's object is over %d bytes", page, MaxObjectBytes)
@@ -117,6 +118,18 @@ func (b *Bucket) PutPage(ctx context.Context, page int64, obj []byte) error {
 
 // CachedBytes is how many bytes of pages the cache holds.
 func (b *Bucket) CachedBytes() int64 { return b.cache.size() }
+
+// unavailableError is an EUNAVAILABLE domain error (a read of the archive that failed: S3 down,
+// throttled, unreachable or refused) that keeps the SDK's error for logs: the API answers 503, as it
+// does when the database is down, and a caller may retry.
+type unavailableError struct{ err error }
+
+func unavailable(err error) error { return &unavailableError{err} }
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() []error {
+	return []error{e.err, exactlyonce.Errorf(exactlyonce.EUNAVAILABLE, "the history's archive is unavailable; try again")}
+}
 
 func isNotFound(err error) bool {
 	var nsk *types.NoSuchKey

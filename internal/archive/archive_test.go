@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/locals3"
 	"github.com/stretchr/testify/require"
@@ -29,12 +31,24 @@ func TestPutAndGetAPage(t *testing.T) {
 	require.Equal(t, obj, got)
 }
 
-// A bucket that does not exist is an error (a misconfigured HISTORY_BUCKET), never "no page".
-func TestAMissingBucketIsAnError(t *testing.T) {
+// A bucket that does not exist (a misconfigured HISTORY_BUCKET) and an endpoint that is down are
+// errors that the API answers 503 (EUNAVAILABLE), never "no page" (which would be a 404).
+func TestAMissingBucketOrADownEndpointIsUnavailable(t *testing.T) {
 	t.Parallel()
 	b := archive.New(locals3.Client(t), "no-such-bucket-i31", -1)
-	_, _, err := b.GetPage(context.Background(), 1, false)
-	require.Error(t, err)
+	_, ok, err := b.GetPage(context.Background(), 1, false)
+	require.False(t, ok)
+	require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(err), "%v", err)
+
+	srv, err := locals3.Start("", "", "b")
+	require.NoError(t, err)
+	client := locals3.NewClient(srv.URL)
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, ok, err = archive.New(client, "b", -1).GetPage(ctx, 1, false)
+	require.False(t, ok)
+	require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(err), "%v", err)
 }
 
 // The cache keeps pages up to its bytes, the least recently read out first, keeps no page over a
