@@ -226,6 +226,16 @@ func TestArchivedHistoryReadsAsBefore(t *testing.T) {
 	require.Equal(t, exactlyonce.ENOTFOUND, exactlyonce.ErrorCode(err), "an id of an archived page with no event: %v", err)
 
 	require.Zero(t, moveAll(t, ctx, h.store, 0).Pages, "moving again moves nothing")
+
+	// A lost settled_count row is re-created with the archived events counted (CountSettledEvents).
+	n, err := h.store.Events.Count(ctx)
+	require.NoError(t, err)
+	_, err = h.db.Exec("DELETE FROM settled_count")
+	require.NoError(t, err)
+	require.NoError(t, mysql.Migrate(ctx, h.db))
+	again, err := h.store.Events.Count(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, again, "the count re-created from the tiers")
 }
 
 // lateEvent inserts a processed event with id (a create that took its id long before it inserted),
