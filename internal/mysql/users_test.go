@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/fault"
+	"github.com/exactlyonce/exactlyonce/internal/locals3"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
@@ -175,6 +178,21 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 		requireDenied(t, sweeper.DB.Pool(), stmt)
 	}
 	requireDenied(t, apiDB, "SELECT turn FROM pack_turn")
+	tiers, err := pagestore.ReadTiers(ctx, apiDB)
+	require.NoError(t, err, "the API (the console) reads how much history each tier holds")
+	require.EqualValues(t, packedEvents, tiers.PagedEvents)
+	// It moves pages past the window to the archive (deleting their rows, keeping its place in
+	// history_archive), and the API reads an archived event there.
+	_, err = admin.ExecContext(ctx, "UPDATE status SET id = id + 30000")
+	require.NoError(t, err)
+	s3 := locals3.Client(t)
+	bucket := archive.New(s3, locals3.Bucket(t, s3), 0)
+	moved, err := sweeper.Pages.WithArchive(bucket).ArchivePages(ctx, 0, time.Minute)
+	require.NoError(t, err, "the sweeper moves pages to the archive")
+	require.EqualValues(t, packedEvents, moved.Events)
+	got, err = openAs(t, dsn("eo_api", "api-secret"), mysql.Config{}).WithArchive(bucket).Events.Get(ctx, pending[0])
+	require.NoError(t, err, "the API reads an archived event")
+	require.Equal(t, exactlyonce.Processed, got.State)
 	for _, stmt := range []string{"DELETE FROM event_pages", "INSERT INTO event_pages (page, events) VALUES (0, 0)",
 		"UPDATE event_pages SET events = 0", "DELETE FROM task_attempts", "UPDATE history_archive SET next_page = 0"} {
 		requireDenied(t, apiDB, stmt)

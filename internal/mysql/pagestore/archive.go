@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
@@ -116,9 +117,6 @@ func (h History) ReadColumns(ctx context.Context, q mysql.Conn, page int64, firs
 }
 
 const (
-	// DefaultRetention is the retention window's default (sweeping applies it; docs/design.md, "The
-	// archive", says why): pages whose newest event is older move to the bucket.
-	DefaultRetention = 2 * time.Hour
 	// archiveMaxPageBytes is the most bytes of columns a page may have to be moved: the move holds
 	// a page's rows, its old object, the merged columns, the new object and the object read back,
 	// about five times this at worst, inside a sweeper's 256 MB. A larger page (ten thousand large
@@ -133,13 +131,7 @@ const (
 )
 
 // ArchiveResult is what one ArchivePages did.
-type ArchiveResult struct {
-	Pages  int64 // pages whose rows moved to the bucket
-	Events int64 // the events of those rows
-	Bytes  int64 // the bytes of the objects written
-	// Skipped counts pages left in the database for their size (over archiveMaxPageBytes).
-	Skipped int64
-}
+type ArchiveResult = exactlyonce.ArchiveResult
 
 // archiveStepKey is the context key of WithArchiveSteps' function.
 type archiveStepKey struct{}

@@ -215,6 +215,9 @@ func TestArchivedHistoryReadsAsBefore(t *testing.T) {
 	inDB, err := mysqltest.AuditEvents(ctx, h.db)
 	require.NoError(t, err)
 	require.Len(t, inDB, 1, "the database holds the failed task only")
+	tasksArchived, err := mysqltest.ArchivedTasks(h.client)(ctx, h.db)
+	require.NoError(t, err)
+	require.Len(t, tasksArchived, len(tasks)-1, "the checkers' read of the packed tasks finds the archived ones")
 
 	// A processed task is not failed, from the archive; the failed one stays in `events` (failed
 	// tasks are never packed, so never archived) and is retried there.
