@@ -101,20 +101,61 @@ func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, b
 	return obj, true, nil
 }
 
-// PutPage writes page's object, with its SHA-256, which S3 checks against the bytes it receives
-// (a body changed on the way is refused). The caller reads it back before it lets go of the page's
-// rows (pagestore's move).
-func (b *Bucket) PutPage(ctx context.Context, page int64, obj []byte) error {
-	sum := sha256.Sum256(obj)
-	_, err := b.client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page)),
-		Body: bytes.NewReader(obj), ContentLength: aws.Int64(int64(len(obj))), ContentType: aws.String("application/octet-stream"),
-		ChecksumAlgorithm: types.ChecksumAlgorithmSha256, ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(sum[:]))})
-	if err != nil {
-		return fmt.Errorf("archive: put page %d: %w", page, err)
+// ReadPage returns page's object as the bucket holds it now (never the cache) with its version
+// (its ETag), for a writer that replaces it (PutPage); ok is false when there is none.
+func (b *Bucket) ReadPage(ctx context.Context, page int64) (obj []byte, version string, ok bool, err error) {
+	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
+	if isNotFound(err) {
+		return nil, "", false, nil
 	}
+	if err != nil {
+		return nil, "", false, unavailable(fmt.Errorf("archive: get page %d: %w", page, err))
+	}
+	defer out.Body.Close()
+	var buf bytes.Buffer
+	n, err := io.Copy(&buf, io.LimitReader(out.Body, MaxObjectBytes+1))
+	if err != nil {
+		return nil, "", false, unavailable(fmt.Errorf("archive: read page %d: %w", page, err))
+	}
+	if n > MaxObjectBytes {
+		return nil, "", false, fmt.Errorf("archive: page %d's object is over %d bytes", page, MaxObjectBytes)
+	}
+	return buf.Bytes(), aws.ToString(out.ETag), true, nil
+}
+
+// ErrPageChanged is PutPage's error when the bucket no longer holds the version of the page it was
+// told (another writer replaced or created it since it was read).
+var ErrPageChanged = errors.New("archive: the page's object changed since it was read")
+
+// PutPage writes page's object only if the bucket still holds the version of it that the caller
+// read (ReadPage; "" when there was none): a conditional write (If-Match, If-None-Match), so that a
+// writer working from an older state never replaces a newer object (ErrPageChanged). The object
+// carries its SHA-256, which S3 checks against the bytes it receives. The caller reads it back
+// before it lets go of the page's rows (pagestore's move).
+func (b *Bucket) PutPage(ctx context.Context, page int64, obj []byte, version string) error {
+	sum := sha256.Sum256(obj)
+	in := &s3.PutObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page)),
+		Body: bytes.NewReader(obj), ContentLength: aws.Int64(int64(len(obj))), ContentType: aws.String("application/octet-stream"),
+		ChecksumAlgorithm: types.ChecksumAlgorithmSha256, ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(sum[:]))}
+	if version == "" {
+		in.IfNoneMatch = aws.String("*")
+	} else {
+		in.IfMatch = aws.String(version)
+	}
+	_, err := b.client.PutObject(ctx, in)
 	b.cache.drop(page)
+	var api smithy.APIError
+	if errors.As(err, &api) && (api.ErrorCode() == "PreconditionFailed" || api.ErrorCode() == "ConditionalRequestConflict") {
+		return fmt.Errorf("%w (page %d)", ErrPageChanged, page)
+	}
+	if err != nil {
+		return unavailable(fmt.Errorf("archive: put page %d: %w", page, err))
+	}
 	return nil
 }
+
+// Changed says whether err is PutPage's for a page whose object changed since it was read.
+func (b *Bucket) Changed(err error) bool { return errors.Is(err, ErrPageChanged) }
 
 // CachedBytes is how many bytes of pages the cache holds.
 func (b *Bucket) CachedBytes() int64 { return b.cache.size() }

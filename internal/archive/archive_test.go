@@ -24,7 +24,15 @@ func TestPutAndGetAPage(t *testing.T) {
 	require.False(t, ok, "never written")
 
 	obj := bytes.Repeat([]byte("page 41 "), 100_000)
-	require.NoError(t, b.PutPage(ctx, 41, obj))
+	require.NoError(t, b.PutPage(ctx, 41, obj, ""))
+	require.True(t, b.Changed(b.PutPage(ctx, 41, []byte("other"), "")), "a page written since it was read as missing is not replaced")
+	back, version, ok, err := b.ReadPage(ctx, 41)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, obj, back)
+	require.NotEmpty(t, version)
+	require.True(t, b.Changed(b.PutPage(ctx, 41, []byte("other"), `"0123"`)), "nor one whose version is not the one read")
+	require.NoError(t, b.PutPage(ctx, 41, obj, version), "the version read: replaced")
 	got, ok, err := b.GetPage(ctx, 41, false)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -62,7 +70,7 @@ func TestTheCacheIsBoundedByBytes(t *testing.T) {
 	const limit = 4000
 	b := archive.New(client, name, limit)
 	for p := range int64(8) {
-		require.NoError(t, writer.PutPage(ctx, p, bytes.Repeat([]byte{byte(p)}, 900)))
+		require.NoError(t, writer.PutPage(ctx, p, bytes.Repeat([]byte{byte(p)}, 900), ""))
 		_, ok, err := b.GetPage(ctx, p, false)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -70,14 +78,16 @@ func TestTheCacheIsBoundedByBytes(t *testing.T) {
 	}
 	require.Equal(t, int64(4*900), b.CachedBytes())
 
-	require.NoError(t, writer.PutPage(ctx, 100, make([]byte, limit/4+1)))
+	require.NoError(t, writer.PutPage(ctx, 100, make([]byte, limit/4+1), ""))
 	_, _, err := b.GetPage(ctx, 100, false)
 	require.NoError(t, err)
 	require.Equal(t, int64(4*900), b.CachedBytes(), "a page over a quarter of the cache is not kept")
 
 	// Page 7 is cached; rewritten by another process, a cached read still answers the old bytes, a
 	// fresh one the new.
-	require.NoError(t, writer.PutPage(ctx, 7, []byte("new")))
+	_, version, _, err := writer.ReadPage(ctx, 7)
+	require.NoError(t, err)
+	require.NoError(t, writer.PutPage(ctx, 7, []byte("new"), version))
 	old, _, err := b.GetPage(ctx, 7, false)
 	require.NoError(t, err)
 	require.Equal(t, bytes.Repeat([]byte{7}, 900), old)

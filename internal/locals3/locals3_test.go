@@ -19,7 +19,7 @@ func TestObjectsInADirectoryOutliveARestart(t *testing.T) {
 	srv, err := locals3.Start("", dir, "history")
 	require.NoError(t, err)
 	require.Positive(t, srv.Pid())
-	require.NoError(t, archive.New(locals3.NewClient(srv.URL), "history", -1).PutPage(ctx, 3, []byte("page three")))
+	require.NoError(t, archive.New(locals3.NewClient(srv.URL), "history", -1).PutPage(ctx, 3, []byte("page three"), ""))
 	srv.Stop()
 
 	srv, err = locals3.Start("", dir, "history")

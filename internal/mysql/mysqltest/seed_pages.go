@@ -128,7 +128,7 @@ func LoadArchivedHistory(ctx context.Context, db *sql.DB, a pagestore.Archive, n
 					}
 					copy(cols[pages.FirstColumn(u):], unitCols[:])
 				}
-				if err := a.PutPage(ctx, page, pages.EncodeObject(page, &cols)); err != nil {
+				if err := a.PutPage(ctx, page, pages.EncodeObject(page, &cols), ""); err != nil {
 					errs <- err
 					return
 				}

@@ -38,8 +38,14 @@ var archiveQueries = mysql.MustLoadQueries[archiveTexts](archiveFiles)
 type Archive interface {
 	// GetPage returns page's object; ok is false when there is none. fresh skips any cache.
 	GetPage(ctx context.Context, page int64, fresh bool) (obj []byte, ok bool, err error)
-	// PutPage writes page's object, replacing the one there is.
-	PutPage(ctx context.Context, page int64, obj []byte) error
+	// ReadPage returns page's object as the bucket holds it now, and its version; ok is false when
+	// there is none.
+	ReadPage(ctx context.Context, page int64) (obj []byte, version string, ok bool, err error)
+	// PutPage writes page's object only if the bucket still holds the version read ("": none),
+	// else an error wrapping ErrPageChanged (internal/archive's).
+	PutPage(ctx context.Context, page int64, obj []byte, version string) error
+	// Changed says whether err is PutPage's for a page whose object changed since it was read.
+	Changed(err error) bool
 }
 
 // WithArchive returns a Store like s whose pages older than the retention window move to a (nil:
@@ -222,7 +228,7 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 	}
 	// The page's object: what the bucket holds of it already (a late event's page, or a move killed
 	// after its PUT) merged with its rows, the rows' copy of an event winning, each event once.
-	old, hadObject, err := s.archive.GetPage(ctx, page, true)
+	old, version, hadObject, err := s.archive.ReadPage(ctx, page)
 	if err != nil {
 		return false, err
 	}
@@ -250,16 +256,23 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 	}
 	obj := pages.EncodeObject(page, &merged)
 	archiveStep(ctx, page, "Put")
-	if err := s.archive.PutPage(ctx, page, obj); err != nil {
+	if err := s.archive.PutPage(ctx, page, obj, version); s.archive.Changed(err) {
+		// Another move wrote the page since this one read it: it left the page as it found it; the
+		// next move reads the page again.
+		return false, errArchiveRace
+	} else if err != nil {
 		return false, err
 	}
 	archiveStep(ctx, page, "Verify")
-	back, ok, err := s.archive.GetPage(ctx, page, true)
+	back, _, ok, err := s.archive.ReadPage(ctx, page)
 	if err != nil {
 		return false, err
 	}
 	if !ok || !bytes.Equal(back, obj) {
-		return false, fmt.Errorf("archive: page %d read back from the bucket is not what was written (%d bytes, %d read)", page, len(obj), len(back))
+		// Not what it wrote: another move wrote the page since (each write is conditional on the
+		// version its writer read, so that one holds whatever this one held, and more). The rows
+		// stay; the next move reads the page again.
+		return false, errArchiveRace
 	}
 	newPages := int64(0)
 	if !hadObject {

@@ -411,3 +411,52 @@ func TestKillingTheMoverAtEachStepLosesNothing(t *testing.T) {
 		})
 	}
 }
+
+// Two moves of one page at once (two sweepers): one is held before its PUT with the page as it read
+// it, while the other moves the page, a late event of the page is packed, and the page moves again
+// with it. The held move's PUT is refused (each PUT is conditional on the object's version its move
+// read), so its older object never replaces the newer one, and the late event is kept. Without the
+// condition, the held PUT wrote the page without the late event, whose row was already deleted.
+func TestTwoMovesAtOnceKeepTheNewerObject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newArchived(t)
+	createProcessed(t, h.store, 700)
+	var gap int64
+	require.NoError(t, h.db.QueryRow("SELECT id + 1 FROM status").Scan(&gap))
+	_, err := h.db.Exec("UPDATE status SET id = id + 10")
+	require.NoError(t, err)
+	createProcessed(t, h.store, 700)
+	foldAll(t, h.store)
+	packAll(t, h.store)
+
+	arrived, release := make(chan struct{}), make(chan struct{})
+	held := make(chan pagestore.ArchiveResult, 1)
+	go func() {
+		bctx := pagestore.WithArchiveSteps(ctx, func(_ int64, step string) {
+			if step == "Put" {
+				close(arrived)
+				<-release
+			}
+		})
+		res, err := h.store.Pages.ArchivePages(bctx, 0, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		held <- res
+	}()
+	<-arrived
+	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages, "the other move moves the page")
+	lateEvent(t, h.store, gap, fmt.Sprintf("late-%d", gap))
+	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages, "and its late event")
+	close(release)
+	require.Zero(t, (<-held).Pages, "the held move's PUT is refused: it leaves the page")
+
+	e, err := h.store.Events.Get(ctx, gap)
+	require.NoError(t, err, "the late event is in the page's object")
+	require.Equal(t, fmt.Sprintf("late-%d", gap), *e.Value)
+	audit, err := mysqltest.AuditArchived(ctx, h.db, h.client)
+	require.NoError(t, err)
+	require.Len(t, audit, 1401, "every event once")
+	requireTiersAddUp(t, h.store)
+}
