@@ -174,7 +174,7 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	require.Equal(t, exactlyonce.Processed, got.State)
 	for _, stmt := range []string{"TRUNCATE TABLE event_pages", "DROP TABLE event_pages",
 		"DELETE FROM pack_turn", "INSERT INTO pack_turn (turn) VALUES (1)", "DELETE FROM history_archive",
-		"INSERT INTO history_archive (next_page, archived_pages, archived_events) VALUES (0, 0, 0)"} {
+		"INSERT INTO history_archive (next_page, high_page, archived_pages, archived_events) VALUES (0, 0, 0, 0)"} {
 		requireDenied(t, sweeper.DB.Pool(), stmt)
 	}
 	requireDenied(t, apiDB, "SELECT turn FROM pack_turn")

@@ -11,7 +11,7 @@ INSERT INTO event_pages (page, events, /*columns*/) VALUES /*rows*/;
 -- pagestore's AdvanceArchive (pagestore/archive.sql), for a history written straight to the archive
 -- as page objects (LoadArchivedHistory): the move's start past its pages, and its counts.
 UPDATE history_archive SET archived_pages = archived_pages + ?, archived_events = archived_events + ?,
-  next_page = GREATEST(next_page, ?);
+  next_page = GREATEST(next_page, ?), high_page = GREATEST(high_page, ?);
 
 -- name: LoadCounterFacts
 -- counterstore's InsertCounterFacts (counterstore/counters.sql): /*rows*/ is one

@@ -29,7 +29,7 @@ import (
 var archiveFiles embed.FS
 
 type archiveTexts struct {
-	ArchiveCursor, PageSize, PageRows, LockPageRows, DeletePage, AdvanceArchive, LowerArchiveCursor, TierEventRows, TierCounts string
+	ArchiveCursor, ArchiveHighPage, PageSize, PageRows, LockPageRows, DeletePage, AdvanceArchive, LowerArchiveCursor, TierEventRows, TierCounts string
 }
 
 var archiveQueries = mysql.MustLoadQueries[archiveTexts](archiveFiles)
@@ -90,11 +90,20 @@ func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bo
 }
 
 // ReadColumns returns the events of n columns of page from first, in both tiers (the package's
-// ReadColumns, then the page's object read from the bucket), each event once.
+// ReadColumns, then, if the move has ever passed the page, the page's object read from the bucket,
+// not the cache), each event once. A page the move never passed has all its events in its rows (a
+// move killed after its PUT leaves them there too), so a listing of recent events makes no GET.
 func (h History) ReadColumns(ctx context.Context, q mysql.Conn, page int64, first, n int) ([]pages.Row, error) {
 	rows, err := ReadColumns(ctx, q, page, first, n)
 	if err != nil || h.Archive == nil {
 		return rows, err
+	}
+	var high int64
+	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high); err != nil {
+		return nil, err
+	}
+	if page >= high {
+		return rows, nil
 	}
 	obj, ok, err := h.Archive.GetPage(ctx, page, true)
 	if err != nil || !ok {
@@ -314,7 +323,7 @@ func (s *Store) advance(ctx context.Context, page, newPages, events int64, rows 
 				return fmt.Errorf("archive: page %d: locked %d rows, deleting %d", page, len(now), n)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, archiveQueries.AdvanceArchive, newPages, events, page, page+1); err != nil {
+		if _, err := tx.ExecContext(ctx, archiveQueries.AdvanceArchive, newPages, events, page, page+1, page+1); err != nil {
 			return err
 		}
 		if len(now) > 0 {

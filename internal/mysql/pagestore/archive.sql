@@ -10,6 +10,14 @@
 -- read.
 SELECT next_page, archived_pages, archived_events FROM history_archive;
 
+-- name: ArchiveHighPage
+-- The processed listing (History.ReadColumns), after its read of a page's rows: whether the move has
+-- ever passed the page (page < high_page; next_page may be lowered again by a late event), so that
+-- it reads the page's object only then. Read after the rows: the move deletes a page's rows and
+-- raises high_page past it in one transaction, so a listing that found the rows gone finds
+-- high_page past the page. A consistent read of one row.
+SELECT high_page FROM history_archive;
+
 -- name: PageSize
 -- The move: how many rows a page has and the bytes of their columns, so that it moves a page only
 -- when it fits the move's memory bound (archiveMaxPageBytes) before it reads any column. One
@@ -34,11 +42,12 @@ SELECT c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16
 DELETE FROM event_pages WHERE page = ?;
 
 -- name: AdvanceArchive
--- The move's delete, in the same transaction: counts what left the database, and moves next_page
--- past the page if it is where the move started (a pack may have lowered it to a late page below,
--- which the next move looks at first). Under the turn, so no pack lowers it at the same time.
+-- The move's delete, in the same transaction: counts what left the database, moves next_page past
+-- the page if it is where the move started (a pack may have lowered it to a late page below, which
+-- the next move looks at first), and high_page past it. Under the turn, so no pack lowers
+-- next_page at the same time.
 UPDATE history_archive SET archived_pages = archived_pages + ?, archived_events = archived_events + ?,
-  next_page = IF(next_page = ?, ?, next_page);
+  next_page = IF(next_page = ?, ?, next_page), high_page = GREATEST(high_page, ?);
 
 -- name: LowerArchiveCursor
 -- The pack, under its turn, when it wrote a unit into a page below next_page (a late event of a
