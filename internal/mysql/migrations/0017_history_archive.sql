@@ -8,7 +8,7 @@
 -- pages below it can have an object, so that a listing of recent pages makes no GET) and how much
 -- history the bucket holds
 -- (archived_events, exact: the events of every page row the move deleted; archived_pages, the
--- objects written for pages the move found new). A pack that writes a unit into a page below
+-- pages with an object). A pack that writes a unit into a page below
 -- next_page (a late event of a page moved already) lowers next_page to that page, under the packs'
 -- turn (pack_turn), which the move's delete takes too: so a page row is never left behind the
 -- move.

@@ -217,7 +217,7 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 	}
 	if size > archiveMaxPageBytes {
 		res.Skipped++
-		return true, s.advance(ctx, page, 0, 0, nil)
+		return true, s.advance(ctx, page, false, 0, nil)
 	}
 	var rows [][pages.Columns][]byte
 	if rowCount > 0 {
@@ -233,7 +233,7 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 	if len(rows) == 0 {
 		// No row: moved already, or never any (a gap of ids), or not packed yet, in which case the
 		// pack lowers next_page when it writes the page. Past it, under the turn.
-		return true, s.advance(ctx, page, 0, 0, nil)
+		return true, s.advance(ctx, page, false, 0, nil)
 	}
 	// The page's object: what the bucket holds of it already (a late event's page, or a move killed
 	// after its PUT) merged with its rows, the rows' copy of an event winning, each event once.
@@ -283,12 +283,8 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 		// stay; the next move reads the page again.
 		return false, errArchiveRace
 	}
-	newPages := int64(0)
-	if !hadObject {
-		newPages = 1
-	}
 	archiveStep(ctx, page, "Delete")
-	if err := s.advance(ctx, page, newPages, events, rows); err != nil {
+	if err := s.advance(ctx, page, !hadObject, events, rows); err != nil {
 		return false, err
 	}
 	res.Pages++
@@ -298,9 +294,10 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 }
 
 // advance deletes page's rows, which must be rows (none: the page must still have none), counts
-// pages and events as moved, and moves next_page past page if the move started there: one
-// transaction under the packs' turn, so that no pack writes the page or lowers next_page meanwhile.
-func (s *Store) advance(ctx context.Context, page, newPages, events int64, rows [][pages.Columns][]byte) error {
+// the page (created: this move created its object) and its events as moved, and moves next_page
+// past page if the move started there: one transaction under the packs' turn, so that no pack
+// writes the page or lowers next_page meanwhile.
+func (s *Store) advance(ctx context.Context, page int64, created bool, events int64, rows [][pages.Columns][]byte) error {
 	return s.core.InTx(ctx, func(tx *sql.Tx) error {
 		if err := takePackTurn(ctx, tx); err != nil {
 			return err
@@ -323,7 +320,8 @@ func (s *Store) advance(ctx context.Context, page, newPages, events int64, rows 
 				return fmt.Errorf("archive: page %d: locked %d rows, deleting %d", page, len(now), n)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, archiveQueries.AdvanceArchive, newPages, events, page, page+1, page+1); err != nil {
+		hasRows := len(now) > 0
+		if _, err := tx.ExecContext(ctx, archiveQueries.AdvanceArchive, created, hasRows, page, events, page, page+1, hasRows, page+1); err != nil {
 			return err
 		}
 		if len(now) > 0 {

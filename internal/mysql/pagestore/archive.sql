@@ -46,8 +46,14 @@ DELETE FROM event_pages WHERE page = ?;
 -- the page if it is where the move started (a pack may have lowered it to a late page below, which
 -- the next move looks at first), and high_page past it. Under the turn, so no pack lowers
 -- next_page at the same time.
-UPDATE history_archive SET archived_pages = archived_pages + ?, archived_events = archived_events + ?,
-  next_page = IF(next_page = ?, ?, next_page), high_page = GREATEST(high_page, ?);
+-- The parameters: created (1: this move's PUT created the page's object), rows (1: it deleted rows),
+-- the page, the events deleted, the page and the page after it (next_page), rows and the page after
+-- it (high_page). A page counts as a new object when this move created it, or when the move had
+-- never deleted rows of it (high_page <= page: a move killed after creating it). The assignments
+-- run left to right: archived_pages reads high_page before it is raised.
+UPDATE history_archive SET archived_pages = archived_pages + IF(? = 1 OR (? = 1 AND high_page <= ?), 1, 0),
+  archived_events = archived_events + ?, next_page = IF(next_page = ?, ?, next_page),
+  high_page = IF(? = 1, GREATEST(high_page, ?), high_page);
 
 -- name: LowerArchiveCursor
 -- The pack, under its turn, when it wrote a unit into a page below next_page (a late event of a

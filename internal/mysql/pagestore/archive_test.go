@@ -408,6 +408,7 @@ func TestKillingTheMoverAtEachStepLosesNothing(t *testing.T) {
 			check("moved after the kill at " + step)
 			tiers := requireTiersAddUp(t, h.store)
 			require.EqualValues(t, 600, tiers.ArchivedEvents, "the archive counts each event once")
+			require.EqualValues(t, 1, tiers.ArchivedPages, "and its page once, whether the killed move created its object or not")
 		})
 	}
 }
