@@ -19,10 +19,10 @@ package openapitest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"encoding/json"
 	"maps"
 	"net/http"
 	"net/url"
