@@ -25,8 +25,10 @@
 //	GET  /overview                          200 {"time", "events", "waiting", "oldestWaitingSeconds"}   events by state, exact
 //	POST /references/{referenceId}/retry    200 {"referenceId", "retried", "placement"}   its failed tasks, again, in order
 //
-// GET /openapi.yaml answers the API's OpenAPI document (exactlyonce.OpenAPI), which describes
-// every route above; the tests validate every request and answer against it (internal/openapitest).
+// The API's contract (exactlyonce.OpenAPI, openapi.yaml at the module's root), which describes every
+// route here; the tests validate every request and answer against it (internal/openapitest):
+//
+//	GET  /openapi.yaml                      200 the OpenAPI 3.1 document, application/yaml
 //
 // The routes are registered one a line in routes(), and routed by an http.ServeMux (router.go).
 // Any other path is a 404, and a known path with another method a 405 with an Allow header; HEAD

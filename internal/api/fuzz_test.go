@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -188,7 +189,7 @@ func serve(t *testing.T, h http.Handler, method, path, body string) (int, map[st
 		req.ContentLength = int64(len(body))
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
+	openapitest.Handler(t, h).ServeHTTP(rec, req)
 	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	var answer map[string]any
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &answer), "%q %q: JSON answer: %q", method, path, rec.Body)

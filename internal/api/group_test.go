@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -61,7 +61,7 @@ func TestAsyncRequestsArrivingTogetherShareOneInsertAndOneMessage(t *testing.T) 
 	store := &gateStore{entered: make(chan struct{}), release: make(chan struct{})}
 	q := &slowQueue{} // never slow: hold is nil
 	s := &Server{Stores: Stores{Events: store}, Queue: q, AsyncGroup: AsyncGroup{Max: 5}}
-	srv := httptest.NewServer(s)
+	srv := openapitest.NewServer(t, s)
 	t.Cleanup(srv.Close)
 
 	post := func() (int, int64) {

@@ -3,9 +3,9 @@ package api
 import (
 	"bytes"
 	"context"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -56,7 +56,7 @@ func TestLingerAnswersOnCommitAndDrainSendsWhatIsHeld(t *testing.T) {
 	store := freeStore()
 	q := &slowQueue{}
 	s := &Server{Stores: Stores{Events: store}, Queue: q, AsyncGroup: AsyncGroup{Linger: time.Hour}}
-	srv := httptest.NewServer(s)
+	srv := openapitest.NewServer(t, s)
 	t.Cleanup(srv.Close)
 
 	for want := int64(1); want <= 3; want++ {
