@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -251,7 +252,7 @@ func TestWithTheRealAPI(t *testing.T) {
 	_, err := store.Agents.RegisterAgent(context.Background(), exactlyonce.AgentSpec{Name: "console-test-agent", Kind: "standalone",
 		Sharding: exactlyonce.ShardingDynamic}, time.Minute)
 	require.NoError(t, err)
-	base := serve(t, Options{API: &api.Server{Stores: store.API()}})
+	base := serve(t, Options{API: openapitest.Handler(t, &api.Server{Stores: store.API()})})
 
 	status, _, body := do(t, "GET", base+"/ui/api/agents", "", nil)
 	require.Equal(t, http.StatusOK, status, body)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -42,7 +43,7 @@ func TestEveryAcceptedNameReadsBackThroughTheConsole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
-	a := &api.Server{Stores: store.API()}
+	a := openapitest.Handler(t, &api.Server{Stores: store.API()})
 	base := serve(t, Options{API: a})
 
 	create := func(ref string) (int, map[string]any) {

@@ -3,8 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -68,7 +68,7 @@ func createWhoseCommitReplyIsLost(t *testing.T, allocator, path string, group ap
 	require.NoError(t, err)
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
-	srv := httptest.NewServer(&api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}, Logger: testLogger(),
+	srv := openapitest.NewServer(t, &api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}, Logger: testLogger(),
 		AsyncGroup: group})
 	t.Cleanup(srv.Close)
 	check, err := wire.StoresOn(direct, mysql.Config{})

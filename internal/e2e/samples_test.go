@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -52,8 +53,8 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
 	ctx := context.Background()
-	apiHandler := httpadapter.New(&api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL},
-		AsyncGroup: api.AsyncGroup{Inline: true}}).ProxyWithContext // as functions/api wires it
+	apiHandler := httpadapter.New(openapitest.Handler(t, &api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL},
+		AsyncGroup: api.AsyncGroup{Inline: true}})).ProxyWithContext // as functions/api wires it
 
 	resp, err := apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-post-events.json"))
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,10 +130,17 @@ func (w *responseRecorder) Unwrap() http.ResponseWriter { return w.ResponseWrite
 // before handing it on; an error reading it is the round trip's error.
 func Transport(t testing.TB, base http.RoundTripper) http.RoundTripper {
 	t.Helper()
+	return TransportUnder(t, base, "")
+}
+
+// TransportUnder is Transport for an API served under a base path (API Gateway's stage, "/v1"):
+// the paths checked are the requests' without prefix.
+func TransportUnder(t testing.TB, base http.RoundTripper, prefix string) http.RoundTripper {
+	t.Helper()
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return &transport{base: base, v: API(t), rep: newReporter(t)}
+	return &transport{base: base, prefix: prefix, v: API(t), rep: newReporter(t)}
 }
 
 // Client is an HTTP client whose exchanges are checked (Transport), with a 30 s timeout.
@@ -142,9 +150,10 @@ func Client(t testing.TB) *http.Client {
 }
 
 type transport struct {
-	base http.RoundTripper
-	v    *Validator
-	rep  *reporter
+	base   http.RoundTripper
+	prefix string
+	v      *Validator
+	rep    *reporter
 }
 
 func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -156,9 +165,13 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
+		rewindable := req.GetBody != nil
 		req = req.Clone(req.Context())
 		req.Body = io.NopCloser(bytes.NewReader(body))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		req.GetBody = nil
+		if rewindable { // else net/http must not resend it after a cut either, as it would not have
+			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		}
 	}
 	resp, err := tr.base.RoundTrip(req)
 	if err != nil {
@@ -170,7 +183,7 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(got))
-	x := Exchange{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Header: req.Header,
+	x := Exchange{Method: req.Method, Path: strings.TrimPrefix(req.URL.Path, tr.prefix), Query: req.URL.RawQuery, Header: req.Header,
 		Body: body, BodyKnown: true, Status: resp.StatusCode, ResponseHeader: resp.Header, ResponseBody: got}
 	if err := tr.v.Check(x); err != nil {
 		tr.rep.add(err)
