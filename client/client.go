@@ -227,7 +227,13 @@ func (c *Client) attempt(ctx context.Context, r request) (*response, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.GetBody = nil // a retry is this client's to decide, with the same key, not net/http's
+	// A retry is this client's to decide (bounded by MaxAttempts, after its backoff), not net/http's,
+	// which resends by itself a request with an Idempotency-Key whose body it can rewind, when a
+	// reused connection breaks: so the body cannot be rewound, not even an empty one.
+	req.GetBody = nil
+	if r.body == nil && r.key != "" {
+		req.Body = io.NopCloser(strings.NewReader(""))
+	}
 	req.Header.Set("Accept", "application/json")
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
