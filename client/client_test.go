@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,12 +50,18 @@ func TestEveryRouteAgainstTheLocalSystem(t *testing.T) {
 	// Tasks: one delivered, one refused by its receiver (a 400 fails it at once), both verified.
 	var refuse atomic.Bool
 	refuse.Store(true)
+	var delivered strings.Builder
+	verify, err := newReceiver(signingSecret(), &delivered) // the README's receiver: a bad signature fails the task
+	require.NoError(t, err)
+	var mu sync.Mutex
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "refuse") && refuse.Load() {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
-		w.WriteHeader(http.StatusNoContent)
+		mu.Lock()
+		defer mu.Unlock()
+		verify.ServeHTTP(w, r)
 	}))
 	t.Cleanup(recv.Close)
 	ok, err := c.CreateTask(ctx, client.NewTask{URL: recv.URL + "/ok", Payload: json.RawMessage(`{"n":1}`), ReferenceID: "ref-ok"})
@@ -70,6 +77,9 @@ func TestEveryRouteAgainstTheLocalSystem(t *testing.T) {
 		b, err2 := c.GetEvent(ctx, bad.ID)
 		return err1 == nil && err2 == nil && a.State() == "completed" && b.State() == "failed"
 	})
+	mu.Lock()
+	require.Contains(t, delivered.String(), `: {"n":1}`, "delivered, its signature verified")
+	mu.Unlock()
 	it, err := c.GetEvent(ctx, bad.ID)
 	require.NoError(t, err)
 	require.NotNil(t, it.Task)
