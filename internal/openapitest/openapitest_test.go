@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/exactlyonce/exactlyonce/internal/openapitest"
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,4 +66,59 @@ func TestCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The document's own rules, beyond OpenAPI's (which New checks): every operation is named and
+// summarised and documents the 500 and the 503 the API may always answer, and every object schema
+// with properties is closed, so that a field the API adds and the document does not name fails the
+// tests (to add one, add it to the schema's properties).
+func TestTheDocumentIsStrict(t *testing.T) {
+	doc := openapitest.API(t).Doc()
+	ids := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			what := method + " " + path
+			require.NotEmpty(t, op.OperationID, what)
+			require.False(t, ids[op.OperationID], "%s: operationId %s used twice", what, op.OperationID)
+			ids[op.OperationID] = true
+			require.NotEmpty(t, op.Summary, what)
+			if path == "/openapi.yaml" {
+				continue // the document itself: an open object, and served from memory
+			}
+			for _, status := range []int{500, 503} {
+				require.NotNil(t, op.Responses.Status(status), "%s documents %d", what, status)
+			}
+			for status, resp := range op.Responses.Map() {
+				for ct, media := range resp.Value.Content {
+					closed(t, what+" "+status+" "+ct, media.Schema, map[*openapi3.Schema]bool{})
+				}
+			}
+		}
+	}
+	for name, s := range doc.Components.Schemas {
+		closed(t, "components.schemas."+name, s, map[*openapi3.Schema]bool{})
+	}
+}
+
+func closed(t *testing.T, where string, ref *openapi3.SchemaRef, seen map[*openapi3.Schema]bool) {
+	t.Helper()
+	if ref == nil || ref.Value == nil || seen[ref.Value] {
+		return
+	}
+	s := ref.Value
+	seen[s] = true
+	if len(s.Properties) > 0 {
+		has := s.AdditionalProperties.Has
+		require.True(t, has != nil && !*has, "%s: an object with properties must say additionalProperties: false", where)
+	}
+	for name, p := range s.Properties {
+		closed(t, where+"."+name, p, seen)
+	}
+	for _, list := range []openapi3.SchemaRefs{s.OneOf, s.AnyOf, s.AllOf} {
+		for _, sub := range list {
+			closed(t, where, sub, seen)
+		}
+	}
+	closed(t, where+"[]", s.Items, seen)
+	closed(t, where+"{}", s.AdditionalProperties.Schema, seen)
 }
