@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -3,13 +3,13 @@ package api
 import (
 	"bytes"
 	"context"
-	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"log/slog"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )

@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -13,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 )
 
 // testRouter is a router whose handlers and error functions write what they were called for.

@@ -4,9 +4,10 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
+
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 )
 
 func json(h ...string) http.Header {
