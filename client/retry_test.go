@@ -28,6 +28,8 @@ type scripted struct {
 	mu         sync.Mutex
 	script     []int
 	retryAfter string
+	ok         string // the success's body; default {"count":7}
+	okStatus   int    // the success's status; default 200
 	at         []time.Time
 	keys       []string
 }
@@ -43,7 +45,14 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	if status == http.StatusOK {
-		_, _ = w.Write([]byte(`{"count":7}`))
+		body := s.ok
+		if body == "" {
+			body = `{"count":7}`
+		}
+		if s.okStatus != 0 {
+			w.WriteHeader(s.okStatus)
+		}
+		_, _ = w.Write([]byte(body))
 		return
 	}
 	if s.retryAfter != "" {
@@ -222,4 +231,23 @@ func TestRequestsAreSignedWithSigV4(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.GreaterOrEqual(t, verified, 1, "the signature is the one the upstream computes")
+}
+
+// A 409 is retried only on a create, whose key the API says is still in flight; a read's, or a
+// task's retry's (the task had not failed), is final.
+func TestA409IsRetriedOnlyOnACreate(t *testing.T) {
+	t.Parallel()
+	api := &scripted{script: []int{409}, retryAfter: "0", okStatus: http.StatusCreated,
+		ok: `{"id":5,"value":"v","state":"processed","processedBy":"api","processCount":1}`}
+	srv := openapitest.NewServer(t, api)
+	e, err := newClient(t, srv.URL, client.Retry{BaseDelay: time.Millisecond}).CreateEvent(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 5, e.ID)
+	require.Len(t, api.requests(), 2)
+
+	api = &scripted{script: []int{409, 409}, retryAfter: "0"}
+	srv = openapitest.NewServer(t, api)
+	_, err = newClient(t, srv.URL, client.Retry{BaseDelay: time.Millisecond}).RetryTask(context.Background(), 5)
+	require.ErrorIs(t, err, client.ErrConflict)
+	require.Len(t, api.requests(), 1)
 }
