@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,10 +78,11 @@ var fields = []string{"url", "payload", "referenceId", "maxRetries", "state", "k
 func newError(resp *response) *Error {
 	e := &Error{Status: resp.status, RetryAfter: parseRetryAfter(resp.header.Get("Retry-After"))}
 	var body struct {
-		Error string `json:"error"`
+		Error   string `json:"error"`
+		Message string `json:"message"` // API Gateway's own answers (403, 429, 502, 504)
 	}
-	if json.Unmarshal(resp.body, &body) == nil && body.Error != "" {
-		e.Message = body.Error
+	if json.Unmarshal(resp.body, &body) == nil && (body.Error != "" || body.Message != "") {
+		e.Message = cmp.Or(body.Error, body.Message)
 	} else {
 		e.Message = strings.TrimSpace(string(resp.body))
 	}

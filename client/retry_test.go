@@ -105,6 +105,7 @@ func TestA429IsRetriedUpToMaxAttempts(t *testing.T) {
 	var apiErr *client.Error
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, http.StatusTooManyRequests, apiErr.Status)
+	require.Equal(t, "scripted 429", apiErr.Message)
 	require.Len(t, api.requests(), 3)
 }
 
