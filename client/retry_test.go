@@ -59,6 +59,10 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", s.retryAfter)
 	}
 	w.WriteHeader(status)
+	if status == http.StatusTooManyRequests { // API Gateway's throttling, in its own shape
+		_, _ = w.Write([]byte(`{"message":"Too Many Requests"}`))
+		return
+	}
 	_, _ = w.Write([]byte(`{"error":"scripted ` + strconv.Itoa(status) + `"}`))
 }
 
@@ -105,7 +109,7 @@ func TestA429IsRetriedUpToMaxAttempts(t *testing.T) {
 	var apiErr *client.Error
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, http.StatusTooManyRequests, apiErr.Status)
-	require.Equal(t, "scripted 429", apiErr.Message)
+	require.Equal(t, "Too Many Requests", apiErr.Message, "API Gateway's message")
 	require.Len(t, api.requests(), 3)
 }
 
