@@ -170,6 +170,8 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, errors.Join(ctx.Err(), err)
+		case errors.As(err, new(*localError)):
+			return nil, err // nothing was sent: nothing to retry
 		case err != nil:
 			lastErr = &ConnectionError{Err: err}
 		case resp.status >= 200 && resp.status < 300:
@@ -216,7 +218,7 @@ func (c *Client) attempt(ctx context.Context, r request) (*response, error) {
 	u.RawPath = c.base.EscapedPath() + r.path
 	var err error
 	if u.Path, err = url.PathUnescape(u.RawPath); err != nil {
-		return nil, err
+		return nil, &localError{err}
 	}
 	u.RawQuery = r.query.Encode()
 	var body io.Reader = http.NoBody
@@ -225,7 +227,7 @@ func (c *Client) attempt(ctx context.Context, r request) (*response, error) {
 	}
 	req, err := http.NewRequestWithContext(ctx, r.method, u.String(), body)
 	if err != nil {
-		return nil, err
+		return nil, &localError{err}
 	}
 	// A retry is this client's to decide (bounded by MaxAttempts, after its backoff), not net/http's,
 	// which resends by itself a request with an Idempotency-Key whose body it can rewind, when a
@@ -244,11 +246,11 @@ func (c *Client) attempt(ctx context.Context, r request) (*response, error) {
 	if c.opt.Credentials != nil {
 		creds, err := c.opt.Credentials.Retrieve(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("client: AWS credentials: %w", err)
+			return nil, &localError{fmt.Errorf("client: AWS credentials: %w", err)}
 		}
 		sum := sha256.Sum256(r.body)
 		if err := v4.NewSigner().SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", c.opt.Region, time.Now()); err != nil {
-			return nil, fmt.Errorf("client: sign: %w", err)
+			return nil, &localError{fmt.Errorf("client: sign: %w", err)}
 		}
 	}
 	resp, err := c.http.Do(req)
@@ -262,6 +264,13 @@ func (c *Client) attempt(ctx context.Context, r request) (*response, error) {
 	}
 	return &response{status: resp.StatusCode, header: resp.Header, body: got}, nil
 }
+
+// localError is an attempt's failure before anything was sent (credentials, signing): retrying
+// cannot help.
+type localError struct{ err error }
+
+func (e *localError) Error() string { return e.err.Error() }
+func (e *localError) Unwrap() error { return e.err }
 
 // newIdempotencyKey is a fresh key: 128 random bits.
 func newIdempotencyKey() string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -255,4 +256,20 @@ func TestA409IsRetriedOnlyOnACreate(t *testing.T) {
 	_, err = newClient(t, srv.URL, client.Retry{BaseDelay: time.Millisecond}).RetryTask(context.Background(), 5)
 	require.ErrorIs(t, err, client.ErrConflict)
 	require.Len(t, api.requests(), 1)
+}
+
+// Credentials that cannot be had fail the call at once: nothing was sent, nothing is retried.
+func TestMissingCredentialsAreNotRetried(t *testing.T) {
+	t.Parallel()
+	api := &scripted{}
+	srv := openapitest.NewServer(t, api)
+	broken := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{}, errors.New("no credentials here")
+	})
+	c, err := client.New(srv.URL, client.Options{Credentials: broken, Region: "eu-west-1", Retry: client.Retry{BaseDelay: time.Hour}})
+	require.NoError(t, err)
+	_, err = c.CountEvents(context.Background())
+	require.ErrorContains(t, err, "no credentials here")
+	require.NotErrorIs(t, err, client.ErrUnavailable)
+	require.Empty(t, api.requests())
 }
