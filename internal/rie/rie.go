@@ -13,7 +13,8 @@
 //   - the function's response: 200 and the payload;
 //   - a function error: 200 and {"errorType", "errorMessage"} (the emulator drops the
 //     X-Amz-Function-Error header Lambda sets, so the document's shape is what tells them apart);
-//   - the runtime exited: 502 and a Runtime.ExitError document;
+//   - the runtime exited: 502 and a Runtime.ExitError document (no document when it exited during
+//     init: Invoke reports Runtime.ExitError then too, as Lambda does);
 //   - a timeout (AWS_LAMBDA_FUNCTION_TIMEOUT, whole seconds): 200 and "Task timed out after N.00
 //     seconds", the runtime killed with SIGKILL.
 //
@@ -347,6 +348,10 @@ func (f *Function) Invoke(ctx context.Context, payload []byte, requestID string)
 	case isErrorDocument(body):
 		res.Error = &FunctionError{}
 		_ = json.Unmarshal(body, res.Error)
+	case resp.StatusCode == http.StatusBadGateway && len(bytes.TrimSpace(body)) == 0:
+		// The emulator's answer when the runtime exited during init, before it asked for the event:
+		// Lambda reports Runtime.ExitError for it.
+		res.Error = &FunctionError{Type: "Runtime.ExitError", Message: "the runtime exited during init (its output says why)"}
 	case resp.StatusCode != http.StatusOK:
 		return res, fmt.Errorf("invoke %s: the emulator answered %d: %s", requestID, resp.StatusCode, body)
 	default:

@@ -46,12 +46,12 @@ type answer struct {
 	Memory     string `json:"memory"`
 }
 
-func start(t *testing.T, timeout time.Duration) *rie.Function {
+func start(t *testing.T, timeout time.Duration, env ...string) *rie.Function {
 	t.Helper()
 	bin, err := sleeper()
 	require.NoError(t, err)
 	f, err := rie.Start(rie.Config{Bootstrap: bin, Function: "sleeper", Timeout: timeout, MemoryMB: 512,
-		Output: testWriter{t}})
+		Env: env, Output: testWriter{t}})
 	require.NoError(t, err)
 	t.Cleanup(f.Stop)
 	return f
@@ -123,6 +123,26 @@ func TestAHandlerThatOutlivesItsTimeoutIsStopped(t *testing.T) {
 	require.NoError(t, json.Unmarshal(res.Payload, &b), string(res.Payload))
 	require.NotEqual(t, a.Pid, b.Pid)
 	require.Contains(t, f.Report(res.RequestID), "REPORT RequestId: "+res.RequestID)
+}
+
+// A runtime that exits at init (a function missing its configuration) is Runtime.ExitError, and
+// tried again at the next invocation.
+func TestARuntimeThatExitsAtInitIsAnExitError(t *testing.T) {
+	t.Parallel()
+	f := start(t, 3*time.Second, "SLEEPER_EXIT_AT_INIT=1")
+	for range 2 {
+		res, err := f.Invoke(context.Background(), []byte(`{}`), "")
+		require.NoError(t, err)
+		require.Equal(t, 502, res.Status)
+		require.Equal(t, "Runtime.ExitError", res.Error.Type)
+	}
+	var inits int
+	for _, l := range f.Output() {
+		if strings.HasPrefix(l, "init pid ") {
+			inits++
+		}
+	}
+	require.Equal(t, 2, inits)
 }
 
 // Stop ends the bootstrap with the emulator.

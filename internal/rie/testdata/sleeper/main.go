@@ -1,7 +1,8 @@
 // Command sleeper is a bootstrap for the emulator's own tests: it answers with what Lambda gave it
 // (its process id, the request id, the deadline, the function ARN), and does what the event asks:
 // {"sleep": seconds} ignores its deadline for that long, {"fail": true} returns an error,
-// {"exit": true} exits mid-invocation. It prints "init pid N" when it starts.
+// {"exit": true} exits mid-invocation. It prints "init pid N" when it starts, and exits there when
+// SLEEPER_EXIT_AT_INIT is set.
 package main
 
 import (
@@ -24,6 +25,9 @@ type event struct {
 
 func main() {
 	fmt.Println("init pid", os.Getpid())
+	if os.Getenv("SLEEPER_EXIT_AT_INIT") != "" {
+		os.Exit(1) // as a function whose configuration is missing
+	}
 	lambda.Start(func(ctx context.Context, ev event) (map[string]any, error) {
 		lc, _ := lambdacontext.FromContext(ctx)
 		deadline, _ := ctx.Deadline()
