@@ -1,4 +1,4 @@
-package main
+package infra
 
 import (
 	"encoding/json"
@@ -15,12 +15,11 @@ var samInvoke = regexp.MustCompile(`sam local invoke (\S+)(?: -e (\S+))?`)
 
 // The SAM instructions (localstack/README.md, samconfig.toml, docs/deploy.md) work against the
 // synthesised template: every function they name is a Lambda function of the template, under the
-// name `sam local invoke` resolves (its CDK construct path in the stack, from the aws:cdk:path
+// name `sam local invoke` resolves (samResourceID: its construct id, from the aws:cdk:path
 // metadata), whose code is the asset staged from build/lambda/<function>; every event file they
 // name is in events/; and they name all five functions and `sam local start-api`. SAM CLI and
 // Docker are not needed: the test reads the template and the cloud assembly.
 func TestSAMInstructionsMatchTheTemplate(t *testing.T) {
-	t.Parallel()
 	// Synthesised as `make synth-localstack` does (the variant the SAM instructions use): the CDK CLI
 	// turns on the path and asset metadata SAM reads.
 	app := newApp(t, map[string]any{"aws:cdk:enable-path-metadata": true, "aws:cdk:enable-asset-metadata": true})
@@ -43,10 +42,9 @@ func TestSAMInstructionsMatchTheTemplate(t *testing.T) {
 	}
 	root := filepath.Join("..")
 	// The application's functions (their assets are the test's fake bootstraps), by the name SAM
-	// resolves: the construct path without the stack's name and the trailing /Resource (SAM's
-	// resource id for a CDK template).
+	// resolves (samResourceID).
 	byName := map[string]map[string]any{}
-	for _, res := range template.Resources {
+	for logicalID, res := range template.Resources {
 		if res.Type != "AWS::Lambda::Function" {
 			continue
 		}
@@ -55,9 +53,7 @@ func TestSAMInstructionsMatchTheTemplate(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(outdir, asset, "bootstrap")); asset == "" || err != nil || !strings.Contains(string(b), "# fake ") {
 			continue // one of CDK's own functions (the trigger's provider, log retention, ...)
 		}
-		path, _ := meta["aws:cdk:path"].(string)
-		name := strings.TrimSuffix(strings.TrimPrefix(path, StackName+"/"), "/Resource")
-		byName[name] = meta
+		byName[samResourceID(logicalID, meta)] = meta
 	}
 	var named []string
 	startAPI := false
@@ -103,6 +99,25 @@ func TestSAMInstructionsMatchTheTemplate(t *testing.T) {
 	if !startAPI {
 		t.Error("the SAM instructions do not show sam local start-api")
 	}
+}
+
+// samResourceID is the name `sam local invoke` takes for a resource of a CDK template, as the SAM
+// CLI derives it (samcli/lib/samlib/resource_metadata_normalizer.py, get_resource_id): the
+// SamResourceId metadata if set; else, from the aws:cdk:path metadata, the construct's own id (the
+// path's last part, or the one before a last "Resource"); else the logical ID.
+func samResourceID(logicalID string, meta map[string]any) string {
+	if id, _ := meta["SamResourceId"].(string); id != "" {
+		return id
+	}
+	path, _ := meta["aws:cdk:path"].(string)
+	parts := strings.Split(path, "/")
+	switch {
+	case path == "" || len(parts) < 2:
+		return logicalID
+	case parts[len(parts)-1] == "Resource":
+		return parts[len(parts)-2]
+	}
+	return parts[len(parts)-1]
 }
 
 func keys[V any](m map[string]V) []string {
