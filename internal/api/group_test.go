@@ -48,12 +48,6 @@ func (s *gateStore) CreatePendingBatch(ctx context.Context, n int) ([]int64, err
 	return ids, nil
 }
 
-func (g *asyncGroups) waitingNow() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.waiting)
-}
-
 // Requests that arrive while a group is being stored share the next group: one INSERT and one
 // message for all of them, each request with its own id.
 func TestAsyncRequestsArrivingTogetherShareOneInsertAndOneMessage(t *testing.T) {
@@ -84,7 +78,7 @@ func TestAsyncRequestsArrivingTogetherShareOneInsertAndOneMessage(t *testing.T) 
 	for range 7 {
 		go func() { st, id := post(); answers <- answer{st, id} }()
 	}
-	testutil.Eventually(t, 10*time.Second, "7 requests wait behind the first group", func() bool { return s.groups.waitingNow() == 7 })
+	testutil.Eventually(t, 10*time.Second, "7 requests wait behind the first group", func() bool { return s.groups.group.Waiting() == 7 })
 	close(store.release)
 
 	seen := map[int64]bool{}
