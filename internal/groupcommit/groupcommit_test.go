@@ -162,7 +162,9 @@ func TestAnErrorReachesEveryMemberOfItsBatch(t *testing.T) {
 }
 
 // Many callers at once, with several flushers: every caller gets its own result exactly once, no
-// batch passes the bounds, no more than Flushers batches run at once, and every request runs once.
+// batch passes the bounds, no more than Flushers batches run at once, every request runs once, and
+// none is left waiting with no flusher (a caller that queues just as the last flusher finds nothing
+// and ends must start one).
 func TestConcurrentCallersEachGetTheirOwnResult(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -202,7 +204,13 @@ func TestConcurrentCallersEachGetTheirOwnResult(t *testing.T) {
 		})
 	}
 	close(start)
-	wg.Wait()
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(time.Minute):
+		t.Fatalf("callers still wait a minute on (%d of them queued): a request was left with no flusher", g.Waiting())
+	}
 	for r := range callers {
 		if ran[r] != 1 {
 			t.Errorf("request %d ran %d times", r, ran[r])
@@ -232,5 +240,32 @@ func TestInlineRunsEachRequestAloneOnItsCallersContext(t *testing.T) {
 	res, err := g.Do(context.WithValue(context.Background(), key{}, "caller"), 41)
 	if err != nil || res != 42 {
 		t.Fatalf("got %d, %v", res, err)
+	}
+}
+
+// Callers that arrive one after another, each as the previous batch ends, meet the flusher just as
+// it finds nothing waiting and ends: each must be served, by that flusher or by one it starts.
+func TestCallersArrivingAsAFlusherEndsAreServed(t *testing.T) {
+	t.Parallel()
+	g := &groupcommit.Group[int, int]{Run: func(ctx context.Context, batch []int) ([]int, error) {
+		return slices.Clone(batch), nil
+	}}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 2000 {
+				if res, err := g.Do(context.Background(), w*10000+i); err != nil || res != w*10000+i {
+					t.Errorf("got %d, %v", res, err)
+					return
+				}
+			}
+		})
+	}
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(time.Minute):
+		t.Fatalf("callers still wait a minute on (%d of them queued): a request was left with no flusher", g.Waiting())
 	}
 }
