@@ -209,7 +209,8 @@ func (s *Server) keyGroups(store KeyStore) *keyGroups {
 			opt:     exactlyonce.KeyOptions{TTL: cmp.Or(s.Idempotency.TTL, DefaultKeyTTL), Wait: cmp.Or(s.Idempotency.Wait, DefaultKeyWait)},
 			flights: map[[32]byte]*flight{}}
 		g.group = groupcommit.Group[*flight, exactlyonce.KeyedResult]{Run: g.run,
-			MaxRows: min(ag.max, exactlyonce.MaxKeyedGroup), Flushers: ag.slots, Inline: ag.inline,
+			MaxRows: min(ag.max, exactlyonce.MaxKeyedGroup), MaxBytes: maxKeyedGroupBytes, Size: keyedSize,
+			Flushers: ag.slots, Inline: ag.inline,
 			Timeout: groupTimeout + g.opt.Wait,
 			Context: func() context.Context { return metrics.With(context.Background(), ag.rec) }}
 		s.keys = g
@@ -217,12 +218,27 @@ func (s *Server) keyGroups(store KeyStore) *keyGroups {
 	return s.keys
 }
 
+// maxKeyedGroupBytes bounds the bytes the creates of one keyed group carry (keyedSize): a keyed
+// task create carries up to exactlyonce.MaxTaskPayloadBytes, and a group of
+// exactlyonce.MaxKeyedGroup of them would hold 25 MiB.
+const maxKeyedGroupBytes = 8 << 20
+
+// keyedSize is a keyed create's rows and bytes, for its group's bounds: its value, or its task's
+// address, payload and reference.
+func keyedSize(f *flight) (rows, bytes int) {
+	n := len(f.c.Value)
+	if t := f.c.Task; t != nil {
+		n += len(t.URL) + len(t.Payload) + len(t.ReferenceID)
+	}
+	return 1, n
+}
+
 // keyGroups stores keyed creates as the async groups store async ones (group.go, through
 // internal/groupcommit): the creates that arrive while a group is being stored wait for the next,
 // which is one transaction for all of them (a group of fresh keys is a transaction of four round
 // trips, its COMMIT included, which the group shares), at most AsyncGroup.Flushers groups at once
-// (default 1: measured, 2 and 4 were slower at 16 clients). A group's bytes are bounded by its rows:
-// at most exactlyonce.MaxKeyedGroup creates, each with an answer of a few KB.
+// (default 1: measured, 2 and 4 were slower at 16 clients), each of at most exactlyonce.MaxKeyedGroup
+// creates and maxKeyedGroupBytes of values and tasks.
 // Inline (on Lambda), each create is its own group, in its request's goroutine.
 //
 // Two requests of this process with one key are never in one group: the second waits for the
