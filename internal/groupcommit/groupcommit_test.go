@@ -204,13 +204,7 @@ func TestConcurrentCallersEachGetTheirOwnResult(t *testing.T) {
 		})
 	}
 	close(start)
-	all := make(chan struct{})
-	go func() { wg.Wait(); close(all) }()
-	select {
-	case <-all:
-	case <-time.After(time.Minute):
-		t.Fatalf("callers still wait a minute on (%d of them queued): a request was left with no flusher", g.Waiting())
-	}
+	waitAll(t, g, &wg)
 	for r := range callers {
 		if ran[r] != 1 {
 			t.Errorf("request %d ran %d times", r, ran[r])
@@ -261,6 +255,13 @@ func TestCallersArrivingAsAFlusherEndsAreServed(t *testing.T) {
 			}
 		})
 	}
+	waitAll(t, g, &wg)
+}
+
+// waitAll waits for the callers of wg, and fails if they still wait after a minute: a request left
+// with no flusher would wait for ever.
+func waitAll(t *testing.T, g *groupcommit.Group[int, int], wg *sync.WaitGroup) {
+	t.Helper()
 	all := make(chan struct{})
 	go func() { wg.Wait(); close(all) }()
 	select {
