@@ -46,6 +46,15 @@ type Target struct {
 	// HTTP is the client; default a client with a 30 s timeout. Either way, every exchange is
 	// checked against the API's OpenAPI document (openapitest.Transport), under APIURL's path.
 	HTTP *http.Client
+
+	// Receiver receives the task flow's webhooks, where the target's workers may deliver (nil: the
+	// task flow skips, saying why).
+	Receiver *Receiver
+	// CounterQueueURL is the counter service's queue; CounterResultsURL a queue its topic's
+	// notifications reach. Empty: the counter flow skips.
+	CounterQueueURL, CounterResultsURL string
+	// AgentsOnly says the target's queue has no consumer: async events are the agents' alone.
+	AgentsOnly bool
 }
 
 func (tg Target) client(t *testing.T) *http.Client {

@@ -17,6 +17,7 @@ var notServed = map[string]string{
 	"internal/api/router_test.go TestTheOpenAPIDocumentListsTheRoutes":            "reads the routes registered, serves nothing",
 	"internal/e2e/main_test.go runChild":                                          "a child process's API: the tests reach it through openapitest.Transport",
 	"internal/api/group_test.go TestAsyncGroupThatCannotBeStoredFailsEachRequest": "drives the async groups in-process: no HTTP exchange",
+	"internal/api/group_test.go TestKeyedGroupsAreBoundedByBytes":                 "drives the keyed groups in-process: no HTTP exchange",
 	"internal/api/outbox_test.go TestOutboxSendsAFullMessageAtOnce":               "drives the outbox in-process: no HTTP exchange",
 	"internal/api/outbox_test.go TestOutboxSendsALoneIDAfterLinger":               "drives the outbox in-process: no HTTP exchange",
 	"internal/api/outbox_test.go TestOutboxLeavesWhatItCannotHoldToTheSweeper":    "drives the outbox in-process: no HTTP exchange",
