@@ -1,7 +1,7 @@
 # The two commands a newcomer needs: `make run` and `make test`. Both install and start what they need.
 SHELL := bash
 GO ?= go
-PKGS := . ./cmd/... ./functions/... ./internal/...
+PKGS := . ./client/... ./cmd/... ./functions/... ./internal/...
 FUNCTIONS := api processor sweeper migrate counter
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
@@ -72,7 +72,7 @@ ui: ## the operators' console against a deployed stack, on 127.0.0.1:8081: API_U
 
 vet: ## static checks
 	$(GO) vet $(PKGS) ./localstack/
-	@test -z "$$(gofmt -l cmd functions internal tools)" || { gofmt -l cmd functions internal tools; exit 1; }
+	@test -z "$$(gofmt -l client cmd functions internal tools)" || { gofmt -l client cmd functions internal tools; exit 1; }
 
 clean: ## remove build output
 	rm -rf bin build cdk.out

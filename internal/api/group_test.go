@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
@@ -56,7 +56,7 @@ func TestAsyncRequestsArrivingTogetherShareOneInsertAndOneMessage(t *testing.T) 
 	store := &gateStore{entered: make(chan struct{}), release: make(chan struct{})}
 	q := &slowQueue{} // never slow: hold is nil
 	s := &Server{Stores: Stores{Events: store}, Queue: q, AsyncGroup: AsyncGroup{Max: 5}}
-	srv := httptest.NewServer(s)
+	srv := openapitest.NewServer(t, s)
 	t.Cleanup(srv.Close)
 
 	post := func() (int, int64) {

@@ -18,6 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -251,7 +252,7 @@ func TestWithTheRealAPI(t *testing.T) {
 	_, err := store.Agents.RegisterAgent(context.Background(), exactlyonce.AgentSpec{Name: "console-test-agent", Kind: "standalone",
 		Sharding: exactlyonce.ShardingDynamic}, time.Minute)
 	require.NoError(t, err)
-	base := serve(t, Options{API: &api.Server{Stores: store.API()}})
+	base := serve(t, Options{API: openapitest.Handler(t, &api.Server{Stores: store.API()})})
 
 	status, _, body := do(t, "GET", base+"/ui/api/agents", "", nil)
 	require.Equal(t, http.StatusOK, status, body)

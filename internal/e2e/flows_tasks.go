@@ -129,7 +129,7 @@ func (tg Target) postJSON(t *testing.T, path string, body, out any) int {
 		require.NoError(t, err)
 		rd = bytes.NewReader(b)
 	}
-	resp, err := tg.client().Post(tg.APIURL+path, "application/json", rd)
+	resp, err := tg.client(t).Post(tg.APIURL+path, "application/json", rd)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	if out != nil {
@@ -141,7 +141,7 @@ func (tg Target) postJSON(t *testing.T, path string, body, out any) int {
 
 func (tg Target) getJSON(t *testing.T, path string, out any) int {
 	t.Helper()
-	resp, err := tg.client().Get(tg.APIURL + path)
+	resp, err := tg.client(t).Get(tg.APIURL + path)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

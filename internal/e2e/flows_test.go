@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
+	"net/http"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -58,7 +60,7 @@ func TestTaskCounterAndAgentFlowsAgainstTheLocalSystem(t *testing.T) {
 		store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 		q, err := queue.Ensure(ctx, client, queue.QueueSpec{Name: name, VisibilityTimeout: 1, MaxReceiveCount: 2})
 		require.NoError(t, err)
-		opt := local.Options{HTTPAddr: "127.0.0.1:0", Queues: q, SweepInterval: 100 * time.Millisecond, MappingConcurrency: mapping,
+		opt := local.Options{HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, Queues: q, SweepInterval: 100 * time.Millisecond, MappingConcurrency: mapping,
 			Sweep: sweeping.Config{Grace: new(time.Second), Logger: testLogger()}, Engine: processing.Engine{Tasks: testTasks()},
 			Webhook: webhook.Policy{AllowLoopback: true}}
 		if mapping == nil {

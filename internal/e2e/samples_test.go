@@ -19,6 +19,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/migration"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
@@ -53,8 +54,8 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
 	ctx := context.Background()
-	apiHandler := httpadapter.New(&api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL},
-		AsyncGroup: api.AsyncGroup{Inline: true}}).ProxyWithContext // as functions/api wires it
+	apiHandler := httpadapter.New(openapitest.Handler(t, &api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL},
+		AsyncGroup: api.AsyncGroup{Inline: true}})).ProxyWithContext // as functions/api wires it
 
 	resp, err := apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-post-events.json"))
 	require.NoError(t, err)

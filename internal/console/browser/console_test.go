@@ -26,6 +26,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -81,7 +82,7 @@ func startSystem(t *testing.T) *system {
 
 	tasks := &processing.Tasks{Deliverer: webhook.New(webhook.Config{Key: []byte("console-browser-test-signing-key-0123456789"),
 		AllowLoopback: true, Timeout: 5 * time.Second}), RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
-	sys, err := local.Start(ctx, store, s.client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: s.events, Counters: counters,
+	sys, err := local.Start(ctx, store, s.client, local.Options{HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, Queues: s.events, Counters: counters,
 		SweepInterval: 100 * time.Millisecond, Engine: processing.Engine{Tasks: tasks}, Sweep: sweeping.Config{Logger: log}, Webhook: webhook.Policy{AllowLoopback: true},
 		Agent: agents.Config{Member: agents.MemberConfig{Name: "local-sweeper", PulseInterval: 200 * time.Millisecond,
 			// Only the doomed agent's expiration (1 s) is under test: the local sweeper outlives a
