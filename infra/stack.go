@@ -27,6 +27,7 @@ type ExactlyOnceStack struct {
 	API       awsapigateway.RestApi
 	Counters  *CounterService // counters.go
 	Webhooks  *Webhooks       // webhooks.go
+	History   *History        // history.go: the archive of the packed history
 
 	Alarms        *Alarms        // alarms.go
 	SignalAlarms  *SignalAlarms  // alarms_signals.go
@@ -108,6 +109,9 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 		Delivering: []awslambda.Function{s.Functions.Processor, s.Functions.Sweeper},
 		Network:    s.Network,
 	})
+
+	s.History = NewHistory(stack, "History", HistoryProps{Network: s.Network, Writer: s.Functions.Sweeper,
+		Readers: []awslambda.Function{s.Functions.API}, Retention: cfg.HistoryRetention})
 
 	wireProcessor(s.Functions.Processor, s.Queues.Main, !cfg.LocalStack)
 	s.Counters = NewCounterService(stack, "Counters", CounterServiceProps{Functions: FunctionsProps{AssetDir: cfg.AssetDir,
