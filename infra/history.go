@@ -52,10 +52,14 @@ const (
 type HistoryProps struct {
 	// Network is nil in the LocalStack variant (no VPC: no endpoint, no security groups).
 	Network *Network
-	// Writer archives pages: the sweeper. It may put, get (to verify what it wrote) and list (so
-	// that a missing page is a 404 to it, not a 403, when it resumes after being killed).
+	// Writer archives pages: the sweeper. It may put, get (to verify what it wrote, and to merge
+	// a page's late events into its object) and list: without s3:ListBucket, S3 answers a GET of a
+	// key that does not exist with 403 AccessDenied instead of 404 NoSuchKey, and the archive's
+	// reader (internal/archive) takes only NoSuchKey for "no such page"; a 403 is an error, as it
+	// must be when the permission is really missing.
 	Writer awslambda.Function
-	// Readers read archived pages by key: the api. They may get objects, nothing else.
+	// Readers read archived pages by key: the api. They may get objects, and list the bucket for
+	// the reason the writer may.
 	Readers []awslambda.Function
 	// Retention is the sweeper's HISTORY_RETENTION (default defaultHistoryRetention).
 	Retention time.Duration
@@ -71,7 +75,8 @@ type History struct {
 	Endpoint awsec2.GatewayVpcEndpoint
 }
 
-// historyObjectActions are what the writer may do to page objects; historyReadActions what a reader may.
+// historyWriteActions are what the writer may do to page objects; historyReadActions what a
+// reader may. Both may also list the bucket (HistoryProps.Writer says why). Nobody may delete.
 var (
 	historyWriteActions = []string{"s3:PutObject", "s3:GetObject"}
 	historyReadActions  = []string{"s3:GetObject"}
@@ -118,9 +123,10 @@ func NewHistory(scope constructs.Construct, id string, props HistoryProps) *Hist
 		MinimumTLSVersion: jsii.Number(1.2),
 		ObjectOwnership:   awss3.ObjectOwnership_BUCKET_OWNER_ENFORCED,
 		// Versioning, because once the mover has verified a page and deleted its rows the object is
-		// the only copy of ten thousand events: an overwrite (a bug, two movers racing, a hand-made
-		// PUT) keeps the previous version for historyNoncurrentKept. It costs nothing while every
-		// page is written once. No object lock: nothing is granted s3:DeleteObject, and a retention
+		// the only copy of ten thousand events: an overwrite (a page archived again with its late
+		// events merged in, as internal/archive does; a bug; a hand-made PUT) keeps the previous
+		// version for historyNoncurrentKept. It costs only what overwritten pages take, and late
+		// events are rare. No object lock: nothing is granted s3:DeleteObject, and a retention
 		// lock would also keep `make destroy` and an operator from ever removing the archive.
 		Versioned: jsii.Bool(true),
 		// The archive outlives the stack: `make destroy` leaves it (and its events) behind.
@@ -161,6 +167,7 @@ func NewHistory(scope constructs.Construct, id string, props HistoryProps) *Hist
 	props.Writer.AddEnvironment(jsii.String("HISTORY_RETENTION"), jsii.String(retentionSetting(retention)), nil)
 	for _, fn := range props.Readers {
 		allow(fn, historyReadActions, objects)
+		allow(fn, []string{"s3:ListBucket"}, h.Bucket.BucketArn())
 	}
 	// The one wildcard: the bucket's keys. A page's key is known only when the page is archived
 	// (read), so the statements name every object of this bucket, and of no other.

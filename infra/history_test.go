@@ -102,7 +102,8 @@ func TestHistoryBucket(t *testing.T) {
 	}
 }
 
-// TestHistoryGrants: the sweeper puts, gets and lists; the api gets; no other role of the stack
+// TestHistoryGrants: the sweeper puts, gets and lists; the api gets and lists (a missing page is
+// then 404 NoSuchKey, not 403, history.go); no other role of the stack
 // may do anything with S3 at all. Every statement of every role that names an S3 action or either
 // bucket is listed, Action and Resource normalised (so "s3:*" or a Resource of "*" cannot hide).
 func TestHistoryGrants(t *testing.T) {
@@ -115,7 +116,7 @@ func TestHistoryGrants(t *testing.T) {
 			objects := mustJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(bucketID, "Arn"), "/*"}}})
 			want := map[string][]string{
 				"sweeper": {"s3:GetObject " + objects, "s3:ListBucket " + arn, "s3:PutObject " + objects},
-				"api":     {"s3:GetObject " + objects},
+				"api":     {"s3:GetObject " + objects, "s3:ListBucket " + arn},
 			}
 			roles := map[string]string{}
 			for name, fn := range s.functionsByName() {
