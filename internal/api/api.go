@@ -23,6 +23,7 @@
 // The operators' console reads (console.go):
 //
 //	GET  /overview                          200 {"time", "events", "waiting", "oldestWaitingSeconds"}   events by state, exact
+//	GET  /history                           200 {"time", "total", "events", "pages", "archive"}   the history by tier (history.go)
 //	POST /references/{referenceId}/retry    200 {"referenceId", "retried", "placement"}   its failed tasks, again, in order
 //
 // The routes are registered one a line in routes(), and routed by an http.ServeMux (router.go).
@@ -74,6 +75,7 @@ type Stores struct {
 	Counters CounterReader
 	Agents   AgentLister
 	Workers  WorkerLister
+	History  HistoryReader
 }
 
 // DefaultMaxBodyBytes caps request bodies: a task's payload may be 256 KiB, and the cap leaves room
@@ -231,6 +233,7 @@ func (s *Server) routes() *router {
 
 	// The operators' console (console.go).
 	rt.handle("GET /overview", s.overview)
+	rt.handle("GET /history", s.history) // history.go
 	rt.handle("POST /references/{referenceId}/retry", s.retryReference)
 	return rt
 }
