@@ -39,7 +39,7 @@ const (
 	ctxAlarmEmail = "alarmEmail"
 	// ctxHistoryRetention is the sweeper's HISTORY_RETENTION, a Go duration (default
 	// defaultHistoryRetention, history.go): how long packed pages stay in Aurora before they are
-	// archived to the history bucket.
+	// archived to the history bucket; 0 archives them as soon as they are packed.
 	ctxHistoryRetention = "historyRetention"
 )
 
@@ -71,8 +71,8 @@ type Config struct {
 	NatGateways int
 	// AlarmEmail, if not empty, is subscribed to the alarm topic.
 	AlarmEmail string
-	// HistoryRetention is the sweeper's HISTORY_RETENTION (history.go); zero means the default.
-	HistoryRetention time.Duration
+	// HistoryRetention is the sweeper's HISTORY_RETENTION (history.go); nil means the default.
+	HistoryRetention *time.Duration
 }
 
 // ConfigFromContext reads Config from the construct tree's context (cdk.json and -c flags).
@@ -126,7 +126,7 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("context %s=%q: want a Go duration such as 720h", ctxHistoryRetention, v)
 		}
-		cfg.HistoryRetention = d
+		cfg.HistoryRetention = &d
 	}
 	return cfg, cfg.Validate()
 }
@@ -150,8 +150,8 @@ func (c Config) Validate() error {
 	if c.AlarmEmail != "" && !validEmail(c.AlarmEmail) {
 		return fmt.Errorf("context %s=%q: want one email address (name@domain)", ctxAlarmEmail, c.AlarmEmail)
 	}
-	if c.HistoryRetention != 0 && c.HistoryRetention < minHistoryRetention {
-		return fmt.Errorf("context %s=%s: want at least %s", ctxHistoryRetention, c.HistoryRetention, minHistoryRetention)
+	if c.HistoryRetention != nil && *c.HistoryRetention < 0 {
+		return fmt.Errorf("context %s=%s: want a duration of 0 or more (0 archives pages as soon as they are packed)", ctxHistoryRetention, *c.HistoryRetention)
 	}
 	if c.LocalStack && c.DBDSN == "" {
 		return fmt.Errorf("context %s=true needs %s", ctxLocalStack, ctxDBDSN)

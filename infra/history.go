@@ -20,12 +20,12 @@ import (
 // docs/deploy.md ("History: Aurora against S3") explains each choice and its cost.
 
 // defaultHistoryRetention is HISTORY_RETENTION when the stack is not told otherwise (context
-// historyRetention): how long a packed page stays in Aurora before the sweeper archives it.
-const defaultHistoryRetention = 720 * time.Hour
-
-// minHistoryRetention is the shortest retention the stack accepts: the sweeper archives a page only
-// once every event of it is settled and packed, which takes the sweeper minutes, not hours.
-const minHistoryRetention = time.Hour
+// historyRetention): how long after its newest event a packed page stays in Aurora before the
+// sweeper archives it. The application's own default (internal/mysql/pagestore.DefaultRetention,
+// issue 31): a window of hours keeps event_pages within the size at which a read by id stays flat
+// (about ten million events, one page row a partition) at a sustained thousand events a second,
+// and pages older than that are read rarely enough that an S3 GET is an acceptable price.
+const defaultHistoryRetention = 2 * time.Hour
 
 // Lifecycle of the page objects (docs/deploy.md, "History: Aurora against S3"). Days count from the
 // object's creation, when its events are already older than the retention window.
@@ -61,8 +61,9 @@ type HistoryProps struct {
 	// Readers read archived pages by key: the api. They may get objects, and list the bucket for
 	// the reason the writer may.
 	Readers []awslambda.Function
-	// Retention is the sweeper's HISTORY_RETENTION (default defaultHistoryRetention).
-	Retention time.Duration
+	// Retention is the sweeper's HISTORY_RETENTION; nil: defaultHistoryRetention. Zero archives
+	// pages as soon as they are packed.
+	Retention *time.Duration
 }
 
 // History is the bucket the packed history is archived to, its access log bucket and, in AWS, the
@@ -93,9 +94,9 @@ func NewHistory(scope constructs.Construct, id string, props HistoryProps) *Hist
 	// this bucket, this account) instead of the legacy LogDeliveryWrite ACL, which ACLs-disabled
 	// buckets (BUCKET_OWNER_ENFORCED) cannot take.
 	c.Node().SetContext(jsii.String("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy"), true)
-	retention := props.Retention
-	if retention == 0 {
-		retention = defaultHistoryRetention
+	retention := defaultHistoryRetention
+	if props.Retention != nil {
+		retention = *props.Retention
 	}
 
 	// Who read and wrote which page, and when: the only record of reads of archived events besides
@@ -209,6 +210,9 @@ func NewHistory(scope constructs.Construct, id string, props HistoryProps) *Hist
 // retentionSetting is HISTORY_RETENTION's value: a Go duration, without the zero minutes and
 // seconds time.Duration.String adds ("720h", not "720h0m0s").
 func retentionSetting(d time.Duration) string {
+	if d == 0 {
+		return "0s"
+	}
 	s := d.String()
 	s = strings.TrimSuffix(s, "0s")
 	if strings.HasSuffix(s, "h0m") {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
@@ -163,7 +164,7 @@ func cmpName(fn string) string {
 }
 
 // TestHistorySettings: HISTORY_BUCKET (the bucket's name) for the sweeper and the api alone,
-// HISTORY_RETENTION for the sweeper alone, the stack's setting or 720h.
+// HISTORY_RETENTION for the sweeper alone, the stack's setting or 2h (the application's default).
 func TestHistorySettings(t *testing.T) {
 	s := synth(t, variantAWS)
 	bucketID := s.ref(t, s.stack.History.Bucket.BucketName())
@@ -171,7 +172,7 @@ func TestHistorySettings(t *testing.T) {
 		env := map[string]any{"HISTORY_BUCKET": assertions.Match_Absent(), "HISTORY_RETENTION": assertions.Match_Absent()}
 		switch name {
 		case "sweeper":
-			env = map[string]any{"HISTORY_BUCKET": refTo(bucketID), "HISTORY_RETENTION": "720h"}
+			env = map[string]any{"HISTORY_BUCKET": refTo(bucketID), "HISTORY_RETENTION": "2h"}
 		case "api":
 			env["HISTORY_BUCKET"] = refTo(bucketID)
 		}
@@ -182,11 +183,26 @@ func TestHistorySettings(t *testing.T) {
 		})
 	}
 
-	// The setting: a Go duration of at least an hour.
+	// The stack passes the setting through.
+	cfg := variantAWS.config()
+	d := 48 * time.Hour
+	cfg.HistoryRetention = &d
+	app := newApp(t, nil)
+	stack, err := Build(app, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, "the sweeper's HISTORY_RETENTION from the stack's setting", func() {
+		assertions.Template_FromStack(stack.Stack, nil).HasResourceProperties(jsii.String("AWS::Lambda::Function"), obj(map[string]any{
+			"Environment": map[string]any{"Variables": assertions.Match_ObjectLike(obj(map[string]any{"HISTORY_RETENTION": "48h"}))},
+		}))
+	})
+
+	// The setting: a Go duration, 0 or more.
 	for _, c := range []struct {
 		value, want, wantErr string
-	}{{"48h", "48h", ""}, {"90m", "1h30m", ""}, {"2160h", "2160h", ""}, {"30m", "", "at least 1h"},
-		{"a month", "", "Go duration"}, {"-1h", "", "at least 1h"}} {
+	}{{"48h", "48h", ""}, {"90m", "1h30m", ""}, {"720h", "720h", ""}, {"30m", "30m", ""}, {"0", "0s", ""},
+		{"a month", "", "Go duration"}, {"-1h", "", "0 or more"}} {
 		app := newApp(t, map[string]any{ctxHistoryRetention: c.value})
 		cfg, err := ConfigFromContext(app.Node())
 		if c.wantErr != "" {
@@ -199,7 +215,11 @@ func TestHistorySettings(t *testing.T) {
 			t.Errorf("historyRetention=%q: %v", c.value, err)
 			continue
 		}
-		if got := retentionSetting(cfg.HistoryRetention); got != c.want {
+		if cfg.HistoryRetention == nil {
+			t.Errorf("historyRetention=%q: not read", c.value)
+			continue
+		}
+		if got := retentionSetting(*cfg.HistoryRetention); got != c.want {
 			t.Errorf("historyRetention=%q: HISTORY_RETENTION %q, want %q", c.value, got, c.want)
 		}
 	}
