@@ -2,11 +2,13 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/stretchr/testify/require"
@@ -72,4 +74,28 @@ func TestHistoryWithoutItsReader(t *testing.T) {
 	status, got, h := b.do(t, "POST", "/history", "")
 	require.Equal(t, http.StatusMethodNotAllowed, status, "%v", got)
 	require.Equal(t, "GET", h.Get("Allow"))
+}
+
+// archivedTiers answers GET /history's read as a build with an archive would (issue 31): the
+// answer's archive is its pages and events.
+type archivedTiers struct{}
+
+func (archivedTiers) HistoryTiers(context.Context) (exactlyonce.HistoryTiers, error) {
+	return exactlyonce.HistoryTiers{Time: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC), Total: 30_007, EventRows: 7,
+		PagedEvents: 10_000, PageRows: 1, Archive: &exactlyonce.ArchiveTier{Pages: 2, Events: 20_000}}, nil
+}
+
+func TestHistoryWithAnArchive(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(&api.Server{Stores: api.Stores{Events: &fakeStore{}, History: archivedTiers{}}})
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/history")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var got map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
+	require.Equal(t, map[string]any{"time": "2026-11-27T12:00:00Z", "total": 30_007.0, "events": map[string]any{"rows": 7.0},
+		"pages":   map[string]any{"events": 10_000.0, "rows": 1.0, "rowsEstimated": true},
+		"archive": map[string]any{"pages": 2.0, "events": 20_000.0}}, got)
 }
