@@ -341,6 +341,14 @@ func TestHistoryTiersOnTheOverview(t *testing.T) {
 		chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
 	shot(t, b, "overview-history")
 	accessible(t, b, "overview with the history by tier")
+
+	// Only the overview reads the tiers: on another page, nothing asks for them, however long it waits.
+	run(t, b, "count the history's calls", chromedp.Evaluate[chromedp.Void](`window.historyCalls = 0;
+		const fetched = window.fetch;
+		window.fetch = (url, init) => { if (String(url).endsWith('/history')) window.historyCalls++; return fetched(url, init); };`),
+		show("#/workers"), until(`document.querySelector('#workers-table') !== null`))
+	time.Sleep(10500 * time.Millisecond) // longer than the tiers' refresh: nothing may happen in it
+	require.Zero(t, value(t, b, "the history's calls", chromedp.Evaluate[int](`window.historyCalls`)), "a page other than the overview reads the tiers")
 }
 
 // commas writes n as the console does (en-US grouping).
