@@ -17,7 +17,8 @@ SELECT COUNT(*), COALESCE(SUM(state >= 30), 0) FROM events;
 -- name: PageRowsEstimate
 -- The rows of event_pages, estimated: InnoDB's row count of each of its 1,024 partitions, which
 -- every insert and delete updates, read from the data dictionary without touching a row (about
--- 20 ms; the first read after the table is opened, a few hundred). No lock.
+-- 20 ms; the first read after the table is opened, a few hundred). No lock; read after the
+-- transaction of TierRows has committed, so that no fold waits for it.
 -- COUNT(*) is the partitions seen: none means the user cannot see the table, an error for the
 -- caller rather than a zero. The count is InnoDB's, not exact: when the table is opened again it
 -- starts from the persistent statistics, which may be behind.
