@@ -1,4 +1,4 @@
-package main
+package infra
 
 import (
 	"testing"
@@ -60,7 +60,7 @@ func TestNetworkEgress(t *testing.T) {
 	}
 	natInSubnet := s.natGatewaysBySubnet(t)
 	publicSubnets := *n.Vpc.SelectSubnets(n.PublicSubnets()).Subnets
-	igwID := s.ref(t, n.Vpc.InternetGatewayId())
+	igwID := s.ref(t, n.Vpc.(awsec2.Vpc).InternetGatewayId())
 
 	for _, g := range []struct {
 		name string

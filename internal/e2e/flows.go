@@ -43,6 +43,15 @@ type Target struct {
 	AsyncBy []string
 	// HTTP is the client; default a client with a 30 s timeout.
 	HTTP *http.Client
+
+	// Receiver receives the task flow's webhooks, where the target's workers may deliver (nil: the
+	// task flow skips, saying why).
+	Receiver *Receiver
+	// CounterQueueURL is the counter service's queue; CounterResultsURL a queue its topic's
+	// notifications reach. Empty: the counter flow skips.
+	CounterQueueURL, CounterResultsURL string
+	// AgentsOnly says the target's queue has no consumer: async events are the agents' alone.
+	AgentsOnly bool
 }
 
 func (tg Target) client() *http.Client {
