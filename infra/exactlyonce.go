@@ -59,12 +59,9 @@ type ExternalDatabase struct {
 }
 
 // RetentionSettings are how long the construct keeps data. The queues', the logs' and the
-// backups' retentions are tuning.go's and DatabaseSettings'.
+// backups' retentions are tuning.go's and DatabaseSettings'. The archived history has no expiry:
+// every event stays readable by id, and GET /events counts it (history.go).
 type RetentionSettings struct {
-	// History is how long the packed history of processed events is kept once it is archived: the
-	// place for the S3 history bucket's lifecycle (infra/history.go, its own construct, wired in
-	// NewExactlyOnce beside the others). Zero: the bucket's default.
-	History awscdk.Duration
 	// Window is the sweeper's HISTORY_RETENTION: how long after its newest event a packed page stays
 	// in the database before the sweeper archives it to the history bucket (history.go); nil: the
 	// application's default, 2h; zero: as soon as it is packed.
