@@ -164,6 +164,13 @@ func (c *Client) Overview(ctx context.Context) (Overview, error) {
 	return out, err
 }
 
+// History is GET /history: how much of the history each tier holds.
+func (c *Client) History(ctx context.Context) (History, error) {
+	var out History
+	err := c.get(ctx, "/history", nil, &out)
+	return out, err
+}
+
 // Agents is GET /agents: the agents and their hash ranges, by id.
 func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
 	var out struct {

@@ -172,6 +172,26 @@ type Overview struct {
 	OldestWaitingSeconds *float64 `json:"oldestWaitingSeconds"`
 }
 
+// History is how much of the history each tier holds: the events not packed yet, those packed
+// into page rows (Pages.Rows is the table's estimate when RowsEstimated), and the pages archived to
+// S3 (nil when the stack archives nothing). Total is GET /events's count.
+type History struct {
+	Time   time.Time `json:"time"`
+	Total  int64     `json:"total"`
+	Events struct {
+		Rows int64 `json:"rows"`
+	} `json:"events"`
+	Pages struct {
+		Events        int64 `json:"events"`
+		Rows          int64 `json:"rows"`
+		RowsEstimated bool  `json:"rowsEstimated"`
+	} `json:"pages"`
+	Archive *struct {
+		Pages  int64 `json:"pages"`
+		Events int64 `json:"events"`
+	} `json:"archive"`
+}
+
 // Agent is a registered agent and its hash range.
 type Agent struct {
 	ID                 int64     `json:"id"`

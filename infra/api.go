@@ -83,6 +83,8 @@ func NewEventsAPI(scope constructs.Construct, id string, handler awslambda.IFunc
 	// the API's to check.)
 	reference.AddResource(jsii.String("retry"), nil).AddMethod(jsii.String("POST"), nil, withPath("referenceId"))
 	api.Root().AddResource(jsii.String("overview"), nil).AddMethod(jsii.String("GET"), nil, withValidator)
+	// The history by tier (issue 31): events, pages, archive.
+	api.Root().AddResource(jsii.String("history"), nil).AddMethod(jsii.String("GET"), nil, withValidator)
 	workers := api.Root().AddResource(jsii.String("workers"), nil)
 	workers.AddMethod(jsii.String("GET"), nil, withValidator)
 	workers.AddResource(jsii.String("{workerId}"), nil).AddMethod(jsii.String("GET"), nil, withPath("workerId"))

@@ -64,6 +64,7 @@ func TestAPI(t *testing.T) {
 		{"GET", "/references/{referenceId}/events", resource(refTo(reference), "events")},
 		{"POST", "/references/{referenceId}/retry", resource(refTo(reference), "retry")},
 		{"GET", "/overview", resource(root, "overview")},
+		{"GET", "/history", resource(root, "history")},
 		{"GET", "/workers", workers},
 		{"GET", "/workers/{workerId}", resource(refTo(workers), "{workerId}")},
 		{"GET", "/agents", resource(root, "agents")},

@@ -2,6 +2,7 @@ package infra
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
@@ -58,12 +59,13 @@ type ExternalDatabase struct {
 }
 
 // RetentionSettings are how long the construct keeps data. The queues', the logs' and the
-// backups' retentions are tuning.go's and DatabaseSettings'.
+// backups' retentions are tuning.go's and DatabaseSettings'. The archived history has no expiry:
+// every event stays readable by id, and GET /events counts it (history.go).
 type RetentionSettings struct {
-	// History is how long the packed history of processed events is kept once it is archived: the
-	// place for the S3 history bucket's lifecycle (infra/history.go, its own construct, wired in
-	// NewExactlyOnce beside the others). Zero: the bucket's default.
-	History awscdk.Duration
+	// Window is the sweeper's HISTORY_RETENTION: how long after its newest event a packed page stays
+	// in the database before the sweeper archives it to the history bucket (history.go); nil: the
+	// application's default, 2h; zero: as soon as it is packed.
+	Window *time.Duration
 }
 
 func (p ExactlyOnceProps) withDefaults() ExactlyOnceProps {
@@ -97,6 +99,8 @@ func (p ExactlyOnceProps) Validate() error {
 		return fmt.Errorf("ExactlyOnceProps.Subnets: with a Vpc, select the Functions, Database and Delivery subnets")
 	case p.Vpc == nil && p.External == nil && (p.NatGateways < 1 || p.NatGateways > vpcMaxAzs):
 		return fmt.Errorf("ExactlyOnceProps.NatGateways %d: want 1 to %d (one per AZ); webhook delivery needs a way out", p.NatGateways, vpcMaxAzs)
+	case p.Retention.Window != nil && *p.Retention.Window < 0:
+		return fmt.Errorf("ExactlyOnceProps.Retention.Window %s: want 0 or more (0 archives pages as soon as they are packed)", *p.Retention.Window)
 	case p.AlarmEmail != "" && !validEmail(p.AlarmEmail):
 		return fmt.Errorf("ExactlyOnceProps.AlarmEmail %q: want one email address", p.AlarmEmail)
 	}
@@ -117,6 +121,7 @@ type ExactlyOnce struct {
 	API       awsapigateway.RestApi
 	Counters  *CounterService // counters.go
 	Webhooks  *Webhooks       // webhooks.go
+	History   *History        // history.go: the archive of the packed history
 
 	Alarms        *Alarms        // alarms.go
 	SignalAlarms  *SignalAlarms  // alarms_signals.go
@@ -200,6 +205,10 @@ func NewExactlyOnce(scope constructs.Construct, id string, props ExactlyOnceProp
 		Network:    s.Network,
 		Secret:     p.WebhookSecret,
 	})
+
+	// The archive of the packed history: the sweeper writes, the api reads.
+	s.History = NewHistory(c, "History", HistoryProps{Network: s.Network, Writer: s.Functions.Sweeper,
+		Readers: []awslambda.Function{s.Functions.API}, Retention: p.Retention.Window})
 
 	wireProcessor(s.Functions.Processor, s.Queues.Main, p.External == nil)
 	s.Counters = NewCounterService(c, "Counters", CounterServiceProps{Functions: FunctionsProps{AssetDir: p.AssetDir,

@@ -3,6 +3,7 @@ package infra
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
@@ -56,7 +57,7 @@ func newShopApp(t *testing.T) *shopApp {
 		WebhookSecret: secret,
 		AlarmTopic:    topic,
 		SweeperShards: 3,
-		Retention:     RetentionSettings{History: awscdk.Duration_Days(jsii.Number(400))},
+		Retention:     RetentionSettings{Window: &shopWindow},
 	})
 	addNagChecks(app)
 	app.Synth(nil)
@@ -84,9 +85,18 @@ func (a *shopApp) subnets(t *testing.T, group string) *[]any {
 // The construct in another app runs in the app's VPC and subnets, signs with the app's secret,
 // alarms to the app's topic, and takes its database settings and sizing; it creates none of what it
 // was given, and the AwsSolutions checks find nothing in the app.
+// shopWindow is the other app's HISTORY_RETENTION.
+var shopWindow = 6 * time.Hour
+
 func TestTheConstructInAnotherApp(t *testing.T) {
 	a := newShopApp(t)
 	tpl := a.tpl
+
+	check(t, "the sweeper archives pages after the app's window", func() {
+		tpl.HasResourceProperties(jsii.String("AWS::Lambda::Function"), obj(map[string]any{
+			"Environment": map[string]any{"Variables": assertions.Match_ObjectLike(obj(map[string]any{"HISTORY_RETENTION": "6h"}))},
+		}))
+	})
 
 	check(t, "one VPC, the app's", func() { tpl.ResourceCountIs(jsii.String("AWS::EC2::VPC"), jsii.Number(1)) })
 	check(t, "the processor and the sweeper deliver from the app's egress subnets", func() {
@@ -103,10 +113,10 @@ func TestTheConstructInAnotherApp(t *testing.T) {
 		tpl.HasResourceProperties(jsii.String("AWS::RDS::DBSubnetGroup"), obj(map[string]any{"SubnetIds": a.subnets(t, "data")}))
 		tpl.HasResourceProperties(jsii.String("AWS::RDS::DBProxy"), obj(map[string]any{"VpcSubnetIds": a.subnets(t, "data")}))
 	})
-	check(t, "the SQS and SNS interface endpoints in the app's VPC", func() {
+	check(t, "the SQS and SNS interface endpoints and the S3 gateway endpoint (history.go) in the app's VPC", func() {
 		tpl.ResourcePropertiesCountIs(jsii.String("AWS::EC2::VPCEndpoint"), obj(map[string]any{
 			"VpcId": a.ref(t, a.vpc.VpcId()),
-		}), jsii.Number(2))
+		}), jsii.Number(3))
 	})
 	check(t, "the database settings", func() {
 		tpl.HasResourceProperties(jsii.String("AWS::RDS::DBCluster"), obj(map[string]any{

@@ -34,7 +34,8 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 	stack := awscdk.NewStack(scope, &id, &sprops)
 	s := &ExactlyOnceStack{Stack: stack}
 	eo := ExactlyOnceProps{AssetDir: cfg.AssetDir, LambdaArch: cfg.LambdaArch, NatGateways: cfg.NatGateways,
-		AlarmEmail: cfg.AlarmEmail, PublicAPI: cfg.PublicAPI, SweeperShards: cfg.SweeperShards}
+		AlarmEmail: cfg.AlarmEmail, PublicAPI: cfg.PublicAPI, SweeperShards: cfg.SweeperShards,
+		Retention: RetentionSettings{Window: cfg.HistoryRetention}}
 	if cfg.LocalStack {
 		eo.External = &ExternalDatabase{DSN: cfg.DBDSN, AWSEndpointURL: cfg.AWSEndpointURL}
 	}

@@ -23,6 +23,7 @@
 // The operators' console reads (console.go):
 //
 //	GET  /overview                          200 {"time", "events", "waiting", "oldestWaitingSeconds"}   events by state, exact
+//	GET  /history                           200 {"time", "total", "events", "pages", "archive"}   the history by tier (history.go)
 //	POST /references/{referenceId}/retry    200 {"referenceId", "retried", "placement"}   its failed tasks, again, in order
 //
 // The API's contract (exactlyonce.OpenAPI, openapi.yaml at the module's root), which describes every
@@ -79,6 +80,7 @@ type Stores struct {
 	Counters CounterReader
 	Agents   AgentLister
 	Workers  WorkerLister
+	History  HistoryReader
 }
 
 // DefaultMaxBodyBytes caps request bodies: a task's payload may be 256 KiB, and the cap leaves room
@@ -236,6 +238,7 @@ func (s *Server) routes() *router {
 
 	// The operators' console (console.go).
 	rt.handle("GET /overview", s.overview)
+	rt.handle("GET /history", s.history) // history.go
 	rt.handle("POST /references/{referenceId}/retry", s.retryReference)
 
 	// The API's OpenAPI document (openapi.yaml at the module's root).

@@ -33,6 +33,7 @@ func TestAllowListedRoutesReachTheAPI(t *testing.T) {
 	token := session(t, base)["csrfToken"]
 	for _, c := range []struct{ method, path, want string }{
 		{"GET", "/overview", "/overview"},
+		{"GET", "/history", "/history"},
 		{"GET", "/events", "/events"},
 		{"GET", "/events?state=failed&kind=task&before=99&limit=50", "/events?before=99&kind=task&limit=50&state=failed"},
 		{"GET", "/events/12", "/events/12"},

@@ -252,6 +252,8 @@ func TestBootstrapsUnderTheRuntimeInterfaceEmulator(t *testing.T) {
 
 	overview := apiCall(api, "api-get-overview.json", 200, `"events"`)
 	require.EqualValues(t, 3, overview["events"].(map[string]any)["total"])
+	history := apiCall(api, "api-get-history.json", 200, `"pages"`)
+	require.EqualValues(t, 3, history["total"], "the history by tier adds up to the count")
 	apiCall(api, "api-get-agents.json", 200, `"agents"`)
 	apiCall(api, "api-get-workers.json", 200, `"workers"`)
 	apiCall(api, "api-get-worker.json", 404, `no event worker`)

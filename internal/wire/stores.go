@@ -48,7 +48,7 @@ func StoresOn(pool *sql.DB, cfg mysql.Config) (*Stores, error) {
 // API returns the API's stores (api.Server.Stores): every one.
 func (s *Stores) API() api.Stores {
 	return api.Stores{Events: s.Events, Console: s.Events, Tasks: s.Tasks, Keys: s.Keys, Counters: s.Counters,
-		Agents: s.Agents, Workers: s.Agents}
+		Agents: s.Agents, Workers: s.Agents, History: s.Events}
 }
 
 // Sweeping returns a sweeper's stores (sweeping.New): every one, so that its maintenance folds,
@@ -65,6 +65,7 @@ func (s *Stores) Sweeping() sweeping.Stores {
 var (
 	_ api.EventStore         = (*eventstore.Store)(nil)
 	_ api.ConsoleStore       = (*eventstore.Store)(nil)
+	_ api.HistoryReader      = (*eventstore.Store)(nil)
 	_ processing.Store       = (*eventstore.Store)(nil)
 	_ sweeping.Folder        = (*eventstore.Store)(nil)
 	_ sweeping.Waiting       = (*eventstore.Store)(nil)
