@@ -243,12 +243,14 @@ func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int)
 // the task and release it again, and the loop around it (an agent's, a sweep's) would claim it
 // again at once, over and over until its deadline, with no delivery (a claim of named events,
 // ProcessIDs, made once per queue message, still leases it and releases it: deferred). Such a
-// claim takes the other due events; with only tasks due it claims nothing (Batch.Claimed 0), and
-// the loop pauses as when nothing is due.
+// claim, like every claim of an engine that delivers no task, leaves tasks out (Claim.SkipTasks)
+// and takes the other due events; with only tasks due it claims nothing (Batch.Claimed 0), and the
+// loop pauses as when nothing is due.
 func (e *Engine) ProcessDueIn(ctx context.Context, grace time.Duration, limit int, r *exactlyonce.HashRange) (Batch, error) {
 	c := e.claim()
 	c.Range = r
 	c.tasks = c.delivers && e.Tasks.timeFor(ctx)
+	c.SkipTasks = !c.tasks
 	claimed, err := e.Store.ClaimDue(ctx, c.Claim, grace, limit, c.decide)
 	if err != nil {
 		return Batch{}, err
