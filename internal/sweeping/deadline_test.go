@@ -1,7 +1,9 @@
 package sweeping_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -74,7 +76,8 @@ func TestASweeperNearItsDeadlineClaimsNoTask(t *testing.T) {
 	const webhookTimeout = 3 * time.Second
 	client := webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: webhookTimeout})
 	const poll = 200 * time.Millisecond
-	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), Logger: quietLogger(),
+	var logs bytes.Buffer // written under the handler's lock
+	s := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 		AgentStopBefore: 500 * time.Millisecond,
 		Engine:          processing.Engine{Tasks: &processing.Tasks{Deliverer: client, Timeout: webhookTimeout}},
 		Agent: agents.Config{Member: agents.MemberConfig{PulseInterval: 100 * time.Millisecond, Expiration: 2 * time.Second},
@@ -98,6 +101,8 @@ func TestASweeperNearItsDeadlineClaimsNoTask(t *testing.T) {
 	// event); the loop made thousands.
 	require.LessOrEqual(t, res.Batches, int(ran/poll)+3, "batches in %s", ran)
 	require.Less(t, statements, int64(400), "statements in %s", ran)
+	require.NotContains(t, logs.String(), `"level":"WARN"`, "a normal end is quiet")
+	require.NotContains(t, logs.String(), `"level":"ERROR"`)
 
 	require.Zero(t, hooks.requests(processing.WebhookID(task)), "the task was not attempted")
 	e, err = store.Events.Get(ctx, task)
