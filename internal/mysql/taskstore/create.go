@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -44,10 +45,14 @@ type Store struct {
 	db   *sql.DB
 	// taskCreates groups concurrent CreateTasks calls into shared transactions.
 	taskCreates taskCreates
+	// events reads a reference's tasks by id (Get: `events`, else its page), directoryDone caches
+	// that the reference directory is complete (directory.go).
+	events        *eventstore.Store
+	directoryDone atomic.Bool
 }
 
 // New returns the Store on db.
-func New(db *mysql.DB) *Store { return &Store{core: db, db: db.Pool()} }
+func New(db *mysql.DB) *Store { return &Store{core: db, db: db.Pool(), events: eventstore.New(db)} }
 
 // taskBuckets is the number of rows of task_buckets (migrations/0009_tasks.sql, which says why 64).
 const taskBuckets = 64
@@ -253,6 +258,10 @@ func InsertTasks(ctx context.Context, tx mysql.Conn, tasks []exactlyonce.NewTask
 		out[i] = exactlyonce.CreatedTask{ID: r.id, Head: r.state == exactlyonce.Pending}
 	}
 	if err := insertTasks(ctx, tx, rows); err != nil {
+		return nil, err
+	}
+	// The references' directories, in the same transaction (directory.go).
+	if err := appendDirectory(ctx, tx, taskEntries(rows)); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -6,7 +6,9 @@ package taskstore
 import (
 	"context"
 	"database/sql"
+	"embed"
 	"fmt"
+	"strings"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -49,23 +51,27 @@ func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.Ret
 		if err != nil {
 			return err
 		}
-		place, err := placeRetries(ctx, tx, ref, hash, failed, heads[ref], open[ref])
+		place, err := s.placeRetries(ctx, tx, ref, hash, failed, heads[ref], open[ref])
 		if err != nil {
 			return err
 		}
+		if err := retryTasks(ctx, tx, failed, place); err != nil {
+			return err
+		}
 		for i, f := range failed {
-			res, err := tx.ExecContext(ctx, queries.RetryTask, place.states[i], place.positions[i], f.id)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n != 1 {
-				return fmt.Errorf("retried %d rows for task %d", n, f.id)
-			}
 			out.IDs = append(out.IDs, f.id)
 			if place.states[i] == exactlyonce.Pending {
 				out.Head = f.id
+			}
+		}
+		if place.placement == exactlyonce.RetryAtEnd {
+			// Their new positions, in the reference's directory (the last entry of a task wins).
+			entries := make([]refEntry, len(failed))
+			for i, f := range failed {
+				entries[i] = refEntry{ref: ref, entry: entry{id: f.id, position: place.positions[i]}}
+			}
+			if err := appendDirectory(ctx, tx, entries); err != nil {
+				return err
 			}
 		}
 		if folded > 0 {
@@ -137,19 +143,15 @@ type retryPlaces struct {
 // positions, the first pending, the others queued. Else to the end: positions taken from the
 // bucket's sequence as a create takes them, the first pending if the reference has no open task,
 // every other queued.
-func placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []int64, open bool) (retryPlaces, error) {
+func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []int64, open bool) (retryPlaces, error) {
 	first := failed[0].position
-	var started int64
-	if err := tx.QueryRowContext(ctx, queries.LaterTaskStarted, hash, ref, first).Scan(&started); err != nil {
-		return retryPlaces{}, err
+	retried := map[int64]bool{} // the failed tasks after the first, retried with it
+	for _, f := range failed[1:] {
+		retried[f.id] = true
 	}
-	started -= int64(len(failed) - 1) // the failed tasks after the first are retried with it
-	if started == 0 {                 // nothing in `events`: a later task may have been delivered and packed
-		packed, err := packedLaterTasks(ctx, tx, ref, first)
-		if err != nil {
-			return retryPlaces{}, err
-		}
-		started = packed
+	started, err := s.laterStarted(ctx, tx, ref, hash, first, retried)
+	if err != nil {
+		return retryPlaces{}, err
 	}
 	type head struct{ id, pos int64 }
 	var pending []head
@@ -170,7 +172,7 @@ func placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, fail
 		return retryPlaces{}, err
 	}
 	// A head that is not pending is processing: it has started, wherever it stands.
-	inPlace := started == 0 && len(pending) == len(heads)
+	inPlace := !started && len(pending) == len(heads)
 	for _, h := range pending {
 		inPlace = inPlace && h.pos > first
 	}
@@ -204,4 +206,47 @@ func placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, fail
 		p.states[0] = exactlyonce.Pending
 	}
 	return p, nil
+}
+
+//go:embed retry.sql
+var retryFiles embed.FS
+
+// retryTexts are the statements of retry.sql.
+type retryTexts struct {
+	RetryTasks string
+}
+
+var retryQueries = mysql.MustLoadQueries[retryTexts](retryFiles)
+
+// maxRetryBatch is the most tasks one RetryTasks statement retries: five arguments each, the
+// statement's text about 6 KB.
+const maxRetryBatch = 200
+
+// retryTasks retries the locked failed tasks as place says, maxRetryBatch a statement (RetryTasks),
+// and checks that each statement changed every task it named.
+func retryTasks(ctx context.Context, tx *sql.Tx, failed []failedTask, place retryPlaces) error {
+	for lo := 0; lo < len(failed); lo += maxRetryBatch {
+		hi := min(len(failed), lo+maxRetryBatch)
+		var states, positions, ids []any
+		for i := lo; i < hi; i++ {
+			states = append(states, failed[i].id, place.states[i])
+			positions = append(positions, failed[i].id, place.positions[i])
+			ids = append(ids, failed[i].id)
+		}
+		whens := strings.TrimSuffix(strings.Repeat("WHEN ? THEN ? ", hi-lo), " ")
+		q := strings.Replace(retryQueries.RetryTasks, "/*states*/", whens, 1)
+		q = strings.Replace(q, "/*positions*/", whens, 1)
+		q = strings.Replace(q, "/*ids*/", mysql.Placeholders(hi-lo), 1)
+		args := append(append(append(states, positions...), ids...), hi-lo)
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != int64(hi-lo) {
+			return fmt.Errorf("retried %d of %d failed tasks", n, hi-lo)
+		}
+	}
+	return nil
 }
