@@ -29,3 +29,9 @@ UPDATE reference_directory SET /*sets*/;
 -- name: BackfillNotBegun
 -- And its backfill not begun (taskstore/backfill.go).
 UPDATE reference_backfill SET next_id = 0, until_id = NULL;
+
+-- name: FillDirectoryCell
+-- taskstore's AppendDirectory (taskstore/directory.sql) for one cell: entries of other
+-- references appended to a reference's cell (/*column*/ its column), as a long history of tasks
+-- fills it.
+UPDATE reference_directory SET /*column*/ = CONCAT(/*column*/, ?) WHERE slot = ?;

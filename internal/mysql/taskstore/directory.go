@@ -230,3 +230,11 @@ func taskEntries(rows []taskRow) []refEntry {
 	}
 	return out
 }
+
+// DirectoryCell is where reference ref's directory entries are: the slot (row) and the column
+// (dN) of reference_directory. For the benchmark's seeding, which fills a cell as a long history
+// of tasks would.
+func DirectoryCell(ref string) (slot int64, column int) {
+	c := cellOf(ref)
+	return c.slot, c.col
+}
