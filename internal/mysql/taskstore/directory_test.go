@@ -120,8 +120,37 @@ func TestAReferenceReadsItsOwnTasksNotTheHistory(t *testing.T) {
 	require.Equal(t, exactlyonce.RetryInPlace, placement)
 	require.True(t, head)
 	failHead()
-	retried, err := store.Tasks.RetryReference(ctx, "r")
+
+	// A retry of the reference holds its bucket while a create of another reference of the bucket
+	// comes: the retry is held at its head's lock (a transaction of the test's holds it) with the
+	// bucket taken, the create waits for the bucket; once the head is let go, the retry reads the
+	// reference's tasks (not the poisoned history) and commits, and the create goes on.
+	holder, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	require.NoError(t, err)
+	defer holder.Rollback()
+	_, err = holder.ExecContext(ctx, "UPDATE events SET position = position WHERE id = ?", ids[1])
+	require.NoError(t, err)
+	retryDone := make(chan struct{})
+	var retried exactlyonce.RetriedReference
+	var retryErr error
+	go func() {
+		defer close(retryDone)
+		retried, retryErr = store.Tasks.RetryReference(ctx, "r")
+	}()
+	awaitStatement(t, db, "UPDATE events SET position = position WHERE state < 2", retryDone)
+	neighbour := taskstore.SameSlot("r", 1)[0]
+	createDone := make(chan struct{})
+	var createErr error
+	go func() {
+		defer close(createDone)
+		_, createErr = store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{refTask(neighbour, 1)})
+	}()
+	awaitStatement(t, db, "UPDATE task_buckets SET position = position + CASE", createDone)
+	require.NoError(t, holder.Commit())
+	<-retryDone
+	<-createDone
+	require.NoError(t, retryErr)
+	require.NoError(t, createErr)
 	require.Equal(t, exactlyonce.RetryInPlace, retried.Placement)
 	require.Equal(t, []int64{ids[0]}, retried.IDs)
 }
