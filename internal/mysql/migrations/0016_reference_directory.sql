@@ -23,7 +23,10 @@
 --
 -- reference_backfill: one row, how far the sweeper's backfill has added the entries of the tasks
 -- stored before this migration (taskstore/backfill.go): `next_id` is the first id not done yet, `until_id`
--- the id counter when the backfill began (NULL: not begun). A migration cannot scan the history;
+-- the id counter when the backfill began (NULL: not begun), `begin_after` when it may begin: 15
+-- minutes after this migration, once no API process of the version before it (which stores tasks
+-- without entries) can still be creating, as a deploy replaces them within their timeout (NULL: at
+-- once). A migration cannot scan the history;
 -- the backfill walks it a unit of ids per transaction, resumably, under the same bucket locks. A
 -- database with no event at all (a new one) has nothing to backfill: until_id 0, done at once
 -- (EXISTS stops at the first row it finds, so this reads at most one row of each table).
@@ -149,10 +152,11 @@ FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNI
 WHERE NOT EXISTS (SELECT 1 FROM reference_directory);
 
 CREATE TABLE IF NOT EXISTS reference_backfill (
-  next_id  BIGINT NOT NULL,
-  until_id BIGINT NULL
+  next_id     BIGINT      NOT NULL,
+  until_id    BIGINT      NULL,
+  begin_after DATETIME(6) NULL
 ) ENGINE=InnoDB;
 
-INSERT INTO reference_backfill (next_id, until_id)
-SELECT 0, IF(EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM event_pages), NULL, 0) FROM DUAL
-WHERE NOT EXISTS (SELECT 1 FROM reference_backfill);
+INSERT INTO reference_backfill (next_id, until_id, begin_after)
+SELECT 0, IF(EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM event_pages), NULL, 0), NOW(6) + INTERVAL 15 MINUTE
+FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM reference_backfill);

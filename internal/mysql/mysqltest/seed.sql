@@ -27,8 +27,8 @@ UPDATE counter_directories SET directory = ? WHERE bucket = ?;
 UPDATE reference_directory SET /*sets*/;
 
 -- name: BackfillNotBegun
--- And its backfill not begun (taskstore/backfill.go).
-UPDATE reference_backfill SET next_id = 0, until_id = NULL;
+-- And its backfill not begun, free to begin (taskstore/backfill.go).
+UPDATE reference_backfill SET next_id = 0, until_id = NULL, begin_after = NULL;
 
 -- name: FillDirectoryCell
 -- taskstore's AppendDirectory (taskstore/directory.sql) for one cell: entries of other

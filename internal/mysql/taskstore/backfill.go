@@ -20,7 +20,8 @@ import (
 // statement under 4 MB).
 const backfillUnit = pages.Unit
 
-// errBackfillTaken ends a backfill transaction that found another sweeper backfilling.
+// errBackfillTaken ends a backfill transaction that found another sweeper backfilling, or that
+// it may not begin yet.
 var errBackfillTaken = errors.New("the backfill's row is taken")
 
 // BackfillDirectory adds the directory entries of the tasks stored before migration 0016, a unit
@@ -57,12 +58,16 @@ func (s *Store) BackfillDirectory(ctx context.Context, maxUnits int) (units int,
 func (s *Store) backfillUnit(ctx context.Context, tx *sql.Tx) (bool, error) {
 	var next int64
 	var until sql.NullInt64
-	err := tx.QueryRowContext(ctx, dirQueries.TakeBackfill).Scan(&next, &until)
+	var may bool
+	err := tx.QueryRowContext(ctx, dirQueries.TakeBackfill).Scan(&next, &until, &may)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, errBackfillTaken
 	}
 	if err != nil {
 		return false, err
+	}
+	if !until.Valid && !may {
+		return false, errBackfillTaken // not yet: the previous version may still be creating
 	}
 	if !until.Valid {
 		// Where it ends: every id at or below the counter has been handed out.

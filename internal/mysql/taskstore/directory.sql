@@ -31,8 +31,9 @@ SELECT COUNT(*) FROM reference_backfill WHERE until_id IS NOT NULL AND next_id >
 -- The backfill, first statement of each of its transactions: the progress row, locked until the
 -- transaction ends, so that two sweepers never backfill one range at once. SKIP LOCKED: a sweeper
 -- that finds it taken backfills at its next maintenance. Taken before any bucket: no transaction
--- that holds a bucket waits for this row, so the order cannot deadlock.
-SELECT next_id, until_id FROM reference_backfill FOR UPDATE SKIP LOCKED;
+-- that holds a bucket waits for this row, so the order cannot deadlock. The last column says
+-- whether it may begin (begin_after, migrations/0016_reference_directory.sql says why it waits).
+SELECT next_id, until_id, begin_after IS NULL OR begin_after <= NOW(6) FROM reference_backfill FOR UPDATE SKIP LOCKED;
 
 -- name: SetBackfill
 -- The backfill: records its progress (and, the first time, where it ends: the id counter then), in

@@ -269,6 +269,19 @@ func TestTheBackfillGivesOldTasksTheirEntriesOnce(t *testing.T) {
 		require.Empty(t, entries)
 		require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref), "%s: read by the scans until the backfill is done", ref)
 	}
+	// Not before begin_after (the previous version's API may still be creating).
+	_, err = db.ExecContext(ctx, "UPDATE reference_backfill SET begin_after = NOW(6) + INTERVAL 1 HOUR")
+	require.NoError(t, err)
+	units, done, err := store.Tasks.BackfillDirectory(ctx, 5)
+	require.NoError(t, err)
+	require.Zero(t, units)
+	require.False(t, done)
+	var begun sql.NullInt64
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT until_id FROM reference_backfill").Scan(&begun))
+	require.False(t, begun.Valid, "not begun")
+	_, err = db.ExecContext(ctx, "UPDATE reference_backfill SET begin_after = NOW(6)")
+	require.NoError(t, err)
+
 	// A retry to the end and a create (by the first store, with an id of its block, below the
 	// counter: one the backfill walks) write their entries; then one unit, then the rest by two
 	// backfills at once.
@@ -276,7 +289,7 @@ func TestTheBackfillGivesOldTasksTheirEntriesOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.RetryAtEnd, placement)
 	late := createOne(ctx, t, before, "old-b", 99)
-	units, done, err := store.Tasks.BackfillDirectory(ctx, 1)
+	units, done, err = store.Tasks.BackfillDirectory(ctx, 1)
 	require.NoError(t, err)
 	require.Equal(t, 1, units)
 	require.False(t, done)
