@@ -28,10 +28,10 @@ type sizedStore struct {
 //     history of that many tasks would fill it (about 390 entries of other references at
 //     10,000,000: mysqltest.FillDirectoryCell), so that the big database pays for a cell as full
 //     as a history of tasks would leave it;
-//   - on the big database, a create of a task in a bucket (Store.CreateTasks, one client) while
+//   - on each database, a create of a task in a bucket (Store.CreateTasks, one client) while
 //     another client retries a reference of the same bucket over and over (its 20 tasks failed by
 //     hand, then Store.RetryReference), against the same create with no retry, in alternating
-//     windows;
+//     windows; and the retries' own rate at both sizes;
 //   - on the big database, the count (Store.Count) with nothing unfolded, then right after a burst
 //     of creates (100,000 in the full run) that no fold has reached.
 func referenceReads(ctx context.Context, r *run, group string, small, big sizedStore) error {
@@ -80,19 +80,29 @@ func referenceReads(ctx context.Context, r *run, group string, small, big sizedS
 		fmt.Sprintf("a reference's listing of %d tasks with %d events against %d", tasks, big.size, small.size)))
 	r.progress(group, "listing of %d tasks: %.0f/s with %d events, %.0f/s with %d", tasks, smallRow.Value, small.size, bigRow.Value, big.size)
 
-	if err := createDuringRetry(ctx, r, group, big); err != nil {
+	retrySmall, err := createDuringRetry(ctx, r, group, small)
+	if err != nil {
 		return err
 	}
+	retryBig, err := createDuringRetry(ctx, r, group, big)
+	if err != nil {
+		return err
+	}
+	r.add(ratio(group, "reads_retry_reference_big_vs_small", retryBig, retrySmall, atLeast(0.8),
+		fmt.Sprintf("a reference's retry of its 20 failed tasks with %d events against %d", big.size, small.size)))
 	return countAfterBurst(ctx, r, group, big, pick(r, 100_000, 2_000))
 }
 
 // createDuringRetry measures a create in a bucket while a reference of that bucket is retried over
-// and over, against the create alone (see referenceReads).
-func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) error {
+// and over, against the create alone (see referenceReads), and returns the retries' rate.
+func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) (Row, error) {
 	const retried = "retried"
 	bucket := taskstore.ReferenceHash(retried) % 64
-	var refs []string // references of the retried one's bucket, one per create
-	for i := 0; len(refs) < 4096; i++ {
+	// References of the retried one's bucket that the creates take turns with: their first tasks
+	// head them, the others queue, so that `open` (which a create reads for its references' heads)
+	// holds a head per reference, not every task created.
+	var refs []string
+	for i := 0; len(refs) < 8; i++ {
 		if ref := fmt.Sprintf("create-%d", i); taskstore.ReferenceHash(ref)%64 == bucket {
 			refs = append(refs, ref)
 		}
@@ -103,7 +113,7 @@ func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) 
 	}
 	created, err := d.store.Tasks.CreateTasks(ctx, batch)
 	if err != nil {
-		return err
+		return Row{}, err
 	}
 	ids := make([]any, len(created))
 	marks := ""
@@ -137,7 +147,7 @@ func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) 
 		if w%2 == 0 {
 			took, n, err := create(until)
 			if err != nil {
-				return err
+				return Row{}, err
 			}
 			alone, nAlone = alone+took, nAlone+n
 			continue
@@ -168,15 +178,15 @@ func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) 
 		took, n, err := create(until)
 		wg.Wait()
 		if err != nil {
-			return err
+			return Row{}, err
 		}
 		if retryErr != nil {
-			return retryErr
+			return Row{}, retryErr
 		}
 		during, nDuring = during+took, nDuring+n
 	}
 	if nAlone == 0 || nDuring == 0 || nRetries == 0 {
-		return fmt.Errorf("create during a retry: %d creates alone, %d during %d retries", nAlone, nDuring, nRetries)
+		return Row{}, fmt.Errorf("create during a retry: %d creates alone, %d during %d retries", nAlone, nDuring, nRetries)
 	}
 	meanAlone, meanDuring := alone/time.Duration(nAlone), during/time.Duration(nDuring)
 	aloneRow := Row{Group: group, Name: fmt.Sprintf("reads_create_alone_%d_per_s", d.size), Value: float64(time.Second) / float64(meanAlone),
@@ -184,11 +194,15 @@ func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) 
 	duringRow := Row{Group: group, Name: fmt.Sprintf("reads_create_during_retry_%d_per_s", d.size), Value: float64(time.Second) / float64(meanDuring),
 		Unit: "creates/s", Note: fmt.Sprintf("the same create in the bucket of a reference retried over and over (20 failed tasks, Store.RetryReference: mean %.2f ms), mean %.2f ms",
 			float64((retrying/time.Duration(nRetries)).Microseconds())/1000, float64(meanDuring.Microseconds())/1000)}
-	r.add(aloneRow, duringRow, ratio(group, "reads_create_during_retry_vs_alone", duringRow, aloneRow, atLeast(0.8),
+	r.add(aloneRow, duringRow, ratio(group, fmt.Sprintf("reads_create_during_retry_vs_alone_%d", d.size), duringRow, aloneRow, atLeast(0.8),
 		fmt.Sprintf("a create in a bucket while a reference of it is retried, against the create alone, %d events", d.size)))
-	r.progress(group, "create in a bucket: %.2f ms alone, %.2f ms during retries of a reference in it (%d retries, %.2f ms each)",
-		float64(meanAlone.Microseconds())/1000, float64(meanDuring.Microseconds())/1000, nRetries, float64((retrying/time.Duration(nRetries)).Microseconds())/1000)
-	return nil
+	meanRetry := retrying / time.Duration(nRetries)
+	retryRow := Row{Group: group, Name: fmt.Sprintf("reads_retry_reference_%d_per_s", d.size), Value: float64(time.Second) / float64(meanRetry),
+		Unit: "retries/s", Note: fmt.Sprintf("Store.RetryReference of a reference's 20 failed tasks, beside a client creating in its bucket, %d events, mean %.2f ms", d.size, float64(meanRetry.Microseconds())/1000)}
+	r.add(retryRow)
+	r.progress(group, "with %d events, a create in a bucket: %.2f ms alone, %.2f ms during retries of a reference in it (%d retries, %.2f ms each)",
+		d.size, float64(meanAlone.Microseconds())/1000, float64(meanDuring.Microseconds())/1000, nRetries, float64(meanRetry.Microseconds())/1000)
+	return retryRow, nil
 }
 
 // countAfterBurst measures the count with nothing unfolded, then right after a burst of n creates
