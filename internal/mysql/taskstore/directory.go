@@ -36,9 +36,10 @@ const (
 	// entrySize is one entry: 8 bytes of the SHA-256 of the reference (its tag), the task's id and
 	// its position, each big-endian.
 	entrySize = 24
-	// maxAppendEntries bounds one AppendDirectory statement: 12 KB of entries, under the 16 KB past
-	// which RDS Proxy pins a session.
-	maxAppendEntries = 500
+	// maxAppendEntries bounds one AppendDirectory statement: at most 128 cells named, about 90
+	// bytes each once the driver writes the arguments into the text (interpolateParams), under the
+	// 16 KB past which RDS Proxy pins a session.
+	maxAppendEntries = 128
 	// maxStartedIDs bounds the ids of one TasksStarted statement.
 	maxStartedIDs = 500
 )

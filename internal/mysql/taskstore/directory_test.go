@@ -331,3 +331,33 @@ func assertNoError(t *testing.T, err error) bool {
 	}
 	return true
 }
+
+// One create of 200 tasks over 150 references appends their entries in more than one statement
+// (at most 128 cells a statement): every reference lists its tasks, in order.
+func TestALargeCreateAppendsEveryEntry(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, _ := testdb.DB(t, 4)
+	store, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	batch := make([]exactlyonce.NewTask, 200)
+	for i := range batch {
+		batch[i] = refTask(fmt.Sprintf("many-%d", i%150), i)
+	}
+	_, err = store.Tasks.CreateTasks(ctx, batch)
+	require.NoError(t, err)
+	for i := range 150 {
+		ref := fmt.Sprintf("many-%d", i)
+		want := truth(ctx, t, db, ref)
+		require.Len(t, want, 1+btoi(i < 50), ref)
+		require.Equal(t, want, listed(ctx, t, store, ref), ref)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
