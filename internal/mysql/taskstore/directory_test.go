@@ -361,3 +361,87 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// A create and a retry to the end of one reference, forced into both orders (the test holds the
+// reference's head, so whichever comes first holds the bucket while the other waits for it): the
+// one that took the bucket first takes the earlier position, and the directory lists the
+// reference's tasks in `events`' order, each once.
+func TestACreateAndARetryOfOneReferenceInBothOrders(t *testing.T) {
+	t.Parallel()
+	for _, retryFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("retryFirst=%v", retryFirst), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			db, _ := testdb.DB(t, 8)
+			store, err := wire.StoresOn(db, mysql.Config{})
+			require.NoError(t, err)
+			const ref = "both"
+			failed := createOne(ctx, t, store, ref, 0)
+			_, err = db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", failed)
+			require.NoError(t, err)
+			delivered := createOne(ctx, t, store, ref, 1)
+			_, err = db.ExecContext(ctx, "UPDATE events SET state = 10, value = 'HTTP 200', processed_at = NOW(6) WHERE id = ?", delivered)
+			require.NoError(t, err)
+			head := createOne(ctx, t, store, ref, 2)
+
+			holder, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+			require.NoError(t, err)
+			defer holder.Rollback()
+			_, err = holder.ExecContext(ctx, "UPDATE events SET position = position WHERE id = ?", head)
+			require.NoError(t, err)
+
+			retryDone, createDone := make(chan struct{}), make(chan struct{})
+			var placement exactlyonce.RetryPlacement
+			var created int64
+			var retryErr, createErr error
+			retry := func() {
+				defer close(retryDone)
+				placement, _, retryErr = store.Tasks.RetryTask(ctx, failed)
+			}
+			create := func() {
+				defer close(createDone)
+				var got []exactlyonce.CreatedTask
+				got, createErr = store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{refTask(ref, 3)})
+				if createErr == nil {
+					created = got[0].ID
+				}
+			}
+			if retryFirst {
+				go retry()
+				awaitStatement(t, db, "UPDATE events SET position = position WHERE state < 2", retryDone)
+				go create()
+				awaitStatement(t, db, "UPDATE task_buckets SET position = position + CASE", createDone)
+			} else {
+				go create()
+				awaitStatement(t, db, "UPDATE events SET position = position WHERE state < 2", createDone)
+				go retry()
+				awaitStatement(t, db, "UPDATE task_buckets SET position = position WHERE", retryDone)
+			}
+			require.NoError(t, holder.Commit())
+			<-retryDone
+			<-createDone
+			require.NoError(t, retryErr)
+			require.NoError(t, createErr)
+			require.Equal(t, exactlyonce.RetryAtEnd, placement)
+
+			want := truth(ctx, t, db, ref)
+			require.Equal(t, want, listed(ctx, t, store, ref))
+			entries, raw, err := taskstore.DirectoryEntries(ctx, db, ref)
+			require.NoError(t, err)
+			require.Equal(t, want, entries)
+			require.Equal(t, len(want)+1, raw, "one entry per task, one more for the retried task's new position")
+			order := []int64{}
+			for _, e := range want {
+				if e[0] == failed || e[0] == created {
+					order = append(order, e[0])
+				}
+			}
+			if retryFirst {
+				require.Equal(t, []int64{failed, created}, order, "the retry took the bucket first")
+			} else {
+				require.Equal(t, []int64{created, failed}, order, "the create took the bucket first")
+			}
+		})
+	}
+}
