@@ -445,3 +445,52 @@ func TestACreateAndARetryOfOneReferenceInBothOrders(t *testing.T) {
 		})
 	}
 }
+
+// A backfill cut off at any point (its context cancelled mid-statement, so its transaction is
+// rolled back) loses nothing and adds nothing twice: cut off again and again, it still ends with
+// each task's entry once.
+func TestABackfillCutOffAnywhereEndsWithEachEntryOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, _ := testdb.DB(t, 8)
+	store, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	refs := []string{"cut-a", "cut-b"}
+	for round := range 6 {
+		for _, ref := range refs {
+			createOne(ctx, t, store, ref, round)
+		}
+		_, err := store.Events.CreatePendingBatch(ctx, 200)
+		require.NoError(t, err)
+	}
+	require.NoError(t, mysqltest.ForgetReferenceDirectory(ctx, db))
+	store, err = wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	cuts := 0
+	for i := 0; ; i++ {
+		// Deadlines from 0.2 ms to 30 ms, over and over, so that the cut falls on every statement
+		// of a unit in turn, and some units are done whole.
+		short, stop := context.WithTimeout(ctx, time.Duration(200+(i*317)%30000)*time.Microsecond)
+		_, done, err := store.Tasks.BackfillDirectory(short, 2)
+		stop()
+		if err != nil {
+			// Cut off: in a statement, or before it could connect.
+			require.Less(t, cuts, 5000, "the backfill keeps failing: %v", err)
+			cuts++
+			continue
+		}
+		if done {
+			break
+		}
+	}
+	t.Logf("%d backfills cut off", cuts)
+	require.Positive(t, cuts)
+	for _, ref := range refs {
+		want := truth(ctx, t, db, ref)
+		entries, raw, err := taskstore.DirectoryEntries(ctx, db, ref)
+		require.NoError(t, err)
+		require.Equal(t, want, entries, ref)
+		require.Equal(t, len(want), raw, "%s: each task's entry once", ref)
+	}
+}
