@@ -10,8 +10,11 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 )
 
-// Queries exposes the store's statements to its external tests, which EXPLAIN them.
-var Queries = queries
+// Queries and RetryQueries expose the store's statements to its external tests, which EXPLAIN them.
+var (
+	Queries      = queries
+	RetryQueries = retryQueries
+)
 
 // QueryText is the statement name of the store's files; it panics for a name they do not have.
 func QueryText(name string) string {

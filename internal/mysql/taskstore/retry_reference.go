@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -28,22 +29,13 @@ import (
 // this decides), then the failed tasks.
 func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.RetriedReference, error) {
 	hash := ReferenceHash(ref)
-	refs := map[string]uint32{ref: hash}
 	var out exactlyonce.RetriedReference
 	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
 		out = exactlyonce.RetriedReference{}
 		if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
 			return err
 		}
-		heads, err := openHeads(ctx, tx, refs)
-		if err != nil {
-			return err
-		}
-		open, err := lockHeads(ctx, tx, refs, heads)
-		if err != nil {
-			return err
-		}
-		ids, err := mysql.ScanIDs(tx.QueryContext(ctx, queries.FailedOfReference, hash, ref))
+		heads, ids, err := lockedRetryState(ctx, tx, ref, hash)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
@@ -51,7 +43,7 @@ func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.Ret
 		if err != nil {
 			return err
 		}
-		place, err := s.placeRetries(ctx, tx, ref, hash, failed, heads[ref], open[ref])
+		place, err := s.placeRetries(ctx, tx, ref, hash, failed, heads)
 		if err != nil {
 			return err
 		}
@@ -136,14 +128,13 @@ type retryPlaces struct {
 }
 
 // placeRetries decides where the failed tasks of reference ref (locked, in position order) go, with
-// the reference's bucket and its open tasks (heads, locked; open tells whether it has one) locked.
+// the reference's bucket and its open tasks (heads, locked, as read once locked) held.
 // In place: every task after the first failed one is either failed too or has not started
-// (LaterTaskStarted, less the failed ones, which it counts), and every open task of the reference
-// is a pending one after it, which goes back to the queue (RequeueTask); the failed tasks keep their
-// positions, the first pending, the others queued. Else to the end: positions taken from the
-// bucket's sequence as a create takes them, the first pending if the reference has no open task,
-// every other queued.
-func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []int64, open bool) (retryPlaces, error) {
+// (laterStarted), and every open task of the reference is a pending one after it, which goes back
+// to the queue (RequeueTask); the failed tasks keep their positions, the first pending, the others
+// queued. Else to the end: positions taken from the bucket's sequence as a create takes them, the
+// first pending if the reference has no open task, every other queued.
+func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []openTask) (retryPlaces, error) {
 	first := failed[0].position
 	retried := map[int64]bool{} // the failed tasks after the first, retried with it
 	for _, f := range failed[1:] {
@@ -153,24 +144,13 @@ func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash u
 	if err != nil {
 		return retryPlaces{}, err
 	}
-	type head struct{ id, pos int64 }
-	var pending []head
-	rows, err := tx.QueryContext(ctx, queries.ReferenceHead, hash, ref)
-	if err != nil {
-		return retryPlaces{}, err
-	}
-	for rows.Next() {
-		var h head
-		if err := rows.Scan(&h.id, &h.pos); err != nil {
-			rows.Close()
-			return retryPlaces{}, err
+	var pending []openTask
+	for _, h := range heads {
+		if h.state == exactlyonce.Pending {
+			pending = append(pending, h)
 		}
-		pending = append(pending, h)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return retryPlaces{}, err
-	}
+	open := len(heads) > 0
 	// A head that is not pending is processing: it has started, wherever it stands.
 	inPlace := !started && len(pending) == len(heads)
 	for _, h := range pending {
@@ -213,7 +193,7 @@ var retryFiles embed.FS
 
 // retryTexts are the statements of retry.sql.
 type retryTexts struct {
-	RetryTasks string
+	RetryTasks, RetryStateOfReference string
 }
 
 var retryQueries = mysql.MustLoadQueries[retryTexts](retryFiles)
@@ -249,4 +229,67 @@ func retryTasks(ctx context.Context, tx *sql.Tx, failed []failedTask, place retr
 		}
 	}
 	return nil
+}
+
+// openTask is an open task (a head) of a reference: pending or processing.
+type openTask struct {
+	id    int64
+	state exactlyonce.State
+	pos   int64
+}
+
+// lockedRetryState locks the open tasks (heads) of reference ref, whose bucket tx holds, and
+// returns them as they are once locked, with the ids of the reference's failed tasks read then, in
+// position order (RetryStateOfReference, read again after each LockHeads: a head settled while
+// LockHeads waited for it is not open any more, and the task its settlement promoted heads the
+// reference now, locked in turn; each round follows a settlement, so it ends).
+func lockedRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32) ([]openTask, []int64, error) {
+	locked := map[int64]bool{}
+	for {
+		heads, failed, err := readRetryState(ctx, tx, ref, hash)
+		if err != nil {
+			return nil, nil, err
+		}
+		var ids []int64
+		for _, h := range heads {
+			if !locked[h.id] {
+				ids = append(ids, h.id)
+			}
+		}
+		if len(ids) == 0 {
+			return heads, failed, nil
+		}
+		slices.Sort(ids)
+		q, args := mysql.ExpandIDs(queries.LockHeads, ids)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return nil, nil, err
+		}
+		for _, id := range ids {
+			locked[id] = true
+		}
+	}
+}
+
+// readRetryState reads RetryStateOfReference: the reference's open tasks and its failed tasks' ids.
+func readRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32) ([]openTask, []int64, error) {
+	rows, err := tx.QueryContext(ctx, retryQueries.RetryStateOfReference, hash, ref, hash, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var heads []openTask
+	var failed []int64
+	for rows.Next() {
+		var part int
+		var t openTask
+		if err := rows.Scan(&part, &t.id, &t.state, &t.pos); err != nil {
+			return nil, nil, err
+		}
+		if part == 0 {
+			heads = append(heads, t)
+		} else {
+			failed = append(failed, t.id)
+		}
+	}
+	return heads, failed, rows.Err()
 }

@@ -207,18 +207,8 @@ WHERE id = ? AND state IN (20, 40) LIMIT 1;
 -- transaction.
 UPDATE settled_count SET n = n - ?;
 
--- name: FailedOfReference
--- POST /references/{referenceId}/retry: the ids of a reference's failed tasks, in their order, by a
--- consistent read run with the reference's bucket and heads locked, so that no task of it fails or
--- is retried meanwhile (a fold may still move one from 20 to 40: LockFailedTasks reads the state
--- again). `state IN (20, 40)` prunes it to `fresh` and `failed`: the failed set and what was
--- settled since the last fold, never the processed history.
-SELECT id FROM events
-WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
-ORDER BY position;
-
 -- name: LockFailedTasks
--- The bulk retry locks the failed tasks FailedOfReference found, and reads each one's state as it is
+-- The bulk retry locks the failed tasks RetryStateOfReference found (retry.sql), and reads each one's state as it is
 -- now (20, or 40 if a fold moved it since) and its position. Pruned by the ids to their
 -- subpartitions of `fresh` and `failed`.
 SELECT id, state, position FROM events WHERE state IN (20, 40) AND id IN (/*ids*/) ORDER BY position FOR UPDATE;
