@@ -25,7 +25,7 @@ var sqlFiles embed.FS
 type queryTexts struct {
 	Audit, AuditPages string
 
-	LoadPages, LoadCounterFacts, LoadCounterSums, LoadCounterDirectory string
+	LoadPages, LoadCounterFacts, LoadCounterSums, LoadCounterDirectory, ForgetDirectory, BackfillNotBegun, FillDirectoryCell string
 }
 
 var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -32,7 +33,7 @@ var sqlFiles embed.FS
 
 // queryTexts are the statements of tasks.sql.
 type queryTexts struct {
-	LockTaskBuckets, AdvanceTaskBuckets, BucketsAndHeads, OpenHeads, LockHeads, InsertTaskRows, QueuedOfReferences, PromoteQueued, PromoteQueuedLeased, LeasedTasks, SettleLeasedTasks, InsertAttempts, Attempts, ReferencePosition, ReferenceTasks, LockFailedTask, TaskOf, LaterTaskStarted, ReferenceHead, RequeueTask, RetryTask, UncountRetried, FailedOfReference, LockFailedTasks string
+	LockTaskBuckets, AdvanceTaskBuckets, BucketsAndHeads, OpenHeads, LockHeads, InsertTaskRows, QueuedOfReferences, PromoteQueued, PromoteQueuedLeased, LeasedTasks, SettleLeasedTasks, InsertAttempts, Attempts, ReferencePosition, ReferenceTasks, LockFailedTask, TaskOf, LaterTaskStarted, ReferenceHead, RequeueTask, RetryTask, UncountRetried, LockFailedTasks string
 }
 
 var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
@@ -44,11 +45,15 @@ type Store struct {
 	db   *sql.DB
 	// creates groups concurrent CreateTasks calls into shared transactions (createGroup).
 	creates groupcommit.Group[[]exactlyonce.NewTask, createdTasks]
+	// events reads a reference's tasks by id (Get: `events`, else its page), directoryDone caches
+	// that the reference directory is complete (directory.go).
+	events        *eventstore.Store
+	directoryDone atomic.Bool
 }
 
 // New returns the Store on db.
 func New(db *mysql.DB) *Store {
-	s := &Store{core: db, db: db.Pool()}
+	s := &Store{core: db, db: db.Pool(), events: eventstore.New(db)}
 	// One transaction at a time, on a context of its own, taking every call waiting (up to
 	// eventstore.MaxPendingBatch tasks and maxTaskGroupBytes of payloads; a larger call runs alone)
 	// into the next one, until none waits.
@@ -227,6 +232,10 @@ func InsertTasks(ctx context.Context, tx mysql.Conn, tasks []exactlyonce.NewTask
 		out[i] = exactlyonce.CreatedTask{ID: r.id, Head: r.state == exactlyonce.Pending}
 	}
 	if err := insertTasks(ctx, tx, rows); err != nil {
+		return nil, err
+	}
+	// The references' directories, in the same transaction (directory.go).
+	if err := appendDirectory(ctx, tx, taskEntries(rows)); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -1,7 +1,10 @@
 package taskstore
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
+	"fmt"
 	"reflect"
 	"slices"
 	"sync"
@@ -9,8 +12,11 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 )
 
-// Queries exposes the store's statements to its external tests, which EXPLAIN them.
-var Queries = queries
+// Queries and RetryQueries expose the store's statements to its external tests, which EXPLAIN them.
+var (
+	Queries      = queries
+	RetryQueries = retryQueries
+)
 
 // QueryText is the statement name of the store's files; it panics for a name they do not have.
 func QueryText(name string) string {
@@ -54,4 +60,43 @@ func WatchCreateGroups(s *Store, entered, hold chan struct{}) (groups func() []i
 		defer mu.Unlock()
 		return slices.Clone(sizes)
 	}, s.creates.Waiting
+}
+
+// ReferenceTasksScan is ReferenceTasks by the scans it makes until the directory is complete.
+func (s *Store) ReferenceTasksScan(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error) {
+	return s.referenceTasksScan(ctx, ref, after, limit)
+}
+
+// DirectoryEntries are reference ref's entries in its directory: id and position, in position
+// order, and how many entries the cell holds for it (a task moved by a retry to the end has two).
+func DirectoryEntries(ctx context.Context, db *sql.DB, ref string) ([][2]int64, int, error) {
+	c := cellOf(ref)
+	b, err := readCell(ctx, db, c)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out [][2]int64
+	for _, e := range cellEntries(b, c.tag) {
+		out = append(out, [2]int64{e.id, e.position})
+	}
+	raw := 0
+	for off := 0; off+entrySize <= len(b); off += entrySize {
+		if bytes.Equal(b[off:off+8], c.tag[:]) {
+			raw++
+		}
+	}
+	return out, raw, nil
+}
+
+// SameSlot returns n references that share ref's directory slot (and so its task bucket).
+func SameSlot(ref string, n int) []string {
+	want := cellOf(ref).slot
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		r := fmt.Sprintf("%s-%d", ref, i)
+		if cellOf(r).slot == want {
+			out = append(out, r)
+		}
+	}
+	return out
 }
