@@ -157,6 +157,9 @@ CREATE TABLE IF NOT EXISTS reference_backfill (
   begin_after DATETIME(6) NULL
 ) ENGINE=InnoDB;
 
+-- A database with no history is complete at once (until_id 0) and has nothing to wait for
+-- (begin_after NULL), so that every new database migrates to the same rows.
 INSERT INTO reference_backfill (next_id, until_id, begin_after)
-SELECT 0, IF(EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM event_pages), NULL, 0), NOW(6) + INTERVAL 15 MINUTE
-FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM reference_backfill);
+SELECT 0, IF(h.history, NULL, 0), IF(h.history, NOW(6) + INTERVAL 15 MINUTE, NULL)
+FROM (SELECT EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM event_pages) AS history) h
+WHERE NOT EXISTS (SELECT 1 FROM reference_backfill);
