@@ -92,17 +92,12 @@ WHERE state < 2 AND id IN (/*ids*/)
 -- agent or a sweeper outside any agent), so that agents do not scan past and skip each other's
 -- rows. It is not what makes the claim exclusive: two agents with a stale view of the ranges both
 -- claiming one range still get disjoint rows from SKIP LOCKED, and the settle's guard holds.
---
--- `(? = 0 OR kind <> 'task')` leaves tasks out when the engine would take none (it delivers none,
--- or its deadline leaves no time for a delivery): it neither locks them nor lets them fill the
--- LIMIT ahead of the events it can take.
 SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id, retry_base FROM events
 WHERE state < 2
   AND routing_hash BETWEEN ? AND ?
   AND ((state = 0 AND ((next_attempt_at IS NULL AND created_at <= NOW(6) - INTERVAL ? MICROSECOND)
                         OR next_attempt_at <= NOW(6)))
     OR (state = 1 AND lease_expires_at <= NOW(6)))
-  AND (? = 0 OR kind <> 'task')
 LIMIT ? FOR UPDATE SKIP LOCKED;
 
 -- name: Lease
