@@ -37,7 +37,11 @@ func (s *Store) ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Du
 	}
 	out, err := s.claim(ctx, c, decide, func(tx *sql.Tx) ([]exactlyonce.Event, error) {
 		rows, err := tx.QueryContext(ctx, queries.ClaimDue, r.Lo, r.Hi, grace.Microseconds(), limit)
-		return scanClaimed(rows, err, limit)
+		claimed, err := scanClaimedHeads(rows, err, limit)
+		if err != nil {
+			return nil, err
+		}
+		return claimed, readClaimedTasks(ctx, tx, claimed)
 	})
 	return out, mysql.Interpret("claim due events", err)
 }
@@ -470,6 +474,104 @@ func scanClaimed(rows *sql.Rows, err error, most int) ([]exactlyonce.Event, erro
 		out = append(out, c)
 	}
 	return out, rows.Err()
+}
+
+// scanClaimedHeads reads the rows ClaimDue locked (id, kind, attempts) as events, processing; a
+// task's own columns are read next (readClaimedTasks). most is the statement's LIMIT.
+func scanClaimedHeads(rows *sql.Rows, err error, most int) ([]exactlyonce.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var (
+		out  = make([]exactlyonce.Event, 0, most)
+		raw  [3]sql.RawBytes
+		dest [3]any
+	)
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest[:]...); err != nil {
+			return nil, err
+		}
+		c := exactlyonce.Event{State: exactlyonce.Processing, Kind: kindOf(raw[1])}
+		if c.ID, err = strconv.ParseInt(string(raw[0]), 10, 64); err != nil {
+			return nil, fmt.Errorf("claimed id %q: %w", raw[0], err)
+		}
+		if c.Attempts, err = strconv.Atoi(string(raw[2])); err != nil {
+			return nil, fmt.Errorf("claimed event %d's attempts %q: %w", c.ID, raw[2], err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// readClaimedTasks reads the task columns of the tasks among claimed, whose rows tx holds locked,
+// into their Task (ClaimedTasks), in statements of at most MarkChunk ids; a claim without a task
+// sends none.
+func readClaimedTasks(ctx context.Context, tx *sql.Tx, claimed []exactlyonce.Event) error {
+	var at map[int64]int // a task's id -> its place in claimed
+	for i, ev := range claimed {
+		if ev.Kind == exactlyonce.KindTask {
+			if at == nil {
+				at = map[int64]int{}
+			}
+			at[ev.ID] = i
+		}
+	}
+	ids := make([]int64, 0, len(at))
+	for id := range at {
+		ids = append(ids, id)
+	}
+	for rest := ids; len(rest) > 0; {
+		chunk := rest[:min(len(rest), MarkChunk)]
+		rest = rest[len(chunk):]
+		q, args := mysql.ExpandIDs(queries.ClaimedTasks, chunk)
+		rows, err := tx.QueryContext(ctx, q, append(args, len(chunk))...)
+		if err != nil {
+			return err
+		}
+		if err := scanClaimedTasks(rows, claimed, at); err != nil {
+			return err
+		}
+	}
+	for _, i := range at {
+		if claimed[i].Task == nil {
+			return fmt.Errorf("claimed task %d: its row was not read back", claimed[i].ID)
+		}
+	}
+	return nil
+}
+
+// scanClaimedTasks reads ClaimedTasks' rows (id, then the task's columns) into the Task of the event
+// of claimed at at[id].
+func scanClaimedTasks(rows *sql.Rows, claimed []exactlyonce.Event, at map[int64]int) error {
+	defer rows.Close()
+	var (
+		raw  [9]sql.RawBytes
+		dest [9]any
+	)
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest[:]...); err != nil {
+			return err
+		}
+		id, err := strconv.ParseInt(string(raw[0]), 10, 64)
+		if err != nil {
+			return fmt.Errorf("claimed task id %q: %w", raw[0], err)
+		}
+		i, ok := at[id]
+		if !ok {
+			return fmt.Errorf("read back task %d, which the claim did not lock", id)
+		}
+		if claimed[i].Task, err = scanTask(raw[1:]); err != nil {
+			return fmt.Errorf("claimed task %d: %w", id, err)
+		}
+	}
+	return rows.Err()
 }
 
 // kindOf returns the kind named by b, without allocating for the two kinds the code knows.
