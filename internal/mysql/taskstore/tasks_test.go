@@ -42,7 +42,7 @@ func TestConcurrentTaskCreatesKeepOrderAndFailAlone(t *testing.T) {
 			ref := fmt.Sprint("ref-", c)
 			for i := range perRef {
 				if c%4 == 0 && i == perRef/2 {
-					// Refused by the database (url is VARCHAR(2048)), in the middle of the run, by a
+					// Refused by the database (url is VARBINARY(2048), migration 0015), in the middle of the run, by a
 					// quarter of the clients, so that it shares transactions with good creates.
 					bad := task(ref, -1)
 					bad.URL = "https://example.com/" + strings.Repeat("x", 3000)
