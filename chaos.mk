@@ -1,10 +1,11 @@
-# Failure testing: the chaos run, the real bootstraps through a local Lambda Runtime API, LocalStack,
+# Failure testing: the chaos run, the real bootstraps under the Lambda Runtime Interface Emulator, LocalStack,
 # fuzzing. Included by the root Makefile (`-include chaos.mk`). docs/guarantees.md explains each.
 GO ?= go
 CHAOS_DURATION ?= 3m
 CHAOS_FLAGS ?=
 FN ?= api
-EVENT ?= $(if $(filter counter,$(FN)),events/counter-batch.json,events/api-post-events.json)
+# Empty: every sample of the function (events/<FN>.json and events/<FN>-*.json, in name order).
+EVENT ?=
 FUZZTIME ?= 60s
 
 .PHONY: chaos chaos-short invoke test-localstack fuzz-api
@@ -17,8 +18,8 @@ chaos-short: db sqslocal ## the short chaos run (30 s of creates); `make test` r
 	$(GO) build -o bin/chaos ./cmd/chaos
 	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal bin/chaos -duration 30s -clients 6 -processors 2 -sweepers 2 -kill-every 1s -poison 4 -visibility 2 -max-receive 8 -require-retries $(CHAOS_FLAGS)
 
-invoke: db sqslocal ## run a function's real bootstrap on a local Lambda Runtime API: make invoke FN=api EVENT=events/api-post-events.json
-	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal $(GO) run ./cmd/invoke -fn $(FN) -event $(EVENT)
+invoke: db sqslocal rie ## run a function's real bootstrap under the Lambda Runtime Interface Emulator on its samples: make invoke FN=api [EVENT=events/api-post-task.json]
+	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal RIE_BIN=$(CURDIR)/bin/aws-lambda-rie $(GO) run ./cmd/invoke -fn $(FN) $(if $(EVENT),-event $(EVENT))
 
 test-localstack: ## the end-to-end flows through LocalStack and the compose MySQL; skips when they are not running (localstack/TESTING.md)
 	$(GO) test -count=1 -v -timeout 30m ./localstack/

@@ -1,4 +1,4 @@
-package main
+package infra
 
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -13,7 +13,7 @@ import (
 const APIStageName = "v1"
 
 // NewEventsAPI creates the REST API (v1) with Lambda proxy integrations for the routes of
-// docs/contract.md. Every method requires SigV4-signed requests (AuthorizationType AWS_IAM) unless
+// docs/contract.md, which are those of the API's OpenAPI document (../openapi.yaml; openapi_test.go). Every method requires SigV4-signed requests (AuthorizationType AWS_IAM) unless
 // public is true.
 func NewEventsAPI(scope constructs.Construct, id string, handler awslambda.IFunction, public bool) awsapigateway.RestApi {
 	accessLogs := awslogs.NewLogGroup(scope, jsii.String(id+"AccessLogs"), &awslogs.LogGroupProps{
@@ -83,6 +83,8 @@ func NewEventsAPI(scope constructs.Construct, id string, handler awslambda.IFunc
 	// the API's to check.)
 	reference.AddResource(jsii.String("retry"), nil).AddMethod(jsii.String("POST"), nil, withPath("referenceId"))
 	api.Root().AddResource(jsii.String("overview"), nil).AddMethod(jsii.String("GET"), nil, withValidator)
+	// The history by tier (issue 31): events, pages, archive.
+	api.Root().AddResource(jsii.String("history"), nil).AddMethod(jsii.String("GET"), nil, withValidator)
 	workers := api.Root().AddResource(jsii.String("workers"), nil)
 	workers.AddMethod(jsii.String("GET"), nil, withValidator)
 	workers.AddResource(jsii.String("{workerId}"), nil).AddMethod(jsii.String("GET"), nil, withPath("workerId"))
@@ -91,5 +93,7 @@ func NewEventsAPI(scope constructs.Construct, id string, handler awslambda.IFunc
 	user := api.Root().AddResource(jsii.String("counters"), nil).AddResource(jsii.String("{userId}"), nil)
 	user.AddMethod(jsii.String("GET"), nil, withPath("userId"))
 	user.AddResource(jsii.String("{entityType}"), nil).AddMethod(jsii.String("GET"), nil, withPath("userId", "entityType"))
+	// The API's OpenAPI document (openapi.yaml), which lists these routes (openapi_test.go).
+	api.Root().AddResource(jsii.String("openapi.yaml"), nil).AddMethod(jsii.String("GET"), nil, withValidator)
 	return api
 }

@@ -1,9 +1,10 @@
-package main
+package infra
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/constructs-go/constructs/v10"
 )
@@ -36,6 +37,10 @@ const (
 	// ctxAlarmEmail, when set, subscribes this address to the alarm topic (notify.go). SNS sends it a
 	// confirmation mail first; until it is confirmed nothing is delivered.
 	ctxAlarmEmail = "alarmEmail"
+	// ctxHistoryRetention is the sweeper's HISTORY_RETENTION, a Go duration (default
+	// defaultHistoryRetention, history.go): how long packed pages stay in Aurora before they are
+	// archived to the history bucket; 0 archives them as soon as they are packed.
+	ctxHistoryRetention = "historyRetention"
 )
 
 // Defaults for the LocalStack variant: the MySQL and LocalStack services of localstack/docker-compose.yml,
@@ -66,6 +71,8 @@ type Config struct {
 	NatGateways int
 	// AlarmEmail, if not empty, is subscribed to the alarm topic.
 	AlarmEmail string
+	// HistoryRetention is the sweeper's HISTORY_RETENTION (history.go); nil means the default.
+	HistoryRetention *time.Duration
 }
 
 // ConfigFromContext reads Config from the construct tree's context (cdk.json and -c flags).
@@ -114,6 +121,13 @@ func ConfigFromContext(node constructs.Node) (Config, error) {
 	if v, ok := contextString(node, ctxAlarmEmail); ok {
 		cfg.AlarmEmail = strings.TrimSpace(v)
 	}
+	if v, ok := contextString(node, ctxHistoryRetention); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			return cfg, fmt.Errorf("context %s=%q: want a Go duration such as 720h", ctxHistoryRetention, v)
+		}
+		cfg.HistoryRetention = &d
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -135,6 +149,9 @@ func (c Config) Validate() error {
 	}
 	if c.AlarmEmail != "" && !validEmail(c.AlarmEmail) {
 		return fmt.Errorf("context %s=%q: want one email address (name@domain)", ctxAlarmEmail, c.AlarmEmail)
+	}
+	if c.HistoryRetention != nil && *c.HistoryRetention < 0 {
+		return fmt.Errorf("context %s=%s: want a duration of 0 or more (0 archives pages as soon as they are packed)", ctxHistoryRetention, *c.HistoryRetention)
 	}
 	if c.LocalStack && c.DBDSN == "" {
 		return fmt.Errorf("context %s=true needs %s", ctxLocalStack, ctxDBDSN)

@@ -1,4 +1,4 @@
-package main
+package infra
 
 import (
 	"fmt"
@@ -21,6 +21,32 @@ import (
 // end-to-end IAM (DefaultAuthScheme IAM_AUTH): a client signs in to the proxy with an IAM token,
 // and the proxy signs in to the cluster as the same user with a token of its own role's
 // (AllowIAMUser). See docs/deploy.md, "Database users".
+// DatabaseSettings are the Aurora cluster's settings a user of the construct may change
+// (ExactlyOnceProps.Database); a zero field is the default of tuning.go.
+type DatabaseSettings struct {
+	// MinCapacity and MaxCapacity are the Serverless v2 capacity range in ACU (defaults 0.5 and 4:
+	// max_connections follows the maximum; 0 ACU auto-pause cannot work with RDS Proxy).
+	MinCapacity, MaxCapacity float64
+	// BackupRetentionDays is how long automated backups are kept (default 7).
+	BackupRetentionDays int
+	// DeletionProtection refuses to delete the cluster (default off: the stack is destroyed with a
+	// final snapshot).
+	DeletionProtection bool
+}
+
+func (d DatabaseSettings) withDefaults() DatabaseSettings {
+	if d.MinCapacity == 0 {
+		d.MinCapacity = minACU
+	}
+	if d.MaxCapacity == 0 {
+		d.MaxCapacity = maxACU
+	}
+	if d.BackupRetentionDays == 0 {
+		d.BackupRetentionDays = backupRetentionDays
+	}
+	return d
+}
+
 type Database struct {
 	constructs.Construct
 	Cluster   awsrds.DatabaseCluster
@@ -52,8 +78,9 @@ func auroraEngineVersion() awsrds.AuroraMysqlEngineVersion {
 }
 
 // NewDatabase creates the cluster, its parameter group and the proxy in the network's database subnets.
-func NewDatabase(scope constructs.Construct, id string, network *Network) *Database {
+func NewDatabase(scope constructs.Construct, id string, network *Network, settings DatabaseSettings) *Database {
 	c := constructs.NewConstruct(scope, &id)
+	settings = settings.withDefaults()
 	engine := awsrds.DatabaseClusterEngine_AuroraMysql(&awsrds.AuroraMysqlClusterEngineProps{
 		Version: auroraEngineVersion(),
 	})
@@ -86,17 +113,17 @@ func NewDatabase(scope constructs.Construct, id string, network *Network) *Datab
 		// The functions' users sign in with IAM tokens (AWSAuthenticationPlugin), presented by the
 		// proxy; the cluster accepts them only with IAM database authentication on.
 		IamAuthentication:       jsii.Bool(true),
-		ServerlessV2MinCapacity: jsii.Number(minACU),
-		ServerlessV2MaxCapacity: jsii.Number(maxACU),
+		ServerlessV2MinCapacity: jsii.Number(settings.MinCapacity),
+		ServerlessV2MaxCapacity: jsii.Number(settings.MaxCapacity),
 		Vpc:                     network.Vpc,
 		VpcSubnets:              network.DatabaseSubnets(),
 		Port:                    jsii.Number(databasePort),
 		StorageEncrypted:        jsii.Bool(true),
-		Backup:                  &awsrds.BackupProps{Retention: awscdk.Duration_Days(jsii.Number(backupRetentionDays))},
+		Backup:                  &awsrds.BackupProps{Retention: awscdk.Duration_Days(jsii.Number(settings.BackupRetentionDays))},
 		CloudwatchLogsExports:   jsii.Strings("error", "slowquery"),
 		CloudwatchLogsRetention: logRetention,
 		// `make destroy` must work; the final snapshot keeps the data.
-		DeletionProtection: jsii.Bool(false),
+		DeletionProtection: jsii.Bool(settings.DeletionProtection),
 		RemovalPolicy:      awscdk.RemovalPolicy_SNAPSHOT,
 	})
 

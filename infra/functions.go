@@ -1,4 +1,4 @@
-package main
+package infra
 
 import (
 	"fmt"
@@ -41,9 +41,10 @@ type FunctionsProps struct {
 	SweeperShards int
 }
 
-// Functions are the four Lambda functions of the application. They sit directly in the stack as
-// ApiFunction, ProcessorFunction, SweeperFunction and MigrateFunction: the names `sam local invoke`
-// takes (SAM derives them from the CDK construct path).
+// Functions are four of the application's Lambda functions (the fifth, the counter service's, is
+// counters.go's). They sit directly in the ExactlyOnce construct as ApiFunction, ProcessorFunction,
+// SweeperFunction and MigrateFunction: the names `sam local invoke` takes (SAM uses the construct's
+// id, from the aws:cdk:path metadata; sam_test.go checks the docs against it).
 type Functions struct {
 	API       awslambda.Function
 	Processor awslambda.Function

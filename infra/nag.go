@@ -1,6 +1,7 @@
-package main
+package infra
 
 import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
@@ -12,7 +13,7 @@ import (
 // addNagSuppressions records, each with its reason, the cdk-nag AwsSolutions findings this stack
 // accepts. Suppressions are attached to the narrowest construct (and, for IAM, the exact finding via
 // appliesTo). Any finding not listed here fails `make synth` and `make test-infra`.
-func addNagSuppressions(s *ExactlyOnceStack, cfg Config) {
+func addNagSuppressions(s *ExactlyOnce, publicAPI bool) {
 	// --- API ---------------------------------------------------------------------------------
 	suppress(s.API, true,
 		nag("AwsSolutions-APIG2",
@@ -28,7 +29,7 @@ func addNagSuppressions(s *ExactlyOnceStack, cfg Config) {
 				"which one stack must not own because it changes every API in the account/region. The stage has JSON "+
 				"access logs and CloudWatch metrics, and the api function logs every request as JSON."),
 	)
-	if cfg.PublicAPI {
+	if publicAPI {
 		suppress(s.API, true,
 			nag("AwsSolutions-APIG4",
 				"Opt-in demo mode (-c publicApi=true): the methods are deliberately open. The default deployment "+
@@ -104,7 +105,7 @@ func addNagSuppressions(s *ExactlyOnceStack, cfg Config) {
 	}
 
 	// CDK's own singleton that sets the retention of the RDS log groups (error, slowquery).
-	for _, child := range *s.Stack.Node().Children() {
+	for _, child := range *awscdk.Stack_Of(s.Construct).Node().Children() {
 		if strings.HasPrefix(*child.Node().Id(), "LogRetention") {
 			suppress(child, true,
 				nagFor("AwsSolutions-IAM4", "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",

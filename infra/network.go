@@ -1,4 +1,4 @@
-package main
+package infra
 
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -29,11 +29,22 @@ const vpcMaxAzs = 2
 // no STS call; CloudWatch Logs are shipped by the Lambda service, not from inside the VPC.
 type Network struct {
 	constructs.Construct
-	Vpc         awsec2.Vpc
+	Vpc         awsec2.IVpc
 	SqsEndpoint awsec2.InterfaceVpcEndpoint
 	// NatAddresses are the public IPv4 addresses of the NAT gateways (Ref of their Elastic IPs): the
-	// source address of every delivery, which receivers may allow in their firewalls.
+	// source address of every delivery, which receivers may allow in their firewalls. Empty in a VPC
+	// the construct did not create (NewNetworkIn): its owner knows them.
 	NatAddresses []*string
+	subnets      NetworkSubnets
+}
+
+// NetworkSubnets says where each part runs in a VPC: the functions that only talk to AWS (api,
+// migrate, counter) and the interface endpoints, the database and its proxy, and the functions that
+// deliver webhooks (processor, sweeper), which need a route out to the receivers (a NAT gateway).
+type NetworkSubnets struct {
+	Functions *awsec2.SubnetSelection
+	Database  *awsec2.SubnetSelection
+	Delivery  *awsec2.SubnetSelection
 }
 
 // NewNetwork creates the VPC with natGateways NAT gateways (1 or 2: one per AZ), its
@@ -83,20 +94,35 @@ func NewNetwork(scope constructs.Construct, id string, natGateways int) *Network
 			addresses = append(addresses, eip.Ref())
 		}
 	}
-	return &Network{Construct: c, Vpc: vpc, SqsEndpoint: sqs, NatAddresses: addresses}
+	return &Network{Construct: c, Vpc: vpc, SqsEndpoint: sqs, NatAddresses: addresses, subnets: NetworkSubnets{
+		Functions: &awsec2.SubnetSelection{SubnetGroupName: jsii.String(functionsSubnets)},
+		Database:  &awsec2.SubnetSelection{SubnetGroupName: jsii.String(databaseSubnets)},
+		Delivery:  &awsec2.SubnetSelection{SubnetGroupName: jsii.String(deliverySubnets)},
+	}}
+}
+
+// NewNetworkIn uses an existing VPC, a user's (ExactlyOnceProps.Vpc): the parts go in the subnets
+// subnets selects (each required), and the SQS interface endpoint is added to it in the functions'
+// subnets. The VPC's routes, NAT gateways and flow logs are its owner's: the delivery subnets must
+// have a route out, the others need none.
+func NewNetworkIn(scope constructs.Construct, id string, vpc awsec2.IVpc, subnets NetworkSubnets) *Network {
+	c := constructs.NewConstruct(scope, &id)
+	sqs := vpc.AddInterfaceEndpoint(jsii.String("SqsEndpoint"), &awsec2.InterfaceVpcEndpointOptions{
+		Service:           awsec2.InterfaceVpcEndpointAwsService_SQS(),
+		Subnets:           subnets.Functions,
+		PrivateDnsEnabled: jsii.Bool(true),
+		Open:              jsii.Bool(false),
+	})
+	return &Network{Construct: c, Vpc: vpc, SqsEndpoint: sqs, subnets: subnets}
 }
 
 // FunctionSubnets selects the isolated subnets of the functions that do not deliver webhooks (api,
 // migrate, counter), and of the interface endpoints.
-func (n *Network) FunctionSubnets() *awsec2.SubnetSelection {
-	return &awsec2.SubnetSelection{SubnetGroupName: jsii.String(functionsSubnets)}
-}
+func (n *Network) FunctionSubnets() *awsec2.SubnetSelection { return n.subnets.Functions }
 
 // DeliverySubnets selects the subnets of the functions that deliver webhooks (processor, sweeper):
 // the only ones with a route out of the VPC, through the NAT gateways.
-func (n *Network) DeliverySubnets() *awsec2.SubnetSelection {
-	return &awsec2.SubnetSelection{SubnetGroupName: jsii.String(deliverySubnets)}
-}
+func (n *Network) DeliverySubnets() *awsec2.SubnetSelection { return n.subnets.Delivery }
 
 // PublicSubnets selects the subnets of the NAT gateways.
 func (n *Network) PublicSubnets() *awsec2.SubnetSelection {
@@ -104,6 +130,4 @@ func (n *Network) PublicSubnets() *awsec2.SubnetSelection {
 }
 
 // DatabaseSubnets selects the subnets of the Aurora cluster and the proxy.
-func (n *Network) DatabaseSubnets() *awsec2.SubnetSelection {
-	return &awsec2.SubnetSelection{SubnetGroupName: jsii.String(databaseSubnets)}
-}
+func (n *Network) DatabaseSubnets() *awsec2.SubnetSelection { return n.subnets.Database }

@@ -1,4 +1,4 @@
-package main
+package infra
 
 import (
 	"testing"
@@ -60,7 +60,7 @@ func TestNetworkEgress(t *testing.T) {
 	}
 	natInSubnet := s.natGatewaysBySubnet(t)
 	publicSubnets := *n.Vpc.SelectSubnets(n.PublicSubnets()).Subnets
-	igwID := s.ref(t, n.Vpc.InternetGatewayId())
+	igwID := s.ref(t, n.Vpc.(awsec2.Vpc).InternetGatewayId())
 
 	for _, g := range []struct {
 		name string
@@ -199,7 +199,9 @@ func TestSQSEndpoint(t *testing.T) {
 	s := synth(t, variantAWS)
 	tpl := s.template
 	// Exactly one endpoint, so the property check below is about that one.
-	check(t, "two VPC endpoints (SNS: counters_test.go)", func() { tpl.ResourceCountIs(jsii.String("AWS::EC2::VPCEndpoint"), jsii.Number(2)) })
+	check(t, "three VPC endpoints (SNS: counters_test.go; S3: history_test.go)", func() {
+		tpl.ResourceCountIs(jsii.String("AWS::EC2::VPCEndpoint"), jsii.Number(3))
+	})
 	check(t, "SQS interface endpoint with private DNS, in the functions' subnets", func() {
 		tpl.HasResourceProperties(jsii.String("AWS::EC2::VPCEndpoint"), obj(map[string]any{
 			"VpcEndpointType":   "Interface",

@@ -1,4 +1,4 @@
-package main
+package infra
 
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -15,7 +15,7 @@ import (
 // subscribes to it (email, chat, on-call tool). docs/deploy.md, "Alarms".
 type Notifications struct {
 	constructs.Construct
-	Topic awssns.Topic
+	Topic awssns.ITopic
 }
 
 // NewNotifications creates the alarm topic, with an email subscription when email is not empty
@@ -27,8 +27,21 @@ type Notifications struct {
 // and its state. nag.go records the finding with that reason. Publishing requires TLS, and only
 // CloudWatch alarms of this account may publish.
 func NewNotifications(scope constructs.Construct, id string, email string) *Notifications {
+	return NewNotificationsTo(scope, id, nil, email)
+}
+
+// NewNotificationsTo is NewNotifications to an existing topic, a user's (ExactlyOnceProps.AlarmTopic);
+// nil: a topic of its own. The user's topic must let CloudWatch alarms of the account publish (its
+// policy is its owner's); email, when set, is subscribed to it.
+func NewNotificationsTo(scope constructs.Construct, id string, existing awssns.ITopic, email string) *Notifications {
 	c := constructs.NewConstruct(scope, &id)
 	stack := awscdk.Stack_Of(c)
+	if existing != nil {
+		if email != "" {
+			existing.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(email), nil))
+		}
+		return &Notifications{Construct: c, Topic: existing}
+	}
 	topic := awssns.NewTopic(c, jsii.String("Topic"), &awssns.TopicProps{
 		TopicName:   jsii.String(*stack.StackName() + "-alarms"),
 		DisplayName: jsii.String(*stack.StackName() + " alarms"),

@@ -1,12 +1,8 @@
-package main
+package infra
 
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
-	"github.com/aws/aws-cdk-go/awscdk/v2/triggers"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 )
@@ -17,21 +13,11 @@ type ExactlyOnceStackProps struct {
 	Config Config
 }
 
-// ExactlyOnceStack is the whole application: API, queue, functions, schedule, database.
+// ExactlyOnceStack is the app's stack: the ExactlyOnce construct (exactlyonce.go), configured from the
+// context flags, and the stack's outputs.
 type ExactlyOnceStack struct {
 	awscdk.Stack
-	Network   *Network  // nil in the LocalStack variant
-	Database  *Database // nil in the LocalStack variant
-	Queues    *Queues
-	Functions *Functions
-	API       awsapigateway.RestApi
-	Counters  *CounterService // counters.go
-	Webhooks  *Webhooks       // webhooks.go
-
-	Alarms        *Alarms        // alarms.go
-	SignalAlarms  *SignalAlarms  // alarms_signals.go
-	Notifications *Notifications // notify.go: the topic every alarm reports to
-	Dashboard     awscloudwatch.Dashboard
+	*ExactlyOnce
 }
 
 // NewExactlyOnceStack builds the stack. It needs no AWS account, region or context lookups:
@@ -47,92 +33,15 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 	}
 	stack := awscdk.NewStack(scope, &id, &sprops)
 	s := &ExactlyOnceStack{Stack: stack}
-
-	s.Queues = NewQueues(stack, "Queues")
-
-	var dbAccess DatabaseAccess
+	eo := ExactlyOnceProps{AssetDir: cfg.AssetDir, LambdaArch: cfg.LambdaArch, NatGateways: cfg.NatGateways,
+		AlarmEmail: cfg.AlarmEmail, PublicAPI: cfg.PublicAPI, SweeperShards: cfg.SweeperShards,
+		Retention: RetentionSettings{Window: cfg.HistoryRetention}}
 	if cfg.LocalStack {
-		// LocalStack's free plan has no RDS: the functions talk to the MySQL the user runs.
-		dbAccess = DatabaseAccess{DSN: cfg.DBDSN, AWSEndpointURL: cfg.AWSEndpointURL}
-	} else {
-		s.Network = NewNetwork(stack, "Network", cfg.NatGateways)
-		s.Database = NewDatabase(stack, "Database", s.Network)
-		dbAccess = DatabaseAccess{Network: s.Network, Database: s.Database}
+		eo.External = &ExternalDatabase{DSN: cfg.DBDSN, AWSEndpointURL: cfg.AWSEndpointURL}
 	}
-
-	s.Functions = NewFunctions(stack, FunctionsProps{
-		AssetDir:      cfg.AssetDir,
-		Architecture:  lambdaArchitecture(cfg.LambdaArch),
-		Access:        dbAccess,
-		Queue:         s.Queues.Main,
-		SweeperShards: cfg.SweeperShards,
-	})
-
-	if s.Network != nil {
-		// Defence in depth: through the endpoint, the api can only send to the main queue and the
-		// processor only extend the visibility of its messages (receive and delete are done by the
-		// Lambda service's poller, outside the VPC).
-		for _, use := range []struct {
-			fn     awslambda.Function
-			action string
-		}{{s.Functions.API, "sqs:SendMessage"}, {s.Functions.Processor, "sqs:ChangeMessageVisibility"}} {
-			s.Network.SqsEndpoint.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-				Principals: &[]awsiam.IPrincipal{awsiam.NewArnPrincipal(use.fn.Role().RoleArn())},
-				Actions:    jsii.Strings(use.action),
-				Resources:  jsii.Strings(*s.Queues.Main.QueueArn()),
-			}))
-		}
-	}
-
-	// Schema on deploy: run migrate once the database and the proxy exist, and again whenever the
-	// migrate function changes. An error from migrate fails the deployment.
-	trigger := triggers.NewTrigger(stack, jsii.String("MigrateOnDeploy"), &triggers.TriggerProps{
-		Handler:                s.Functions.Migrate,
-		Timeout:                awscdk.Duration_Seconds(jsii.Number(triggerTimeout.Seconds())),
-		InvocationType:         triggers.InvocationType_REQUEST_RESPONSE,
-		ExecuteOnHandlerChange: jsii.Bool(true),
-	})
-	if s.Database != nil {
-		// ProxyRole too: its policy lets the proxy sign in as the functions' users, which run after.
-		trigger.ExecuteAfter(s.Database.Cluster, s.Database.Proxy, s.Database.ProxyRole)
-	}
-	// The other functions are created, and on an update changed, only after migrate has run: the
-	// schema their code expects and the database users they connect as exist before they do. The
-	// function resources alone: their security groups must exist before the proxy admits them.
-	for _, fn := range []awslambda.Function{s.Functions.API, s.Functions.Processor, s.Functions.Sweeper} {
-		fn.Node().DefaultChild().Node().AddDependency(trigger)
-	}
-
-	// Task delivery: the signing secret and, in AWS, the way out through the NAT gateway.
-	s.Webhooks = NewWebhooks(stack, "Webhooks", WebhooksProps{
-		Delivering: []awslambda.Function{s.Functions.Processor, s.Functions.Sweeper},
-		Network:    s.Network,
-	})
-
-	wireProcessor(s.Functions.Processor, s.Queues.Main, !cfg.LocalStack)
-	s.Counters = NewCounterService(stack, "Counters", CounterServiceProps{Functions: FunctionsProps{AssetDir: cfg.AssetDir,
-		Architecture: lambdaArchitecture(cfg.LambdaArch), Access: dbAccess}, Sweeper: s.Functions.Sweeper, Trigger: trigger, CapConcurrency: !cfg.LocalStack})
-	NewSweepSchedule(stack, "SweepSchedule", s.Functions.Sweeper, max(cfg.SweeperShards, 1))
-	s.API = NewEventsAPI(stack, "Api", s.Functions.API, cfg.PublicAPI)
-	s.Alarms = NewAlarms(stack, "Alarms", AlarmsProps{
-		Queues:    s.Queues,
-		Processor: s.Functions.Processor,
-		Sweeper:   s.Functions.Sweeper,
-		API:       s.API,
-	})
-	s.SignalAlarms = NewSignalAlarms(stack, "SignalAlarms", SignalAlarmsProps{
-		API: s.API, Functions: s.Functions, Counter: s.Counters.Function, CounterQueue: s.Counters.Queue, Database: s.Database,
-	})
-	// Every alarm of the stack reports to the operator's topic, and shows on the dashboard.
-	alarms := append(s.Alarms.All(), s.Counters.DeadLetters, s.Counters.Errors, s.Counters.Mismatches)
-	alarms = append(alarms, s.SignalAlarms.All()...)
-	s.Notifications = NewNotifications(stack, "Notifications", cfg.AlarmEmail)
-	s.Notifications.Notify(alarms...)
-	s.Dashboard = NewDashboard(stack, "Dashboard", DashboardProps{
-		API: s.API, Functions: s.Functions, Counter: s.Counters.Function, Database: s.Database, Alarms: alarms,
-		Queues: []NamedQueue{{"events", s.Queues.Main}, {"events-dlq", s.Queues.DeadLetter},
-			{"counters", s.Counters.Queue}, {"counters-dlq", s.Counters.DeadLetter}},
-	})
+	// "Default": the construct adds nothing to its resources' logical IDs, which are those of the
+	// stack before it was a construct (a deployed stack updates in place).
+	s.ExactlyOnce = NewExactlyOnce(stack, "Default", eo)
 
 	awscdk.NewCfnOutput(stack, jsii.String("ApiUrl"), &awscdk.CfnOutputProps{
 		Description: jsii.String("Base URL of the events API (append events, events/async, events/{id})"),
@@ -150,11 +59,13 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 		Description: jsii.String("Secrets Manager secret the webhooks are signed with: receivers verify with whsec_<its value>"),
 		Value:       s.Webhooks.Secret.SecretArn(),
 	})
-	if s.Database != nil {
+	if s.Network != nil && len(s.Network.NatAddresses) > 0 {
 		awscdk.NewCfnOutput(stack, jsii.String("DeliverySourceIps"), &awscdk.CfnOutputProps{
 			Description: jsii.String("Public IPv4 addresses every webhook delivery comes from (the NAT gateways'), comma-separated"),
 			Value:       awscdk.Fn_Join(jsii.String(","), &s.Network.NatAddresses),
 		})
+	}
+	if s.Database != nil {
 		awscdk.NewCfnOutput(stack, jsii.String("DatabaseProxyEndpoint"), &awscdk.CfnOutputProps{
 			Description: jsii.String("RDS Proxy endpoint the functions connect to (IAM auth, TLS)"),
 			Value:       s.Database.Proxy.Endpoint(),
@@ -165,7 +76,6 @@ func NewExactlyOnceStack(scope constructs.Construct, id string, props *ExactlyOn
 		})
 	}
 
-	addNagSuppressions(s, cfg)
 	return s
 }
 

@@ -1,8 +1,10 @@
-// Integration tests through LocalStack: the end-to-end flows of internal/e2e/flows.go (the same
-// flows CI runs against goaws and MariaDB) against LocalStack's SQS and the compose MySQL, and
-// against the stack deployed into LocalStack (API Gateway, Lambda, the SQS event source mapping,
-// EventBridge). Each test skips, saying why and what to start, when LocalStack (or the database,
-// or the deployed stack) is not reachable. See TESTING.md.
+// Integration tests through LocalStack: the end-to-end flows of internal/e2e (flows.go and
+// flows_tasks.go: plain events, tasks, counters and their SNS notifications, agents; the same flows
+// CI runs against goaws and MariaDB) against LocalStack's SQS and SNS and the compose MySQL, and
+// against the stack deployed into LocalStack (API Gateway, Lambda, the SQS event source mappings,
+// EventBridge, Secrets Manager). When LocalStack does not answer, the package says so in one line
+// and runs nothing (TestMain); a test whose database or deployed stack is missing skips, saying
+// what to start. See TESTING.md.
 //
 //	docker compose -f localstack/docker-compose.yml up -d --wait
 //	make test-localstack
@@ -13,10 +15,14 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,19 +30,38 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/counters"
 	"github.com/exactlyonce/exactlyonce/internal/e2e"
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
+	"github.com/exactlyonce/exactlyonce/internal/secrets"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
 
 const howToStart = "start it with `docker compose -f localstack/docker-compose.yml up -d --wait` (see localstack/TESTING.md)"
+
+// TestMain runs nothing, and says why in one line, when LocalStack does not answer (no Docker, as on
+// the machines `make test` runs on).
+func TestMain(m *testing.M) {
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	_, err := localsqs.NewClient(endpoint()).ListQueues(ctx, &sqs.ListQueuesInput{}, func(o *sqs.Options) { o.RetryMaxAttempts = 1 })
+	cancel()
+	if err != nil {
+		fmt.Printf("localstack: skipped, LocalStack does not answer at %s (%v); %s\n", endpoint(), err, howToStart)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // endpoint is LocalStack's edge endpoint: LOCALSTACK_ENDPOINT, default http://127.0.0.1:4566.
 func endpoint() string { return cmp.Or(os.Getenv("LOCALSTACK_ENDPOINT"), "http://127.0.0.1:4566") }
@@ -112,9 +137,59 @@ func TestFlowsOnLocalStackServices(t *testing.T) {
 	t.Run("poison", func(t *testing.T) { e2e.FlowPoison(t, tg) })
 }
 
+// The task, counter and agent flows on LocalStack's SQS and SNS and the compose MySQL: the local
+// system delivers tasks to a receiver on loopback, the counter service publishes to a LocalStack
+// topic subscribed by a queue (local.EnsureCounters), and a second system with no queue consumer
+// leaves its async events to its sweeper's agent.
+func TestTaskCounterAndAgentFlowsOnLocalStackServices(t *testing.T) {
+	client := requireLocalStack(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	awsCfg := aws.Config{Region: cmp.Or(os.Getenv("AWS_REGION"), "us-east-1"),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
+	counters, err := local.EnsureCounters(ctx, client, awsCfg, endpoint(), quiet)
+	require.NoError(t, err)
+	key := []byte("exactlyonce-localstack-test-signing-key-0123")
+	start := func(mapping *int) e2e.Target {
+		store := database(t)
+		q, err := queue.Ensure(ctx, client, queue.QueueSpec{Name: "e2e-" + hex.EncodeToString(key[:2]) + fmt.Sprint(time.Now().UnixNano()),
+			VisibilityTimeout: 2, MaxReceiveCount: 2})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = client.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(q.URL)})
+			_, _ = client.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(q.DLQURL)})
+		})
+		opt := local.Options{HTTPAddr: "127.0.0.1:0", Queues: q, SweepInterval: 500 * time.Millisecond, MappingConcurrency: mapping,
+			Sweep: sweeping.Config{Grace: new(time.Second), Logger: quiet},
+			Engine: processing.Engine{Tasks: &processing.Tasks{Deliverer: webhook.New(webhook.Config{Key: key, AllowLoopback: true, Timeout: 5 * time.Second}),
+				RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}},
+			Webhook: webhook.Policy{AllowLoopback: true}}
+		if mapping == nil {
+			opt.Counters = counters
+		}
+		sctx, stop := context.WithCancel(ctx)
+		sys, err := local.Start(sctx, store, client, opt, quiet)
+		require.NoError(t, err)
+		t.Cleanup(func() { stop(); _ = sys.Wait() })
+		return e2e.Target{APIURL: sys.URL, SQS: client, QueueURL: q.URL, DLQURL: q.DLQURL, Settle: 60 * time.Second}
+	}
+	tg := start(nil)
+	tg.Receiver = e2e.NewReceiver(t, "whsec_"+base64.StdEncoding.EncodeToString(key), nil, "")
+	tg.CounterQueueURL, tg.CounterResultsURL = counters.Queues.URL, counters.ResultsURL
+	t.Run("tasks", func(t *testing.T) { e2e.FlowTasks(t, tg) })
+	t.Run("counters", func(t *testing.T) { e2e.FlowCounters(t, tg) })
+	t.Run("agents", func(t *testing.T) { e2e.FlowAgents(t, tg) })
+	agentsOnly := start(new(0))
+	agentsOnly.AgentsOnly = true
+	t.Run("agents only", func(t *testing.T) { e2e.FlowAgents(t, agentsOnly) })
+}
+
 // outputs are the stack outputs `make deploy-localstack` writes (cdk deploy --outputs-file).
 type outputs struct {
-	APIURL, QueueURL, DLQURL string
+	APIURL, QueueURL, DLQURL         string
+	CounterQueueURL, CounterTopicARN string
+	WebhookSecretARN                 string
 }
 
 func deployed(t *testing.T) outputs {
@@ -129,7 +204,8 @@ func deployed(t *testing.T) outputs {
 	for _, o := range stacks {
 		if o["ApiUrl"] != "" {
 			return outputs{APIURL: cmp.Or(os.Getenv("LOCALSTACK_API_URL"), strings.TrimSuffix(o["ApiUrl"], "/")),
-				QueueURL: o["QueueUrl"], DLQURL: o["DeadLetterQueueUrl"]}
+				QueueURL: o["QueueUrl"], DLQURL: o["DeadLetterQueueUrl"],
+				CounterQueueURL: o["CounterQueueUrl"], CounterTopicARN: o["CounterTopicArn"], WebhookSecretARN: o["WebhookSecretArn"]}
 		}
 	}
 	t.Skipf("%s names no stack with an ApiUrl output", path)
@@ -153,4 +229,35 @@ func TestFlowsOnTheDeployedStack(t *testing.T) {
 	t.Run("creates", func(t *testing.T) { e2e.FlowCreates(t, tg, 4, 5) })
 	t.Run("duplicate messages", func(t *testing.T) { e2e.FlowDuplicateMessages(t, tg) })
 	t.Run("poison", func(t *testing.T) { e2e.FlowPoison(t, tg) })
+
+	// Counters: the deployed counter function behind its queue's mapping, its notifications on the
+	// stack's topic, which a queue of the test's subscribes to.
+	if out.CounterQueueURL != "" && out.CounterTopicARN != "" {
+		ctx := context.Background()
+		results, err := queue.Ensure(ctx, client, queue.QueueSpec{Name: "e2e-results-" + fmt.Sprint(time.Now().UnixNano()),
+			VisibilityTimeout: 30, MaxReceiveCount: 5})
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = client.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(results.URL)}) })
+		sns := &counters.SNSPublisher{AWS: aws.Config{Region: cmp.Or(os.Getenv("AWS_REGION"), "us-east-1"),
+			Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}, Endpoint: endpoint(), TopicARN: out.CounterTopicARN}
+		require.NoError(t, sns.SubscribeQueue(ctx, results.ARN))
+		tg.CounterQueueURL, tg.CounterResultsURL = out.CounterQueueURL, results.URL
+	}
+	t.Run("counters", func(t *testing.T) { e2e.FlowCounters(t, tg) })
+
+	// Tasks: the deployed processor and sweeper deliver only to public addresses (a deployment sets
+	// no WEBHOOK_ALLOW_*), so the receiver must be reachable at a public URL that forwards to it:
+	// LOCALSTACK_RECEIVER_URL, served on LOCALSTACK_RECEIVER_ADDR, verifying with the stack's
+	// signing secret. Without them the flow skips, saying so.
+	if url, addr := os.Getenv("LOCALSTACK_RECEIVER_URL"), os.Getenv("LOCALSTACK_RECEIVER_ADDR"); url != "" && addr != "" && out.WebhookSecretARN != "" {
+		t.Setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", endpoint())
+		secret, err := secrets.Resolve(context.Background(), out.WebhookSecretARN)
+		require.NoError(t, err)
+		ln, err := net.Listen("tcp", addr)
+		require.NoError(t, err)
+		tg.Receiver = e2e.NewReceiver(t, secret, ln, url)
+	}
+	t.Run("tasks", func(t *testing.T) { e2e.FlowTasks(t, tg) })
+	// Agents: the sweeper's invocations (every minute, for most of it) are agents with a range.
+	t.Run("agents", func(t *testing.T) { e2e.FlowAgents(t, tg) })
 }

@@ -64,7 +64,9 @@ start() {
   # No systemd here: start the daemon directly. max_connections is raised because tests race
   # many clients; the isolation level is deliberately left at the server default (REPEATABLE READ):
   # the code sets READ COMMITTED per transaction and the tests prove it does not depend on the default.
-  as_root start-stop-daemon --start --oknodo --background --chuid mysql \
+  # --pidfile: the shared server's own pid file (the Debian configuration's pid-file), so that the
+  # tests' mariadbd, the same binary, does not pass for it ("already running") and leave it stopped.
+  as_root start-stop-daemon --start --oknodo --background --chuid mysql --pidfile /run/mysqld/mysqld.pid \
     --exec /usr/sbin/mariadbd -- --max-connections=1000 --bind-address=127.0.0.1 --tmpdir=/var/tmp/mariadb \
     --innodb-buffer-pool-size="$buffer_pool" --innodb-log-file-size="$redo_log"
   for _ in $(seq 1 120); do

@@ -1,15 +1,21 @@
 // Command invoke runs one function's real bootstrap, built as it is deployed (for this machine's
-// architecture), against a local implementation of the Lambda Runtime API, feeds it an event and
-// prints the response: the Docker-free counterpart of `sam local invoke`.
+// architecture), under the AWS Lambda Runtime Interface Emulator (internal/rie: the Runtime API
+// that `sam local invoke` runs in its container, here without Docker), feeds it events and prints
+// each response: the Docker-free counterpart of `sam local invoke`.
 //
-//	make invoke FN=api EVENT=events/api-post-events.json
-//	go run ./cmd/invoke -fn processor -event events/sqs-batch.json
+//	make invoke FN=api                                   # every events/api-*.json, in name order
+//	make invoke FN=api EVENT=events/api-post-task.json
+//	go run ./cmd/invoke -fn processor -event events/processor-batch.json
 //
+// The events go, one after another, to one execution environment (the first invocation inits it,
+// the others find it warm), each with a new request id, through the emulator's invoke endpoint
+// (POST /2015-03-31/functions/function/invocations on a free loopback port).
 // The function gets the configuration it would get in AWS from the environment: DB_DSN (default:
 // config.LocalDSN, the local MariaDB of `make db`), QUEUE_URL, AWS_ENDPOINT_URL_SQS, LOG_LEVEL, ... When no SQS
 // endpoint is configured, a local goaws (bin/sqslocal) is started and a queue named "events"
-// created in it, so that POST /events/async has somewhere to send. The response goes to stdout,
-// the function's logs and a REPORT line to stderr; the exit status is 1 if the function failed.
+// created in it, so that POST /events/async has somewhere to send. The responses go to stdout,
+// the function's logs and the emulator's START, END and REPORT lines to stderr; the exit status is 1
+// if the function failed or timed out on any event.
 package main
 
 import (
@@ -22,6 +28,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -29,7 +36,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
-	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
+	"github.com/exactlyonce/exactlyonce/internal/rie"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -39,35 +46,70 @@ var passed = []string{"DB_", "QUEUE_URL", "COUNTER_", "ALLOCATOR", "VISIBILITY_"
 	"WEBHOOK_", "RETRY_BASE", "RETRY_MAX",
 	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION"}
 
+// devWebhookSecret is `make run`'s development signing secret (scripts/run.sh).
+const devWebhookSecret = "whsec_ZXhhY3RseW9uY2UtbG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0"
+
 func main() {
 	fn := flag.String("fn", "", "function: api, processor, sweeper, migrate or counter")
-	eventPath := flag.String("event", "", "the event JSON file (events/*.json)")
+	eventPaths := flag.String("event", "", "the event JSON files, comma-separated (default: every events/<fn>*.json, in name order)")
 	bootstrap := flag.String("bootstrap", "", "a bootstrap already built (default: build functions/<fn>)")
-	timeout := flag.Duration("timeout", 30*time.Second, "the function timeout (the invocation's deadline)")
+	timeout := flag.Duration("timeout", 30*time.Second, "the function timeout, whole seconds (each invocation's deadline)")
 	flag.Parse()
-	if *fn == "" || *eventPath == "" {
-		fmt.Fprintln(os.Stderr, "usage: invoke -fn <function> -event events/<file>.json")
+	if *fn == "" {
+		fmt.Fprintln(os.Stderr, "usage: invoke -fn <function> [-event events/<file>.json,...]")
 		os.Exit(2)
 	}
-	if err := run(*fn, *eventPath, *bootstrap, *timeout); err != nil {
+	if err := run(*fn, *eventPaths, *bootstrap, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "invoke:", err)
 		os.Exit(1)
 	}
 }
 
-func run(fn, eventPath, bootstrap string, timeout time.Duration) error {
-	ctx := context.Background()
-	payload, err := os.ReadFile(eventPath)
+// samples returns the function's samples: events/<fn>.json and events/<fn>-*.json, in name order.
+func samples(root, fn string) ([]string, error) {
+	one, err := filepath.Glob(filepath.Join(root, "events", fn+".json"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !json.Valid(payload) {
-		return fmt.Errorf("%s is not JSON", eventPath)
+	more, err := filepath.Glob(filepath.Join(root, "events", fn+"-*.json"))
+	if err != nil {
+		return nil, err
+	}
+	all := append(one, more...)
+	sort.Strings(all)
+	return all, nil
+}
+
+func run(fn, eventPaths, bootstrap string, timeout time.Duration) error {
+	ctx := context.Background()
+	var paths []string
+	if eventPaths == "" {
+		var err error
+		if paths, err = samples(repo.Root(), fn); err != nil {
+			return err
+		}
+		if len(paths) == 0 {
+			return fmt.Errorf("no events/%s*.json sample: name one with -event", fn)
+		}
+	} else {
+		paths = strings.Split(eventPaths, ",")
+	}
+	payloads := make([][]byte, len(paths))
+	for i, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if !json.Valid(b) {
+			return fmt.Errorf("%s is not JSON", p)
+		}
+		payloads[i] = b
 	}
 	if bootstrap == "" {
 		dir := filepath.Join(repo.Root(), "build", "lambda-host")
 		start := time.Now()
-		if bootstrap, err = runtimeapi.BuildBootstrap(ctx, repo.Root(), fn, dir); err != nil {
+		var err error
+		if bootstrap, err = rie.BuildBootstrap(ctx, repo.Root(), fn, dir); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "built %s in %s\n", bootstrap, time.Since(start).Round(time.Millisecond))
@@ -83,6 +125,17 @@ func run(fn, eventPath, bootstrap string, timeout time.Duration) error {
 		}
 	}
 	env = append(env, "DB_DSN="+cmp.Or(os.Getenv("DB_DSN"), config.LocalDSN))
+	// As `make run` (scripts/run.sh): the samples' task goes to a receiver on loopback
+	// (cmd/receiver -addr 127.0.0.1:9000), signed with the development secret unless one is set.
+	// Neither belongs in a deployment.
+	if os.Getenv("WEBHOOK_SECRET") == "" && os.Getenv("WEBHOOK_SECRET_ARN") == "" {
+		env = append(env, "WEBHOOK_SECRET="+devWebhookSecret)
+		fmt.Fprintln(os.Stderr, "tasks are signed with the development secret WEBHOOK_SECRET="+devWebhookSecret)
+	}
+	if os.Getenv("WEBHOOK_ALLOW_LOOPBACK") == "" {
+		env = append(env, "WEBHOOK_ALLOW_LOOPBACK=true")
+		fmt.Fprintln(os.Stderr, "WEBHOOK_ALLOW_LOOPBACK=true: tasks may be delivered to receivers on 127.0.0.0/8 and ::1")
+	}
 	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" && os.Getenv("AWS_ENDPOINT_URL") == "" {
 		goaws, err := localsqs.Start("") // dies with this process
 		if err != nil {
@@ -102,35 +155,39 @@ func run(fn, eventPath, bootstrap string, timeout time.Duration) error {
 		fmt.Fprintf(os.Stderr, "local SQS on %s, queue %s\n", url, q.URL)
 	}
 
-	logs := &prefixWriter{w: os.Stderr, prefix: fn + " | "}
-	p, err := runtimeapi.StartProcess(runtimeapi.ProcessConfig{Bootstrap: bootstrap, Function: fn, Env: env,
-		Timeout: timeout, Output: logs})
+	f, err := rie.Start(rie.Config{Bootstrap: bootstrap, Function: fn, Env: env, Timeout: timeout,
+		Output: &prefixWriter{w: os.Stderr, prefix: fn + " | "}})
 	if err != nil {
 		return err
 	}
-	defer p.Stop()
-	ictx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
-	defer cancel()
-	res, err := p.Invoke(ictx, payload)
-	if err != nil {
-		return err
-	}
-	if res.Error != nil {
-		out, _ := json.MarshalIndent(res.Error, "", "  ")
-		fmt.Println(string(out))
-	} else {
-		var pretty bytes.Buffer
-		if json.Indent(&pretty, res.Payload, "", "  ") != nil {
-			pretty.Reset()
-			pretty.Write(res.Payload)
+	defer f.Stop()
+	fmt.Fprintf(os.Stderr, "the Lambda Runtime Interface Emulator runs %s: POST %s\n", fn, f.URL)
+	var failed []string
+	for i, payload := range payloads {
+		fmt.Fprintf(os.Stderr, "--- %s\n", paths[i])
+		ictx, cancel := context.WithTimeout(ctx, f.Timeout+time.Minute)
+		res, err := f.Invoke(ictx, payload, "")
+		cancel()
+		if err != nil {
+			return err
 		}
-		fmt.Println(pretty.String())
+		fmt.Printf("%s (request id %s):\n", filepath.Base(paths[i]), res.RequestID)
+		switch {
+		case res.Error != nil:
+			out, _ := json.MarshalIndent(res.Error, "", "  ")
+			fmt.Println(string(out))
+			failed = append(failed, fmt.Sprintf("%s: %s", filepath.Base(paths[i]), res.Error))
+		default:
+			var pretty bytes.Buffer
+			if json.Indent(&pretty, res.Payload, "", "  ") != nil {
+				pretty.Reset()
+				pretty.Write(res.Payload)
+			}
+			fmt.Println(pretty.String())
+		}
 	}
-	fmt.Fprintf(os.Stderr, "REPORT RequestId: %s Duration: %.2f ms Init Duration: %.2f ms Status: %s\n",
-		res.RequestID, float64(res.Duration.Microseconds())/1000, float64(p.InitDuration().Microseconds())/1000,
-		map[bool]string{true: "error", false: "success"}[res.Error != nil])
-	if res.Error != nil {
-		return fmt.Errorf("the function failed: %s", res.Error)
+	if len(failed) > 0 {
+		return fmt.Errorf("the function failed on %d of %d events:\n  %s", len(failed), len(payloads), strings.Join(failed, "\n  "))
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -29,7 +30,7 @@ func TestGetAgents(t *testing.T) {
 	require.NoError(t, err)
 
 	rec := httptest.NewRecorder()
-	(&api.Server{Stores: store.API()}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/agents", nil))
+	openapitest.Handler(t, &api.Server{Stores: store.API()}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/agents", nil))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	var got struct {
 		Agents []map[string]any `json:"agents"`
@@ -52,7 +53,7 @@ func TestGetAgents(t *testing.T) {
 	}
 
 	rec = httptest.NewRecorder()
-	(&api.Server{Stores: store.API()}).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/agents", nil))
+	openapitest.Handler(t, &api.Server{Stores: store.API()}).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/agents", nil))
 	require.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 	require.Equal(t, "GET", rec.Header().Get("Allow"))
 }

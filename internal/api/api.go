@@ -23,7 +23,13 @@
 // The operators' console reads (console.go):
 //
 //	GET  /overview                          200 {"time", "events", "waiting", "oldestWaitingSeconds"}   events by state, exact
+//	GET  /history                           200 {"time", "total", "events", "pages", "archive"}   the history by tier (history.go)
 //	POST /references/{referenceId}/retry    200 {"referenceId", "retried", "placement"}   its failed tasks, again, in order
+//
+// The API's contract (exactlyonce.OpenAPI, openapi.yaml at the module's root), which describes every
+// route here; the tests validate every request and answer against it (internal/openapitest):
+//
+//	GET  /openapi.yaml                      200 the OpenAPI 3.1 document, application/yaml
 //
 // The routes are registered one a line in routes(), and routed by an http.ServeMux (router.go).
 // Any other path is a 404, and a known path with another method a 405 with an Allow header; HEAD
@@ -74,6 +80,7 @@ type Stores struct {
 	Counters CounterReader
 	Agents   AgentLister
 	Workers  WorkerLister
+	History  HistoryReader
 }
 
 // DefaultMaxBodyBytes caps request bodies: a task's payload may be 256 KiB, and the cap leaves room
@@ -231,8 +238,19 @@ func (s *Server) routes() *router {
 
 	// The operators' console (console.go).
 	rt.handle("GET /overview", s.overview)
+	rt.handle("GET /history", s.history) // history.go
 	rt.handle("POST /references/{referenceId}/retry", s.retryReference)
+
+	// The API's OpenAPI document (openapi.yaml at the module's root).
+	rt.handle("GET /openapi.yaml", s.openAPI)
 	return rt
+}
+
+// openAPI answers GET /openapi.yaml: the document every route, body and answer is checked against.
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(exactlyonce.OpenAPI)
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {

@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -47,7 +48,7 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	b := &testBundle{store: wire.NewStores(testdb.Core(t, mysql.Config{}, 4)), queue: &recordingQueue{}}
-	b.srv = httptest.NewServer(&api.Server{Stores: b.store.API(), Queue: b.queue, MaxBodyBytes: 1024})
+	b.srv = openapitest.NewServer(t, &api.Server{Stores: b.store.API(), Queue: b.queue, MaxBodyBytes: 1024})
 	t.Cleanup(b.srv.Close)
 	return b
 }
@@ -174,7 +175,7 @@ func TestErrorsAreJSONAndWriteNothing(t *testing.T) {
 
 func TestDatabaseUnreachableIs503WithoutInternalText(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(&api.Server{Stores: wire.NewStores(testdb.UnreachableCore(t)).API()})
+	srv := openapitest.NewServer(t, &api.Server{Stores: wire.NewStores(testdb.UnreachableCore(t)).API()})
 	defer srv.Close()
 	b := &testBundle{srv: srv}
 	for _, path := range []string{"/events", "/events/async"} {

@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/locals3"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -26,9 +26,7 @@ func TestAnArchivedEventOverHTTP(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(s3srv.Stop)
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4)).WithArchive(archive.New(locals3.NewClient(s3srv.URL), "history", -1))
-	srv := httptest.NewServer(&api.Server{Stores: store.API()})
-	t.Cleanup(srv.Close)
-	b := &testBundle{store: store, srv: srv}
+	b := &testBundle{store: store, srv: openapitest.NewServer(t, &api.Server{Stores: store.API()})}
 
 	status, created, _ := b.do(t, "POST", "/events", "")
 	require.Equal(t, http.StatusCreated, status)
@@ -53,6 +51,12 @@ func TestAnArchivedEventOverHTTP(t *testing.T) {
 	status, count, _ := b.do(t, "GET", "/events", "")
 	require.Equal(t, http.StatusOK, status)
 	require.EqualValues(t, 1, count["count"])
+	// GET /history shows the archive's tier: the event left the page rows for the bucket.
+	status, tiers, _ := b.do(t, "GET", "/history", "")
+	require.Equal(t, http.StatusOK, status)
+	require.EqualValues(t, 1, tiers["total"])
+	require.Equal(t, map[string]any{"pages": 1.0, "events": 1.0}, tiers["archive"], "%v", tiers)
+	require.EqualValues(t, 0, tiers["pages"].(map[string]any)["events"])
 
 	status, recent, _ := b.do(t, "POST", "/events", "")
 	require.Equal(t, http.StatusCreated, status)
@@ -63,4 +67,7 @@ func TestAnArchivedEventOverHTTP(t *testing.T) {
 	require.Equal(t, "1", hdr.Get("Retry-After"))
 	status, _, _ = b.do(t, "GET", "/events/"+jsonID(int64(recent["id"].(float64))), "")
 	require.Equal(t, http.StatusOK, status, "an event of the window does not need the archive")
+	status, tiers, _ = b.do(t, "GET", "/history", "")
+	require.Equal(t, http.StatusOK, status, "the tiers are counted in the database, not read from the bucket")
+	require.Equal(t, map[string]any{"pages": 1.0, "events": 1.0}, tiers["archive"])
 }

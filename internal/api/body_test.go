@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -32,8 +32,7 @@ func rawServer(t *testing.T, s *api.Server) (addr string, store *wire.Stores, q 
 	store = wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	q = &recordingQueue{}
 	s.Stores, s.Queue = store.API(), q
-	srv := httptest.NewServer(s)
-	t.Cleanup(srv.Close)
+	srv := openapitest.NewServer(t, s)
 	return srv.Listener.Addr().String(), store, q
 }
 
@@ -136,7 +135,7 @@ func TestBodyReadInTimeKeepsTheConnectionAndNoDeadline(t *testing.T) {
 	t.Parallel()
 	const deadline = 100 * time.Millisecond
 	store := &slowCreateStore{wait: 3 * deadline}
-	srv := httptest.NewServer(&api.Server{Stores: api.Stores{Events: store}, BodyReadTimeout: deadline})
+	srv := openapitest.NewServer(t, &api.Server{Stores: api.Stores{Events: store}, BodyReadTimeout: deadline})
 	t.Cleanup(srv.Close)
 	var reused []bool
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = append(reused, info.Reused) }}

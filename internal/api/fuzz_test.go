@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -42,6 +43,7 @@ func FuzzAPI(f *testing.F) {
 		{"POST", "/events/async", "\t\r\n"},
 		{"GET", "/events", ""},
 		{"GET", "/events/1", ""},
+		{"GET", "/openapi.yaml", ""},
 		{"POST", "/events", `{"value":"x"}`},
 		{"POST", "/events", "{"},
 		{"POST", "/events", "null"},
@@ -75,6 +77,13 @@ func FuzzAPI(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, method, path, body string) {
 		want := documented(method, path, body)
+		if want == document { // not JSON: the document, whatever the database does
+			rec := httptest.NewRecorder()
+			openapitest.Handler(t, srv).ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
+			require.Equal(t, http.StatusOK, rec.Code)
+			require.Equal(t, exactlyonce.OpenAPI, rec.Body.Bytes())
+			return
+		}
 		before, err := store.Events.Count(ctx)
 		require.NoError(t, err)
 		queue.mu.Lock()
@@ -153,6 +162,7 @@ const (
 	notDocumented = iota
 	created       // POST /events or /events/async with no body or an empty JSON object
 	read          // GET /events or GET /events/{a positive int64}
+	document      // GET /openapi.yaml
 )
 
 // emptyBody is what the README allows a create's body to be: nothing, or {}, with JSON whitespace
@@ -165,6 +175,8 @@ func documented(method, path, body string) int {
 	switch {
 	case method == "POST" && (path == "/events" || path == "/events/async") && emptyBody.MatchString(body) && len(body) <= api.DefaultMaxBodyBytes:
 		return created
+	case method == "GET" && path == "/openapi.yaml":
+		return document
 	case method == "GET" && path == "/events":
 		return read
 	case method == "GET" && strings.HasPrefix(path, "/events/"):
@@ -188,7 +200,7 @@ func serve(t *testing.T, h http.Handler, method, path, body string) (int, map[st
 		req.ContentLength = int64(len(body))
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
+	openapitest.Handler(t, h).ServeHTTP(rec, req)
 	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	var answer map[string]any
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &answer), "%q %q: JSON answer: %q", method, path, rec.Body)

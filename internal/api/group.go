@@ -3,11 +3,11 @@ package api
 import (
 	"cmp"
 	"context"
-	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/groupcommit"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 )
 
@@ -54,7 +54,7 @@ type AsyncGroup struct {
 type asyncGroups struct {
 	store  EventStore
 	queue  queue.Sender // nil: events are left to the sweeper
-	inline bool         // AsyncGroup.Inline: no groups, no goroutine (createInline)
+	inline bool         // AsyncGroup.Inline: no groups, no goroutine
 	out    *outbox      // non-nil with Linger: sends the messages after the answers
 	log    *slog.Logger
 	rec    *metrics.Recorder // Server.Metrics: the groups run on no request's context
@@ -62,14 +62,8 @@ type asyncGroups struct {
 	slots  int
 	expire time.Duration
 
-	mu      sync.Mutex
-	waiting []chan created
-	active  int // flushers running
-}
-
-type created struct {
-	id  int64
-	err error
+	// group stores the groups (internal/groupcommit): a request is no bytes and one row.
+	group groupcommit.Group[struct{}, int64]
 }
 
 // groupTimeout bounds storing and queueing one group, and sending one message.
@@ -84,6 +78,12 @@ func newAsyncGroups(s *Server) *asyncGroups {
 		g.out = newOutbox(s.Queue, g.log, g.max, s.AsyncGroup.Linger, g.expire)
 		g.out.rec = s.Metrics
 	}
+	// A group runs on no request's context: a client that hangs up must not cancel the insert or
+	// the send of the others. Inline, each request is its own group, in its own goroutine, under
+	// its own context (with the same bound), and no goroutine of this package is left running.
+	g.group = groupcommit.Group[struct{}, int64]{Run: g.run, MaxRows: g.max, Flushers: g.slots,
+		Timeout: g.expire, Inline: g.inline,
+		Context: func() context.Context { return metrics.With(context.Background(), g.rec) }}
 	return g
 }
 
@@ -92,71 +92,14 @@ func newAsyncGroups(s *Server) *asyncGroups {
 // which case it may have been). A failed send is not an error: the event is committed, and the
 // sweeper processes it after its grace period.
 func (g *asyncGroups) create(ctx context.Context) (int64, error) {
-	if g.inline {
-		return g.createInline(ctx)
-	}
-	done := make(chan created, 1)
-	g.mu.Lock()
-	g.waiting = append(g.waiting, done)
-	if g.active < g.slots {
-		g.active++
-		go g.flush()
-	}
-	g.mu.Unlock()
-	select {
-	case c := <-done:
-		return c.id, c.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
+	return g.group.Do(ctx, struct{}{})
 }
 
-// createInline stores one pending event and sends the message naming it in the caller's goroutine,
-// under the caller's context (AsyncGroup.Inline), and returns when both have returned. When ctx
-// ends, the store's call and the send return with it (an event committed but not sent is left to
-// the sweeper), and no goroutine of this package is left running.
-func (g *asyncGroups) createInline(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.expire)
-	defer cancel()
-	ids, err := g.store.CreatePendingBatch(ctx, 1)
-	if err != nil {
-		return 0, err
-	}
-	if g.queue != nil {
-		sendOrLeave(ctx, g.queue, g.log, ids)
-	}
-	return ids[0], nil
-}
-
-// flush stores and queues what is waiting, a group at a time, until nothing is. It serves every
-// request in its groups, so it runs on no request's context: a client that hangs up must not cancel
-// the insert or the send of the others. It ends when nothing waits, and the requests it serves wait
-// for it, so it never outlives them.
-func (g *asyncGroups) flush() {
-	for {
-		g.mu.Lock()
-		n := min(len(g.waiting), g.max)
-		if n == 0 {
-			g.active--
-			g.mu.Unlock()
-			return
-		}
-		group := g.waiting[:n:n]
-		g.waiting = g.waiting[n:]
-		g.mu.Unlock()
-		g.run(group)
-	}
-}
-
-func (g *asyncGroups) run(group []chan created) {
-	ctx, cancel := context.WithTimeout(metrics.With(context.Background(), g.rec), g.expire)
-	defer cancel()
+// run stores one group's events and sends the message naming them (or hands them to the outbox).
+func (g *asyncGroups) run(ctx context.Context, group []struct{}) ([]int64, error) {
 	ids, err := g.store.CreatePendingBatch(ctx, len(group))
 	if err != nil {
-		for _, done := range group {
-			done <- created{err: err}
-		}
-		return
+		return nil, err
 	}
 	// The events are committed. If the message cannot be sent, they stay pending and the sweeper
 	// processes them after their grace period; the clients still get their ids. The outbox holds
@@ -167,9 +110,7 @@ func (g *asyncGroups) run(group []chan created) {
 	} else if g.queue != nil {
 		sendOrLeave(ctx, g.queue, g.log, ids)
 	}
-	for i, done := range group {
-		done <- created{id: ids[i]}
-	}
+	return ids, nil
 }
 
 // sendOrLeave sends one message naming ids, the events of committed rows. If it cannot, it says so

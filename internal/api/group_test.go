@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
@@ -48,12 +49,6 @@ func (s *gateStore) CreatePendingBatch(ctx context.Context, n int) ([]int64, err
 	return ids, nil
 }
 
-func (g *asyncGroups) waitingNow() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.waiting)
-}
-
 // Requests that arrive while a group is being stored share the next group: one INSERT and one
 // message for all of them, each request with its own id.
 func TestAsyncRequestsArrivingTogetherShareOneInsertAndOneMessage(t *testing.T) {
@@ -61,7 +56,7 @@ func TestAsyncRequestsArrivingTogetherShareOneInsertAndOneMessage(t *testing.T) 
 	store := &gateStore{entered: make(chan struct{}), release: make(chan struct{})}
 	q := &slowQueue{} // never slow: hold is nil
 	s := &Server{Stores: Stores{Events: store}, Queue: q, AsyncGroup: AsyncGroup{Max: 5}}
-	srv := httptest.NewServer(s)
+	srv := openapitest.NewServer(t, s)
 	t.Cleanup(srv.Close)
 
 	post := func() (int, int64) {
@@ -84,7 +79,7 @@ func TestAsyncRequestsArrivingTogetherShareOneInsertAndOneMessage(t *testing.T) 
 	for range 7 {
 		go func() { st, id := post(); answers <- answer{st, id} }()
 	}
-	testutil.Eventually(t, 10*time.Second, "7 requests wait behind the first group", func() bool { return s.groups.waitingNow() == 7 })
+	testutil.Eventually(t, 10*time.Second, "7 requests wait behind the first group", func() bool { return s.groups.group.Waiting() == 7 })
 	close(store.release)
 
 	seen := map[int64]bool{}
@@ -113,4 +108,55 @@ func TestAsyncGroupThatCannotBeStoredFailsEachRequest(t *testing.T) {
 	var de *exactlyonce.Error
 	require.True(t, errors.As(err, &de) && de.Code == exactlyonce.EUNAVAILABLE, "got %v", err)
 	require.Len(t, q.messages(), 1, "nothing sent for the group that failed")
+}
+
+// gateKeys stores keyed creates in memory, records the size of each group, and holds its first
+// group until released.
+type gateKeys struct {
+	mu      sync.Mutex
+	groups  []int
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *gateKeys) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, creates []exactlyonce.KeyedCreate) ([]exactlyonce.KeyedResult, error) {
+	s.mu.Lock()
+	first := len(s.groups) == 0
+	s.groups = append(s.groups, len(creates))
+	s.mu.Unlock()
+	if first {
+		close(s.entered)
+		<-s.release
+	}
+	out := make([]exactlyonce.KeyedResult, len(creates))
+	for i := range out {
+		out[i] = exactlyonce.KeyedResult{Created: true, Record: exactlyonce.KeyRecord{EventID: int64(i + 1)}}
+	}
+	return out, nil
+}
+
+// Keyed creates waiting for a group are grouped by bytes as well as by rows: 64 keyed task creates
+// of 256 KiB each make two groups of 8 MiB, not one of 16.
+func TestKeyedGroupsAreBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	store := &gateKeys{entered: make(chan struct{}), release: make(chan struct{})}
+	s := &Server{Stores: Stores{Keys: store}}
+	g := s.keyGroups(store)
+	create := func(i int, payload int) error {
+		task := &exactlyonce.NewTask{URL: "https://example.com/", Payload: make([]byte, payload)}
+		_, err := g.create(context.Background(), exactlyonce.KeyedCreate{Key: exactlyonce.KeyHash("", fmt.Sprint(i)), Pending: true, Task: task})
+		return err
+	}
+	errs := make(chan error, 65)
+	go func() { errs <- create(-1, 1) }()
+	<-store.entered
+	for i := range 64 {
+		go func() { errs <- create(i, exactlyonce.MaxTaskPayloadBytes-len("https://example.com/")) }()
+	}
+	testutil.Eventually(t, 10*time.Second, "64 creates wait behind the first group", func() bool { return g.group.Waiting() == 64 })
+	close(store.release)
+	for range 65 {
+		require.NoError(t, <-errs)
+	}
+	require.Equal(t, []int{1, 32, 32}, store.groups)
 }

@@ -5,7 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/groupcommit"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 )
 
@@ -203,38 +205,55 @@ func answerJSON(v any) []byte {
 func (s *Server) keyGroups(store KeyStore) *keyGroups {
 	s.keysOnce.Do(func() {
 		ag := s.asyncGroups()
-		s.keys = &keyGroups{store: store, queue: ag.queue, out: ag.out, inline: ag.inline, log: ag.log, max: min(ag.max, exactlyonce.MaxKeyedGroup), rec: ag.rec,
+		g := &keyGroups{store: store, queue: ag.queue, out: ag.out, log: ag.log,
 			opt:     exactlyonce.KeyOptions{TTL: cmp.Or(s.Idempotency.TTL, DefaultKeyTTL), Wait: cmp.Or(s.Idempotency.Wait, DefaultKeyWait)},
-			flights: map[[32]byte]*flight{}, slots: max(cmp.Or(s.AsyncGroup.Flushers, 1), 1)}
+			flights: map[[32]byte]*flight{}}
+		g.group = groupcommit.Group[*flight, exactlyonce.KeyedResult]{Run: g.run,
+			MaxRows: min(ag.max, exactlyonce.MaxKeyedGroup), MaxBytes: maxKeyedGroupBytes, Size: keyedSize,
+			Flushers: ag.slots, Inline: ag.inline,
+			Timeout: groupTimeout + g.opt.Wait,
+			Context: func() context.Context { return metrics.With(context.Background(), ag.rec) }}
+		s.keys = g
 	})
 	return s.keys
 }
 
-// keyGroups stores keyed creates as the async groups store async ones (group.go): the creates that
-// arrive while a group is being stored wait for the next, which is one transaction for all of them
-// (a group of fresh keys is a transaction of four round trips, its COMMIT included, which the
-// group shares), at most AsyncGroup.Flushers groups at once (default 1: measured, 2 and 4 were
-// slower at 16 clients).
+// maxKeyedGroupBytes bounds the bytes the creates of one keyed group carry (keyedSize): a keyed
+// task create carries up to exactlyonce.MaxTaskPayloadBytes, and a group of
+// exactlyonce.MaxKeyedGroup of them would hold 25 MiB.
+const maxKeyedGroupBytes = 8 << 20
+
+// keyedSize is a keyed create's rows and bytes, for its group's bounds: its value, or its task's
+// address, payload and reference.
+func keyedSize(f *flight) (rows, bytes int) {
+	n := len(f.c.Value)
+	if t := f.c.Task; t != nil {
+		n += len(t.URL) + len(t.Payload) + len(t.ReferenceID)
+	}
+	return 1, n
+}
+
+// keyGroups stores keyed creates as the async groups store async ones (group.go, through
+// internal/groupcommit): the creates that arrive while a group is being stored wait for the next,
+// which is one transaction for all of them (a group of fresh keys is a transaction of four round
+// trips, its COMMIT included, which the group shares), at most AsyncGroup.Flushers groups at once
+// (default 1: measured, 2 and 4 were slower at 16 clients), each of at most exactlyonce.MaxKeyedGroup
+// creates and maxKeyedGroupBytes of values and tasks.
 // Inline (on Lambda), each create is its own group, in its request's goroutine.
 //
 // Two requests of this process with one key are never in one group: the second waits for the
 // first's outcome (a flight) and then gets its answer, or, if the first stored nothing, tries
 // itself. Requests with one key in different processes meet on the key's lock in the database.
 type keyGroups struct {
-	store  KeyStore
-	opt    exactlyonce.KeyOptions
-	queue  queue.Sender
-	out    *outbox
-	inline bool
-	log    *slog.Logger
-	max    int
-	rec    *metrics.Recorder // Server.Metrics: the groups run on no request's context
+	store KeyStore
+	opt   exactlyonce.KeyOptions
+	queue queue.Sender
+	out   *outbox
+	log   *slog.Logger
+	group groupcommit.Group[*flight, exactlyonce.KeyedResult]
 
 	mu      sync.Mutex
 	flights map[[32]byte]*flight // the keys being stored by this process, by hash
-	waiting []*flight
-	active  int // flushers running
-	slots   int // the most flushers at once
 }
 
 // flight is one keyed create being stored; done is closed when res or err is set.
@@ -268,55 +287,23 @@ func (g *keyGroups) create(ctx context.Context, c exactlyonce.KeyedCreate) (exac
 		}
 		f := &flight{c: c, done: make(chan struct{})}
 		g.flights[c.Key] = f
-		if g.inline {
-			g.mu.Unlock()
-			ctx, cancel := context.WithTimeout(ctx, groupTimeout+g.opt.Wait)
-			defer cancel()
-			g.run(ctx, []*flight{f})
-			return f.res, f.err
-		}
-		g.waiting = append(g.waiting, f)
-		if g.active < g.slots {
-			g.active++
-			go g.flush()
-		}
 		g.mu.Unlock()
-		select {
-		case <-f.done:
-			return f.res, f.err
-		case <-ctx.Done():
-			return exactlyonce.KeyedResult{}, ctx.Err()
-		}
-	}
-}
-
-// flush stores what is waiting, a group at a time, until nothing is, on no request's context.
-func (g *keyGroups) flush() {
-	for {
-		g.mu.Lock()
-		n := min(len(g.waiting), g.max)
-		if n == 0 {
-			g.active--
-			g.mu.Unlock()
-			return
-		}
-		group := g.waiting[:n:n]
-		g.waiting = g.waiting[n:]
-		g.mu.Unlock()
-		ctx, cancel := context.WithTimeout(metrics.With(context.Background(), g.rec), groupTimeout+g.opt.Wait)
-		g.run(ctx, group)
-		cancel()
+		// The flight ends with its group (run), whether or not this request is still waiting.
+		return g.group.Do(ctx, f)
 	}
 }
 
 // run stores one group, sends the messages of the pending events it created (or hands them to the
 // outbox), and ends its flights.
-func (g *keyGroups) run(ctx context.Context, group []*flight) {
+func (g *keyGroups) run(ctx context.Context, group []*flight) ([]exactlyonce.KeyedResult, error) {
 	creates := make([]exactlyonce.KeyedCreate, len(group))
 	for i, f := range group {
 		creates[i] = f.c
 	}
 	results, err := g.store.CreateKeyed(ctx, g.opt, creates)
+	if err == nil && len(results) != len(group) {
+		err = fmt.Errorf("create keyed: %d results for %d creates", len(results), len(group))
+	}
 	if err == nil {
 		var ids []int64
 		for i, r := range results {
@@ -347,4 +334,5 @@ func (g *keyGroups) run(ctx context.Context, group []*flight) {
 		close(f.done)
 	}
 	g.mu.Unlock()
+	return results, err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -51,7 +52,7 @@ func keyedServer(t *testing.T, idem api.Idempotency, group api.AsyncGroup) (*tes
 	t.Helper()
 	b := &testBundle{store: wire.NewStores(testdb.Core(t, mysql.Config{}, 8)), queue: &recordingQueue{}}
 	srv := &api.Server{Stores: b.store.API(), Queue: b.queue, Idempotency: idem, AsyncGroup: group}
-	b.srv = httptest.NewServer(srv)
+	b.srv = openapitest.NewServer(t, srv)
 	t.Cleanup(b.srv.Close)
 	return b, srv
 }
@@ -186,7 +187,7 @@ func TestBadKeys(t *testing.T) {
 			req := httptest.NewRequest(http.MethodPost, path, nil)
 			req.Header[api.KeyHeader] = []string{key} // as sent, even empty
 			rec := httptest.NewRecorder()
-			handler.ServeHTTP(rec, req)
+			openapitest.Handler(t, handler).ServeHTTP(rec, req)
 			require.Equal(t, http.StatusBadRequest, rec.Code, "%s on %s: %s", name, path, rec.Body)
 			require.Contains(t, rec.Body.String(), api.KeyHeader, name)
 		}

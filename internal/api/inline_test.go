@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,7 +77,7 @@ func TestInlineAsyncCreateRunsNothingAfterTheAnswer(t *testing.T) {
 			answered := make(chan int)
 			go func() {
 				rec := httptest.NewRecorder()
-				s.ServeHTTP(rec, req)
+				openapitest.Handler(t, s).ServeHTTP(rec, req)
 				answered <- rec.Code
 			}()
 			select {
@@ -104,7 +105,7 @@ func TestInlineAsyncCreateStoresAndSendsBeforeAnswering(t *testing.T) {
 	ctx := context.WithValue(context.Background(), requestMark{}, true)
 	for range 3 {
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest("POST", "/events/async", nil).WithContext(ctx))
+		openapitest.Handler(t, s).ServeHTTP(rec, httptest.NewRequest("POST", "/events/async", nil).WithContext(ctx))
 		require.Equal(t, http.StatusAccepted, rec.Code)
 		require.Zero(t, b.running.Load())
 	}

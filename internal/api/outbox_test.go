@@ -5,11 +5,11 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
@@ -56,7 +56,7 @@ func TestLingerAnswersOnCommitAndDrainSendsWhatIsHeld(t *testing.T) {
 	store := freeStore()
 	q := &slowQueue{}
 	s := &Server{Stores: Stores{Events: store}, Queue: q, AsyncGroup: AsyncGroup{Linger: time.Hour}}
-	srv := httptest.NewServer(s)
+	srv := openapitest.NewServer(t, s)
 	t.Cleanup(srv.Close)
 
 	for want := int64(1); want <= 3; want++ {

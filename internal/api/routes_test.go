@@ -14,6 +14,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -175,7 +176,7 @@ func TestRoutes(t *testing.T) {
 			// A fresh server each time, so that the ids in the answers do not depend on the order.
 			srv := &api.Server{Stores: api.Stores{Events: &fakeStore{}}, NewValue: func() string { return "v" }}
 			rec := httptest.NewRecorder()
-			srv.ServeHTTP(rec, r)
+			openapitest.Handler(t, srv).ServeHTTP(rec, r)
 
 			what := fmt.Sprintf("%s %s", method, c.target)
 			want, allowed := c.answers[method]

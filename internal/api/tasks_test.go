@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
@@ -25,7 +26,7 @@ func taskServer(t *testing.T) *testBundle {
 	t.Helper()
 	b := &testBundle{store: wire.NewStores(testdb.Core(t, mysql.Config{}, 4)), queue: &recordingQueue{}}
 	// Its receivers listen on loopback.
-	b.srv = httptest.NewServer(&api.Server{Stores: b.store.API(), Queue: b.queue, Webhook: webhook.Policy{AllowLoopback: true}})
+	b.srv = openapitest.NewServer(t, &api.Server{Stores: b.store.API(), Queue: b.queue, Webhook: webhook.Policy{AllowLoopback: true}})
 	t.Cleanup(b.srv.Close)
 	return b
 }

@@ -3,12 +3,12 @@ package api_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -95,7 +95,7 @@ func TestTaskURLToAForbiddenAddressIsRefusedAtCreate(t *testing.T) {
 	}
 	for _, p := range []webhook.Policy{{}, {AllowLoopback: true}, {AllowPrivate: true}, {AllowLoopback: true, AllowPrivate: true}} {
 		q := &recordingQueue{}
-		srv := httptest.NewServer(&api.Server{Stores: store.API(), Queue: q, Webhook: p})
+		srv := openapitest.NewServer(t, &api.Server{Stores: store.API(), Queue: q, Webhook: p})
 		b := &testBundle{store: store, queue: q, srv: srv}
 		for _, tc := range taskURLHosts {
 			allowed := tc.allowedBy == "everything" || tc.allowedBy == "loopback" && p.AllowLoopback ||
@@ -120,7 +120,7 @@ func TestTaskURLToAForbiddenAddressIsRefusedAtCreate(t *testing.T) {
 		srv.Close()
 	}
 	// The refusals say what the host is.
-	b := &testBundle{store: store, queue: &recordingQueue{}, srv: httptest.NewServer(&api.Server{Stores: store.API(),
+	b := &testBundle{store: store, queue: &recordingQueue{}, srv: openapitest.NewServer(t, &api.Server{Stores: store.API(),
 		Webhook: webhook.Policy{AllowLoopback: true, AllowPrivate: true}})}
 	t.Cleanup(b.srv.Close)
 	for host, says := range map[string]string{

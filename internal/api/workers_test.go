@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -20,7 +21,7 @@ import (
 func getJSON(t *testing.T, s *api.Server, path string, status int, v any) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	openapitest.Handler(t, s).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 	require.Equal(t, status, rec.Code, rec.Body.String())
 	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), v))

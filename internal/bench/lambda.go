@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/httpserver"
-	"github.com/exactlyonce/exactlyonce/internal/runtimeapi"
+	"github.com/exactlyonce/exactlyonce/internal/rie"
 )
 
 // helloMain is the hello-world bootstrap the functions' start-up is compared with: aws-lambda-go's
@@ -76,7 +76,7 @@ func runLambda(ctx context.Context, r *run) error {
 			t0 := time.Now()
 			// As the deployment builds a bootstrap. -mod=mod: the hello world is its own module, resolved
 			// when built.
-			if err := runtimeapi.Build(ctx, sources[name], ".", out, arch, "GOFLAGS=-mod=mod"); err != nil {
+			if err := rie.Build(ctx, sources[name], ".", out, arch, "GOFLAGS=-mod=mod"); err != nil {
 				return fmt.Errorf("build %s for %s: %w", name, arch, err)
 			}
 			fi, err := os.Stat(out)

@@ -33,6 +33,7 @@ type route struct {
 // Every one but the retries reads.
 var routes = []route{
 	{"GET", "overview", nil},
+	{"GET", "history", nil},
 	{"GET", "events", []string{"state", "kind", "before", "limit"}},
 	{"GET", "events/{id}", nil},
 	{"GET", "events/{id}/attempts", nil},

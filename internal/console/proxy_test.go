@@ -18,6 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -32,6 +33,7 @@ func TestAllowListedRoutesReachTheAPI(t *testing.T) {
 	token := session(t, base)["csrfToken"]
 	for _, c := range []struct{ method, path, want string }{
 		{"GET", "/overview", "/overview"},
+		{"GET", "/history", "/history"},
 		{"GET", "/events", "/events"},
 		{"GET", "/events?state=failed&kind=task&before=99&limit=50", "/events?before=99&kind=task&limit=50&state=failed"},
 		{"GET", "/events/12", "/events/12"},
@@ -251,7 +253,7 @@ func TestWithTheRealAPI(t *testing.T) {
 	_, err := store.Agents.RegisterAgent(context.Background(), exactlyonce.AgentSpec{Name: "console-test-agent", Kind: "standalone",
 		Sharding: exactlyonce.ShardingDynamic}, time.Minute)
 	require.NoError(t, err)
-	base := serve(t, Options{API: &api.Server{Stores: store.API()}})
+	base := serve(t, Options{API: openapitest.Handler(t, &api.Server{Stores: store.API()})})
 
 	status, _, body := do(t, "GET", base+"/ui/api/agents", "", nil)
 	require.Equal(t, http.StatusOK, status, body)

@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -42,7 +43,7 @@ func TestEveryAcceptedNameReadsBackThroughTheConsole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
-	a := &api.Server{Stores: store.API()}
+	a := openapitest.Handler(t, &api.Server{Stores: store.API()})
 	base := serve(t, Options{API: a})
 
 	create := func(ref string) (int, map[string]any) {

@@ -18,7 +18,7 @@ import (
 )
 
 // events/counter-batch.json (what `make invoke FN=counter` sends) gets the answer it is meant to
-// show: the poison message fails, the others are applied in order, duplicates included.
+// show: the poison and the malformed messages fail, the others are applied in order, duplicates included.
 func TestCounterSample(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(repo.Root(), "events", "counter-batch.json"))
@@ -30,7 +30,9 @@ func TestCounterSample(t *testing.T) {
 	c := &counters.Consumer{Store: store.Counters, Applied: func(rs []exactlyonce.CounterResult) { got = rs }}
 	resp, err := c.Handle(context.Background(), ev)
 	require.NoError(t, err)
-	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: ev.Records[6].MessageId}}, resp.BatchItemFailures)
+	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: ev.Records[6].MessageId}, {ItemIdentifier: ev.Records[7].MessageId}},
+		resp.BatchItemFailures, "the poison message and the malformed one")
+	require.Equal(t, "2", ev.Records[2].Attributes["ApproximateReceiveCount"], "the redelivered duplicate")
 	var applied []bool
 	var sums []int64
 	for _, r := range got {

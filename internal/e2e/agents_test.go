@@ -13,6 +13,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -35,7 +36,7 @@ func TestLocalSweeperIsAnAgentAndSharesWithAStandaloneOne(t *testing.T) {
 	fast := agents.MemberConfig{PulseInterval: 200 * time.Millisecond, Expiration: 2 * time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := local.Start(ctx, store, client, local.Options{
-		HTTPAddr: "127.0.0.1:0", Queues: q, MappingConcurrency: new(0), SweepInterval: 100 * time.Millisecond,
+		HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, Queues: q, MappingConcurrency: new(0), SweepInterval: 100 * time.Millisecond,
 		Sweep: sweeping.Config{Grace: new(time.Duration(0)), Logger: testLogger()}, Engine: processing.Engine{Report: ledger}, Agent: agents.Config{Member: fast},
 	}, testLogger())
 	require.NoError(t, err)
@@ -80,7 +81,7 @@ func TestLocalSweeperIsAnAgentAndSharesWithAStandaloneOne(t *testing.T) {
 		return true
 	})
 
-	res, err := http.Get(sys.URL + "/agents")
+	res, err := openapitest.Client(t).Get(sys.URL + "/agents")
 	require.NoError(t, err)
 	defer res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)

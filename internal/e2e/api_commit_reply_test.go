@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -68,7 +68,7 @@ func createWhoseCommitReplyIsLost(t *testing.T, allocator, path string, group ap
 	require.NoError(t, err)
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
-	srv := httptest.NewServer(&api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}, Logger: testLogger(),
+	srv := openapitest.NewServer(t, &api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}, Logger: testLogger(),
 		AsyncGroup: group})
 	t.Cleanup(srv.Close)
 	check, err := wire.StoresOn(direct, mysql.Config{})

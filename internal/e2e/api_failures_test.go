@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -35,7 +35,7 @@ func TestQueueUnreachableAfterTheAsyncInsertCommits(t *testing.T) {
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	// Nothing listens on port 1: every SendMessage fails to connect.
 	dead := &queue.SQSSender{Client: localsqs.NewClient("http://127.0.0.1:1"), QueueURL: "http://127.0.0.1:1/000000000000/events"}
-	srv := httptest.NewServer(&api.Server{Stores: store.API(), Queue: dead, Logger: testLogger()})
+	srv := openapitest.NewServer(t, &api.Server{Stores: store.API(), Queue: dead, Logger: testLogger()})
 	t.Cleanup(srv.Close)
 
 	var ids []int64
@@ -103,7 +103,7 @@ func apiKilledMidRequest(t *testing.T, linger time.Duration) {
 		dups     []int64
 		cutOff   atomic.Int64 // requests sent that got no answer (not merely refused)
 	)
-	httpClient := &http.Client{Timeout: 10 * time.Second}
+	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: openapitest.Transport(t, nil)}
 	hammer := func(process int, url string, stop <-chan struct{}) *sync.WaitGroup {
 		var wg sync.WaitGroup
 		for c := range 12 {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/stretchr/testify/require"
 )
@@ -41,15 +43,31 @@ type Target struct {
 	// AsyncBy names who may process async events. Default: the processor or the sweeper; a target
 	// whose sweeper waits out a long grace period can require the queue path alone.
 	AsyncBy []string
-	// HTTP is the client; default a client with a 30 s timeout.
+	// HTTP is the client; default a client with a 30 s timeout. Either way, every exchange is
+	// checked against the API's OpenAPI document (openapitest.Transport), under APIURL's path.
 	HTTP *http.Client
+
+	// Receiver receives the task flow's webhooks, where the target's workers may deliver (nil: the
+	// task flow skips, saying why).
+	Receiver *Receiver
+	// CounterQueueURL is the counter service's queue; CounterResultsURL a queue its topic's
+	// notifications reach. Empty: the counter flow skips.
+	CounterQueueURL, CounterResultsURL string
+	// AgentsOnly says the target's queue has no consumer: async events are the agents' alone.
+	AgentsOnly bool
 }
 
-func (tg Target) client() *http.Client {
+func (tg Target) client(t *testing.T) *http.Client {
+	c := &http.Client{Timeout: 30 * time.Second}
 	if tg.HTTP != nil {
-		return tg.HTTP
+		c = new(*tg.HTTP)
 	}
-	return &http.Client{Timeout: 30 * time.Second}
+	prefix := ""
+	if u, err := url.Parse(tg.APIURL); err == nil {
+		prefix = strings.TrimSuffix(u.Path, "/")
+	}
+	c.Transport = openapitest.TransportUnder(t, c.Transport, prefix)
+	return c
 }
 
 func (tg Target) settle() time.Duration {
@@ -70,7 +88,7 @@ type EventView struct {
 
 func (tg Target) post(t *testing.T, path string) (int, int64) {
 	t.Helper()
-	resp, err := tg.client().Post(tg.APIURL+path, "application/json", nil)
+	resp, err := tg.client(t).Post(tg.APIURL+path, "application/json", nil)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var m struct {
@@ -84,7 +102,7 @@ func (tg Target) post(t *testing.T, path string) (int, int64) {
 // Get returns one event through the API.
 func (tg Target) Get(t *testing.T, id int64) EventView {
 	t.Helper()
-	resp, err := tg.client().Get(tg.APIURL + "/events/" + strconv.FormatInt(id, 10))
+	resp, err := tg.client(t).Get(tg.APIURL + "/events/" + strconv.FormatInt(id, 10))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "GET /events/%d", id)
@@ -96,7 +114,7 @@ func (tg Target) Get(t *testing.T, id int64) EventView {
 // Count returns GET /events.
 func (tg Target) Count(t *testing.T) int64 {
 	t.Helper()
-	resp, err := tg.client().Get(tg.APIURL + "/events")
+	resp, err := tg.client(t).Get(tg.APIURL + "/events")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -155,7 +173,7 @@ func FlowCreates(t *testing.T, tg Target, clients, each int) {
 				if (c+i)%2 == 1 {
 					path, want = "/events/async", http.StatusAccepted
 				}
-				resp, err := tg.client().Post(tg.APIURL+path, "application/json", nil)
+				resp, err := tg.client(t).Post(tg.APIURL+path, "application/json", nil)
 				if err != nil {
 					errs <- err
 					return

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -96,7 +96,7 @@ func keyedCreateWhoseCommitReplyIsLost(t *testing.T, allocator, path string, gro
 	require.NoError(t, err)
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
-	srv := httptest.NewServer(&api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}, Logger: testLogger(),
+	srv := openapitest.NewServer(t, &api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL}, Logger: testLogger(),
 		AsyncGroup: group})
 	t.Cleanup(srv.Close)
 	check, err := wire.StoresOn(direct, mysql.Config{})
@@ -193,7 +193,7 @@ func TestAPIKilledMidKeyedRequest(t *testing.T) {
 	// A connection per client, kept: a request is then in flight on it whenever its client is not
 	// between two (with Go's default of 2 idle connections per host, most requests dial anew, and
 	// a kill between the dials cuts nothing).
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: openapitest.Transport(t, &http.Transport{MaxIdleConnsPerHost: 16})}
 	var wg sync.WaitGroup
 	for c := range 12 {
 		wg.Add(1)

@@ -17,6 +17,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -46,7 +47,7 @@ func startSystem(t *testing.T, queues queue.Queues, store *wire.Stores, grace ti
 	ctx, cancel := context.WithCancel(context.Background())
 	ledger := verify.NewLedger()
 	sys, err := local.Start(ctx, store, client, local.Options{
-		HTTPAddr: "127.0.0.1:0", Queues: queues, SweepInterval: 100 * time.Millisecond,
+		HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, Queues: queues, SweepInterval: 100 * time.Millisecond,
 		Sweep: sweeping.Config{Grace: &grace, Logger: testLogger()}, Engine: processing.Engine{Report: ledger},
 	}, testLogger())
 	require.NoError(t, err)
@@ -125,7 +126,7 @@ func TestLocalStopSendsTheMessagesStillHeld(t *testing.T) {
 	// The linger is long, so that only the stop sends the message; the sweeper stays out.
 	ledger := verify.NewLedger()
 	sys, err := local.Start(ctx, store, client, local.Options{
-		HTTPAddr: "127.0.0.1:0", Queues: q, AsyncLinger: new(time.Hour), SweepInterval: time.Hour,
+		HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, Queues: q, AsyncLinger: new(time.Hour), SweepInterval: time.Hour,
 		Sweep: sweeping.Config{Grace: new(time.Hour), Logger: testLogger()}, Engine: processing.Engine{Report: ledger},
 	}, testLogger())
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/migration"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
@@ -52,8 +54,8 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
 	ctx := context.Background()
-	apiHandler := httpadapter.New(&api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL},
-		AsyncGroup: api.AsyncGroup{Inline: true}}).ProxyWithContext // as functions/api wires it
+	apiHandler := httpadapter.New(openapitest.Handler(t, &api.Server{Stores: store.API(), Queue: &queue.SQSSender{Client: client, QueueURL: q.URL},
+		AsyncGroup: api.AsyncGroup{Inline: true}})).ProxyWithContext // as functions/api wires it
 
 	resp, err := apiHandler(ctx, sample[events.APIGatewayProxyRequest](t, "api-post-events.json"))
 	require.NoError(t, err)
@@ -76,12 +78,16 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	require.EqualValues(t, 1, body(t, resp)["id"])
 	require.Equal(t, "application/json", resp.MultiValueHeaders["Content-Type"][0])
 
-	// The SQS sample names event 2 (pending) and carries one corrupted message.
-	sqsEvent := sample[events.SQSEvent](t, "sqs-batch.json")
+	// The SQS sample names event 2 (pending), event 1 again (a redelivered message: already settled)
+	// and carries one corrupted message. Its record of task 3 is left out here (no task was created:
+	// TestBootstrapsUnderTheRuntimeInterfaceEmulator sends the whole batch after the task's create).
+	sqsEvent := sample[events.SQSEvent](t, "processor-batch.json")
+	require.JSONEq(t, `{"id":3}`, sqsEvent.Records[1].Body)
+	sqsEvent.Records = slices.Delete(sqsEvent.Records, 1, 2)
 	ledger := verify.NewLedger() // the processor and the sweeper report what they settle
 	presp, err := (&processing.Processor{Engine: processing.Engine{Store: store.Events, TaskStore: store.Tasks, Report: ledger}}).Handle(ctx, sqsEvent)
 	require.NoError(t, err)
-	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: sqsEvent.Records[1].MessageId}}, presp.BatchItemFailures)
+	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: sqsEvent.Records[2].MessageId}}, presp.BatchItemFailures)
 	e, err := store.Events.Get(ctx, 2)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Processed, e.State)
@@ -96,7 +102,7 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 			PollInterval: 20 * time.Millisecond}})
 	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	sresp, err := sweeper.HandleAgent(ictx, sample[sweeping.ShardInput](t, "scheduled.json"))
+	sresp, err := sweeper.HandleAgent(ictx, sample[sweeping.ShardInput](t, "sweeper-scheduled.json"))
 	require.NoError(t, err)
 	require.Equal(t, 1, sresp.Processed)
 	e, err = store.Events.Get(ctx, pendingID)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -118,7 +119,7 @@ func TestTasksAreDeliveredInOrderPerReferenceByProcessorsAndSweepers(t *testing.
 	})
 	recv := httptest.NewServer(rec)
 	t.Cleanup(recv.Close)
-	srv := httptest.NewServer(&api.Server{Stores: r.store.API(), Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
+	srv := openapitest.NewServer(t, &api.Server{Stores: r.store.API(), Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
 		Logger: testLogger(), Webhook: webhook.Policy{AllowLoopback: true}})
 	t.Cleanup(srv.Close)
 	r.run(4, 10)
@@ -287,7 +288,7 @@ func TestTasksToMetadataEndpointsAreRefusedWithPrivateAddressesAllowed(t *testin
 	dns := testutil.NewDNS(answers)
 	settings := webhook.Config{Key: testKey, AllowPrivate: true, AllowLoopback: true, Resolver: dns.Resolver(), Timeout: 5 * time.Second}
 	r.proc.Engine.Tasks = &processing.Tasks{Deliverer: webhook.New(settings), RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
-	srv := httptest.NewServer(&api.Server{Stores: r.store.API(), Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
+	srv := openapitest.NewServer(t, &api.Server{Stores: r.store.API(), Queue: &queue.SQSSender{Client: r.client, QueueURL: r.q.URL},
 		Logger: testLogger(), Webhook: settings.Policy()})
 	t.Cleanup(srv.Close)
 	r.run(2, 10)

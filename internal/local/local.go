@@ -76,6 +76,10 @@ type Options struct {
 	// Idempotency configures the Idempotency-Key header (IDEMPOTENCY_TTL, IDEMPOTENCY_WAIT,
 	// IDEMPOTENCY_REQUIRED; defaults: api.Idempotency's). Locally every caller has one scope.
 	Idempotency api.Idempotency
+	// WrapAPI, when set, wraps the API's handler where the HTTP server and the console both call
+	// it: the tests check every exchange against the API's OpenAPI document with it
+	// (internal/openapitest).
+	WrapAPI func(http.Handler) http.Handler
 	// Webhook is the deliveries' address rule the API applies to a task's url at create
 	// (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE: the same settings as Sweep.Tasks's deliverer).
 	Webhook webhook.Policy
@@ -145,7 +149,11 @@ func Start(ctx context.Context, stores *wire.Stores, client *sqs.Client, opt Opt
 	handler := &api.Server{Stores: stores.API(), Queue: &queue.SQSSender{Client: client, QueueURL: opt.Queues.URL}, Logger: log,
 		AsyncGroup: api.AsyncGroup{Linger: linger}, Idempotency: opt.Idempotency, Webhook: opt.Webhook,
 		Metrics: reg.Recorder(metrics.PartAPI)}
-	ui, err := localConsole(handler, client, reg, ln.Addr().String(), opt, log)
+	var apiHandler http.Handler = handler
+	if opt.WrapAPI != nil {
+		apiHandler = opt.WrapAPI(handler)
+	}
+	ui, err := localConsole(apiHandler, client, reg, ln.Addr().String(), opt, log)
 	if err != nil {
 		ln.Close()
 		if mln != nil {
@@ -153,7 +161,7 @@ func Start(ctx context.Context, stores *wire.Stores, client *sqs.Client, opt Opt
 		}
 		return nil, err
 	}
-	server := newServer(withConsole(handler, ui, ln.Addr().String()), opt)
+	server := newServer(withConsole(apiHandler, ui, ln.Addr().String()), opt)
 	consume := opt.MappingConcurrency == nil || *opt.MappingConcurrency > 0
 	pollers := mapping.DefaultConcurrency
 	if consume && opt.MappingConcurrency != nil {

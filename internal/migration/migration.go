@@ -51,13 +51,13 @@ func (h *Handler) Handle(ctx context.Context, _ json.RawMessage) (Result, error)
 	for attempt := 1; ; attempt++ {
 		err := migrate(ctx, db, h.Users)
 		if err == nil {
-			h.Logger.Info("migrate: schema current, rules hold", "version", mysql.LatestVersion(), "attempts", attempt)
+			h.Logger.InfoContext(ctx, "migrate: schema current, rules hold", "version", mysql.LatestVersion(), "attempts", attempt)
 			return Result{Version: mysql.LatestVersion(), Attempts: attempt}, nil
 		}
 		if !mysql.IsUnavailable(err) || !h.mayRetry(ctx, attempt, backoff) {
 			return Result{Attempts: attempt}, err
 		}
-		h.Logger.Warn("migrate: database unreachable; retrying", "attempt", attempt, "in", backoff.String(), "err", err)
+		h.Logger.WarnContext(ctx, "migrate: database unreachable; retrying", "attempt", attempt, "in", backoff.String(), "err", err)
 		if h.OnRetry != nil {
 			h.OnRetry(attempt, err)
 		}

@@ -187,7 +187,8 @@ GRANT DELETE ON event_pages TO /*user*/;
 GRANT SELECT, UPDATE ON history_archive TO /*user*/;
 
 -- name: GrantReadArchiveCursor
--- api: the console's tiers read how much the archive holds (pagestore.ReadTiers). A consistent read.
+-- api: GET /history's tiers read how much the archive holds (eventstore.HistoryTiers, TierArchive).
+-- A consistent read.
 GRANT SELECT ON history_archive TO /*user*/;
 
 -- name: GrantDeletePackedEvents
@@ -199,3 +200,19 @@ GRANT DELETE ON events TO /*user*/;
 -- sweeper: the pack reads the attempts of the tasks it packs and deletes them with them
 -- (PackedAttempts, DeletePackedAttempts).
 GRANT SELECT, DELETE ON task_attempts TO /*user*/;
+
+-- name: GrantReferenceDirectory
+-- api: a create appends its tasks' entries to their references' directories and a retry to the
+-- end appends the new positions (AppendDirectory); the listing and the retries read them
+-- (ReadDirectoryCell). sweeper: the backfill reads and appends (taskstore/directory.sql). No INSERT
+-- or DELETE: only migrate seeds the rows.
+GRANT SELECT, UPDATE ON reference_directory TO /*user*/;
+
+-- name: GrantReadReferenceBackfill
+-- api: whether the directory is complete (DirectoryComplete), a consistent read.
+GRANT SELECT ON reference_backfill TO /*user*/;
+
+-- name: GrantReferenceBackfill
+-- sweeper: the backfill takes its row's lock (TakeBackfill, a SELECT ... FOR UPDATE, which MySQL 8
+-- grants with UPDATE) and records its progress (SetBackfill). No INSERT or DELETE.
+GRANT SELECT, UPDATE ON reference_backfill TO /*user*/;

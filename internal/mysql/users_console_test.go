@@ -9,7 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The API's user can run the operators' reads (the listing by state, the overview) and the bulk
+// The API's user can run the operators' reads (the listing by state, the overview, the history's
+// tiers) and the bulk
 // retry of a reference's failed tasks, folded ones included, with the grants it has: no new
 // privilege.
 func TestAPIUserRunsTheConsoleReadsAndTheBulkRetry(t *testing.T) {
@@ -49,4 +50,7 @@ func TestAPIUserRunsTheConsoleReadsAndTheBulkRetry(t *testing.T) {
 	n, err := api.Events.Count(ctx)
 	require.NoError(t, err)
 	require.Equal(t, o.Total, n)
+	tiers, err := api.Events.HistoryTiers(ctx)
+	require.NoError(t, err, "the API reads the history's tiers (event_pages is visible to it in information_schema)")
+	require.Equal(t, n, tiers.Total)
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/fault"
 	"github.com/exactlyonce/exactlyonce/internal/locals3"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
@@ -178,8 +177,8 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 		requireDenied(t, sweeper.DB.Pool(), stmt)
 	}
 	requireDenied(t, apiDB, "SELECT turn FROM pack_turn")
-	tiers, err := pagestore.ReadTiers(ctx, apiDB)
-	require.NoError(t, err, "the API (the console) reads how much history each tier holds")
+	tiers, err := openAs(t, dsn("eo_api", "api-secret"), mysql.Config{}).Events.HistoryTiers(ctx)
+	require.NoError(t, err, "the API (GET /history) reads how much history each tier holds")
 	require.EqualValues(t, packedEvents, tiers.PagedEvents)
 	// It moves pages past the window to the archive (deleting their rows, keeping its place in
 	// history_archive), and the API reads an archived event there.

@@ -60,14 +60,14 @@ func StoresOn(pool *sql.DB, cfg mysql.Config) (*Stores, error) {
 // API returns the API's stores (api.Server.Stores): every one.
 func (s *Stores) API() api.Stores {
 	return api.Stores{Events: s.Events, Console: s.Events, Tasks: s.Tasks, Keys: s.Keys, Counters: s.Counters,
-		Agents: s.Agents, Workers: s.Agents}
+		Agents: s.Agents, Workers: s.Agents, History: s.Events}
 }
 
 // Sweeping returns a sweeper's stores (sweeping.New): every one, so that its maintenance folds,
 // packs, prunes keys and sweeps the counter service.
 func (s *Stores) Sweeping() sweeping.Stores {
 	return sweeping.Stores{Events: s.Events, Tasks: s.Tasks, Folder: s.Events, Packer: s.Pages, Archiver: s.Pages, Keys: s.Keys,
-		Counters: s.Counters, Waiting: s.Events, Workers: s.Agents, Agents: s.Agents}
+		Counters: s.Counters, Waiting: s.Events, Workers: s.Agents, Agents: s.Agents, Backfiller: s.Tasks}
 }
 
 // Each store says here, at compile time, that it is what every consumer it serves declares it
@@ -77,8 +77,10 @@ func (s *Stores) Sweeping() sweeping.Stores {
 var (
 	_ api.EventStore         = (*eventstore.Store)(nil)
 	_ api.ConsoleStore       = (*eventstore.Store)(nil)
+	_ api.HistoryReader      = (*eventstore.Store)(nil)
 	_ processing.Store       = (*eventstore.Store)(nil)
 	_ sweeping.Folder        = (*eventstore.Store)(nil)
+	_ sweeping.Backfiller    = (*taskstore.Store)(nil)
 	_ sweeping.Waiting       = (*eventstore.Store)(nil)
 	_ api.TaskStore          = (*taskstore.Store)(nil)
 	_ processing.TaskStore   = (*taskstore.Store)(nil)

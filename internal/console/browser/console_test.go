@@ -3,6 +3,7 @@ package browser_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,6 +27,8 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
@@ -39,6 +42,7 @@ import (
 type system struct {
 	url     string // the API's base URL; the console is at url + "/ui/"
 	dsn     string
+	db      *sql.DB // the system's database, for seeding what the API cannot create
 	client  *sqs.Client
 	events  queue.Queues
 	counts  string // the counters queue's URL
@@ -54,7 +58,7 @@ func startSystem(t *testing.T) *system {
 	t.Cleanup(srv.Stop)
 	s := &system{client: localsqs.NewClient(srv.URL)}
 	db, dsn := testdb.DB(t, 20)
-	s.dsn = dsn
+	s.dsn, s.db = dsn, db
 	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -81,7 +85,7 @@ func startSystem(t *testing.T) *system {
 
 	tasks := &processing.Tasks{Deliverer: webhook.New(webhook.Config{Key: []byte("console-browser-test-signing-key-0123456789"),
 		AllowLoopback: true, Timeout: 5 * time.Second}), RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
-	sys, err := local.Start(ctx, store, s.client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: s.events, Counters: counters,
+	sys, err := local.Start(ctx, store, s.client, local.Options{HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, Queues: s.events, Counters: counters,
 		SweepInterval: 100 * time.Millisecond, Engine: processing.Engine{Tasks: tasks}, Sweep: sweeping.Config{Logger: log}, Webhook: webhook.Policy{AllowLoopback: true},
 		Agent: agents.Config{Member: agents.MemberConfig{Name: "local-sweeper", PulseInterval: 200 * time.Millisecond,
 			// Only the doomed agent's expiration (1 s) is under test: the local sweeper outlives a
@@ -308,4 +312,51 @@ func TestSlowRatesKeepTheirDigits(t *testing.T) {
 	}
 	require.Equal(t, "0", value(t, b, "no failures", chromedp.Evaluate[string](text("#rate-failed"))), "none is 0")
 	shot(t, b, "overview-slow-rates")
+}
+
+// The overview shows where the history is: a packed history is in the pages (its events exact,
+// its page rows InnoDB's estimate), new events in the events table until the local sweeper packs
+// them too, nothing is archived; the tiers add up to the total the overview's cards count.
+func TestHistoryTiersOnTheOverview(t *testing.T) {
+	s := startSystem(t)
+	b := browser(t)
+	_, err := mysqltest.LoadPackedHistory(context.Background(), s.db, 25_000, nil)
+	require.NoError(t, err)
+	for range 2 {
+		s.post(t, "/events", "")
+	}
+	// The local sweeper folds and packs as the page watches: the events move from the events
+	// table to the pages, and every drawing of the tiers adds up.
+	n := func(sel string) string { return `Number(` + text(sel) + `.replace(/,/g, ''))` }
+	addsUp := func(total int) string {
+		return fmt.Sprintf(`%s === 'Where the %s events are' && %s + %s === %d && %s >= 25000 && %s === '—'`,
+			text("#history-tiers caption"), commas(total), n("#tier-events"), n("#tier-pages"), total, n("#tier-pages"), text("#tier-archive"))
+	}
+	run(t, b, "open the overview", chromedp.Navigate(s.url+"/ui/"), until(addsUp(25_002)+` && `+text("#count-total")+` === '25,002'`))
+	require.Regexp(t, `^about \d+ page rows$`, value(t, b, "page rows", chromedp.Evaluate[string](text("#tier-pages-held"))))
+	require.Equal(t, "nothing archived: every page is in the database", value(t, b, "archive", chromedp.Evaluate[string](text("#tier-archive-held"))))
+
+	// The section refreshes by itself: a create shows in the tiers.
+	s.post(t, "/events", "")
+	run(t, b, "the tiers refresh", chromedp.Poll[chromedp.Void](addsUp(25_003),
+		chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
+	shot(t, b, "overview-history")
+	accessible(t, b, "overview with the history by tier")
+
+	// Only the overview reads the tiers: on another page, nothing asks for them, however long it waits.
+	run(t, b, "count the history's calls", chromedp.Evaluate[chromedp.Void](`window.historyCalls = 0;
+		const fetched = window.fetch;
+		window.fetch = (url, init) => { if (String(url).endsWith('/history')) window.historyCalls++; return fetched(url, init); };`),
+		show("#/workers"), until(`document.querySelector('#workers-table') !== null`))
+	time.Sleep(10500 * time.Millisecond) // longer than the tiers' refresh: nothing may happen in it
+	require.Zero(t, value(t, b, "the history's calls", chromedp.Evaluate[int](`window.historyCalls`)), "a page other than the overview reads the tiers")
+}
+
+// commas writes n as the console does (en-US grouping).
+func commas(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

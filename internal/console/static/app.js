@@ -96,10 +96,10 @@ function refLink(ref) { return ref ? el('a', { href: '#/references/' + encodeURI
 function table(caption, headers, rows, opts = {}) {
   return el('table', { id: opts.id || null },
     el('caption', null, caption),
-    el('thead', null, el('tr', null, headers.map((h) => el('th', { scope: 'col', class: /^(#|sum|version|count|visible|in flight|delayed|attempts|remaining|completed|failed|max)/i.test(h) ? 'num' : null }, h)))),
+    el('thead', null, el('tr', null, headers.map((h) => el('th', { scope: 'col', class: /^(#|sum|version|count|visible|in flight|delayed|attempts|remaining|completed|failed|max|events$)/i.test(h) ? 'num' : null }, h)))),
     el('tbody', null, rows.length ? rows : el('tr', null, el('td', { colspan: headers.length, class: 'muted' }, opts.empty || 'Nothing to show.'))));
 }
-function row(cells, attrs) { return el('tr', attrs || null, cells.map((c) => (c instanceof Node && c.tagName === 'TD') ? c : el('td', null, c))); }
+function row(cells, attrs) { return el('tr', attrs || null, cells.map((c) => (c instanceof Node && (c.tagName === 'TD' || c.tagName === 'TH')) ? c : el('td', null, c))); }
 function num(v) { return el('td', { class: 'num' }, fmtNum(v)); }
 
 // confirm asks before a change, in the page's dialog (keyboard: Escape cancels, focus starts on
@@ -153,7 +153,8 @@ function replace(id, node) {
 // ---- Overview
 
 async function overview(main) {
-  main.append(el('h1', null, 'Overview'), pauseButton(), el('p', { class: 'muted', id: 'updated' }), el('div', { id: 'ov-body' }, el('p', null, 'Loading…')));
+  main.append(el('h1', null, 'Overview'), pauseButton(), el('p', { class: 'muted', id: 'updated' }), el('div', { id: 'ov-body' }, el('p', null, 'Loading…')),
+    el('div', { id: 'ov-history' }));
   const draw = async () => {
     const [ov, qs, byPath] = await Promise.all([api('/overview'), api('/queues').catch((e) => ({ error: e.message })),
       api('/rates').catch((e) => ({ unavailable: e.message }))]);
@@ -197,6 +198,38 @@ async function overview(main) {
   };
   await draw();
   every(2000, draw);
+  // The history by tier reads every row of `events` (not the packed history): drawn less often.
+  const drawHistory = async () => {
+    let h;
+    try { h = await api('/history'); } catch (e) {
+      if (e instanceof Stale) throw e;
+      replace('ov-history', el('div', { id: 'ov-history' }, el('h2', null, 'History by tier'),
+        el('p', { class: 'muted', id: 'history-unavailable' }, 'The history by tier is unavailable: ' + e.message)));
+      return;
+    }
+    replace('ov-history', historyTiers(h));
+  };
+  await drawHistory();
+  every(10000, drawHistory);
+}
+
+// historyTiers shows where the history is (GET /history): rows of the events table, packed pages in
+// the database, and page objects archived to S3. The tiers add up to the total count.
+function historyTiers(h) {
+  const a = h.archive;
+  const cell = (id, v) => el('td', { class: 'num', id }, v);
+  return el('div', { id: 'ov-history' },
+    el('h2', null, 'History by tier'),
+    table('Where the ' + fmtNum(h.total) + ' events are', ['Tier', 'Where', 'Events', 'Held in'], [
+      row([el('th', { scope: 'row' }, 'Events table'), 'database: events', cell('tier-events', fmtNum(h.events.rows)),
+        el('td', { id: 'tier-events-held' }, 'one row an event: open, not packed yet, or failed')]),
+      row([el('th', { scope: 'row' }, 'Packed pages'), 'database: event_pages', cell('tier-pages', fmtNum(h.pages.events)),
+        el('td', { id: 'tier-pages-held' }, (h.pages.rowsEstimated ? 'about ' : '') + fmtNum(h.pages.rows) + (h.pages.rows === 1 ? ' page row' : ' page rows'))]),
+      row([el('th', { scope: 'row' }, 'Archive'), 'S3: the history bucket', cell('tier-archive', a ? fmtNum(a.events) : '—'),
+        el('td', { id: 'tier-archive-held' }, a ? fmtNum(a.pages) + (a.pages === 1 ? ' page object' : ' page objects') : 'nothing archived: every page is in the database')]),
+    ], { id: 'history-tiers' }),
+    el('p', { class: 'muted' }, 'As of ' + fmtTime(h.time) + ' on the database clock. Events are exact and add up to the total; ' +
+      'page rows are InnoDB\'s own count of the table\'s rows, which it keeps as rows come and go and may be behind after a restart.'));
 }
 
 // pathRates shows the processed events per second of each path, from the system's metrics (the

@@ -10,7 +10,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"embed"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/bucket"
 )
 
 //go:embed counters.sql
@@ -50,6 +50,13 @@ func New(db *mysql.DB) *Store { return &Store{core: db, db: db.Pool()} }
 // (CounterMessage.EntityHash), in Go, and stored with their rows.
 const CounterBuckets = 8192
 
+// bucketTable is the counter buckets' lock and directories (internal/mysql/bucket): a directory entry
+// is 8 bytes of an entity's hash and the Unix microseconds it is remembered until. The idempotency
+// keys' directories have the same shape (a key's hash, its expiry).
+var bucketTable = &bucket.Table{Name: "counter_buckets and counter_directories (migration 0008)", Buckets: CounterBuckets,
+	Entry: bucket.Layout{HashFrom: 8, HashLen: 8, ExpiryLen: 8, Unit: time.Microsecond},
+	Lock:  queries.LockCounterBuckets, Read: queries.ReadCounterBuckets, Write: queries.WriteCounterDirectories}
+
 // CounterReadRetention is how long a read entity is remembered, so that a duplicate or late
 // "added" does not count it again: longer than the 14 days a queue keeps a message at most. Its
 // facts are pruned by the sweeper after that, and its directory entry expires.
@@ -57,9 +64,7 @@ const CounterReadRetention = 15 * 24 * time.Hour
 
 // EntityBucket is the bucket of an entity with hash hash (CounterMessage.EntityHash): its
 // directory's.
-func EntityBucket(hash [32]byte) int64 {
-	return int64(binary.BigEndian.Uint32(hash[:4]) % CounterBuckets)
-}
+func EntityBucket(hash [32]byte) int64 { return bucketTable.Of(hash) }
 
 // UserBucket is the bucket of a user's counts.
 func UserBucket(userID string) int64 { return EntityBucket(exactlyonce.UserHash(userID)) }
@@ -101,30 +106,13 @@ type counterDirs struct {
 
 // lookup returns the expiry of an entity's unexpired entry, or 0 if it has none.
 func (d *counterDirs) lookup(hash [32]byte) int64 {
-	dir := d.dirs[EntityBucket(hash)]
-	for i := 0; i+counterEntrySize <= len(dir); i += counterEntrySize {
-		if string(dir[i:i+8]) == string(hash[8:16]) {
-			if exp := int64(binary.BigEndian.Uint64(dir[i+8 : i+16])); exp > d.now {
-				return exp
-			}
-		}
-	}
-	return 0
+	return bucketTable.Entry.Find(d.dirs[EntityBucket(hash)], hash, d.now)
 }
 
 // set gives an entity the entry expiring at exp, replacing any it had.
 func (d *counterDirs) set(hash [32]byte, exp int64) {
 	b := EntityBucket(hash)
-	dir := d.dirs[b]
-	out := make([]byte, 0, len(dir)+counterEntrySize)
-	for i := 0; i+counterEntrySize <= len(dir); i += counterEntrySize {
-		if string(dir[i:i+8]) == string(hash[8:16]) {
-			continue
-		}
-		out = append(out, dir[i:i+counterEntrySize]...)
-	}
-	out = append(out, hash[8:16]...)
-	d.dirs[b] = binary.BigEndian.AppendUint64(out, uint64(exp))
+	d.dirs[b] = bucketTable.Entry.Set(d.dirs[b], hash, exp)
 	d.changed[b] = true
 }
 
@@ -154,54 +142,27 @@ func applyCounterMessages(ctx context.Context, tx *sql.Tx, msgs []exactlyonce.Co
 			userBuckets = append(userBuckets, UserBucket(m.UserID))
 		}
 	}
-	slices.Sort(buckets)
-	buckets = slices.Compact(buckets)
-	slices.Sort(userBuckets)
-	userBuckets = slices.Compact(userBuckets)
+	buckets = bucket.Sorted(buckets)
+	userBuckets = bucket.Sorted(userBuckets)
 
 	// The buckets' locks: a concurrent message for one of these users or entities holds one, and
-	// we wait for its commit.
-	q, args := mysql.ExpandIDs(queries.LockCounterBuckets, buckets)
-	res, err := tx.ExecContext(ctx, q, args...)
+	// we wait for its commit. Then the directories, and the database's clock.
+	if err := bucketTable.LockBuckets(ctx, tx, buckets); err != nil {
+		return nil, err
+	}
+	read, now, err := bucketTable.ReadDirectories(ctx, tx, buckets)
 	if err != nil {
 		return nil, err
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return nil, err
-	} else if n != int64(len(buckets)) {
-		return nil, fmt.Errorf("counter_buckets: locked %d of %d buckets: rows are missing (migration 0008 seeds %d)", n, len(buckets), CounterBuckets)
-	}
-
-	// The directories, and the database's clock.
-	q, args = mysql.ExpandIDs(queries.ReadCounterBuckets, buckets)
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	dirs := &counterDirs{dirs: map[int64][]byte{}, changed: map[int64]bool{}}
-	var now time.Time
-	for rows.Next() {
-		var b int64
-		var d []byte
-		if err := rows.Scan(&b, &d, &now); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		dirs.dirs[b] = d
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	dirs.now = now.UnixMicro()
+	dirs := &counterDirs{dirs: read, changed: map[int64]bool{}, now: now.UnixMicro()}
 
 	// The users' sums.
-	q, args = mysql.ExpandIDs(queries.ReadCounterSums, userBuckets)
+	q, args := mysql.ExpandIDs(queries.ReadCounterSums, userBuckets)
 	q = strings.Replace(q, "/*users*/", mysql.Placeholders(len(users)), 1)
 	for _, u := range users {
 		args = append(args, u)
 	}
-	rows, err = tx.QueryContext(ctx, q, args...)
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -352,55 +313,18 @@ func writeCounterSums(ctx context.Context, tx *sql.Tx, keys []exactlyonce.Counte
 
 // writeCounterDirectories writes the directory of each entity bucket that changed: its
 // remembered entries (read ones past the retention are dropped) and the new ones, a few buckets
-// per statement.
+// per statement (bucket.Table.WriteDirectories).
 func writeCounterDirectories(ctx context.Context, tx *sql.Tx, d *counterDirs) error {
-	var buckets []int64
+	var changed []int64
 	for b := range d.changed {
-		buckets = append(buckets, b)
+		changed = append(changed, b)
 	}
-	slices.Sort(buckets)
-	var batch []int64
-	var cases []string
-	var args []any
-	size := 0
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		q := strings.Replace(queries.WriteCounterDirectories, "/*cases*/", strings.Join(cases, " "), 1)
-		q, ids := mysql.ExpandIDs(q, batch)
-		_, err := tx.ExecContext(ctx, q, append(args, ids...)...)
-		batch, cases, args, size = nil, nil, nil, 0
-		return err
+	slices.Sort(changed)
+	dirs := make([]bucket.Directory, len(changed))
+	for i, b := range changed {
+		dirs[i] = bucket.Directory{Bucket: b, Entries: bucketTable.Entry.Live(d.dirs[b], d.now)}
 	}
-	for _, b := range buckets {
-		dir := liveCounterEntries(d.dirs[b], d.now)
-		if size > 0 && size+len(dir) > maxCounterDirectoryStatement {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		batch = append(batch, b)
-		cases = append(cases, "WHEN ? THEN ?")
-		args = append(args, b, dir)
-		size += len(dir)
-	}
-	return flush()
-}
-
-// maxCounterDirectoryStatement keeps a statement writing directories under 16 KB where it can:
-// RDS Proxy pins the session of a larger statement.
-const maxCounterDirectoryStatement = 12 << 10
-
-// liveCounterEntries returns a copy of dir's unexpired entries.
-func liveCounterEntries(dir []byte, nowMicro int64) []byte {
-	out := make([]byte, 0, len(dir))
-	for i := 0; i+counterEntrySize <= len(dir); i += counterEntrySize {
-		if int64(binary.BigEndian.Uint64(dir[i+8:i+16])) > nowMicro {
-			out = append(out, dir[i:i+counterEntrySize]...)
-		}
-	}
-	return out
+	return bucketTable.WriteDirectories(ctx, tx, dirs)
 }
 
 func newNotificationID() string {
@@ -408,8 +332,3 @@ func newNotificationID() string {
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return hex.EncodeToString(b[:])
 }
-
-// counterEntrySize is one directory entry: 8 bytes of the entity's hash, 8 of the Unix
-// microseconds it is remembered until (big-endian). The idempotency keys' directories have the
-// same shape (a key's hash, its expiry).
-const counterEntrySize = 16

@@ -2,9 +2,11 @@
 -- (migrations/0008_counters.sql): the counter service (counters.go). One transaction per batch of
 -- messages: lock the buckets of the batch's users and entities, read the entities' directories and
 -- the users' sums, insert the facts, create or update the sums, write the directories, record the
--- notifications, commit; then publish the notifications and mark them published. `bucket IN
--- (...)` prunes every statement to the partitions of the buckets named; the IN lists are expanded
--- to one ? per value.
+-- notifications, commit; then publish the notifications and mark them published. LockCounterBuckets,
+-- ReadCounterBuckets and WriteCounterDirectories are run by the bucket lock with its directory that
+-- keys and counters share (internal/mysql/bucket, bucketTable in counters.go). `bucket IN (...)`
+-- prunes every statement to the partitions of the buckets named; the IN lists are expanded to one ?
+-- per value.
 --
 -- user_id and entity_type are compared as bytes, CAST(... AS BINARY), as Go compares them (the
 -- counts are keyed by them in maps, the entities hashed with them): the columns' utf8mb4_bin

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -210,5 +211,50 @@ func TestEventsCreatedInATransactionCommitOrRollBackWithIt(t *testing.T) {
 			require.NoError(t, err)
 			require.EqualValues(t, 3, n)
 		})
+	}
+}
+
+// Every settled event gets its own value, on both paths, across more than one settling statement
+// (MarkChunk ids each): the one-transaction path writes the values its decisions gave, the lease
+// path those its settlement names.
+func TestEachSettledEventGetsItsOwnValue(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	n := 2*eventstore.MarkChunk + 50
+	_, err := mysqltest.LoadPending(ctx, store.DB.Pool(), int64(2*n), nil)
+	require.NoError(t, err)
+	valueOf := func(id int64) string { return fmt.Sprintf("value-of-%d", id) }
+
+	// The one-transaction path: the decisions settle each event with its value.
+	settle := func(_ context.Context, evs []exactlyonce.Event) []exactlyonce.Decision {
+		out := make([]exactlyonce.Decision, len(evs))
+		for i, ev := range evs {
+			out[i] = exactlyonce.Decision{Action: exactlyonce.Settle, Value: valueOf(ev.ID)}
+		}
+		return out
+	}
+	inline, err := store.Events.ClaimDue(ctx, claimFor(exactlyonce.BySweeper, time.Minute), 0, n, settle)
+	require.NoError(t, err)
+	require.Len(t, inline.Settled, n)
+
+	// The lease path: leased, then settled with each event's value.
+	c := claimFor(exactlyonce.BySweeper, time.Minute)
+	leased, err := store.Events.ClaimDue(ctx, c, 0, n, mysqltest.LeaseAll)
+	require.NoError(t, err)
+	require.Len(t, leased.Leased, n)
+	results := map[int64]exactlyonce.Result{}
+	for _, ev := range leased.Leased {
+		results[ev.ID] = exactlyonce.Result{Value: valueOf(ev.ID)}
+	}
+	settled, err := store.Events.Settle(ctx, c.ID, c.By, results)
+	require.NoError(t, err)
+	require.Len(t, settled, n)
+
+	for _, id := range append(inline.Settled, settled...) {
+		e, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.NotNil(t, e.Value, "event %d", id)
+		require.Equal(t, valueOf(id), *e.Value, "event %d", id)
 	}
 }

@@ -92,13 +92,31 @@ WHERE state < 2 AND id IN (/*ids*/)
 -- agent or a sweeper outside any agent), so that agents do not scan past and skip each other's
 -- rows. It is not what makes the claim exclusive: two agents with a stale view of the ranges both
 -- claiming one range still get disjoint rows from SKIP LOCKED, and the settle's guard holds.
-SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id, retry_base FROM events
+--
+-- It reads only what every claimed event needs; a task's own columns are read after it
+-- (ClaimedTasks), for the tasks alone. The server copies each column a statement reads into its row
+-- buffer, a NULL across its whole declared width (url and reference_id: 3 KB), for every row the
+-- claim locks, and the drain claims hundreds of plain events a statement, whose task columns are
+-- all NULL.
+SELECT id, kind, attempts FROM events
 WHERE state < 2
   AND routing_hash BETWEEN ? AND ?
   AND ((state = 0 AND ((next_attempt_at IS NULL AND created_at <= NOW(6) - INTERVAL ? MICROSECOND)
                         OR next_attempt_at <= NOW(6)))
     OR (state = 1 AND lease_expires_at <= NOW(6)))
 LIMIT ? FOR UPDATE SKIP LOCKED;
+
+-- name: ClaimedTasks
+-- The task columns of tasks ClaimDue has just locked, in the claim's transaction: a consistent read,
+-- no lock taken or waited for. Our own row locks keep the rows as ClaimDue found them (nothing else
+-- can change them until we commit), and at READ COMMITTED the read sees their latest committed
+-- version, which is that one. A locking read here would wait for the rows of other workers that
+-- the scan passes. `state < 2` keeps it inside the `open` partition, and LIMIT (the number of ids)
+-- ends the scan at the last of the named rows: about where ClaimDue's scan ended. The list is
+-- expanded to one ? per id.
+SELECT id, url, payload, reference_id, max_retries, routing_hash, position, worker_id, retry_base FROM events
+WHERE state < 2 AND id IN (/*ids*/)
+LIMIT ?;
 
 -- name: Lease
 -- Leases claimed events to one claim, in the transaction that holds their row locks: they become

@@ -18,16 +18,18 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
-//go:embed events.sql count.sql metrics.sql
+//go:embed events.sql count.sql metrics.sql tiers.sql
 var sqlFiles embed.FS
 
-// queryTexts are the statements of events.sql, count.sql and metrics.sql.
+// queryTexts are the statements of events.sql, count.sql, metrics.sql and tiers.sql.
 type queryTexts struct {
-	InsertProcessed, InsertPendingRows, Get, ListEvents, ClaimIDs, ClaimableIDs, ClaimDue, Lease, MarkProcessed, LockLeased, SettleLeased, Release, FailClaimed, FailLeased, OpenStates string
+	InsertProcessed, InsertPendingRows, Get, ListEvents, ClaimIDs, ClaimableIDs, ClaimDue, ClaimedTasks, Lease, MarkProcessed, LockLeased, SettleLeased, Release, FailClaimed, FailLeased, OpenStates string
 
 	LockSettledCount, CountUnfolded, FoldSettled, AddSettled, LockSettledCountAt, OverviewCounts string
 
 	OldestWaitingAge, WaitingEvents string
+
+	TierArchive, TierRows, PageRowsEstimate string
 }
 
 var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)

@@ -2,8 +2,10 @@
 -- carry an Idempotency-Key. One transaction per group of keyed creates (idempotency.go): lock the
 -- buckets and append the new keys' entries to their directories, read the directories back, read
 -- the stored keys they point at, insert the new events and keys, commit; a directory is rewritten
--- only when a quarter of it has expired. `bucket IN (...)` prunes every statement to the
--- partitions of the buckets named; the IN lists are expanded to one ? per bucket or hash.
+-- only when a quarter of it has expired. ReadKeyBuckets and WriteKeyDirectories are run by the
+-- bucket lock with its directory that keys and counters share (internal/mysql/bucket, keyBuckets in
+-- keys.go). `bucket IN (...)` prunes every statement to the partitions of the buckets named; the
+-- IN lists are expanded to one ? per bucket or hash.
 
 -- name: FreshKeyBuckets
 -- The fast path of a group whose keys are all fresh, the common case: it locks and appends to the

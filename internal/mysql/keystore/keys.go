@@ -6,11 +6,9 @@
 package keystore
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/bucket"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/exactlyonce/exactlyonce/internal/routing"
 )
@@ -48,7 +47,18 @@ func New(db *mysql.DB) *Store { return &Store{core: db, db: db.Pool()} }
 // from its hash (exactlyonce.KeyHash), in Go, and stored with it.
 const KeyBuckets = 4096
 
-func keyBucket(hash [32]byte) int64 { return int64(binary.BigEndian.Uint32(hash[:4]) % KeyBuckets) }
+// keyBuckets is the keys' buckets and their directories (internal/mysql/bucket): a directory entry
+// is 4 bytes of a key's hash (bytes 8-11: the first four choose the bucket) and its expiry in Unix
+// seconds, rounded up (big-endian, good until 2106). Small, because every lookup scans a
+// partition of directories: a key whose 4 bytes match another's in its bucket (about one lookup in
+// 2^32 / the bucket's keys) costs a read of the keys, never a wrong answer. A key's row never
+// expires before its entry (keyRow). A key's bucket is locked by the statement that appends its
+// entry (FreshKeyBuckets, LockKeyBuckets), so the table has no Lock of its own.
+var keyBuckets = &bucket.Table{Name: "idempotency_buckets (migration 0006)", Buckets: KeyBuckets,
+	Entry: bucket.Layout{HashFrom: 8, HashLen: 4, ExpiryLen: 4, Unit: time.Second},
+	Read:  queries.ReadKeyBuckets, Write: queries.WriteKeyDirectories}
+
+func keyBucket(hash [32]byte) int64 { return keyBuckets.Of(hash) }
 
 // errKeyBusy marks a wait for a key's lock that outlasted KeyOptions.Wait.
 var errKeyBusy = exactlyonce.Errorf(exactlyonce.ECONFLICT,
@@ -127,17 +137,6 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 	}
 	return results, nil
 }
-
-// dirEntrySize is one directory entry: 4 bytes of the key's hash (bytes 8-11: the first four
-// choose the bucket) and its expiry in Unix seconds, rounded up (big-endian, good until 2106). Small,
-// because every lookup scans a partition of directories: a key whose 4 bytes match another's in its
-// bucket (about one lookup in 2^32 / the bucket's keys) costs a read of the keys, never a wrong
-// answer. A key's row never expires before its entry (keyRow).
-const dirEntrySize = 8
-
-// maxDirectoryStatement keeps a statement writing directories under 16 KB where it can: RDS Proxy
-// pins the session of a larger statement.
-const maxDirectoryStatement = 12 << 10
 
 // entryExpiry is the SQL of an entry's expiry, from the database's clock and the TTL's whole
 // seconds (the one ? it holds): 4 bytes, big-endian (LoadKeys writes them the same way).
@@ -269,41 +268,22 @@ func (s *Store) lockAndRead(ctx, lockCtx context.Context, tx mysql.Conn, waitUnt
 
 	// The directories as this transaction left them (what was committed, then our entries), and
 	// the database's clock, which decides expiry.
-	q, args = mysql.ExpandIDs(queries.ReadKeyBuckets, buckets)
-	rows, err := tx.QueryContext(ctx, q, args...)
+	dirs, now, err := keyBuckets.ReadDirectories(ctx, tx, buckets)
 	if err != nil {
 		return nil, err
-	}
-	dirs := map[int64][]byte{}
-	var now time.Time
-	for rows.Next() {
-		var b int64
-		var d []byte
-		if err := rows.Scan(&b, &d, &now); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		dirs[b] = d
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(dirs) != len(buckets) {
-		return nil, fmt.Errorf("idempotency_buckets: found %d of %d buckets: rows are missing (migration 0006 seeds %d)", len(dirs), len(buckets), KeyBuckets)
 	}
 	nowMicro := now.UnixMicro()
 	committed := map[int64][]byte{} // each directory without our entries
 	var maybe [][32]byte
 	for _, b := range buckets {
-		d, n := dirs[b], len(appended[b])*dirEntrySize
+		d, n := dirs[b], len(appended[b])*keyBuckets.Entry.Size()
 		if len(d) < n {
 			return nil, fmt.Errorf("idempotency_buckets: bucket %d's directory is shorter than the entries just appended to it", b)
 		}
 		committed[b] = d[:len(d)-n]
 		// Which keys the committed directory says are stored: those are read.
 		for _, c := range appended[b] {
-			if dirHas(committed[b], c.Key, nowMicro) {
+			if keyBuckets.Entry.Find(committed[b], c.Key, nowMicro) != 0 {
 				maybe = append(maybe, c.Key)
 			}
 		}
@@ -336,73 +316,28 @@ func (s *Store) lockAndRead(ctx, lockCtx context.Context, tx mysql.Conn, waitUnt
 // repeat in a group with fresh keys). Most groups need none, and pay no statement for it.
 func compactDirectories(ctx context.Context, tx mysql.Conn, buckets []int64, committed map[int64][]byte,
 	appended map[int64][]exactlyonce.KeyedCreate, stored map[[32]byte]exactlyonce.KeyRecord, nowMicro, stale int64, dirs map[int64][]byte) error {
-	var batch []int64
-	var cases []string
-	var args []any
-	size := 0
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		q := strings.Replace(queries.WriteKeyDirectories, "/*cases*/", strings.Join(cases, " "), 1)
-		q, ids := mysql.ExpandIDs(q, batch)
-		err := execDiscard(ctx, tx, q, append(args, ids...)...)
-		batch, cases, args, size = nil, nil, nil, 0
-		return err
-	}
+	entry := keyBuckets.Entry
+	var writes []bucket.Directory
 	for _, b := range buckets {
 		old := committed[b]
-		live := liveEntries(old, nowMicro)
 		repeat := false
 		for _, c := range appended[b] {
 			_, ok := stored[c.Key]
 			repeat = repeat || ok
 		}
-		if !repeat && (len(old) < dirEntrySize || int64(binary.BigEndian.Uint32(old[4:8])) >= stale) {
+		if !repeat && (len(old) < entry.Size() || entry.FirstExpiry(old) >= stale*1_000_000) {
 			continue
 		}
+		live := entry.Live(old, nowMicro)
 		ours := dirs[b][len(old):]
 		for i, c := range appended[b] {
 			if _, ok := stored[c.Key]; !ok {
-				live = append(live, ours[i*dirEntrySize:(i+1)*dirEntrySize]...)
+				live = append(live, ours[i*entry.Size():(i+1)*entry.Size()]...)
 			}
 		}
-		if size > 0 && size+len(live) > maxDirectoryStatement {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		batch = append(batch, b)
-		cases = append(cases, "WHEN ? THEN ?")
-		args = append(args, b, live)
-		size += len(live)
+		writes = append(writes, bucket.Directory{Bucket: b, Entries: live})
 	}
-	return flush()
-}
-
-// dirHas tells whether dir holds an unexpired entry for key.
-func dirHas(dir []byte, key [32]byte, nowMicro int64) bool {
-	for i := 0; i+dirEntrySize <= len(dir); i += dirEntrySize {
-		if bytes.Equal(dir[i:i+4], key[8:12]) && entryLive(dir[i:], nowMicro) {
-			return true
-		}
-	}
-	return false
-}
-
-// liveEntries returns a copy of dir's unexpired entries.
-func liveEntries(dir []byte, nowMicro int64) []byte {
-	out := make([]byte, 0, len(dir)+dirEntrySize)
-	for i := 0; i+dirEntrySize <= len(dir); i += dirEntrySize {
-		if entryLive(dir[i:], nowMicro) {
-			out = append(out, dir[i:i+dirEntrySize]...)
-		}
-	}
-	return out
-}
-
-func entryLive(entry []byte, nowMicro int64) bool {
-	return int64(binary.BigEndian.Uint32(entry[4:8]))*1_000_000 > nowMicro
+	return keyBuckets.WriteDirectories(ctx, tx, writes)
 }
 
 // findKeys reads the stored, unexpired records of keys.

@@ -36,9 +36,9 @@ func freshStatement(buckets []int64, appended map[int64][]exactlyonce.KeyedCreat
 		checkArgs = append(checkArgs, b)
 		for _, c := range appended[b] {
 			parts = append(parts, "?", entryExpiry)
-			args = append(args, c.Key[8:12], ttlSeconds)
+			args = append(args, keyBuckets.Entry.Name(c.Key), ttlSeconds)
 			absent = append(absent, "LOCATE(?, directory) = 0")
-			checkArgs = append(checkArgs, c.Key[8:12])
+			checkArgs = append(checkArgs, keyBuckets.Entry.Name(c.Key))
 		}
 		absent = append(absent, "(directory = '' OR SUBSTRING(directory, 5, 4) >= "+entryStale+")")
 		checkArgs = append(checkArgs, ttlSeconds/4)
@@ -67,7 +67,7 @@ func lockStatement(buckets []int64, appended map[int64][]exactlyonce.KeyedCreate
 		args = append(args, b)
 		for _, c := range appended[b] {
 			parts = append(parts, "?", entryExpiry)
-			args = append(args, c.Key[8:12], ttlSeconds)
+			args = append(args, keyBuckets.Entry.Name(c.Key), ttlSeconds)
 		}
 		cases = append(cases, "WHEN ? THEN CONCAT("+strings.Join(parts, ", ")+")")
 	}

@@ -141,3 +141,10 @@ func taskRows(rows []pages.Row) []verify.TaskRow {
 	}
 	return out
 }
+
+// PageRowCounts returns the page rows of event_pages and the events they hold, exactly (a scan of
+// every page row: tests and the benchmark, where GET /history's estimate of the rows is not enough).
+func PageRowCounts(ctx context.Context, db *sql.DB) (rows, events int64, err error) {
+	err = db.QueryRowContext(ctx, queries.PageRowCounts).Scan(&rows, &events)
+	return rows, events, err
+}

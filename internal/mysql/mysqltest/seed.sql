@@ -26,3 +26,18 @@ INSERT INTO t_counter_sum (bucket, entity_type, user_id, sum, version, updated_a
 -- name: LoadCounterDirectory
 -- A counter bucket's directory, written whole: the entries of the entities the seed counted.
 UPDATE counter_directories SET directory = ? WHERE bucket = ?;
+
+-- name: ForgetDirectory
+-- The reference directory emptied (/*sets*/ is `dN = ''` for every column), as migration 0016
+-- leaves a database that held tasks before it: every cell, a test's small database.
+UPDATE reference_directory SET /*sets*/;
+
+-- name: BackfillNotBegun
+-- And its backfill not begun, free to begin (taskstore/backfill.go).
+UPDATE reference_backfill SET next_id = 0, until_id = NULL, begin_after = NULL;
+
+-- name: FillDirectoryCell
+-- taskstore's AppendDirectory (taskstore/directory.sql) for one cell: entries of other
+-- references appended to a reference's cell (/*column*/ its column), as a long history of tasks
+-- fills it.
+UPDATE reference_directory SET /*column*/ = CONCAT(/*column*/, ?) WHERE slot = ?;

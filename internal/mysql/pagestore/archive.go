@@ -29,7 +29,7 @@ import (
 var archiveFiles embed.FS
 
 type archiveTexts struct {
-	ArchiveCursor, ArchiveHighPage, PageSize, PageRows, LockPageRows, DeletePage, AdvanceArchive, LowerArchiveCursor, TierEventRows, TierCounts string
+	ArchiveCursor, ArchiveHighPage, PageSize, PageRows, LockPageRows, DeletePage, AdvanceArchive, LowerArchiveCursor string
 }
 
 var archiveQueries = mysql.MustLoadQueries[archiveTexts](archiveFiles)
@@ -390,34 +390,4 @@ func newerThan(rows [][pages.Columns][]byte, cutoff time.Time) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// Tiers is how much of the history each tier holds: the events still in `events` (every state),
-// the page rows of event_pages and their events, and the archive's pages and events
-// (history_archive). For the console (issue 31).
-type Tiers struct {
-	EventRows      int64 `json:"eventRows"`
-	PageRows       int64 `json:"pageRows"`
-	PagedEvents    int64 `json:"pagedEvents"`
-	ArchivedPages  int64 `json:"archivedPages"`
-	ArchivedEvents int64 `json:"archivedEvents"`
-}
-
-// ReadTiers reads Tiers: consistent reads, one of `events` (EventRows, a scan of the open events
-// and what is not packed yet, which the pack and the fold bound), one of the page rows' small
-// columns (bounded by the retention window once the archive runs), one of history_archive's row.
-// Each read is its own snapshot: the numbers may be a few events apart while events move.
-func ReadTiers(ctx context.Context, q mysql.Conn) (Tiers, error) {
-	var t Tiers
-	if err := q.QueryRowContext(ctx, archiveQueries.TierEventRows).Scan(&t.EventRows); err != nil {
-		return t, mysql.Interpret("read tiers", err)
-	}
-	if err := q.QueryRowContext(ctx, archiveQueries.TierCounts).Scan(&t.PageRows, &t.PagedEvents); err != nil {
-		return t, mysql.Interpret("read tiers", err)
-	}
-	var next int64
-	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveCursor).Scan(&next, &t.ArchivedPages, &t.ArchivedEvents); err != nil {
-		return t, mysql.Interpret("read tiers", err)
-	}
-	return t, nil
 }

@@ -60,14 +60,3 @@ UPDATE history_archive SET archived_pages = archived_pages + IF(? = 1 OR (? = 1 
 -- page moved already): the next move starts there, so that the new row goes to the page's object
 -- too. Matches no row, and so locks none at READ COMMITTED, when the page is not below next_page.
 UPDATE history_archive SET next_page = ? WHERE next_page > ?;
-
--- name: TierEventRows
--- The console's tiers (pagestore.Tiers): the rows of `events`, every state: the open events, what
--- is not packed yet (bounded by the fold and the pack) and the failed tasks. A consistent read.
-SELECT COUNT(*) FROM events;
-
--- name: TierCounts
--- The console's tiers (pagestore.Tiers): the page rows of event_pages and the events they hold.
--- Reads the small columns of every page row (the BLOBs stay where they are): bounded by the
--- retention window once the archive runs. A consistent read.
-SELECT COUNT(*), COALESCE(SUM(events), 0) FROM event_pages;

@@ -167,16 +167,22 @@ func moveAll(t *testing.T, ctx context.Context, store *wire.Stores, retention ti
 	return all
 }
 
-// requireTiersAddUp checks that the tiers hold the count's events, each once: the events of
-// `events`, of the page rows and of the archive add up to GET /events (every event here is settled).
-func requireTiersAddUp(t *testing.T, store *wire.Stores) pagestore.Tiers {
+// requireTiersAddUp checks that GET /history's tiers hold the count's events, each once: the
+// events of `events`, of the page rows and of the archive add up to GET /events, and the page
+// rows' events are what the page rows hold (mysqltest.PageRowCounts scans them).
+func requireTiersAddUp(t *testing.T, store *wire.Stores) exactlyonce.HistoryTiers {
 	t.Helper()
 	ctx := context.Background()
-	tiers, err := pagestore.ReadTiers(ctx, store.DB.Pool())
+	tiers, err := store.Events.HistoryTiers(ctx)
 	require.NoError(t, err)
+	require.NotNil(t, tiers.Archive, "an archive is configured: its tier is shown")
 	n, err := store.Events.Count(ctx)
 	require.NoError(t, err)
-	require.Equal(t, n, tiers.EventRows+tiers.PagedEvents+tiers.ArchivedEvents, "%+v", tiers)
+	require.Equal(t, n, tiers.Total)
+	require.Equal(t, n, tiers.EventRows+tiers.PagedEvents+tiers.Archive.Events, "%+v", tiers)
+	_, paged, err := mysqltest.PageRowCounts(ctx, store.DB.Pool())
+	require.NoError(t, err)
+	require.Equal(t, paged, tiers.PagedEvents, "the page rows' events, as the page rows hold them")
 	return tiers
 }
 
@@ -204,7 +210,9 @@ func TestArchivedHistoryReadsAsBefore(t *testing.T) {
 	require.NoError(t, h.db.QueryRow("SELECT COUNT(*) FROM event_pages").Scan(&pageRows))
 	require.Zero(t, pageRows, "the page's rows are deleted")
 	tiers := requireTiersAddUp(t, h.store)
-	require.Equal(t, pagestore.Tiers{EventRows: 1, ArchivedPages: 1, ArchivedEvents: moved.Events}, tiers)
+	require.EqualValues(t, 1, tiers.EventRows, "the failed task")
+	require.Zero(t, tiers.PagedEvents)
+	require.Equal(t, exactlyonce.ArchiveTier{Pages: 1, Events: moved.Events}, *tiers.Archive)
 
 	after := readAll(t, h.store, 2000, tasks)
 	require.Equal(t, before, after, "every reader answers as before: by id, attempts, the listing, the count")
@@ -407,8 +415,8 @@ func TestKillingTheMoverAtEachStepLosesNothing(t *testing.T) {
 			}, 60*time.Second, 100*time.Millisecond)
 			check("moved after the kill at " + step)
 			tiers := requireTiersAddUp(t, h.store)
-			require.EqualValues(t, 600, tiers.ArchivedEvents, "the archive counts each event once")
-			require.EqualValues(t, 1, tiers.ArchivedPages, "and its page once, whether the killed move created its object or not")
+			require.EqualValues(t, 600, tiers.Archive.Events, "the archive counts each event once")
+			require.EqualValues(t, 1, tiers.Archive.Pages, "and its page once, whether the killed move created its object or not")
 		})
 	}
 }
@@ -460,4 +468,45 @@ func TestTwoMovesAtOnceKeepTheNewerObject(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, audit, 1401, "every event once")
 	requireTiersAddUp(t, h.store)
+}
+
+// A reference's listing reads its directory and then each task by id (taskstore), through the
+// tiers: its archived tasks are listed as before the move. And a database migrated to the directory
+// with its tasks already archived gets their entries from the backfill, which reads the archived
+// page's object (History.ReadColumns): the listing is the same again once the backfill is done.
+func TestAnArchivedReferenceListsAsBefore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newArchived(t)
+	history(t, h.store, 100)
+	packAll(t, h.store)
+	refs := []string{"ref-0", "ref-1", "ref-2", "ref-f"}
+	list := func(store *wire.Stores) map[string][]exactlyonce.Event {
+		t.Helper()
+		out := map[string][]exactlyonce.Event{}
+		for _, ref := range refs {
+			got, err := store.Tasks.ReferenceTasks(ctx, ref, 0, 100)
+			require.NoError(t, err, ref)
+			out[ref] = got
+		}
+		return out
+	}
+	before := list(h.store)
+	require.Len(t, before["ref-0"], 7)
+	require.Len(t, before["ref-f"], 1)
+
+	moved := moveAll(t, ctx, h.store, 0)
+	require.EqualValues(t, 1, moved.Pages)
+	require.Zero(t, pageRows(t, h.db, 0), "the tasks are in the bucket only")
+	require.Equal(t, before, list(h.store), "the directory's listing reads archived tasks by id")
+
+	require.NoError(t, mysqltest.ForgetReferenceDirectory(ctx, h.db))
+	migrated, err := wire.StoresOn(h.db, mysql.Config{})
+	require.NoError(t, err)
+	migrated.WithArchive(h.client)
+	for done := false; !done; {
+		_, done, err = migrated.Tasks.BackfillDirectory(ctx, 1000)
+		require.NoError(t, err)
+	}
+	require.Equal(t, before, list(migrated), "the backfill found the archived tasks")
 }

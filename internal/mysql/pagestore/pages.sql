@@ -23,7 +23,8 @@ SELECT /*columns*/ FROM event_pages WHERE page = ?;
 
 -- name: PagesOfReference
 -- A reference's packed tasks (GET /references/{id}/events, and a manual retry's question "has a
--- later task of the reference started?"): of the page rows that hold the reference's bytes (its
+-- later task of the reference started?", until the reference directory is complete: taskstore's
+-- directory.sql; after it they read the reference's tasks by id): of the page rows that hold the reference's bytes (its
 -- length, the reference and its routing hash: pages.ReferenceNeedle), the columns that hold them,
 -- the others NULL; the reader decodes and checks those (the bytes could also be in a payload).
 -- /*found*/ is `IF(INSTR(cN, q.r) > 0, cN, NULL)` for every column, /*any*/ `INSTR(cN, q.r) > 0`

@@ -265,6 +265,26 @@ func TestPackedHistoryReadsAsBefore(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.RetryAtEnd, placement, "a later task of its reference was delivered, and is packed")
 
+	// A database migrated to the reference directory (0016) with this history in it: the
+	// backfill gives the packed tasks and the failed one their entries, and the listings answer
+	// as they did.
+	listings := map[string][]exactlyonce.Event{}
+	for _, ref := range refs {
+		listings[ref], err = store.Tasks.ReferenceTasks(ctx, ref, 0, 100)
+		require.NoError(t, err)
+	}
+	require.NoError(t, mysqltest.ForgetReferenceDirectory(ctx, db))
+	migrated := wire.NewStores(store.DB)
+	for done := false; !done; {
+		_, done, err = migrated.Tasks.BackfillDirectory(ctx, 3)
+		require.NoError(t, err)
+	}
+	for _, ref := range refs {
+		got, err := migrated.Tasks.ReferenceTasks(ctx, ref, 0, 100)
+		require.NoError(t, err)
+		require.Equal(t, listings[ref], got, ref)
+	}
+
 	// Packing again finds nothing.
 	pagesAgain, _, err := store.Pages.PackPages(ctx, 1000, time.Hour)
 	require.NoError(t, err)

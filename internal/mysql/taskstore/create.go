@@ -18,10 +18,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/groupcommit"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
@@ -33,7 +34,7 @@ var sqlFiles embed.FS
 
 // queryTexts are the statements of tasks.sql.
 type queryTexts struct {
-	LockTaskBuckets, AdvanceTaskBuckets, BucketsAndHeads, OpenHeads, LockHeads, InsertTaskRows, QueuedOfReferences, PromoteQueued, PromoteQueuedLeased, LeasedTasks, SettleLeasedTasks, InsertAttempts, Attempts, ReferencePosition, ReferenceTasks, LockFailedTask, TaskOf, LaterTaskStarted, ReferenceHead, RequeueTask, RetryTask, UncountRetried, FailedOfReference, LockFailedTasks string
+	LockTaskBuckets, AdvanceTaskBuckets, BucketsAndHeads, OpenHeads, LockHeads, InsertTaskRows, QueuedOfReferences, PromoteQueued, PromoteQueuedLeased, LeasedTasks, SettleLeasedTasks, InsertAttempts, Attempts, ReferencePosition, ReferenceTasks, LockFailedTask, TaskOf, LaterTaskStarted, ReferenceHead, RequeueTask, RetryTask, UncountRetried, LockFailedTasks string
 }
 
 var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
@@ -41,20 +42,37 @@ var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
 // Store reads and writes tasks. Safe for concurrent use; build one per process, on the process's
 // core handle: its creates are grouped into shared transactions per Store.
 type Store struct {
-	core    *mysql.DB
-	db      *sql.DB
-	history pagestore.History // the packed history's tiers: page rows, then the archive (WithHistory)
-	// taskCreates groups concurrent CreateTasks calls into shared transactions.
-	taskCreates taskCreates
+	core *mysql.DB
+	db   *sql.DB
+	// creates groups concurrent CreateTasks calls into shared transactions (createGroup).
+	creates groupcommit.Group[[]exactlyonce.NewTask, createdTasks]
+	// events reads a reference's tasks by id (Get: `events`, else its page), directoryDone caches
+	// that the reference directory is complete (directory.go).
+	events        *eventstore.Store
+	directoryDone atomic.Bool
+	// history is the packed history's tiers: page rows, then the archive (WithHistory).
+	history pagestore.History
 }
 
 // New returns the Store on db, reading the packed history in the database only.
-func New(db *mysql.DB) *Store { return &Store{core: db, db: db.Pool()} }
+func New(db *mysql.DB) *Store {
+	s := &Store{core: db, db: db.Pool(), events: eventstore.New(db)}
+	// One transaction at a time, on a context of its own, taking every call waiting (up to
+	// eventstore.MaxPendingBatch tasks and maxTaskGroupBytes of payloads; a larger call runs alone)
+	// into the next one, until none waits.
+	s.creates = groupcommit.Group[[]exactlyonce.NewTask, createdTasks]{Run: s.createGroup,
+		MaxRows: eventstore.MaxPendingBatch, MaxBytes: maxTaskGroupBytes, Size: taskCallSize,
+		Timeout: createGroupTimeout}
+	return s
+}
 
-// WithHistory makes s read the packed history through h (its archive too), and returns s. Called
-// once, when the process builds its stores (internal/wire), before s is used.
+// WithHistory makes s read the packed history through h (its archive too), its own event store's
+// reads included (the directory's listing reads a task by id through it, so an archived task is
+// found), and returns s. Called once, when the process builds its stores (internal/wire), before s
+// is used.
 func (s *Store) WithHistory(h pagestore.History) *Store {
 	s.history = h
+	s.events.WithHistory(h)
 	return s
 }
 
@@ -71,7 +89,7 @@ func ReferenceHash(ref string) uint32 { return routing.Hash([]byte(ref)) }
 // CreateTasks stores tasks, all or none, in the order given: a reference's tasks are delivered in
 // the order their creates committed, and, within one call, in the order of tasks.
 //
-// Concurrent calls share transactions (group commit, taskCreates): while one transaction runs, the
+// Concurrent calls share transactions (group commit, internal/groupcommit): while one transaction runs, the
 // calls that arrive wait, and the next transaction stores all of them, each call's tasks in the
 // order of the call and the calls in the order they arrived. So a create costs its share of one
 // transaction's statements (the references' bucket locks, the read of which have an open task, one
@@ -83,15 +101,13 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([
 	if err := checkTaskBatch(tasks); err != nil {
 		return nil, err
 	}
-	c := &createCall{tasks: tasks, done: make(chan struct{})}
-	s.taskCreates.add(s, c)
-	select {
-	case <-c.done:
-		return c.out, c.err
-	case <-ctx.Done():
-		// The call may still commit: as with a transaction whose commit's answer is lost.
-		return nil, mysql.Interpret("create tasks", ctx.Err())
+	r, err := s.creates.Do(ctx, tasks)
+	if err != nil {
+		// ctx ended (createGroup fails no call as a group): the call may still commit, as with a
+		// transaction whose commit's answer is lost.
+		return nil, mysql.Interpret("create tasks", err)
 	}
+	return r.out, r.err
 }
 
 // createTasksAlone stores tasks in a transaction of its own (one call's, or a group's).
@@ -125,84 +141,51 @@ func (s *Store) createTasksAlone(ctx context.Context, tasks []exactlyonce.NewTas
 	return out, nil
 }
 
-// createCall is one CreateTasks call waiting for its transaction.
-type createCall struct {
-	tasks []exactlyonce.NewTask
-	out   []exactlyonce.CreatedTask
-	err   error
-	done  chan struct{}
-}
-
-// taskCreates is the group commit of CreateTasks: at most one transaction at a time, run by a
-// goroutine that takes every call waiting (up to eventstore.MaxPendingBatch tasks) into the next one, until
-// none waits.
-type taskCreates struct {
-	mu      sync.Mutex
-	waiting []*createCall
-	running bool
+// createdTasks is one CreateTasks call's outcome in its group: each call fails alone.
+type createdTasks struct {
+	out []exactlyonce.CreatedTask
+	err error
 }
 
 // createGroupTimeout bounds one shared transaction, retries included: it runs for callers that may
 // have gone, so it has its own deadline rather than theirs.
 const createGroupTimeout = 30 * time.Second
 
-func (g *taskCreates) add(s *Store, c *createCall) {
-	g.mu.Lock()
-	g.waiting = append(g.waiting, c)
-	start := !g.running
-	g.running = true
-	g.mu.Unlock()
-	if start {
-		go g.run(s)
+// maxTaskGroupBytes bounds the payload bytes of the calls one shared transaction takes (a call
+// alone may hold more: up to eventstore.MaxPendingBatch payloads of exactlyonce.MaxTaskPayloadBytes).
+const maxTaskGroupBytes = 8 << 20
+
+// taskCallSize is a call's rows (its tasks) and bytes (their payloads), for the group's bounds.
+func taskCallSize(tasks []exactlyonce.NewTask) (rows, bytes int) {
+	for _, t := range tasks {
+		bytes += len(t.Payload)
 	}
+	return len(tasks), bytes
 }
 
-func (g *taskCreates) run(s *Store) {
-	for {
-		g.mu.Lock()
-		n, tasks := 0, 0
-		for n < len(g.waiting) && (n == 0 || tasks+len(g.waiting[n].tasks) <= eventstore.MaxPendingBatch) {
-			tasks += len(g.waiting[n].tasks)
-			n++
-		}
-		if n == 0 {
-			g.running = false
-			g.mu.Unlock()
-			return
-		}
-		calls := g.waiting[:n:n]
-		g.waiting = append([]*createCall(nil), g.waiting[n:]...)
-		g.mu.Unlock()
-		s.createGroup(calls)
-	}
-}
-
-// createGroup stores the calls' tasks in one transaction, or, if that fails, each call's alone.
-func (s *Store) createGroup(calls []*createCall) {
-	ctx, cancel := context.WithTimeout(context.Background(), createGroupTimeout)
-	defer cancel()
+// createGroup stores the calls' tasks in one transaction, or, if that fails, each call's alone, so
+// that a call fails only for its own sake.
+func (s *Store) createGroup(ctx context.Context, calls [][]exactlyonce.NewTask) ([]createdTasks, error) {
+	res := make([]createdTasks, len(calls))
 	if len(calls) == 1 {
-		c := calls[0]
-		c.out, c.err = s.createTasksAlone(ctx, c.tasks)
-		close(c.done)
-		return
+		res[0].out, res[0].err = s.createTasksAlone(ctx, calls[0])
+		return res, nil
 	}
 	var all []exactlyonce.NewTask
 	for _, c := range calls {
-		all = append(all, c.tasks...)
+		all = append(all, c...)
 	}
 	out, err := s.createTasksAlone(ctx, all)
 	if err != nil {
-		for _, c := range calls {
-			c.out, c.err = s.createTasksAlone(ctx, c.tasks)
-			close(c.done)
+		for i, c := range calls {
+			res[i].out, res[i].err = s.createTasksAlone(ctx, c)
 		}
-		return
+		return res, nil
 	}
-	for _, c := range calls {
-		c.out, out = out[:len(c.tasks):len(c.tasks)], out[len(c.tasks):]
-		close(c.done)
+	for i, c := range calls {
+		res[i].out, out = out[:len(c):len(c)], out[len(c):]
 	}
+	return res, nil
 }
 
 // maxTaskInsertBytes bounds the payload bytes of one INSERT, well under the smallest
@@ -262,6 +245,10 @@ func InsertTasks(ctx context.Context, tx mysql.Conn, tasks []exactlyonce.NewTask
 		out[i] = exactlyonce.CreatedTask{ID: r.id, Head: r.state == exactlyonce.Pending}
 	}
 	if err := insertTasks(ctx, tx, rows); err != nil {
+		return nil, err
+	}
+	// The references' directories, in the same transaction (directory.go).
+	if err := appendDirectory(ctx, tx, taskEntries(rows)); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -1,9 +1,22 @@
 package taskstore
 
-import "reflect"
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
 
-// Queries exposes the store's statements to its external tests, which EXPLAIN them.
-var Queries = queries
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// Queries and RetryQueries expose the store's statements to its external tests, which EXPLAIN them.
+var (
+	Queries      = queries
+	RetryQueries = retryQueries
+)
 
 // QueryText is the statement name of the store's files; it panics for a name they do not have.
 func QueryText(name string) string {
@@ -20,6 +33,70 @@ func QueryNames() []string {
 	out := make([]string, t.NumField())
 	for i := range out {
 		out[i] = t.Field(i).Name
+	}
+	return out
+}
+
+// WatchCreateGroups makes s record how many calls each shared transaction of its creates takes, and
+// hold the first one until hold is closed (entered is closed when it starts); it returns the
+// groups' sizes so far, and how many calls wait. Call it before the first CreateTasks.
+func WatchCreateGroups(s *Store, entered, hold chan struct{}) (groups func() []int, waiting func() int) {
+	var mu sync.Mutex
+	var sizes []int
+	run := s.creates.Run
+	s.creates.Run = func(ctx context.Context, calls [][]exactlyonce.NewTask) ([]createdTasks, error) {
+		mu.Lock()
+		first := len(sizes) == 0
+		sizes = append(sizes, len(calls))
+		mu.Unlock()
+		if first {
+			close(entered)
+			<-hold
+		}
+		return run(ctx, calls)
+	}
+	return func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sizes)
+	}, s.creates.Waiting
+}
+
+// ReferenceTasksScan is ReferenceTasks by the scans it makes until the directory is complete.
+func (s *Store) ReferenceTasksScan(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error) {
+	return s.referenceTasksScan(ctx, ref, after, limit)
+}
+
+// DirectoryEntries are reference ref's entries in its directory: id and position, in position
+// order, and how many entries the cell holds for it (a task moved by a retry to the end has two).
+func DirectoryEntries(ctx context.Context, db *sql.DB, ref string) ([][2]int64, int, error) {
+	c := cellOf(ref)
+	b, err := readCell(ctx, db, c)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out [][2]int64
+	for _, e := range cellEntries(b, c.tag) {
+		out = append(out, [2]int64{e.id, e.position})
+	}
+	raw := 0
+	for off := 0; off+entrySize <= len(b); off += entrySize {
+		if bytes.Equal(b[off:off+8], c.tag[:]) {
+			raw++
+		}
+	}
+	return out, raw, nil
+}
+
+// SameSlot returns n references that share ref's directory slot (and so its task bucket).
+func SameSlot(ref string, n int) []string {
+	want := cellOf(ref).slot
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		r := fmt.Sprintf("%s-%d", ref, i)
+		if cellOf(r).slot == want {
+			out = append(out, r)
+		}
 	}
 	return out
 }

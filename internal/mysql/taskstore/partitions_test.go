@@ -27,7 +27,7 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 	}{
 		{taskstore.Queries.LockFailedTask, []string{"failed", "fresh"}},
 		{taskstore.Queries.RetryTask, []string{"failed", "fresh"}},
-		{taskstore.Queries.FailedOfReference, []string{"failed", "fresh"}},
+		{taskstore.RetryQueries.RetryStateOfReference, []string{"failed", "fresh", "open"}},
 		{taskstore.Queries.LockFailedTasks, []string{"failed", "fresh"}},
 	} {
 		got, err := mysqltest.PartitionsOf(context.Background(), db.Pool(), literal(c.q))

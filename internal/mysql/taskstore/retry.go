@@ -47,7 +47,59 @@ func (s *Store) Attempts(ctx context.Context, id int64) ([]exactlyonce.Attempt, 
 
 // ReferenceTasks returns up to limit tasks of a reference in delivery order, after the task with
 // id after (0: from the first). An after that names no task of the reference is an EINVALID error.
+//
+// It reads the reference's directory (directory.go) and then its tasks by id, through the event
+// store's Get (`events`, else the task's page): a cost set by the reference's tasks, not by the
+// history. Until the backfill of a database migrated with tasks in it is done, it scans as it did
+// before (referenceTasksScan).
 func (s *Store) ReferenceTasks(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error) {
+	done, err := s.directoryComplete(ctx, s.db)
+	if err != nil {
+		return nil, mysql.Interpret("list reference tasks", err)
+	}
+	if !done {
+		return s.referenceTasksScan(ctx, ref, after, limit)
+	}
+	entries, err := referenceEntries(ctx, s.db, ref)
+	if err != nil {
+		return nil, mysql.Interpret("list reference tasks", err)
+	}
+	var from int64
+	if after > 0 {
+		i := slices.IndexFunc(entries, func(e entry) bool { return e.id == after })
+		if i < 0 {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "after: event %d is not a task of this reference", after)
+		}
+		from = entries[i].position
+	}
+	out := []exactlyonce.Event{}
+	for _, en := range entries {
+		if len(out) == limit {
+			break
+		}
+		if en.position <= from {
+			continue
+		}
+		ev, err := s.events.Get(ctx, en.id)
+		if exactlyonce.ErrorCode(err) == exactlyonce.ENOTFOUND {
+			return nil, mysql.Interpret("list reference tasks", fmt.Errorf("the directory of reference %q names task %d, which is not stored", ref, en.id))
+		}
+		if err != nil {
+			return nil, err
+		}
+		if ev.Task == nil || ev.Task.ReferenceID != ref {
+			continue // a reference whose tag is the same (directory.go, cellOf)
+		}
+		out = append(out, exactlyonce.Event{ID: ev.ID, Kind: exactlyonce.KindTask, State: ev.State, Attempts: ev.Attempts,
+			CreatedAt: ev.CreatedAt, ProcessedAt: ev.ProcessedAt,
+			Task: &exactlyonce.Task{ReferenceID: ref, Position: ev.Task.Position}})
+	}
+	return out, nil
+}
+
+// referenceTasksScan is ReferenceTasks by scans of `events` and of the packed history, for a
+// database whose directory is not complete yet (the backfill, backfill.go).
+func (s *Store) referenceTasksScan(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error) {
 	var from int64
 	if after > 0 {
 		var pos sql.NullInt64
@@ -152,7 +204,7 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 		newState := exactlyonce.Pending
 		placement = exactlyonce.RetryAlone
 		if refText != "" {
-			placement, newState, pos, err = placeRetry(ctx, tx, refText, hash, pos)
+			placement, newState, pos, err = s.placeRetry(ctx, tx, refText, hash, pos)
 			if err != nil {
 				return err
 			}
@@ -165,6 +217,12 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 			return err
 		} else if n != 1 {
 			return fmt.Errorf("retried %d rows for task %d", n, id)
+		}
+		if placement == exactlyonce.RetryAtEnd {
+			// Its new position, in its reference's directory (the last entry of a task wins).
+			if err := appendDirectory(ctx, tx, []refEntry{{ref: refText, entry: entry{id: id, position: pos}}}); err != nil {
+				return err
+			}
 		}
 		if state >= exactlyonce.Processed+eventstore.CountedShift {
 			if _, err := tx.ExecContext(ctx, queries.UncountRetried, 1); err != nil {
@@ -195,7 +253,7 @@ func nullPosition(ref string, pos int64) sql.NullInt64 {
 // locked: in place, ahead of the reference's pending head, if no later task has started; else at
 // the end, with a new position from the bucket. The reference's head is locked first, so that no
 // claim starts it and no settlement promotes past it while the retry decides.
-func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos int64) (exactlyonce.RetryPlacement, exactlyonce.State, int64, error) {
+func (s *Store) placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos int64) (exactlyonce.RetryPlacement, exactlyonce.State, int64, error) {
 	refs := map[string]uint32{ref: hash}
 	heads, err := openHeads(ctx, tx, refs)
 	if err != nil {
@@ -205,14 +263,9 @@ func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos in
 	if err != nil {
 		return "", 0, 0, err
 	}
-	var started int64
-	if err := tx.QueryRowContext(ctx, queries.LaterTaskStarted, hash, ref, pos).Scan(&started); err != nil {
+	started, err := s.laterStarted(ctx, tx, ref, hash, pos, nil)
+	if err != nil {
 		return "", 0, 0, err
-	}
-	if started == 0 { // nothing in `events`: a later task may have been delivered and packed
-		if started, err = packedLaterTasks(ctx, tx, ref, pos); err != nil {
-			return "", 0, 0, err
-		}
 	}
 	type head struct{ id, pos int64 }
 	var pending []head
@@ -232,7 +285,7 @@ func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos in
 	if err := rows.Err(); err != nil {
 		return "", 0, 0, err
 	}
-	if started == 0 && !slices.ContainsFunc(pending, func(h head) bool { return h.pos < pos }) {
+	if !started && !slices.ContainsFunc(pending, func(h head) bool { return h.pos < pos }) {
 		for _, h := range pending {
 			if _, err := tx.ExecContext(ctx, queries.RequeueTask, h.id); err != nil {
 				return "", 0, 0, err
@@ -252,4 +305,29 @@ func placeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos in
 		state = exactlyonce.Queued
 	}
 	return exactlyonce.RetryAtEnd, state, before[b] + 1, nil
+}
+
+// laterStarted tells whether a task of reference ref after position pos has started, but those of
+// except (failed tasks retried with it, which are after it): by the reference's directory
+// (laterTaskStarted), or, until the backfill is done, by LaterTaskStarted's scan of `events` and
+// then the packed history's (a packed task was delivered, so started).
+func (s *Store) laterStarted(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos int64, except map[int64]bool) (bool, error) {
+	done, err := s.directoryComplete(ctx, tx)
+	if err != nil {
+		return false, err
+	}
+	if done {
+		return laterTaskStarted(ctx, tx, ref, pos, except)
+	}
+	var started int64
+	if err := tx.QueryRowContext(ctx, queries.LaterTaskStarted, hash, ref, pos).Scan(&started); err != nil {
+		return false, err
+	}
+	started -= int64(len(except)) // failed, after pos: counted by the scan
+	if started == 0 {             // nothing in `events`: a later task may have been delivered and packed
+		if started, err = packedLaterTasks(ctx, tx, ref, pos); err != nil {
+			return false, err
+		}
+	}
+	return started > 0, nil
 }

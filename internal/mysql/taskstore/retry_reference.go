@@ -6,7 +6,10 @@ package taskstore
 import (
 	"context"
 	"database/sql"
+	"embed"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -26,22 +29,13 @@ import (
 // this decides), then the failed tasks.
 func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.RetriedReference, error) {
 	hash := ReferenceHash(ref)
-	refs := map[string]uint32{ref: hash}
 	var out exactlyonce.RetriedReference
 	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
 		out = exactlyonce.RetriedReference{}
 		if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
 			return err
 		}
-		heads, err := openHeads(ctx, tx, refs)
-		if err != nil {
-			return err
-		}
-		open, err := lockHeads(ctx, tx, refs, heads)
-		if err != nil {
-			return err
-		}
-		ids, err := mysql.ScanIDs(tx.QueryContext(ctx, queries.FailedOfReference, hash, ref))
+		heads, ids, err := lockedRetryState(ctx, tx, ref, hash)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
@@ -49,23 +43,27 @@ func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.Ret
 		if err != nil {
 			return err
 		}
-		place, err := placeRetries(ctx, tx, ref, hash, failed, heads[ref], open[ref])
+		place, err := s.placeRetries(ctx, tx, ref, hash, failed, heads)
 		if err != nil {
 			return err
 		}
+		if err := retryTasks(ctx, tx, failed, place); err != nil {
+			return err
+		}
 		for i, f := range failed {
-			res, err := tx.ExecContext(ctx, queries.RetryTask, place.states[i], place.positions[i], f.id)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n != 1 {
-				return fmt.Errorf("retried %d rows for task %d", n, f.id)
-			}
 			out.IDs = append(out.IDs, f.id)
 			if place.states[i] == exactlyonce.Pending {
 				out.Head = f.id
+			}
+		}
+		if place.placement == exactlyonce.RetryAtEnd {
+			// Their new positions, in the reference's directory (the last entry of a task wins).
+			entries := make([]refEntry, len(failed))
+			for i, f := range failed {
+				entries[i] = refEntry{ref: ref, entry: entry{id: f.id, position: place.positions[i]}}
+			}
+			if err := appendDirectory(ctx, tx, entries); err != nil {
+				return err
 			}
 		}
 		if folded > 0 {
@@ -130,47 +128,31 @@ type retryPlaces struct {
 }
 
 // placeRetries decides where the failed tasks of reference ref (locked, in position order) go, with
-// the reference's bucket and its open tasks (heads, locked; open tells whether it has one) locked.
+// the reference's bucket and its open tasks (heads, locked, as read once locked) held.
 // In place: every task after the first failed one is either failed too or has not started
-// (LaterTaskStarted, less the failed ones, which it counts), and every open task of the reference
-// is a pending one after it, which goes back to the queue (RequeueTask); the failed tasks keep their
-// positions, the first pending, the others queued. Else to the end: positions taken from the
-// bucket's sequence as a create takes them, the first pending if the reference has no open task,
-// every other queued.
-func placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []int64, open bool) (retryPlaces, error) {
+// (laterStarted), and every open task of the reference is a pending one after it, which goes back
+// to the queue (RequeueTask); the failed tasks keep their positions, the first pending, the others
+// queued. Else to the end: positions taken from the bucket's sequence as a create takes them, the
+// first pending if the reference has no open task, every other queued.
+func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []openTask) (retryPlaces, error) {
 	first := failed[0].position
-	var started int64
-	if err := tx.QueryRowContext(ctx, queries.LaterTaskStarted, hash, ref, first).Scan(&started); err != nil {
-		return retryPlaces{}, err
+	retried := map[int64]bool{} // the failed tasks after the first, retried with it
+	for _, f := range failed[1:] {
+		retried[f.id] = true
 	}
-	started -= int64(len(failed) - 1) // the failed tasks after the first are retried with it
-	if started == 0 {                 // nothing in `events`: a later task may have been delivered and packed
-		packed, err := packedLaterTasks(ctx, tx, ref, first)
-		if err != nil {
-			return retryPlaces{}, err
-		}
-		started = packed
-	}
-	type head struct{ id, pos int64 }
-	var pending []head
-	rows, err := tx.QueryContext(ctx, queries.ReferenceHead, hash, ref)
+	started, err := s.laterStarted(ctx, tx, ref, hash, first, retried)
 	if err != nil {
 		return retryPlaces{}, err
 	}
-	for rows.Next() {
-		var h head
-		if err := rows.Scan(&h.id, &h.pos); err != nil {
-			rows.Close()
-			return retryPlaces{}, err
+	var pending []openTask
+	for _, h := range heads {
+		if h.state == exactlyonce.Pending {
+			pending = append(pending, h)
 		}
-		pending = append(pending, h)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return retryPlaces{}, err
-	}
+	open := len(heads) > 0
 	// A head that is not pending is processing: it has started, wherever it stands.
-	inPlace := started == 0 && len(pending) == len(heads)
+	inPlace := !started && len(pending) == len(heads)
 	for _, h := range pending {
 		inPlace = inPlace && h.pos > first
 	}
@@ -204,4 +186,110 @@ func placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, fail
 		p.states[0] = exactlyonce.Pending
 	}
 	return p, nil
+}
+
+//go:embed retry.sql
+var retryFiles embed.FS
+
+// retryTexts are the statements of retry.sql.
+type retryTexts struct {
+	RetryTasks, RetryStateOfReference string
+}
+
+var retryQueries = mysql.MustLoadQueries[retryTexts](retryFiles)
+
+// maxRetryBatch is the most tasks one RetryTasks statement retries: five arguments each, the
+// statement's text about 6 KB.
+const maxRetryBatch = 200
+
+// retryTasks retries the locked failed tasks as place says, maxRetryBatch a statement (RetryTasks),
+// and checks that each statement changed every task it named.
+func retryTasks(ctx context.Context, tx *sql.Tx, failed []failedTask, place retryPlaces) error {
+	for lo := 0; lo < len(failed); lo += maxRetryBatch {
+		hi := min(len(failed), lo+maxRetryBatch)
+		var states, positions, ids []any
+		for i := lo; i < hi; i++ {
+			states = append(states, failed[i].id, place.states[i])
+			positions = append(positions, failed[i].id, place.positions[i])
+			ids = append(ids, failed[i].id)
+		}
+		whens := strings.TrimSuffix(strings.Repeat("WHEN ? THEN ? ", hi-lo), " ")
+		q := strings.Replace(retryQueries.RetryTasks, "/*states*/", whens, 1)
+		q = strings.Replace(q, "/*positions*/", whens, 1)
+		q = strings.Replace(q, "/*ids*/", mysql.Placeholders(hi-lo), 1)
+		args := append(append(append(states, positions...), ids...), hi-lo)
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != int64(hi-lo) {
+			return fmt.Errorf("retried %d of %d failed tasks", n, hi-lo)
+		}
+	}
+	return nil
+}
+
+// openTask is an open task (a head) of a reference: pending or processing.
+type openTask struct {
+	id    int64
+	state exactlyonce.State
+	pos   int64
+}
+
+// lockedRetryState locks the open tasks (heads) of reference ref, whose bucket tx holds, and
+// returns them as they are once locked, with the ids of the reference's failed tasks read then, in
+// position order (RetryStateOfReference, read again after each LockHeads: a head settled while
+// LockHeads waited for it is not open any more, and the task its settlement promoted heads the
+// reference now, locked in turn; each round follows a settlement, so it ends).
+func lockedRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32) ([]openTask, []int64, error) {
+	locked := map[int64]bool{}
+	for {
+		heads, failed, err := readRetryState(ctx, tx, ref, hash)
+		if err != nil {
+			return nil, nil, err
+		}
+		var ids []int64
+		for _, h := range heads {
+			if !locked[h.id] {
+				ids = append(ids, h.id)
+			}
+		}
+		if len(ids) == 0 {
+			return heads, failed, nil
+		}
+		slices.Sort(ids)
+		q, args := mysql.ExpandIDs(queries.LockHeads, ids)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return nil, nil, err
+		}
+		for _, id := range ids {
+			locked[id] = true
+		}
+	}
+}
+
+// readRetryState reads RetryStateOfReference: the reference's open tasks and its failed tasks' ids.
+func readRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32) ([]openTask, []int64, error) {
+	rows, err := tx.QueryContext(ctx, retryQueries.RetryStateOfReference, hash, ref, hash, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var heads []openTask
+	var failed []int64
+	for rows.Next() {
+		var part int
+		var t openTask
+		if err := rows.Scan(&part, &t.id, &t.state, &t.pos); err != nil {
+			return nil, nil, err
+		}
+		if part == 0 {
+			heads = append(heads, t)
+		} else {
+			failed = append(failed, t.id)
+		}
+	}
+	return heads, failed, rows.Err()
 }

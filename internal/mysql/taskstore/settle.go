@@ -114,7 +114,8 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		for rest := completed; len(rest) > 0; {
 			chunk := rest[:min(len(rest), eventstore.MarkChunk)]
 			rest = rest[len(chunk):]
-			n, err := eventstore.SetValues(ctx, tx, queries.SettleLeasedTasks, chunk, values, []any{c.By, c.ID})
+			n, err := eventstore.SetValues(ctx, tx, queries.SettleLeasedTasks, chunk,
+				func(i int) string { return values[chunk[i]] }, []any{c.By, c.ID})
 			if err != nil {
 				return err
 			}

@@ -140,13 +140,15 @@ SELECT number, started_at, duration_us, status, COALESCE(error, '') FROM task_at
 WHERE event_id = ? ORDER BY started_at, number;
 
 -- name: ReferencePosition
--- The position of one task of a reference (the cursor of GET /references/{id}/events?after=).
+-- The position of one task of a reference (the cursor of GET /references/{id}/events?after=), until
+-- the reference directory is complete (directory.sql; after it, the directory says).
 -- Pruned by id to one subpartition of each state partition. A task not found here may be packed
 -- (tasks_retry.go reads its page then, sql/pages.sql).
 SELECT position FROM events WHERE id = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ? LIMIT 1;
 
 -- name: ReferenceTasks
--- GET /references/{id}/events: a reference's tasks in delivery order, after a position, of those
+-- GET /references/{id}/events until the reference directory is complete (directory.sql: after it,
+-- the listing reads the reference's tasks by id): a reference's tasks in delivery order, after a position, of those
 -- still in `events` (the packed ones come from PagesOfReference, sql/pages.sql, merged by the
 -- store). No partition is pruned: it scans what `events` holds, which the pack keeps to the pending
 -- set, what is not packed yet and the failed events; routing_hash is compared first, so most rows
@@ -168,7 +170,8 @@ WHERE id = ? AND kind = 'task' AND state IN (20, 40) FOR UPDATE;
 SELECT kind, state, reference_id, routing_hash FROM events WHERE id = ? LIMIT 1;
 
 -- name: LaterTaskStarted
--- A manual retry: has a task of the reference after this one started (settled, processing, or
+-- A manual retry, until the reference directory is complete (directory.sql's TasksStarted after
+-- it): has a task of the reference after this one started (settled, processing, or
 -- attempted, ever: a manual retry keeps a task's attempts)? Then the retried task goes to the end of its reference's queue, else back in its
 -- place. Scans every partition of `events` (a manual operation, rare); when it finds none, the
 -- store asks the packed history too (PagesOfReference: a packed task was delivered, so started).
@@ -204,18 +207,8 @@ WHERE id = ? AND state IN (20, 40) LIMIT 1;
 -- transaction.
 UPDATE settled_count SET n = n - ?;
 
--- name: FailedOfReference
--- POST /references/{referenceId}/retry: the ids of a reference's failed tasks, in their order, by a
--- consistent read run with the reference's bucket and heads locked, so that no task of it fails or
--- is retried meanwhile (a fold may still move one from 20 to 40: LockFailedTasks reads the state
--- again). `state IN (20, 40)` prunes it to `fresh` and `failed`: the failed set and what was
--- settled since the last fold, never the processed history.
-SELECT id FROM events
-WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
-ORDER BY position;
-
 -- name: LockFailedTasks
--- The bulk retry locks the failed tasks FailedOfReference found, and reads each one's state as it is
+-- The bulk retry locks the failed tasks RetryStateOfReference found (retry.sql), and reads each one's state as it is
 -- now (20, or 40 if a fold moved it since) and its position. Pruned by the ids to their
 -- subpartitions of `fresh` and `failed`.
 SELECT id, state, position FROM events WHERE state IN (20, 40) AND id IN (/*ids*/) ORDER BY position FOR UPDATE;

@@ -11,7 +11,9 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -40,7 +42,7 @@ func TestConcurrentTaskCreatesKeepOrderAndFailAlone(t *testing.T) {
 			ref := fmt.Sprint("ref-", c)
 			for i := range perRef {
 				if c%4 == 0 && i == perRef/2 {
-					// Refused by the database (url is VARCHAR(2048)), in the middle of the run, by a
+					// Refused by the database (url is VARBINARY(2048), migration 0015), in the middle of the run, by a
 					// quarter of the clients, so that it shares transactions with good creates.
 					bad := task(ref, -1)
 					bad.URL = "https://example.com/" + strings.Repeat("x", 3000)
@@ -70,4 +72,45 @@ func TestConcurrentTaskCreatesKeepOrderAndFailAlone(t *testing.T) {
 			require.Equal(t, i == 0, created[c][i].Head, "reference %s: task %d head?", ref, i)
 		}
 	}
+}
+
+// The calls waiting for a shared transaction are grouped by their payloads' bytes as well as by
+// their tasks: two calls of 20 tasks of 256 KiB (5 MiB each) wait behind a held transaction and
+// take one each (8 MiB at most), though their 40 tasks would fit the 200 of one; two calls of one
+// small task behind them join the second. Every task is stored.
+func TestTaskCreateGroupsAreBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := taskstore.New(testdb.Core(t, mysql.Config{}, 4))
+	entered, hold := make(chan struct{}), make(chan struct{})
+	groups, waiting := taskstore.WatchCreateGroups(store, entered, hold)
+	big := make([]exactlyonce.NewTask, 20)
+	for i := range big {
+		big[i] = exactlyonce.NewTask{URL: "https://example.com/hook", Payload: json.RawMessage(`"` + strings.Repeat("x", exactlyonce.MaxTaskPayloadBytes-2) + `"`)}
+	}
+	small := []exactlyonce.NewTask{{URL: "https://example.com/hook", Payload: json.RawMessage(`1`)}}
+	errs := make(chan error, 5)
+	create := func(tasks []exactlyonce.NewTask) {
+		out, err := store.CreateTasks(ctx, tasks)
+		if err == nil && len(out) != len(tasks) {
+			err = fmt.Errorf("%d created of %d", len(out), len(tasks))
+		}
+		errs <- err
+	}
+	go create(small)
+	<-entered
+	go create(big)
+	testutil.Eventually(t, 10*time.Second, "the first big call waits", func() bool { return waiting() == 1 })
+	go create(big)
+	testutil.Eventually(t, 10*time.Second, "the second big call waits", func() bool { return waiting() == 2 })
+	for i := range 2 {
+		go create(small)
+		testutil.Eventually(t, 10*time.Second, "a small call waits", func() bool { return waiting() == 3+i })
+	}
+	close(hold)
+	for range 5 {
+		require.NoError(t, <-errs)
+	}
+	// Held small, then the first big alone (both bigs are 10 MiB), then the second with the smalls.
+	require.Equal(t, []int{1, 1, 3}, groups())
 }

@@ -1,0 +1,227 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// CreateOption modifies one create.
+type CreateOption func(*request)
+
+// WithIdempotencyKey sends key as the create's Idempotency-Key instead of a generated one: the
+// caller's own name for the logical create (an order's id), so that its retries across processes
+// are one create too.
+func WithIdempotencyKey(key string) CreateOption {
+	return func(r *request) { r.key = key }
+}
+
+func (c *Client) create(ctx context.Context, path string, body []byte, opts []CreateOption) (*response, error) {
+	r := request{method: http.MethodPost, path: path, body: body, key: newIdempotencyKey()}
+	for _, o := range opts {
+		o(&r)
+	}
+	return c.do(ctx, r)
+}
+
+// CreateEvent is POST /events: an event, processed at once.
+func (c *Client) CreateEvent(ctx context.Context, opts ...CreateOption) (Event, error) {
+	var e Event
+	resp, err := c.create(ctx, "/events", nil, opts)
+	if err == nil {
+		err = decode(resp, &e)
+		e.Replayed = resp.header.Get("Idempotent-Replayed") == "true"
+	}
+	return e, err
+}
+
+// CreateAsyncEvent is POST /events/async: a pending event, processed by the processor or a sweeper.
+func (c *Client) CreateAsyncEvent(ctx context.Context, opts ...CreateOption) (Created, error) {
+	return c.createAsync(ctx, nil, opts)
+}
+
+// CreateTask is POST /events/async with a url: a task, its webhook delivered in order per
+// ReferenceID.
+func (c *Client) CreateTask(ctx context.Context, t NewTask, opts ...CreateOption) (Created, error) {
+	body, err := json.Marshal(t)
+	if err != nil {
+		return Created{}, fmt.Errorf("client: the task's payload: %w", err)
+	}
+	return c.createAsync(ctx, body, opts)
+}
+
+func (c *Client) createAsync(ctx context.Context, body []byte, opts []CreateOption) (Created, error) {
+	var out Created
+	resp, err := c.create(ctx, "/events/async", body, opts)
+	if err == nil {
+		err = decode(resp, &out)
+		out.Replayed = resp.header.Get("Idempotent-Replayed") == "true"
+	}
+	return out, err
+}
+
+func (c *Client) get(ctx context.Context, path string, query url.Values, v any) error {
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: path, query: query})
+	if err != nil {
+		return err
+	}
+	return decode(resp, v)
+}
+
+func (c *Client) post(ctx context.Context, path string, v any) error {
+	resp, err := c.do(ctx, request{method: http.MethodPost, path: path})
+	if err != nil {
+		return err
+	}
+	return decode(resp, v)
+}
+
+func idPath(format string, id int64) string { return fmt.Sprintf(format, id) }
+
+// seg is a caller's value as one segment of a path: escaped, so that a '/' or a '%' in it stays in
+// the segment (and the API refuses a referenceId with a '/', rather than routing it elsewhere).
+func seg(v string) string { return url.PathEscape(v) }
+
+// GetEvent is GET /events/{id}: an event or a task.
+func (c *Client) GetEvent(ctx context.Context, id int64) (Item, error) {
+	var it Item
+	err := c.get(ctx, idPath("/events/%d", id), nil, &it)
+	return it, err
+}
+
+// CountEvents is GET /events: the exact count of events.
+func (c *Client) CountEvents(ctx context.Context) (int64, error) {
+	var out struct {
+		Count int64 `json:"count"`
+	}
+	err := c.get(ctx, "/events", nil, &out)
+	return out.Count, err
+}
+
+// ListEvents is GET /events?state=: a page of the events of one state, newest first.
+func (c *Client) ListEvents(ctx context.Context, opt ListOptions) (EventPage, error) {
+	q := url.Values{"state": {opt.State}}
+	if opt.Kind != "" {
+		q.Set("kind", opt.Kind)
+	}
+	if opt.Before != "" {
+		q.Set("before", opt.Before)
+	}
+	if opt.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opt.Limit))
+	}
+	var page EventPage
+	err := c.get(ctx, "/events", q, &page)
+	return page, err
+}
+
+// TaskAttempts is GET /events/{id}/attempts: a task's delivery attempts.
+func (c *Client) TaskAttempts(ctx context.Context, id int64) ([]Attempt, error) {
+	var out struct {
+		Attempts []Attempt `json:"attempts"`
+	}
+	err := c.get(ctx, idPath("/events/%d/attempts", id), nil, &out)
+	return out.Attempts, err
+}
+
+// RetryTask is POST /events/{id}/retry: a failed task, again. A task that has not failed is an
+// ErrConflict (also when an earlier attempt of this call retried it and its answer was lost).
+func (c *Client) RetryTask(ctx context.Context, id int64) (RetriedTask, error) {
+	var out RetriedTask
+	err := c.post(ctx, idPath("/events/%d/retry", id), &out)
+	return out, err
+}
+
+// ReferenceTasks is GET /references/{referenceId}/events: a page of a reference's tasks in
+// delivery order, after the task after (0: from the first), at most limit (0: the API's default).
+func (c *Client) ReferenceTasks(ctx context.Context, referenceID string, after int64, limit int) (ReferencePage, error) {
+	q := url.Values{}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var page ReferencePage
+	err := c.get(ctx, "/references/"+seg(referenceID)+"/events", q, &page)
+	return page, err
+}
+
+// RetryReference is POST /references/{referenceId}/retry: every failed task of a reference, again.
+func (c *Client) RetryReference(ctx context.Context, referenceID string) (RetriedReference, error) {
+	var out RetriedReference
+	err := c.post(ctx, "/references/"+seg(referenceID)+"/retry", &out)
+	return out, err
+}
+
+// Overview is GET /overview: the events by state, and how long the oldest has waited.
+func (c *Client) Overview(ctx context.Context) (Overview, error) {
+	var out Overview
+	err := c.get(ctx, "/overview", nil, &out)
+	return out, err
+}
+
+// History is GET /history: how much of the history each tier holds.
+func (c *Client) History(ctx context.Context) (History, error) {
+	var out History
+	err := c.get(ctx, "/history", nil, &out)
+	return out, err
+}
+
+// Agents is GET /agents: the agents and their hash ranges, by id.
+func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
+	var out struct {
+		Agents []Agent `json:"agents"`
+	}
+	err := c.get(ctx, "/agents", nil, &out)
+	return out.Agents, err
+}
+
+// Workers is GET /workers: the event workers' registry; active nil lists live and done ones,
+// true only the live ones, false only the done ones.
+func (c *Client) Workers(ctx context.Context, active *bool) ([]Worker, error) {
+	q := url.Values{}
+	if active != nil {
+		q.Set("active", strconv.FormatBool(*active))
+	}
+	var out struct {
+		Workers []Worker `json:"workers"`
+	}
+	err := c.get(ctx, "/workers", q, &out)
+	return out.Workers, err
+}
+
+// Worker is GET /workers/{workerId}: one event worker, live or done.
+func (c *Client) Worker(ctx context.Context, workerID string) (Worker, error) {
+	var out Worker
+	err := c.get(ctx, "/workers/"+seg(workerID), nil, &out)
+	return out, err
+}
+
+// UserCounts is GET /counters/{userId}: a user's counts by entity type, kept by the counter service.
+func (c *Client) UserCounts(ctx context.Context, userID string) (map[string]Count, error) {
+	var out struct {
+		Counters map[string]Count `json:"counters"`
+	}
+	err := c.get(ctx, "/counters/"+seg(userID), nil, &out)
+	return out.Counters, err
+}
+
+// Count is GET /counters/{userId}/{entityType}: one count (0 at version 0 if unknown).
+func (c *Client) Count(ctx context.Context, userID, entityType string) (Count, error) {
+	var out Count
+	err := c.get(ctx, "/counters/"+seg(userID)+"/"+seg(entityType), nil, &out)
+	return out, err
+}
+
+// OpenAPIDocument is GET /openapi.yaml: the API's OpenAPI 3.1 document.
+func (c *Client) OpenAPIDocument(ctx context.Context) ([]byte, error) {
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: "/openapi.yaml"})
+	if err != nil {
+		return nil, err
+	}
+	return resp.body, nil
+}

@@ -1,0 +1,272 @@
+package groupcommit_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/groupcommit"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
+)
+
+// gate is a Run that records each batch, and holds the first one until released, so that a test
+// can line callers up behind it. Its result for a request is the request doubled.
+type gate struct {
+	mu      sync.Mutex
+	batches [][]int
+	entered chan struct{} // closed when the first batch runs
+	release chan struct{} // closing it lets the first batch finish
+	fail    error         // every batch after the first fails with it
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}), release: make(chan struct{})} }
+
+func (g *gate) run(ctx context.Context, batch []int) ([]int, error) {
+	g.mu.Lock()
+	first := len(g.batches) == 0
+	g.batches = append(g.batches, slices.Clone(batch))
+	g.mu.Unlock()
+	if first {
+		close(g.entered)
+		<-g.release
+	} else if g.fail != nil {
+		return nil, g.fail
+	}
+	out := make([]int, len(batch))
+	for i, r := range batch {
+		out[i] = 2 * r
+	}
+	return out, nil
+}
+
+func (g *gate) seen() [][]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.batches)
+}
+
+type answer struct {
+	req, res int
+	err      error
+}
+
+// lineUp runs first alone in the gate's first batch, then the others, one by one in order, each
+// queued behind it before the next starts; it returns the answers' channel once all wait.
+func lineUp(t *testing.T, g *groupcommit.Group[int, int], gt *gate, ctx context.Context, first int, others ...int) chan answer {
+	t.Helper()
+	answers := make(chan answer, 1+len(others))
+	do := func(ctx context.Context, r int) {
+		res, err := g.Do(ctx, r)
+		answers <- answer{r, res, err}
+	}
+	go do(context.Background(), first)
+	<-gt.entered
+	for i, r := range others {
+		go do(ctx, r)
+		testutil.Eventually(t, 10*time.Second, "the request waits", func() bool { return g.Waiting() == i+1 })
+	}
+	return answers
+}
+
+// A batch takes waiting requests in order while it stays within MaxRows and within MaxBytes: the
+// bound reached first ends it, and a request larger than both still runs, alone.
+func TestABatchIsBoundedByRowsAndByBytes(t *testing.T) {
+	t.Parallel()
+	gt := newGate()
+	// A request r is r rows and 10*r bytes... except 100, which is 1 row and 1,000 bytes.
+	g := &groupcommit.Group[int, int]{Run: gt.run, MaxRows: 5, MaxBytes: 60, Size: func(r int) (int, int) {
+		if r == 100 {
+			return 1, 1000
+		}
+		return r, 10 * r
+	}}
+	// Behind 0 (the held batch): {1, 2} (3 rows; with 3, 6 rows), {3, 1} (4 rows; with 2, 6 rows),
+	// {2, 1, 1} (40 bytes; with 100, 5 rows, which fit, and 1,040 bytes, which do not), {100}
+	// alone (over MaxBytes by itself), {4, 1} (5 rows, 50 bytes), {6} alone (over MaxRows).
+	reqs := []int{1, 2, 3, 1, 2, 1, 1, 100, 4, 1, 6}
+	answers := lineUp(t, g, gt, context.Background(), 0, reqs...)
+	close(gt.release)
+	for range 1 + len(reqs) {
+		a := <-answers
+		if a.err != nil || a.res != 2*a.req {
+			t.Errorf("request %d: got %d, %v", a.req, a.res, a.err)
+		}
+	}
+	want := [][]int{{0}, {1, 2}, {3, 1}, {2, 1, 1}, {100}, {4, 1}, {6}}
+	if got := gt.seen(); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("batches %v, want %v", got, want)
+	}
+}
+
+// A caller whose context ends while its request waits returns at once with the context's error;
+// its batch still runs, and the other callers in it get their results.
+func TestACallerWhoseContextEndsWhileQueuedReturnsAndTheBatchRuns(t *testing.T) {
+	t.Parallel()
+	gt := newGate()
+	g := &groupcommit.Group[int, int]{Run: gt.run}
+	ctx, cancel := context.WithCancel(context.Background())
+	answers := lineUp(t, g, gt, ctx, 1, 2)
+	// 3 waits behind 2, on a context that does not end.
+	late := make(chan answer, 1)
+	go func() { res, err := g.Do(context.Background(), 3); late <- answer{3, res, err} }()
+	testutil.Eventually(t, 10*time.Second, "3 waits", func() bool { return g.Waiting() == 2 })
+
+	cancel()
+	select {
+	case a := <-answers:
+		if a.req != 2 || !errors.Is(a.err, context.Canceled) {
+			t.Fatalf("got %+v, want request 2 with context.Canceled", a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller whose context ended still waits for its batch")
+	}
+	close(gt.release)
+	if a := <-answers; a.req != 1 || a.err != nil || a.res != 2 {
+		t.Fatalf("got %+v for request 1", a)
+	}
+	if a := <-late; a.err != nil || a.res != 6 {
+		t.Fatalf("got %+v for request 3, which shares the batch of the one that gave up", a)
+	}
+	if got := gt.seen(); !slices.EqualFunc(got, [][]int{{1}, {2, 3}}, slices.Equal) {
+		t.Fatalf("batches %v: the request of the caller that gave up still runs, in its batch", got)
+	}
+}
+
+// A batch that fails fails every request in it with its error, and no other batch.
+func TestAnErrorReachesEveryMemberOfItsBatch(t *testing.T) {
+	t.Parallel()
+	gt := newGate()
+	gt.fail = errors.New("down")
+	g := &groupcommit.Group[int, int]{Run: gt.run, MaxRows: 3}
+	answers := lineUp(t, g, gt, context.Background(), 1, 2, 3, 4, 5)
+	close(gt.release)
+	got := map[int]error{}
+	for range 5 {
+		a := <-answers
+		got[a.req] = a.err
+	}
+	if got[1] != nil {
+		t.Errorf("request 1, of the batch that did not fail: %v", got[1])
+	}
+	for _, r := range []int{2, 3, 4, 5} {
+		if !errors.Is(got[r], gt.fail) {
+			t.Errorf("request %d of a failed batch: got %v, want its error", r, got[r])
+		}
+	}
+	if got := gt.seen(); !slices.EqualFunc(got, [][]int{{1}, {2, 3, 4}, {5}}, slices.Equal) {
+		t.Fatalf("batches %v", got)
+	}
+}
+
+// Many callers at once, with several flushers: every caller gets its own result exactly once, no
+// batch passes the bounds, no more than Flushers batches run at once, every request runs once, and
+// none is left waiting with no flusher (a caller that queues just as the last flusher finds nothing
+// and ends must start one).
+func TestConcurrentCallersEachGetTheirOwnResult(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	running, most := 0, 0
+	ran := map[int]int{}
+	g := &groupcommit.Group[int, int]{MaxRows: 7, Flushers: 3, Run: func(ctx context.Context, batch []int) ([]int, error) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		for _, r := range batch {
+			ran[r]++
+		}
+		mu.Unlock()
+		if len(batch) > 7 {
+			t.Errorf("a batch of %d", len(batch))
+		}
+		time.Sleep(time.Millisecond) // let callers pile up behind the batch
+		out := make([]int, len(batch))
+		for i, r := range batch {
+			out[i] = r * r
+		}
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return out, nil
+	}}
+	const callers = 400
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for r := range callers {
+		wg.Go(func() {
+			<-start
+			res, err := g.Do(context.Background(), r)
+			if err != nil || res != r*r {
+				t.Errorf("request %d: got %d, %v", r, res, err)
+			}
+		})
+	}
+	close(start)
+	waitAll(t, g, &wg)
+	for r := range callers {
+		if ran[r] != 1 {
+			t.Errorf("request %d ran %d times", r, ran[r])
+		}
+	}
+	if most > 3 {
+		t.Errorf("%d batches ran at once; Flushers is 3", most)
+	}
+	if g.Waiting() != 0 {
+		t.Errorf("%d requests left waiting", g.Waiting())
+	}
+}
+
+// Inline, each request runs alone, in its caller's goroutine, on its caller's context bounded by
+// Timeout.
+func TestInlineRunsEachRequestAloneOnItsCallersContext(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	g := &groupcommit.Group[int, int]{Inline: true, Timeout: time.Minute,
+		Run: func(ctx context.Context, batch []int) ([]int, error) {
+			d, ok := ctx.Deadline()
+			if len(batch) != 1 || ctx.Value(key{}) != "caller" || !ok || time.Until(d) > time.Minute {
+				t.Errorf("batch %v, value %v, deadline %v %v", batch, ctx.Value(key{}), d, ok)
+			}
+			return []int{batch[0] + 1}, nil
+		}}
+	res, err := g.Do(context.WithValue(context.Background(), key{}, "caller"), 41)
+	if err != nil || res != 42 {
+		t.Fatalf("got %d, %v", res, err)
+	}
+}
+
+// Callers that arrive one after another, each as the previous batch ends, meet the flusher just as
+// it finds nothing waiting and ends: each must be served, by that flusher or by one it starts.
+func TestCallersArrivingAsAFlusherEndsAreServed(t *testing.T) {
+	t.Parallel()
+	g := &groupcommit.Group[int, int]{Run: func(ctx context.Context, batch []int) ([]int, error) {
+		return slices.Clone(batch), nil
+	}}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 2000 {
+				if res, err := g.Do(context.Background(), w*10000+i); err != nil || res != w*10000+i {
+					t.Errorf("got %d, %v", res, err)
+					return
+				}
+			}
+		})
+	}
+	waitAll(t, g, &wg)
+}
+
+// waitAll waits for the callers of wg, and fails if they still wait after a minute: a request left
+// with no flusher would wait for ever.
+func waitAll(t *testing.T, g *groupcommit.Group[int, int], wg *sync.WaitGroup) {
+	t.Helper()
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(time.Minute):
+		t.Fatalf("callers still wait a minute on (%d of them queued): a request was left with no flusher", g.Waiting())
+	}
+}
