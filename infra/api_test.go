@@ -19,7 +19,7 @@ func TestAPI(t *testing.T) {
 		tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::RestApi"), jsii.Number(1))
 		tpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Api"), jsii.Number(0))
 	})
-	check(t, "fifteen methods", func() { tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(15)) })
+	check(t, "sixteen methods", func() { tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(16)) })
 	check(t, "every method requires IAM (SigV4) and proxies to the api function", func() {
 		tpl.AllResourcesProperties(jsii.String("AWS::ApiGateway::Method"), obj(map[string]any{
 			"AuthorizationType": "AWS_IAM",
@@ -33,7 +33,7 @@ func TestAPI(t *testing.T) {
 	})
 
 	// The routes of the contract: each path found through the Resource tree from this API's root,
-	// each method on its resource. With fifteen methods in all (above), they are the only ones.
+	// each method on its resource. With sixteen methods in all (above), they are the only ones.
 	resource := func(parent any, pathPart string) string {
 		t.Helper()
 		var id string
@@ -112,11 +112,11 @@ func TestAPI(t *testing.T) {
 	})
 
 	// The api function may be invoked by this API only, per method.
-	check(t, "15 API Gateway invoke permissions, one per method, no test-invoke", func() {
+	check(t, "16 API Gateway invoke permissions, one per method, no test-invoke", func() {
 		tpl.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::Permission"), obj(map[string]any{
 			"Principal":    "apigateway.amazonaws.com",
 			"FunctionName": getAtt(apiFnID, "Arn"),
-		}), jsii.Number(15))
+		}), jsii.Number(16))
 	})
 }
 

@@ -201,7 +201,7 @@ func TestLocalStackVariant(t *testing.T) {
 	check(t, "queues, schedule, API, trigger and alarms are still there", func() {
 		tpl.ResourceCountIs(jsii.String("AWS::SQS::Queue"), jsii.Number(2+2)) // and the counter's: counters.go
 		tpl.ResourceCountIs(jsii.String("AWS::Events::Rule"), jsii.Number(defaultSweeperShards))
-		tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(15))
+		tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(16))
 		tpl.ResourceCountIs(jsii.String("Custom::Trigger"), jsii.Number(1))
 		tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6+3+6)) // no database, no database alarms
 	})

@@ -26,7 +26,8 @@ func main() {
 	if cfg.QueueURL != "" {
 		q = &queue.SQSSender{Client: wire.Must(wire.SQS(log)), QueueURL: cfg.QueueURL}
 	}
-	lambda.Start(handler(newServer(cfg, wire.Must(wire.OpenStores(context.Background(), cfg)), q, log), os.Stdout, log))
+	server := newServer(cfg, wire.Must(wire.OpenStores(context.Background(), cfg)), q, log)
+	lambda.Start(handler(server, server, os.Stdout, log))
 }
 
 // newServer is the API as the Lambda serves it (wire.API), and each idempotency key scoped to the
@@ -41,11 +42,12 @@ func newServer(cfg config.Config, stores *wire.Stores, q queue.Sender, log *slog
 }
 
 // handler is the Lambda's handler: server behind API Gateway's proxy adapter, its metrics recorded
-// for one EMF line per invocation on out (wire.Invocation).
-func handler(server *api.Server, out io.Writer, log *slog.Logger) func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+// for one EMF line per invocation on out (wire.Invocation). h is what the adapter calls: server
+// itself, or (in tests) server behind a check of its traffic.
+func handler(server *api.Server, h http.Handler, out io.Writer, log *slog.Logger) func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 	// Also the server's own: its keyed groups run on no request's context.
 	server.Metrics = metrics.NewRecorder(metrics.PartAPI, true, nil)
-	return wire.Invocation(server.Metrics, out, log, httpadapter.New(server).ProxyWithContext)
+	return wire.Invocation(server.Metrics, out, log, httpadapter.New(h).ProxyWithContext)
 }
 
 // callerScope is the caller's identity as API Gateway authenticated it (the REST API's IAM

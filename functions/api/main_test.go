@@ -11,6 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -24,7 +25,7 @@ func TestKeysAreScopedToTheCallersIAMIdentity(t *testing.T) {
 	ctx := context.Background()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	server := newServer(config.Config{}, store, nil, nil)
-	adapter := httpadapter.New(server)
+	adapter := httpadapter.New(openapitest.Handler(t, server))
 	invoke := func(identity events.APIGatewayRequestIdentity, path string) (int64, events.APIGatewayProxyResponse) {
 		t.Helper()
 		resp, err := adapter.ProxyWithContext(ctx, events.APIGatewayProxyRequest{

@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -28,7 +29,7 @@ func TestOneMetricLinePerInvocation(t *testing.T) {
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	var out bytes.Buffer
 	server := newServer(config.Config{}, store, nil, wire.NewLogger(io.Discard, 0))
-	h := handler(server, &out, server.Logger)
+	h := handler(server, openapitest.Handler(t, server), &out, server.Logger)
 	invoke := func(requestID, path, key string) []map[string]any {
 		t.Helper()
 		out.Reset()
@@ -97,7 +98,7 @@ func TestQueueSendsAreCounted(t *testing.T) {
 		var out bytes.Buffer
 		server := &api.Server{Stores: store.API(), AsyncGroup: api.AsyncGroup{Inline: true}, Logger: wire.NewLogger(io.Discard, 0),
 			Queue: &queue.SQSSender{Client: client, QueueURL: tc.url}}
-		h := handler(server, &out, server.Logger)
+		h := handler(server, openapitest.Handler(t, server), &out, server.Logger)
 		resp, err := h(context.Background(), events.APIGatewayProxyRequest{HTTPMethod: http.MethodPost, Path: "/events/async",
 			Resource: "/events/async", RequestContext: events.APIGatewayProxyRequestContext{Stage: "v1", HTTPMethod: http.MethodPost}})
 		require.NoError(t, err)

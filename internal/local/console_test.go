@@ -12,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -146,7 +147,7 @@ func startWithConsole(t *testing.T) (*local.System, *wire.Stores, queue.Queues) 
 	queues := localsqs.Queues(t, client, 30, 5)
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: queues}, log)
+	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, Queues: queues}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		cancel()

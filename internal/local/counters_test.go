@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
@@ -39,7 +40,7 @@ func TestLocalRunCountsAndNotifies(t *testing.T) {
 	require.NoError(t, err)
 	events, err := queue.Ensure(ctx, client, queue.QueueSpec{Name: "events", VisibilityTimeout: 30, MaxReceiveCount: 5})
 	require.NoError(t, err)
-	sys, err := Start(ctx, store, client, Options{HTTPAddr: "127.0.0.1:0", Queues: events, Counters: c}, log)
+	sys, err := Start(ctx, store, client, Options{HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, Queues: events, Counters: c}, log)
 	require.NoError(t, err)
 
 	_, err = client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(c.Queues.URL),

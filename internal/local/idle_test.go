@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
@@ -32,7 +33,7 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	queues := localsqs.Queues(t, client, 30, 5)
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", Queues: queues,
+	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, MetricsAddr: "127.0.0.1:0", Queues: queues,
 		IdleTimeout: idle}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() {

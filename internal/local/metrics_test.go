@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -30,7 +31,7 @@ func TestMetricsEndpointAfterKnownWork(t *testing.T) {
 	queues := localsqs.Queues(t, client, 30, 5)
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
+	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, MetricsAddr: "127.0.0.1:0",
 		Queues: queues, AsyncLinger: new(time.Duration(0)), SweepInterval: 100 * time.Millisecond,
 		Sweep: sweeping.Config{Grace: new(time.Hour), Logger: log}}, log)
 	require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/local"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -84,7 +85,7 @@ func TestAnIdleRunIsQuiet(t *testing.T) {
 	tasks := &processing.Tasks{Deliverer: webhook.New(webhook.Config{Key: []byte("local-quiet-test-signing-key-0123456789"),
 		AllowLoopback: true, Timeout: 5 * time.Second})}
 	const pulse, expiration = 200 * time.Millisecond, time.Second
-	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", Queues: events, Counters: counters,
+	sys, err := local.Start(ctx, store, client, local.Options{HTTPAddr: "127.0.0.1:0", WrapAPI: func(h http.Handler) http.Handler { return openapitest.Handler(t, h) }, Queues: events, Counters: counters,
 		Webhook: webhook.Policy{AllowLoopback: true}, // the receiver is on loopback
 		Engine:  processing.Engine{Tasks: tasks}, Agent: agents.Config{Member: agents.MemberConfig{Name: "quiet",
 			PulseInterval: pulse, Expiration: expiration}}}, log)

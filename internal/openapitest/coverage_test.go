@@ -15,6 +15,7 @@ import (
 var notServed = map[string]string{
 	"internal/api/router_test.go TestTheDocTableListsTheRoutes":                   "reads the routes registered, serves nothing",
 	"internal/api/router_test.go TestTheOpenAPIDocumentListsTheRoutes":            "reads the routes registered, serves nothing",
+	"internal/local/local.go Start":                                               "the product's runner, not a test: its tests pass Options.WrapAPI (checked below)",
 	"internal/e2e/main_test.go runChild":                                          "a child process's API: the tests reach it through openapitest.Transport",
 	"internal/api/group_test.go TestAsyncGroupThatCannotBeStoredFailsEachRequest": "drives the async groups in-process: no HTTP exchange",
 	"internal/api/group_test.go TestKeyedGroupsAreBoundedByBytes":                 "drives the keyed groups in-process: no HTTP exchange",
@@ -23,13 +24,13 @@ var notServed = map[string]string{
 	"internal/api/outbox_test.go TestOutboxLeavesWhatItCannotHoldToTheSweeper":    "drives the outbox in-process: no HTTP exchange",
 }
 
-// Every test of the API, the end-to-end tests, the console's and the client's that builds the
+// Every test of the API, the end-to-end tests, the local runner's, the console's and the client's that builds the
 // API's handler (an api.Server, or the local runner) checks its traffic: the function that builds
 // it, or a helper of its package it calls, uses openapitest (local.Start's options set WrapAPI).
 // So a new test cannot talk to the API unchecked by forgetting to.
 func TestEveryTestOfTheAPIChecksItsTraffic(t *testing.T) {
 	root := "../.."
-	for _, dir := range []string{"internal/api", "internal/e2e", "internal/console", "client"} {
+	for _, dir := range []string{"internal/api", "internal/e2e", "internal/console", "internal/local", "client"} {
 		pkgs := map[string][]*ast.File{} // by directory
 		names := map[*ast.File]string{}
 		fset := token.NewFileSet()
