@@ -5,7 +5,7 @@ PKGS := . ./client/... ./cmd/... ./functions/... ./internal/...
 FUNCTIONS := api processor sweeper migrate counter
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: help run test test-go test-db no-build-output db sqslocal rie browser local agent redrive ui vet clean
+.PHONY: help run test test-go test-db no-build-output db sqslocal s3local rie browser local agent redrive ui vet clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -13,10 +13,10 @@ help: ## list the targets
 		'{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1) } \
 		 END { f = "  %-" w "s  %s\n"; for (i = 1; i <= NR; i++) printf f, name[i], text[i] }'
 
-run: db sqslocal local ## run the whole system locally (MariaDB, local SQS, API on :8080, processor, sweeper)
+run: db sqslocal s3local local ## run the whole system locally (MariaDB, local SQS, API on :8080, processor, sweeper)
 	scripts/run.sh
 
-test: no-build-output test-db sqslocal rie browser ## every test: unit, integration (MariaDB + SQS protocol), the console in Chromium, failure scenarios, infrastructure, bench smoke
+test: no-build-output test-db sqslocal s3local rie browser ## every test: unit, integration (MariaDB + SQS protocol), the console in Chromium, failure scenarios, infrastructure, bench smoke
 	$(MAKE) test-go
 	$(if $(strip $(TEST_TAIL)),$(MAKE) -j3 --output-sync=target $(TEST_TAIL) BENCH_OUT=build/bench-smoke.json BENCH_DB_DSN='$(TEST_DB_DSN)')
 
@@ -37,7 +37,7 @@ test-db: ## start the tests' own MariaDB (in memory when there is room); `go tes
 # expirations, visibility timeouts, the database), so the default (one per core) left the cores half
 # idle: 5m25s for the Go tests with it, 4m33s with -p 4, on the same loaded machine.
 test-go: test-db ## the Go tests of the application
-	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal RIE_BIN=$(CURDIR)/bin/aws-lambda-rie $(GO) test -p 4 -count=1 -race -timeout 20m $(PKGS)
+	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal S3LOCAL_BIN=$(CURDIR)/bin/s3local RIE_BIN=$(CURDIR)/bin/aws-lambda-rie $(GO) test -p 4 -count=1 -race -timeout 20m $(PKGS)
 
 no-build-output: ## fail if git tracks an executable or object file, or .gitignore misses where a build writes
 	scripts/no-build-output.sh
@@ -51,6 +51,9 @@ browser: ## install Debian's Chromium and the pinned axe-core (npm ci) for the c
 
 sqslocal: ## build the local SQS endpoint (goaws as a library, its own module)
 	cd tools/sqslocal && $(GO) build -o ../../bin/sqslocal .
+
+s3local: ## build the local S3 endpoint (gofakes3 as a library, its own module)
+	cd tools/s3local && $(GO) build -o ../../bin/s3local .
 
 rie: ## build the AWS Lambda Runtime Interface Emulator (pinned in tools/rie/go.mod) into bin/aws-lambda-rie
 	cd tools/rie && $(GO) build -o ../../bin/aws-lambda-rie github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie

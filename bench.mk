@@ -5,14 +5,15 @@
 #   make bench-smoke           the same as BENCH=smoke
 #
 # BENCH_OUT names the JSON file (default bench-results.json, git-ignored); BENCH_GROUPS=alloc,claim
-# runs only some groups. Needs MariaDB (`make db`) and goaws (`make sqslocal`), which it builds.
+# runs only some groups. Needs MariaDB (`make db`), goaws (`make sqslocal`) and gofakes3 (`make s3local`),
+# which it builds.
 BENCH ?= full
 BENCH_OUT ?= bench-results.json
 
 .PHONY: bench bench-smoke
 
-bench: db sqslocal ## measure every hot path side by side (BENCH=smoke|full, BENCH_OUT=file.json)
-	BENCH=$(BENCH) BENCH_OUT=$(BENCH_OUT) SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal $(GO) run ./cmd/bench
+bench: db sqslocal s3local ## measure every hot path side by side (BENCH=smoke|full, BENCH_OUT=file.json)
+	BENCH=$(BENCH) BENCH_OUT=$(BENCH_OUT) SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal S3LOCAL_BIN=$(CURDIR)/bin/s3local $(GO) run ./cmd/bench
 
-bench-smoke: db sqslocal ## the seconds-long benchmark CI runs so the harness never rots
-	BENCH=smoke BENCH_OUT=$(BENCH_OUT) SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal $(GO) run ./cmd/bench
+bench-smoke: db sqslocal s3local ## the seconds-long benchmark CI runs so the harness never rots
+	BENCH=smoke BENCH_OUT=$(BENCH_OUT) SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal S3LOCAL_BIN=$(CURDIR)/bin/s3local $(GO) run ./cmd/bench

@@ -28,7 +28,8 @@ type HistoryTiers struct {
 	// rows, an estimate: InnoDB's row count of its partitions (information_schema), which insert
 	// and delete keep up to date, read without touching the rows.
 	PagedEvents, PageRows int64
-	// Archive is the archive's tier in S3; nil when this build archives nothing.
+	// Archive is the archive's tier in S3; nil when the stack archives nothing (no HISTORY_BUCKET)
+	// and nothing was ever archived.
 	Archive *ArchiveTier
 }
 

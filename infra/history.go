@@ -21,7 +21,7 @@ import (
 
 // defaultHistoryRetention is HISTORY_RETENTION when the stack is not told otherwise (context
 // historyRetention): how long after its newest event a packed page stays in Aurora before the
-// sweeper archives it. The application's own default (internal/mysql/pagestore.DefaultRetention,
+// sweeper archives it. The application's own default (internal/sweeping.DefaultRetention,
 // issue 31): a window of hours keeps event_pages within the size at which a read by id stays flat
 // (about ten million events, one page row a partition) at a sustained thousand events a second,
 // and pages older than that are read rarely enough that an S3 GET is an acceptable price.

@@ -6,13 +6,19 @@
 # - SQS: a local goaws (bin/sqslocal) on 127.0.0.1:${SQSLOCAL_PORT:-4100}, unless AWS_ENDPOINT_URL_SQS or
 #   AWS_ENDPOINT_URL already points somewhere (LocalStack, AWS). If that port is taken (another
 #   `make run`), it refuses to start: two runners on one queue would take each other's messages.
+# - S3: a local gofakes3 (bin/s3local) on 127.0.0.1:${S3LOCAL_PORT:-4200}, keeping its objects in
+#   ${S3LOCAL_DIR:-build/s3local} (the archived history must outlive a restart: the database no longer
+#   holds it), with the bucket HISTORY_BUCKET (default "history"), unless AWS_ENDPOINT_URL_S3 or
+#   AWS_ENDPOINT_URL already points somewhere. HISTORY_BUCKET= (empty) runs with no archive.
 # - bin/local: the API on HTTP_ADDR (default 127.0.0.1:8080), the processor behind a local event source
 #   mapping, and the sweeper as an agent (README, "Agents"; `make agent` adds standalone ones).
 #
 # A second `make run` beside the first needs its own ports:
-# HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=4101.
+# HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=4101 S3LOCAL_PORT=4201
+# S3LOCAL_DIR=build/s3local-2.
 # Ctrl-C exits 0 once everything stopped cleanly.
-# LOCAL_BIN and SQSLOCAL_BIN name other builds of bin/local and bin/sqslocal (the tests' own).
+# LOCAL_BIN, SQSLOCAL_BIN and S3LOCAL_BIN name other builds of bin/local, bin/sqslocal and
+# bin/s3local (the tests' own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,6 +77,30 @@ if [ -z "${AWS_ENDPOINT_URL_SQS:-}" ] && [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   echo "$line"
   export AWS_ENDPOINT_URL_SQS="http://127.0.0.1:${port}"
   # goaws does not check signatures, but the SDK wants credentials to sign with.
+  export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
+fi
+
+# The archive of the packed history (docs/design.md, "The archive"): a local S3 endpoint and its bucket,
+# read and written through the AWS SDK's S3 client as in AWS. Started like the local SQS above, for
+# the same reasons; its objects are kept in files, so that the archived history survives a restart.
+if [ -z "${AWS_ENDPOINT_URL_S3:-}" ] && [ -z "${AWS_ENDPOINT_URL:-}" ] && [ -n "${HISTORY_BUCKET-history}" ]; then
+  export HISTORY_BUCKET="${HISTORY_BUCKET-history}"
+  s3port="${S3LOCAL_PORT:-4200}"
+  s3dir="${S3LOCAL_DIR:-build/s3local}"
+  mkdir -p "$s3dir"
+  exec {s3local_out}< <(exec "${S3LOCAL_BIN:-bin/s3local}" -addr "127.0.0.1:${s3port}" -dir "$s3dir" \
+    -bucket "$HISTORY_BUCKET" -ignore-interrupt)
+  pids+=($!)
+  line=""
+  read -r -t 30 -u "$s3local_out" line || true
+  if [ "$line" != "s3local listening on http://127.0.0.1:${s3port}" ]; then
+    echo "run: the local S3 endpoint (bin/s3local) did not start on 127.0.0.1:${s3port} (S3LOCAL_PORT; its" \
+      "error is above). If another \`make run\` holds the port, give this run its own:" \
+      "S3LOCAL_PORT=$((s3port + 1)) S3LOCAL_DIR=build/s3local-2" >&2
+    exit 1
+  fi
+  echo "$line (bucket ${HISTORY_BUCKET}, files in ${s3dir})"
+  export AWS_ENDPOINT_URL_S3="http://127.0.0.1:${s3port}"
   export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
 fi
 

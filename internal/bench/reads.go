@@ -222,7 +222,10 @@ func runReads(ctx context.Context, r *run) error {
 	}
 	smallDB.stop()
 	bigDB.stop()
-	return packBacklog(ctx, r, group, pick[int64](r, 1_000_000, 50_000))
+	if err := packBacklog(ctx, r, group, pick[int64](r, 1_000_000, 50_000)); err != nil {
+		return err
+	}
+	return runArchive(ctx, r, group)
 }
 
 // packBacklog measures how long the sweeper's pack takes to pack a history of n folded events that

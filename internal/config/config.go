@@ -14,8 +14,9 @@
 //     sweeping.Config.Grace; 0: no grace, default sweeping.DefaultGrace), ASYNC_LINGER
 //     (Local.AsyncLinger, local.Options.AsyncLinger; 0: answer after the send, default
 //     wire.DefaultAsyncLinger), MAPPING_CONCURRENCY (Local.MappingConcurrency,
-//     local.Options.MappingConcurrency; 0: no queue consumer) and DB_MIGRATE (DB.Migrate; false:
-//     no migration). Below the component that applies the default, the value is resolved and zero
+//     local.Options.MappingConcurrency; 0: no queue consumer), HISTORY_RETENTION
+//     (History.Retention, sweeping.Config.Retention; 0: archive every page as soon as it is
+//     packed, default sweeping.DefaultRetention) and DB_MIGRATE (DB.Migrate; false: no migration). Below the component that applies the default, the value is resolved and zero
 //     means zero (agents.Config.Grace, api.AsyncGroup.Linger).
 package config
 
@@ -64,6 +65,9 @@ type Config struct {
 	Agent       Agent
 	// Webhook configures the delivery of tasks (internal/webhook).
 	Webhook Webhook
+	// History configures the archive of the packed history in S3 (issue 31; docs/design.md, "The
+	// archive").
+	History History
 	// LogLevel is LOG_LEVEL: debug, info, warn or error. Unset: slog's zero Level, info.
 	LogLevel slog.Level
 	// MetricsAddr is METRICS_ADDR: where a long-running process (cmd/local, cmd/agent) serves its
@@ -134,6 +138,20 @@ type Sweep struct {
 	// Shards is SWEEPER_SHARDS: how many static shards the scheduled sweeper agents split the hash
 	// space into (the stack runs one rule per shard).
 	Shards int
+}
+
+// History configures the archive: packed pages older than Retention move from the database to one
+// S3 object a page in Bucket (pagestore's move, run by the sweeper's maintenance), and every read
+// of an event finds it in whichever tier holds it.
+type History struct {
+	// Bucket is HISTORY_BUCKET: the bucket of the archived pages. Empty: no archive, the whole
+	// packed history stays in the database. Reached through the AWS SDK's configuration
+	// (AWS_ENDPOINT_URL_S3 locally).
+	Bucket string
+	// Retention is HISTORY_RETENTION: how old a page's newest event must be before the page moves
+	// to the bucket. Nil: unset (sweeping.DefaultRetention); zero: as soon as it is packed. Only
+	// with Bucket.
+	Retention *time.Duration
 }
 
 // Agent configures agents: the standalone agent (cmd/agent) and the sweepers that run as agents
@@ -289,6 +307,10 @@ func Load(getenv func(string) string) (Config, error) {
 			WorkerMaxReferences: p.integer("WORKER_MAX_REFERENCES", 1, 0),
 			WorkerRetention:     p.positive("WORKER_RETENTION"),
 		},
+		History: History{
+			Bucket:    p.str("HISTORY_BUCKET"),
+			Retention: p.nonNegative("HISTORY_RETENTION", "a duration such as 2h, or 0 to archive pages as soon as they are packed"),
+		},
 		MetricsAddr: p.str("METRICS_ADDR"),
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
@@ -314,6 +336,9 @@ func Load(getenv func(string) string) (Config, error) {
 			p.fail(fmt.Sprintf("DB_DSN names the whole database (server, user, password, database), so %s would be ignored: "+
 				"set DB_DSN alone, or unset it and name the database with %s", strings.Join(beside, ", "), strings.Join(dbParts, ", ")))
 		}
+	}
+	if c.History.Retention != nil && c.History.Bucket == "" {
+		p.fail("HISTORY_RETENTION is set but HISTORY_BUCKET is not: without a bucket nothing is archived, so the retention would be ignored")
 	}
 	if a := c.Store.Allocator; a != "" && !slices.Contains(Allocators(), a) {
 		p.fail(fmt.Sprintf("ALLOCATOR must be %s, got %q", strings.Join(quoted(Allocators()), " or "), a))

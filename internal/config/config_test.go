@@ -261,3 +261,27 @@ func TestDBPartsBesideDBDSNAreRefused(t *testing.T) {
 	_, err = config.Load(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d", "DB_NAME": " "}))
 	require.NoError(t, err, "blank is unset")
 }
+
+// HISTORY_BUCKET names the archive; HISTORY_RETENTION is its window, zero meaning zero (archive
+// as soon as packed), unset the sweeper's default, and refused without a bucket or when it is not
+// a duration.
+func TestHistory(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{"DB_DSN": "d"}))
+	require.NoError(t, err)
+	require.Equal(t, config.History{}, c.History, "unset: no archive")
+
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "b", "HISTORY_RETENTION": "36h"}))
+	require.NoError(t, err)
+	require.Equal(t, config.History{Bucket: "b", Retention: new(36 * time.Hour)}, c.History)
+
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "b", "HISTORY_RETENTION": "0"}))
+	require.NoError(t, err)
+	require.NotNil(t, c.History.Retention)
+	require.Zero(t, *c.History.Retention)
+
+	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_RETENTION": "2h"}))
+	require.ErrorContains(t, err, "HISTORY_BUCKET is not")
+	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "b", "HISTORY_RETENTION": "a week"}))
+	require.ErrorContains(t, err, "HISTORY_RETENTION")
+}

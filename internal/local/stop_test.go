@@ -19,6 +19,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/locals3"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
@@ -63,6 +64,8 @@ func freePort(t *testing.T) int {
 // "messages will be delivered again".
 func TestCtrlCStopsInOrder(t *testing.T) {
 	t.Parallel()
+	s3local, err := locals3.Binary()
+	require.NoError(t, err)
 	sqslocal, err := localsqs.Binary()
 	require.NoError(t, err)
 	dsn := testdb.NewDatabase(t)
@@ -88,6 +91,7 @@ func TestCtrlCStopsInOrder(t *testing.T) {
 
 	cmd := exec.Command("bash", filepath.Join(repo.Root(), "scripts", "run.sh"))
 	cmd.Env = append(os.Environ(), child.RoleEnv+"="+roleLocal, "LOCAL_BIN="+os.Args[0], "SQSLOCAL_BIN="+sqslocal,
+		"S3LOCAL_BIN="+s3local, fmt.Sprintf("S3LOCAL_PORT=%d", freePort(t)), "S3LOCAL_DIR="+t.TempDir(), "AWS_ENDPOINT_URL_S3=",
 		fmt.Sprintf("SQSLOCAL_PORT=%d", freePort(t)), "HTTP_ADDR=127.0.0.1:0", "METRICS_ADDR=off", "DB_DSN="+dsn,
 		"AWS_ENDPOINT_URL_SQS=", "AWS_ENDPOINT_URL=", "AWS_ENDPOINT_URL_SNS=", "WEBHOOK_SECRET=", "WEBHOOK_SECRET_ARN=",
 		"WEBHOOK_ALLOW_LOOPBACK=", "LOG_LEVEL=info", "KEEP_DB=1")

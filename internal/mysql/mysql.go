@@ -65,8 +65,8 @@ type queryTexts struct {
 	GrantSweepCounterNotifications, GrantKeyBuckets, GrantReadInsertKeys, GrantPruneKeys, GrantAgents,
 	GrantReadAgents, GrantTaskBuckets, GrantRecordAttempts, GrantReadAttempts, GrantRetryTasks,
 	GrantEventWorkers, GrantRunEventWorkers, GrantReadEventWorkers, GrantReadPages, GrantPackPages,
-	GrantPackTurn, GrantDeletePackedEvents, GrantPackAttempts, GrantReferenceDirectory, GrantReadReferenceBackfill,
-	GrantReferenceBackfill string
+	GrantPackTurn, GrantDeletePackedEvents, GrantPackAttempts, GrantArchivePages, GrantArchiveCursor, GrantReadArchiveCursor,
+	GrantReferenceDirectory, GrantReadReferenceBackfill, GrantReferenceBackfill string
 }
 
 var queries = MustLoadQueries[queryTexts](sqlFiles)

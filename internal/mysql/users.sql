@@ -174,6 +174,23 @@ GRANT SELECT, INSERT, UPDATE ON event_pages TO /*user*/;
 -- never changes the row.
 GRANT SELECT, UPDATE ON pack_turn TO /*user*/;
 
+-- name: GrantArchivePages
+-- sweeper: the move to the archive (pagestore/archive.sql) deletes a page's rows once its object is
+-- written and read back (LockPageRows, DeletePage), and keeps its place and counts in
+-- history_archive (AdvanceArchive); the pack lowers that place for a late page
+-- (LowerArchiveCursor). The only DELETE on event_pages.
+GRANT DELETE ON event_pages TO /*user*/;
+
+-- name: GrantArchiveCursor
+-- sweeper: reads and updates history_archive's one row (ArchiveCursor, AdvanceArchive,
+-- LowerArchiveCursor); never inserts or deletes it.
+GRANT SELECT, UPDATE ON history_archive TO /*user*/;
+
+-- name: GrantReadArchiveCursor
+-- api: GET /history's tiers read how much the archive holds (eventstore.HistoryTiers, TierArchive).
+-- A consistent read.
+GRANT SELECT ON history_archive TO /*user*/;
+
 -- name: GrantDeletePackedEvents
 -- sweeper: the pack deletes the events it packed, in the transaction that inserted their pages
 -- (DeletePacked, guarded by `state = 30` and a count of what it read). The only DELETE on events.

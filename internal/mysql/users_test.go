@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/fault"
+	"github.com/exactlyonce/exactlyonce/internal/locals3"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	drv "github.com/go-sql-driver/mysql"
@@ -169,13 +171,29 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 	got, err := openAs(t, dsn("eo_api", "api-secret"), mysql.Config{}).Events.Get(ctx, pending[0])
 	require.NoError(t, err, "the API reads a packed event")
 	require.Equal(t, exactlyonce.Processed, got.State)
-	for _, stmt := range []string{"DELETE FROM event_pages", "TRUNCATE TABLE event_pages", "DROP TABLE event_pages",
-		"DELETE FROM pack_turn", "INSERT INTO pack_turn (turn) VALUES (1)"} {
+	for _, stmt := range []string{"TRUNCATE TABLE event_pages", "DROP TABLE event_pages",
+		"DELETE FROM pack_turn", "INSERT INTO pack_turn (turn) VALUES (1)", "DELETE FROM history_archive",
+		"INSERT INTO history_archive (next_page, high_page, archived_pages, archived_events) VALUES (0, 0, 0, 0)"} {
 		requireDenied(t, sweeper.DB.Pool(), stmt)
 	}
 	requireDenied(t, apiDB, "SELECT turn FROM pack_turn")
+	tiers, err := openAs(t, dsn("eo_api", "api-secret"), mysql.Config{}).Events.HistoryTiers(ctx)
+	require.NoError(t, err, "the API (GET /history) reads how much history each tier holds")
+	require.EqualValues(t, packedEvents, tiers.PagedEvents)
+	// It moves pages past the window to the archive (deleting their rows, keeping its place in
+	// history_archive), and the API reads an archived event there.
+	_, err = admin.ExecContext(ctx, "UPDATE status SET id = id + 30000")
+	require.NoError(t, err)
+	s3 := locals3.Client(t)
+	bucket := archive.New(s3, locals3.Bucket(t, s3), 0)
+	moved, err := sweeper.Pages.WithArchive(bucket).ArchivePages(ctx, 0, time.Minute)
+	require.NoError(t, err, "the sweeper moves pages to the archive")
+	require.EqualValues(t, packedEvents, moved.Events)
+	got, err = openAs(t, dsn("eo_api", "api-secret"), mysql.Config{}).WithArchive(bucket).Events.Get(ctx, pending[0])
+	require.NoError(t, err, "the API reads an archived event")
+	require.Equal(t, exactlyonce.Processed, got.State)
 	for _, stmt := range []string{"DELETE FROM event_pages", "INSERT INTO event_pages (page, events) VALUES (0, 0)",
-		"UPDATE event_pages SET events = 0", "DELETE FROM task_attempts"} {
+		"UPDATE event_pages SET events = 0", "DELETE FROM task_attempts", "UPDATE history_archive SET next_page = 0"} {
 		requireDenied(t, apiDB, stmt)
 	}
 	requireDenied(t, processor.DB.Pool(), "DELETE FROM events")

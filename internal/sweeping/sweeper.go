@@ -61,7 +61,14 @@ type Config struct {
 	// the maintenance runs between an agent's batches, so a history being packed for the first
 	// time is packed a little at a time instead of holding the claims up. Default 2 s.
 	PackBudget time.Duration
-	Counters   *Counters // the counter service's part of every sweep (counters.go); nil: none
+	// Retention is the archive's window (HISTORY_RETENTION, with Stores.Archiver): pages whose
+	// newest event is older move to the bucket. Nil: DefaultRetention; zero: as soon as packed (the
+	// convention of internal/config, passed through unchanged).
+	Retention *time.Duration
+	// ArchiveBudget is how long, at most, one maintenance moves pages to the archive for (it
+	// always moves one page, if one is due). Default 2 s.
+	ArchiveBudget time.Duration
+	Counters      *Counters // the counter service's part of every sweep (counters.go); nil: none
 	// Shards (SWEEPER_SHARDS, default 1) and Agent configure HandleAgent, the scheduled sweeper as
 	// an agent (agent.go, with Stores.Agents): how many static shards the sweepers split the hash
 	// space into, and the membership's intervals.
@@ -91,6 +98,7 @@ type Stores struct {
 	Tasks    processing.TaskStore
 	Folder   Folder
 	Packer   Packer
+	Archiver Archiver
 	Keys     KeyPruner
 	Counters CounterStore
 	Waiting  Waiting
@@ -106,6 +114,8 @@ type Sweeper struct {
 	stores Stores
 	cfg    Config
 	grace  time.Duration // Config.Grace, its default applied
+	// retention is Config.Retention, its default applied.
+	retention time.Duration
 
 	rec          *metrics.Recorder // Metrics.Recorder, or the sweeper's own for Metrics.Out
 	folded       atomic.Int64      // events Maintain folded, for HandleAgent's result
@@ -124,6 +134,11 @@ func New(stores Stores, cfg Config) *Sweeper {
 	cfg.StopBefore = cmp.Or(cfg.StopBefore, 2*time.Second)
 	cfg.FoldBatch = cmp.Or(cfg.FoldBatch, DefaultFoldBatch)
 	cfg.PackBudget = cmp.Or(cfg.PackBudget, 2*time.Second)
+	cfg.ArchiveBudget = cmp.Or(cfg.ArchiveBudget, 2*time.Second)
+	retention := DefaultRetention
+	if cfg.Retention != nil {
+		retention = *cfg.Retention
+	}
 	cfg.MaintainEvery = cmp.Or(cfg.MaintainEvery, 30*time.Second)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -135,7 +150,7 @@ func New(stores Stores, cfg Config) *Sweeper {
 	engine := cfg.Engine
 	engine.Store, engine.TaskStore, engine.By, engine.Workers = stores.Events, stores.Tasks, exactlyonce.BySweeper, nil
 	engine.Logger = cmp.Or(engine.Logger, cfg.Logger)
-	return &Sweeper{cfg: cfg, grace: grace, rec: rec, stores: stores, engine: &engine}
+	return &Sweeper{cfg: cfg, grace: grace, retention: retention, rec: rec, stores: stores, engine: &engine}
 }
 
 // recorder returns the Recorder ctx carries, else the sweeper's.
@@ -180,6 +195,7 @@ func (s *Sweeper) Maintain(ctx context.Context) (int64, error) {
 		} else if packed > 0 {
 			s.cfg.Logger.Info("sweeper: packed settled events into pages", "events", packed)
 		}
+		s.archive(ctx)
 	}
 	s.backfill(ctx)
 	s.pruneKeys(ctx)

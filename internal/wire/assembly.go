@@ -98,10 +98,11 @@ func Processor(stores *Stores, e processing.Engine, vis *sqsbatch.Visibility, wo
 // Sweeping returns the configured sweeping.Config, logging to log (nil: sweeping's default):
 // SWEEP_BATCH_SIZE, SWEEP_GRACE (passed as config reads it: nil unset, zero no grace),
 // SWEEPER_SHARDS, AGENT_* and SHARDS_* for the scheduled sweeper's agent, WORKER_* for its event
-// workers. Its engine's Tasks and its Counters are SweeperConfig's.
+// workers, HISTORY_RETENTION (passed as config reads it) for the archive. Its engine's Tasks and its Counters are SweeperConfig's.
 func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
 	return sweeping.Config{BatchSize: c.Sweep.BatchSize, Grace: c.Sweep.Grace, Logger: log, Shards: c.Sweep.Shards,
-		Agent: AgentVars(c.Agent), WorkerMaxReferences: c.Webhook.WorkerMaxReferences, WorkerRetention: c.Webhook.WorkerRetention}
+		Agent: AgentVars(c.Agent), WorkerMaxReferences: c.Webhook.WorkerMaxReferences, WorkerRetention: c.Webhook.WorkerRetention,
+		Retention: c.History.Retention}
 }
 
 // SweeperConfig is Sweeping with what a sweeper reads at start-up besides: its task deliveries

@@ -35,6 +35,18 @@ func NewStores(db *mysql.DB) *Stores {
 		Counters: counterstore.New(db), Agents: agentstore.New(db), Pages: pagestore.New(db)}
 }
 
+// WithArchive makes every store read the packed history's archive a as well (pagestore.History),
+// and the page store move pages to it (the sweeper's maintenance), and returns s. nil: no archive.
+func (s *Stores) WithArchive(a pagestore.Archive) *Stores {
+	if a == nil {
+		return s
+	}
+	s.Pages = s.Pages.WithArchive(a)
+	s.Events.WithHistory(s.Pages.History())
+	s.Tasks.WithHistory(s.Pages.History())
+	return s
+}
+
 // StoresOn builds the core handle on pool (mysql.New, with cfg) and every store on it: for a
 // caller that opened and migrated the pool itself (the benchmark, the chaos run, tests).
 func StoresOn(pool *sql.DB, cfg mysql.Config) (*Stores, error) {
@@ -54,7 +66,7 @@ func (s *Stores) API() api.Stores {
 // Sweeping returns a sweeper's stores (sweeping.New): every one, so that its maintenance folds,
 // packs, prunes keys and sweeps the counter service.
 func (s *Stores) Sweeping() sweeping.Stores {
-	return sweeping.Stores{Events: s.Events, Tasks: s.Tasks, Folder: s.Events, Packer: s.Pages, Keys: s.Keys,
+	return sweeping.Stores{Events: s.Events, Tasks: s.Tasks, Folder: s.Events, Packer: s.Pages, Archiver: s.Pages, Keys: s.Keys,
 		Counters: s.Counters, Waiting: s.Events, Workers: s.Agents, Agents: s.Agents, Backfiller: s.Tasks}
 }
 
@@ -82,4 +94,5 @@ var (
 	_ api.WorkerLister       = (*agentstore.Store)(nil)
 	_ processing.WorkerStore = (*agentstore.Store)(nil)
 	_ sweeping.Packer        = (*pagestore.Store)(nil)
+	_ sweeping.Archiver      = (*pagestore.Store)(nil)
 )

@@ -19,8 +19,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/secrets"
@@ -52,7 +54,25 @@ func OpenStores(ctx context.Context, c config.Config) (*Stores, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewStores(db), nil
+	a, err := Archive(c.History)
+	if err != nil {
+		db.Pool().Close()
+		return nil, err
+	}
+	return NewStores(db).WithArchive(a), nil
+}
+
+// Archive returns the packed history's archive in HISTORY_BUCKET, through the AWS SDK's S3 client
+// (AWS_ENDPOINT_URL_S3 locally), or nil when no bucket is set.
+func Archive(c config.History) (pagestore.Archive, error) {
+	if c.Bucket == "" {
+		return nil, nil
+	}
+	awsCfg, err := AWS()
+	if err != nil {
+		return nil, fmt.Errorf("AWS configuration for HISTORY_BUCKET: %w", err)
+	}
+	return archive.New(archive.NewClient(awsCfg), c.Bucket, 0), nil
 }
 
 // OpenDB opens the database, migrates it unless DB_MIGRATE is false (unset: it migrates), and returns

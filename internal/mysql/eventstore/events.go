@@ -20,12 +20,23 @@ import (
 // fold, the waiting gauges, and the claims with their leases and settlements. Safe for concurrent
 // use; build one per process, on the process's core handle.
 type Store struct {
-	core *mysql.DB
-	db   *sql.DB
+	core    *mysql.DB
+	db      *sql.DB
+	history pagestore.History // the packed history's tiers: page rows, then the archive (WithHistory)
 }
 
-// New returns the Store on db.
+// New returns the Store on db, reading the packed history in the database only.
 func New(db *mysql.DB) *Store { return &Store{core: db, db: db.Pool()} }
+
+// WithHistory makes s read the packed history through h (its archive too), and returns s. Called
+// once, when the process builds its stores (internal/wire), before s is used.
+func (s *Store) WithHistory(h pagestore.History) *Store {
+	s.history = h
+	return s
+}
+
+// History is the packed history's reader s reads through (its tiers).
+func (s *Store) History() pagestore.History { return s.history }
 
 // CreateProcessed stores a new event that is processed from birth, with the given value.
 func (s *Store) CreateProcessed(ctx context.Context, value string) (exactlyonce.Event, error) {
@@ -185,10 +196,11 @@ func processedEvent(id int64, value string) exactlyonce.Event {
 func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 	e, err := scanEvent(s.db.QueryRowContext(ctx, queries.Get, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		// Not in `events`: packed (pages.go), or unknown. `events` is read first: a pack inserts
-		// the page and deletes the event in one transaction, so an event missing from the first
-		// read was packed before it, and its page is there for the second.
-		r, ok, perr := pagestore.GetPacked(ctx, s.db, id)
+		// Not in `events`: packed (pages.go), archived, or unknown. `events` is read first: a pack
+		// inserts the page and deletes the event in one transaction, so an event missing from the
+		// first read was packed before it, and its page is there for the second; the move to the
+		// archive writes the page's object before it deletes its rows (pagestore.History).
+		r, ok, perr := s.history.Get(ctx, s.db, id)
 		if perr != nil {
 			return exactlyonce.Event{}, mysql.Interpret("get event", perr)
 		}

@@ -29,7 +29,7 @@ type queryTexts struct {
 
 	OldestWaitingAge, WaitingEvents string
 
-	TierRows, PageRowsEstimate string
+	TierArchive, TierRows, PageRowsEstimate string
 }
 
 var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
 
@@ -163,7 +162,7 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 	for walked := int64(0); next >= 0 && walked < listWalkColumns; {
 		n := min(span, next%pages.Columns+1, listWalkColumns-walked)
 		first := next - n + 1
-		rows, err := pagestore.ReadColumns(ctx, s.db, first/pages.Columns, int(first%pages.Columns), int(n))
+		rows, err := s.history.ReadColumns(ctx, s.db, first/pages.Columns, int(first%pages.Columns), int(n))
 		if err != nil {
 			return nil, 0, mysql.Interpret("list events", err)
 		}

@@ -11,13 +11,17 @@ import (
 )
 
 // HistoryTiers returns how much of the history each tier holds (tiers.sql): the rows of `events`,
-// the events packed into event_pages (exact) and its rows (an estimate). It reads settled_count's
-// row under a shared lock, as the overview does, and then every row of `events` (bounded by what
-// is open, not folded, not packed, or failed), never the packed history. The archive's tier is nil:
-// this build archives nothing.
+// the events packed into event_pages (exact) and its rows (an estimate), and the archive's pages and
+// events (history_archive). It reads settled_count's row under a shared lock, as the overview does,
+// then history_archive's row and every row of `events` (bounded by what is open, not folded, not
+// packed, or failed), never the packed history nor the bucket. Archive is nil when s reads no
+// archive (WithHistory) and none was ever written.
 //
-// When the archive (issue 31) lands, its archived events are read in the same transaction and
-// subtracted from PagedEvents, and Archive is set from the archive's own counts.
+// The packed events are settled_count's n less the folded rows of `events` and the archived
+// events: exact, and the tiers add up to Total. The archive's row is read before `events`, so a
+// move that commits between the two reads counts its page's events as still in page rows, never
+// twice and never as none (the move neither folds nor packs; the sum of the two tiers is what n
+// less the folded rows fixes).
 func (s *Store) HistoryTiers(ctx context.Context) (exactlyonce.HistoryTiers, error) {
 	var h exactlyonce.HistoryTiers
 	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
@@ -26,14 +30,22 @@ func (s *Store) HistoryTiers(ctx context.Context) (exactlyonce.HistoryTiers, err
 		if err := tx.QueryRowContext(ctx, queries.LockSettledCountAt).Scan(&counted, &h.Time); err != nil {
 			return err
 		}
+		var archive exactlyonce.ArchiveTier
+		if err := tx.QueryRowContext(ctx, queries.TierArchive).Scan(&archive.Pages, &archive.Events); err != nil {
+			return err
+		}
 		var folded int64
 		if err := tx.QueryRowContext(ctx, queries.TierRows).Scan(&h.EventRows, &folded); err != nil {
 			return err
 		}
 		h.Total = counted.Int64 + h.EventRows - folded
-		h.PagedEvents = counted.Int64 - folded
+		h.PagedEvents = counted.Int64 - folded - archive.Events
 		if h.PagedEvents < 0 {
-			return fmt.Errorf("settled_count (%d) is below the folded rows of events (%d)", counted.Int64, folded)
+			return fmt.Errorf("settled_count (%d) is below the folded rows of events (%d) and the archived events (%d)",
+				counted.Int64, folded, archive.Events)
+		}
+		if s.history.Archive != nil || archive.Pages > 0 || archive.Events > 0 {
+			h.Archive = &archive
 		}
 		return nil
 	})

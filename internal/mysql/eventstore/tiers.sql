@@ -4,8 +4,16 @@
 -- it ends, so settled_count's n is fixed, and n = (the folded rows of `events`) + (the events in
 -- event_pages) + (the events archived) at every moment, since a pack moves folded rows into a page
 -- in one transaction (and the archive's move a page to S3 in one). So the packed events are n less
--- the folded rows this reads (and less what the archive holds), exact, without a scan of
+-- the folded rows this reads less what the archive holds (TierArchive), exact, without a scan of
 -- event_pages.
+
+-- name: TierArchive
+-- The archive's tier: the page objects in the bucket and the events they hold (history_archive's
+-- one row, which the move updates in the transaction that deletes a page's rows). Read after
+-- LockSettledCountAt and before TierRows, in the same transaction: the packed events are n less
+-- TierRows' folded rows less these archived events. A consistent read of one row, no lock (the
+-- move never waits for this read).
+SELECT archived_pages, archived_events FROM history_archive;
 
 -- name: TierRows
 -- Every row of `events`, and of them those folded (`settled` and `failed`, state 30 and 40), by one

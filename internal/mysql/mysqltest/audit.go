@@ -94,6 +94,37 @@ func PackedTasks(ctx context.Context, db *sql.DB) ([]verify.TaskRow, error) {
 	if err != nil {
 		return nil, err
 	}
+	return taskRows(rows), nil
+}
+
+// ArchivedTasks is PackedTasks across both tiers of the packed history: every page row, then every
+// object of the archive a (ArchivedRows), a task in both (its page moving) once.
+func ArchivedTasks(a pagestore.Archive) verify.PackedTasks {
+	return func(ctx context.Context, db *sql.DB) ([]verify.TaskRow, error) {
+		rows, err := readAllPages(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		archived, err := ArchivedRows(ctx, db, a)
+		if err != nil {
+			return nil, err
+		}
+		seen := make(map[int64]bool, len(rows))
+		for _, r := range rows {
+			seen[r.ID] = true
+		}
+		for _, r := range archived {
+			if !seen[r.ID] {
+				seen[r.ID] = true
+				rows = append(rows, r)
+			}
+		}
+		return taskRows(rows), nil
+	}
+}
+
+// taskRows are the tasks with a reference among packed rows.
+func taskRows(rows []pages.Row) []verify.TaskRow {
 	var out []verify.TaskRow
 	for _, r := range rows {
 		if r.Kind != string(exactlyonce.KindTask) || r.ReferenceID == nil {
@@ -108,5 +139,12 @@ func PackedTasks(ctx context.Context, db *sql.DB) ([]verify.TaskRow, error) {
 		}
 		out = append(out, t)
 	}
-	return out, nil
+	return out
+}
+
+// PageRowCounts returns the page rows of event_pages and the events they hold, exactly (a scan of
+// every page row: tests and the benchmark, where GET /history's estimate of the rows is not enough).
+func PageRowCounts(ctx context.Context, db *sql.DB) (rows, events int64, err error) {
+	err = db.QueryRowContext(ctx, queries.PageRowCounts).Scan(&rows, &events)
+	return rows, events, err
 }

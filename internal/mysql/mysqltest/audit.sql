@@ -10,3 +10,8 @@ SELECT id, state, COALESCE(processed_by, ''), COALESCE(claim_id, ''), value IS N
 -- name: AuditPages
 -- Every column of every page row of the packed history (/*columns*/: c0 .. c99).
 SELECT /*columns*/ FROM event_pages;
+
+-- name: PageRowCounts
+-- The page rows of event_pages and the events they hold, exact: a scan of every page row's small
+-- columns (GET /history reads the table's estimate instead, eventstore.HistoryTiers).
+SELECT COUNT(*), COALESCE(SUM(events), 0) FROM event_pages;

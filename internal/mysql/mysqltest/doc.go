@@ -23,9 +23,10 @@ var sqlFiles embed.FS
 
 // queryTexts are mysqltest's statements: the audit's (audit.sql) and the seeding's (seed.sql).
 type queryTexts struct {
-	Audit, AuditPages string
+	Audit, AuditPages, PageRowCounts string
 
-	LoadPages, LoadCounterFacts, LoadCounterSums, LoadCounterDirectory, ForgetDirectory, BackfillNotBegun, FillDirectoryCell string
+	LoadPages, LoadArchive, LoadCounterFacts, LoadCounterSums, LoadCounterDirectory, ForgetDirectory, BackfillNotBegun,
+	FillDirectoryCell string
 }
 
 var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)

@@ -7,6 +7,12 @@
 -- column, /*rows*/ one (?, ?, ...) per row.
 INSERT INTO event_pages (page, events, /*columns*/) VALUES /*rows*/;
 
+-- name: LoadArchive
+-- pagestore's AdvanceArchive (pagestore/archive.sql), for a history written straight to the archive
+-- as page objects (LoadArchivedHistory): the move's start past its pages, and its counts.
+UPDATE history_archive SET archived_pages = archived_pages + ?, archived_events = archived_events + ?,
+  next_page = GREATEST(next_page, ?), high_page = GREATEST(high_page, ?);
+
 -- name: LoadCounterFacts
 -- counterstore's InsertCounterFacts (counterstore/counters.sql): /*rows*/ is one
 -- (?, ?, ?, ?, ?, ?, NOW(6)) per fact.

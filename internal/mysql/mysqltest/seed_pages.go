@@ -5,10 +5,13 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
 
@@ -77,6 +80,97 @@ func LoadPackedHistory(ctx context.Context, db *sql.DB, n int64, onChunk func(do
 		if onChunk != nil {
 			onChunk(lo - first)
 		}
+	}
+	return first, nil
+}
+
+// LoadArchivedHistory writes n processed events straight to the archive a as page objects (as the
+// move leaves them: internal/pages' object format), counted in settled_count and history_archive,
+// with ids from the counter (the ids up to the end of the last page are taken too, left unused, so
+// that the next ids start a page). workers objects are encoded and written at once. It returns the
+// first id. For the benchmark's scratch databases: a long archived history behind a window.
+func LoadArchivedHistory(ctx context.Context, db *sql.DB, a pagestore.Archive, n int64, workers int, onChunk func(done int64)) (int64, error) {
+	first, err := reserveIDs(ctx, db, n)
+	if err != nil {
+		return 0, err
+	}
+	end := (pages.PageOf(first+n-1) + 1) * pages.Size // exclusive: the next page's first id
+	if pad := end - (first + n); pad > 0 {
+		if _, err := reserveIDs(ctx, db, pad); err != nil {
+			return 0, err
+		}
+	}
+	now := time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Microsecond)
+	by := "sweeper"
+	firstPage, lastPage := pages.PageOf(first), pages.PageOf(first+n-1)
+	next := make(chan int64)
+	errs := make(chan error, workers)
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for page := range next {
+				lo, hi := max(first, page*pages.Size), min(first+n, (page+1)*pages.Size)
+				var cols [pages.Columns][]byte
+				for u := pages.UnitOf(lo); u <= pages.UnitOf(hi-1); u++ {
+					batch := make([]pages.Row, 0, pages.Unit)
+					for id := max(lo, u*pages.Unit); id < min(hi, (u+1)*pages.Unit); id++ {
+						v := fmt.Sprintf("archived-%d", id-first+1)
+						batch = append(batch, pages.Row{ID: id, Kind: "plain", State: 30, Value: &v, CreatedAt: now,
+							ProcessedAt: &now, ProcessedBy: &by, ProcessCount: 1})
+					}
+					_, unitCols, err := pages.Encode(batch)
+					if err != nil {
+						errs <- err
+						return
+					}
+					copy(cols[pages.FirstColumn(u):], unitCols[:])
+				}
+				if err := a.PutPage(ctx, page, pages.EncodeObject(page, &cols), ""); err != nil {
+					errs <- err
+					return
+				}
+				d := done.Add(hi - lo)
+				if onChunk != nil && page%100 == 0 {
+					onChunk(d)
+				}
+			}
+		}()
+	}
+feed:
+	for page := firstPage; page <= lastPage; page++ {
+		select {
+		case next <- page:
+		case err = <-errs:
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err == nil && len(errs) > 0 {
+		err = <-errs
+	}
+	if err != nil {
+		return 0, fmt.Errorf("load archived history: %w", err)
+	}
+	core, err := mysql.New(db, mysql.Config{})
+	if err != nil {
+		return 0, err
+	}
+	err = core.InTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, queries.LoadArchive, lastPage-firstPage+1, n, lastPage+1, lastPage+1); err != nil {
+			return err
+		}
+		_, err := eventstore.AddSettled(ctx, tx, n)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("load archived history: %w", err)
+	}
+	if onChunk != nil {
+		onChunk(n)
 	}
 	return first, nil
 }

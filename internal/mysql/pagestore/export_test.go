@@ -29,3 +29,6 @@ func QueryNames() []string {
 	}
 	return out
 }
+
+// ArchiveQueries exposes the move's statements (archive.sql) to the external tests.
+var ArchiveQueries = archiveQueries

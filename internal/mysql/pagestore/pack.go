@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -254,6 +255,19 @@ func packTx(ctx context.Context, tx *sql.Tx, batch []int64) (packResult, error) 
 	}
 	if attemptsRead != attemptCount {
 		return res, fmt.Errorf("pack: counted %d attempts of the tasks it holds, read %d", attemptCount, attemptsRead)
+	}
+	// A unit written into a page the archive's move has passed (a late event of a page moved
+	// already): the next move starts there (archive.sql). Under the turn, which the move's delete
+	// takes too.
+	if len(started) > 0 {
+		lowest := int64(math.MaxInt64)
+		for u := range started {
+			lowest = min(lowest, pages.UnitPage(u))
+		}
+		packStep(ctx, tx, "LowerArchiveCursor")
+		if _, err := tx.ExecContext(ctx, archiveQueries.LowerArchiveCursor, lowest, lowest); err != nil {
+			return res, err
+		}
 	}
 	packStep(ctx, tx, "DeletePacked")
 	del, err := tx.ExecContext(ctx, strings.Replace(queries.DeletePacked, "/*units*/", ph, 1), unitArgs...)

@@ -38,8 +38,9 @@ var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
 // Store packs the history. Safe for concurrent use; build one per process, on the process's core
 // handle.
 type Store struct {
-	core *mysql.DB
-	db   *sql.DB
+	core    *mysql.DB
+	db      *sql.DB
+	archive Archive // nil: no archive (WithArchive)
 }
 
 // New returns the Store on db.

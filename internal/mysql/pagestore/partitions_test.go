@@ -13,7 +13,8 @@ import (
 )
 
 // The pack's statements that name the folded states (30, 40) read the history (`settled`) as their
-// comments say, and no more; a packed event's read is pruned to its page's partition.
+// comments say, and no more; a packed event's read, and the move's statements of a page, are pruned
+// to its page's partition.
 func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 	t.Parallel()
 	db := testdb.Core(t, mysql.Config{}, 2)
@@ -31,6 +32,11 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 		{pagestore.Queries.PackedRows, []string{"settled"}},
 		{pagestore.Queries.DeletePacked, []string{"settled"}},
 		{pagestore.GetPackedText(12345), []string{"p1"}},
+		// The move's reads and its delete of a page (archive.sql): one partition, the page's.
+		{pagestore.ArchiveQueries.PageSize, []string{"p1"}},
+		{pagestore.ArchiveQueries.PageRows, []string{"p1"}},
+		{pagestore.ArchiveQueries.LockPageRows, []string{"p1"}},
+		{pagestore.ArchiveQueries.DeletePage, []string{"p1"}},
 	} {
 		got, err := mysqltest.PartitionsOf(context.Background(), db.Pool(), literal(c.q))
 		require.NoError(t, err)

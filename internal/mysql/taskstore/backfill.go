@@ -84,7 +84,7 @@ func (s *Store) backfillUnit(ctx context.Context, tx *sql.Tx) (bool, error) {
 		return true, nil
 	}
 	hi := min(next+backfillUnit, until.Int64)
-	found, err := backfillTasks(ctx, tx, next, hi)
+	found, err := backfillTasks(ctx, s.history, tx, next, hi)
 	if err != nil {
 		return false, err
 	}
@@ -98,9 +98,11 @@ func (s *Store) backfillUnit(ctx context.Context, tx *sql.Tx) (bool, error) {
 }
 
 // backfillTasks reads the tasks with a reference among ids [lo, hi): those in `events` first, then
-// the packed ones (a pack moves tasks from one to the other in one transaction, so a task missed
-// by the first read is in the second), each once.
-func backfillTasks(ctx context.Context, tx *sql.Tx, lo, hi int64) ([]refEntry, error) {
+// the packed ones through h, in both of the history's tiers (a pack moves tasks from `events` to
+// page rows in one transaction, and the move writes a page's object before it deletes its rows, so
+// a task missed by one read is in the next), each once. An archived page's object is read once per
+// unit (h.ReadColumns, one GET for the unit's columns): no lock a writer needs is held yet.
+func backfillTasks(ctx context.Context, h pagestore.History, tx *sql.Tx, lo, hi int64) ([]refEntry, error) {
 	rows, err := tx.QueryContext(ctx, dirQueries.BackfillTasks, lo, hi)
 	if err != nil {
 		return nil, err
@@ -123,21 +125,40 @@ func backfillTasks(ctx context.Context, tx *sql.Tx, lo, hi int64) ([]refEntry, e
 		return nil, err
 	}
 	page := pages.PageOf(lo)
-	for c := pages.ColumnOf(lo); c <= pages.ColumnOf(hi-1); c++ {
-		packed, err := pagestore.ReadColumns(ctx, tx, page, c, 1)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range packed {
-			if r.ID < lo || r.ID >= hi || seen[r.ID] || r.Kind != string(exactlyonce.KindTask) || r.ReferenceID == nil ||
-				*r.ReferenceID == "" || r.Position == nil {
-				continue
+	if h.Archive == nil {
+		// A column at a time: page rows only, a column at most a few MB.
+		for c := pages.ColumnOf(lo); c <= pages.ColumnOf(hi-1); c++ {
+			packed, err := h.ReadColumns(ctx, tx, page, c, 1)
+			if err != nil {
+				return nil, err
 			}
-			seen[r.ID] = true
-			out = append(out, refEntry{ref: *r.ReferenceID, entry: entry{id: r.ID, position: *r.Position}})
+			out = addPacked(out, seen, packed, lo, hi)
 		}
+		return out, nil
 	}
-	return out, nil
+	// With an archive, the unit's columns in one read: one GET of the page's object if the move has
+	// passed the page, not one per column (the unit's ten columns and the object, a page's at most
+	// 32 MB, fit a sweeper's 256 MB).
+	first := pages.ColumnOf(lo)
+	packed, err := h.ReadColumns(ctx, tx, page, first, pages.ColumnOf(hi-1)-first+1)
+	if err != nil {
+		return nil, err
+	}
+	return addPacked(out, seen, packed, lo, hi), nil
+}
+
+// addPacked appends to out the entries of the packed tasks of rows with an id in [lo, hi) that seen
+// does not hold, and marks them seen.
+func addPacked(out []refEntry, seen map[int64]bool, rows []pages.Row, lo, hi int64) []refEntry {
+	for _, r := range rows {
+		if r.ID < lo || r.ID >= hi || seen[r.ID] || r.Kind != string(exactlyonce.KindTask) || r.ReferenceID == nil ||
+			*r.ReferenceID == "" || r.Position == nil {
+			continue
+		}
+		seen[r.ID] = true
+		out = append(out, refEntry{ref: *r.ReferenceID, entry: entry{id: r.ID, position: *r.Position}})
+	}
+	return out
 }
 
 // appendMissing locks the task buckets of the entries' references, reads their cells under the

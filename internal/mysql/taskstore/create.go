@@ -25,6 +25,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/groupcommit"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/routing"
 )
 
@@ -49,9 +50,11 @@ type Store struct {
 	// that the reference directory is complete (directory.go).
 	events        *eventstore.Store
 	directoryDone atomic.Bool
+	// history is the packed history's tiers: page rows, then the archive (WithHistory).
+	history pagestore.History
 }
 
-// New returns the Store on db.
+// New returns the Store on db, reading the packed history in the database only.
 func New(db *mysql.DB) *Store {
 	s := &Store{core: db, db: db.Pool(), events: eventstore.New(db)}
 	// One transaction at a time, on a context of its own, taking every call waiting (up to
@@ -60,6 +63,16 @@ func New(db *mysql.DB) *Store {
 	s.creates = groupcommit.Group[[]exactlyonce.NewTask, createdTasks]{Run: s.createGroup,
 		MaxRows: eventstore.MaxPendingBatch, MaxBytes: maxTaskGroupBytes, Size: taskCallSize,
 		Timeout: createGroupTimeout}
+	return s
+}
+
+// WithHistory makes s read the packed history through h (its archive too), its own event store's
+// reads included (the directory's listing reads a task by id through it, so an archived task is
+// found), and returns s. Called once, when the process builds its stores (internal/wire), before s
+// is used.
+func (s *Store) WithHistory(h pagestore.History) *Store {
+	s.history = h
+	s.events.WithHistory(h)
 	return s
 }
 

@@ -42,8 +42,9 @@ UPDATE reference_backfill SET next_id = ?, until_id = ?;
 
 -- name: BackfillTasks
 -- The backfill: the tasks with a reference among ids [?, ?) still in `events`, the packed ones
--- are read from their pages (pagestore.ReadColumns). A consistent read, no lock, before the bucket
--- locks; the entries are appended under them, and only for ids the cell does not hold yet. It
+-- are read from their pages (pagestore.History.ReadColumns: page rows, then an archived page's
+-- object). A consistent read, no lock, before the bucket locks; the entries are appended under
+-- them, and only for ids the cell does not hold yet. It
 -- scans `events`, which the pack keeps to the pending set, what is not packed yet and the failed
 -- events (no partition is pruned by a range of ids), once per range of a unit of ids: a one-time
 -- cost for a database migrated with tasks in it.

@@ -48,8 +48,8 @@ func mergeReferenceTasks(out []exactlyonce.Event, packed []pages.Row, from int64
 }
 
 // packedAttempts returns a packed task's attempts; ok is false when the event is not packed.
-func packedAttempts(ctx context.Context, db *sql.DB, id int64) ([]exactlyonce.Attempt, bool, error) {
-	r, ok, err := pagestore.GetPacked(ctx, db, id)
+func packedAttempts(ctx context.Context, h pagestore.History, db *sql.DB, id int64) ([]exactlyonce.Attempt, bool, error) {
+	r, ok, err := h.Get(ctx, db, id)
 	if err != nil || !ok {
 		return nil, ok, err
 	}

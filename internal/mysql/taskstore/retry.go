@@ -38,7 +38,7 @@ func (s *Store) Attempts(ctx context.Context, id int64) ([]exactlyonce.Attempt, 
 		return out, mysql.Interpret("read attempts", err)
 	}
 	// None in task_attempts: the task may be packed, its attempts with it (read after, as Get).
-	packed, ok, err := packedAttempts(ctx, s.db, id)
+	packed, ok, err := packedAttempts(ctx, s.history, s.db, id)
 	if err != nil || !ok {
 		return out, mysql.Interpret("read attempts", err)
 	}
@@ -106,7 +106,7 @@ func (s *Store) referenceTasksScan(ctx context.Context, ref string, after int64,
 		err := s.db.QueryRowContext(ctx, queries.ReferencePosition, after, ref).Scan(&pos)
 		if errors.Is(err, sql.ErrNoRows) {
 			// Not in `events`: a packed task of the reference, maybe.
-			r, ok, perr := pagestore.GetPacked(ctx, s.db, after)
+			r, ok, perr := s.history.Get(ctx, s.db, after)
 			if perr != nil {
 				return nil, mysql.Interpret("list reference tasks", perr)
 			}
@@ -169,7 +169,7 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 			Scan(&kind, &state, &ref, &hash)
 		if errors.Is(err, sql.ErrNoRows) {
 			// Not in `events`: packed (so processed, never failed: failed events are not packed) or unknown.
-			r, ok, perr := pagestore.GetPacked(ctx, tx, id)
+			r, ok, perr := s.history.Get(ctx, tx, id)
 			if perr != nil {
 				return perr
 			}

@@ -1,0 +1,183 @@
+// Package archive is the archived history's bucket (issue 31): one S3 object a page of the packed
+// history (internal/pages' object format), written by the sweeper's move (pagestore, archive.go)
+// and read by every read of an archived event, with a small in-process cache of hot pages bounded
+// by bytes. It speaks to S3 through the AWS SDK's S3 client; locally, to tools/s3local (gofakes3),
+// through AWS_ENDPOINT_URL_S3.
+package archive
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+	"github.com/exactlyonce/exactlyonce"
+)
+
+// DefaultCacheBytes is the most bytes of pages a process keeps in its cache (New's cacheBytes
+// when zero): a few dozen pages of small events, a few MB each at most, well inside a 256 MB
+// Lambda beside its batches.
+const DefaultCacheBytes = 64 << 20
+
+// MaxObjectBytes is the largest object a read accepts: a page is ten thousand events, packed
+// under pagestore's bound of a page's bytes (archiveMaxPageBytes), which is below this.
+const MaxObjectBytes = 256 << 20
+
+// ClientOptions gives an S3 client what every S3 client of the project has: path-style addressing
+// when pathStyle (an endpoint override such as a local gofakes3 on 127.0.0.1 has no bucket
+// subdomains; AWS does not need it).
+func ClientOptions(pathStyle bool) func(*s3.Options) {
+	return func(o *s3.Options) { o.UsePathStyle = pathStyle }
+}
+
+// NewClient returns the product's S3 client from the AWS configuration (region, credentials and
+// AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, in which case it addresses buckets by path).
+func NewClient(awsCfg aws.Config) *s3.Client {
+	override := os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
+	return s3.NewFromConfig(awsCfg, ClientOptions(override))
+}
+
+// Bucket is the archived history in one bucket. Safe for concurrent use.
+type Bucket struct {
+	client *s3.Client
+	name   string
+	cache  *cache
+}
+
+// New returns the archive in bucket name, caching up to cacheBytes of pages (0: DefaultCacheBytes;
+// negative: none).
+func New(client *s3.Client, name string, cacheBytes int64) *Bucket {
+	if cacheBytes == 0 {
+		cacheBytes = DefaultCacheBytes
+	}
+	return &Bucket{client: client, name: name, cache: newCache(max(cacheBytes, 0))}
+}
+
+// Name is the bucket's name.
+func (b *Bucket) Name() string { return b.name }
+
+// Key is the key of page's object: pages/<page>.
+func Key(page int64) string { return fmt.Sprintf("pages/%d", page) }
+
+// GetPage returns page's object, ok false when the bucket holds none. fresh reads the bucket even
+// when the cache holds the page (a page's object gains the late events of its page when it is
+// archived again, so a reader that misses an event in a cached page asks again); either way the
+// object read is cached.
+func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, bool, error) {
+	if !fresh {
+		if obj, ok := b.cache.get(page); ok {
+			return obj, true, nil
+		}
+	}
+	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
+	if isNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, unavailable(fmt.Errorf("archive: get page %d: %w", page, err))
+	}
+	defer out.Body.Close()
+	var buf bytes.Buffer
+	if out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength <= MaxObjectBytes {
+		buf.Grow(int(*out.ContentLength))
+	}
+	n, err := io.Copy(&buf, io.LimitReader(out.Body, MaxObjectBytes+1))
+	if err != nil {
+		return nil, false, unavailable(fmt.Errorf("archive: read page %d: %w", page, err))
+	}
+	if n > MaxObjectBytes {
+		return nil, false, fmt.Errorf("archive: page %d's object is over %d bytes", page, MaxObjectBytes)
+	}
+	obj := buf.Bytes()
+	b.cache.put(page, obj)
+	return obj, true, nil
+}
+
+// ReadPage returns page's object as the bucket holds it now (never the cache) with its version
+// (its ETag), for a writer that replaces it (PutPage); ok is false when there is none.
+func (b *Bucket) ReadPage(ctx context.Context, page int64) (obj []byte, version string, ok bool, err error) {
+	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
+	if isNotFound(err) {
+		return nil, "", false, nil
+	}
+	if err != nil {
+		return nil, "", false, unavailable(fmt.Errorf("archive: get page %d: %w", page, err))
+	}
+	defer out.Body.Close()
+	var buf bytes.Buffer
+	n, err := io.Copy(&buf, io.LimitReader(out.Body, MaxObjectBytes+1))
+	if err != nil {
+		return nil, "", false, unavailable(fmt.Errorf("archive: read page %d: %w", page, err))
+	}
+	if n > MaxObjectBytes {
+		return nil, "", false, fmt.Errorf("archive: page %d's object is over %d bytes", page, MaxObjectBytes)
+	}
+	return buf.Bytes(), aws.ToString(out.ETag), true, nil
+}
+
+// ErrPageChanged is PutPage's error when the bucket no longer holds the version of the page it was
+// told (another writer replaced or created it since it was read).
+var ErrPageChanged = errors.New("archive: the page's object changed since it was read")
+
+// PutPage writes page's object only if the bucket still holds the version of it that the caller
+// read (ReadPage; "" when there was none): a conditional write (If-Match, If-None-Match), so that a
+// writer working from an older state never replaces a newer object (ErrPageChanged). The object
+// carries its SHA-256, which S3 checks against the bytes it receives. The caller reads it back
+// before it lets go of the page's rows (pagestore's move).
+func (b *Bucket) PutPage(ctx context.Context, page int64, obj []byte, version string) error {
+	sum := sha256.Sum256(obj)
+	in := &s3.PutObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page)),
+		Body: bytes.NewReader(obj), ContentLength: aws.Int64(int64(len(obj))), ContentType: aws.String("application/octet-stream"),
+		ChecksumAlgorithm: types.ChecksumAlgorithmSha256, ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(sum[:]))}
+	if version == "" {
+		in.IfNoneMatch = aws.String("*")
+	} else {
+		in.IfMatch = aws.String(version)
+	}
+	_, err := b.client.PutObject(ctx, in)
+	b.cache.drop(page)
+	var api smithy.APIError
+	if errors.As(err, &api) && (api.ErrorCode() == "PreconditionFailed" || api.ErrorCode() == "ConditionalRequestConflict") {
+		return fmt.Errorf("%w (page %d)", ErrPageChanged, page)
+	}
+	if err != nil {
+		return unavailable(fmt.Errorf("archive: put page %d: %w", page, err))
+	}
+	return nil
+}
+
+// Changed says whether err is PutPage's for a page whose object changed since it was read.
+func (b *Bucket) Changed(err error) bool { return errors.Is(err, ErrPageChanged) }
+
+// CachedBytes is how many bytes of pages the cache holds.
+func (b *Bucket) CachedBytes() int64 { return b.cache.size() }
+
+// unavailableError is an EUNAVAILABLE domain error (a read of the archive that failed: S3 down,
+// throttled, unreachable or refused) that keeps the SDK's error for logs: the API answers 503, as it
+// does when the database is down, and a caller may retry.
+type unavailableError struct{ err error }
+
+func unavailable(err error) error { return &unavailableError{err} }
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() []error {
+	return []error{e.err, exactlyonce.Errorf(exactlyonce.EUNAVAILABLE, "the history's archive is unavailable; try again")}
+}
+
+func isNotFound(err error) bool {
+	var nsk *types.NoSuchKey
+	var nf *types.NotFound
+	if errors.As(err, &nsk) || errors.As(err, &nf) {
+		return true
+	}
+	var api smithy.APIError
+	return errors.As(err, &api) && (api.ErrorCode() == "NoSuchKey" || api.ErrorCode() == "NotFound")
+}

@@ -1,0 +1,97 @@
+package archive_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/archive"
+	"github.com/exactlyonce/exactlyonce/internal/locals3"
+	"github.com/stretchr/testify/require"
+)
+
+// A page written is read back as it was, through the real S3 protocol (gofakes3); a page never
+// written is a miss, not an error.
+func TestPutAndGetAPage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := locals3.Client(t)
+	b := archive.New(client, locals3.Bucket(t, client), -1)
+	_, ok, err := b.GetPage(ctx, 41, false)
+	require.NoError(t, err)
+	require.False(t, ok, "never written")
+
+	obj := bytes.Repeat([]byte("page 41 "), 100_000)
+	require.NoError(t, b.PutPage(ctx, 41, obj, ""))
+	require.True(t, b.Changed(b.PutPage(ctx, 41, []byte("other"), "")), "a page written since it was read as missing is not replaced")
+	back, version, ok, err := b.ReadPage(ctx, 41)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, obj, back)
+	require.NotEmpty(t, version)
+	require.True(t, b.Changed(b.PutPage(ctx, 41, []byte("other"), `"0123"`)), "nor one whose version is not the one read")
+	require.NoError(t, b.PutPage(ctx, 41, obj, version), "the version read: replaced")
+	got, ok, err := b.GetPage(ctx, 41, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, obj, got)
+}
+
+// A bucket that does not exist (a misconfigured HISTORY_BUCKET) and an endpoint that is down are
+// errors that the API answers 503 (EUNAVAILABLE), never "no page" (which would be a 404).
+func TestAMissingBucketOrADownEndpointIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := archive.New(locals3.Client(t), "no-such-bucket-i31", -1)
+	_, ok, err := b.GetPage(context.Background(), 1, false)
+	require.False(t, ok)
+	require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(err), "%v", err)
+
+	srv, err := locals3.Start("", "", "b")
+	require.NoError(t, err)
+	client := locals3.NewClient(srv.URL)
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, ok, err = archive.New(client, "b", -1).GetPage(ctx, 1, false)
+	require.False(t, ok)
+	require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(err), "%v", err)
+}
+
+// The cache keeps pages up to its bytes, the least recently read out first, keeps no page over a
+// quarter of it, and a fresh read asks the bucket again.
+func TestTheCacheIsBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := locals3.Client(t)
+	name := locals3.Bucket(t, client)
+	writer := archive.New(client, name, -1)
+	const limit = 4000
+	b := archive.New(client, name, limit)
+	for p := range int64(8) {
+		require.NoError(t, writer.PutPage(ctx, p, bytes.Repeat([]byte{byte(p)}, 900), ""))
+		_, ok, err := b.GetPage(ctx, p, false)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.LessOrEqual(t, b.CachedBytes(), int64(limit))
+	}
+	require.Equal(t, int64(4*900), b.CachedBytes())
+
+	require.NoError(t, writer.PutPage(ctx, 100, make([]byte, limit/4+1), ""))
+	_, _, err := b.GetPage(ctx, 100, false)
+	require.NoError(t, err)
+	require.Equal(t, int64(4*900), b.CachedBytes(), "a page over a quarter of the cache is not kept")
+
+	// Page 7 is cached; rewritten by another process, a cached read still answers the old bytes, a
+	// fresh one the new.
+	_, version, _, err := writer.ReadPage(ctx, 7)
+	require.NoError(t, err)
+	require.NoError(t, writer.PutPage(ctx, 7, []byte("new"), version))
+	old, _, err := b.GetPage(ctx, 7, false)
+	require.NoError(t, err)
+	require.Equal(t, bytes.Repeat([]byte{7}, 900), old)
+	fresh, _, err := b.GetPage(ctx, 7, true)
+	require.NoError(t, err)
+	require.Equal(t, []byte("new"), fresh)
+}

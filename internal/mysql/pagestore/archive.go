@@ -1,0 +1,393 @@
+package pagestore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/pages"
+)
+
+// The archive (issue 31): pages of the packed history older than the retention window move from
+// event_pages to one S3 object a page (internal/archive, internal/pages' object format), and every
+// read of a packed event looks in the page rows first and in the bucket second (History). The move
+// (ArchivePages) writes a page's object, reads it back, and only then deletes the page's rows, so
+// a page is in the database, in the bucket, or in both while it moves, never in neither; and it
+// deletes them only if they are still what it wrote (a pack may merge a late unit into them
+// meanwhile), so nothing is lost to a race either. See archive.sql and
+// migrations/0017_history_archive.sql.
+
+//go:embed archive.sql
+var archiveFiles embed.FS
+
+type archiveTexts struct {
+	ArchiveCursor, ArchiveHighPage, PageSize, PageRows, LockPageRows, DeletePage, AdvanceArchive, LowerArchiveCursor string
+}
+
+var archiveQueries = mysql.MustLoadQueries[archiveTexts](archiveFiles)
+
+// Archive is the bucket of archived pages (internal/archive's Bucket).
+type Archive interface {
+	// GetPage returns page's object; ok is false when there is none. fresh skips any cache.
+	GetPage(ctx context.Context, page int64, fresh bool) (obj []byte, ok bool, err error)
+	// ReadPage returns page's object as the bucket holds it now, and its version; ok is false when
+	// there is none.
+	ReadPage(ctx context.Context, page int64) (obj []byte, version string, ok bool, err error)
+	// PutPage writes page's object only if the bucket still holds the version read ("": none),
+	// else an error wrapping ErrPageChanged (internal/archive's).
+	PutPage(ctx context.Context, page int64, obj []byte, version string) error
+	// Changed says whether err is PutPage's for a page whose object changed since it was read.
+	Changed(err error) bool
+}
+
+// WithArchive returns a Store like s whose pages older than the retention window move to a (nil:
+// none, and ArchivePages does nothing).
+func (s *Store) WithArchive(a Archive) *Store {
+	c := *s
+	c.archive = a
+	return &c
+}
+
+// History returns the reader of the packed history across its tiers, with s's archive.
+func (s *Store) History() History { return History{Archive: s.archive} }
+
+// History reads the packed history in both of its tiers: the page rows of event_pages, then the
+// archive's objects (none when Archive is nil). Every read of a packed event goes through it, after
+// the caller's own read of `events` (eventstore, taskstore): an event moves only downwards, from
+// `events` to a page row (the pack) to the bucket (the move, which writes the object before it
+// deletes the rows), so a read that misses it in one tier finds it in the next.
+type History struct {
+	Archive Archive
+}
+
+// Get returns id's packed row, if the history holds it: GetPacked's one column of its page's rows,
+// else its page's object, one GET (none when the page is cached). It is the one read of a packed
+// event by id, where the tiers are resolved. A page found in the cache without id is read once
+// more from the bucket: a page moved again (a late event of it) has a newer object.
+func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bool, error) {
+	r, ok, err := GetPacked(ctx, q, id)
+	if err != nil || ok || h.Archive == nil {
+		return r, ok, err
+	}
+	for _, fresh := range []bool{false, true} {
+		obj, found, err := h.Archive.GetPage(ctx, pages.PageOf(id), fresh)
+		if err != nil || !found {
+			return pages.Row{}, false, err
+		}
+		if r, ok, err := pages.FindInObject(obj, id); err != nil || ok {
+			return r, ok, err
+		}
+	}
+	return pages.Row{}, false, nil
+}
+
+// ReadColumns returns the events of n columns of page from first, in both tiers (the package's
+// ReadColumns, then, if the move has ever passed the page, the page's object read from the bucket,
+// not the cache), each event once. A page the move never passed has all its events in its rows (a
+// move killed after its PUT leaves them there too), so a listing of recent events makes no GET.
+func (h History) ReadColumns(ctx context.Context, q mysql.Conn, page int64, first, n int) ([]pages.Row, error) {
+	rows, err := ReadColumns(ctx, q, page, first, n)
+	if err != nil || h.Archive == nil {
+		return rows, err
+	}
+	var high int64
+	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high); err != nil {
+		return nil, err
+	}
+	if page >= high {
+		return rows, nil
+	}
+	obj, ok, err := h.Archive.GetPage(ctx, page, true)
+	if err != nil || !ok {
+		return rows, err
+	}
+	cols, err := pages.ObjectColumns(obj, page)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[int64]bool, len(rows))
+	for _, r := range rows {
+		seen[r.ID] = true
+	}
+	for c := first; c < first+n && c < pages.Columns; c++ {
+		archived, err := pages.Decode(cols[c])
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range archived {
+			if !seen[r.ID] {
+				rows = append(rows, r)
+			}
+		}
+	}
+	return rows, nil
+}
+
+const (
+	// archiveMaxPageBytes is the most bytes of columns a page may have to be moved: the move holds
+	// a page's rows, its old object, the merged columns, the new object and the object read back,
+	// about five times this at worst, inside a sweeper's 256 MB. A larger page (ten thousand large
+	// tasks) stays in the database, where every read finds it.
+	archiveMaxPageBytes = 32 << 20
+	// archiveRoundBytes is the most bytes of pages one ArchivePages moves (besides its time budget):
+	// what one maintenance sends to S3.
+	archiveRoundBytes = 128 << 20
+	// archiveLagPages is how many pages below the id counter's page the move stops, whatever their
+	// age: the pack's own lag, and the page it fills.
+	archiveLagPages = 1
+)
+
+// ArchiveResult is what one ArchivePages did.
+type ArchiveResult = exactlyonce.ArchiveResult
+
+// archiveStepKey is the context key of WithArchiveSteps' function.
+type archiveStepKey struct{}
+
+// WithArchiveSteps returns ctx carrying f: a move run under it (ArchivePages) calls f with the
+// page before each of its steps: "Read" (the page's rows), "Put" (the object), "Verify" (reading
+// it back), "Delete" (the transaction that deletes the rows), "Commit". Only tests set one: they
+// hold a move between its steps, or kill the process that runs it there.
+func WithArchiveSteps(ctx context.Context, f func(page int64, step string)) context.Context {
+	return context.WithValue(ctx, archiveStepKey{}, f)
+}
+
+func archiveStep(ctx context.Context, page int64, step string) {
+	if f, ok := ctx.Value(archiveStepKey{}).(func(int64, string)); ok {
+		f(page, step)
+	}
+}
+
+var errArchiveRace = errors.New("archive: the page's rows changed while it moved")
+
+// ArchivePages moves pages whose newest event is older than retention from event_pages to the
+// archive, from where the last move stopped (history_archive's next_page) upwards, until a page is
+// too young, a page of the id counter's, more than archiveRoundBytes were moved, or budget has
+// passed (it always moves one page, if one is due). Safe to run from many processes at once, and to
+// kill at any step: a page's rows are deleted only after its object holds them, and only if they
+// are still the rows it wrote (under the packs' turn); a move killed after its PUT leaves the page
+// in both tiers, which the next move writes again, merged, each event once.
+func (s *Store) ArchivePages(ctx context.Context, retention, budget time.Duration) (ArchiveResult, error) {
+	var res ArchiveResult
+	if s.archive == nil {
+		return res, nil
+	}
+	stop := time.Now().Add(budget)
+	cutoff := time.Now().Add(-retention)
+	var next, pagesHeld, eventsHeld int64
+	if err := s.db.QueryRowContext(ctx, archiveQueries.ArchiveCursor).Scan(&next, &pagesHeld, &eventsHeld); err != nil {
+		return res, mysql.Interpret("archive pages", fmt.Errorf("history_archive (migration 0017): %w", err))
+	}
+	counter, err := s.core.ReadIDCounter(ctx)
+	if err != nil {
+		return res, mysql.Interpret("archive pages", err)
+	}
+	last := pages.PageOf(counter) - archiveLagPages // pages from here on are not moved
+	for page := next; page < last && ctx.Err() == nil; page++ {
+		if res.Pages+res.Skipped > 0 && (!time.Now().Before(stop) || res.Bytes >= archiveRoundBytes) {
+			break
+		}
+		more, err := s.archivePage(ctx, page, cutoff, &res)
+		if errors.Is(err, errPackBusy) || errors.Is(err, errArchiveRace) {
+			return res, nil // a pack holds the turn, or wrote the page: the next maintenance moves it
+		}
+		if err != nil {
+			return res, mysql.Interpret("archive pages", err)
+		}
+		if !more {
+			break
+		}
+	}
+	return res, nil
+}
+
+// archivePage moves page if it is due. more is false when the walk should stop here (the page is
+// too young).
+func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, res *ArchiveResult) (more bool, err error) {
+	var rowCount, size int64
+	if err := s.db.QueryRowContext(ctx, archiveQueries.PageSize, page).Scan(&rowCount, &size); err != nil {
+		return false, err
+	}
+	if size > archiveMaxPageBytes {
+		res.Skipped++
+		return true, s.advance(ctx, page, false, 0, nil)
+	}
+	var rows [][pages.Columns][]byte
+	if rowCount > 0 {
+		archiveStep(ctx, page, "Read")
+		if rows, err = readPageRows(ctx, s.db, archiveQueries.PageRows, page); err != nil {
+			return false, err
+		}
+		young, err := newerThan(rows, cutoff)
+		if err != nil || young {
+			return false, err
+		}
+	}
+	if len(rows) == 0 {
+		// No row: moved already, or never any (a gap of ids), or not packed yet, in which case the
+		// pack lowers next_page when it writes the page. Past it, under the turn.
+		return true, s.advance(ctx, page, false, 0, nil)
+	}
+	// The page's object: what the bucket holds of it already (a late event's page, or a move killed
+	// after its PUT) merged with its rows, the rows' copy of an event winning, each event once.
+	old, version, hadObject, err := s.archive.ReadPage(ctx, page)
+	if err != nil {
+		return false, err
+	}
+	var oldCols [pages.Columns][]byte
+	if hadObject {
+		if oldCols, err = pages.ObjectColumns(old, page); err != nil {
+			return false, err
+		}
+	}
+	var merged [pages.Columns][]byte
+	var events int64
+	for c := range merged {
+		parts := [][]byte{oldCols[c]}
+		for _, r := range rows {
+			parts = append(parts, r[c])
+			n, err := pages.Count(r[c])
+			if err != nil {
+				return false, err
+			}
+			events += int64(n)
+		}
+		if merged[c], err = pages.MergeColumns(parts...); err != nil {
+			return false, err
+		}
+	}
+	obj := pages.EncodeObject(page, &merged)
+	archiveStep(ctx, page, "Put")
+	if err := s.archive.PutPage(ctx, page, obj, version); s.archive.Changed(err) {
+		// Another move wrote the page since this one read it: it left the page as it found it; the
+		// next move reads the page again.
+		return false, errArchiveRace
+	} else if err != nil {
+		return false, err
+	}
+	archiveStep(ctx, page, "Verify")
+	back, _, ok, err := s.archive.ReadPage(ctx, page)
+	if err != nil {
+		return false, err
+	}
+	if !ok || !bytes.Equal(back, obj) {
+		// Not what it wrote: another move wrote the page since (each write is conditional on the
+		// version its writer read, so that one holds whatever this one held, and more). The rows
+		// stay; the next move reads the page again.
+		return false, errArchiveRace
+	}
+	archiveStep(ctx, page, "Delete")
+	if err := s.advance(ctx, page, !hadObject, events, rows); err != nil {
+		return false, err
+	}
+	res.Pages++
+	res.Events += events
+	res.Bytes += int64(len(obj))
+	return true, nil
+}
+
+// advance deletes page's rows, which must be rows (none: the page must still have none), counts
+// the page (created: this move created its object) and its events as moved, and moves next_page
+// past page if the move started there: one transaction under the packs' turn, so that no pack
+// writes the page or lowers next_page meanwhile.
+func (s *Store) advance(ctx context.Context, page int64, created bool, events int64, rows [][pages.Columns][]byte) error {
+	return s.core.InTx(ctx, func(tx *sql.Tx) error {
+		if err := takePackTurn(ctx, tx); err != nil {
+			return err
+		}
+		now, err := readPageRows(ctx, tx, archiveQueries.LockPageRows, page)
+		if err != nil {
+			return err
+		}
+		if !sameRows(now, rows) {
+			return errArchiveRace
+		}
+		if len(now) > 0 {
+			r, err := tx.ExecContext(ctx, archiveQueries.DeletePage, page)
+			if err != nil {
+				return err
+			}
+			if n, err := r.RowsAffected(); err != nil {
+				return err
+			} else if n != int64(len(now)) {
+				return fmt.Errorf("archive: page %d: locked %d rows, deleting %d", page, len(now), n)
+			}
+		}
+		hasRows := len(now) > 0
+		if _, err := tx.ExecContext(ctx, archiveQueries.AdvanceArchive, created, hasRows, page, events, page, page+1, hasRows, page+1); err != nil {
+			return err
+		}
+		if len(now) > 0 {
+			archiveStep(ctx, page, "Commit")
+		}
+		return nil
+	})
+}
+
+// readPageRows reads every column of every row of page (PageRows or LockPageRows).
+func readPageRows(ctx context.Context, q mysql.Conn, text string, page int64) ([][pages.Columns][]byte, error) {
+	rs, err := q.QueryContext(ctx, text, page)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out [][pages.Columns][]byte
+	for rs.Next() {
+		var row [pages.Columns][]byte
+		dest := make([]any, pages.Columns)
+		for i := range row {
+			dest[i] = &row[i]
+		}
+		if err := rs.Scan(dest...); err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+	return out, rs.Err()
+}
+
+// sameRows says whether a and b are the same rows, in any order.
+func sameRows(a, b [][pages.Columns][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	digests := func(rows [][pages.Columns][]byte) []string {
+		out := make([]string, len(rows))
+		for i, r := range rows {
+			h := sha256.New()
+			for _, c := range r {
+				fmt.Fprintf(h, "%d:", len(c))
+				h.Write(c)
+			}
+			out[i] = string(h.Sum(nil))
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(digests(a), digests(b))
+}
+
+// newerThan says whether any event of rows was created or processed at or after cutoff.
+func newerThan(rows [][pages.Columns][]byte, cutoff time.Time) (bool, error) {
+	for _, r := range rows {
+		for _, col := range r {
+			events, err := pages.Decode(col)
+			if err != nil {
+				return false, err
+			}
+			for _, e := range events {
+				if !e.CreatedAt.Before(cutoff) || (e.ProcessedAt != nil && !e.ProcessedAt.Before(cutoff)) {
+					return true, nil
+				}
+			}
+		}
+	}
+	return false, nil
+}

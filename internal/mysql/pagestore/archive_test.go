@@ -1,0 +1,512 @@
+package pagestore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/archive"
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/locals3"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The archive (issue 31): pages older than the retention window move to one S3 object a page (the
+// real S3 protocol: tools/s3local, gofakes3), and every reader answers as before.
+
+type archived struct {
+	store  *wire.Stores
+	db     *sql.DB
+	dsn    string
+	client *archive.Bucket
+	bucket string
+}
+
+// newArchived returns stores on a fresh database that archive to a fresh bucket.
+func newArchived(t *testing.T) archived {
+	t.Helper()
+	db, dsn := testdb.DB(t, 8)
+	store, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	client := locals3.Client(t)
+	bucket := locals3.Bucket(t, client)
+	a := archive.New(client, bucket, 0)
+	store.WithArchive(a)
+	return archived{store: store, db: db, dsn: dsn, client: a, bucket: bucket}
+}
+
+// readers is every answer the readers give of a history, to compare before and after a move.
+type readers struct {
+	events   map[int64]exactlyonce.Event
+	attempts map[int64][]exactlyonce.Attempt
+	listed   []int64
+	count    int64
+}
+
+func readAll(t *testing.T, store *wire.Stores, upTo int64, tasks []int64) readers {
+	t.Helper()
+	ctx := context.Background()
+	r := readers{events: map[int64]exactlyonce.Event{}, attempts: map[int64][]exactlyonce.Attempt{}}
+	for id := int64(1); id <= upTo; id++ {
+		e, err := store.Events.Get(ctx, id)
+		if exactlyonce.ErrorCode(err) == exactlyonce.ENOTFOUND {
+			continue
+		}
+		require.NoError(t, err, id)
+		e.CreatedAt = e.CreatedAt.UTC().Truncate(time.Microsecond)
+		if e.ProcessedAt != nil {
+			p := e.ProcessedAt.UTC().Truncate(time.Microsecond)
+			e.ProcessedAt = &p
+		}
+		r.events[id] = e
+	}
+	for _, id := range tasks {
+		a, err := store.Tasks.Attempts(ctx, id)
+		require.NoError(t, err)
+		for i := range a {
+			a[i].Started = a[i].Started.UTC().Truncate(time.Microsecond)
+		}
+		r.attempts[id] = a
+	}
+	r.listed = listAll(t, store, "", 100)
+	var err error
+	r.count, err = store.Events.Count(ctx)
+	require.NoError(t, err)
+	return r
+}
+
+// history creates processed events and tasks (delivered on their second attempt, and one that fails
+// for good), folds them, and hands ids out past their pages, so that they can all be packed.
+func history(t *testing.T, store *wire.Stores, plain int) (tasks []int64, failed int64) {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[r.Header.Get("webhook-id")]++
+		switch {
+		case strings.Contains(r.URL.Path, "refuse"):
+			w.WriteHeader(http.StatusBadRequest)
+		case seen[r.Header.Get("webhook-id")] == 1:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	engine := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Works: fixedWorks(false), Tasks: &processing.Tasks{
+		Deliverer: webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second}),
+		RetryBase: time.Millisecond, RetryMax: 2 * time.Millisecond}}
+	createProcessed(t, store, plain/2)
+	batch := []exactlyonce.NewTask{{URL: srv.URL + "/refuse", Payload: []byte(`{}`), ReferenceID: "ref-f", MaxRetries: 3}}
+	for i := range 20 {
+		batch = append(batch, exactlyonce.NewTask{URL: srv.URL + "/ok", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i)), ReferenceID: fmt.Sprintf("ref-%d", i%3), MaxRetries: 3})
+	}
+	got, err := store.Tasks.CreateTasks(ctx, batch)
+	require.NoError(t, err)
+	for _, c := range got {
+		tasks = append(tasks, c.ID)
+	}
+	require.Eventually(t, func() bool {
+		b, err := engine.ProcessDue(ctx, 0, 100)
+		require.NoError(t, err)
+		var open int
+		require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE state < 10").Scan(&open))
+		return b.Claimed == 0 && open == 0
+	}, 30*time.Second, 5*time.Millisecond)
+	createProcessed(t, store, plain-plain/2)
+	foldAll(t, store)
+	return tasks, tasks[0]
+}
+
+// packAll packs everything, after handing ids out past the history's pages.
+func packAll(t *testing.T, store *wire.Stores) {
+	t.Helper()
+	_, err := store.DB.Pool().Exec("UPDATE status SET id = id + 30000")
+	require.NoError(t, err)
+	for {
+		units, _, err := store.Pages.PackPages(context.Background(), 1000, time.Hour)
+		require.NoError(t, err)
+		if units == 0 {
+			return
+		}
+	}
+}
+
+// moveAll runs the move until it moves nothing more, and returns what it moved.
+func moveAll(t *testing.T, ctx context.Context, store *wire.Stores, retention time.Duration) pagestore.ArchiveResult {
+	t.Helper()
+	var all pagestore.ArchiveResult
+	for range 100 {
+		res, err := store.Pages.ArchivePages(ctx, retention, time.Minute)
+		require.NoError(t, err)
+		if res.Pages == 0 {
+			return all
+		}
+		all.Pages += res.Pages
+		all.Events += res.Events
+	}
+	t.Fatal("the move did not end")
+	return all
+}
+
+// requireTiersAddUp checks that GET /history's tiers hold the count's events, each once: the
+// events of `events`, of the page rows and of the archive add up to GET /events, and the page
+// rows' events are what the page rows hold (mysqltest.PageRowCounts scans them).
+func requireTiersAddUp(t *testing.T, store *wire.Stores) exactlyonce.HistoryTiers {
+	t.Helper()
+	ctx := context.Background()
+	tiers, err := store.Events.HistoryTiers(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, tiers.Archive, "an archive is configured: its tier is shown")
+	n, err := store.Events.Count(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, tiers.Total)
+	require.Equal(t, n, tiers.EventRows+tiers.PagedEvents+tiers.Archive.Events, "%+v", tiers)
+	_, paged, err := mysqltest.PageRowCounts(ctx, store.DB.Pool())
+	require.NoError(t, err)
+	require.Equal(t, paged, tiers.PagedEvents, "the page rows' events, as the page rows hold them")
+	return tiers
+}
+
+func TestArchivedHistoryReadsAsBefore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newArchived(t)
+	tasks, failed := history(t, h.store, 1500)
+	packAll(t, h.store)
+	var counter int64
+	require.NoError(t, h.db.QueryRow("SELECT id FROM status").Scan(&counter))
+	before := readAll(t, h.store, 2000, tasks)
+	require.Greater(t, len(before.events), 1500)
+	require.Len(t, before.attempts[tasks[1]], 2, "a task delivered on its second attempt")
+
+	// Young pages stay.
+	res, err := h.store.Pages.ArchivePages(ctx, time.Hour, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, res.Pages, "every page is younger than an hour")
+
+	moved := moveAll(t, ctx, h.store, 0)
+	require.EqualValues(t, 1, moved.Pages, "ids 1-1,5xx: page 0")
+	require.EqualValues(t, len(before.events)-1, moved.Events, "every event but the failed task")
+	var pageRows int
+	require.NoError(t, h.db.QueryRow("SELECT COUNT(*) FROM event_pages").Scan(&pageRows))
+	require.Zero(t, pageRows, "the page's rows are deleted")
+	tiers := requireTiersAddUp(t, h.store)
+	require.EqualValues(t, 1, tiers.EventRows, "the failed task")
+	require.Zero(t, tiers.PagedEvents)
+	require.Equal(t, exactlyonce.ArchiveTier{Pages: 1, Events: moved.Events}, *tiers.Archive)
+
+	after := readAll(t, h.store, 2000, tasks)
+	require.Equal(t, before, after, "every reader answers as before: by id, attempts, the listing, the count")
+
+	audit, err := mysqltest.AuditArchived(ctx, h.db, h.client)
+	require.NoError(t, err)
+	require.Len(t, audit, len(before.events), "every event once, across the tiers")
+	inDB, err := mysqltest.AuditEvents(ctx, h.db)
+	require.NoError(t, err)
+	require.Len(t, inDB, 1, "the database holds the failed task only")
+	tasksArchived, err := mysqltest.ArchivedTasks(h.client)(ctx, h.db)
+	require.NoError(t, err)
+	require.Len(t, tasksArchived, len(tasks)-1, "the checkers' read of the packed tasks finds the archived ones")
+
+	// A processed task is not failed, from the archive; the failed one stays in `events` (failed
+	// tasks are never packed, so never archived) and is retried there.
+	_, _, err = h.store.Tasks.RetryTask(ctx, tasks[1])
+	require.Equal(t, exactlyonce.ECONFLICT, exactlyonce.ErrorCode(err), "%v", err)
+	_, _, err = h.store.Tasks.RetryTask(ctx, failed)
+	require.NoError(t, err)
+	_, _, err = h.store.Tasks.RetryTask(ctx, 9_999)
+	require.Equal(t, exactlyonce.ENOTFOUND, exactlyonce.ErrorCode(err), "an id of an archived page with no event: %v", err)
+
+	require.Zero(t, moveAll(t, ctx, h.store, 0).Pages, "moving again moves nothing")
+
+	// A lost settled_count row is re-created with the archived events counted (CountSettledEvents).
+	n, err := h.store.Events.Count(ctx)
+	require.NoError(t, err)
+	_, err = h.db.Exec("DELETE FROM settled_count")
+	require.NoError(t, err)
+	require.NoError(t, mysql.Migrate(ctx, h.db))
+	again, err := h.store.Events.Count(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, again, "the count re-created from the tiers")
+}
+
+// lateEvent inserts a processed event with id (a create that took its id long before it inserted),
+// folds it and packs it: into its unit's columns if its page has a row, else into a new row.
+func lateEvent(t *testing.T, store *wire.Stores, id int64, value string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := store.DB.Pool().ExecContext(ctx, "INSERT INTO events (id, routing_hash, value, state, created_at, processed_at, processed_by, process_count) "+
+		"VALUES (?, 0, ?, 10, NOW(6), NOW(6), 'api', 1)", id, value)
+	require.NoError(t, err)
+	foldAll(t, store)
+	_, packed, err := store.Pages.PackPages(ctx, 100, time.Hour)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, packed)
+}
+
+func pageRows(t *testing.T, db *sql.DB, page int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM event_pages WHERE page = ?", page).Scan(&n))
+	return n
+}
+
+// A move that a pack overtakes: each interleaving of the move with late events of the page it moves,
+// and with a pack holding the turn, loses no event and keeps each once. The move is held between
+// its steps (WithArchiveSteps), the pack between its statements (WithPackSteps).
+func TestTheMoveRacesLateEventsAndPacks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newArchived(t)
+	first := createProcessed(t, h.store, 700)[0]
+	var gap int64 // ten ids taken by creates that insert late
+	require.NoError(t, h.db.QueryRow("SELECT id + 1 FROM status").Scan(&gap))
+	_, err := h.db.Exec("UPDATE status SET id = id + 10")
+	require.NoError(t, err)
+	createProcessed(t, h.store, 700)
+	foldAll(t, h.store)
+	packAll(t, h.store)
+	require.Equal(t, 1, pageRows(t, h.db, 0))
+	check := func(what string, late ...int64) {
+		t.Helper()
+		for _, id := range late {
+			e, err := h.store.Events.Get(ctx, id)
+			require.NoError(t, err, "%s: the late event %d", what, id)
+			require.Equal(t, fmt.Sprintf("late-%d", id), *e.Value, what)
+		}
+		audit, err := mysqltest.AuditArchived(ctx, h.db, h.client)
+		require.NoError(t, err)
+		require.Len(t, audit, 1400+len(late), "%s: every event once, across the tiers", what)
+		listed := listAll(t, h.store, "", 300)
+		require.Len(t, listed, 1400+len(late), what)
+		requireTiersAddUp(t, h.store)
+	}
+
+	// 1. A late event merged into the page's row after the move wrote and read back its object,
+	// before it deletes the rows: the rows are no longer what it wrote, so it deletes nothing; the
+	// page is in both tiers, and the next move writes it again with the late event.
+	held := pagestore.WithArchiveSteps(ctx, func(page int64, step string) {
+		if step == "Delete" {
+			lateEvent(t, h.store, gap, fmt.Sprintf("late-%d", gap))
+		}
+	})
+	res, err := h.store.Pages.ArchivePages(held, 0, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, res.Pages, "the move found the page changed, and left it")
+	require.Equal(t, 1, pageRows(t, h.db, 0), "the page's row stays, with the late event merged in")
+	check("moved while a late event was merged", gap)
+	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages)
+	require.Zero(t, pageRows(t, h.db, 0))
+	check("moved again", gap)
+
+	// 2. A late event of the page after it moved: the pack inserts a new row and lowers the move's
+	// start to the page; a reader whose cache holds the page's old object finds the event (in the
+	// row, then, once the row has moved, in the new object it asks for when the cached one misses
+	// it); the next move merges the row into the object.
+	client := locals3.Client(t)
+	reader := wire.NewStores(h.store.DB).WithArchive(archive.New(client, h.bucket, 0))
+	_, err = reader.Events.Get(ctx, first) // caches page 0's object
+	require.NoError(t, err)
+	lateEvent(t, h.store, gap+1, fmt.Sprintf("late-%d", gap+1))
+	require.Equal(t, 1, pageRows(t, h.db, 0), "a new row for the late event")
+	var next int64
+	require.NoError(t, h.db.QueryRow("SELECT next_page FROM history_archive").Scan(&next))
+	require.Zero(t, next, "the pack lowered the move's start to the late page")
+	check("a late event of a moved page", gap, gap+1)
+	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages)
+	require.Zero(t, pageRows(t, h.db, 0))
+	e, err := reader.Events.Get(ctx, gap+1)
+	require.NoError(t, err, "a reader whose cached page misses the event asks the bucket again")
+	require.Equal(t, fmt.Sprintf("late-%d", gap+1), *e.Value)
+	check("the late row moved", gap, gap+1)
+
+	// 3. A pack holding the turn when the move deletes: the move leaves the page (in both tiers)
+	// and the next one moves it.
+	packing := make(chan struct{})
+	release := make(chan struct{})
+	go func() {
+		defer close(packing)
+		pctx := pagestore.WithPackSteps(ctx, func(_ *sql.Tx, step string) {
+			if step == "DeletePacked" {
+				packing <- struct{}{}
+				<-release
+			}
+		})
+		_, err := h.db.Exec("INSERT INTO events (id, routing_hash, value, state, created_at, processed_at, processed_by, process_count) "+
+			"VALUES (?, 0, ?, 10, NOW(6), NOW(6), 'api', 1)", gap+2, fmt.Sprintf("late-%d", gap+2))
+		if err == nil {
+			foldAll(t, h.store)
+			_, _, err = h.store.Pages.PackPages(pctx, 100, time.Hour)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}()
+	<-packing // the pack holds the turn, with the late event's row in page 0 not committed
+	res, err = h.store.Pages.ArchivePages(ctx, 0, time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, res.Pages, "the move waits for no pack: it leaves the page for the next time")
+	close(release)
+	<-packing
+	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages)
+	check("moved after the pack", gap, gap+1, gap+2)
+}
+
+// A process moving pages, killed (SIGKILL) at each step of the move: before it reads the page,
+// before its PUT, before it reads the object back, before its delete, and inside the delete's
+// transaction before it commits. Whatever it had done, every event is still read, listed and
+// audited once, the tiers add up to the count, and the next move completes the page.
+func TestKillingTheMoverAtEachStepLosesNothing(t *testing.T) {
+	t.Parallel()
+	for _, step := range []string{"Read", "Put", "Verify", "Delete", "Commit"} {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			h := newArchived(t)
+			createProcessed(t, h.store, 600)
+			foldAll(t, h.store)
+			packAll(t, h.store)
+			var counter int64
+			require.NoError(t, h.db.QueryRow("SELECT id FROM status").Scan(&counter))
+			before := readAll(t, h.store, 1200, nil)
+			require.Len(t, before.events, 600)
+
+			mover := child.Start(t, "mover", "DB_DSN="+h.dsn, "HISTORY_BUCKET="+h.bucket, "HISTORY_RETENTION=0",
+				"AWS_ENDPOINT_URL_S3="+locals3.Endpoint(t), "AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test",
+				"AWS_SECRET_ACCESS_KEY=test", "KILL_AT="+step)
+			_, err := mover.WaitLine("at "+step, 60*time.Second)
+			require.NoError(t, err, "the mover reached %s: %v", step, mover.Output())
+			mover.Kill()
+
+			check := func(what string) {
+				t.Helper()
+				require.Equal(t, before, readAll(t, h.store, 1200, nil), what)
+				audit, err := mysqltest.AuditArchived(ctx, h.db, h.client)
+				require.NoError(t, err)
+				require.Len(t, audit, 600, "%s: every event once, across the tiers", what)
+				requireTiersAddUp(t, h.store)
+			}
+			check("killed at " + step)
+			// The next move (the sweeper's next maintenance) completes it; its locks were released
+			// with the killed process's connection.
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				res, err := h.store.Pages.ArchivePages(ctx, 0, time.Minute)
+				require.NoError(c, err)
+				require.Zero(c, pageRows(t, h.db, 0), "moved: %+v", res)
+			}, 60*time.Second, 100*time.Millisecond)
+			check("moved after the kill at " + step)
+			tiers := requireTiersAddUp(t, h.store)
+			require.EqualValues(t, 600, tiers.Archive.Events, "the archive counts each event once")
+			require.EqualValues(t, 1, tiers.Archive.Pages, "and its page once, whether the killed move created its object or not")
+		})
+	}
+}
+
+// Two moves of one page at once (two sweepers): one is held before its PUT with the page as it read
+// it, while the other moves the page, a late event of the page is packed, and the page moves again
+// with it. The held move's PUT is refused (each PUT is conditional on the object's version its move
+// read), so its older object never replaces the newer one, and the late event is kept. Without the
+// condition, the held PUT wrote the page without the late event, whose row was already deleted.
+func TestTwoMovesAtOnceKeepTheNewerObject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newArchived(t)
+	createProcessed(t, h.store, 700)
+	var gap int64
+	require.NoError(t, h.db.QueryRow("SELECT id + 1 FROM status").Scan(&gap))
+	_, err := h.db.Exec("UPDATE status SET id = id + 10")
+	require.NoError(t, err)
+	createProcessed(t, h.store, 700)
+	foldAll(t, h.store)
+	packAll(t, h.store)
+
+	arrived, release := make(chan struct{}), make(chan struct{})
+	held := make(chan pagestore.ArchiveResult, 1)
+	go func() {
+		bctx := pagestore.WithArchiveSteps(ctx, func(_ int64, step string) {
+			if step == "Put" {
+				close(arrived)
+				<-release
+			}
+		})
+		res, err := h.store.Pages.ArchivePages(bctx, 0, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		held <- res
+	}()
+	<-arrived
+	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages, "the other move moves the page")
+	lateEvent(t, h.store, gap, fmt.Sprintf("late-%d", gap))
+	require.EqualValues(t, 1, moveAll(t, ctx, h.store, 0).Pages, "and its late event")
+	close(release)
+	require.Zero(t, (<-held).Pages, "the held move's PUT is refused: it leaves the page")
+
+	e, err := h.store.Events.Get(ctx, gap)
+	require.NoError(t, err, "the late event is in the page's object")
+	require.Equal(t, fmt.Sprintf("late-%d", gap), *e.Value)
+	audit, err := mysqltest.AuditArchived(ctx, h.db, h.client)
+	require.NoError(t, err)
+	require.Len(t, audit, 1401, "every event once")
+	requireTiersAddUp(t, h.store)
+}
+
+// A reference's listing reads its directory and then each task by id (taskstore), through the
+// tiers: its archived tasks are listed as before the move. And a database migrated to the directory
+// with its tasks already archived gets their entries from the backfill, which reads the archived
+// page's object (History.ReadColumns): the listing is the same again once the backfill is done.
+func TestAnArchivedReferenceListsAsBefore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newArchived(t)
+	history(t, h.store, 100)
+	packAll(t, h.store)
+	refs := []string{"ref-0", "ref-1", "ref-2", "ref-f"}
+	list := func(store *wire.Stores) map[string][]exactlyonce.Event {
+		t.Helper()
+		out := map[string][]exactlyonce.Event{}
+		for _, ref := range refs {
+			got, err := store.Tasks.ReferenceTasks(ctx, ref, 0, 100)
+			require.NoError(t, err, ref)
+			out[ref] = got
+		}
+		return out
+	}
+	before := list(h.store)
+	require.Len(t, before["ref-0"], 7)
+	require.Len(t, before["ref-f"], 1)
+
+	moved := moveAll(t, ctx, h.store, 0)
+	require.EqualValues(t, 1, moved.Pages)
+	require.Zero(t, pageRows(t, h.db, 0), "the tasks are in the bucket only")
+	require.Equal(t, before, list(h.store), "the directory's listing reads archived tasks by id")
+
+	require.NoError(t, mysqltest.ForgetReferenceDirectory(ctx, h.db))
+	migrated, err := wire.StoresOn(h.db, mysql.Config{})
+	require.NoError(t, err)
+	migrated.WithArchive(h.client)
+	for done := false; !done; {
+		_, done, err = migrated.Tasks.BackfillDirectory(ctx, 1000)
+		require.NoError(t, err)
+	}
+	require.Equal(t, before, list(migrated), "the backfill found the archived tasks")
+}

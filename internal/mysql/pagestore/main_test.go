@@ -1,0 +1,48 @@
+package pagestore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
+)
+
+// TestMain runs the tests, or, started again by a test in the child role "mover", a process that
+// moves pages to the archive as the sweeper does, and stops for good at the step KILL_AT, for the
+// test to kill it there.
+func TestMain(m *testing.M) {
+	if role := os.Getenv(child.RoleEnv); role != "" {
+		os.Exit(runChild(role))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(role string) int {
+	if role != "mover" {
+		fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
+		return 2
+	}
+	store, err := child.OpenStores()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	killAt := os.Getenv("KILL_AT")
+	ctx := pagestore.WithArchiveSteps(context.Background(), func(page int64, step string) {
+		if step == killAt {
+			fmt.Printf("at %s of page %d\n", step, page)
+			select {} // until killed
+		}
+	})
+	res, err := store.Pages.ArchivePages(ctx, 0, time.Minute)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("done: %d pages\n", res.Pages)
+	return 0
+}
