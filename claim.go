@@ -22,6 +22,10 @@ type Claim struct {
 	// Range, for a claim of due events, narrows it to the events whose routing hash lies in it: an
 	// agent's shard. Nil: every hash. A claim of named events ignores it.
 	Range *HashRange
+	// SkipTasks, for a claim of due events, leaves tasks out of it: the engine would take none (it
+	// delivers none, or its deadline leaves no time for one), and tasks locked only to be left would
+	// fill the claim's limit ahead of the events it can take. A claim of named events ignores it.
+	SkipTasks bool
 }
 
 // Decide is what a store calls inside a claim's transaction, with the rows it locked as events

@@ -36,7 +36,9 @@ type Config struct {
 	// 1 s and 0.5 s. A member that is not RUNNING also pulses every PollInterval rather than every
 	// pulse interval, so that a topology change settles in a few seconds.
 	PollInterval, PollJitter time.Duration
-	// BatchTimeout bounds one batch. Default 30 s.
+	// BatchTimeout bounds one batch. Default 30 s, and at least twice the time the engine needs for
+	// a task (processing.Engine.TimeForTask: WEBHOOK_TIMEOUT and a margin), so that a batch can
+	// deliver one: a batch shorter than that claims no task.
 	BatchTimeout time.Duration
 	// Maintain, when set, is called after every batch and every pause, with the loop's context:
 	// work that is not a claim (a sweeper's fold of the count, its pruning), which it rate-limits
@@ -69,7 +71,7 @@ func New(store Store, engine *processing.Engine, cfg Config) (*Agent, error) {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
 	cfg.PollJitter = cmp.Or(cfg.PollJitter, DefaultPollJitter)
-	cfg.BatchTimeout = cmp.Or(cfg.BatchTimeout, DefaultBatchTimeout)
+	cfg.BatchTimeout = max(cmp.Or(cfg.BatchTimeout, DefaultBatchTimeout), 2*engine.TimeForTask())
 	m, err := NewMember(store, cfg.Member)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -67,6 +68,17 @@ type seqReceiver struct {
 	delivered map[string][]int
 	early     []string
 	total     int
+	// before, when set, is called with each attempt before it is answered (after the early check):
+	// it may block (until ctx, the request's, ends), and a status other than 0 or 200 answers the
+	// attempt with it, unrecorded.
+	before func(ctx context.Context, p seqPayload) int
+}
+
+// setBefore sets the receiver's before (see seqReceiver).
+func (r *seqReceiver) setBefore(f func(ctx context.Context, p seqPayload) int) {
+	r.mu.Lock()
+	r.before = f
+	r.mu.Unlock()
 }
 
 type seqPayload struct {
@@ -90,6 +102,18 @@ func newSeqReceiver(t *testing.T, pause time.Duration) (*seqReceiver, string) {
 		}
 		if p.Seq > last+1 {
 			r.early = append(r.early, fmt.Sprintf("%s: task %d attempted before task %d was answered", p.Ref, p.Seq, last+1))
+		}
+		before := r.before
+		r.mu.Unlock()
+		if before != nil {
+			if status := before(req.Context(), p); status != 0 && status != http.StatusOK {
+				w.WriteHeader(status)
+				return
+			}
+		}
+		r.mu.Lock()
+		if l, ok := r.final[p.Ref]; ok {
+			last = l
 		}
 		if p.Seq == last+1 {
 			r.final[p.Ref] = p.Seq
@@ -246,10 +270,23 @@ func TestEventWorkersOfAKilledAgentAreAdopted(t *testing.T) {
 	requireAdopted(t, c.store, held, other.ID)
 }
 
-// A Lambda-shaped run: an agent whose invocation's deadline arrives while its event workers hold
-// tasks. It stops starting deliveries that would outlive the deadline, releases the rest, marks its
-// workers willTerminate and leaves; the next invocation's agent adopts the workers that still hold
-// tasks and finishes them. No task is lost or delivered out of order across the hand-over.
+// A Lambda-shaped run: an invocation whose deadline arrives while its event workers hold tasks. It
+// starts no delivery, and claims no task, once its deadline leaves less than TimeForTask (the cut),
+// marks its workers willTerminate when it leaves, and the next invocation's agent adopts the workers
+// that still hold tasks and finishes them. No task is lost or delivered out of order across the
+// hand-over.
+//
+// Both ends are forced, not left to timing. Which workers hold tasks when an invocation leaves
+// depends on where the cut finds each reference: a task settled for good with no time left promotes
+// the next one into its worker if the worker has room (held), but into no worker if the worker is
+// full (WORKER_MAX_REFERENCES: it is then done, and the task waits, pending, for any claim); and an
+// invocation past its cut claims no task, so none joins a worker after it. So the receiver holds
+// the first attempt of ref-0's second task until the cut and then fails it (503): the task waits
+// its retry in its worker, which therefore holds a task whatever the packing, when the invocation
+// leaves. The next invocation's claims could take a held worker's tasks (a claimed task keeps its
+// worker) and finish it before the pulse that adopts it; so the receiver holds every delivery of
+// the next invocation until each held worker has been adopted: no held worker can settle a task,
+// and so become done, before that.
 func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
 	t.Parallel()
 	db, _ := testdbDB(t)
@@ -262,43 +299,95 @@ func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
 	t.Logf("created %d tasks in %s", refs*perRef, time.Since(start))
 	cfg := config.Config{Webhook: config.Webhook{WorkerMaxReferences: 4}}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	invocation := func(name string, hard, stop context.Context) *agents.Agent {
+	newEngine := func() *processing.Engine {
 		e := taskEngine(store, cfg, 10*time.Second, log)
-		e.Tasks.Timeout = 500 * time.Millisecond // a delivery starts only with 2.5 s left before the deadline
+		e.Tasks.Timeout = 2 * time.Second // TimeForTask: 4 s
+		return e
+	}
+	invocation := func(name string, hard, stop context.Context) *agents.Agent {
 		ac := agents.Config{Member: agents.MemberConfig{Name: name, Kind: "sweeper", PulseInterval: 100 * time.Millisecond,
 			Expiration: time.Second, Handover: true}, PollInterval: 20 * time.Millisecond, BatchSize: 20}
-		a, err := agents.New(store.Agents, e, ac)
+		a, err := agents.New(store.Agents, newEngine(), ac)
 		require.NoError(t, err)
 		require.NoError(t, a.RunUntil(hard, stop))
 		return a
 	}
-	// The first invocation: a 4 s deadline, it stops claiming 2 s before it.
-	hard, cancel := context.WithTimeout(context.Background(), 4*time.Second)
-	stop, cancelStop := context.WithTimeout(hard, 2*time.Second)
-	first := invocation("invocation-1", hard, stop)
-	cancelStop()
-	cancel()
+
+	// The first invocation: an 8 s deadline, cut 4 s before it; it stops claiming 3 s before it
+	// (after the cut: between the two it claims nothing), which leaves 3 s to leave.
+	hard, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	deadline, _ := hard.Deadline()
+	stop, cancelStop := context.WithDeadline(hard, deadline.Add(-3*time.Second))
+	defer cancelStop()
+	cut, cancelCut := context.WithDeadline(context.Background(), deadline.Add(-newEngine().TimeForTask()))
+	defer cancelCut()
+	held := make(chan struct{})
+	var holdOnce sync.Once
+	rec.setBefore(func(ctx context.Context, p seqPayload) int {
+		if p.Ref != "ref-0" || p.Seq != 1 {
+			return 0
+		}
+		first := false
+		holdOnce.Do(func() { first = true; close(held) })
+		if !first {
+			return 0
+		}
+		select {
+		case <-cut.Done():
+		case <-ctx.Done():
+		}
+		return http.StatusServiceUnavailable
+	})
+	invocation("invocation-1", hard, stop)
+	select {
+	case <-held:
+	default:
+		t.Fatal("ref-0's second task was not attempted before the cut")
+	}
 	left, err := store.Agents.ActiveWorkers(context.Background())
 	require.NoError(t, err)
 	require.NotEmpty(t, left, "the deadline came while its workers held tasks")
+	holdsRef0 := false
 	for _, w := range left {
+		require.Equal(t, left[0].AgentID, w.AgentID, "the first invocation's")
 		require.True(t, w.WillTerminate, "worker %s was marked willTerminate at the deadline", w.ID)
 		require.Positive(t, w.TasksRemaining)
+		holdsRef0 = holdsRef0 || slices.Contains(w.References, "ref-0")
 	}
+	require.True(t, holdsRef0, "the worker of ref-0's failed task holds it: %+v", left)
 	require.Positive(t, rec.count())
 	require.NoError(t, verify.WorkerBooks(context.Background(), store.DB.Pool(), mysqltest.PackedTasks), "the books hold at the hand-over")
-	_ = first
 
-	// The next invocation adopts them and finishes.
+	// The next invocation adopts them and finishes; its deliveries wait for the adoption.
+	adopted := make(chan struct{})
+	rec.setBefore(func(ctx context.Context, _ seqPayload) int {
+		select {
+		case <-adopted:
+			return 0
+		case <-ctx.Done():
+			return http.StatusServiceUnavailable
+		}
+	})
 	ctx, cancel2 := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel2()
 	stop2, cancelStop2 := context.WithCancel(ctx)
-	var second *agents.Agent
+	defer cancelStop2()
 	doneRun := make(chan struct{})
 	go func() {
 		defer close(doneRun)
-		second = invocation("invocation-2", ctx, stop2)
+		invocation("invocation-2", ctx, stop2)
 	}()
+	for _, w := range left {
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("worker %s is adopted", w.ID), func() bool {
+			got, ok, err := store.Agents.Worker(context.Background(), w.ID)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.False(t, got.IsDone, "worker %s settled no task before its adoption", w.ID)
+			return got.AgentID != w.AgentID
+		})
+	}
+	close(adopted)
 	require.Eventually(t, func() bool {
 		n, err := mysqltest.CountOpen(context.Background(), store.DB.Pool())
 		return err == nil && n == 0
@@ -312,7 +401,6 @@ func TestEventWorkersHandOverAtALambdaDeadline(t *testing.T) {
 	}
 	cancelStop2()
 	<-doneRun
-	_ = second
 	rec.check(t, refs, perRef)
 	require.NoError(t, verify.WorkerBooks(context.Background(), store.DB.Pool(), mysqltest.PackedTasks))
 	active, err := store.Agents.ActiveWorkers(context.Background())

@@ -13,12 +13,17 @@ type claimRun struct {
 	exactlyonce.Claim
 	works    exactlyonce.Works
 	backoff  exactlyonce.Backoff
-	delivers bool // tasks are leased and delivered (Engine.Tasks); otherwise left for one that does
+	delivers bool // tasks are delivered (Engine.Tasks); otherwise left for one that does
+	// tasks says whether this claim takes tasks: the engine delivers them and, for a claim of due
+	// events, its deadline leaves the time for one (Engine.TimeForTask). A claim that does not take
+	// them leaves them as they are.
+	tasks bool
 }
 
 // decide is the engine's Decide: what becomes of each event the claim locked, in the claim's
-// transaction. A task is leased when the engine delivers tasks (tasks.go), else left as it is: a
-// failure recorded here would settle a task without handing its reference on. An event of a kind
+// transaction. A task is leased when the claim takes tasks (the engine delivers them, tasks.go, in
+// the time it has), else left as it is: a failure recorded here would settle a task without handing
+// its reference on. An event of a kind
 // with no work fails as failed work does. Inline work is done here, under the rows' locks, and its
 // event settled or its failure recorded; other work is leased, to be done outside any transaction.
 func (c claimRun) decide(ctx context.Context, claimed []exactlyonce.Event) []exactlyonce.Decision {
@@ -27,7 +32,7 @@ func (c claimRun) decide(ctx context.Context, claimed []exactlyonce.Event) []exa
 		w, ok := c.works[ev.Kind]
 		switch {
 		case ev.Kind == exactlyonce.KindTask:
-			if c.delivers {
+			if c.tasks {
 				out[i].Action = exactlyonce.Lease
 			}
 		case !ok:

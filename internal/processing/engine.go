@@ -104,6 +104,7 @@ type Engine struct {
 func (e *Engine) claim() claimRun {
 	r := claimRun{Claim: exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: e.By, Lease: cmp.Or(e.Lease, DefaultLease)},
 		works: e.Works, backoff: e.Backoff.WithDefaults(), delivers: e.delivers()}
+	r.tasks = r.delivers
 	if r.works == nil {
 		r.works = exactlyonce.DefaultWorks()
 	}
@@ -237,9 +238,19 @@ func (e *Engine) ProcessDue(ctx context.Context, grace time.Duration, limit int)
 
 // ProcessDueIn is ProcessDue narrowed to the events whose routing hash lies in r (an agent's
 // shard); nil is every hash.
+//
+// When ctx's deadline leaves less than TimeForTask, the claim takes no task: it could only lease
+// the task and release it again, and the loop around it (an agent's, a sweep's) would claim it
+// again at once, over and over until its deadline, with no delivery (a claim of named events,
+// ProcessIDs, made once per queue message, still leases it and releases it: deferred). Such a
+// claim, like every claim of an engine that delivers no task, leaves tasks out (Claim.SkipTasks)
+// and takes the other due events; with only tasks due it claims nothing (Batch.Claimed 0), and the
+// loop pauses as when nothing is due.
 func (e *Engine) ProcessDueIn(ctx context.Context, grace time.Duration, limit int, r *exactlyonce.HashRange) (Batch, error) {
 	c := e.claim()
 	c.Range = r
+	c.tasks = c.delivers && e.Tasks.timeFor(ctx)
+	c.SkipTasks = !c.tasks
 	claimed, err := e.Store.ClaimDue(ctx, c.Claim, grace, limit, c.decide)
 	if err != nil {
 		return Batch{}, err

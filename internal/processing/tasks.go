@@ -46,6 +46,17 @@ const deadlineMargin = 2 * time.Second
 
 func (t *Tasks) timeout() time.Duration { return cmp.Or(t.Timeout, webhook.DefaultTimeout) }
 
+// TimeForTask is the least time a deadline must leave for the engine to take a task (and to take
+// over the next task of a reference): one delivery's timeout and the margin for its settlement.
+// Zero when the engine delivers no task. A loop that bounds its batches by a timeout of its own
+// (an agent's BatchTimeout) must give them more than this, or it never delivers a task.
+func (e *Engine) TimeForTask() time.Duration {
+	if !e.delivers() {
+		return 0
+	}
+	return e.Tasks.timeout() + deadlineMargin
+}
+
 // timeFor tells whether ctx leaves time for one more delivery and its settlement.
 func (t *Tasks) timeFor(ctx context.Context) bool {
 	if ctx.Err() != nil {

@@ -400,3 +400,66 @@ func TestTaskDeliveryMetrics(t *testing.T) {
 	require.Len(t, values["TaskDeliveryLatency"].Values, 2, "each attempt timed")
 	require.Equal(t, 1.0, values["EventsProcessed"].Value)
 }
+
+// A claim of due events that takes no task leaves the tasks out of the claim itself, so that the
+// events behind them are claimed: a sweeper without a webhook secret, and one whose deadline leaves
+// less than a delivery's timeout and margin (TimeForTask). Here two due tasks come before a plain
+// event in the table and the claim takes two: it takes the plain event, and the tasks stay as they
+// were. (Claimed by kind afterwards, as locked and then left, they filled the claim: it took
+// nothing, and the plain event waited for a claim with the time for tasks.)
+func TestAClaimThatTakesNoTaskTakesTheEventsBehindThem(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	rec, srv := newOrderReceiver(t, func(string, int, int) int { return http.StatusOK })
+	var tasks []int64
+	for i := range 2 {
+		payload, _ := json.Marshal(orderPayload{Ref: fmt.Sprintf("ref-%d", i), Seq: 0})
+		got, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: srv.URL + "/hook", Payload: payload,
+			ReferenceID: fmt.Sprintf("ref-%d", i), MaxRetries: 3}})
+		require.NoError(t, err)
+		tasks = append(tasks, got[0].ID)
+	}
+	var plain []int64
+	pending := func() {
+		id, err := store.Events.CreatePending(ctx)
+		require.NoError(t, err)
+		plain = append(plain, id)
+	}
+
+	// No deliverer: tasks are not this engine's.
+	pending()
+	bare := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper}
+	b, err := bare.ProcessDue(ctx, 0, 2)
+	require.NoError(t, err)
+	require.Equal(t, processing.Batch{Claimed: 1, Settled: 1}, b, "the engine without a deliverer")
+
+	// A deliverer, but a deadline closer than a delivery's timeout (10 s) and margin.
+	pending()
+	e := taskEngine(store, exactlyonce.BySweeper)
+	require.Equal(t, 12*time.Second, e.TimeForTask(), "webhook.DefaultTimeout and the margin")
+	dctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	b, err = e.ProcessDue(dctx, 0, 2)
+	cancel()
+	require.NoError(t, err)
+	require.Equal(t, processing.Batch{Claimed: 1, Settled: 1}, b, "the engine near its deadline")
+	for _, id := range plain {
+		ev, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, exactlyonce.Processed, ev.State)
+	}
+	for _, id := range tasks {
+		ev, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, exactlyonce.Pending, ev.State)
+		require.Zero(t, ev.Attempts)
+	}
+	rec.mu.Lock()
+	require.Empty(t, rec.attempts, "no task attempted")
+	rec.mu.Unlock()
+
+	// With the time, the tasks are taken and delivered.
+	b, err = e.ProcessDue(ctx, 0, 2)
+	require.NoError(t, err)
+	require.Equal(t, processing.Batch{Claimed: 2, Settled: 2}, b)
+}

@@ -3,6 +3,9 @@ package wire_test
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,4 +88,45 @@ func TestTheStandaloneAgentRecordsItsOwnPath(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, exactlyonce.ByAgent, e.ProcessedBy, "event %d", id)
 	}
+}
+
+// A standalone agent whose WEBHOOK_TIMEOUT is close to its batches' bound (the agents' default
+// BatchTimeout, 30 s) still delivers tasks: its batches are given the time a delivery needs
+// (processing.Engine.TimeForTask), where a batch of 30 s, shorter than a delivery of 29 s and its
+// margin, claimed the task and released it again, batch after batch, and never delivered it.
+func TestAStandaloneAgentWithALongWebhookTimeoutDeliversItsTasks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
+	var mu sync.Mutex
+	requests := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests++
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	created, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: srv.URL + "/hook", Payload: []byte(`{}`), ReferenceID: "r"}})
+	require.NoError(t, err)
+	c := load(t, map[string]string{"SWEEP_GRACE": "0", "AGENT_PULSE_INTERVAL": "100ms", "AGENT_EXPIRATION": "1s",
+		"AGENT_POLL_INTERVAL": "100ms", "WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "WEBHOOK_TIMEOUT": "29s",
+		"WEBHOOK_ALLOW_LOOPBACK": "true"})
+	as, err := wire.StandaloneAgents(ctx, c, store, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.Len(t, as, 1)
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = as[0].Run(actx) }()
+	t.Cleanup(func() { stop(); <-done })
+	testutil.Eventually(t, 30*time.Second, "the agent delivered the task", func() bool {
+		e, err := store.Events.Get(ctx, created[0].ID)
+		require.NoError(t, err)
+		return e.State == exactlyonce.Processed
+	})
+	mu.Lock()
+	require.Equal(t, 1, requests, "delivered once")
+	mu.Unlock()
+	batches := as[0].Totals.Batches.Load()
+	t.Logf("%d batches", batches)
+	require.Less(t, batches, int64(300), "batches: the agent polls every 100 ms once nothing is due")
 }

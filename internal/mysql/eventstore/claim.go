@@ -28,15 +28,15 @@ func (s *Store) ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64, 
 
 // ClaimDue claims up to limit due events that nobody else holds, in one transaction (see claim):
 // pending events older than grace, and processing events whose lease expired, whose routing hash
-// lies in c.Range (nil: every hash). Fewer than limit (Claimed.Count) means no more were due in
-// that range when it looked.
+// lies in c.Range (nil: every hash), tasks excepted when c.SkipTasks. Fewer than limit
+// (Claimed.Count) means no more were due in that range when it looked.
 func (s *Store) ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Duration, limit int, decide exactlyonce.Decide) (exactlyonce.Claimed, error) {
 	r := exactlyonce.AllHashes
 	if c.Range != nil {
 		r = *c.Range
 	}
 	out, err := s.claim(ctx, c, decide, func(tx *sql.Tx) ([]exactlyonce.Event, error) {
-		rows, err := tx.QueryContext(ctx, queries.ClaimDue, r.Lo, r.Hi, grace.Microseconds(), limit)
+		rows, err := tx.QueryContext(ctx, queries.ClaimDue, r.Lo, r.Hi, grace.Microseconds(), c.SkipTasks, limit)
 		claimed, err := scanClaimedHeads(rows, err, limit)
 		if err != nil {
 			return nil, err

@@ -38,14 +38,14 @@ func TestClaimsTakeNoOrderBySoConcurrentClaimsSplitTheRows(t *testing.T) {
 		_, err := store.Events.CreatePending(ctx)
 		require.NoError(t, err)
 	}
-	// claim runs q (ClaimDue's arguments: the whole hash space, no grace, 10 rows) in a transaction
+	// claim runs q (ClaimDue's arguments: the whole hash space, no grace, tasks too, 10 rows) in a transaction
 	// it leaves open, as a worker between its claim and its commit.
 	claim := func(q string) map[int64]bool {
 		t.Helper()
 		tx, err := store.DB.Pool().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tx.Rollback() })
-		rows, err := tx.QueryContext(ctx, q, 0, uint32(math.MaxUint32), 0, 10)
+		rows, err := tx.QueryContext(ctx, q, 0, uint32(math.MaxUint32), 0, false, 10)
 		require.NoError(t, err)
 		defer rows.Close()
 		got := map[int64]bool{}

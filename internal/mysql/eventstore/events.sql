@@ -98,12 +98,17 @@ WHERE state < 2 AND id IN (/*ids*/)
 -- buffer, a NULL across its whole declared width (url and reference_id: 3 KB), for every row the
 -- claim locks, and the drain claims hundreds of plain events a statement, whose task columns are
 -- all NULL.
+--
+-- `(? = 0 OR kind <> 'task')` leaves tasks out when the engine would take none (it delivers none,
+-- or its deadline leaves no time for a delivery): it neither locks them nor lets them fill the
+-- LIMIT ahead of the events it can take.
 SELECT id, kind, attempts FROM events
 WHERE state < 2
   AND routing_hash BETWEEN ? AND ?
   AND ((state = 0 AND ((next_attempt_at IS NULL AND created_at <= NOW(6) - INTERVAL ? MICROSECOND)
                         OR next_attempt_at <= NOW(6)))
     OR (state = 1 AND lease_expires_at <= NOW(6)))
+  AND (? = 0 OR kind <> 'task')
 LIMIT ? FOR UPDATE SKIP LOCKED;
 
 -- name: ClaimedTasks
