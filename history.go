@@ -1,6 +1,6 @@
 package exactlyonce
 
-// ArchiveResult is what one move of the packed history to the archive did (issue 31; the
+// ArchiveResult is what one move of the packed history to the archive did (the
 // sweeper's maintenance runs it: internal/mysql/pagestore's ArchivePages).
 type ArchiveResult struct {
 	Pages  int64 // pages whose rows moved to the bucket

@@ -77,7 +77,7 @@ type SignalAlarmsProps struct {
 	Database     *Database
 }
 
-// SignalAlarms are the alarms on the metrics of issue 18: contention, task delivery, API latency,
+// SignalAlarms are the alarms on the signal metrics: contention, task delivery, API latency,
 // throttles, the counters queue's age, and the database's connections and capacity.
 type SignalAlarms struct {
 	constructs.Construct

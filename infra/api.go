@@ -77,13 +77,13 @@ func NewEventsAPI(scope constructs.Construct, id string, handler awslambda.IFunc
 	event.AddResource(jsii.String("retry"), nil).AddMethod(jsii.String("POST"), nil, withPath("id"))
 	reference := api.Root().AddResource(jsii.String("references"), nil).AddResource(jsii.String("{referenceId}"), nil)
 	reference.AddResource(jsii.String("events"), nil).AddMethod(jsii.String("GET"), nil, withPath("referenceId"))
-	// The operators' console (issue 20) reads only the API, signed with the operator's credentials:
+	// The operators' console reads only the API, signed with the operator's credentials:
 	// the overview, the event workers' registry, and the bulk retry of a reference's failed tasks.
 	// (GET /events?state= lists events on the GET /events method above: its query parameters are
 	// the API's to check.)
 	reference.AddResource(jsii.String("retry"), nil).AddMethod(jsii.String("POST"), nil, withPath("referenceId"))
 	api.Root().AddResource(jsii.String("overview"), nil).AddMethod(jsii.String("GET"), nil, withValidator)
-	// The history by tier (issue 31): events, pages, archive.
+	// The history by tier: events, pages, archive.
 	api.Root().AddResource(jsii.String("history"), nil).AddMethod(jsii.String("GET"), nil, withValidator)
 	workers := api.Root().AddResource(jsii.String("workers"), nil)
 	workers.AddMethod(jsii.String("GET"), nil, withValidator)

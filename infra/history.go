@@ -14,15 +14,15 @@ import (
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 )
 
-// The archive of the packed history (issue 31): the sweeper's maintenance writes each page of
+// The archive of the packed history: the sweeper's maintenance writes each page of
 // event_pages older than the retention window to the bucket as one object, reads it back to verify
 // it, and only then deletes the page's rows; the api reads an archived event from its page's object.
 // docs/deploy.md ("History: Aurora against S3") explains each choice and its cost.
 
 // defaultHistoryRetention is HISTORY_RETENTION when the stack is not told otherwise (context
 // historyRetention): how long after its newest event a packed page stays in Aurora before the
-// sweeper archives it. The application's own default (internal/sweeping.DefaultRetention,
-// issue 31): a window of hours keeps event_pages within the size at which a read by id stays flat
+// sweeper archives it. The application's own default (internal/sweeping.DefaultRetention):
+// a window of hours keeps event_pages within the size at which a read by id stays flat
 // (about ten million events, one page row a partition) at a sustained thousand events a second,
 // and pages older than that are read rarely enough that an S3 GET is an acceptable price.
 const defaultHistoryRetention = 2 * time.Hour

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// GET /events/{id} of an event moved to the archive (issue 31) answers as it did from `events`,
+// GET /events/{id} of an event moved to the archive answers as it did from `events`,
 // over real HTTP against the real S3 protocol; with the archive's endpoint down it is a 503 that
 // names no internal detail, and an event of the window still answers.
 func TestAnArchivedEventOverHTTP(t *testing.T) {

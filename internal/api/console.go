@@ -11,7 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 )
 
-// The operators' reads and the bulk retry (issue 20, the console reads only the API):
+// The operators' reads and the bulk retry (the console reads only the API):
 //
 //	GET  /events?state=<s>[&kind=plain|task][&before=<id>][&limit=<n>]
 //	     200 {"state", "kind", "events": [...], "next"}   newest first; without a query, the count

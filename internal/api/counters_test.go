@@ -51,7 +51,7 @@ func TestCounterRoutes(t *testing.T) {
 	code, got = serve(t, h, "GET", "/counters/ann/"+strings.Repeat("é", 256), "")
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Equal(t, "entityType must be 1 to 255 characters, got 256", got["error"])
-	// What the counter consumer refuses to count, a read refuses too (issue 29, C and 7).
+	// What the counter consumer refuses to count, a read refuses too.
 	for path, want := range map[string]string{
 		"/counters/ann ":         "userId must not end with a space",
 		"/counters/ann/message ": "entityType must not end with a space",

@@ -75,7 +75,7 @@ func TestHistoryWithoutItsReader(t *testing.T) {
 	require.Equal(t, "GET", h.Get("Allow"))
 }
 
-// archivedTiers answers GET /history's read as a build with an archive would (issue 31): the
+// archivedTiers answers GET /history's read as a build with an archive would: the
 // answer's archive is its pages and events.
 type archivedTiers struct{}
 

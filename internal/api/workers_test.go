@@ -100,7 +100,7 @@ func TestGetWorkers(t *testing.T) {
 		require.Contains(t, e.Error, "active must be true or false")
 	}
 	// The id is compared byte for byte, as Go compares it: another case, or a trailing space, names
-	// no worker (the column's collation ignores both; issue 29, C).
+	// no worker (the column's collation ignores both).
 	for _, other := range []string{"/workers/W_DONE", "/workers/w_done%20", "/workers/w_Done"} {
 		getJSON(t, s, other, http.StatusNotFound, &e)
 		require.Contains(t, e.Error, "no event worker", other)

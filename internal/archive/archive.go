@@ -1,4 +1,4 @@
-// Package archive is the archived history's bucket (issue 31): one S3 object a page of the packed
+// Package archive is the archived history's bucket: one S3 object a page of the packed
 // history (internal/pages' object format), written by the sweeper's move (pagestore, archive.go)
 // and read by every read of an archived event, with a small in-process cache of hot pages bounded
 // by bytes. It speaks to S3 through the AWS SDK's S3 client; locally, to tools/s3local (gofakes3),

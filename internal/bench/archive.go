@@ -24,7 +24,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
-// runArchive measures the archive (issue 31), in the reads group, against a local S3 endpoint
+// runArchive measures the archive, in the reads group, against a local S3 endpoint
 // (tools/s3local, gofakes3, its objects in files) reached through the AWS SDK's S3 client:
 //
 //   - GET /events/{id} of events inside the window (10,000 events in page rows) with a long

@@ -17,7 +17,7 @@ import (
 )
 
 // runReads measures what a long history costs the reads and the other statements of the events
-// table (issue 19): GET /events/{id} for random ids at 16 clients, through the API handler over
+// table: GET /events/{id} for random ids at 16 clients, through the API handler over
 // HTTP, on a database holding 10,000,000 processed events beside one holding 10,000; and the mean
 // time of each store operation the paths run, one at a time, at both sizes. The history is loaded
 // in the database as the sweeper leaves it once it has folded and packed it: counted, and in page
@@ -130,7 +130,7 @@ func runReads(ctx context.Context, r *run) error {
 			_, err := d.store.Events.Count(ctx)
 			return err
 		}},
-		// The operators' console's reads (issue 20): pruned to the partitions of their states, so
+		// The operators' console's reads: pruned to the partitions of their states, so
 		// the processed history should not show in their cost.
 		{"list_failed", "GET /events?state=failed: Store.ListEvents of the failed set (fresh and failed partitions), a page of 50", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
@@ -193,7 +193,7 @@ func runReads(ctx context.Context, r *run) error {
 				_, err := d.store.Tasks.Attempts(ctx, d.first+rand.Int64N(d.size))
 				return err
 			}},
-		// A reference's listing reads its directory, then its own tasks (issue 31): none here.
+		// A reference's listing reads its directory, then its own tasks: none here.
 		{"reference_tasks", "GET /references/{id}/events of a reference with no task: Store.ReferenceTasks (its directory's cell)", pick(r, 20, 5),
 			func(ctx context.Context, d *db) error {
 				_, err := d.store.Tasks.ReferenceTasks(ctx, "no-such-reference", 0, 50)

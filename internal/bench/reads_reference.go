@@ -20,7 +20,7 @@ type sizedStore struct {
 	size  int64
 }
 
-// referenceReads measures what issue 31 bounds by a reference rather than by the history, on the
+// referenceReads measures what is bounded by a reference rather than by the history, on the
 // reads group's two databases (10,000 and 10,000,000 events, packed):
 //
 //   - a reference's listing of its 20 tasks (GET /references/{id}/events: Store.ReferenceTasks), at

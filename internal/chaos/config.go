@@ -52,7 +52,7 @@ type Config struct {
 	Visibility, MaxReceive int
 	// Packers are processes that fold and pack as a sweeper's maintenance does, but over and over,
 	// a unit or two at a time, their packs dawdling at random between statements, so that packs
-	// overlap each other's, the sweepers' and the late creates' in every way (issue 29); they are
+	// overlap each other's, the sweepers' and the late creates' in every way; they are
 	// killed like the others.
 	// Default 3; negative: none. None either with KeepHistory.
 	Packers int

@@ -16,7 +16,7 @@ const (
 	lateEvents = 7
 )
 
-// lateLoop is a client whose creates use ids taken long before (issue 29), as an API's execution
+// lateLoop is a client whose creates use ids taken long before, as an API's execution
 // environment does that reserved a block of ids from the id counter, was frozen while the others
 // moved on, and creates with them when it thaws. Round after round, every LateEvery (jittered):
 // the ids up to a page nobody has packed are taken (as by processes that reserved them and died:

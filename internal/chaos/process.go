@@ -209,7 +209,7 @@ func RunProcess(role string) int {
 		// (a sweeper's maintenance packs up to ten units a transaction, once a second), their packs
 		// dawdling at random between statements (pagestore.WithPackSteps): so that packs of the same
 		// units overlap each other's, the sweepers', the folds and the late creates in every way,
-		// the interleavings of issue 29, which packs of a few milliseconds rarely meet.
+		// the interleavings of two packs and a late event, which packs of a few milliseconds rarely meet.
 		stats = func() ProcessStats {
 			st := stores.DB.Stats()
 			return ProcessStats{Deadlocks: st.Deadlocks, LockWaitTimeouts: st.LockWaitTimeouts, Retries: st.Retries, GaveUp: st.GaveUp}

@@ -65,7 +65,7 @@ type Config struct {
 	Agent       Agent
 	// Webhook configures the delivery of tasks (internal/webhook).
 	Webhook Webhook
-	// History configures the archive of the packed history in S3 (issue 31; docs/design.md, "The
+	// History configures the archive of the packed history in S3 (docs/design.md, "The
 	// archive").
 	History History
 	// LogLevel is LOG_LEVEL: debug, info, warn or error. Unset: slog's zero Level, info.

@@ -1,4 +1,4 @@
-// Package console serves the operators' web console (issue 20) under /ui/: its pages, embedded in
+// Package console serves the operators' web console under /ui/: its pages, embedded in
 // the binary (static/), and its API under /ui/api/, which is a proxy to the events API limited to an
 // allow-list of read routes and the two retries (proxy.go), plus the queues' depths and redrive
 // (queues.go) and the rates of processing by path, from the metrics (rates.go, cloudwatch.go).

@@ -159,7 +159,7 @@ func TestRedriveRefusals(t *testing.T) {
 		{"dryRun not a bool", "POST", name, `{"dryRun": "no"}`, map[string]string{"X-CSRF-Token": token}, 400},
 		{"unknown field", "POST", name, `{"dryRun": false, "dlq": "other"}`, map[string]string{"X-CSRF-Token": token}, 400},
 		{"two values", "POST", name, `{"dryRun": true} {"dryRun": false}`, map[string]string{"X-CSRF-Token": token}, 400},
-		// One rule for every body (issue 29, 8): a field given twice, or in another case, is
+		// One rule for every body (8): a field given twice, or in another case, is
 		// refused; encoding/json would let the last win, or match "DryRun" to dryRun.
 		{"dryRun twice", "POST", name, `{"dryRun": true, "dryRun": false}`, map[string]string{"X-CSRF-Token": token}, 400},
 		{"DryRun", "POST", name, `{"DryRun": false}`, map[string]string{"X-CSRF-Token": token}, 400},

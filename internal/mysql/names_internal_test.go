@@ -11,7 +11,7 @@ import (
 // plainNameComparison finds a comparison of a column that holds a caller's name (a task's
 // reference, a counter's user and entity type) written without CAST(... AS BINARY): the columns'
 // collation ignores trailing spaces, Go does not, so such a comparison takes two names Go keeps
-// apart for one (issue 29, C). A column followed by " AS BINARY" is cast, and never matches.
+// apart for one (C). A column followed by " AS BINARY" is cast, and never matches.
 var plainNameComparison = regexp.MustCompile(`\b(?:\w+\.)?(reference_id|user_id|entity_type)\s*\)?\s*(=|<>|!=|<=>|\bIN\s*\(|\bLIKE\b)`)
 
 // Every statement of the core's and the stores' .sql files, and every SQL fragment they write in

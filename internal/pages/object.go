@@ -10,7 +10,7 @@ import (
 	"slices"
 )
 
-// An archived page (issue 31): the page's Columns columns, as the page rows held them, in one
+// An archived page: the page's Columns columns, as the page rows held them, in one
 // object of the history's bucket, so that a read of one archived event is one GET of its page and
 // the decoding of its own record (FindInObject: the column is found by the lengths in the header,
 // and Find skips the column's other records without decoding them).

@@ -1,4 +1,4 @@
-// Package pages is the format of the packed history (issue 19, migrations/0012_event_pages.sql).
+// Package pages is the format of the packed history (migrations/0012_event_pages.sql).
 //
 // The sweeper packs settled events out of the `events` table into page rows of `event_pages`, ten
 // thousand consecutive ids a page, so that a read of one old event scans one partition of about one

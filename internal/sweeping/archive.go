@@ -13,7 +13,7 @@ import (
 const DefaultRetention = 2 * time.Hour
 
 // Archiver moves pages of the packed history older than the retention window to the archive's
-// bucket (issue 31, pagestore's ArchivePages): one object a page, written and read back before the
+// bucket (pagestore's ArchivePages): one object a page, written and read back before the
 // page's rows are deleted. The sweeper moves after it packs when it has an Archiver
 // (Stores.Archiver); one with no bucket configured moves nothing.
 type Archiver interface {

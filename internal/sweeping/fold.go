@@ -45,7 +45,7 @@ func (s *Sweeper) untilShort(ctx context.Context, full int, step func() (got, ev
 }
 
 // Packer packs folded events out of the events table into pages of ten thousand ids, a unit of a
-// thousand ids at a time (issue 19, pagestore's PackPages), so that reading an old event scans one
+// thousand ids at a time (pagestore's PackPages), so that reading an old event scans one
 // small partition instead of a share of the history. The sweeper packs after it folds when it has
 // a Packer (Stores.Packer). A pack starts no transaction after its budget (but always one).
 type Packer interface {

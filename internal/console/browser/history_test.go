@@ -13,7 +13,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/httpserver"
 )
 
-// The console's overview against an API that answers as a stack with an archive would (issue 31),
+// The console's overview against an API that answers as a stack with an archive would,
 // and against one that does not know GET /history (a stack deployed before it): the archive's
 // events and page objects are shown; without the route, the section says it is unavailable and the
 // rest of the overview works. The stand-in answers only what the overview asks.

@@ -1,6 +1,6 @@
 package eventstore
 
-// The operators' reads (issue 20): a page of the events of one state, and the overview of the
+// The operators' reads: a page of the events of one state, and the overview of the
 // events by state. Both are bounded by partitions that do not hold the processed history
 // (events.sql, ListEvents; count.sql, OverviewCounts).
 

@@ -16,7 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
 
-// The archive (issue 31): pages of the packed history older than the retention window move from
+// The archive: pages of the packed history older than the retention window move from
 // event_pages to one S3 object a page (internal/archive, internal/pages' object format), and every
 // read of a packed event looks in the page rows first and in the bucket second (History). The move
 // (ArchivePages) writes a page's object, reads it back, and only then deletes the page's rows, so

@@ -1,4 +1,4 @@
--- The move of the packed history to S3 (issue 31; migrations/0017_history_archive.sql,
+-- The move of the packed history to S3 (migrations/0017_history_archive.sql,
 -- internal/pages' object format). The move takes a page of event_pages whose newest event is older
 -- than the retention window, writes it (merged with what the bucket holds of the page already) as
 -- one object, reads it back, and then, under the packs' turn, deletes the page's rows if they are

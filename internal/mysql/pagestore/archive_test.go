@@ -26,7 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The archive (issue 31): pages older than the retention window move to one S3 object a page (the
+// The archive: pages older than the retention window move to one S3 object a page (the
 // real S3 protocol: tools/s3local, gofakes3), and every reader answers as before.
 
 type archived struct {

@@ -46,7 +46,7 @@ func heapPeak() (stop func() uint64) {
 	}
 }
 
-// A pack's memory is bounded by bytes, not by the events of its units (issue 29): a unit of tasks
+// A pack's memory is bounded by bytes, not by the events of its units: a unit of tasks
 // of the largest payload the API accepts, some of them every byte of which the driver escapes, is
 // packed holding a few reads' worth of them, not the unit, into as few page rows as a row's bound
 // allows; every task reads back whole. Not parallel: it measures the process's heap.

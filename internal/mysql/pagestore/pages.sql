@@ -45,7 +45,7 @@ SELECT id DIV 1000, MAX(state < 30) FROM events WHERE state <= 30 GROUP BY id DI
 
 -- name: TakePackTurn
 -- The pack, first statement of each of its transactions: the one row of pack_turn (migration 0014),
--- locked until the transaction ends, so that packs run one at a time (issue 29). Two packs at once
+-- locked until the transaction ends, so that packs run one at a time. Two packs at once
 -- would each hold their units' events (PackedEvents) and then wait in DeletePacked for the
 -- other's: a DELETE's scan, unlike an UPDATE's, waits for every row another transaction holds,
 -- matching or not, even at READ COMMITTED. SKIP LOCKED: a pack that finds the turn taken packs
@@ -61,7 +61,7 @@ SELECT COUNT(*) FROM pack_turn;
 -- The pack, under its turn: the folded events of the units it packs (/*units*/ is one ? per
 -- unit), their kind, and the bytes of their strings and payload (NULL counts 0; RecordOverhead is
 -- added in Go), so that the pack plans its reads and writes by bytes before it reads any payload.
--- A locking read, and what makes the pack exact whatever runs beside it (issue 29): it holds every
+-- A locking read, and what makes the pack exact whatever runs beside it: it holds every
 -- event it returns until it commits, so that no other pack can delete and pack one of them
 -- meanwhile (the turn keeps other packs out, and this holds even without it), and nothing else
 -- changes a folded event; DeletePacked then deletes every one of them, and its count tells whether

@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The packed history (issue 19): the sweeper's pack moves folded events into page rows of ten
+// The packed history: the sweeper's pack moves folded events into page rows of ten
 // thousand ids, a unit of a thousand at a time, and every reader finds them there as it found them
 // in `events`.
 

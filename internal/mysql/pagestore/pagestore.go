@@ -1,4 +1,4 @@
-// Package pagestore is the packed history (issue 19; migrations/0012_event_pages.sql, pages.sql,
+// Package pagestore is the packed history (migrations/0012_event_pages.sql, pages.sql,
 // internal/pages): the sweeper packs folded events out of `events` into page rows of ten thousand
 // ids, a unit of a thousand at a time (PackPages, pack.go), so that a read of an old event scans
 // one partition of about one page row instead of a share of the history. Issue 29 made the pack

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The pack against other packs and late events (issue 29): whatever the interleaving of packs,
+// The pack against other packs and late events: whatever the interleaving of packs,
 // late creates of old ids and folds, every event is in `events` or in its page, and once.
 
 // steppedPack is a Store.PackPages run on a goroutine of its own that stops before the statements
@@ -144,7 +144,7 @@ func auditOnce(t *testing.T, store *wire.Stores, want []int64) {
 // read its one folded event A and find no page row; the first inserts the page's row and deletes
 // A; the second inserts a row too and deletes while the first has not committed; meanwhile a late
 // event D of the unit (an id the store's block allocator handed out long before, created now) is
-// processed and folded; then the first commits. Before issue 29 the second's delete, which waited
+// processed and folded; then the first commits. Before the fix the second's delete, which waited
 // for A, found A gone and D in its place, deleted one row as it had read one, and committed: D was
 // in neither table and A in two page rows. Now packs take turns (TakePackTurn), and a pack locks
 // the events it packs: the second finds the turn taken and packs nothing, and D is packed later.
@@ -202,7 +202,7 @@ func TestTwoPacksAndALateEventKeepEveryEventOnce(t *testing.T) {
 // creates an event on a page nobody packed yet, the ids move on past it (other processes take
 // them), and the store creates more events of the same unit late, from its block, while the
 // packers take the unit. Every event is then in `events` or in its page, once, and the count is
-// exact. (Before issue 29 a few rounds in a hundred and fifty lost a late event and stored
+// exact. (Before the fix a few rounds in a hundred and fifty lost a late event and stored
 // another twice.)
 func TestPackersLateCreatesAndFoldsRace(t *testing.T) {
 	t.Parallel()

@@ -1,6 +1,6 @@
 package taskstore
 
-// The reference directory (issue 31; migrations/0016_reference_directory.sql, directory.sql): each
+// The reference directory (migrations/0016_reference_directory.sql, directory.sql): each
 // reference's tasks, so that a reference's listing and a manual retry read the reference's own
 // tasks by id instead of scanning the history for them.
 

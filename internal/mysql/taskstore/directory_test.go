@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The reference directory (issue 31, directory.go): a reference's listing and a manual retry read
+// The reference directory (directory.go): a reference's listing and a manual retry read
 // the reference's own tasks, by id, not the history.
 
 // createOne creates one task of ref and returns its id.

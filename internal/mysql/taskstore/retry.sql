@@ -1,5 +1,5 @@
 -- The bulk retry's statements (retry_reference.go): a reference's failed tasks retried in a
--- statement per batch rather than one per task (issue 31: 1,000 failed tasks took 0.47 s, one
+-- statement per batch rather than one per task (1,000 failed tasks took 0.47 s, one
 -- statement each, under the reference's bucket lock, which every create in the bucket waits for),
 -- and its heads and failed tasks read in one round trip.
 
