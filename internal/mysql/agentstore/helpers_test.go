@@ -3,64 +3,20 @@ package agentstore_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
-	"github.com/exactlyonce/exactlyonce/internal/processing"
-	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
-// fixedValue is the value fixedWorks gives event id.
-func fixedValue(id int64) string { return fmt.Sprintf("v%d", id) }
-
-// fixedWorks gives plain events the value fixedValue, through the one-transaction path or, leased,
-// through the lease path.
-func fixedWorks(leased bool) exactlyonce.Works {
-	return exactlyonce.Works{exactlyonce.KindPlain: exactlyonce.ValueWork{New: fixedValue, Leased: leased}}
-}
-
-// processIDs processes ids as the processor does, in the one processing shape.
-func processIDs(ctx context.Context, store *wire.Stores, leased bool, ids ...int64) (map[int64]exactlyonce.Outcome, error) {
-	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.ByProcessor, Works: fixedWorks(leased)}
-	return e.ProcessIDs(ctx, ids)
-}
-
-// processDue processes one batch of due events as the sweeper does and returns how many it settled.
-func processDue(ctx context.Context, store *wire.Stores, leased bool, grace time.Duration, limit int) (int, error) {
-	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Works: fixedWorks(leased)}
-	b, err := e.ProcessDue(ctx, grace, limit)
-	return b.Settled, err
-}
-
-// together runs n workers, released at once so that they race, and fails t with every error they
-// return.
-func together(t *testing.T, n int, work func(w int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	start := make(chan struct{})
-	for w := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			if err := work(w); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-}
+// The stores' tests share these helpers (mysqltest/process.go).
+var (
+	fixedValue = mysqltest.FixedValue
+	fixedWorks = mysqltest.FixedWorks
+	processIDs = mysqltest.ProcessIDs
+	processDue = mysqltest.ProcessDue
+	together   = mysqltest.Together
+)
 
 // explainPartitions returns the partitions (or subpartitions) EXPLAIN says q reads.
 func explainPartitions(t *testing.T, db *sql.DB, q string) []string {
