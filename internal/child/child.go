@@ -117,6 +117,28 @@ func (c *Process) WaitLine(prefix string, timeout time.Duration) (string, error)
 	}
 }
 
+// StartEndpoint starts bin with args (a local endpoint: sqslocal, s3local) and waits until it prints
+// "<name> listening on http://127.0.0.1:<port>", and returns the process and that URL. A child that
+// exits first, or says something else, is killed and reported.
+func StartEndpoint(bin string, args []string, name string) (*Process, string, error) {
+	c, err := StartProcess(bin, args, nil, os.Stderr)
+	if err != nil {
+		return nil, "", fmt.Errorf("start %s: %w", bin, err)
+	}
+	said := name + " listening on "
+	line, err := c.WaitLine(said, 30*time.Second)
+	if err != nil {
+		c.Kill()
+		return nil, "", fmt.Errorf("%s did not say where it listens: %w", name, err)
+	}
+	url := strings.TrimSpace(strings.TrimPrefix(line, said))
+	if !strings.HasPrefix(url, "http://127.0.0.1:") {
+		c.Kill()
+		return nil, "", fmt.Errorf("%s said %q", name, line)
+	}
+	return c, url, nil
+}
+
 // Output returns every line the child printed so far.
 func (c *Process) Output() []string {
 	c.mu.Lock()

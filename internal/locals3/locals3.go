@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,20 +66,9 @@ func Start(bin, dir string, buckets ...string) (*Server, error) {
 	for _, b := range buckets {
 		args = append(args, "-bucket", b)
 	}
-	c, err := child.StartProcess(bin, args, nil, os.Stderr)
+	c, url, err := child.StartEndpoint(bin, args, "s3local")
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	const said = "s3local listening on "
-	line, err := c.WaitLine(said, 30*time.Second)
-	if err != nil {
-		c.Kill()
-		return nil, fmt.Errorf("s3local did not say where it listens: %w", err)
-	}
-	url := strings.TrimSpace(strings.TrimPrefix(line, said))
-	if !strings.HasPrefix(url, "http://127.0.0.1:") {
-		c.Kill()
-		return nil, fmt.Errorf("s3local said %q", line)
+		return nil, err
 	}
 	return &Server{URL: url, proc: c}, nil
 }

@@ -10,8 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -55,20 +53,9 @@ func Start(bin string) (*Server, error) {
 			return nil, err
 		}
 	}
-	c, err := child.StartProcess(bin, []string{"-addr", "127.0.0.1:0"}, nil, os.Stderr)
+	c, url, err := child.StartEndpoint(bin, []string{"-addr", "127.0.0.1:0"}, "sqslocal")
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	const said = "sqslocal listening on "
-	line, err := c.WaitLine(said, 30*time.Second)
-	if err != nil {
-		c.Kill()
-		return nil, fmt.Errorf("sqslocal did not say where it listens: %w", err)
-	}
-	url := strings.TrimSpace(strings.TrimPrefix(line, said))
-	if !strings.HasPrefix(url, "http://127.0.0.1:") {
-		c.Kill()
-		return nil, fmt.Errorf("sqslocal said %q", line)
+		return nil, err
 	}
 	return &Server{URL: url, proc: c}, nil
 }
