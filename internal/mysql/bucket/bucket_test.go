@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/mysql/bucket"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
@@ -146,17 +147,17 @@ func TestABucketsLockMakesTheNextWriterReadWhatTheFirstCommitted(t *testing.T) {
 	ctx := context.Background()
 	db, _ := testdb.DB(t, 4)
 	tab := counterTable()
+	// The second, on a connection whose id the test knows.
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close() // after the first's rollback, which ends the second's wait
+	var id int64
+	require.NoError(t, conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id))
 	first, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer first.Rollback()
 	require.NoError(t, tab.LockBuckets(ctx, first, []int64{7}))
 
-	// The second, on a connection whose id the test knows.
-	conn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	var id int64
-	require.NoError(t, conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id))
 	var locked atomic.Bool
 	read := make(chan []byte, 1)
 	go func() {
@@ -186,10 +187,9 @@ func TestABucketsLockMakesTheNextWriterReadWhatTheFirstCommitted(t *testing.T) {
 			return true // it did not wait: failed below
 		default:
 		}
-		var n int
-		require.NoError(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.INNODB_TRX
-			WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'`, id).Scan(&n))
-		return n > 0
+		waits, err := mysqltest.WaitsForALock(ctx, db, id)
+		require.NoError(t, err)
+		return waits
 	})
 	require.Nil(t, early, "the second transaction ended without waiting: %q", early)
 	require.False(t, locked.Load(), "the second locked a bucket the first holds")

@@ -2,9 +2,10 @@
 // database that the product never does. Seeding loads millions of rows in bulk, as the stores would
 // have written them (seed.go, seed_pages.go, counters_seed.go, keys_seed.go); the audit reads every
 // event, the packed history's included, for the exactly-once checker (audit.go, internal/verify);
-// StatementTally counts the statements a path sends (tally.go); LeaseAll and SettleAll decide for
-// a claim taken without the engine (claim.go); and the helpers read what
-// the server plans and holds (EXPLAIN's partitions, InnoDB's purge backlog).
+// StatementTally counts the statements a path sends (tally.go); WaitsForALock tells a test that
+// forces an interleaving that a call waits for the lock the test holds (lockwait.go); LeaseAll and
+// SettleAll decide for a claim taken without the engine (claim.go); and the helpers read what the
+// server plans and holds (EXPLAIN's partitions, InnoDB's purge backlog).
 //
 // Nothing in the product imports it: TestNoProductImportsMysqltest fails if a command or function
 // carries it. Its statements are in its own .sql files, read into a typed set as the stores' are;

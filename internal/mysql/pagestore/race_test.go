@@ -115,10 +115,9 @@ func (p *steppedPack) waitingForALock() bool {
 	if conn == 0 {
 		return false
 	}
-	var n int
-	require.NoError(p.t, p.db.QueryRow(`SELECT COUNT(*) FROM information_schema.INNODB_TRX
-		WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'`, conn).Scan(&n))
-	return n > 0
+	waits, err := mysqltest.WaitsForALock(context.Background(), p.db, conn)
+	require.NoError(p.t, err)
+	return waits
 }
 
 // auditOnce checks that every id of want is stored once, in `events` or in a page, and nothing else is.

@@ -24,8 +24,8 @@ import (
 
 // awaitStatement waits until a statement that starts with prefix runs on this test's database (the
 // call under test has reached the lock the test holds, and waits for it there), or fails the test
-// if the call returned first. (MariaDB's INNODB_TRX does not always list a transaction waiting on a
-// partitioned table, so the processlist is read.)
+// if the call returned first. (The processlist is built when it is read; INNODB_TRX is a cache that
+// tests polling it side by side keep stale: see mysqltest.WaitsForALock.)
 func awaitStatement(t *testing.T, db *sql.DB, prefix string, done <-chan struct{}) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

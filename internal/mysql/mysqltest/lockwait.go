@@ -1,0 +1,48 @@
+package mysqltest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// WaitsForALock tells whether the transaction of connection id (CONNECTION_ID()) waits for a row
+// lock now: how a test that forces an interleaving knows the call it runs has reached the lock the
+// test holds.
+//
+// It reads SHOW ENGINE INNODB STATUS, not information_schema.INNODB_TRX: the server answers
+// INNODB_TRX from a cache that it refreshes only when nobody has read it for 100 ms, so tests
+// polling it side by side keep each other's view of a new lock wait from ever appearing (a CI run
+// waited 10 s for a wait that had begun). The status is built when it is asked for.
+func WaitsForALock(ctx context.Context, db *sql.DB, id int64) (bool, error) {
+	var typ, name, status string
+	if err := db.QueryRowContext(ctx, "SHOW ENGINE INNODB STATUS").Scan(&typ, &name, &status); err != nil {
+		return false, fmt.Errorf("SHOW ENGINE INNODB STATUS: %w", err)
+	}
+	return statusShowsLockWait(status, id), nil
+}
+
+// threadID finds the line naming a transaction's connection ("MariaDB thread id 12, ...", "MySQL
+// thread id 12, ..." on MySQL).
+var threadID = regexp.MustCompile(`(?m)^(?:MariaDB|MySQL) thread id (\d+),`)
+
+// statusShowsLockWait tells whether the transactions section of an InnoDB status lists connection
+// id's transaction with a "LOCK WAIT" line.
+func statusShowsLockWait(status string, id int64) bool {
+	want := fmt.Sprint(id)
+	for _, trx := range strings.Split(status, "\n---TRANSACTION ")[1:] {
+		m := threadID.FindStringSubmatch(trx)
+		if m == nil || m[1] != want {
+			continue
+		}
+		for _, line := range strings.Split(trx, "\n") {
+			if strings.HasPrefix(line, "LOCK WAIT ") {
+				return true
+			}
+		}
+		return false
+	}
+	return false
+}
