@@ -216,3 +216,23 @@ GRANT SELECT ON reference_backfill TO /*user*/;
 -- sweeper: the backfill takes its row's lock (TakeBackfill, a SELECT ... FOR UPDATE, which MySQL 8
 -- grants with UPDATE) and records its progress (SetBackfill). No INSERT or DELETE.
 GRANT SELECT, UPDATE ON reference_backfill TO /*user*/;
+
+-- name: GrantTallyCreates
+-- api: every transaction that inserts events adds them to a row of the tally (TallyCreated, an
+-- UPDATE whose WHERE needs SELECT); GET /events reads the rows and the base (ReadTally). No INSERT
+-- or DELETE: only migrate seeds the rows.
+GRANT SELECT, UPDATE ON event_tally TO /*user*/;
+
+-- name: GrantReadTallyBase
+-- api: GET /events reads the tally's base (ReadTally), a consistent read.
+GRANT SELECT ON event_tally_base TO /*user*/;
+
+-- name: GrantReadTally
+-- sweeper: the base's derivation reads the tally's rows (DeriveTallyBase's count), a consistent
+-- read; it never changes them.
+GRANT SELECT ON event_tally TO /*user*/;
+
+-- name: GrantTallyBase
+-- sweeper: the base's derivation takes its row's lock (TakeTallyBase, a SELECT ... FOR UPDATE,
+-- which MySQL 8 grants with UPDATE) and sets it once (SetTallyBase). No INSERT or DELETE.
+GRANT SELECT, UPDATE ON event_tally_base TO /*user*/;

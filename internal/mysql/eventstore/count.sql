@@ -51,3 +51,38 @@ SELECT n, NOW(6) FROM settled_count LOCK IN SHARE MODE;
 -- folded failed task writes it, and both change settled_count): settled_count less its rows is the
 -- folded processed events, exactly.
 SELECT state, COUNT(*) FROM events WHERE state < 30 OR state >= 40 GROUP BY state;
+
+-- The tally (migrations/0018_event_tally.sql): the events ever created, added by the transactions
+-- that insert them, over 64 rows, plus a base for the events created before the creates kept it.
+
+-- name: TallyCreated
+-- The last statement of every transaction that inserts events (eventstore's creates, the keyed
+-- creates, the task creates): adds the ? events it inserted to the row of shard ? (the first id's,
+-- mod 64), so that they commit together. HASH(shard) prunes it to that row's partition: one row
+-- scanned and locked. The lock is held to the commit, which follows at once; nothing else writes
+-- the row, and a create holds no other tally row, so the lock adds no order to wait in.
+UPDATE event_tally SET n = n + ? WHERE shard = ?;
+
+-- name: ReadTally
+-- GET /events: the base (NULL: not derived yet, count by the scan) and the tally's sum, in one
+-- statement, so by one consistent read: every create's insert and its addition are seen together
+-- or not at all. No lock: no fold, pack or move changes either.
+SELECT (SELECT n FROM event_tally_base), (SELECT COALESCE(SUM(n), 0) FROM event_tally);
+
+-- name: TakeTallyBase
+-- The base's derivation, first statement: its row, locked so that two sweepers derive it once
+-- (SKIP LOCKED: the second finds no row and leaves it to the first), with whether it may be
+-- derived yet (begin_after has passed: the previous version's API, which does not tally, is gone).
+SELECT n, begin_after IS NULL OR begin_after <= NOW(6) FROM event_tally_base FOR UPDATE SKIP LOCKED;
+
+-- name: CountUnfoldedAndTally
+-- The base's derivation, third statement, after LockSettledCount's shared lock (no fold or retry of
+-- a folded task commits until the derivation's transaction ends): the events not folded, as
+-- CountUnfolded reads them, and the tally's sum, in one statement, so by one consistent read; the
+-- base is settled_count plus the first less the second: the events no create has tallied. A scan
+-- of the pending and unfolded events, once in a database's life.
+SELECT (SELECT COUNT(*) FROM events WHERE state < 30), (SELECT COALESCE(SUM(n), 0) FROM event_tally);
+
+-- name: SetTallyBase
+-- The base's derivation, last statement: the base, under TakeTallyBase's lock.
+UPDATE event_tally_base SET n = ?;

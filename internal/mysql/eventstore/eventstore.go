@@ -27,6 +27,8 @@ type queryTexts struct {
 
 	LockSettledCount, CountUnfolded, FoldSettled, AddSettled, LockSettledCountAt, OverviewCounts string
 
+	TallyCreated, ReadTally, TakeTallyBase, CountUnfoldedAndTally, SetTallyBase string
+
 	OldestWaitingAge, WaitingEvents string
 
 	TierArchive, TierRows, PageRowsEstimate string
