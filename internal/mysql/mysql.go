@@ -67,7 +67,6 @@ type queryTexts struct {
 	GrantEventWorkers, GrantRunEventWorkers, GrantReadEventWorkers, GrantReadPages, GrantPackPages,
 	GrantPackTurn, GrantDeletePackedEvents, GrantPackAttempts, GrantArchivePages, GrantArchiveCursor, GrantReadArchiveCursor,
 	GrantReferenceDirectory, GrantReadReferenceBackfill, GrantReferenceBackfill string
-	GrantTallyCreates, GrantReadTallyBase, GrantReadTally, GrantTallyBase string
 }
 
 var queries = MustLoadQueries[queryTexts](sqlFiles)

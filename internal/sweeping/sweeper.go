@@ -106,8 +106,6 @@ type Stores struct {
 	Agents   agents.Store
 	// Backfiller gives the tasks stored before the reference directory their entries (backfill.go).
 	Backfiller Backfiller
-	// Tally derives the base of the events' count once (tally.go).
-	Tally TallyBase
 }
 
 // Sweeper processes due pending events.
@@ -122,7 +120,6 @@ type Sweeper struct {
 	rec          *metrics.Recorder // Metrics.Recorder, or the sweeper's own for Metrics.Out
 	folded       atomic.Int64      // events Maintain folded, for HandleAgent's result
 	backfilled   atomic.Bool       // the reference directory is complete: no backfill (backfill.go)
-	tallied      atomic.Bool       // the count's base is known (tally.go)
 	mu           sync.Mutex
 	lastMaintain time.Time
 }
@@ -187,7 +184,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 
 // Maintain is what a sweeper does besides processing due events: it folds settled events into the
 // count and packs the folded ones into pages (fold.go), backfills the reference directory until it
-// is complete (backfill.go), derives the count's base once (tally.go), prunes expired idempotency keys (idempotency.go) and runs the counter service's
+// is complete (backfill.go), prunes expired idempotency keys (idempotency.go) and runs the counter service's
 // sweep (counters.go). Each is bounded and safe to run from many sweepers at once. It returns how
 // many events it folded; only the fold's error is returned (the others log theirs).
 func (s *Sweeper) Maintain(ctx context.Context) (int64, error) {
@@ -201,7 +198,6 @@ func (s *Sweeper) Maintain(ctx context.Context) (int64, error) {
 		s.archive(ctx)
 	}
 	s.backfill(ctx)
-	s.deriveTallyBase(ctx)
 	s.pruneKeys(ctx)
 	s.sweepCounters(ctx)
 	s.folded.Add(folded)

@@ -67,7 +67,7 @@ func (s *Stores) API() api.Stores {
 // packs, prunes keys and sweeps the counter service.
 func (s *Stores) Sweeping() sweeping.Stores {
 	return sweeping.Stores{Events: s.Events, Tasks: s.Tasks, Folder: s.Events, Packer: s.Pages, Archiver: s.Pages, Keys: s.Keys,
-		Counters: s.Counters, Waiting: s.Events, Workers: s.Agents, Agents: s.Agents, Backfiller: s.Tasks, Tally: s.Events}
+		Counters: s.Counters, Waiting: s.Events, Workers: s.Agents, Agents: s.Agents, Backfiller: s.Tasks}
 }
 
 // Each store says here, at compile time, that it is what every consumer it serves declares it

@@ -27,8 +27,6 @@ type queryTexts struct {
 
 	LockSettledCount, CountUnfolded, FoldSettled, AddSettled, LockSettledCountAt, OverviewCounts string
 
-	TallyCreated, ReadTally, TakeTallyBase, CountUnfoldedAndTally, SetTallyBase string
-
 	OldestWaitingAge, WaitingEvents string
 
 	TierArchive, TierRows, PageRowsEstimate string

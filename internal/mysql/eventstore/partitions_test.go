@@ -49,20 +49,3 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 		require.Equal(t, c.want, partitionsOf(t, store.DB.Pool(), literal(c.q)), "%.60s", c.q)
 	}
 }
-
-// A create's addition to the tally reads and locks its shard's row alone: one partition of
-// event_tally. The base's derivation scans what CountUnfolded scans, and the tally.
-func TestTallyStatementsArePruned(t *testing.T) {
-	t.Parallel()
-	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 2))
-	db := store.DB.Pool()
-	q := strings.Replace(strings.Replace(eventstore.Queries.TallyCreated, "?", "3", 1), "?", "37", 1)
-	require.Equal(t, []string{"p37"}, partitionsOf(t, db, q))
-	parts := partitionsOf(t, db, eventstore.Queries.CountUnfoldedAndTally)
-	for _, p := range []string{"fresh", "open", "queued"} {
-		require.Contains(t, parts, p)
-	}
-	for _, p := range []string{"settled", "failed"} {
-		require.NotContains(t, parts, p, "the processed and failed history is not scanned")
-	}
-}

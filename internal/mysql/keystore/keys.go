@@ -18,7 +18,6 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/bucket"
-	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/exactlyonce/exactlyonce/internal/routing"
 )
@@ -246,11 +245,7 @@ func (s *Store) createKeyed(ctx context.Context, tx mysql.Conn, waitUntil time.T
 			return nil, err
 		}
 	}
-	if err := insertKeys(ctx, tx, keyRows, keyArgs); err != nil {
-		return nil, err
-	}
-	// The events' count, last: its row's lock is held only to the commit (eventstore.TallyCreated).
-	return results, eventstore.TallyCreated(ctx, tx, ids[0], len(fresh))
+	return results, insertKeys(ctx, tx, keyRows, keyArgs)
 }
 
 // keyRow is one row of InsertKeys: the key expires at the database's clock, rounded up to a

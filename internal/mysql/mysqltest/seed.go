@@ -50,26 +50,15 @@ func LoadPending(ctx context.Context, db *sql.DB, n int64, onChunk func(done int
 	if err != nil {
 		return 0, err
 	}
-	core, err := mysql.New(db, mysql.Config{})
-	if err != nil {
-		return 0, err
-	}
 	// MySQL has no murmur3, so the rows are sent with their hashes, by the event store's own insert
-	// (InsertPendingRows), pendingChunk rows per statement, each with its addition to the events'
-	// count (TallyCreated) in its transaction, as a create's.
+	// (InsertPendingRows), pendingChunk rows per statement.
 	const pendingChunk = 2000
 	for lo := int64(0); lo < n; lo += pendingChunk {
 		ids := make([]int64, 0, pendingChunk)
 		for id := first + lo; id < first+min(lo+pendingChunk, n); id++ {
 			ids = append(ids, id)
 		}
-		err := core.InTx(ctx, func(tx *sql.Tx) error {
-			if err := eventstore.InsertPending(ctx, tx, ids); err != nil {
-				return err
-			}
-			return eventstore.TallyCreated(ctx, tx, ids[0], len(ids))
-		})
-		if err != nil {
+		if err := eventstore.InsertPending(ctx, db, ids); err != nil {
 			return 0, err
 		}
 		if onChunk != nil {
@@ -108,10 +97,8 @@ func LoadFoldedHistory(ctx context.Context, db *sql.DB, n int64, onChunk func(do
 			if _, err := tx.ExecContext(ctx, folded, first, lo, hi); err != nil {
 				return err
 			}
-			if _, err := eventstore.AddSettled(ctx, tx, hi-lo+1); err != nil {
-				return err
-			}
-			return eventstore.TallyCreated(ctx, tx, first+lo-1, int(hi-lo+1))
+			_, err := eventstore.AddSettled(ctx, tx, hi-lo+1)
+			return err
 		})
 		if err != nil {
 			return 0, fmt.Errorf("load folded history: %w", err)
@@ -131,19 +118,9 @@ func load(ctx context.Context, db *sql.DB, n int64, q string, onChunk func(done 
 	if err != nil {
 		return 0, err
 	}
-	core, err := mysql.New(db, mysql.Config{})
-	if err != nil {
-		return 0, err
-	}
 	for lo := int64(1); lo <= n; lo += loadChunk {
 		hi := min(lo+loadChunk-1, n)
-		err := core.InTx(ctx, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, q, first, lo, hi); err != nil {
-				return err
-			}
-			return eventstore.TallyCreated(ctx, tx, first+lo-1, int(hi-lo+1))
-		})
-		if err != nil {
+		if _, err := db.ExecContext(ctx, q, first, lo, hi); err != nil {
 			return 0, err
 		}
 		if onChunk != nil {

@@ -37,7 +37,6 @@ func LoadPackedHistory(ctx context.Context, db *sql.DB, n int64, onChunk func(do
 	for lo := first; lo < first+n; {
 		var args []any
 		var rows, events int64
-		pageFirst := lo
 		for rows < pagesPerTx && lo < first+n {
 			page := pages.PageOf(lo)
 			hi := min((page+1)*pages.Size, first+n) // exclusive
@@ -72,10 +71,8 @@ func LoadPackedHistory(ctx context.Context, db *sql.DB, n int64, onChunk func(do
 			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 				return err
 			}
-			if _, err := eventstore.AddSettled(ctx, tx, events); err != nil {
-				return err
-			}
-			return eventstore.TallyCreated(ctx, tx, pageFirst, int(events))
+			_, err := eventstore.AddSettled(ctx, tx, events)
+			return err
 		})
 		if err != nil {
 			return 0, fmt.Errorf("load packed history: %w", err)
@@ -166,10 +163,8 @@ feed:
 		if _, err := tx.ExecContext(ctx, queries.LoadArchive, lastPage-firstPage+1, n, lastPage+1, lastPage+1); err != nil {
 			return err
 		}
-		if _, err := eventstore.AddSettled(ctx, tx, n); err != nil {
-			return err
-		}
-		return eventstore.TallyCreated(ctx, tx, first, int(n))
+		_, err := eventstore.AddSettled(ctx, tx, n)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("load archived history: %w", err)

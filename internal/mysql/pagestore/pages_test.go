@@ -14,7 +14,6 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -326,7 +325,6 @@ func TestALateEventIsMergedIntoItsPackedUnit(t *testing.T) {
 	_, err = db.ExecContext(ctx, "INSERT INTO events (id, routing_hash, value, state, created_at, processed_at, processed_by, process_count) "+
 		"VALUES (?, 0, 'late', 10, NOW(6), NOW(6), 'api', 1)", gap)
 	require.NoError(t, err)
-	require.NoError(t, eventstore.TallyCreated(ctx, db, gap, 1)) // as its create would
 	foldAll(t, store)
 	_, packed, err = store.Pages.PackPages(ctx, 100, time.Hour)
 	require.NoError(t, err)

@@ -132,11 +132,8 @@ func (s *Store) createTasksAlone(ctx context.Context, tasks []exactlyonce.NewTas
 			}
 		}
 		var err error
-		if out, err = InsertTasks(ctx, tx, tasks, taken); err != nil {
-			return err
-		}
-		// The events' count, last: its row's lock is held only to the commit.
-		return eventstore.TallyCreated(ctx, tx, taken[0], len(tasks))
+		out, err = InsertTasks(ctx, tx, tasks, taken)
+		return err
 	})
 	if err != nil {
 		return nil, mysql.Interpret("create tasks", err)
@@ -205,8 +202,7 @@ func checkTaskBatch(tasks []exactlyonce.NewTask) error {
 // InsertTasks stores tasks with the given ids (taken from the id counter) in tx: the references'
 // buckets locked, each task pending if it heads its reference, else queued behind it. It is how a
 // create stores its tasks, and how the keyed creates (keystore) store theirs in their own
-// transaction, after the keys' buckets. The caller adds them to the events' count
-// (eventstore.TallyCreated) as its transaction's last statement.
+// transaction, after the keys' buckets.
 func InsertTasks(ctx context.Context, tx mysql.Conn, tasks []exactlyonce.NewTask, ids []int64) ([]exactlyonce.CreatedTask, error) {
 	// The references' buckets, locked and advanced by the positions the tasks take, before
 	// anything else of theirs is read.
