@@ -43,11 +43,9 @@ func (s *Store) ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Du
 				continue
 			}
 			rows, err := tx.QueryContext(ctx, q, r.Lo, r.Hi, grace.Microseconds(), c.SkipTasks, limit-len(claimed))
-			got, err := scanClaimedHeads(rows, err, limit-len(claimed))
-			if err != nil {
+			if claimed, err = scanClaimedHeads(claimed, rows, err); err != nil {
 				return nil, err
 			}
-			claimed = append(claimed, got...)
 		}
 		full = len(claimed) == limit
 		return claimed, readClaimedTasks(ctx, tx, claimed)
