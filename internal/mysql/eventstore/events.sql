@@ -151,9 +151,9 @@ LIMIT ?;
 -- `settled` partition, in the transaction that holds their locks. `state < 2` is the guard that
 -- makes a second write impossible even if a lock were lost: a processed row no longer matches. At
 -- READ COMMITTED the scan does a semi-consistent read of rows other workers hold and does not wait
--- for them (they do not match our ids). LIMIT (the number of ids) ends the scan at the last of our
--- rows instead of at the end of the partition: claims take rows from the front, so this scans about
--- what the claim scanned. The CASE is expanded to one WHEN ? THEN ? per id, the IN list to one ? per
+-- for them (they do not match our ids). `id IN` prunes it to the subpartitions that hold the ids,
+-- and LIMIT (the number of ids) ends the scan at the last of our rows instead of at the end of the
+-- subpartition: claims take rows from the front, so this scans about what the claim scanned. The CASE is expanded to one WHEN ? THEN ? per id, the IN list to one ? per
 -- id; the caller keeps a statement under 16 KB (RDS Proxy pins the session of a larger one).
 UPDATE events
 SET value = CASE id /*cases*/ END,
