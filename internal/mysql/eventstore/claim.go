@@ -34,15 +34,64 @@ func (s *Store) ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Du
 	if c.Range != nil {
 		r = *c.Range
 	}
+	from := s.claimFrom()
+	full := false
 	out, err := s.claim(ctx, c, decide, func(tx *sql.Tx) ([]exactlyonce.Event, error) {
-		rows, err := tx.QueryContext(ctx, queries.ClaimDue, r.Lo, r.Hi, grace.Microseconds(), c.SkipTasks, limit)
-		claimed, err := scanClaimedHeads(rows, err, limit)
-		if err != nil {
-			return nil, err
+		claimed := make([]exactlyonce.Event, 0, limit)
+		for _, q := range []string{claimDueFrom[from], claimDueBefore[from]} {
+			if q == "" || len(claimed) == limit {
+				continue
+			}
+			rows, err := tx.QueryContext(ctx, q, r.Lo, r.Hi, grace.Microseconds(), c.SkipTasks, limit-len(claimed))
+			if claimed, err = scanClaimedHeads(claimed, rows, err); err != nil {
+				return nil, err
+			}
 		}
+		full = len(claimed) == limit
 		return claimed, readClaimedTasks(ctx, tx, claimed)
 	})
+	s.dueFull.Store(full && err == nil)
 	return out, mysql.Interpret("claim due events", err)
+}
+
+// openSubpartitions is the number of subpartitions of `open`, opensp0 to opensp7, as the
+// migrations define them (TestClaimDueNamesTheOpenSubpartitions compares).
+const openSubpartitions = 8
+
+// claimDueFrom[i] is ClaimDue's statement over the subpartitions of `open` from the i-th to the
+// last, claimDueBefore[i] over those before the i-th ("" for none): see ClaimDue in events.sql.
+var claimDueFrom, claimDueBefore = func() (from, before [openSubpartitions]string) {
+	for i := range openSubpartitions {
+		from[i] = claimDueOver(i, openSubpartitions)
+		before[i] = claimDueOver(0, i)
+	}
+	return from, before
+}()
+
+// claimDueOver is ClaimDue's statement over the subpartitions of `open` numbered lo to hi-1, or ""
+// for none.
+func claimDueOver(lo, hi int) string {
+	if lo >= hi {
+		return ""
+	}
+	names := make([]string, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		names = append(names, fmt.Sprintf("opensp%d", i))
+	}
+	return strings.Replace(queries.ClaimDue, "/*open*/", strings.Join(names, ", "), 1)
+}
+
+// claimFrom is the subpartition of `open` this store's next ClaimDue starts at: the first, unless
+// its last claim was full (it is draining a backlog), then the next of a rotation, which concurrent
+// claims of the store share and which starts at a random place in each process, so that the
+// claims of a drain, and of the processes draining side by side, start in different places. A
+// full claim leaves its rows delete-marked at the front of the subpartitions it read until purge
+// removes them, and the next claim starting there would walk over them (events.sql, ClaimDue).
+func (s *Store) claimFrom() int {
+	if !s.dueFull.Load() {
+		return 0
+	}
+	return int(s.dueNext.Add(1) % openSubpartitions)
 }
 
 // claim runs one claiming transaction: lock with lock, ask decide what becomes of each locked event,

@@ -27,23 +27,24 @@ func ScanLeasedEvents(rows *sql.Rows, err error) ([]exactlyonce.Event, error) {
 // eight task columns are NULL or unused, and typed scans of them (sql.Null*, a conversion and often
 // an allocation each) were about a third of the claim's Go time per event.
 func scanClaimed(rows *sql.Rows, err error, most int) ([]exactlyonce.Event, error) {
-	return scanClaimedColumns(rows, err, most, 3+8)
+	return scanClaimedColumns(make([]exactlyonce.Event, 0, most), rows, err, 3+8)
 }
 
-// scanClaimedHeads reads the rows ClaimDue locked (id, kind, attempts) as events, processing; a
-// task's own columns are read next (readClaimedTasks). most is the statement's LIMIT.
-func scanClaimedHeads(rows *sql.Rows, err error, most int) ([]exactlyonce.Event, error) {
-	return scanClaimedColumns(rows, err, most, 3)
+// scanClaimedHeads reads the rows ClaimDue locked (id, kind, attempts) as events, processing,
+// appended to out (whose capacity should be the claim's limit: ClaimDue's two statements fill one
+// slice); a task's own columns are read next (readClaimedTasks).
+func scanClaimedHeads(out []exactlyonce.Event, rows *sql.Rows, err error) ([]exactlyonce.Event, error) {
+	return scanClaimedColumns(out, rows, err, 3)
 }
 
 // scanClaimedColumns reads rows of cols columns: id, kind, attempts, and, when there are more, a
-// task's eight (decoded only for a task). most, when known, is the statement's LIMIT.
-func scanClaimedColumns(rows *sql.Rows, err error, most, cols int) ([]exactlyonce.Event, error) {
+// task's eight (decoded only for a task), appended to out, which is allocated at the statement's
+// LIMIT when it is known.
+func scanClaimedColumns(out []exactlyonce.Event, rows *sql.Rows, err error, cols int) ([]exactlyonce.Event, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := make([]exactlyonce.Event, 0, most)
 	raw, dest := make([]sql.RawBytes, cols), make([]any, cols)
 	for i := range raw {
 		dest[i] = &raw[i]

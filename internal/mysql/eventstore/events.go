@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -23,10 +25,19 @@ type Store struct {
 	core    *mysql.DB
 	db      *sql.DB
 	history pagestore.History // the packed history's tiers: page rows, then the archive (WithHistory)
+
+	// ClaimDue's place in the subpartitions of `open` (claimFrom): whether its last claim was full,
+	// and the rotation it then follows.
+	dueFull atomic.Bool
+	dueNext atomic.Uint32
 }
 
 // New returns the Store on db, reading the packed history in the database only.
-func New(db *mysql.DB) *Store { return &Store{core: db, db: db.Pool()} }
+func New(db *mysql.DB) *Store {
+	s := &Store{core: db, db: db.Pool()}
+	s.dueNext.Store(rand.Uint32())
+	return s
+}
 
 // WithHistory makes s read the packed history through h (its archive too), and returns s. Called
 // once, when the process builds its stores (internal/wire), before s is used.
