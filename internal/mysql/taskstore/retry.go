@@ -159,8 +159,8 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 	var placement exactlyonce.RetryPlacement
 	var head bool
 	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
-		// The bucket comes first: read the task's reference without a lock, lock its bucket, then the
-		// task (and check again that it is failed).
+		// Read the task's reference without a lock, then lock the task (and check again that it is
+		// failed), then its bucket.
 		var kind exactlyonce.Kind
 		var state exactlyonce.State
 		var ref sql.NullString
@@ -188,9 +188,8 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 		if kind != exactlyonce.KindTask {
 			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "event %d is not a task: only a failed task can be retried", id)
 		}
-		if err := lockTaskBucketsOnly(ctx, tx, bucketsOf(ref, hash)); err != nil {
-			return err
-		}
+		// The task, then its bucket: every manual retry locks its failed tasks before the bucket
+		// (RetryReference says why that order).
 		var pos int64
 		var refText string
 		err = tx.QueryRowContext(ctx, queries.LockFailedTask, id).Scan(&state, &refText, &hash, &pos)
@@ -199,6 +198,9 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 				id, exactlyonce.TaskState(eventstore.StoredState(state)))
 		}
 		if err != nil {
+			return err
+		}
+		if err := lockTaskBucketsOnly(ctx, tx, bucketsOf(ref, hash)); err != nil {
 			return err
 		}
 		newState := exactlyonce.Pending
