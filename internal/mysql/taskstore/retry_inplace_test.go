@@ -228,3 +228,33 @@ func TestCreatesRacingRetriesInPlaceKeepOneHeadAndEachTaskOnce(t *testing.T) {
 	}
 	require.Equal(t, 3+creators*perCreator, total)
 }
+
+// Every manual retry locks its failed tasks before its bucket, so a retry of one task that comes
+// while a bulk retry of its reference holds that task (and waits for the bucket) holds no bucket
+// itself: it waits for the task, and then finds it retried (a 409), with no deadlock. (With the
+// task's retry taking the bucket first, the two wait for each other, InnoDB rolls one back, and the
+// test fails on the deadlock counted.)
+func TestARetryOfATaskWaitsForABulkRetryOfItsReferenceWithoutADeadlock(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "inplace"
+	db, store, ids := failedReference(ctx, t, ref, 3)
+	before := store.DB.Stats()
+
+	release := heldRetry(ctx, t, store, ref)
+	done := make(chan struct{})
+	var retryErr error
+	go func() {
+		defer close(done)
+		_, _, retryErr = store.Tasks.RetryTask(ctx, ids[0])
+	}()
+	awaitStatement(t, db, "SELECT state, COALESCE(reference_id, '')", done)
+	got, err := release()
+	require.NoError(t, err)
+	<-done
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Head: ids[0], Placement: exactlyonce.RetryInPlace}, got)
+	require.Equal(t, exactlyonce.ECONFLICT, exactlyonce.ErrorCode(retryErr), "%v", retryErr)
+	require.Equal(t, before.Deadlocks, store.DB.Stats().Deadlocks, "no deadlock")
+	require.Equal(t, [][2]int64{{ids[0], pending}, {ids[1], queued}, {ids[2], queued}}, statesOf(ctx, t, db, ref))
+}
