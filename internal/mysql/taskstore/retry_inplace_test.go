@@ -44,24 +44,38 @@ func failedReference(ctx context.Context, t *testing.T, ref string, n int) (*sql
 // the bucket; release lets it go on and returns its outcome.
 func heldRetry(ctx context.Context, t *testing.T, store *wire.Stores, ref string) (release func() (exactlyonce.RetriedReference, error)) {
 	t.Helper()
+	var out exactlyonce.RetriedReference
+	wait := held(t, store, func() (err error) {
+		out, err = store.Tasks.RetryReference(ctx, ref)
+		return err
+	})
+	return func() (exactlyonce.RetriedReference, error) {
+		err := wait()
+		return out, err
+	}
+}
+
+// held runs call, a retry, and returns once it is held after its writes, before the bucket; the
+// function it returns lets it go on and returns its error.
+func held(t *testing.T, store *wire.Stores, call func() error) (release func() error) {
+	t.Helper()
 	entered, hold := make(chan struct{}, 4), make(chan struct{})
 	taskstore.HoldRetriesBeforeBucket(store.Tasks, entered, hold)
 	done := make(chan struct{})
-	var out exactlyonce.RetriedReference
 	var err error
 	go func() {
 		defer close(done)
-		out, err = store.Tasks.RetryReference(ctx, ref)
+		err = call()
 	}()
 	select {
 	case <-entered:
 	case <-done:
-		t.Fatalf("the retry returned (%+v, %v) without going in place first", out, err)
+		t.Fatalf("the retry returned (%v) without going in place first", err)
 	}
-	return func() (exactlyonce.RetriedReference, error) {
+	return func() error {
 		close(hold)
 		<-done
-		return out, err
+		return err
 	}
 }
 
@@ -257,4 +271,43 @@ func TestARetryOfATaskWaitsForABulkRetryOfItsReferenceWithoutADeadlock(t *testin
 	require.Equal(t, exactlyonce.ECONFLICT, exactlyonce.ErrorCode(retryErr), "%v", retryErr)
 	require.Equal(t, before.Deadlocks, store.DB.Stats().Deadlocks, "no deadlock")
 	require.Equal(t, [][2]int64{{ids[0], pending}, {ids[1], queued}, {ids[2], queued}}, statesOf(ctx, t, db, ref))
+}
+
+// A retry of one task, the last of its reference (no open task), goes in place the same way: a
+// create of another reference of the bucket does not wait for it; a create of the same reference
+// meanwhile is seen, and the retried task goes back before it.
+func TestARetryOfATaskInPlaceHoldsItsBucketOnlyToCheckAndCommit(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "inplace"
+	db, store, ids := failedReference(ctx, t, ref, 1)
+	retry := func() (func() error, *exactlyonce.RetryPlacement, *bool) {
+		var placement exactlyonce.RetryPlacement
+		var head bool
+		return held(t, store, func() (err error) {
+			placement, head, err = store.Tasks.RetryTask(ctx, ids[0])
+			return err
+		}), &placement, &head
+	}
+
+	release, placement, head := retry()
+	other := createWithin(ctx, t, store, taskstore.SameSlot(ref, 1)[0], 0)
+	require.True(t, other.Head)
+	require.NoError(t, release())
+	require.Equal(t, exactlyonce.RetryInPlace, *placement)
+	require.True(t, *head)
+	require.Equal(t, [][2]int64{{ids[0], pending}}, statesOf(ctx, t, db, ref))
+
+	_, err := db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = attempts + 1, processed_at = NOW(6) WHERE id = ?", ids[0])
+	require.NoError(t, err)
+	release, placement, head = retry()
+	created := createWithin(ctx, t, store, ref, 1)
+	require.True(t, created.Head, "the retry's head is not committed: the create heads the reference")
+	require.NoError(t, release())
+	require.Equal(t, exactlyonce.RetryInPlace, *placement)
+	require.True(t, *head)
+	require.Equal(t, [][2]int64{{ids[0], pending}, {created.ID, queued}}, statesOf(ctx, t, db, ref),
+		"one head, the retried task; the new task behind it")
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
 }

@@ -52,7 +52,9 @@ WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND CAST(refe
 -- name: OpenHeads
 -- The open tasks (heads) of references, read again after LockHeads: a head that was settled while
 -- LockHeads waited for it is not open any more, and the task its settlement promoted (if any) heads
--- the reference now. Consistent read of `open` only; the same rows as BucketsAndHeads's second part.
+-- the reference now. Also a manual retry's first look, before its bucket, at whether its
+-- reference has an open task (RetryTask; retry.sql's RetryInPlaceCheck reads it again under the
+-- bucket). Consistent read of `open` only; the same rows as BucketsAndHeads's second part.
 SELECT 1, id, 0, reference_id FROM events
 WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/);
 
