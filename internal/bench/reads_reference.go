@@ -31,7 +31,9 @@ type sizedStore struct {
 //   - on each database, a create of a task in a bucket (Store.CreateTasks, one client) while
 //     another client retries a reference of the same bucket over and over (its 20 tasks failed by
 //     hand, then Store.RetryReference), against the same create with no retry, in alternating
-//     windows; and the retries' own rate at both sizes;
+//     windows; in the same windows, in turn with those, a create in another bucket (what the
+//     retries cost a create through the machine's load, not through a lock); and the retries' own
+//     rate at both sizes;
 //   - on the big database, the count (Store.Count) with nothing unfolded, then right after a burst
 //     of creates (100,000 in the full run) that no fold has reached.
 func referenceReads(ctx context.Context, r *run, group string, small, big sizedStore) error {
@@ -107,6 +109,16 @@ func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) 
 			refs = append(refs, ref)
 		}
 	}
+	// And 8 references of other buckets, which the client creates in every other time: a create
+	// outside the bucket pays what the retries cost the machine (its CPU, on this 2-core one) but
+	// no lock of theirs, so the two side by side, in the same windows, tell the retry's lock apart
+	// from the machine's load.
+	var outside []string
+	for i := 0; len(outside) < 8; i++ {
+		if ref := fmt.Sprintf("outside-%d", i); taskstore.ReferenceHash(ref)%64 != bucket {
+			outside = append(outside, ref)
+		}
+	}
 	batch := make([]exactlyonce.NewTask, 20)
 	for i := range batch {
 		batch[i] = exactlyonce.NewTask{URL: "https://example.com/hook", Payload: []byte(`{}`), ReferenceID: retried, MaxRetries: 3}
@@ -126,26 +138,33 @@ func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) 
 
 	windows, window := pick(r, 6, 2), pick(r, 2*time.Second, 300*time.Millisecond)
 	var next atomic.Int64
-	create := func(until time.Time) (time.Duration, int, error) {
-		var total time.Duration
-		n := 0
+	// create creates until until, in the bucket and outside it in turn, and returns the time and
+	// number of each.
+	create := func(until time.Time) (in, out time.Duration, nIn, nOut int, err error) {
 		for time.Now().Before(until) {
-			ref := refs[int(next.Add(1))%len(refs)]
+			k := int(next.Add(1))
+			ref := refs[k/2%len(refs)]
+			if k%2 == 1 {
+				ref = outside[k/2%len(outside)]
+			}
 			t0 := time.Now()
 			if _, err := d.store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: "https://example.com/hook", Payload: []byte(`{}`), ReferenceID: ref, MaxRetries: 3}}); err != nil {
-				return 0, 0, err
+				return 0, 0, 0, 0, err
 			}
-			total += time.Since(t0)
-			n++
+			if k%2 == 1 {
+				out, nOut = out+time.Since(t0), nOut+1
+			} else {
+				in, nIn = in+time.Since(t0), nIn+1
+			}
 		}
-		return total, n, nil
+		return in, out, nIn, nOut, nil
 	}
-	var alone, during, retrying time.Duration
-	var nAlone, nDuring, nRetries int
+	var alone, during, outsideDuring, retrying time.Duration
+	var nAlone, nDuring, nOutside, nRetries int
 	for w := range 2 * windows {
 		until := time.Now().Add(window)
 		if w%2 == 0 {
-			took, n, err := create(until)
+			took, _, n, _, err := create(until)
 			if err != nil {
 				return Row{}, err
 			}
@@ -175,7 +194,7 @@ func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) 
 				nRetries++
 			}
 		}()
-		took, n, err := create(until)
+		took, tookOutside, n, nOut, err := create(until)
 		wg.Wait()
 		if err != nil {
 			return Row{}, err
@@ -184,8 +203,9 @@ func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) 
 			return Row{}, retryErr
 		}
 		during, nDuring = during+took, nDuring+n
+		outsideDuring, nOutside = outsideDuring+tookOutside, nOutside+nOut
 	}
-	if nAlone == 0 || nDuring == 0 || nRetries == 0 {
+	if nAlone == 0 || nDuring == 0 || nOutside == 0 || nRetries == 0 {
 		return Row{}, fmt.Errorf("create during a retry: %d creates alone, %d during %d retries", nAlone, nDuring, nRetries)
 	}
 	meanAlone, meanDuring := alone/time.Duration(nAlone), during/time.Duration(nDuring)
@@ -194,14 +214,19 @@ func createDuringRetry(ctx context.Context, r *run, group string, d sizedStore) 
 	duringRow := Row{Group: group, Name: fmt.Sprintf("reads_create_during_retry_%d_per_s", d.size), Value: float64(time.Second) / float64(meanDuring),
 		Unit: "creates/s", Note: fmt.Sprintf("the same create in the bucket of a reference retried over and over (20 failed tasks, Store.RetryReference: mean %.2f ms), mean %.2f ms",
 			float64((retrying/time.Duration(nRetries)).Microseconds())/1000, float64(meanDuring.Microseconds())/1000)}
+	meanOutside := outsideDuring / time.Duration(nOutside)
+	outsideRow := Row{Group: group, Name: fmt.Sprintf("reads_create_outside_during_retry_%d_per_s", d.size), Value: float64(time.Second) / float64(meanOutside),
+		Unit: "creates/s", Note: fmt.Sprintf("a create in another bucket, in turn with the creates in the retried one, in the same windows, mean %.2f ms", float64(meanOutside.Microseconds())/1000)}
 	r.add(aloneRow, duringRow, ratio(group, fmt.Sprintf("reads_create_during_retry_vs_alone_%d", d.size), duringRow, aloneRow, atLeast(0.8),
-		fmt.Sprintf("a create in a bucket while a reference of it is retried, against the create alone, %d events", d.size)))
+		fmt.Sprintf("a create in a bucket while a reference of it is retried, against the create alone, %d events", d.size)),
+		outsideRow, ratio(group, fmt.Sprintf("reads_create_during_retry_in_vs_outside_bucket_%d", d.size), duringRow, outsideRow, nil,
+			fmt.Sprintf("during the retries, a create in their bucket against one outside it: what the retry's lock costs a create, the machine's load aside, %d events", d.size)))
 	meanRetry := retrying / time.Duration(nRetries)
 	retryRow := Row{Group: group, Name: fmt.Sprintf("reads_retry_reference_%d_per_s", d.size), Value: float64(time.Second) / float64(meanRetry),
 		Unit: "retries/s", Note: fmt.Sprintf("Store.RetryReference of a reference's 20 failed tasks, beside a client creating in its bucket, %d events, mean %.2f ms", d.size, float64(meanRetry.Microseconds())/1000)}
 	r.add(retryRow)
-	r.progress(group, "with %d events, a create in a bucket: %.2f ms alone, %.2f ms during retries of a reference in it (%d retries, %.2f ms each)",
-		d.size, float64(meanAlone.Microseconds())/1000, float64(meanDuring.Microseconds())/1000, nRetries, float64(meanRetry.Microseconds())/1000)
+	r.progress(group, "with %d events, a create in a bucket: %.2f ms alone, %.2f ms during retries of a reference in it (%d retries, %.2f ms each), %.2f ms outside the bucket during them",
+		d.size, float64(meanAlone.Microseconds())/1000, float64(meanDuring.Microseconds())/1000, nRetries, float64(meanRetry.Microseconds())/1000, float64(meanOutside.Microseconds())/1000)
 	return retryRow, nil
 }
 

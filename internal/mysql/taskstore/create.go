@@ -52,6 +52,9 @@ type Store struct {
 	directoryDone atomic.Bool
 	// history is the packed history's tiers: page rows, then the archive (WithHistory).
 	history pagestore.History
+	// beforeRetryBucket, if set, runs when a bulk retry in place has written its tasks and is
+	// about to take the bucket (retryInPlaceFirst): tests hold the retry there. Nil in the product.
+	beforeRetryBucket func()
 }
 
 // New returns the Store on db, reading the packed history in the database only.

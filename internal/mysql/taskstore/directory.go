@@ -193,13 +193,19 @@ func (s *Store) directoryComplete(ctx context.Context, q mysql.Conn) (bool, erro
 
 // laterTaskStarted tells whether a task of reference ref after position pos has started (settled,
 // processing, or attempted), but those of except: with the reference's bucket and heads held, by
-// its directory and then its later tasks by id (TasksStarted). A later task that `events` does not
-// hold was packed, so delivered.
+// its directory and then its later tasks by id (tasksStartedAfter).
 func laterTaskStarted(ctx context.Context, tx mysql.Conn, ref string, pos int64, except map[int64]bool) (bool, error) {
 	entries, err := referenceEntries(ctx, tx, ref)
 	if err != nil {
 		return false, err
 	}
+	return tasksStartedAfter(ctx, tx, entries, pos, except)
+}
+
+// tasksStartedAfter tells whether a task of entries (a reference's, from its directory) after
+// position pos has started, but those of except, by their ids (TasksStarted). A later task that
+// `events` does not hold was packed, so delivered.
+func tasksStartedAfter(ctx context.Context, tx mysql.Conn, entries []entry, pos int64, except map[int64]bool) (bool, error) {
 	var later []int64
 	for _, e := range entries {
 		if e.position > pos && !except[e.id] {
@@ -219,6 +225,19 @@ func laterTaskStarted(ctx context.Context, tx mysql.Conn, ref string, pos int64,
 		later = later[n:]
 	}
 	return false, nil
+}
+
+// taggedEntries are the bytes of a cell's entries that carry tag, in the cell's order: what a
+// reference's tasks have appended to it (a retry compares them before and after it takes the
+// bucket, retryInPlaceFirst).
+func taggedEntries(b []byte, tag [8]byte) []byte {
+	var out []byte
+	for off := 0; off+entrySize <= len(b); off += entrySize {
+		if bytes.Equal(b[off:off+8], tag[:]) {
+			out = append(out, b[off:off+entrySize]...)
+		}
+	}
+	return out
 }
 
 // taskEntries are the directory entries of the tasks of rows that have a reference.

@@ -100,3 +100,13 @@ func SameSlot(ref string, n int) []string {
 	}
 	return out
 }
+
+// HoldRetriesBeforeBucket makes s's bulk retries that go in place first (retryInPlaceFirst) stop
+// once they have written their tasks, before they take the bucket: each sends on entered, then
+// waits until hold is closed. Call it before the first RetryReference.
+func HoldRetriesBeforeBucket(s *Store, entered chan<- struct{}, hold <-chan struct{}) {
+	s.beforeRetryBucket = func() {
+		entered <- struct{}{}
+		<-hold
+	}
+}

@@ -13,7 +13,7 @@ import (
 )
 
 // The retries' statements that name the folded states (30, 40) read the failed events, folded or
-// not, and never the processed history (`settled`).
+// not, and never the processed history (`settled`); the in-place retry's check reads `open` alone.
 func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 	t.Parallel()
 	db := testdb.Core(t, mysql.Config{}, 2)
@@ -29,6 +29,8 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 		{taskstore.Queries.RetryTask, []string{"failed", "fresh"}},
 		{taskstore.RetryQueries.RetryStateOfReference, []string{"failed", "fresh", "open"}},
 		{taskstore.Queries.LockFailedTasks, []string{"failed", "fresh"}},
+		// The in-place retry's check under the bucket: `open` and one row of the directory.
+		{strings.Replace(taskstore.RetryQueries.RetryInPlaceCheck, "/*column*/", "d0", 1), []string{"open", "p1"}},
 	} {
 		got, err := mysqltest.PartitionsOf(context.Background(), db.Pool(), literal(c.q))
 		require.NoError(t, err)

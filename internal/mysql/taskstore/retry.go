@@ -155,12 +155,35 @@ func (s *Store) referenceTasksScan(ctx context.Context, ref string, after int64,
 // it), else to the end of its reference's queue. It returns where it went, and whether it is
 // pending now (it heads its reference: a queue message may name it). A task that is not failed is
 // an ECONFLICT error; an unknown id ENOTFOUND.
+//
+// A task of a reference with no open task that goes back in its place (its reference's last task)
+// is decided and written before the bucket is taken, which is then held only to check and commit,
+// as RetryReference does (retryInPlaceFirst); a check that fails runs the retry again with the
+// bucket taken before it decides.
 func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlacement, bool, error) {
 	var placement exactlyonce.RetryPlacement
 	var head bool
+	var err error
+	for round, optimistic := 1, true; ; round, optimistic = round+1, false {
+		placement, head, err = s.retryTask(ctx, id, optimistic)
+		if !errors.Is(err, errReferenceMoved) || round >= maxRetryRounds {
+			break
+		}
+	}
+	if err != nil {
+		return "", false, mysql.Interpret("retry task", err)
+	}
+	return placement, head, nil
+}
+
+// retryTask is one transaction of RetryTask; optimistic lets a retry in place of a reference with
+// no open task go before the bucket (retryInPlaceFirst).
+func (s *Store) retryTask(ctx context.Context, id int64, optimistic bool) (exactlyonce.RetryPlacement, bool, error) {
+	var placement exactlyonce.RetryPlacement
+	var head bool
 	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
-		// The bucket comes first: read the task's reference without a lock, lock its bucket, then the
-		// task (and check again that it is failed).
+		// Read the task's reference without a lock, then lock the task (and check again that it is
+		// failed), then its bucket.
 		var kind exactlyonce.Kind
 		var state exactlyonce.State
 		var ref sql.NullString
@@ -188,9 +211,8 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 		if kind != exactlyonce.KindTask {
 			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "event %d is not a task: only a failed task can be retried", id)
 		}
-		if err := lockTaskBucketsOnly(ctx, tx, bucketsOf(ref, hash)); err != nil {
-			return err
-		}
+		// The task, then its bucket: every manual retry locks its failed tasks before the bucket
+		// (RetryReference says why that order).
 		var pos int64
 		var refText string
 		err = tx.QueryRowContext(ctx, queries.LockFailedTask, id).Scan(&state, &refText, &hash, &pos)
@@ -199,6 +221,23 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 				id, exactlyonce.TaskState(eventstore.StoredState(state)))
 		}
 		if err != nil {
+			return err
+		}
+		var folded int64
+		if state >= exactlyonce.Processed+eventstore.CountedShift {
+			folded = 1
+		}
+		if optimistic && refText != "" {
+			out, ok, err := s.retryAloneInPlaceFirst(ctx, tx, refText, hash, failedTask{id: id, position: pos}, folded)
+			if err != nil {
+				return err
+			}
+			if ok {
+				placement, head = out.Placement, true
+				return nil
+			}
+		}
+		if err := lockTaskBucketsOnly(ctx, tx, bucketsOf(ref, hash)); err != nil {
 			return err
 		}
 		newState := exactlyonce.Pending
@@ -224,18 +263,31 @@ func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlace
 				return err
 			}
 		}
-		if state >= exactlyonce.Processed+eventstore.CountedShift {
-			if _, err := tx.ExecContext(ctx, queries.UncountRetried, 1); err != nil {
+		if folded > 0 {
+			if _, err := tx.ExecContext(ctx, queries.UncountRetried, folded); err != nil {
 				return err
 			}
 		}
 		head = newState == exactlyonce.Pending
 		return nil
 	})
-	if err != nil {
-		return "", false, mysql.Interpret("retry task", err)
+	return placement, head, err
+}
+
+// retryAloneInPlaceFirst is retryInPlaceFirst for one locked failed task f of reference ref, if
+// the reference has no open task (OpenHeads, a consistent read: RetryInPlaceCheck reads it again
+// under the bucket) and its directory is complete: false, nothing written, if not, or if a later
+// task has started.
+func (s *Store) retryAloneInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, hash uint32, f failedTask, folded int64) (exactlyonce.RetriedReference, bool, error) {
+	done, err := s.directoryComplete(ctx, tx)
+	if err != nil || !done {
+		return exactlyonce.RetriedReference{}, false, err
 	}
-	return placement, head, nil
+	heads, err := openHeads(ctx, tx, map[string]uint32{ref: hash})
+	if err != nil || len(heads[ref]) > 0 {
+		return exactlyonce.RetriedReference{}, false, err
+	}
+	return s.retryInPlaceFirst(ctx, tx, ref, hash, []failedTask{f}, folded)
 }
 
 func bucketsOf(ref sql.NullString, hash uint32) []int64 {

@@ -1,21 +1,26 @@
 -- The bulk retry's statements (retry_reference.go): a reference's failed tasks retried in a
 -- statement per batch rather than one per task (1,000 failed tasks took 0.47 s, one
 -- statement each, under the reference's bucket lock, which every create in the bucket waits for),
--- and its heads and failed tasks read in one round trip.
+-- its heads and failed tasks read in one round trip, and, for a reference with no open task whose
+-- failed tasks go back in their places, the bucket taken only to check and commit.
 
 -- name: RetryTasks
 -- RetryTask (tasks.sql) for up to 200 tasks at once: each its state and position (/*states*/ and
 -- /*positions*/ are `WHEN ? THEN ?` per task: its id, its value), a fresh retry budget, its
 -- attempts kept. Guarded by the failed states, with the rows locked by LockFailedTasks; pruned by
--- the ids to their subpartitions of `fresh` and `failed`. The caller checks that it changed every
--- one (LIMIT ? is their number).
+-- the ids to their subpartitions of `fresh` and `failed` (the UPDATE's semi-consistent read passes
+-- the rows others hold there), and it moves them to `open` and `queued`, which has no key to wait
+-- on: it waits for no one, so a retry in place runs it before it takes the bucket
+-- (RetryInPlaceCheck). The caller checks that it changed every one (LIMIT ? is their number).
 UPDATE events
 SET state = CASE id /*states*/ END, position = CASE id /*positions*/ END, retry_base = attempts, last_error = NULL,
     next_attempt_at = NULL, processed_at = NULL, processed_by = NULL, claim_id = NULL, lease_expires_at = NULL, worker_id = NULL
 WHERE state IN (20, 40) AND id IN (/*ids*/) LIMIT ?;
 
 -- name: RetryStateOfReference
--- POST /references/{referenceId}/retry, with the reference's bucket locked, in one round trip: its
+-- POST /references/{referenceId}/retry, first with no lock (the failed tasks it finds are locked
+-- next, LockFailedTasks), then, unless the retry goes in place first (RetryInPlaceCheck), with the
+-- reference's bucket locked, in one round trip: its
 -- open tasks (`0, id, state, position`: its heads, pending or processing, which the retry locks
 -- with tasks.sql's LockHeads and then reads again, as a head settled meanwhile is not open any
 -- more) and its failed tasks (`1, id, state, position`), by a consistent read. The read after the
@@ -30,3 +35,18 @@ UNION ALL
 SELECT 1, id, state, position FROM events
 WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
 ORDER BY 1, 4;
+
+-- name: RetryInPlaceCheck
+-- A bulk retry in place of a reference that had no open task (retry_reference.go,
+-- retryInPlaceFirst) decides and writes before it takes the reference's bucket, and runs this once
+-- it holds it, before it commits: the reference's open tasks (`id, NULL`: there must be one, the
+-- head it has just made pending, visible to its own consistent read) and its directory cell
+-- (`NULL, cell`), which must hold the same entries of the reference as when it decided. A task of
+-- the reference created, or retried to the end, in between shows in both; with the bucket held, no
+-- other can come until the commit. A consistent read, no lock: `state < 2` prunes the first part to
+-- `open`, `slot = ?` the second to the slot's partition (one row; /*column*/ is its dN, written by
+-- the store from a hash, never caller text).
+SELECT id, NULL FROM events
+WHERE state < 2 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
+UNION ALL
+SELECT NULL, /*column*/ FROM reference_directory WHERE slot = ?;

@@ -4,9 +4,11 @@ package taskstore
 // statements are in tasks.sql.
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -24,62 +26,225 @@ import (
 // head) and the others are queued, in position order. A reference with no failed task is left as
 // it is (no task retried, no error).
 //
-// Locks are taken in RetryTask's order of kinds: the reference's bucket first, then its head (so no
-// claim starts it and no settlement promotes past it, and no task of the reference can fail while
-// this decides), then the failed tasks.
+// Locks are taken in the order every manual retry takes them (RetryTask too): the failed tasks
+// first, then the reference's bucket, then its head (so no claim starts it and no settlement
+// promotes past it), then settled_count. No transaction that holds a bucket waits for a failed
+// task's row (creates, settlements and the backfill never lock one, and every retry locks its
+// failed tasks before its bucket), so locking them first cannot deadlock with a create.
+//
+// The bucket is what a create of the reference takes before it reads the reference's heads, and so
+// what keeps a retry and a create of one reference apart; every create of the bucket's other
+// references takes it too. So the common case holds it for as little as it can: a reference with no
+// open task whose failed tasks go back in their places (its last tasks failed) is decided and
+// written before the bucket is taken (retryInPlaceFirst), and the bucket is then held for one read
+// that checks nothing of the reference changed meanwhile, and the commit. Any other case, or a
+// check that fails (a create of the reference came in between), takes the bucket before it decides
+// (retryReferenceLocked), in a transaction of its own.
 func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.RetriedReference, error) {
 	hash := ReferenceHash(ref)
 	var out exactlyonce.RetriedReference
-	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
-		out = exactlyonce.RetriedReference{}
-		if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
+	first := true
+	for round := 1; ; round++ {
+		err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+			var err error
+			out, err = s.retryReference(ctx, tx, ref, hash, first)
 			return err
+		})
+		if errors.Is(err, errReferenceMoved) && round < maxRetryRounds {
+			first = false // the next transaction takes the bucket before it decides
+			continue
 		}
-		heads, ids, err := lockedRetryState(ctx, tx, ref, hash)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		failed, folded, err := lockFailedTasks(ctx, tx, ids)
 		if err != nil {
-			return err
+			return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
 		}
-		place, err := s.placeRetries(ctx, tx, ref, hash, failed, heads)
-		if err != nil {
-			return err
+		if out.IDs == nil {
+			out.IDs = []int64{}
 		}
-		if err := retryTasks(ctx, tx, failed, place); err != nil {
-			return err
-		}
-		for i, f := range failed {
-			out.IDs = append(out.IDs, f.id)
-			if place.states[i] == exactlyonce.Pending {
-				out.Head = f.id
-			}
-		}
-		if place.placement == exactlyonce.RetryAtEnd {
-			// Their new positions, in the reference's directory (the last entry of a task wins).
-			entries := make([]refEntry, len(failed))
-			for i, f := range failed {
-				entries[i] = refEntry{ref: ref, entry: entry{id: f.id, position: place.positions[i]}}
-			}
-			if err := appendDirectory(ctx, tx, entries); err != nil {
-				return err
-			}
-		}
-		if folded > 0 {
-			if _, err := tx.ExecContext(ctx, queries.UncountRetried, folded); err != nil {
-				return err
-			}
-		}
-		out.Placement = place.placement
-		return nil
-	})
+		return out, nil
+	}
+}
+
+// errReferenceMoved is a bulk retry's transaction giving up because the reference changed between
+// its first read and its locks (a task failed, was retried or was created meanwhile): the retry
+// rolls it back and runs again, the bucket taken first. Each round follows a change of the
+// reference by someone else, so maxRetryRounds is never reached but by a reference that keeps
+// changing.
+var errReferenceMoved = errors.New("the reference changed while its retry was being decided")
+
+const maxRetryRounds = 10
+
+// retryReference is one transaction of RetryReference: the reference's heads and failed tasks read
+// (no lock), the failed tasks locked, then either retryInPlaceFirst (optimistic, and the case
+// allows it) or retryReferenceLocked.
+func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash uint32, optimistic bool) (exactlyonce.RetriedReference, error) {
+	heads, ids, err := readRetryState(ctx, tx, ref, hash)
+	if err != nil || len(ids) == 0 {
+		return exactlyonce.RetriedReference{}, err
+	}
+	failed, folded, err := lockFailedTasks(ctx, tx, ids)
 	if err != nil {
-		return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
+		return exactlyonce.RetriedReference{}, err
 	}
-	if out.IDs == nil {
-		out.IDs = []int64{}
+	if optimistic && len(heads) == 0 {
+		done, err := s.directoryComplete(ctx, tx)
+		if err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+		if done {
+			out, ok, err := s.retryInPlaceFirst(ctx, tx, ref, hash, failed, folded)
+			if err != nil || ok {
+				return out, err
+			}
+		}
 	}
+	return s.retryReferenceLocked(ctx, tx, ref, hash, failed, folded)
+}
+
+// retryInPlaceFirst retries the locked failed tasks of reference ref, which had no open task when
+// read, in their places, deciding and writing before it takes the bucket: false if they cannot go
+// in their places (a later task has started), the bucket not taken. The decision rests on the
+// reference's directory cell and on its having no open task; what can change either once the
+// failed tasks are locked is a task of the reference created, or retried to the end, meanwhile
+// (both append to the cell, under the bucket). So, once it holds the bucket, it reads the
+// reference's open tasks and its cell again (RetryInPlaceCheck): anything open but its own new
+// head, or an entry of the reference it did not decide on, and the transaction is rolled back
+// (errReferenceMoved). A create of the reference that came before the check has committed by then
+// (the check waits for the bucket), and one that comes after waits for the commit and finds the
+// retried head, as it finds any head.
+func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64) (exactlyonce.RetriedReference, bool, error) {
+	c := cellOf(ref)
+	cellBytes, err := readCell(ctx, tx, c)
+	if err != nil {
+		return exactlyonce.RetriedReference{}, false, err
+	}
+	retried := map[int64]bool{}
+	for _, f := range failed[1:] {
+		retried[f.id] = true
+	}
+	started, err := tasksStartedAfter(ctx, tx, cellEntries(cellBytes, c.tag), failed[0].position, retried)
+	if err != nil || started {
+		return exactlyonce.RetriedReference{}, false, err
+	}
+	place := retryPlaces{placement: exactlyonce.RetryInPlace, states: make([]exactlyonce.State, len(failed)), positions: make([]int64, len(failed))}
+	for i, f := range failed {
+		place.states[i], place.positions[i] = exactlyonce.Queued, f.position
+	}
+	place.states[0] = exactlyonce.Pending
+	if err := retryTasks(ctx, tx, failed, place); err != nil {
+		return exactlyonce.RetriedReference{}, false, err
+	}
+	if s.beforeRetryBucket != nil {
+		s.beforeRetryBucket()
+	}
+	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
+		return exactlyonce.RetriedReference{}, false, err
+	}
+	open, now, err := readInPlaceCheck(ctx, tx, ref, hash, c)
+	if err != nil {
+		return exactlyonce.RetriedReference{}, false, err
+	}
+	if len(open) != 1 || open[0] != failed[0].id || !bytes.Equal(taggedEntries(now, c.tag), taggedEntries(cellBytes, c.tag)) {
+		return exactlyonce.RetriedReference{}, false, errReferenceMoved
+	}
+	if folded > 0 {
+		if _, err := tx.ExecContext(ctx, queries.UncountRetried, folded); err != nil {
+			return exactlyonce.RetriedReference{}, false, err
+		}
+	}
+	out := exactlyonce.RetriedReference{Placement: exactlyonce.RetryInPlace, Head: failed[0].id}
+	for _, f := range failed {
+		out.IDs = append(out.IDs, f.id)
+	}
+	return out, true, nil
+}
+
+// readInPlaceCheck reads RetryInPlaceCheck: the ids of the reference's open tasks and its cell.
+func readInPlaceCheck(ctx context.Context, tx *sql.Tx, ref string, hash uint32, c cell) ([]int64, []byte, error) {
+	q := strings.Replace(retryQueries.RetryInPlaceCheck, "/*column*/", fmt.Sprintf("d%d", c.col), 1)
+	rows, err := tx.QueryContext(ctx, q, hash, ref, c.slot)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var open []int64
+	var cellBytes []byte
+	cells := 0
+	for rows.Next() {
+		var id sql.NullInt64
+		var b []byte
+		if err := rows.Scan(&id, &b); err != nil {
+			return nil, nil, err
+		}
+		if id.Valid {
+			open = append(open, id.Int64)
+		} else {
+			cellBytes, cells = b, cells+1
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	if cells != 1 {
+		return nil, nil, fmt.Errorf("reference_directory has %d rows for slot %d: the table was changed by hand", cells, c.slot)
+	}
+	return open, cellBytes, nil
+}
+
+// retryReferenceLocked retries the locked failed tasks of reference ref with its bucket and heads
+// held while it decides: the bucket, then the heads (read and locked until every head read is
+// held), then the failed tasks read again, which must be the ones locked (a task of the reference
+// that failed since the first read was not locked first: errReferenceMoved, and the next round
+// locks it with the others).
+func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64) (exactlyonce.RetriedReference, error) {
+	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	heads, ids, err := lockedRetryState(ctx, tx, ref, hash)
+	if err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	if len(ids) != len(failed) {
+		return exactlyonce.RetriedReference{}, errReferenceMoved
+	}
+	locked := map[int64]bool{}
+	for _, f := range failed {
+		locked[f.id] = true
+	}
+	for _, id := range ids {
+		if !locked[id] {
+			return exactlyonce.RetriedReference{}, errReferenceMoved
+		}
+	}
+	place, err := s.placeRetries(ctx, tx, ref, hash, failed, heads)
+	if err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	if err := retryTasks(ctx, tx, failed, place); err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	var out exactlyonce.RetriedReference
+	for i, f := range failed {
+		out.IDs = append(out.IDs, f.id)
+		if place.states[i] == exactlyonce.Pending {
+			out.Head = f.id
+		}
+	}
+	if place.placement == exactlyonce.RetryAtEnd {
+		// Their new positions, in the reference's directory (the last entry of a task wins).
+		entries := make([]refEntry, len(failed))
+		for i, f := range failed {
+			entries[i] = refEntry{ref: ref, entry: entry{id: f.id, position: place.positions[i]}}
+		}
+		if err := appendDirectory(ctx, tx, entries); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+	}
+	if folded > 0 {
+		if _, err := tx.ExecContext(ctx, queries.UncountRetried, folded); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+	}
+	out.Placement = place.placement
 	return out, nil
 }
 
@@ -89,8 +254,9 @@ type failedTask struct {
 }
 
 // lockFailedTasks locks the failed tasks ids (LockFailedTasks) and returns them in position order,
-// with how many of them were folded (state 40). A task of ids that is not failed any more is an
-// error: with the reference's bucket and heads locked, nothing but a fold changes a failed task.
+// with how many of them were folded (state 40). A task of ids that is not failed any more was
+// retried since it was read (a fold moves a failed task from 20 to 40, which LockFailedTasks still
+// reads): errReferenceMoved, and the next round reads the reference again.
 func lockFailedTasks(ctx context.Context, tx *sql.Tx, ids []int64) ([]failedTask, int64, error) {
 	q, args := mysql.ExpandIDs(queries.LockFailedTasks, ids)
 	rows, err := tx.QueryContext(ctx, q, args...)
@@ -115,7 +281,7 @@ func lockFailedTasks(ctx context.Context, tx *sql.Tx, ids []int64) ([]failedTask
 		return nil, 0, err
 	}
 	if len(out) != len(ids) {
-		return nil, 0, fmt.Errorf("%d of the reference's %d failed tasks are failed once locked", len(out), len(ids))
+		return nil, 0, errReferenceMoved
 	}
 	return out, folded, nil
 }
@@ -193,7 +359,7 @@ var retryFiles embed.FS
 
 // retryTexts are the statements of retry.sql.
 type retryTexts struct {
-	RetryTasks, RetryStateOfReference string
+	RetryTasks, RetryStateOfReference, RetryInPlaceCheck string
 }
 
 var retryQueries = mysql.MustLoadQueries[retryTexts](retryFiles)

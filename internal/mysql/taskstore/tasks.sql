@@ -4,7 +4,8 @@
 -- and gives them positions; and its head, the reference's one open task (LockHeads; a settlement's LockLeased),
 -- which a create locks before it queues a task behind it and a settlement locks before it promotes
 -- the next. So a settlement never waits for a bucket: only for a create queueing behind the very
--- task it settles.
+-- task it settles. A manual retry locks the failed tasks it retries before both (LockFailedTask,
+-- LockFailedTasks), and nothing that holds a bucket or a head waits for a failed task's row.
 --
 -- reference_id is compared as bytes, CAST(reference_id AS BINARY), as Go compares references (maps,
 -- the routing hash): the column's utf8mb4_bin collation ignores trailing spaces (PAD SPACE), so a
@@ -51,7 +52,9 @@ WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND CAST(refe
 -- name: OpenHeads
 -- The open tasks (heads) of references, read again after LockHeads: a head that was settled while
 -- LockHeads waited for it is not open any more, and the task its settlement promoted (if any) heads
--- the reference now. Consistent read of `open` only; the same rows as BucketsAndHeads's second part.
+-- the reference now. Also a manual retry's first look, before its bucket, at whether its
+-- reference has an open task (RetryTask; retry.sql's RetryInPlaceCheck reads it again under the
+-- bucket). Consistent read of `open` only; the same rows as BucketsAndHeads's second part.
 SELECT 1, id, 0, reference_id FROM events
 WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/);
 
@@ -159,7 +162,9 @@ ORDER BY position LIMIT ?;
 
 -- name: LockFailedTask
 -- A manual retry: locks the task, if it is failed (20, or 40 once counted). Pruned by id to one
--- subpartition of `fresh` and `failed`. Run after its bucket's lock.
+-- subpartition of `fresh` and `failed`. Run before its bucket's lock: every manual retry locks its
+-- failed tasks first, and nothing that holds a bucket waits for a failed task's row (creates,
+-- settlements and the backfill never lock one), so the order cannot deadlock.
 SELECT state, COALESCE(reference_id, ''), routing_hash, COALESCE(position, 0) FROM events
 WHERE id = ? AND kind = 'task' AND state IN (20, 40) FOR UPDATE;
 
@@ -208,7 +213,8 @@ WHERE id = ? AND state IN (20, 40) LIMIT 1;
 UPDATE settled_count SET n = n - ?;
 
 -- name: LockFailedTasks
--- The bulk retry locks the failed tasks RetryStateOfReference found (retry.sql), and reads each one's state as it is
--- now (20, or 40 if a fold moved it since) and its position. Pruned by the ids to their
--- subpartitions of `fresh` and `failed`.
+-- The bulk retry locks the failed tasks RetryStateOfReference found (retry.sql), before the
+-- reference's bucket (as LockFailedTask), and reads each one's state as it is now (20, or 40 if a
+-- fold moved it since) and its position; one no longer failed was retried meanwhile, and the retry
+-- reads the reference again. Pruned by the ids to their subpartitions of `fresh` and `failed`.
 SELECT id, state, position FROM events WHERE state IN (20, 40) AND id IN (/*ids*/) ORDER BY position FOR UPDATE;
