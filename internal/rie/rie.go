@@ -255,8 +255,15 @@ func start(cfg Config) (*Function, error) {
 			case <-f.exited:
 				return nil, fmt.Errorf("%w: %s", errExited, strings.Join(f.Output(), "\n"))
 			default:
-				return f, nil
 			}
+			// What answered may be another process that took the port after freePorts let it go
+			// (the emulator then fails to bind it and exits, but later): where /proc tells, the
+			// listener must be the emulator's own.
+			if owned, known := listensOn(cmd.Process.Pid, ports[0]); known && !owned {
+				f.Stop()
+				return nil, fmt.Errorf("%w: another process listens on %s", errExited, invokeAddr)
+			}
+			return f, nil
 		}
 		select {
 		case <-f.exited:
@@ -268,6 +275,42 @@ func start(cfg Config) (*Function, error) {
 			return nil, fmt.Errorf("the emulator did not listen on %s within 30 s", invokeAddr)
 		}
 	}
+}
+
+// listensOn tells whether process pid holds the socket listening on 127.0.0.1:port, and whether
+// that could be known: it reads /proc (Linux); elsewhere it knows nothing.
+func listensOn(pid int, port string) (owned, known bool) {
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return false, false
+	}
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return false, false
+	}
+	// local_address 0100007F:PPPP (127.0.0.1, little-endian address, big-endian port), state 0A
+	// (LISTEN), inode the tenth field.
+	want := fmt.Sprintf("0100007F:%04X", n)
+	inode := ""
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) >= 10 && f[1] == want && f[3] == "0A" {
+			inode = f[9]
+		}
+	}
+	if inode == "" {
+		return false, true // nobody listens: what answered was not the emulator
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false, false
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && l == "socket:["+inode+"]" {
+			return true, true
+		}
+	}
+	return false, true
 }
 
 // freePorts returns n distinct loopback ports free when asked.
