@@ -8,10 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -27,19 +24,7 @@ import (
 // Binary returns the path of the s3local binary: S3LOCAL_BIN, or bin/s3local, built from
 // tools/s3local (its own module) if missing.
 func Binary() (string, error) {
-	if p := os.Getenv("S3LOCAL_BIN"); p != "" {
-		return p, nil
-	}
-	bin := filepath.Join(repo.Root(), "bin", "s3local")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join(repo.Root(), "tools", "s3local")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build tools/s3local: %v\n%s", err, out)
-	}
-	return bin, nil
+	return repo.Tool{Env: "S3LOCAL_BIN", Name: "s3local", Dir: "s3local", Pkg: "."}.Binary()
 }
 
 // Server is a running local S3 endpoint.

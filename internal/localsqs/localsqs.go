@@ -5,11 +5,8 @@
 package localsqs
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -22,19 +19,7 @@ import (
 // Binary returns the path of the sqslocal binary: SQSLOCAL_BIN, or bin/sqslocal, built from
 // tools/sqslocal (its own module) if missing.
 func Binary() (string, error) {
-	if p := os.Getenv("SQSLOCAL_BIN"); p != "" {
-		return p, nil
-	}
-	bin := filepath.Join(repo.Root(), "bin", "sqslocal")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join(repo.Root(), "tools", "sqslocal")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build tools/sqslocal: %v\n%s", err, out)
-	}
-	return bin, nil
+	return repo.Tool{Env: "SQSLOCAL_BIN", Name: "sqslocal", Dir: "sqslocal", Pkg: "."}.Binary()
 }
 
 // Server is a running local SQS endpoint.

@@ -49,27 +49,9 @@ import (
 // Binary returns the path of the emulator: RIE_BIN, or bin/aws-lambda-rie, built with `go build`
 // from tools/rie (its own module, so the pinned version is in tools/rie/go.mod) if missing.
 func Binary() (string, error) {
-	if p := os.Getenv("RIE_BIN"); p != "" {
-		return p, nil
-	}
-	bin := filepath.Join(repo.Root(), "bin", "aws-lambda-rie")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie")
-	cmd.Dir = filepath.Join(repo.Root(), "tools", "rie")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the emulator (tools/rie): %v\n%s", err, out)
-	}
-	return bin, nil
+	return repo.Tool{Env: "RIE_BIN", Name: "aws-lambda-rie", Dir: "rie",
+		Pkg: "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie"}.Binary()
 }
-
-var buildMu sync.Mutex
 
 // BuildBootstrap builds functions/<function> of the repository at root as Lambda's provided.al2023
 // runtime expects it (an executable named bootstrap, GOOS=linux, CGO_ENABLED=0, -tags
