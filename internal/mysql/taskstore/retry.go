@@ -161,14 +161,11 @@ func (s *Store) referenceTasksScan(ctx context.Context, ref string, after int64,
 // as RetryReference does (retryInPlaceFirst); a check that fails runs the retry again with the
 // bucket taken before it decides.
 func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlacement, bool, error) {
-	var placement exactlyonce.RetryPlacement
-	var head bool
-	var err error
-	for round, optimistic := 1, true; ; round, optimistic = round+1, false {
-		placement, head, err = s.retryTask(ctx, id, optimistic)
-		if !errors.Is(err, errReferenceMoved) || round >= maxRetryRounds {
-			break
-		}
+	placement, head, err := s.retryTask(ctx, id, true)
+	if errors.Is(err, errReferenceMoved) {
+		// Only the retry in place before the bucket gives up so; with the bucket taken first, it
+		// cannot.
+		placement, head, err = s.retryTask(ctx, id, false)
 	}
 	if err != nil {
 		return "", false, mysql.Interpret("retry task", err)
