@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
@@ -117,26 +119,53 @@ func (c *Process) WaitLine(prefix string, timeout time.Duration) (string, error)
 	}
 }
 
+// Endpoint is a local endpoint running as a child process (sqslocal, s3local).
+type Endpoint struct {
+	// URL is the endpoint, http://127.0.0.1:<port>.
+	URL  string
+	proc *Process
+}
+
+// Pid is the endpoint's process id (the benchmark charges its CPU time to it).
+func (e *Endpoint) Pid() int { return e.proc.Pid() }
+
+// Stop kills the endpoint and waits until it has exited. What it held in memory is gone.
+func (e *Endpoint) Stop() { e.proc.Kill() }
+
 // StartEndpoint starts bin with args (a local endpoint: sqslocal, s3local) and waits until it prints
-// "<name> listening on http://127.0.0.1:<port>", and returns the process and that URL. A child that
-// exits first, or says something else, is killed and reported.
-func StartEndpoint(bin string, args []string, name string) (*Process, string, error) {
+// "<name> listening on http://127.0.0.1:<port>". A child that exits first, or says something else,
+// is killed and reported. The process dies with this one.
+func StartEndpoint(bin string, args []string, name string) (*Endpoint, error) {
 	c, err := StartProcess(bin, args, nil, os.Stderr)
 	if err != nil {
-		return nil, "", fmt.Errorf("start %s: %w", bin, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	said := name + " listening on "
 	line, err := c.WaitLine(said, 30*time.Second)
 	if err != nil {
 		c.Kill()
-		return nil, "", fmt.Errorf("%s did not say where it listens: %w", name, err)
+		return nil, fmt.Errorf("%s did not say where it listens: %w", name, err)
 	}
 	url := strings.TrimSpace(strings.TrimPrefix(line, said))
 	if !strings.HasPrefix(url, "http://127.0.0.1:") {
 		c.Kill()
-		return nil, "", fmt.Errorf("%s said %q", name, line)
+		return nil, fmt.Errorf("%s said %q", name, line)
 	}
-	return c, url, nil
+	return &Endpoint{URL: url, proc: c}, nil
+}
+
+// EndpointAWS is the region and credentials of a client of a local endpoint: the environment's, or
+// us-east-1 and dummies (the local endpoints do not check them).
+func EndpointAWS() (region string, creds aws.CredentialsProvider) {
+	region = os.Getenv("AWS_REGION")
+	if region == "" {
+		region = "us-east-1"
+	}
+	creds = credentials.NewStaticCredentialsProvider("test", "test", "")
+	if os.Getenv("AWS_ACCESS_KEY_ID") != "" {
+		creds = credentials.NewStaticCredentialsProvider(os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN"))
+	}
+	return region, creds
 }
 
 // Output returns every line the child printed so far.

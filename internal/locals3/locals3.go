@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/child"
@@ -28,11 +27,7 @@ func Binary() (string, error) {
 }
 
 // Server is a running local S3 endpoint.
-type Server struct {
-	// URL is the endpoint, http://127.0.0.1:<port>.
-	URL  string
-	proc *child.Process
-}
+type Server = child.Endpoint
 
 // Start starts gofakes3 (bin, or Binary when bin is empty) on a free loopback port, keeping its
 // objects under dir (empty: in memory), creating buckets, and waits until it says where it
@@ -51,31 +46,14 @@ func Start(bin, dir string, buckets ...string) (*Server, error) {
 	for _, b := range buckets {
 		args = append(args, "-bucket", b)
 	}
-	c, url, err := child.StartEndpoint(bin, args, "s3local")
-	if err != nil {
-		return nil, err
-	}
-	return &Server{URL: url, proc: c}, nil
+	return child.StartEndpoint(bin, args, "s3local")
 }
-
-// Pid is the endpoint's process id.
-func (s *Server) Pid() int { return s.proc.Pid() }
-
-// Stop kills the endpoint and waits until it has exited.
-func (s *Server) Stop() { s.proc.Kill() }
 
 // NewClient returns an S3 client for endpoint with the project's client options (archive.ClientOptions:
 // path-style addressing, which a loopback endpoint needs) and dummy credentials (gofakes3 does not
 // check them) unless the environment has some.
 func NewClient(endpoint string) *s3.Client {
-	region := os.Getenv("AWS_REGION")
-	if region == "" {
-		region = "us-east-1"
-	}
-	var creds aws.CredentialsProvider = credentials.NewStaticCredentialsProvider("test", "test", "")
-	if os.Getenv("AWS_ACCESS_KEY_ID") != "" {
-		creds = credentials.NewStaticCredentialsProvider(os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN"))
-	}
+	region, creds := child.EndpointAWS()
 	return s3.New(s3.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(endpoint)}, archive.ClientOptions(true))
 }
 
