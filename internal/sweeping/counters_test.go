@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/counters"
@@ -107,7 +106,7 @@ func TestSweeperReportsABrokenCount(t *testing.T) {
 		Counters: &sweeping.Counters{SampleBuckets: counterstore.CounterBuckets, SampleCounts: 100}}))
 	// The invocation's agent runs the maintenance, the counter service's sweep with it, at its
 	// first pause.
-	_, err = invoke(s, 3*time.Second)
+	_, err = invoke(s, workWindow)
 	require.NoError(t, err)
 	require.Equal(t, []string{"ERROR"}, logs.levels(t, "sweeper: a count differs from its entities"))
 	var found bool

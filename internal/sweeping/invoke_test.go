@@ -24,6 +24,12 @@ func scheduled(cfg sweeping.Config) sweeping.Config {
 	return cfg
 }
 
+// workWindow is the window of a test's invocation that must get work done: an invocation claims
+// until its window ends, and a pulse can wait seconds for a database shared by a whole parallel
+// suite on a 2-core machine (CI saw an invocation of 2 s end with no successful pulse), so it is
+// wider than the work needs.
+const workWindow = 5 * time.Second
+
 // invoke runs one invocation of the scheduled sweeper s (HandleAgent, the Lambda's handler) that
 // may claim for window: its deadline is window plus testStopBefore away.
 func invoke(s *sweeping.Sweeper, window time.Duration) (sweeping.Result, error) {

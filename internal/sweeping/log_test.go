@@ -62,7 +62,7 @@ func TestHandleAgentLogsAnIdleInvocationAtDebug(t *testing.T) {
 	require.Equal(t, []string{"DEBUG"}, out.levels(t, "sweeper: agent done"), "nothing was due")
 
 	pending(t, store, 2)
-	res, err := invoke(s, 2*time.Second)
+	res, err := invoke(s, workWindow)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Processed)
 	require.Equal(t, []string{"INFO"}, out.levels(t, "sweeper: agent done"), "it settled events")

@@ -193,14 +193,14 @@ func TestHandleAgentPublishesRetryingAndFailedEvents(t *testing.T) {
 		Engine: processing.Engine{Works: exactlyonce.Works{exactlyonce.KindPlain: failFor{id: bad}},
 			Backoff: exactlyonce.Backoff{MaxAttempts: 2, Base: time.Hour, Max: time.Hour}},
 		Metrics: sweeping.Metrics{Out: out, Function: "f"}}))
-	_, err := invoke(s, 2*time.Second)
+	_, err := invoke(s, workWindow)
 	require.NoError(t, err)
 	e, err := store.Events.Get(ctx, bad)
 	require.NoError(t, err)
 	require.NotNil(t, e.NextAttemptAt, "it waits its backoff")
 	_, err = store.DB.Pool().ExecContext(ctx, "UPDATE events SET next_attempt_at = NOW(6) - INTERVAL 1 SECOND WHERE id = ?", bad)
 	require.NoError(t, err)
-	_, err = invoke(s, 2*time.Second)
+	_, err = invoke(s, workWindow)
 	require.NoError(t, err)
 	got := out.published(t, "f")
 	require.Len(t, got, 2)
