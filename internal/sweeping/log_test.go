@@ -57,7 +57,7 @@ func TestHandleAgentLogsAnIdleInvocationAtDebug(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s := sweeping.New(store.Sweeping(), scheduled(sweeping.Config{Grace: new(time.Duration(0)), Logger: log}))
 
-	_, err := invoke(s, 300*time.Millisecond)
+	_, err := invoke(s, workWindow)
 	require.NoError(t, err)
 	require.Equal(t, []string{"DEBUG"}, out.levels(t, "sweeper: agent done"), "nothing was due")
 
