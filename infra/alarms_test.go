@@ -14,8 +14,8 @@ import (
 func TestAlarms(t *testing.T) {
 	s := synth(t, variantAWS)
 	tpl := s.template
-	check(t, "six alarms, the counter service's three (counters_test.go) and the signals' eight (alarms_signals_test.go)", func() {
-		tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6+3+8))
+	check(t, "six alarms, the counter service's four (counters_test.go) and the signals' eight (alarms_signals_test.go)", func() {
+		tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6+4+8))
 	})
 	dlqName := map[string]any{"Fn::GetAtt": []any{s.ref(t, s.stack.Queues.DeadLetter.QueueUrl()), "QueueName"}}
 	mainName := map[string]any{"Fn::GetAtt": []any{s.ref(t, s.stack.Queues.Main.QueueUrl()), "QueueName"}}

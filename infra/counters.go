@@ -29,6 +29,9 @@ const (
 	// counterMismatchesMetric is what the sweeper publishes after reconciling a sample of counts
 	// (internal/sweeping/counters.go, MetricCounterMismatches).
 	counterMismatchesMetric = "CounterMismatches"
+	// counterSweepErrorsMetric is 1 for a sweep whose counter step failed (republish, reconcile or
+	// prune; internal/sweeping/counters.go, MetricCounterSweepErrors), else 0.
+	counterSweepErrorsMetric = "CounterSweepErrors"
 )
 
 // CounterServiceProps configures NewCounterService.
@@ -51,6 +54,7 @@ type CounterService struct {
 	DeadLetters       awscloudwatch.Alarm
 	Errors            awscloudwatch.Alarm
 	Mismatches        awscloudwatch.Alarm
+	SweepErrors       awscloudwatch.Alarm
 }
 
 // NewCounterService creates the counter service. The function sits in the stack as
@@ -175,6 +179,25 @@ func NewCounterService(scope constructs.Construct, id string, props CounterServi
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+
+	// A failed step is retried by the next sweep (a minute later) and only logged as a warning; a
+	// step that fails in 3 sweeps of the last 5 (the topic unreachable, its permission gone) leaves
+	// notifications unpublished or counts unreconciled, and needs a person.
+	s.SweepErrors = awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String(sweeperMetricsNamespace),
+		MetricName:    jsii.String(counterSweepErrorsMetric),
+		DimensionsMap: &map[string]*string{sweeperMetricDimension: props.Sweeper.FunctionName()},
+		Period:        minute,
+		Statistic:     jsii.String("Maximum"),
+	}).CreateAlarm(c, jsii.String("SweepErrors"), &awscloudwatch.CreateAlarmOptions{
+		AlarmDescription: jsii.String("The sweeper's counter step (republish, reconcile, prune) failed in 3 of the last 5 minutes " +
+			"(sweeper log: \"sweeper: counter ... failed\")." + runbook("the-counter-sweep-fails")),
+		Threshold:          jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(sweeperAlarmEvaluations),
+		DatapointsToAlarm:  jsii.Number(sweeperAlarmDatapoints),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 

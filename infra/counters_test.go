@@ -79,7 +79,7 @@ func TestCounterService(t *testing.T) {
 			}))
 		})
 	}
-	check(t, "alarms: DLQ messages, function errors, count mismatches", func() {
+	check(t, "alarms: DLQ messages, function errors, count mismatches, counter sweep errors", func() {
 		s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), obj(map[string]any{
 			"MetricName": "ApproximateNumberOfMessagesVisible",
 			"Dimensions": []any{map[string]any{"Name": "QueueName", "Value": getAtt(dlqID, "QueueName")}},
@@ -94,6 +94,17 @@ func TestCounterService(t *testing.T) {
 			"Namespace":  sweeperMetricsNamespace,
 			"Dimensions": []any{map[string]any{"Name": sweeperMetricDimension, "Value": refTo(sweeperID)}},
 			"Threshold":  0,
+		}))
+		s.template.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), obj(map[string]any{
+			"MetricName":         counterSweepErrorsMetric,
+			"Namespace":          sweeperMetricsNamespace,
+			"Dimensions":         []any{map[string]any{"Name": sweeperMetricDimension, "Value": refTo(sweeperID)}},
+			"Threshold":          1,
+			"ComparisonOperator": "GreaterThanOrEqualToThreshold",
+			"EvaluationPeriods":  sweeperAlarmEvaluations,
+			"DatapointsToAlarm":  sweeperAlarmDatapoints,
+			"Period":             60,
+			"AlarmActions":       assertions.Match_AnyValue(),
 		}))
 	})
 	check(t, "migrate creates the counter's database user", func() {

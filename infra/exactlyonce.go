@@ -225,7 +225,7 @@ func NewExactlyOnce(scope constructs.Construct, id string, props ExactlyOnceProp
 		API: s.API, Functions: s.Functions, Counter: s.Counters.Function, CounterQueue: s.Counters.Queue, Database: s.Database,
 	})
 	// Every alarm of the stack reports to the operator's topic, and shows on the dashboard.
-	alarms := append(s.Alarms.All(), s.Counters.DeadLetters, s.Counters.Errors, s.Counters.Mismatches)
+	alarms := append(s.Alarms.All(), s.Counters.DeadLetters, s.Counters.Errors, s.Counters.Mismatches, s.Counters.SweepErrors)
 	alarms = append(alarms, s.SignalAlarms.All()...)
 	s.Notifications = NewNotificationsTo(c, "Notifications", p.AlarmTopic, p.AlarmEmail)
 	s.Notifications.Notify(alarms...)

@@ -203,7 +203,7 @@ func TestLocalStackVariant(t *testing.T) {
 		tpl.ResourceCountIs(jsii.String("AWS::Events::Rule"), jsii.Number(defaultSweeperShards))
 		tpl.ResourceCountIs(jsii.String("AWS::ApiGateway::Method"), jsii.Number(16))
 		tpl.ResourceCountIs(jsii.String("Custom::Trigger"), jsii.Number(1))
-		tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6+3+6)) // no database, no database alarms
+		tpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(6+4+6)) // no database, no database alarms
 	})
 	if n := len(*tpl.FindOutputs(jsii.String("DatabaseProxyEndpoint"), nil)); n != 0 {
 		t.Errorf("LocalStack variant outputs a proxy endpoint")

@@ -63,9 +63,13 @@ func TestCounterSweepPublishesWhatWasNotPublished(t *testing.T) {
 	require.NoError(t, err)
 
 	cfg := sweeping.Counters{Publisher: pub, RepublishAfter: -1, Batch: 3}
-	res := sweeping.SweepCounters(ctx, store.Counters, cfg, nil)
+	var logs logged
+	res := sweeping.SweepCounters(ctx, store.Counters, cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
 	require.Equal(t, 1, res.Errors, "the publish failed")
 	require.Zero(t, res.Republished)
+	// The next sweep tries again: a warning; a step that keeps failing is the alarm's
+	// (CounterSweepErrors), not a line at ERROR each minute.
+	require.Equal(t, []string{"WARN"}, logs.levels(t, "sweeper: counter republish failed; the next sweep tries again"))
 
 	pub.failing = false
 	res = sweeping.SweepCounters(ctx, store.Counters, cfg, nil)

@@ -153,13 +153,16 @@ func TestHandleAgentPublishesBeforeTheDeadline(t *testing.T) {
 	require.NotContains(t, got[0], sweeping.MetricOldestPendingAge, "no time was left to read the age")
 }
 
-// infra/alarms.go alarms on these names, in a module of its own that cannot import this package:
-// renaming one here without renaming it there would leave the alarm on a metric nobody publishes
+// infra/alarms.go and infra/counters.go alarm on these names, in a module of their own that cannot
+// import this package: renaming one here without renaming it there would leave the alarm on a metric nobody publishes
 // (which it would report as breaching, but for the wrong reason).
 func TestMetricNamesAreTheOnesTheAlarmWatches(t *testing.T) {
 	require.Equal(t, "ExactlyOnce", sweeping.DefaultNamespace)
 	require.Equal(t, "OldestPendingAgeSeconds", sweeping.MetricOldestPendingAge)
 	require.Equal(t, "FunctionName", sweeping.FunctionNameDimension)
+	// infra/counters.go's alarms too.
+	require.Equal(t, "CounterMismatches", sweeping.MetricCounterMismatches)
+	require.Equal(t, "CounterSweepErrors", sweeping.MetricCounterSweepErrors)
 	// And they are the catalog's, which every part records through.
 	require.Equal(t, metrics.Namespace, sweeping.DefaultNamespace)
 	require.Equal(t, metrics.FunctionNameDimension, sweeping.FunctionNameDimension)
