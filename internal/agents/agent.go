@@ -160,12 +160,14 @@ func (a *Agent) maintain(ctx context.Context) {
 }
 
 // pulseLoop pulses every pulse interval (every poll interval while the agent is not RUNNING, so
-// that a topology change settles in a few seconds) until ctx ends. A failed pulse is an error line
+// that a topology change settles in a few seconds) until ctx ends. A failed pulse is a warning
 // and a count in Member.Stats; the agent claims nothing once its lease runs short.
 func (a *Agent) pulseLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		if err := a.Member.Pulse(ctx); err != nil && ctx.Err() == nil {
-			a.log.Error("agent: pulse failed; it claims nothing while its membership is in doubt", "agent", a.Member.ID(), "err", err)
+			// A warning: the next pulse tries again. One that keeps failing leaves the agent claiming
+			// nothing, which its outcome says (a sweeper invocation with no successful pulse fails).
+			a.log.Warn("agent: pulse failed; it claims nothing while its membership is in doubt", "agent", a.Member.ID(), "err", err)
 		} else if r, ok := a.Member.Assignment(); ok && a.Engine.Workers != nil {
 			// Recovery: the live event workers of agents that are gone, in this agent's range.
 			if _, err := a.Engine.Workers.Recover(ctx, r); err != nil && ctx.Err() == nil {

@@ -190,7 +190,7 @@ func (m *Member) Pulse(ctx context.Context) error {
 	err := m.pulse(ctx)
 	if err != nil && ctx.Err() != nil {
 		// Cut short by its own context (the agent stopping, an invocation's deadline), not failed:
-		// PulseFailures feeds an alarm, and a Lambda's agent stops with whatever is in flight.
+		// PulseFailures counts what went wrong, and a Lambda's agent stops with whatever is in flight.
 		return err
 	}
 	if err != nil {

@@ -137,3 +137,35 @@ func TestAProcessorAgentEjectedWhileHeldIsAnError(t *testing.T) {
 	require.Len(t, errs, 1, "the whole log:\n%s", rec.messages())
 	require.Contains(t, errs[0], "agent: ejected")
 }
+
+// A failed pulse is tried again at the next one, and an agent whose pulses keep failing claims
+// nothing and says so by its outcome (a sweeper invocation none of whose pulses succeeded fails,
+// which SweeperErrors alarms on): each failed pulse is a warning, not a line for a person. An agent
+// on an unreachable database, several pulses.
+func TestAFailedPulseIsAWarning(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.UnreachableCore(t))
+	rec := &records{}
+	log := slog.New(rec)
+	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Logger: log},
+		agents.Config{Member: agents.MemberConfig{Name: "sweeper", Kind: "sweeper", PulseInterval: testPulse, Expiration: testExpiration, Logger: log},
+			PollInterval: 50 * time.Millisecond, PollJitter: 20 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	require.Eventually(t, func() bool { return a.Member.Stats.PulseFailures.Load() >= 3 }, time.Minute, 20*time.Millisecond,
+		"it pulses, and fails, more than once")
+	stop()
+	<-done
+	var pulses []string
+	for _, line := range rec.atLeast(slog.LevelInfo) {
+		if strings.Contains(line, "agent: pulse failed") {
+			pulses = append(pulses, line)
+			require.True(t, strings.HasPrefix(line, "WARN "), "a failed pulse at %s", line)
+		}
+	}
+	require.NotEmpty(t, pulses, "the failed pulses were said; the whole log:\n%s", rec.messages())
+}

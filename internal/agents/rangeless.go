@@ -114,7 +114,9 @@ func (r *Rangeless) pulseWhileHeld(ctx context.Context, stop chan struct{}) {
 		case <-t.C:
 			pctx, cancel := context.WithTimeout(ctx, r.cfg.PulseInterval)
 			if err := r.Pulse(pctx); err != nil {
-				r.log.Error("agent: pulse failed; the event workers of this processor may be adopted if it keeps failing",
+				// A warning: the next pulse tries again; a row lost meanwhile is said at ERROR
+				// when the processor finds itself ejected while a batch holds it.
+				r.log.Warn("agent: pulse failed; the event workers of this processor may be adopted if it keeps failing",
 					"agent", r.ID(), "err", err)
 			}
 			cancel()

@@ -111,8 +111,8 @@ func TestPulsesAndShardChangesAreRecorded(t *testing.T) {
 }
 
 // A pulse cut short by its own context (the agent stopping: a Lambda's invocation ends its agent a
-// second before its deadline, whatever is in flight) is not a failed pulse: PulseFailures feeds an
-// alarm. A pulse that fails on a live context is one.
+// second before its deadline, whatever is in flight) is not a failed pulse: PulseFailures counts
+// what went wrong. A pulse that fails on a live context is one.
 func TestOnlyAPulseThatFailsOnALiveContextIsAFailure(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
