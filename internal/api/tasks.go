@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
@@ -83,6 +84,12 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 	if p, ok := fields["payload"]; ok {
 		if len(p) > exactlyonce.MaxTaskPayloadBytes {
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload is %d bytes; at most %d (256 KiB)", len(p), exactlyonce.MaxTaskPayloadBytes)
+		}
+		// encoding/json's reader lets invalid UTF-8 through inside strings, but it is not JSON text
+		// (RFC 8259, 8.1): stored byte for byte, it would be delivered as it is and make every answer
+		// that shows the task invalid JSON.
+		if !utf8.Valid(p) {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload must be valid UTF-8 (JSON text is UTF-8)")
 		}
 		t.Payload = append(json.RawMessage(nil), p...)
 	}

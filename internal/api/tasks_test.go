@@ -44,6 +44,9 @@ func TestTaskValidation(t *testing.T) {
 		{`{"url": 5}`, "url"},
 		{`{"payload": {}}`, "url"},
 		{`{"url": "https://example.com/x", "payload": "` + strings.Repeat("p", 256<<10) + `"}`, "payload"},
+		// Invalid UTF-8 is not JSON text: stored, it made every answer that shows the task invalid too.
+		{"{\"url\": \"https://example.com/x\", \"payload\": \"a\xffb\"}", "payload"},
+		{"{\"url\": \"https://example.com/x\", \"payload\": {\"k\": [\"\xc3\"]}}", "payload"},
 		{`{"url": "https://example.com/x", "extra": 1}`, "extra"},
 		{`{"url": "https://example.com/x", "referenceId": ""}`, "referenceId"},
 		{`{"url": "https://example.com/x", "referenceId": "` + strings.Repeat("r", 256) + `"}`, "referenceId"},
