@@ -2,10 +2,27 @@ package api
 
 import (
 	"math"
+	"net/url"
 	"strconv"
 
 	"github.com/exactlyonce/exactlyonce"
 )
+
+// parseQuery reads a query string whose parameters may each be given once: a malformed one (a
+// bad escape, a ';') or one given twice is an EINVALID error naming it, rather than a request read
+// with the default or the first value (url.URL.Query drops what it cannot parse and keeps both).
+func parseQuery(raw string) (url.Values, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "malformed query string")
+	}
+	for k, vs := range q {
+		if len(vs) > 1 {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "query parameter %s given %d times: give it once", sanitize(k), len(vs))
+		}
+	}
+	return q, nil
+}
 
 // parseID reads an id given in a path or a query (an event's {id}, the cursors before and after):
 // a positive integer in canonical decimal form. One too large for an id (above 2^63-1) is "out of

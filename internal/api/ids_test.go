@@ -65,3 +65,28 @@ func TestIDsOutOfRange(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// A listing's query that says two things (a parameter given twice) or cannot be read (a malformed
+// escape) is a 400 naming it, as GET /events?state= answers, not a page read with the first value
+// or with the default: ?limit=5&limit=500 was a page of 5, ?limit=%zz one of 100.
+func TestListingQueriesThatSayTwoThingsAreRefused(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	for _, tc := range []struct{ path, says string }{
+		{"/references/r/events?limit=5&limit=500", "limit given 2 times"},
+		{"/references/r/events?after=1&after=2", "after given 2 times"},
+		{"/references/r/events?limit=%zz", "malformed query string"},
+		{"/references/r/events?%zz=1", "malformed query string"},
+		{"/references/r/events?limit=1;after=2", "malformed query string"},
+		{"/workers?active=true&active=false", "active given 2 times"},
+		{"/workers?active=%zz", "malformed query string"},
+	} {
+		status, body, _ := b.do(t, "GET", tc.path, "")
+		require.Equal(t, http.StatusBadRequest, status, "%s: %v", tc.path, body)
+		require.Contains(t, body["error"], tc.says, tc.path)
+	}
+	for _, ok := range []string{"/references/r/events?limit=5", "/references/r/events", "/workers?active=true", "/workers"} {
+		status, body, _ := b.do(t, "GET", ok, "")
+		require.Equal(t, http.StatusOK, status, "%s: %v", ok, body)
+	}
+}

@@ -260,7 +260,11 @@ func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	q := r.URL.Query()
+	q, err := parseQuery(r.URL.RawQuery)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
 	for k := range q {
 		if k != "after" && k != "limit" {
 			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "unknown query parameter %q: the listing takes after and limit", sanitize(k)))

@@ -51,8 +51,13 @@ func workerJSON(w exactlyonce.EventWorker) WorkerJSON {
 // audit (most recently done first, at most doneWorkersLimit); ?active=true lists only the former,
 // ?active=false only the latter. Consistent reads, no lock.
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
+	v, err := parseQuery(r.URL.RawQuery)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
 	var active, done bool
-	switch v := r.URL.Query(); {
+	switch {
 	case !v.Has("active"):
 		active, done = true, true
 	case v.Get("active") == "true":
