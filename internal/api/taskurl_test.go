@@ -70,6 +70,14 @@ var taskURLHosts = []struct{ host, allowedBy string }{
 	{"192.0.0.192", "nothing"},
 	{"169.254.169.123", "nothing"},
 	{"[fe80::a9fe:a9fe]", "nothing"},
+	// Written with characters that IDNA maps to digits and dots, as net/http does before it dials:
+	// the address dialled is the one checked at create (they were stored, to be refused at delivery).
+	{"169。254。169。254", "nothing"},
+	{"１６９．２５４．１６９．２５４", "nothing"},
+	{"169.254.169.２５４", "nothing"},
+	{"①②⑦.0.0.1", "loopback"},
+	{"127。0。0。1", "loopback"},
+	{"１０.0.0.1", "private"},
 	// Allowed at create: global addresses, and names (checked on the address dialled, at every
 	// delivery).
 	{"example.com", "everything"},
@@ -79,6 +87,7 @@ var taskURLHosts = []struct{ host, allowedBy string }{
 	{"localhost", "everything"},
 	{"metadata.google.internal", "everything"},
 	{"10.0.0.1.nip.io", "everything"},
+	{"bücher.example", "everything"},
 }
 
 // A task whose url's host is an address the delivery policy forbids is refused at create, with a
@@ -131,6 +140,7 @@ func TestTaskURLToAForbiddenAddressIsRefusedAtCreate(t *testing.T) {
 		"100.64.0.1":               "url: 100.64.0.1 is a carrier-grade NAT address",
 		"[fe80::1]":                "url: fe80::1 is a link-local address",
 		"0xa9fe.0xa9fe":            "url: 0xa9fe.0xa9fe is a numeric host in a non-standard form",
+		"169。254。169。254":          "url: 169。254。169。254 is 169.254.169.254, the cloud metadata endpoint",
 	} {
 		status, body, _ := b.do(t, "POST", "/events/async", `{"url": "https://`+host+`/"}`)
 		require.Equal(t, http.StatusBadRequest, status)

@@ -7,6 +7,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 )
 
 // The address rule. A delivery may connect to a globally reachable unicast address only, unless
@@ -215,7 +218,18 @@ func classify(a netip.Addr) (addrRange, bool) {
 // IP address the policy forbids, or a numeric form that resolvers disagree on ("127.1",
 // "2130706433", "0x7f.1"), whatever address it would mean. A name returns nil: its addresses are
 // checked as each is dialled, as they may change.
+//
+// A host that is not ASCII is checked as net/http dials it: mapped by IDNA (UTS #46, the profile
+// net/http uses), which turns "169。254。169。254" or full-width digits into 169.254.169.254. The
+// refusal names the host as written.
 func (p Policy) CheckHost(host string) *RefusedError {
+	if mapped, ok := idnaASCII(host); ok && mapped != host {
+		if e := p.CheckHost(mapped); e != nil {
+			e.Host = host
+			return e
+		}
+		return nil
+	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		if e := p.check(a); e != nil {
 			e.Host = host
@@ -239,6 +253,19 @@ func (p Policy) CheckHost(host string) *RefusedError {
 		}
 	}
 	return e
+}
+
+// idnaASCII maps a host that is not ASCII to the ASCII form net/http connects to (its idnaASCII:
+// idna.Lookup.ToASCII); ok is false for an ASCII host, and for one IDNA refuses, which net/http
+// cannot dial either.
+func idnaASCII(host string) (string, bool) {
+	for i := 0; i < len(host); i++ {
+		if host[i] >= utf8.RuneSelf {
+			mapped, err := idna.Lookup.ToASCII(host)
+			return mapped, err == nil
+		}
+	}
+	return host, false
 }
 
 // CheckURL checks a task's url as it is created: ValidateURL's rules, then CheckHost's on its host.
