@@ -122,7 +122,7 @@ func parseKey(v string) (string, error) {
 	case v == "":
 		return "", bad("it is empty")
 	case len(v) > MaxKeyLength:
-		return "", bad("it is longer")
+		return "", bad(fmt.Sprintf("it is %d characters long", len(v)))
 	}
 	return v, nil
 }

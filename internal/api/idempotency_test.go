@@ -192,6 +192,15 @@ func TestBadKeys(t *testing.T) {
 			require.Contains(t, rec.Body.String(), api.KeyHeader, name)
 		}
 	}
+	// The length is said: "it is longer" said not than what.
+	for key, says := range map[string]string{
+		strings.Repeat("k", 256):             "it is 256 characters long",
+		`"` + strings.Repeat("k", 300) + `"`: "it is 300 characters long",
+	} {
+		got := postKeyed(t, b.srv.URL, "/events", key, "")
+		require.Equal(t, http.StatusBadRequest, got.status)
+		require.Contains(t, got.body, says)
+	}
 	req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/events", nil)
 	require.NoError(t, err)
 	req.Header[api.KeyHeader] = []string{"a", "b"}
