@@ -46,6 +46,8 @@ func TestDecodeCounterMessage(t *testing.T) {
 		`{"entityId":"e","entityType":"t","userId":"..","action":"added"}`:         `userId must not be "." or ".."`,
 		`{"entityId":"e","entityType":".","userId":"u","action":"added"}`:          `entityType must not be "." or ".."`,
 		`{"entityId":"e","entityType":"t\n","userId":"u","action":"added"}`:        "entityType must not contain control characters",
+		`{"entityId":"e","entityType":"t","userId":"a\u0085b","action":"added"}`:   "userId must not contain control characters",
+		`{"entityId":"e","entityType":"t\u007f","userId":"u","action":"added"}`:    "entityType must not contain control characters",
 		`{"entityId":"e","EntityType":"t","userId":"u","action":"added"}`:          `unknown field "EntityType"`,
 		`{"entityId":1,"entityType":"t","userId":"u","action":"added"}`:            "entityId must be a string",
 		`{"entityId":"e","entityType":"t","userId":"u","action":"added"}{}`:        "something follows",

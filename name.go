@@ -2,6 +2,7 @@ package exactlyonce
 
 import (
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -46,8 +47,13 @@ func CheckPathName(field, s string) error {
 		return Errorf(EINVALID, "%s must not be \".\" or \"..\": a URL path cannot carry it", field)
 	case strings.ContainsAny(s, `/\`):
 		return Errorf(EINVALID, "%s must not contain '/' or '\\': it is a segment of a URL path", field)
-	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+	case HasControl(s):
 		return Errorf(EINVALID, "%s must not contain control characters", field)
 	}
 	return nil
 }
+
+// HasControl tells whether s holds a control character: C0, DEL or C1 (U+0080-U+009F), which a
+// name that is a URL path segment must not (CheckPathName; the console's proxy applies the same
+// rule to the paths it forwards).
+func HasControl(s string) bool { return strings.ContainsFunc(s, unicode.IsControl) }

@@ -52,6 +52,7 @@ func TestTaskValidation(t *testing.T) {
 		{`{"url": "https://example.com/x", "referenceId": "` + strings.Repeat("r", 256) + `"}`, "referenceId"},
 		{`{"url": "https://example.com/x", "referenceId": 7}`, "referenceId"},
 		{`{"url": "https://example.com/x", "referenceId": "a/b"}`, "referenceId"},
+		{`{"url": "https://example.com/x", "referenceId": "a\u0085b"}`, "referenceId"}, // a C1 control character
 		{`{"url": "https://example.com/x", "maxRetries": 26}`, "maxRetries"},
 		{`{"url": "https://example.com/x", "maxRetries": -1}`, "maxRetries"},
 		{`{"url": "https://example.com/x", "maxRetries": 2.5}`, "maxRetries"},

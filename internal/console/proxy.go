@@ -64,7 +64,7 @@ func match(escaped string) (upstream string, matched []route) {
 	values := make([]string, len(segs))
 	for i, s := range segs {
 		v, err := url.PathUnescape(s)
-		if err != nil || v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\\") || hasControl(v) ||
+		if err != nil || v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\\") || exactlyonce.HasControl(v) ||
 			utf8.RuneCountInString(v) > exactlyonce.MaxNameLength {
 			return "", nil
 		}
@@ -109,10 +109,6 @@ func digits(s string) bool {
 		}
 	}
 	return true
-}
-
-func hasControl(s string) bool {
-	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
 // proxy answers a call under /ui/api/ (rest is the escaped path after it): the API's answer to the

@@ -100,6 +100,7 @@ func TestOffListRequestsNeverReachTheAPI(t *testing.T) {
 		{"GET", "/references/a%2Fb/events", 404},
 		{"GET", "/references/a%5Cb/events", 404},
 		{"GET", "/references/a%00b/events", 404},
+		{"GET", "/references/a%C2%85b/events", 404}, // U+0085, a C1 control character
 		{"GET", "/references//events", 404},
 		{"GET", "/agents/", 404},
 		{"GET", "//agents", 404},
