@@ -20,13 +20,14 @@ import (
 //
 //   - the counter's row lock: every id reservation of an API meanwhile waits, times out (1205) and
 //     is retried;
-//   - the pending events' row locks, then, in the other order, the leased events' row locks: a
-//     process settling leased events (LockLeased) locks its own rows as its scan meets them (in the
-//     order they were inserted), and waits at the first newer pending row the contender holds; the
-//     contender then asks for the leased rows, one of which that process holds. InnoDB breaks the
-//     cycle by rolling back the lighter transaction, and the contender has made itself heavy first
-//     (it locked settled rows, which nothing else locks), so the process's is rolled back (1213)
-//     and retried. The processes that wait without deadlocking time out (1205) and are retried.
+//   - the pending events' row locks, then the leased events' row locks: a process settling leased
+//     events (LockLeased, an UPDATE whose semi-consistent read passes the rows of others) waits
+//     only for its own rows, and the contender asks for every leased row, holding those it got: a
+//     settlement that meets one of its rows held waits and times out (1205), and is retried; when
+//     the two wait for each other (a settlement locking its rows in more than one statement),
+//     InnoDB breaks the cycle by rolling back the lighter transaction, and the contender has made
+//     itself heavy first (it locked settled rows, which nothing else locks), so the process's is
+//     rolled back (1213) and retried.
 //
 // The contender writes nothing and rolls back every transaction: it changes no row, and the
 // invariants are checked as without it. Its statements are the fault, not the product's, so they
@@ -51,7 +52,7 @@ const (
 	// Half the pending events nobody holds, in every subpartition (they hash on id MOD 8; this takes
 	// the ids whose bit 3 is 0), so that the processes go on claiming and leasing the other half,
 	// whose rows lie between these in a scan's order. Claims skip the rows held (SKIP LOCKED) and
-	// their messages come back later; a settlement's locking scan of the open partition waits for them.
+	// their messages come back later.
 	contendPending = "SELECT id FROM events WHERE state = 0 AND id % 16 < 8 FOR UPDATE SKIP LOCKED"
 	// Every leased event, waiting for those held: a process settling its leases holds some of them
 	// while it waits for our pending rows.

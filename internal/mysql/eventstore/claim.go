@@ -225,10 +225,18 @@ func FailLeased(ctx context.Context, tx mysql.Conn, c exactlyonce.Claim, id int6
 }
 
 // LockLeased locks those of ids (at most MarkChunk) still leased to claim claimID, in tx, and
-// returns them: the first statement of every settlement of leased events, Settle's and the tasks'.
+// returns them: the first statements of every settlement of leased events, Settle's and the
+// tasks'. Two statements: the lock (LockLeased, an UPDATE, which waits for no other claim's rows),
+// then the read of what it locked (LeasedIDs).
 func LockLeased(ctx context.Context, tx mysql.Conn, claimID string, ids []int64) ([]int64, error) {
+	ids = mysql.Unique(ids)
 	q, args := mysql.ExpandIDs(queries.LockLeased, ids)
-	return mysql.ScanIDs(tx.QueryContext(ctx, q, append([]any{claimID}, args...)...))
+	args = append(append([]any{claimID}, args...), len(ids))
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return nil, err
+	}
+	q, _ = mysql.ExpandIDs(queries.LeasedIDs, ids)
+	return mysql.ScanIDs(tx.QueryContext(ctx, q, args...))
 }
 
 // Settle settles events leased to claim claimID with their results, in one short transaction, and

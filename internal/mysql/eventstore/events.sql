@@ -168,13 +168,33 @@ LIMIT ?;
 
 -- name: LockLeased
 -- The lease path's settlement, first statement: locks which of the named events are still leased to
--- this claim. An event whose lease expired and was claimed by another worker has another claim_id
--- (or is settled already) and does not match, so only the current holder can settle, and only once.
--- The row locks taken here make the UPDATE that follows change exactly these rows, and no claim can
--- take them over in between. `state = 1` prunes it to the `open` partition.
+-- this claim (LeasedIDs reads which next). An event whose lease expired and was claimed by another
+-- worker has another claim_id (or is settled already) and does not match, so only the current
+-- holder can settle, and only once. The row locks taken here make the UPDATE that follows change
+-- exactly these rows, and no claim can take them over in between. `state = 1` prunes it to the
+-- `open` partition, `id IN` to the subpartitions of the ids, and LIMIT (the number of ids) ends the
+-- scan at the last of them.
 -- A task settlement (SettleTasks) locks its heads here before it reads their references' queues: a
--- create queueing a task behind one of them holds it (LockHeads in tasks.sql) until it commits.
-SELECT id FROM events WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) FOR UPDATE;
+-- create queueing a task behind one of them holds it (LockHeads in tasks.sql) until it commits, and
+-- this waits for it: the head's last committed version matches.
+-- An UPDATE that changes nothing (the lock is the point, as tasks.sql's LockHeads), not a SELECT
+-- ... FOR UPDATE: the scan passes the rows of the other claims leased in the same subpartitions,
+-- and a locking SELECT waits for every one another transaction holds, and then keeps that row's
+-- lock until it commits, matching or not (InnoDB keeps the lock of a row it had to wait for). So
+-- it held a row of another claim while it waited for the next one that claim's transactions held
+-- (its event worker's assignment, its lease, its settlement), which then asked for the row it kept:
+-- the tasks benchmark's ordered rounds lost 13 to 26 such deadlocks per 20,000 tasks
+-- (taskstore's TestASettlementWaitsForNoRowOfAnotherClaim forces one). At READ COMMITTED an
+-- UPDATE's scan reads a row another transaction holds semi-consistently (its last committed
+-- version) and passes it by if it is not one of ours: it waits only for its own rows.
+UPDATE events SET claim_id = claim_id WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?;
+
+-- name: LeasedIDs
+-- Which of the named events LockLeased has just locked: a consistent read, no lock. The rows it
+-- locked match and cannot change until this transaction ends; a row it did not lock could match
+-- now only if a transaction of this claim had leased it since, and a claim's settlement names only
+-- events leased to it before it began. The same pruning and LIMIT as LockLeased.
+SELECT id FROM events WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?;
 
 -- name: SettleLeased
 -- The lease path's settlement: gives the events LockLeased locked their values, in the same short

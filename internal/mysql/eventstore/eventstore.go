@@ -23,7 +23,7 @@ var sqlFiles embed.FS
 
 // queryTexts are the statements of events.sql, count.sql, metrics.sql and tiers.sql.
 type queryTexts struct {
-	InsertProcessed, InsertPendingRows, Get, ListEvents, ClaimIDs, ClaimableIDs, ClaimDue, ClaimedTasks, Lease, MarkProcessed, LockLeased, SettleLeased, Release, FailClaimed, FailLeased, OpenStates string
+	InsertProcessed, InsertPendingRows, Get, ListEvents, ClaimIDs, ClaimableIDs, ClaimDue, ClaimedTasks, Lease, MarkProcessed, LockLeased, LeasedIDs, SettleLeased, Release, FailClaimed, FailLeased, OpenStates string
 
 	LockSettledCount, CountUnfolded, FoldSettled, AddSettled, LockSettledCountAt, OverviewCounts string
 

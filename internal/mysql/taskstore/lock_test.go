@@ -129,7 +129,7 @@ func TestASettlementWaitsForACreateQueueingBehindItsHead(t *testing.T) {
 		settled, settleErr = store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
 			Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, true)
 	}()
-	awaitStatement(t, db, "SELECT id FROM events WHERE state = 1 AND claim_id", done)
+	awaitStatement(t, db, "UPDATE events SET claim_id = claim_id", done)
 	require.NoError(t, create.Commit())
 	<-done
 	require.NoError(t, settleErr)
@@ -264,7 +264,7 @@ func TestASettlementWaitsForACreateAndPromotesIntoNoFullWorker(t *testing.T) {
 		settled, settleErr = store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: head, Delivered: true,
 			Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}}}, false)
 	}()
-	awaitStatement(t, db, "SELECT id FROM events WHERE state = 1 AND claim_id", done)
+	awaitStatement(t, db, "UPDATE events SET claim_id = claim_id", done)
 	require.NoError(t, create.Commit())
 	<-done
 	require.NoError(t, settleErr)
@@ -280,4 +280,133 @@ func TestASettlementWaitsForACreateAndPromotesIntoNoFullWorker(t *testing.T) {
 	require.True(t, w.IsDone)
 	require.Equal(t, int64(1), w.TasksCompleted)
 	require.Zero(t, w.TasksRemaining)
+}
+
+// A settlement locks only the rows of its own claim: the rows of other claims that its scan passes
+// (every statement scans the subpartitions of its ids) it neither waits for nor keeps. The tasks
+// benchmark's deadlocks were this: a settlement's locking read waited for a row another claim's
+// transaction held, then kept that row's lock until it committed (InnoDB keeps the lock of a row a
+// locking read had to wait for, matching or not), went on to the next subpartition and waited
+// there for a row of that other claim's next transaction (its event worker's assignment, or its
+// lease), which then asked for the row the settlement kept. Here by hand: claim Y's task y1 is
+// held by one of Y's transactions (its settlement, say), y2 by another (its assignment); claim X
+// settles x1 and x2, which share y1's and y2's subpartitions, after them in scan order. Then the
+// first of Y's transactions commits and the second asks for y1.
+func TestASettlementWaitsForNoRowOfAnotherClaim(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, _ := testdb.DB(t, 8)
+	store, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	tasks := make([]exactlyonce.NewTask, 16)
+	for i := range tasks {
+		tasks[i] = exactlyonce.NewTask{URL: "https://example.com/hook", Payload: json.RawMessage(`{}`), MaxRetries: 3}
+	}
+	created, err := store.Tasks.CreateTasks(ctx, tasks)
+	require.NoError(t, err)
+	// events is subpartitioned by id MOD 8, and a scan reads the subpartitions in order, each's rows
+	// in the order they were inserted (the order of the ids here). y1 and x1 share the first
+	// subpartition, y2 and x2 a later one; the ys come first in theirs.
+	var y1, y2, x1, x2 int64
+	for _, a := range created[:8] {
+		for _, b := range created[8:] {
+			if a.ID%8 != b.ID%8 {
+				continue
+			}
+			if y1 == 0 || a.ID%8 < y1%8 {
+				y1, x1 = a.ID, b.ID
+			}
+			if y2 == 0 || a.ID%8 > y2%8 {
+				y2, x2 = a.ID, b.ID
+			}
+		}
+	}
+	require.True(t, y1 != 0 && y2 != 0 && y1%8 < y2%8, "ids %v: no two pairs sharing subpartitions", created)
+	lease := func(ids ...int64) (exactlyonce.Claim, []exactlyonce.Event) {
+		c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute}
+		claimed, err := store.Events.ClaimIDs(ctx, c, ids, mysqltest.LeaseAll)
+		require.NoError(t, err)
+		require.Len(t, claimed.Leased, len(ids))
+		return c, claimed.Leased
+	}
+	cy, _ := lease(y1, y2)
+	cx, xs := lease(x1, x2)
+
+	begin := func() (*sql.Tx, int64) {
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		require.NoError(t, err)
+		var id int64
+		require.NoError(t, tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id))
+		return tx, id
+	}
+	// Claim Y's settlement, by hand: it has locked y1.
+	settleY, settleYConn := begin()
+	defer settleY.Rollback()
+	_, err = settleY.ExecContext(ctx, `UPDATE events SET claim_id = claim_id WHERE state = 1 AND claim_id = ? AND id = ?`, cy.ID, y1)
+	require.NoError(t, err)
+	// Claim Y's assignment, by hand (agentstore's AssignTasks): it has named y2's event worker.
+	assignY, assignYConn := begin()
+	defer assignY.Rollback()
+	_, err = assignY.ExecContext(ctx, `UPDATE events SET worker_id = 'w_y' WHERE state = 1 AND claim_id = ? AND id IN (?)`, cy.ID, y2)
+	require.NoError(t, err)
+
+	before := store.DB.Stats()
+	done := make(chan struct{})
+	var settled exactlyonce.TaskSettlement
+	var settleErr error
+	go func() {
+		defer close(done)
+		var outcomes []exactlyonce.TaskOutcome
+		for _, e := range xs {
+			outcomes = append(outcomes, exactlyonce.TaskOutcome{Event: e, Delivered: true,
+				Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}})
+		}
+		settled, settleErr = store.Tasks.SettleTasks(ctx, cx, outcomes, false)
+	}()
+	// waits tells, once the settlement has either finished or begun to wait for a row lock, which.
+	waits := func() bool {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-done:
+				return false
+			default:
+			}
+			rows, err := db.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST
+				WHERE DB = DATABASE() AND INFO IS NOT NULL AND ID NOT IN (?, ?, CONNECTION_ID())`, settleYConn, assignYConn)
+			require.NoError(t, err)
+			ids, err := mysql.ScanIDs(rows, nil)
+			require.NoError(t, err)
+			for _, id := range ids {
+				w, err := mysqltest.WaitsForALock(ctx, db, id)
+				require.NoError(t, err)
+				if w {
+					return true
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatal("the settlement neither finished nor waited for a lock within 30 s")
+		return false
+	}
+	waited := waits()
+	require.NoError(t, settleY.Commit())
+	if waited {
+		// The settlement now holds y1 and goes on to y2's subpartition, where it waits for the
+		// assignment (or is about to).
+		waits()
+	}
+	_, assignErr := assignY.ExecContext(ctx, `UPDATE events SET worker_id = 'w_y' WHERE state = 1 AND claim_id = ? AND id IN (?)`, cy.ID, y1)
+	if assignErr == nil {
+		require.NoError(t, assignY.Commit())
+	} else {
+		require.NoError(t, assignY.Rollback())
+	}
+	<-done
+	require.NoError(t, settleErr)
+	require.ElementsMatch(t, []int64{x1, x2}, settled.Completed)
+	require.NoError(t, assignErr, "claim Y's assignment, waiting for y1, which the settlement of claim X kept")
+	require.Equal(t, before.Deadlocks, store.DB.Stats().Deadlocks, "the settlement lost a deadlock and was run again")
+	require.False(t, waited, "the settlement waited for a row of another claim")
 }
