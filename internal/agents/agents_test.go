@@ -125,12 +125,13 @@ func TestTenAgentsStartedAtOnceConvergeWithoutOverlap(t *testing.T) {
 	stopSampling := sampler(t, store)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
+	started := make([]*agents.Agent, 10)
 	for i := range 10 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			startAgent(t, store, agents.Config{Member: memberConfig(fmt.Sprintf("agent-%d", i))}, nil)
+			started[i], _ = startAgent(t, store, agents.Config{Member: memberConfig(fmt.Sprintf("agent-%d", i))}, nil)
 		}()
 	}
 	began := time.Now()
@@ -141,12 +142,18 @@ func TestTenAgentsStartedAtOnceConvergeWithoutOverlap(t *testing.T) {
 		return err == nil && converged(as, 10)
 	}, 30*time.Second, 10*time.Millisecond)
 	took := time.Since(began)
+	var pulses int64 // the most pulses one agent made until convergence
+	for _, a := range started {
+		pulses = max(pulses, a.Member.Stats.Pulses.Load())
+	}
 	samples := stopSampling()
-	t.Logf("converged to 10 RUNNING agents in %s (%.1f pulse intervals), %d samples of the table without overlap",
-		took.Round(time.Millisecond), float64(took)/float64(testPulse), samples)
+	t.Logf("converged to 10 RUNNING agents in %s (%.1f pulse intervals), at most %d pulses each, %d samples of the table without overlap",
+		took.Round(time.Millisecond), float64(took)/float64(testPulse), pulses, samples)
 	// A few pulses: register, see everyone and take a shard, see everyone agree; with the pulse
-	// every poll interval while WAITING. Generous for a shared 2-core machine.
-	require.Less(t, took, 25*testPulse)
+	// every poll interval while WAITING (3 each, unloaded). Counted in pulses, not time: a database
+	// stalled by a parallel suite makes each pulse slower, not more of them needed (the bound was
+	// 25 pulse intervals of time).
+	require.LessOrEqual(t, pulses, int64(25))
 }
 
 // Correctness never depends on the topology: agents with a stale view, several believing they own

@@ -184,8 +184,9 @@ func TestBootstrapsUnderTheRuntimeInterfaceEmulator(t *testing.T) {
 
 	// The sweeper settles event 2 and delivers task 3, which fails for good at once (410). It is an
 	// agent for its whole invocation, until sweeping.DefaultAgentStopBefore ahead of its deadline: a
-	// 12 s invocation runs for 4 s.
-	res = invoke(startFn("sweeper", 12*time.Second, env), "sweeper-scheduled.json")
+	// 14 s invocation runs for 6 s, its start included (room for a database a parallel suite
+	// stalls for seconds: its pulses and its claims must get work done).
+	res = invoke(startFn("sweeper", 14*time.Second, env), "sweeper-scheduled.json")
 	var swept sweeping.Result
 	require.NoError(t, json.Unmarshal(res.Payload, &swept), string(res.Payload))
 	require.Equal(t, 1, swept.Processed, string(res.Payload))
@@ -318,9 +319,10 @@ func TestBootstrapsUnderTheRuntimeInterfaceEmulator(t *testing.T) {
 	chk := verify.Check(audit, verify.NewLedger())
 	require.Zero(t, chk.Reported, chk.String())
 
-	// The deadline is the function's timeout ahead: with 1 s, less than the sweeper agent's margin
-	// remains, so it does not even join.
-	res = invoke(startFn("sweeper", time.Second, env), "sweeper-scheduled.json")
+	// The deadline is the function's timeout ahead: with 4 s, less than the sweeper agent's margin
+	// (8 s) remains, so it does not even join. (Not 1 s: the start of a process on a loaded machine
+	// counts against it, and the emulator would end an invocation that outlasted it.)
+	res = invoke(startFn("sweeper", 4*time.Second, env), "sweeper-scheduled.json")
 	require.JSONEq(t, `{"processed":0,"retrying":0,"failed":0,"batches":0,"folded":0,"stoppedForDeadline":true}`, string(res.Payload))
 
 	// A function that cannot start (no database configured) is reported as Lambda does.

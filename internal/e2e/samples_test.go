@@ -97,10 +97,12 @@ func TestSamplesThroughTheLambdaHandlers(t *testing.T) {
 	// The scheduled rule's default event carries no shard: the invocation is shard 0's agent
 	// (sweeping.ShardInput), claiming until AgentStopBefore ahead of its deadline.
 	sweeper := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), Engine: processing.Engine{Report: ledger},
-		Logger: testLogger(), AgentStopBefore: 200 * time.Millisecond,
+		Logger: testLogger(), AgentStopBefore: time.Second,
 		Agent: agents.Config{Member: agents.MemberConfig{PulseInterval: 50 * time.Millisecond, Expiration: time.Second},
 			PollInterval: 20 * time.Millisecond}})
-	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	// It must settle the event: a window of 5 s, as a pulse can wait seconds for a database a
+	// parallel suite holds (with 1.8 s, a scheduled sweeper's invocation saw no pulse succeed).
+	ictx, cancel := context.WithTimeout(ctx, 6*time.Second)
 	defer cancel()
 	sresp, err := sweeper.HandleAgent(ictx, sample[sweeping.ShardInput](t, "sweeper-scheduled.json"))
 	require.NoError(t, err)

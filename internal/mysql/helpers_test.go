@@ -26,7 +26,9 @@ func keyed(scope, key string, pending bool, body string) exactlyonce.KeyedCreate
 		Answer: func(id int64) (int, []byte) { return 201, fmt.Appendf(nil, `{"id":%d,"key":%q}`, id, key) }}
 }
 
-var keyOpts = exactlyonce.KeyOptions{TTL: time.Hour, Wait: 5 * time.Second}
+// keyOpts are the options of a create that must succeed: its Wait bounds taking a connection and
+// the buckets' locks, which a database stalled by a parallel suite can take seconds to grant.
+var keyOpts = exactlyonce.KeyOptions{TTL: time.Hour, Wait: 30 * time.Second}
 
 // bucketOf is the idempotency bucket of key in the default scope.
 func bucketOf(key string) int64 {

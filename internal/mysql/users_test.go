@@ -113,7 +113,7 @@ func TestFunctionUsersHaveOnlyTheirPrivileges(t *testing.T) {
 		pending = append(pending, ids...)
 		_, err = api.Events.Count(ctx)
 		require.NoError(t, err, alloc)
-		_, err = api.Keys.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: time.Second}, []exactlyonce.KeyedCreate{{
+		_, err = api.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{{
 			Key: exactlyonce.KeyHash("", alloc), Value: "keyed", Answer: func(int64) (int, []byte) { return 201, []byte("{}") }}})
 		require.NoError(t, err, "a keyed create, %s", alloc)
 	}

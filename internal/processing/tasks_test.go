@@ -343,8 +343,10 @@ func TestTasksAreReleasedNotStartedPastTheDeadline(t *testing.T) {
 	t.Cleanup(srv.Close)
 	id := oneTask(t, store, srv.URL, 3)
 	e := taskEngine(store, exactlyonce.ByProcessor)
-	e.Tasks.Timeout = 10 * time.Second // a delivery may take 10 s; the invocation has 3 left
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// A delivery may take 10 s (12 with the margin); the invocation has 8 left, most of it for a
+	// database stalled by a parallel suite (with 3 s, such a stall ended the claim at the deadline).
+	e.Tasks.Timeout = 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	out, err := e.ProcessIDs(ctx, []int64{id})
 	require.NoError(t, err)
@@ -438,7 +440,8 @@ func TestAClaimThatTakesNoTaskTakesTheEventsBehindThem(t *testing.T) {
 	pending()
 	e := taskEngine(store, exactlyonce.BySweeper)
 	require.Equal(t, 12*time.Second, e.TimeForTask(), "webhook.DefaultTimeout and the margin")
-	dctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	// 8 s: closer than 12, with room for a database stalled by a parallel suite.
+	dctx, cancel := context.WithTimeout(ctx, 8*time.Second)
 	b, err = e.ProcessDue(dctx, 0, 2)
 	cancel()
 	require.NoError(t, err)

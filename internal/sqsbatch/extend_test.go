@@ -47,7 +47,9 @@ func TestHeartbeatNeverShortensTheQueuesVisibility(t *testing.T) {
 	ctx := context.Background()
 	_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String("1")})
 	require.NoError(t, err)
-	got, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), WaitTimeSeconds: 1})
+	// Long polling up to 20 s: it answers once the message is there (1 s was a bound on how soon a
+	// loaded machine's local queue hands it out).
+	got, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), WaitTimeSeconds: 20})
 	require.NoError(t, err)
 	require.Len(t, got.Messages, 1)
 	m := got.Messages[0]

@@ -9,8 +9,11 @@ import (
 )
 
 // testStopBefore is how long before its deadline a test's invocation leaves (Config.AgentStopBefore):
-// more than the margin the line of metrics keeps for itself, so that the waiting events are read.
-const testStopBefore = time.Second
+// more than the margin the line of metrics keeps for itself, so that the waiting events are read,
+// and enough for the leaving and that read when a database shared by a parallel suite stalls for
+// seconds (with 1 s, such a stall left a line without its age: "no time left to read the waiting
+// events"). It costs a passing run nothing: the invocation returns once it has left and published.
+const testStopBefore = 5 * time.Second
 
 // fastAgent is the scheduled sweeper's agent of the tests: it pulses every 50 ms, so that it runs
 // (and claims) within a few pulses of its invocation's start.

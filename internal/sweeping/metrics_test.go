@@ -76,42 +76,58 @@ func backdate(t *testing.T, store *wire.Stores, by time.Duration) {
 
 // Every invocation publishes one line: what it settled, no error, and the age of the oldest event
 // it left waiting (0 once everything is settled).
+//
+// Each invocation here must pulse (an invocation with no successful pulse fails) and have time to
+// read the age, so each gets workWindow: with 300 ms, a database stalled by a parallel suite left
+// the last line without its age ("no time left to read the waiting events"). The invocation that
+// leaves events waiting runs on a database of its own beside the other two, so that the test lasts
+// two windows, not three.
 func TestHandleAgentPublishesOneMetricLinePerInvocation(t *testing.T) {
 	t.Parallel()
-	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
-	out := &lines{}
-
 	// Events younger than the grace period are left to the queue path: the age is of what is left.
-	pending(t, store, 3)
-	backdate(t, store, 5*time.Minute)
-	waiting := sweeping.New(store.Sweeping(), scheduled(sweeping.Config{Grace: new(time.Hour), Logger: quietLogger(),
-		Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}}))
-	_, err := invoke(waiting, 300*time.Millisecond)
-	require.NoError(t, err)
+	left := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	pending(t, left, 3)
+	backdate(t, left, 5*time.Minute)
+	leftOut := &lines{}
+	waiting := sweeping.New(left.Sweeping(), scheduled(sweeping.Config{Grace: new(time.Hour), Logger: quietLogger(),
+		Metrics: sweeping.Metrics{Out: leftOut, Function: "ExactlyOnce-SweeperFunction"}}))
+	var leftErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, leftErr = invoke(waiting, workWindow)
+	}()
 
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	pending(t, store, 3)
+	out := &lines{}
 	all := sweeping.New(store.Sweeping(), scheduled(sweeping.Config{Grace: new(time.Duration(0)), Logger: quietLogger(),
 		Metrics: sweeping.Metrics{Out: out, Function: "ExactlyOnce-SweeperFunction"}}))
-	res, err := invoke(all, 2*time.Second)
+	res, err := invoke(all, workWindow)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Processed)
-	_, err = invoke(all, 300*time.Millisecond)
+	_, err = invoke(all, workWindow)
 	require.NoError(t, err)
+	wg.Wait()
+	require.NoError(t, leftErr)
 
-	got := out.published(t, "ExactlyOnce-SweeperFunction")
-	require.Len(t, got, 3, "one line per invocation")
-
+	got := leftOut.published(t, "ExactlyOnce-SweeperFunction")
+	require.Len(t, got, 1, "one line per invocation")
 	require.EqualValues(t, 0, got[0][sweeping.MetricSettled])
 	require.EqualValues(t, 0, got[0][sweeping.MetricSweepErrors])
 	age := got[0][sweeping.MetricOldestPendingAge].(float64)
 	require.GreaterOrEqual(t, age, 300.0, "the events the sweep left are 5 minutes old")
 	require.Less(t, age, 330.0)
 
-	require.EqualValues(t, 3, got[1][sweeping.MetricSettled])
-	require.EqualValues(t, 0, got[1][sweeping.MetricSweepErrors])
-	require.EqualValues(t, 0, got[1][sweeping.MetricOldestPendingAge], "nothing waits after the sweep")
+	got = out.published(t, "ExactlyOnce-SweeperFunction")
+	require.Len(t, got, 2, "one line per invocation")
+	require.EqualValues(t, 3, got[0][sweeping.MetricSettled])
+	require.EqualValues(t, 0, got[0][sweeping.MetricSweepErrors])
+	require.EqualValues(t, 0, got[0][sweeping.MetricOldestPendingAge], "nothing waits after the sweep")
 
-	require.EqualValues(t, 0, got[2][sweeping.MetricSettled])
-	require.EqualValues(t, 0, got[2][sweeping.MetricOldestPendingAge])
+	require.EqualValues(t, 0, got[1][sweeping.MetricSettled])
+	require.EqualValues(t, 0, got[1][sweeping.MetricOldestPendingAge])
 }
 
 // A sweep that fails still publishes: an error, and no age, since the database that failed the

@@ -24,7 +24,9 @@ func keyed(scope, key string, pending bool, body string) exactlyonce.KeyedCreate
 		Answer: func(id int64) (int, []byte) { return 201, fmt.Appendf(nil, `{"id":%d,"key":%q}`, id, key) }}
 }
 
-var keyOpts = exactlyonce.KeyOptions{TTL: time.Hour, Wait: 5 * time.Second}
+// keyOpts are the options of a create that must succeed: its Wait bounds taking a connection and
+// the buckets' locks, which a database stalled by a parallel suite can take seconds to grant.
+var keyOpts = exactlyonce.KeyOptions{TTL: time.Hour, Wait: 30 * time.Second}
 
 // Invariant: a key is stored with its event and answer once; a repeat gets that record and writes
 // nothing; keys of different scopes are different keys.
@@ -103,7 +105,7 @@ func TestKeyedCreateAfterTheTTL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
-	short := exactlyonce.KeyOptions{TTL: 300 * time.Millisecond, Wait: time.Second}
+	short := exactlyonce.KeyOptions{TTL: 300 * time.Millisecond, Wait: 30 * time.Second}
 	first, err := store.Keys.CreateKeyed(ctx, short, []exactlyonce.KeyedCreate{keyed("", "k", false, "x")})
 	require.NoError(t, err)
 	require.True(t, first[0].Created)
@@ -113,7 +115,9 @@ func TestKeyedCreateAfterTheTTL(t *testing.T) {
 		return ok
 	}
 	require.Eventually(t, expired, 10*time.Second, 20*time.Millisecond)
-	again, err := store.Keys.CreateKeyed(ctx, short, []exactlyonce.KeyedCreate{keyed("", "k", false, "x")})
+	// The second key lives an hour: one of 300 ms could expire before the prune and the repeat
+	// below when the database stalls for a second.
+	again, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "k", false, "x")})
 	require.NoError(t, err)
 	require.True(t, again[0].Created, "expired: a new create")
 	require.NotEqual(t, first[0].Record.EventID, again[0].Record.EventID)
@@ -121,7 +125,7 @@ func TestKeyedCreateAfterTheTTL(t *testing.T) {
 	pruned, err := store.Keys.PruneKeys(ctx, 1, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, pruned, "the expired key is pruned, the live one kept")
-	third, err := store.Keys.CreateKeyed(ctx, short, []exactlyonce.KeyedCreate{keyed("", "k", false, "x")})
+	third, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", "k", false, "x")})
 	require.NoError(t, err)
 	require.False(t, third[0].Created, "the second key is live")
 	require.Equal(t, again[0].Record.EventID, third[0].Record.EventID)
@@ -236,7 +240,9 @@ func TestKeyedCreateDoesNotWaitForAPartitionNeighbour(t *testing.T) {
 	defer tx.Rollback()
 	_, err = tx.ExecContext(ctx, "UPDATE idempotency_buckets SET directory = directory WHERE bucket = ?", neighbour)
 	require.NoError(t, err)
-	res, err := store.Keys.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: 2 * time.Second}, []exactlyonce.KeyedCreate{keyed("", "mine", false, "x")})
+	// Held up, it would wait until the test ends: the wait only bounds how long a database stalled
+	// by a parallel suite may take.
+	res, err := store.Keys.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: 10 * time.Second}, []exactlyonce.KeyedCreate{keyed("", "mine", false, "x")})
 	require.NoError(t, err, "a create of another bucket of the partition held it up")
 	require.True(t, res[0].Created)
 }
@@ -259,7 +265,7 @@ func TestKeyDirectoriesHoldOneEntryPerStoredKey(t *testing.T) {
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
 	keys := keysInBucket(t, bucketOf("seed"), 6)
 	b := bucketOf("seed")
-	short := exactlyonce.KeyOptions{TTL: time.Second, Wait: time.Second}
+	short := exactlyonce.KeyOptions{TTL: time.Second, Wait: 30 * time.Second}
 
 	first, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", keys[0], false, "x")})
 	require.NoError(t, err)
@@ -296,10 +302,15 @@ func TestKeyDirectoriesHoldOneEntryPerStoredKey(t *testing.T) {
 		return n == 2
 	}, 10*time.Second, 20*time.Millisecond)
 	// Stale is more than a quarter of the writer's TTL (here under a second) past expiry.
-	_, err = store.Keys.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: 3 * time.Second, Wait: time.Second}, []exactlyonce.KeyedCreate{keyed("", other[2], false, "x")})
+	_, err = store.Keys.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: 3 * time.Second, Wait: 30 * time.Second}, []exactlyonce.KeyedCreate{keyed("", other[2], false, "x")})
 	require.NoError(t, err)
-	require.Len(t, directory(t, store, (b+1)%keystore.KeyBuckets), 8, "the expired entries were dropped")
-	for _, k := range []string{keys[0], keys[1], other[2]} {
+	kept := directory(t, store, (b+1)%keystore.KeyBuckets)
+	require.Len(t, kept, 8, "the expired entries were dropped")
+	// The entry kept is other[2]'s (its hash's bytes 8-11), read from the directory: a repeat of it
+	// would find it stored only within its 3 s, which a stalled database can outlast.
+	k2 := keyed("", other[2], false, "x").Key
+	require.Equal(t, k2[8:12], kept[:4], "the entry kept is the one just written")
+	for _, k := range []string{keys[0], keys[1]} {
 		again, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", k, false, "x")})
 		require.NoError(t, err)
 		require.False(t, again[0].Created, "%s is still stored", k)
