@@ -103,23 +103,40 @@ func (r *Rangeless) Hold(ctx context.Context) (release func(), err error) {
 
 // pulseWhileHeld pulses every pulse interval until stop is closed: a long batch (slow webhooks)
 // must not let the agent expire while its event workers deliver.
+//
+// A pulse may take until the agent's lease would run short (its expiration less a pulse interval),
+// not just an interval: a database that takes seconds to answer (a failover, a loaded server)
+// delays a pulse that would still keep the row, and cutting it at its interval made it fail (and
+// warn) for nothing. Closing stop ends a pulse in flight at once, so that a batch's release does
+// not wait for it; a pulse ended that way is not a failure.
 func (r *Rangeless) pulseWhileHeld(ctx context.Context, stop chan struct{}) {
 	defer r.pulsing.Done()
+	ctx, cancelAll := context.WithCancel(ctx)
+	defer cancelAll()
+	go func() {
+		select {
+		case <-stop:
+			cancelAll()
+		case <-ctx.Done():
+		}
+	}()
+	budget := r.cfg.Expiration - r.cfg.PulseInterval // at least two intervals (MemberConfig.Validate)
 	t := time.NewTicker(r.cfg.PulseInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
-			pctx, cancel := context.WithTimeout(ctx, r.cfg.PulseInterval)
-			if err := r.Pulse(pctx); err != nil {
+			pctx, cancel := context.WithTimeout(ctx, budget)
+			err := r.Pulse(pctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
 				// A warning: the next pulse tries again; a row lost meanwhile is said at ERROR
 				// when the processor finds itself ejected while a batch holds it.
 				r.log.Warn("agent: pulse failed; the event workers of this processor may be adopted if it keeps failing",
 					"agent", r.ID(), "err", err)
 			}
-			cancel()
 		}
 	}
 }
