@@ -14,7 +14,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/exactlyonce/exactlyonce/internal/pages"
-	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -89,12 +88,10 @@ func TestAReferenceReadsItsOwnTasksNotTheHistory(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, _ := testdb.DB(t, 8)
-	store, err := wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	db, store := dbWithStores(t, 8)
 	ids := []int64{createOne(ctx, t, store, "r", 1), createOne(ctx, t, store, "r", 2), createOne(ctx, t, store, "r", 3)}
 	poisonHistory(ctx, t, db, "r")
-	_, err = store.Tasks.ReferenceTasksScan(ctx, "r", 0, 10)
+	_, err := store.Tasks.ReferenceTasksScan(ctx, "r", 0, 10)
 	require.Error(t, err, "the scan of the packed history reads the poisoned row")
 
 	got, err := store.Tasks.ReferenceTasks(ctx, "r", 0, 10)
@@ -171,9 +168,7 @@ func TestRacingCreatesAndRetriesKeepEachDirectory(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db, _ := testdb.DB(t, 16)
-	store, err := wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	db, store := dbWithStores(t, 16)
 	refs := taskstore.SameSlot("race", 8)
 	failed := map[string]int64{}
 	for _, ref := range refs {
@@ -235,9 +230,7 @@ func TestTheBackfillGivesOldTasksTheirEntriesOnce(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db, _ := testdb.DB(t, 8)
-	store, err := wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	db, store := dbWithStores(t, 8)
 	refs := []string{"old-a", "old-b", "old-c"}
 	// Tasks spread over several units of ids (plain events between them).
 	for round := range 4 {
@@ -251,7 +244,7 @@ func TestTheBackfillGivesOldTasksTheirEntriesOnce(t *testing.T) {
 	}
 	// old-a's head failed, and the task after it delivered: its retry goes to the end.
 	old := truth(ctx, t, db, "old-a")
-	_, err = db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", old[0][0])
+	_, err := db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", old[0][0])
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, "UPDATE events SET state = 10, value = 'HTTP 200', processed_at = NOW(6) WHERE id = ?", old[1][0])
 	require.NoError(t, err)
@@ -261,8 +254,7 @@ func TestTheBackfillGivesOldTasksTheirEntriesOnce(t *testing.T) {
 
 	// A new store (a process started after the migration): the directory is not complete.
 	before := store
-	store, err = wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	store = storesOn(t, db)
 	for _, ref := range refs {
 		entries, _, err := taskstore.DirectoryEntries(ctx, db, ref)
 		require.NoError(t, err)
@@ -293,8 +285,7 @@ func TestTheBackfillGivesOldTasksTheirEntriesOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, units)
 	require.False(t, done)
-	other, err := wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	other := storesOn(t, db)
 	var wg sync.WaitGroup
 	for _, s := range []*wire.Stores{store, other} {
 		wg.Add(1)
@@ -338,14 +329,12 @@ func TestALargeCreateAppendsEveryEntry(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, _ := testdb.DB(t, 4)
-	store, err := wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	db, store := dbWithStores(t, 4)
 	batch := make([]exactlyonce.NewTask, 200)
 	for i := range batch {
 		batch[i] = refTask(fmt.Sprintf("many-%d", i%150), i)
 	}
-	_, err = store.Tasks.CreateTasks(ctx, batch)
+	_, err := store.Tasks.CreateTasks(ctx, batch)
 	require.NoError(t, err)
 	for i := range 150 {
 		ref := fmt.Sprintf("many-%d", i)
@@ -373,12 +362,10 @@ func TestACreateAndARetryOfOneReferenceInBothOrders(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			db, _ := testdb.DB(t, 8)
-			store, err := wire.StoresOn(db, mysql.Config{})
-			require.NoError(t, err)
+			db, store := dbWithStores(t, 8)
 			const ref = "both"
 			failed := createOne(ctx, t, store, ref, 0)
-			_, err = db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", failed)
+			_, err := db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", failed)
 			require.NoError(t, err)
 			delivered := createOne(ctx, t, store, ref, 1)
 			_, err = db.ExecContext(ctx, "UPDATE events SET state = 10, value = 'HTTP 200', processed_at = NOW(6) WHERE id = ?", delivered)
@@ -453,9 +440,7 @@ func TestABackfillCutOffAnywhereEndsWithEachEntryOnce(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db, _ := testdb.DB(t, 8)
-	store, err := wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	db, store := dbWithStores(t, 8)
 	refs := []string{"cut-a", "cut-b"}
 	for round := range 6 {
 		for _, ref := range refs {
@@ -465,8 +450,7 @@ func TestABackfillCutOffAnywhereEndsWithEachEntryOnce(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, mysqltest.ForgetReferenceDirectory(ctx, db))
-	store, err = wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	store = storesOn(t, db)
 	cuts := 0
 	for i := 0; ; i++ {
 		// Deadlines from 0.2 ms to 30 ms, over and over, so that the cut falls on every statement

@@ -12,7 +12,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
-	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -53,9 +52,7 @@ func refTask(ref string, i int) exactlyonce.NewTask {
 // leased to claim c.
 func leasedHead(ctx context.Context, t *testing.T) (*sql.DB, *wire.Stores, exactlyonce.Claim, exactlyonce.Event) {
 	t.Helper()
-	db, _ := testdb.DB(t, 8)
-	store, err := wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	db, store := dbWithStores(t, 8)
 	created, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{refTask("r", 1)})
 	require.NoError(t, err)
 	require.True(t, created[0].Head)
@@ -296,9 +293,7 @@ func TestASettlementWaitsForNoRowOfAnotherClaim(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, _ := testdb.DB(t, 8)
-	store, err := wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	db, store := dbWithStores(t, 8)
 	tasks := make([]exactlyonce.NewTask, 16)
 	for i := range tasks {
 		tasks[i] = exactlyonce.NewTask{URL: "https://example.com/hook", Payload: json.RawMessage(`{}`), MaxRetries: 3}

@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
-	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -26,9 +24,7 @@ import (
 // failedReference returns a new database, its store, and n tasks of reference ref, every one failed.
 func failedReference(ctx context.Context, t *testing.T, ref string, n int) (*sql.DB, *wire.Stores, []int64) {
 	t.Helper()
-	db, _ := testdb.DB(t, 8)
-	store, err := wire.StoresOn(db, mysql.Config{})
-	require.NoError(t, err)
+	db, store := dbWithStores(t, 8)
 	var ids []int64
 	for i := range n {
 		ids = append(ids, createOne(ctx, t, store, ref, i))
