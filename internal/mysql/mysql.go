@@ -66,7 +66,8 @@ type queryTexts struct {
 	GrantReadAgents, GrantTaskBuckets, GrantRecordAttempts, GrantReadAttempts, GrantRetryTasks,
 	GrantEventWorkers, GrantRunEventWorkers, GrantReadEventWorkers, GrantReadPages, GrantPackPages,
 	GrantPackTurn, GrantDeletePackedEvents, GrantPackAttempts, GrantArchivePages, GrantArchiveCursor, GrantReadArchiveCursor,
-	GrantReferenceDirectory, GrantReadReferenceBackfill, GrantReferenceBackfill string
+	GrantReferenceDirectory, GrantLogReferenceDirectory, GrantCompactReferenceDirectory, GrantReadReferenceBackfill,
+	GrantReferenceBackfill string
 }
 
 var queries = MustLoadQueries[queryTexts](sqlFiles)

@@ -30,7 +30,7 @@ var roleGrants = map[Role][]*string{
 		&queries.GrantReadCounterSums, &queries.GrantKeyBuckets, &queries.GrantReadInsertKeys, &queries.GrantReadAgents,
 		&queries.GrantTaskBuckets, &queries.GrantReadAttempts, &queries.GrantRetryTasks, &queries.GrantReadEventWorkers,
 		&queries.GrantReadPages, &queries.GrantReadArchiveCursor, &queries.GrantReferenceDirectory,
-		&queries.GrantReadReferenceBackfill},
+		&queries.GrantLogReferenceDirectory, &queries.GrantReadReferenceBackfill},
 	// A processor that delivers tasks registers as an agent without a range (agents.Rangeless), its
 	// id from the counter, and runs event workers of its own.
 	RoleProcessor: {&queries.GrantClaimSettleEvents, &queries.GrantAdvanceCounter, &queries.GrantAgents,
@@ -41,7 +41,7 @@ var roleGrants = map[Role][]*string{
 		&queries.GrantSweepCounterFacts, &queries.GrantSweepCounterNotifications, &queries.GrantTaskBuckets,
 		&queries.GrantRecordAttempts, &queries.GrantEventWorkers, &queries.GrantPackPages, &queries.GrantPackTurn,
 		&queries.GrantDeletePackedEvents, &queries.GrantPackAttempts, &queries.GrantArchivePages, &queries.GrantArchiveCursor,
-		&queries.GrantReferenceDirectory, &queries.GrantReferenceBackfill},
+		&queries.GrantReferenceDirectory, &queries.GrantCompactReferenceDirectory, &queries.GrantReferenceBackfill},
 	RoleCounter: {&queries.GrantLockCounterBuckets, &queries.GrantWriteCounterDirectories,
 		&queries.GrantWriteCounterSums, &queries.GrantInsertCounterFacts, &queries.GrantRecordCounterNotifications},
 }

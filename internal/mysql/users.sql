@@ -208,6 +208,17 @@ GRANT SELECT, DELETE ON task_attempts TO /*user*/;
 -- or DELETE: only migrate seeds the rows.
 GRANT SELECT, UPDATE ON reference_directory TO /*user*/;
 
+-- name: GrantLogReferenceDirectory
+-- api: a create logs its tasks' entries (LogDirectory); the listing and the retries read the log
+-- with the cells (ReadDirectoryEntries), and a retry to the end moves its slot's log into the
+-- cells before it appends (SlotLog, DeleteSlotLog).
+GRANT SELECT, INSERT, DELETE ON reference_directory_log TO /*user*/;
+
+-- name: GrantCompactReferenceDirectory
+-- sweeper: the compaction moves the log into the cells (LoggedSlots, SlotLog, DeleteSlotLog), and
+-- the backfill before it appends. No INSERT: only creates log.
+GRANT SELECT, DELETE ON reference_directory_log TO /*user*/;
+
 -- name: GrantReadReferenceBackfill
 -- api: whether the directory is complete (DirectoryComplete), a consistent read.
 GRANT SELECT ON reference_backfill TO /*user*/;

@@ -104,8 +104,9 @@ type Stores struct {
 	Waiting  Waiting
 	Workers  processing.WorkerStore
 	Agents   agents.Store
-	// Backfiller gives the tasks stored before the reference directory their entries (backfill.go).
-	Backfiller Backfiller
+	// Directory keeps the reference directory: the backfill of the tasks stored before it, and the
+	// compaction of what creates logged (directory.go).
+	Directory Directory
 }
 
 // Sweeper processes due pending events.
@@ -119,7 +120,7 @@ type Sweeper struct {
 
 	rec          *metrics.Recorder // Metrics.Recorder, or the sweeper's own for Metrics.Out
 	folded       atomic.Int64      // events Maintain folded, for HandleAgent's result
-	backfilled   atomic.Bool       // the reference directory is complete: no backfill (backfill.go)
+	backfilled   atomic.Bool       // the reference directory is complete: no backfill (directory.go)
 	mu           sync.Mutex
 	lastMaintain time.Time
 }
@@ -184,7 +185,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 
 // Maintain is what a sweeper does besides processing due events: it folds settled events into the
 // count and packs the folded ones into pages (fold.go), backfills the reference directory until it
-// is complete (backfill.go), prunes expired idempotency keys (idempotency.go) and runs the counter service's
+// is complete and compacts what creates logged into it (directory.go), prunes expired idempotency keys (idempotency.go) and runs the counter service's
 // sweep (counters.go). Each is bounded and safe to run from many sweepers at once. It returns how
 // many events it folded; only the fold's error is returned (the others log theirs).
 func (s *Sweeper) Maintain(ctx context.Context) (int64, error) {
@@ -198,6 +199,7 @@ func (s *Sweeper) Maintain(ctx context.Context) (int64, error) {
 		s.archive(ctx)
 	}
 	s.backfill(ctx)
+	s.compactDirectory(ctx)
 	s.pruneKeys(ctx)
 	s.sweepCounters(ctx)
 	s.folded.Add(folded)

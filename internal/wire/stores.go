@@ -67,7 +67,7 @@ func (s *Stores) API() api.Stores {
 // packs, prunes keys and sweeps the counter service.
 func (s *Stores) Sweeping() sweeping.Stores {
 	return sweeping.Stores{Events: s.Events, Tasks: s.Tasks, Folder: s.Events, Packer: s.Pages, Archiver: s.Pages, Keys: s.Keys,
-		Counters: s.Counters, Waiting: s.Events, Workers: s.Agents, Agents: s.Agents, Backfiller: s.Tasks}
+		Counters: s.Counters, Waiting: s.Events, Workers: s.Agents, Agents: s.Agents, Directory: s.Tasks}
 }
 
 // Each store says here, at compile time, that it is what every consumer it serves declares it
@@ -80,7 +80,7 @@ var (
 	_ api.HistoryReader      = (*eventstore.Store)(nil)
 	_ processing.Store       = (*eventstore.Store)(nil)
 	_ sweeping.Folder        = (*eventstore.Store)(nil)
-	_ sweeping.Backfiller    = (*taskstore.Store)(nil)
+	_ sweeping.Directory     = (*taskstore.Store)(nil)
 	_ sweeping.Waiting       = (*eventstore.Store)(nil)
 	_ api.TaskStore          = (*taskstore.Store)(nil)
 	_ processing.TaskStore   = (*taskstore.Store)(nil)

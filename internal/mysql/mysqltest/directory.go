@@ -18,6 +18,9 @@ func ForgetReferenceDirectory(ctx context.Context, db *sql.DB) error {
 	if _, err := db.ExecContext(ctx, strings.Replace(queries.ForgetDirectory, "/*sets*/", strings.Join(sets, ", "), 1)); err != nil {
 		return err
 	}
+	if _, err := db.ExecContext(ctx, queries.ForgetDirectoryLog); err != nil {
+		return err
+	}
 	_, err := db.ExecContext(ctx, queries.BackfillNotBegun)
 	return err
 }

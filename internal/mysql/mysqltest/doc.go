@@ -26,7 +26,7 @@ var sqlFiles embed.FS
 type queryTexts struct {
 	Audit, AuditPages, PageRowCounts string
 
-	LoadPages, LoadArchive, LoadCounterFacts, LoadCounterSums, LoadCounterDirectory, ForgetDirectory, BackfillNotBegun,
+	LoadPages, LoadArchive, LoadCounterFacts, LoadCounterSums, LoadCounterDirectory, ForgetDirectory, ForgetDirectoryLog, BackfillNotBegun,
 	FillDirectoryCell string
 }
 

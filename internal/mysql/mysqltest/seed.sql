@@ -32,6 +32,10 @@ UPDATE counter_directories SET directory = ? WHERE bucket = ?;
 -- leaves a database that held tasks before it: every cell, a test's small database.
 UPDATE reference_directory SET /*sets*/;
 
+-- name: ForgetDirectoryLog
+-- And what creates logged for it and the sweeper has not compacted yet (migration 0018).
+DELETE FROM reference_directory_log;
+
 -- name: BackfillNotBegun
 -- And its backfill not begun, free to begin (taskstore/backfill.go).
 UPDATE reference_backfill SET next_id = 0, until_id = NULL, begin_after = NULL;

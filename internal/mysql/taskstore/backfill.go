@@ -172,13 +172,22 @@ func appendMissing(ctx context.Context, tx *sql.Tx, found []refEntry) error {
 	if err := lockTaskBucketsOnly(ctx, tx, buckets); err != nil {
 		return err
 	}
+	// What creates logged for these slots goes into their cells first, so that the cells hold
+	// every entry there is.
+	var slots []int64
+	for _, e := range found {
+		slots = append(slots, cellOf(e.ref).slot)
+	}
+	if _, err := compactSlots(ctx, tx, slots); err != nil {
+		return err
+	}
 	held := map[cell]map[int64]bool{}
 	var missing []refEntry
 	for _, e := range found {
 		c := cellOf(e.ref)
 		ids, ok := held[c]
 		if !ok {
-			b, err := readCell(ctx, tx, c)
+			b, err := readEntryBytes(ctx, tx, c)
 			if err != nil {
 				return err
 			}

@@ -250,8 +250,9 @@ func InsertTasks(ctx context.Context, tx mysql.Conn, tasks []exactlyonce.NewTask
 	if err := insertTasks(ctx, tx, rows); err != nil {
 		return nil, err
 	}
-	// The references' directories, in the same transaction (directory.go).
-	if err := appendDirectory(ctx, tx, taskEntries(rows)); err != nil {
+	// The references' directories, logged in the same transaction (directory.go: the sweeper moves
+	// them into their cells).
+	if err := logDirectory(ctx, tx, taskEntries(rows)); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -13,8 +13,10 @@ import (
 	"embed"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
@@ -24,7 +26,8 @@ var directoryFiles embed.FS
 
 // directoryTexts are the statements of directory.sql.
 type directoryTexts struct {
-	ReadDirectoryCell, AppendDirectory, DirectoryComplete, TakeBackfill, SetBackfill, BackfillTasks, TasksStarted string
+	ReadDirectoryEntries, LogDirectory, LoggedSlots, SlotLog, DeleteSlotLog, AppendDirectory, DirectoryComplete,
+	TakeBackfill, SetBackfill, BackfillTasks, TasksStarted string
 }
 
 var dirQueries = mysql.MustLoadQueries[directoryTexts](directoryFiles)
@@ -40,6 +43,16 @@ const (
 	// bytes each once the driver writes the arguments into the text (interpolateParams), under the
 	// 16 KB past which RDS Proxy pins a session.
 	maxAppendEntries = 128
+	// maxAppendBytes bounds the entries' bytes of one AppendDirectory statement, for the same
+	// reason: the compaction's cells carry what was logged since the last one, which can be many
+	// entries (a cell's bytes past it go in the next statement).
+	maxAppendBytes = 8 << 10
+	// maxLogRows bounds one LogDirectory statement (rows of about 60 bytes in the text each).
+	maxLogRows = 128
+	// compactRows is the most log rows one SlotLog read returns: a row holds what one create
+	// transaction added to one cell (at most its batch's tasks, 24 bytes each), so a read holds at
+	// most a few MB.
+	compactRows = 200
 	// maxStartedIDs bounds the ids of one TasksStarted statement.
 	maxStartedIDs = 500
 )
@@ -81,39 +94,108 @@ func appendEntryBytes(b []byte, tag [8]byte, e entry) []byte {
 	return binary.BigEndian.AppendUint64(b, uint64(e.position))
 }
 
+// cellKey names a cell: its column and its slot.
+type cellKey struct {
+	col  int
+	slot int64
+}
+
+// cellBytes is what is appended to cells: each cell's bytes, and the cells in (column, slot)
+// order.
+type cellBytes struct {
+	keys  []cellKey
+	bytes map[cellKey][]byte
+	first map[cellKey]int64 // the id of the cell's first entry (the log's first_id)
+}
+
+func (cb *cellBytes) add(k cellKey, b []byte, first int64) {
+	if cb.bytes == nil {
+		cb.bytes, cb.first = map[cellKey][]byte{}, map[cellKey]int64{}
+	}
+	if _, ok := cb.bytes[k]; !ok {
+		cb.keys = append(cb.keys, k)
+		cb.first[k] = first
+	}
+	cb.bytes[k] = append(cb.bytes[k], b...)
+}
+
+// groupEntries groups entries by their references' cells, in the order of the entries.
+func groupEntries(entries []refEntry) *cellBytes {
+	cb := &cellBytes{}
+	for _, e := range entries {
+		c := cellOf(e.ref)
+		cb.add(cellKey{c.col, c.slot}, appendEntryBytes(nil, c.tag, e.entry), e.id)
+	}
+	return cb
+}
+
+// logDirectory logs a create's entries (LogDirectory): a row for each cell, in tx, which holds the
+// task buckets of their references. The sweeper moves them into their cells (CompactDirectory).
+func logDirectory(ctx context.Context, tx mysql.Conn, entries []refEntry) error {
+	cb := groupEntries(entries)
+	for keys := cb.keys; len(keys) > 0; {
+		n := min(len(keys), maxLogRows)
+		args := make([]any, 0, 4*n)
+		for _, k := range keys[:n] {
+			args = append(args, k.slot, k.col, cb.first[k], cb.bytes[k])
+		}
+		keys = keys[n:]
+		q := strings.Replace(dirQueries.LogDirectory, "/*rows*/", strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", n), ", "), 1)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // appendDirectory appends the entries to their references' cells, in tx, which holds the task
-// buckets of their references: a statement per maxAppendEntries entries (AppendDirectory).
+// buckets of their references: a retry to the end's and the backfill's. The slots' log is compacted
+// first (compactSlots), so that a task's new entry follows its create's in the cell.
 func appendDirectory(ctx context.Context, tx mysql.Conn, entries []refEntry) error {
-	for len(entries) > 0 {
-		n := min(len(entries), maxAppendEntries)
-		chunk := entries[:n]
-		entries = entries[n:]
-		// The bytes of each (column, slot), in the order of the entries.
-		type key struct {
-			col  int
-			slot int64
-		}
-		added := map[key][]byte{}
-		var keys []key
-		for _, e := range chunk {
-			c := cellOf(e.ref)
-			k := key{c.col, c.slot}
-			if _, ok := added[k]; !ok {
-				keys = append(keys, k)
+	cb := groupEntries(entries)
+	var slots []int64
+	for _, k := range cb.keys {
+		slots = append(slots, k.slot)
+	}
+	if _, err := compactSlots(ctx, tx, slots); err != nil {
+		return err
+	}
+	return writeCells(ctx, tx, cb)
+}
+
+// writeCells appends cb's bytes to their cells, in tx, which holds the cells' task buckets: a
+// statement per maxAppendEntries cells or maxAppendBytes bytes (AppendDirectory).
+func writeCells(ctx context.Context, tx mysql.Conn, cb *cellBytes) error {
+	keys := slices.Clone(cb.keys)
+	slices.SortFunc(keys, func(a, b cellKey) int { return cmp.Or(cmp.Compare(a.col, b.col), cmp.Compare(a.slot, b.slot)) })
+	rest := map[cellKey][]byte{}
+	for _, k := range keys {
+		rest[k] = cb.bytes[k]
+	}
+	for len(keys) > 0 {
+		// A statement: cells in order while they fit; a cell larger than what is left goes in part.
+		var chunk []cellKey
+		part := map[cellKey][]byte{}
+		size := 0
+		for len(keys) > 0 && len(chunk) < maxAppendEntries && size < maxAppendBytes {
+			k := keys[0]
+			b := rest[k]
+			take := min(len(b), maxAppendBytes-size)
+			chunk, part[k], size = append(chunk, k), b[:take], size+take
+			if rest[k] = b[take:]; len(rest[k]) == 0 {
+				keys = keys[1:]
 			}
-			added[k] = appendEntryBytes(added[k], c.tag, e.entry)
 		}
-		slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.col, b.col), cmp.Compare(a.slot, b.slot)) })
 		var sets []string
 		var args []any
 		var slots []int64
-		for i := 0; i < len(keys); {
-			col := keys[i].col
+		for i := 0; i < len(chunk); {
+			col := chunk[i].col
 			var whens []string
-			for ; i < len(keys) && keys[i].col == col; i++ {
+			for ; i < len(chunk) && chunk[i].col == col; i++ {
 				whens = append(whens, fmt.Sprintf("WHEN ? THEN CONCAT(d%d, ?)", col))
-				args = append(args, keys[i].slot, added[keys[i]])
-				slots = append(slots, keys[i].slot)
+				args = append(args, chunk[i].slot, part[chunk[i]])
+				slots = append(slots, chunk[i].slot)
 			}
 			sets = append(sets, fmt.Sprintf("d%d = CASE slot %s ELSE d%d END", col, strings.Join(whens, " "), col))
 		}
@@ -133,15 +215,142 @@ func appendDirectory(ctx context.Context, tx mysql.Conn, entries []refEntry) err
 	return nil
 }
 
-// readCell reads a cell (ReadDirectoryCell).
-func readCell(ctx context.Context, q mysql.Conn, c cell) ([]byte, error) {
-	text := strings.Replace(dirQueries.ReadDirectoryCell, "/*column*/", fmt.Sprintf("d%d", c.col), 1)
-	var b []byte
-	err := q.QueryRowContext(ctx, text, c.slot).Scan(&b)
-	if err == sql.ErrNoRows {
-		return nil, fmt.Errorf("reference_directory has no row for slot %d: the table was changed by hand", c.slot)
+// compactSlots moves the log rows of slots into their cells and deletes them, in tx, which holds
+// the slots' task buckets: the rows read, appended (writeCells) and deleted compactRows at a time.
+// It returns how many rows it moved.
+func compactSlots(ctx context.Context, tx mysql.Conn, slots []int64) (int, error) {
+	moved := 0
+	for _, slot := range mysql.Unique(slices.Clone(slots)) {
+		for {
+			cb, firsts, err := readSlotLog(ctx, tx, slot)
+			if err != nil || len(firsts) == 0 {
+				if err != nil {
+					return moved, err
+				}
+				break
+			}
+			if err := writeCells(ctx, tx, cb); err != nil {
+				return moved, err
+			}
+			q, args := mysql.ExpandIDs(dirQueries.DeleteSlotLog, firsts)
+			res, err := tx.ExecContext(ctx, q, append([]any{slot}, args...)...)
+			if err != nil {
+				return moved, err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return moved, err
+			} else if n != int64(len(firsts)) {
+				return moved, fmt.Errorf("reference_directory_log: deleted %d of the %d rows of slot %d just compacted", n, len(firsts), slot)
+			}
+			moved += len(firsts)
+			if len(firsts) < compactRows {
+				break
+			}
+		}
 	}
-	return b, err
+	return moved, nil
+}
+
+// readSlotLog reads up to compactRows log rows of slot (SlotLog): their bytes by cell, and their
+// first ids.
+func readSlotLog(ctx context.Context, tx mysql.Conn, slot int64) (*cellBytes, []int64, error) {
+	rows, err := tx.QueryContext(ctx, dirQueries.SlotLog, slot, compactRows)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	cb := &cellBytes{}
+	var firsts []int64
+	for rows.Next() {
+		var col int
+		var first int64
+		var b []byte
+		if err := rows.Scan(&col, &first, &b); err != nil {
+			return nil, nil, err
+		}
+		if col < 0 || col >= directoryColumns || len(b)%entrySize != 0 {
+			return nil, nil, fmt.Errorf("reference_directory_log: a row of slot %d names column %d with %d bytes: the table was changed by hand", slot, col, len(b))
+		}
+		cb.add(cellKey{col, slot}, b, first)
+		firsts = append(firsts, first)
+	}
+	return cb, firsts, rows.Err()
+}
+
+// CompactDirectory moves what creates logged into the directory's cells (compactSlots), a bucket's
+// slots per transaction with the bucket held, until every slot that had log rows when it began is
+// done or until is passed (checked between buckets). It returns how many log rows it moved. The
+// sweeper's maintenance runs it; safe from many at once (each bucket's turn is its lock).
+func (s *Store) CompactDirectory(ctx context.Context, until time.Time) (int, error) {
+	rows, err := s.db.QueryContext(ctx, dirQueries.LoggedSlots)
+	if err != nil {
+		return 0, mysql.Interpret("compact the reference directory", err)
+	}
+	byBucket := map[int64][]int64{}
+	for rows.Next() {
+		var slot int64
+		if err := rows.Scan(&slot); err != nil {
+			rows.Close()
+			return 0, mysql.Interpret("compact the reference directory", err)
+		}
+		b := slot % taskBuckets
+		byBucket[b] = append(byBucket[b], slot)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, mysql.Interpret("compact the reference directory", err)
+	}
+	buckets := slices.Sorted(maps.Keys(byBucket))
+	moved := 0
+	for _, b := range buckets {
+		if time.Now().After(until) {
+			break
+		}
+		err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+			if err := lockTaskBucketsOnly(ctx, tx, []int64{b}); err != nil {
+				return err
+			}
+			n, err := compactSlots(ctx, tx, byBucket[b])
+			moved += n
+			return err
+		})
+		if err != nil {
+			return moved, mysql.Interpret("compact the reference directory", err)
+		}
+	}
+	return moved, nil
+}
+
+// readEntryBytes reads a cell with what was logged for it (ReadDirectoryEntries): the log's bytes,
+// then the cell's.
+func readEntryBytes(ctx context.Context, q mysql.Conn, c cell) ([]byte, error) {
+	text := strings.Replace(dirQueries.ReadDirectoryEntries, "/*column*/", fmt.Sprintf("d%d", c.col), 1)
+	rows, err := q.QueryContext(ctx, text, c.slot, c.col, c.slot)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var logged, cellB []byte
+	cells := 0
+	for rows.Next() {
+		var part int
+		var b []byte
+		if err := rows.Scan(&part, &b); err != nil {
+			return nil, err
+		}
+		if part == 0 {
+			logged = append(logged, b...)
+		} else {
+			cellB, cells = b, cells+1
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if cells != 1 {
+		return nil, fmt.Errorf("reference_directory has %d rows for slot %d: the table was changed by hand", cells, c.slot)
+	}
+	return append(logged, cellB...), nil
 }
 
 // cellEntries are the entries of tag in a cell's bytes, one per task (the last entry of a task
@@ -168,7 +377,7 @@ func cellEntries(b []byte, tag [8]byte) []entry {
 // referenceEntries reads reference ref's tasks from its directory, in position order.
 func referenceEntries(ctx context.Context, q mysql.Conn, ref string) ([]entry, error) {
 	c := cellOf(ref)
-	b, err := readCell(ctx, q, c)
+	b, err := readEntryBytes(ctx, q, c)
 	if err != nil {
 		return nil, err
 	}
@@ -225,19 +434,6 @@ func tasksStartedAfter(ctx context.Context, tx mysql.Conn, entries []entry, pos 
 		later = later[n:]
 	}
 	return false, nil
-}
-
-// taggedEntries are the bytes of a cell's entries that carry tag, in the cell's order: what a
-// reference's tasks have appended to it (a retry compares them before and after it takes the
-// bucket, retryInPlaceFirst).
-func taggedEntries(b []byte, tag [8]byte) []byte {
-	var out []byte
-	for off := 0; off+entrySize <= len(b); off += entrySize {
-		if bytes.Equal(b[off:off+8], tag[:]) {
-			out = append(out, b[off:off+entrySize]...)
-		}
-	}
-	return out
 }
 
 // taskEntries are the directory entries of the tasks of rows that have a reference.

@@ -1,21 +1,52 @@
--- reference_directory and reference_backfill (migrations/0016_reference_directory.sql): each
--- reference's tasks, 24 bytes an entry (directory.go), in a cell (one column d0 .. d99 of one row,
--- slot) chosen by the reference. `slot = ?` / `slot IN (...)` prunes a statement to the partitions
--- of the slots named, one row each. A slot's row is written only by a transaction that holds the
--- slot's task bucket (slot mod 64, tasks.sql's LockTaskBuckets or AdvanceTaskBuckets), so its row
--- lock is never waited for. /*column*/, /*columns*/ and /*sets*/ are column names the store writes
+-- reference_directory and reference_backfill (migrations/0016_reference_directory.sql) and
+-- reference_directory_log (0018): each reference's tasks, 24 bytes an entry (directory.go), in a
+-- cell (one column d0 .. d99 of one row, slot) chosen by the reference, or, until the sweeper
+-- compacts them into it, in the log's rows of that cell. `slot = ?` / `slot IN (...)` prunes a
+-- statement to the partitions of the slots named (in the directory, one row each). A slot's row
+-- and its log rows are written only by a transaction that holds the slot's task bucket (slot mod
+-- 64, tasks.sql's LockTaskBuckets or AdvanceTaskBuckets), so their locks are never waited for. /*column*/, /*columns*/ and /*sets*/ are column names the store writes
 -- from hashes (d0 .. d99), never caller text.
 
--- name: ReadDirectoryCell
--- A reference's listing, a manual retry and the backfill: the one cell holding the reference's
--- entries (and those of the references that share it). A consistent read, no lock: the listing
--- reads what was committed; a retry and the backfill hold the slot's task bucket, so no one can
--- append to the cell meanwhile. Scans the slot's partition (one row) and copies one column.
-SELECT /*column*/ FROM reference_directory WHERE slot = ?;
+-- name: ReadDirectoryEntries
+-- A reference's listing, a manual retry and the backfill: what was logged for the reference's cell
+-- and not compacted yet (`0, entries`: reference_directory_log, 0018), then the cell itself (`1,
+-- cell`), which hold the reference's entries (and those of the references that share the cell). A
+-- consistent read, no lock: the listing reads what was committed (the log part runs first, so an
+-- entry the compaction moves meanwhile is read twice, never missed; readers count a task once); a
+-- retry and the backfill hold the slot's task bucket, so no one can log, compact or append
+-- meanwhile. `slot = ?` prunes each part to the slot's partition: the log's rows of the slot since
+-- its last compaction, and the slot's one row, of which one column is copied (/*column*/, dN,
+-- written by the store from a hash, never caller text).
+SELECT 0, entries FROM reference_directory_log WHERE slot = ? AND col = ?
+UNION ALL
+SELECT 1, /*column*/ FROM reference_directory WHERE slot = ?;
+
+-- name: LogDirectory
+-- A create (InsertTasks): its tasks' entries, a row for each cell it adds to (/*rows*/ is `(?, ?,
+-- ?, ?)` per row), in the transaction that stores the tasks, under their references' task buckets.
+-- An insert reads no row and waits for no one (the table has no key).
+INSERT INTO reference_directory_log (slot, col, first_id, entries) VALUES /*rows*/;
+
+-- name: LoggedSlots
+-- The sweeper's compaction (CompactDirectory): the slots that have log rows. A consistent read, no
+-- lock, of the slot column only: it scans what was logged since the last compaction.
+SELECT DISTINCT slot FROM reference_directory_log;
+
+-- name: SlotLog
+-- The compaction of one slot (compactSlots), with the slot's task bucket held: up to ? of its log
+-- rows. A consistent read: only the bucket's holder writes the slot's rows, and that is the caller.
+SELECT col, first_id, entries FROM reference_directory_log WHERE slot = ? LIMIT ?;
+
+-- name: DeleteSlotLog
+-- The compaction: the rows of a slot it has just appended to their cells (/*ids*/: their first_id),
+-- in the same transaction, with the slot's task bucket held. Pruned to the slot's partition; the
+-- caller checks that it deleted each one.
+DELETE FROM reference_directory_log WHERE slot = ? AND first_id IN (/*ids*/);
 
 -- name: AppendDirectory
--- A create (InsertTasks), a retry to the end and the backfill: appends entries to cells, in the
--- transaction that stores (or moves, or backfills) their tasks. /*sets*/ is `dN = CASE slot WHEN ?
+-- The compaction, a retry to the end and the backfill: appends entries to cells, in the
+-- transaction that moves them from the log (or moves, or backfills) their tasks; a retry and the
+-- backfill compact the slots first, so that a task's newer entry is never before an older one. /*sets*/ is `dN = CASE slot WHEN ?
 -- THEN CONCAT(dN, ?) ... ELSE dN END` per column written. Locks the rows of the slots named (an
 -- UPDATE's semi-consistent read passes the others of the partition: there are none), which only
 -- the holder of their task buckets writes: the caller holds them, so this waits for no one.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -180,8 +181,17 @@ func TestRacingCreatesAndRetriesKeepEachDirectory(t *testing.T) {
 		require.NoError(t, err)
 		failed[ref] = a
 	}
-	const creators, perCreator = 6, 12
-	together(t, creators+len(refs), func(w int) error {
+	const creators, perCreator, compactions = 6, 12, 20
+	together(t, creators+len(refs)+1, func(w int) error {
+		if w == creators+len(refs) {
+			// The sweeper's compaction, moving what the creates log into the cells meanwhile.
+			for range compactions {
+				if _, err := store.Tasks.CompactDirectory(ctx, time.Now().Add(time.Minute)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		if w >= creators {
 			// A retry of one reference, racing the creates of it and of its neighbours.
 			ref := refs[w-creators]
@@ -220,6 +230,173 @@ func TestRacingCreatesAndRetriesKeepEachDirectory(t *testing.T) {
 		require.Equal(t, len(want)+1, raw, "%s: one entry per task, and one more for the retried task's new position", ref)
 	}
 	require.Equal(t, len(refs)*2+creators*perCreator, total)
+	// And once every log row is in its cell: the same (a retry to the end compacts its slot
+	// before it appends, so a create's entry logged before the retry never lands after it).
+	_, err := store.Tasks.CompactDirectory(ctx, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Zero(t, logRows(ctx, t, db), "the log, once compacted")
+	for _, ref := range refs {
+		want := truth(ctx, t, db, ref)
+		require.Equal(t, want, listed(ctx, t, store, ref), "%s, compacted", ref)
+		entries, raw, err := taskstore.DirectoryEntries(ctx, db, ref)
+		require.NoError(t, err)
+		require.Equal(t, want, entries, "%s, compacted", ref)
+		require.Equal(t, len(want)+1, raw, ref)
+	}
+}
+
+// logRows is how many rows the directory's log holds (migration 0018).
+func logRows(ctx context.Context, t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM reference_directory_log").Scan(&n))
+	return n
+}
+
+// A create logs its tasks' entries and leaves the cells alone (an append to a cell reads the
+// slot's whole row); the compaction moves them into the cells and empties the log; the listing
+// reads the same before and after.
+func TestCreatesLogTheirEntriesAndTheCompactionMovesThem(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, store := dbWithStores(t, 4)
+	refs := append(taskstore.SameSlot("logged", 3), "elsewhere")
+	var batch []exactlyonce.NewTask
+	for i := range 5 {
+		for _, ref := range refs {
+			batch = append(batch, refTask(ref, i))
+		}
+	}
+	_, err := store.Tasks.CreateTasks(ctx, batch)
+	require.NoError(t, err)
+	createOne(ctx, t, store, refs[0], 5)
+
+	cells := func() int {
+		var n int
+		var cols []string
+		for c := range 100 {
+			cols = append(cols, fmt.Sprintf("LENGTH(d%d)", c))
+		}
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT SUM("+strings.Join(cols, " + ")+") FROM reference_directory").Scan(&n))
+		return n
+	}
+	require.Zero(t, cells(), "the creates wrote no cell")
+	require.Positive(t, logRows(ctx, t, db))
+	before := map[string][][2]int64{}
+	for _, ref := range refs {
+		before[ref] = listed(ctx, t, store, ref)
+		require.Equal(t, truth(ctx, t, db, ref), before[ref], ref)
+	}
+
+	moved, err := store.Tasks.CompactDirectory(ctx, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Positive(t, moved)
+	require.Zero(t, logRows(ctx, t, db))
+	require.Equal(t, 24*len(batch)+24, cells(), "every entry in a cell, once")
+	for _, ref := range refs {
+		require.Equal(t, before[ref], listed(ctx, t, store, ref), ref)
+	}
+	moved, err = store.Tasks.CompactDirectory(ctx, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Zero(t, moved, "nothing left to move")
+
+	// A retry to the end of a task whose create's entry is still logged: the retry moves the log
+	// into the cell before it appends the new position, so the compaction after it cannot put
+	// the older entry last (the last entry of a task wins).
+	a := createOne(ctx, t, store, "moved", 0)
+	b := createOne(ctx, t, store, "moved", 1)
+	_, err = db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", a)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "UPDATE events SET state = 10, value = 'HTTP 200', processed_at = NOW(6) WHERE id = ?", b)
+	require.NoError(t, err)
+	placement, _, err := store.Tasks.RetryTask(ctx, a)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetryAtEnd, placement)
+	_, err = store.Tasks.CompactDirectory(ctx, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, truth(ctx, t, db, "moved"), listed(ctx, t, store, "moved"))
+	require.Equal(t, b, listed(ctx, t, store, "moved")[0][0], "the retried task after the delivered one")
+}
+
+// Listings race the compaction and more creates of the references of one slot: every listing holds
+// each task whose create returned before it began, once, in position order.
+func TestListingsRacingTheCompactionMissNothing(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, store := dbWithStores(t, 12)
+	refs := taskstore.SameSlot("listed", 4)
+	var mu sync.Mutex
+	created := map[string]map[int64]bool{}
+	for _, ref := range refs {
+		created[ref] = map[int64]bool{}
+	}
+	const creators, perCreator, listers, lists = 3, 30, 3, 40
+	var done sync.WaitGroup
+	done.Add(creators)
+	together(t, creators+listers+1, func(w int) error {
+		switch {
+		case w < creators:
+			defer done.Done()
+			for i := range perCreator {
+				ref := refs[(w+i)%len(refs)]
+				got, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{refTask(ref, 100*w+i)})
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				created[ref][got[0].ID] = true
+				mu.Unlock()
+			}
+		case w < creators+listers:
+			for i := range lists {
+				ref := refs[(w+i)%len(refs)]
+				mu.Lock()
+				want := maps.Clone(created[ref])
+				mu.Unlock()
+				got, err := store.Tasks.ReferenceTasks(ctx, ref, 0, 1000)
+				if err != nil {
+					return err
+				}
+				seen := map[int64]bool{}
+				for j, e := range got {
+					if seen[e.ID] {
+						return fmt.Errorf("%s: task %d listed twice", ref, e.ID)
+					}
+					if j > 0 && e.Task.Position <= got[j-1].Task.Position {
+						return fmt.Errorf("%s: positions out of order at task %d", ref, e.ID)
+					}
+					seen[e.ID] = true
+				}
+				for id := range want {
+					if !seen[id] {
+						return fmt.Errorf("%s: task %d was created before the listing began and is not in it", ref, id)
+					}
+				}
+			}
+		default:
+			// Compact until the creates are done, and once more.
+			finished := make(chan struct{})
+			go func() { done.Wait(); close(finished) }()
+			for {
+				if _, err := store.Tasks.CompactDirectory(ctx, time.Now().Add(time.Minute)); err != nil {
+					return err
+				}
+				select {
+				case <-finished:
+					_, err := store.Tasks.CompactDirectory(ctx, time.Now().Add(time.Minute))
+					return err
+				default:
+				}
+			}
+		}
+		return nil
+	})
+	require.Zero(t, logRows(ctx, t, db))
+	for _, ref := range refs {
+		require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref), ref)
+	}
 }
 
 // The tasks stored before the directory existed (a database migrated with tasks in it) get their

@@ -16,6 +16,7 @@ import (
 var (
 	Queries      = queries
 	RetryQueries = retryQueries
+	DirQueries   = dirQueries
 )
 
 // QueryText is the statement name of the store's files; it panics for a name they do not have.
@@ -71,7 +72,7 @@ func (s *Store) ReferenceTasksScan(ctx context.Context, ref string, after int64,
 // order, and how many entries the cell holds for it (a task moved by a retry to the end has two).
 func DirectoryEntries(ctx context.Context, db *sql.DB, ref string) ([][2]int64, int, error) {
 	c := cellOf(ref)
-	b, err := readCell(ctx, db, c)
+	b, err := readEntryBytes(ctx, db, c)
 	if err != nil {
 		return nil, 0, err
 	}

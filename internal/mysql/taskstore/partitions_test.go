@@ -31,6 +31,10 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 		{taskstore.Queries.LockFailedTasks, []string{"failed", "fresh"}},
 		// The in-place retry's check under the bucket: `open` and one row of the directory.
 		{strings.Replace(taskstore.RetryQueries.RetryInPlaceCheck, "/*column*/", "d0", 1), []string{"open", "p1"}},
+		// The directory's reads and its log's compaction: the slot's partitions.
+		{strings.Replace(taskstore.DirQueries.ReadDirectoryEntries, "/*column*/", "d0", 1), []string{"p1"}},
+		{taskstore.DirQueries.SlotLog, []string{"p1"}},
+		{taskstore.DirQueries.DeleteSlotLog, []string{"p1"}},
 	} {
 		got, err := mysqltest.PartitionsOf(context.Background(), db.Pool(), literal(c.q))
 		require.NoError(t, err)

@@ -39,14 +39,17 @@ ORDER BY 1, 4;
 -- name: RetryInPlaceCheck
 -- A bulk retry in place of a reference that had no open task (retry_reference.go,
 -- retryInPlaceFirst) decides and writes before it takes the reference's bucket, and runs this once
--- it holds it, before it commits: the reference's open tasks (`id, NULL`: there must be one, the
--- head it has just made pending, visible to its own consistent read) and its directory cell
--- (`NULL, cell`), which must hold the same entries of the reference as when it decided. A task of
--- the reference created, or retried to the end, in between shows in both; with the bucket held, no
--- other can come until the commit. A consistent read, no lock: `state < 2` prunes the first part to
--- `open`, `slot = ?` the second to the slot's partition (one row; /*column*/ is its dN, written by
--- the store from a hash, never caller text).
-SELECT id, NULL FROM events
+-- it holds it, before it commits: the reference's open tasks (`0, id, NULL`: there must be one, the
+-- head it has just made pending, visible to its own consistent read), what was logged for its
+-- directory cell (`1, NULL, entries`) and the cell (`2, NULL, cell`), which must hold the same
+-- entries of the reference as when it decided. A task of the reference created, or retried to the
+-- end, in between shows in both; with the bucket held, no other can come until the commit (a
+-- compaction meanwhile moves entries from the log to the cell: the same entries). A consistent
+-- read, no lock: `state < 2` prunes the first part to `open`, `slot = ?` the others to the slot's
+-- partitions (/*column*/ is its dN, written by the store from a hash, never caller text).
+SELECT 0, id, NULL FROM events
 WHERE state < 2 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
 UNION ALL
-SELECT NULL, /*column*/ FROM reference_directory WHERE slot = ?;
+SELECT 1, NULL, entries FROM reference_directory_log WHERE slot = ? AND col = ?
+UNION ALL
+SELECT 2, NULL, /*column*/ FROM reference_directory WHERE slot = ?;

@@ -4,7 +4,6 @@ package taskstore
 // statements are in tasks.sql.
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"embed"
@@ -113,15 +112,16 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 // retried head, as it finds any head.
 func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64) (exactlyonce.RetriedReference, bool, error) {
 	c := cellOf(ref)
-	cellBytes, err := readCell(ctx, tx, c)
+	cellBytes, err := readEntryBytes(ctx, tx, c)
 	if err != nil {
 		return exactlyonce.RetriedReference{}, false, err
 	}
+	decided := cellEntries(cellBytes, c.tag)
 	retried := map[int64]bool{}
 	for _, f := range failed[1:] {
 		retried[f.id] = true
 	}
-	started, err := tasksStartedAfter(ctx, tx, cellEntries(cellBytes, c.tag), failed[0].position, retried)
+	started, err := tasksStartedAfter(ctx, tx, decided, failed[0].position, retried)
 	if err != nil || started {
 		return exactlyonce.RetriedReference{}, false, err
 	}
@@ -143,7 +143,7 @@ func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, h
 	if err != nil {
 		return exactlyonce.RetriedReference{}, false, err
 	}
-	if len(open) != 1 || open[0] != failed[0].id || !bytes.Equal(taggedEntries(now, c.tag), taggedEntries(cellBytes, c.tag)) {
+	if len(open) != 1 || open[0] != failed[0].id || !slices.Equal(cellEntries(now, c.tag), decided) {
 		return exactlyonce.RetriedReference{}, false, errReferenceMoved
 	}
 	if folded > 0 {
@@ -158,27 +158,32 @@ func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, h
 	return out, true, nil
 }
 
-// readInPlaceCheck reads RetryInPlaceCheck: the ids of the reference's open tasks and its cell.
+// readInPlaceCheck reads RetryInPlaceCheck: the ids of the reference's open tasks, and its cell
+// with what was logged for it (as readEntryBytes returns them).
 func readInPlaceCheck(ctx context.Context, tx *sql.Tx, ref string, hash uint32, c cell) ([]int64, []byte, error) {
 	q := strings.Replace(retryQueries.RetryInPlaceCheck, "/*column*/", fmt.Sprintf("d%d", c.col), 1)
-	rows, err := tx.QueryContext(ctx, q, hash, ref, c.slot)
+	rows, err := tx.QueryContext(ctx, q, hash, ref, c.slot, c.col, c.slot)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer rows.Close()
 	var open []int64
-	var cellBytes []byte
+	var logged, cellB []byte
 	cells := 0
 	for rows.Next() {
+		var part int
 		var id sql.NullInt64
 		var b []byte
-		if err := rows.Scan(&id, &b); err != nil {
+		if err := rows.Scan(&part, &id, &b); err != nil {
 			return nil, nil, err
 		}
-		if id.Valid {
+		switch part {
+		case 0:
 			open = append(open, id.Int64)
-		} else {
-			cellBytes, cells = b, cells+1
+		case 1:
+			logged = append(logged, b...)
+		default:
+			cellB, cells = b, cells+1
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -187,7 +192,7 @@ func readInPlaceCheck(ctx context.Context, tx *sql.Tx, ref string, hash uint32, 
 	if cells != 1 {
 		return nil, nil, fmt.Errorf("reference_directory has %d rows for slot %d: the table was changed by hand", cells, c.slot)
 	}
-	return open, cellBytes, nil
+	return open, append(logged, cellB...), nil
 }
 
 // retryReferenceLocked retries the locked failed tasks of reference ref with its bucket and heads
