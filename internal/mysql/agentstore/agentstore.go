@@ -19,7 +19,7 @@ var sqlFiles embed.FS
 type queryTexts struct {
 	InsertAgent, PulseAgent, ExpiredAgents, EjectAgents, ListAgents, AssignAgent, RemoveAgent, AgentExists string
 
-	InsertWorker, AssignTasks, GrowWorker, SettleWorkers, WorkersWithRoom, ActiveWorkers, DoneWorkers, WorkerByID, AdoptWorker, StopWorkers, WorkerHeads, PruneWorkers string
+	InsertWorker, AssignTasks, GrowWorkers, WorkersOfAgent, SettleWorkers, WorkersWithRoom, ActiveWorkers, DoneWorkers, WorkerByID, AdoptWorker, StopWorkers, WorkerHeads, PruneWorkers string
 }
 
 var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)

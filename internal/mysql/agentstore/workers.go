@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -158,7 +159,7 @@ func expandStrings(q string, ss []string) (string, []any) {
 // it with a *exactlyonce.WorkerConflictError naming the worker.
 func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
 	var conflict string
-	// GrowWorker grows no full worker, and a new worker is grown in the assignment that makes it:
+	// GrowWorkers grows no full worker, and a new worker is grown in the assignment that makes it:
 	// it is inserted with room, and full (willTerminate) only by its growth, which comes after.
 	grown := map[string]bool{}
 	for _, g := range a.Grow {
@@ -180,44 +181,15 @@ func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, 
 				return err
 			}
 		}
-		workers := make([]string, 0, len(a.Tasks))
-		for w := range a.Tasks {
-			workers = append(workers, w)
+		if err := assignTasks(ctx, tx, claimID, a.Tasks); err != nil {
+			return err
 		}
-		slices.Sort(workers)
-		for _, w := range workers {
-			ids := slices.Sorted(slices.Values(a.Tasks[w]))
-			q, args := mysql.ExpandIDs(queries.AssignTasks, ids)
-			res, err := tx.ExecContext(ctx, q, append(append([]any{w, claimID}, args...), len(ids))...)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n != int64(len(ids)) {
-				return fmt.Errorf("assigned %d of %d tasks: their lease was taken over", n, len(ids))
-			}
+		var err error
+		conflict, err = growWorkers(ctx, tx, agent, a.Grow, newFull)
+		if err == nil && conflict != "" {
+			err = errWorkerConflict
 		}
-		grow := slices.Clone(a.Grow)
-		slices.SortFunc(grow, func(x, y exactlyonce.WorkerGrowth) int { return strings.Compare(x.ID, y.ID) })
-		for _, g := range grow {
-			refs, err := json.Marshal(nonNil(g.References))
-			if err != nil {
-				return err
-			}
-			res, err := tx.ExecContext(ctx, queries.GrowWorker, g.AddTasks, string(refs), len(g.References),
-				g.WillTerminate || newFull[g.ID], g.ID, agent)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n != 1 {
-				conflict = g.ID
-				return errWorkerConflict
-			}
-		}
-		return nil
+		return err
 	})
 	if errors.Is(err, errWorkerConflict) {
 		return &exactlyonce.WorkerConflictError{WorkerID: conflict}
@@ -226,6 +198,127 @@ func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, 
 }
 
 var errWorkerConflict = errors.New("event worker conflict")
+
+// maxAssignIDs bounds the tasks of one AssignTasks statement: about 8 bytes of text each, twice
+// (in its worker's case and in the guard), under the 16 KB past which RDS Proxy pins a session.
+const maxAssignIDs = 500
+
+// assignTasks names the worker of each task (AssignTasks), one statement per maxAssignIDs tasks,
+// and checks that every task was still leased to the claim.
+func assignTasks(ctx context.Context, tx *sql.Tx, claimID string, tasks map[string][]int64) error {
+	workers := slices.Sorted(maps.Keys(tasks))
+	type task struct {
+		worker string
+		id     int64
+	}
+	var all []task
+	for _, w := range workers {
+		for _, id := range slices.Sorted(slices.Values(tasks[w])) {
+			all = append(all, task{w, id})
+		}
+	}
+	for len(all) > 0 {
+		chunk := all[:min(len(all), maxAssignIDs)]
+		all = all[len(chunk):]
+		var cases strings.Builder
+		var args []any
+		ids := make([]int64, 0, len(chunk))
+		for i := 0; i < len(chunk); {
+			w := chunk[i].worker
+			var mine []int64
+			for ; i < len(chunk) && chunk[i].worker == w; i++ {
+				mine = append(mine, chunk[i].id)
+			}
+			cases.WriteString(" WHEN id IN (" + mysql.Placeholders(len(mine)) + ") THEN ?")
+			args = append(append(args, mysql.IDArgs(mine)...), w)
+			ids = append(ids, mine...)
+		}
+		q, idArgs := mysql.ExpandIDs(strings.Replace(queries.AssignTasks, "/*cases*/", cases.String(), 1), ids)
+		args = append(append(append(args, claimID), idArgs...), len(ids))
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != int64(len(ids)) {
+			return fmt.Errorf("assigned %d of %d tasks: their lease was taken over", n, len(ids))
+		}
+	}
+	return nil
+}
+
+// growWorkers grows the workers of an assignment in one statement (GrowWorkers) and returns the id
+// of a worker it could not grow (done, full, or another agent's), or "".
+func growWorkers(ctx context.Context, tx *sql.Tx, agent int64, growth []exactlyonce.WorkerGrowth, newFull map[string]bool) (string, error) {
+	if len(growth) == 0 {
+		return "", nil
+	}
+	grow := slices.Clone(growth)
+	slices.SortFunc(grow, func(x, y exactlyonce.WorkerGrowth) int { return strings.Compare(x.ID, y.ID) })
+	q := queries.GrowWorkers
+	var args []any
+	for _, col := range []string{"add", "refs", "count", "will"} {
+		var cases strings.Builder
+		for _, g := range grow {
+			var v any
+			switch col {
+			case "add":
+				v = g.AddTasks
+			case "refs":
+				refs, err := json.Marshal(nonNil(g.References))
+				if err != nil {
+					return "", err
+				}
+				v = string(refs)
+			case "count":
+				v = len(g.References)
+			case "will":
+				v = g.WillTerminate || newFull[g.ID]
+			}
+			cases.WriteString(" WHEN ? THEN ?")
+			args = append(args, g.ID, v)
+		}
+		q = strings.Replace(q, "/*"+col+"*/", cases.String(), 1)
+	}
+	ids := make([]string, len(grow))
+	for i, g := range grow {
+		ids[i] = g.ID
+	}
+	q, idArgs := expandStrings(q, ids)
+	res, err := tx.ExecContext(ctx, q, append(append(args, agent), idArgs...)...)
+	if err != nil {
+		return "", err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == int64(len(grow)) {
+		return "", err
+	}
+	// Fewer changed than named: which one is not this agent's to grow.
+	q, idArgs = expandStrings(queries.WorkersOfAgent, ids)
+	rows, err := tx.QueryContext(ctx, q, append([]any{agent}, idArgs...)...)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	ok := map[string]bool{}
+	for rows.Next() {
+		var w string
+		if err := rows.Scan(&w); err != nil {
+			return "", err
+		}
+		ok[w] = true
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	for _, id := range ids {
+		if !ok[id] {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("grew %d of %d event workers, and each is this agent's to grow", n, len(grow))
+}
 
 func nonNil(ss []string) []string {
 	if ss == nil {

@@ -7,7 +7,7 @@
 --
 -- A full worker (will_terminate, set once it holds max_reference_count references, or when its
 -- agent leaves) takes no new task: once full it no longer accepts new events and completes those it
--- holds. GrowWorker refuses to grow one, and a settlement promotes the next task of a reference
+-- holds. GrowWorkers refuses to grow one, and a settlement promotes the next task of a reference
 -- into its head's worker only if that worker has room, decided on the worker's row under its lock
 -- (SettleWorkers, then WorkersWithRoom). So a full worker's tasks only settle, and it is done once
 -- they have. Every
@@ -18,29 +18,40 @@
 -- name: InsertWorker
 -- A new event worker, in the assignment's transaction (no lock beyond the new row's): id, agent,
 -- will_terminate, max references, reference count, references (JSON), first reference's hash. A new
--- worker the same assignment grows is inserted with room (will_terminate 0), and GrowWorker, which
+-- worker the same assignment grows is inserted with room (will_terminate 0), and GrowWorkers, which
 -- grows no full worker, makes it full.
 INSERT INTO event_workers (worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate,
   tasks_completed, tasks_failed, max_reference_count, is_done, reference_count, reference_ids, first_hash, done_at)
 VALUES (?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL);
 
 -- name: AssignTasks
--- Names the event worker of tasks leased to a claim, in the assignment's transaction. Guarded by
--- the lease (`state = 1 AND claim_id = ?`, which prunes to `open`): a task whose lease was taken
--- over is not assigned. Locks the tasks, which the claim holds anyway.
-UPDATE events SET worker_id = ? WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?;
+-- Names the event worker of each task leased to a claim, in the assignment's transaction, one
+-- statement for all its workers: /*cases*/ is `WHEN id IN (...) THEN ?` per worker (its tasks' ids,
+-- its id). Guarded by the lease (`state = 1 AND claim_id = ?`, which prunes to `open`): a task whose
+-- lease was taken over is not assigned. Locks the tasks, which the claim holds anyway.
+UPDATE events SET worker_id = CASE /*cases*/ END WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?;
 
--- name: GrowWorker
--- An assignment adds tasks (and maybe references) to a live worker: its remaining count grows by
--- the tasks, its references are the owner's list, will_terminate is set once it holds its maximum.
--- Guarded by the agent: only the agent that runs the worker adds to it (an agent that was ejected
--- and whose worker another adopted finds it no longer its own); and by `will_terminate = 0`: a
--- worker already full takes nothing more (the EventService never asks it to; this makes it a rule
--- of the registry). Locks the worker's row until the assignment commits; a settlement of the same
--- worker waits, and then sees the worker as this assignment left it.
-UPDATE event_workers SET tasks_remaining = tasks_remaining + ?, reference_ids = ?, reference_count = ?,
-  will_terminate = GREATEST(will_terminate, ?)
-WHERE is_done = 0 AND will_terminate = 0 AND worker_id = ? AND agent_id = ? LIMIT 1;
+-- name: GrowWorkers
+-- An assignment adds tasks (and maybe references) to live workers, one statement for all of them:
+-- each one's remaining count grows by its tasks, its references are the owner's list, will_terminate
+-- is set once it holds its maximum (each /*name*/ is `WHEN ? THEN ?` per worker: its id, its
+-- value). Guarded by the agent: only the agent that runs a worker adds to it (an agent that was
+-- ejected and whose worker another adopted finds it no longer its own); and by `will_terminate =
+-- 0`: a worker already full takes nothing more (the EventService never asks it to; this makes it a
+-- rule of the registry). The caller checks that it changed every worker named (each grows by at
+-- least one task) and else names the one that is not its (WorkersOfAgent). Locks the workers' rows
+-- until the assignment commits; a settlement of the same worker waits, and then sees the worker as
+-- this assignment left it.
+UPDATE event_workers SET tasks_remaining = tasks_remaining + CASE worker_id /*add*/ END,
+  reference_ids = CASE worker_id /*refs*/ END, reference_count = CASE worker_id /*count*/ END,
+  will_terminate = GREATEST(will_terminate, CASE worker_id /*will*/ END)
+WHERE is_done = 0 AND will_terminate = 0 AND agent_id = ? AND worker_id IN (/*ids*/);
+
+-- name: WorkersOfAgent
+-- An assignment whose GrowWorkers changed fewer workers than it named (it is rolled back): which
+-- of them can still grow, a consistent read of the `active` partition, so that the others are named
+-- in the conflict. No lock.
+SELECT worker_id FROM event_workers WHERE is_done = 0 AND will_terminate = 0 AND agent_id = ? AND worker_id IN (/*ids*/);
 
 -- name: SettleWorkers
 -- A settlement's bookkeeping, in the transaction that settles the tasks, one statement for every

@@ -121,13 +121,13 @@ func TestLiveEventWorkerStatementsReadOnlyTheActivePartition(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 2))
 	literal := func(q string) string {
-		for _, m := range []string{"/*remaining*/", "/*completed*/", "/*failed*/", "/*promoted*/", "/*last*/"} {
+		for _, m := range []string{"/*remaining*/", "/*completed*/", "/*failed*/", "/*promoted*/", "/*last*/", "/*add*/", "/*refs*/", "/*count*/", "/*will*/"} {
 			q = strings.ReplaceAll(q, m, "WHEN 'w' THEN 1")
 		}
 		q = strings.ReplaceAll(q, "/*ids*/", "'w'")
 		return strings.ReplaceAll(q, "?", "1")
 	}
-	for _, name := range []string{"GrowWorker", "SettleWorkers", "WorkersWithRoom", "ActiveWorkers", "AdoptWorker", "StopWorkers"} {
+	for _, name := range []string{"GrowWorkers", "WorkersOfAgent", "SettleWorkers", "WorkersWithRoom", "ActiveWorkers", "AdoptWorker", "StopWorkers"} {
 		parts := explainPartitions(t, store.DB.Pool(), literal(agentstore.QueryText(name)))
 		require.Equal(t, []string{"active"}, parts, name)
 	}

@@ -172,7 +172,7 @@ func TestASettlementPromotesIntoNoFullWorkerWhileACreateWaits(t *testing.T) {
 	defer cancel()
 	db, store, c, head, queued := headInWorker(ctx, t, "w_filling", 1)
 
-	// The assignment that fills the worker, by hand: GrowWorker's lock and change, not committed.
+	// The assignment that fills the worker, by hand: GrowWorkers' lock and change, not committed.
 	fill, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	require.NoError(t, err)
 	defer fill.Rollback()
