@@ -502,6 +502,33 @@ func assertNoError(t *testing.T, err error) bool {
 
 // One create of 200 tasks over 150 references appends their entries in more than one statement
 // (at most 128 cells a statement): every reference lists its tasks, in order.
+// A log larger than one statement carries (a cell's 500 entries, 12,000 bytes, against
+// maxAppendBytes) is compacted in parts, every entry once, and the listing reads them all.
+func TestTheCompactionOfALargeLogWritesEveryEntryOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, store := dbWithStores(t, 4)
+	for round := range 5 {
+		batch := make([]exactlyonce.NewTask, 100)
+		for i := range batch {
+			batch[i] = refTask("big", 100*round+i)
+		}
+		_, err := store.Tasks.CreateTasks(ctx, batch)
+		require.NoError(t, err)
+	}
+	_, err := store.Tasks.CompactDirectory(ctx, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Zero(t, logRows(ctx, t, db))
+	want := truth(ctx, t, db, "big")
+	require.Len(t, want, 500)
+	entries, raw, err := taskstore.DirectoryEntries(ctx, db, "big")
+	require.NoError(t, err)
+	require.Equal(t, want, entries)
+	require.Equal(t, 500, raw, "each entry once")
+	require.Equal(t, want, listed(ctx, t, store, "big"))
+}
+
 func TestALargeCreateAppendsEveryEntry(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
