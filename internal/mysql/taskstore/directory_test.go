@@ -682,3 +682,45 @@ func TestABackfillCutOffAnywhereEndsWithEachEntryOnce(t *testing.T) {
 		require.Equal(t, len(want), raw, "%s: each task's entry once", ref)
 	}
 }
+
+// A compaction cut off anywhere (by its context's deadline, at every statement in turn) rolls its
+// bucket's transaction back whole: once one runs to its end, every entry is in its cell once, and
+// the log is empty.
+func TestACompactionCutOffAnywhereEndsWithEachEntryOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, store := dbWithStores(t, 8)
+	refs := append(taskstore.SameSlot("cut", 3), "cut-elsewhere", "cut-again")
+	cuts, whole := 0, 0
+	for i := 0; whole < 3; i++ {
+		if i%7 == 0 {
+			// More to compact, now and then, so that cuts fall on logs of several sizes.
+			for j, ref := range refs {
+				createOne(ctx, t, store, ref, 10*i+j)
+			}
+		}
+		// Deadlines from 0.2 ms to 20 ms, over and over, so that the cut falls on every
+		// statement of a bucket's transaction in turn.
+		short, stop := context.WithTimeout(ctx, time.Duration(200+(i*317)%20000)*time.Microsecond)
+		_, err := store.Tasks.CompactDirectory(short, time.Now().Add(time.Minute))
+		stop()
+		if err != nil {
+			require.Less(t, cuts, 5000, "the compaction keeps failing: %v", err)
+			cuts++
+			continue
+		}
+		if i > 40 && logRows(ctx, t, db) == 0 {
+			whole++
+		}
+	}
+	t.Logf("%d compactions cut off", cuts)
+	require.Positive(t, cuts)
+	for _, ref := range refs {
+		want := truth(ctx, t, db, ref)
+		entries, raw, err := taskstore.DirectoryEntries(ctx, db, ref)
+		require.NoError(t, err)
+		require.Equal(t, want, entries, ref)
+		require.Equal(t, len(want), raw, "%s: each task's entry once", ref)
+	}
+}
