@@ -16,8 +16,9 @@
 -- moved in between is read twice, and a task's entries are counted once (the last wins).
 --
 -- `slot = ?` prunes a statement to one partition (as reference_directory's, one slot each), which
--- holds what was logged for the slot since its last compaction: a read's cost is bounded by the
--- sweeper's cadence, not by the history. A slot's rows are written only by a transaction holding
+-- holds what was logged for the slot since its last compaction: the create that takes its bucket's
+-- positions past a multiple of 256 compacts the bucket's slots in its transaction, so a read
+-- scans at most 256 tasks' entries and one create's, whatever the history and the sweeper. A slot's rows are written only by a transaction holding
 -- the slot's task bucket, like its cells. first_id names a row for the delete that follows its
 -- compaction: a task's entry is logged once (by its create), so no two rows share it.
 --

@@ -16,6 +16,7 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -230,6 +231,7 @@ func InsertTasks(ctx context.Context, tx mysql.Conn, tasks []exactlyonce.NewTask
 	if err != nil {
 		return nil, err
 	}
+	before := maps.Clone(positions)
 	out := make([]exactlyonce.CreatedTask, len(tasks))
 	rows := make([]taskRow, len(tasks))
 	for i, task := range tasks {
@@ -254,6 +256,21 @@ func InsertTasks(ctx context.Context, tx mysql.Conn, tasks []exactlyonce.NewTask
 	// them into their cells).
 	if err := logDirectory(ctx, tx, taskEntries(rows)); err != nil {
 		return nil, err
+	}
+	// Every compactEvery positions of a bucket, the create that passes the mark compacts the
+	// bucket's log into its cells: what a read of the log scans stays bounded whether or not a
+	// sweeper runs (the sweeper's compaction tidies the rest).
+	var full []int64
+	for b, from := range before {
+		if from/compactEvery != positions[b]/compactEvery {
+			full = append(full, slotsOfBucket(b)...)
+		}
+	}
+	if len(full) > 0 {
+		slices.Sort(full)
+		if _, err := compactSlots(ctx, tx, full); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

@@ -724,3 +724,27 @@ func TestACompactionCutOffAnywhereEndsWithEachEntryOnce(t *testing.T) {
 		require.Equal(t, len(want), raw, "%s: each task's entry once", ref)
 	}
 }
+
+// A bucket's log stays bounded with no sweeper running: the create that passes every 256th
+// position of its bucket compacts the bucket's slots in its transaction, so a retry's read of the
+// log under the bucket scans at most that many tasks' entries however many were created.
+func TestABucketsLogIsCompactedByItsCreatesEvery256Tasks(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, store := dbWithStores(t, 4)
+	refs := taskstore.SameSlot("busy", 3)
+	for i := range 300 {
+		createOne(ctx, t, store, refs[i%len(refs)], i)
+	}
+	require.Less(t, logRows(ctx, t, db), 256, "the log of one bucket after 300 creates of one task")
+	for _, ref := range refs {
+		want := truth(ctx, t, db, ref)
+		require.Len(t, want, 100)
+		require.Equal(t, want, listed(ctx, t, store, ref), ref)
+		entries, raw, err := taskstore.DirectoryEntries(ctx, db, ref)
+		require.NoError(t, err)
+		require.Equal(t, want, entries, ref)
+		require.Equal(t, len(want), raw, "%s: each task's entry once", ref)
+	}
+}
