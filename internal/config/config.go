@@ -49,6 +49,32 @@ var dbParts = []string{"DB_HOST", "DB_PORT", "DB_NAME", "DB_USER", "DB_PASSWORD"
 // MetricsOff is the METRICS_ADDR that serves no /metrics endpoint.
 const MetricsOff = "off"
 
+// The largest values of the numbers a component could not take larger: a value past one is
+// refused at start like a malformed one, never a process that panics, runs out of memory or fails
+// every request later, nor one silently taken as another value.
+const (
+	// MaxBlockSize bounds ALLOCATOR_BLOCK_SIZE: a block is reserved by adding it to the id counter,
+	// a BIGINT (a block near its range made every create fail); a million ids a block is a thousand
+	// times the default, and still 9 * 10^12 blocks.
+	MaxBlockSize = 1_000_000
+	// MaxBatchSize bounds SWEEP_BATCH_SIZE and AGENT_BATCH_SIZE: a claim holds its events in memory
+	// and their rows locked in one transaction (the claim's slice is made at its size: larger sizes
+	// panicked or claimed for longer than a transaction may take). 20 times the sweeper's 500.
+	MaxBatchSize = 10_000
+	// MaxMappingBatchSize bounds MAPPING_BATCH_SIZE: SQS returns at most 10 messages a receive.
+	MaxMappingBatchSize = 10
+	// MaxMappingConcurrency bounds MAPPING_CONCURRENCY: a poller is a goroutine and a connection of
+	// its own; AWS's event source mapping takes at most 1,000 (ScalingConfig's MaximumConcurrency).
+	MaxMappingConcurrency = 1_000
+	// MaxWorkerReferences bounds WORKER_MAX_REFERENCES: an event worker keeps its references in one
+	// column of its row, read whole (and the count itself is an INT column). 100 times the default.
+	MaxWorkerReferences = 10_000
+	// MaxShards bounds SHARDS_TOTAL and SWEEPER_SHARDS: each shard is an agent that reads every
+	// other agent at each pulse, and past 2^32 shards the ranges of the 32-bit hash space would be
+	// empty (ShardRange gave each the whole space).
+	MaxShards = 1_024
+)
+
 // Config is the configuration of one process. A zero field is a variable the environment does not
 // set; the component the field configures gives it its default.
 type Config struct {
@@ -269,7 +295,7 @@ func Load(getenv func(string) string) (Config, error) {
 		},
 		Store: Store{
 			Allocator: p.str("ALLOCATOR"),
-			BlockSize: p.integer("ALLOCATOR_BLOCK_SIZE", 1, 0),
+			BlockSize: p.integer("ALLOCATOR_BLOCK_SIZE", 1, MaxBlockSize),
 		},
 		QueueURL: p.str("QUEUE_URL"),
 		Processor: Processor{
@@ -277,17 +303,17 @@ func Load(getenv func(string) string) (Config, error) {
 			VisibilityExtension: p.positive("VISIBILITY_EXTENSION"),
 		},
 		Sweep: Sweep{
-			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, 0),
+			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, MaxBatchSize),
 			Grace:     p.nonNegative("SWEEP_GRACE", "a duration such as 10s, or 0 for no grace"),
-			Shards:    p.integer("SWEEPER_SHARDS", 1, 0),
+			Shards:    p.integer("SWEEPER_SHARDS", 1, MaxShards),
 		},
 		Agent: Agent{
 			Name:           p.str("AGENT_NAME"),
 			PulseInterval:  p.positive("AGENT_PULSE_INTERVAL"),
 			Expiration:     p.positive("AGENT_EXPIRATION"),
 			PollInterval:   p.positive("AGENT_POLL_INTERVAL"),
-			BatchSize:      p.integer("AGENT_BATCH_SIZE", 1, 0),
-			ShardsTotal:    p.optionalInt("SHARDS_TOTAL", 1),
+			BatchSize:      p.integer("AGENT_BATCH_SIZE", 1, MaxBatchSize),
+			ShardsTotal:    p.optionalInt("SHARDS_TOTAL", 1, MaxShards),
 			ShardsAssigned: p.intList("SHARDS_ASSIGNED"),
 		},
 		Idempotency: Idempotency{
@@ -304,7 +330,7 @@ func Load(getenv func(string) string) (Config, error) {
 			AllowLoopback: p.flag("WEBHOOK_ALLOW_LOOPBACK"),
 			AllowPrivate:  p.flag("WEBHOOK_ALLOW_PRIVATE"),
 
-			WorkerMaxReferences: p.integer("WORKER_MAX_REFERENCES", 1, 0),
+			WorkerMaxReferences: p.integer("WORKER_MAX_REFERENCES", 1, MaxWorkerReferences),
 			WorkerRetention:     p.positive("WORKER_RETENTION"),
 		},
 		History: History{
@@ -315,8 +341,8 @@ func Load(getenv func(string) string) (Config, error) {
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
 			QueueName:          p.str("QUEUE_NAME"),
-			MappingConcurrency: p.optionalInt("MAPPING_CONCURRENCY", 0),
-			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, 0),
+			MappingConcurrency: p.optionalInt("MAPPING_CONCURRENCY", 0, MaxMappingConcurrency),
+			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, MaxMappingBatchSize),
 			ProcessorTimeout:   p.positive("PROCESSOR_TIMEOUT"),
 			AsyncLinger:        p.nonNegative("ASYNC_LINGER", "a duration such as 5ms, or 0 to answer after sending"),
 			SweepInterval:      p.positive("SWEEP_INTERVAL"),
@@ -417,15 +443,15 @@ func (p *parser) integer(k string, min, max int) int {
 	return n
 }
 
-// optionalInt reads an integer of at least min, nil when unset.
-func (p *parser) optionalInt(k string, min int) *int {
+// optionalInt reads an integer from min to max, nil when unset.
+func (p *parser) optionalInt(k string, min, max int) *int {
 	v := p.str(k)
 	if v == "" {
 		return nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < min {
-		p.fail(fmt.Sprintf("%s must be an integer >= %d, got %q", k, min, v))
+	if err != nil || n < min || n > max {
+		p.fail(fmt.Sprintf("%s must be an integer from %d to %d, got %q", k, min, max, v))
 		return nil
 	}
 	return &n

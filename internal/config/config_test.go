@@ -125,7 +125,7 @@ func TestBadValues(t *testing.T) {
 		{"DB_PORT", "70000", "DB_PORT must be an integer from 1 to 65535"},
 		{"ALLOCATOR", "fast", `ALLOCATOR must be "block" or "literal", got "fast"`},
 		{"SWEEP_GRACE", "-1s", "SWEEP_GRACE must be a duration such as 10s, or 0 for no grace"},
-		{"SWEEP_BATCH_SIZE", "0", `SWEEP_BATCH_SIZE must be an integer >= 1, got "0"`},
+		{"SWEEP_BATCH_SIZE", "0", `SWEEP_BATCH_SIZE must be an integer from 1 to 10000, got "0"`},
 		{"PROCESSOR_TIMEOUT", "0", `PROCESSOR_TIMEOUT must be a positive duration such as 5s, got "0"`},
 	} {
 		_, err := config.Load(env(map[string]string{"DB_DSN": "d", tc.k: tc.v}))
@@ -141,6 +141,48 @@ func TestBadValues(t *testing.T) {
 	// DB_HOST without DB_USER is not enough.
 	_, err = config.Load(env(map[string]string{"DB_HOST": "h"}))
 	require.ErrorContains(t, err, "set DB_DSN, or DB_HOST and DB_USER")
+}
+
+// A number past what its component can take is refused at start, naming the variable and its
+// range, as a malformed one is: each of these, accepted, started a process that then panicked
+// (SWEEP_BATCH_SIZE and AGENT_BATCH_SIZE: a claim's slice of that capacity; MAPPING_CONCURRENCY:
+// the pollers' channel), ate the machine's memory (MAPPING_CONCURRENCY=100000000: a goroutine a
+// poller), answered every create with a 500 (ALLOCATOR_BLOCK_SIZE past BIGINT), failed every event
+// worker's insert (WORKER_MAX_REFERENCES past the INT column), gave every shard the whole hash space
+// (SHARDS_TOTAL past 2^32), or was silently taken as another value (MAPPING_BATCH_SIZE over 10: SQS
+// returns at most 10 messages a receive). The largest value of each is accepted.
+func TestNumbersPastTheirComponentsAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		k        string
+		max      int
+		extra    map[string]string
+		tooLarge []string
+	}{
+		{"ALLOCATOR_BLOCK_SIZE", 1_000_000, nil, []string{"1000001", "9223372036854775807"}},
+		{"SWEEP_BATCH_SIZE", 10_000, nil, []string{"10001", "100000000", "9223372036854775807"}},
+		{"AGENT_BATCH_SIZE", 10_000, nil, []string{"10001", "9223372036854775807"}},
+		{"MAPPING_BATCH_SIZE", 10, nil, []string{"11", "100"}},
+		{"MAPPING_CONCURRENCY", 1_000, nil, []string{"1001", "100000000", "9223372036854775807"}},
+		{"WORKER_MAX_REFERENCES", 10_000, nil, []string{"10001", "2147483648", "9223372036854775807"}},
+		{"SWEEPER_SHARDS", 1_024, nil, []string{"1025", "9223372036854775807"}},
+		{"SHARDS_TOTAL", 1_024, map[string]string{"SHARDS_ASSIGNED": "0"}, []string{"1025", "4294967297", "9223372036854775807"}},
+	} {
+		vars := func(v string) map[string]string {
+			m := map[string]string{"DB_DSN": "d", tc.k: v}
+			for k, x := range tc.extra {
+				m[k] = x
+			}
+			return m
+		}
+		for _, v := range tc.tooLarge {
+			_, err := config.Load(env(vars(v)))
+			require.ErrorContains(t, err, fmt.Sprintf("%s must be an integer from", tc.k), "%s=%s", tc.k, v)
+			require.ErrorContains(t, err, fmt.Sprintf("to %d, got %q", tc.max, v), "%s=%s", tc.k, v)
+		}
+		_, err := config.Load(env(vars(fmt.Sprint(tc.max))))
+		require.NoError(t, err, "%s=%d, the largest", tc.k, tc.max)
+	}
 }
 
 func TestLocalDSNs(t *testing.T) {
@@ -186,7 +228,7 @@ func TestAgent(t *testing.T) {
 	}{
 		{map[string]string{"SHARDS_TOTAL": "4"}, "set SHARDS_TOTAL and SHARDS_ASSIGNED together"},
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "4"}, "SHARDS_ASSIGNED (4) must be below SHARDS_TOTAL (4)"},
-		{map[string]string{"SHARDS_TOTAL": "0", "SHARDS_ASSIGNED": "0"}, "SHARDS_TOTAL must be an integer >= 1"},
+		{map[string]string{"SHARDS_TOTAL": "0", "SHARDS_ASSIGNED": "0"}, "SHARDS_TOTAL must be an integer from 1 to 1024"},
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "1,4"}, "SHARDS_ASSIGNED (4) must be below SHARDS_TOTAL (4)"},
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "1,1"}, "SHARDS_ASSIGNED names shard 1 twice"},
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "1,-2"}, "SHARDS_ASSIGNED must be a comma-separated list of integers >= 0"},
