@@ -73,6 +73,18 @@ const (
 	// other agent at each pulse, and past 2^32 shards the ranges of the 32-bit hash space would be
 	// empty (ShardRange gave each the whole space).
 	MaxShards = 1_024
+
+	// MaxIdempotencyTTL bounds IDEMPOTENCY_TTL: a key's expiry is the database's clock plus the TTL
+	// in whole seconds, as a 32-bit UNIX time (IDEMPOTENCY_TTL=2562047h made every keyed create a
+	// 500); 30 days is 30 times the default and longer than any client retries a request.
+	MaxIdempotencyTTL = 30 * 24 * time.Hour
+	// MaxVisibility bounds VISIBILITY_HEARTBEAT and VISIBILITY_EXTENSION: SQS's visibility timeout
+	// is at most 12 hours.
+	MaxVisibility = 12 * time.Hour
+	// MaxAgentInterval bounds AGENT_PULSE_INTERVAL, AGENT_EXPIRATION and AGENT_POLL_INTERVAL: past a
+	// day an agent that died holds its range for that long, or pulses or polls as rarely, which no
+	// deployment means; and three pulse intervals must not overflow a duration.
+	MaxAgentInterval = 24 * time.Hour
 )
 
 // Config is the configuration of one process. A zero field is a variable the environment does not
@@ -299,8 +311,8 @@ func Load(getenv func(string) string) (Config, error) {
 		},
 		QueueURL: p.str("QUEUE_URL"),
 		Processor: Processor{
-			VisibilityHeartbeat: p.positive("VISIBILITY_HEARTBEAT"),
-			VisibilityExtension: p.positive("VISIBILITY_EXTENSION"),
+			VisibilityHeartbeat: p.positiveUpTo("VISIBILITY_HEARTBEAT", MaxVisibility),
+			VisibilityExtension: p.positiveUpTo("VISIBILITY_EXTENSION", MaxVisibility),
 		},
 		Sweep: Sweep{
 			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, MaxBatchSize),
@@ -309,15 +321,15 @@ func Load(getenv func(string) string) (Config, error) {
 		},
 		Agent: Agent{
 			Name:           p.str("AGENT_NAME"),
-			PulseInterval:  p.positive("AGENT_PULSE_INTERVAL"),
-			Expiration:     p.positive("AGENT_EXPIRATION"),
-			PollInterval:   p.positive("AGENT_POLL_INTERVAL"),
+			PulseInterval:  p.positiveUpTo("AGENT_PULSE_INTERVAL", MaxAgentInterval),
+			Expiration:     p.positiveUpTo("AGENT_EXPIRATION", MaxAgentInterval),
+			PollInterval:   p.positiveUpTo("AGENT_POLL_INTERVAL", MaxAgentInterval),
 			BatchSize:      p.integer("AGENT_BATCH_SIZE", 1, MaxBatchSize),
 			ShardsTotal:    p.optionalInt("SHARDS_TOTAL", 1, MaxShards),
 			ShardsAssigned: p.intList("SHARDS_ASSIGNED"),
 		},
 		Idempotency: Idempotency{
-			TTL:      p.positive("IDEMPOTENCY_TTL"),
+			TTL:      p.positiveUpTo("IDEMPOTENCY_TTL", MaxIdempotencyTTL),
 			Wait:     p.positive("IDEMPOTENCY_WAIT"),
 			Required: p.flag("IDEMPOTENCY_REQUIRED"),
 		},
@@ -507,6 +519,20 @@ func (p *parser) positive(k string) time.Duration {
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
 		p.fail(fmt.Sprintf("%s must be a positive duration such as 5s, got %q", k, v))
+		return 0
+	}
+	return d
+}
+
+// positiveUpTo reads a duration greater than zero and at most max.
+func (p *parser) positiveUpTo(k string, max time.Duration) time.Duration {
+	v := p.str(k)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d > max {
+		p.fail(fmt.Sprintf("%s must be a positive duration of at most %s, such as 5s, got %q", k, max, v))
 		return 0
 	}
 	return d

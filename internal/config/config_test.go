@@ -185,6 +185,35 @@ func TestNumbersPastTheirComponentsAreRefused(t *testing.T) {
 	}
 }
 
+// A duration past what its component can take is refused at start, naming the variable and its
+// largest value: IDEMPOTENCY_TTL=2562047h started a process whose every keyed create was a 500 (the
+// key's expiry past what the database's timestamps hold); an SQS visibility timeout is at most
+// 12 hours; an agent's pulse, expiration and poll past a day are a misconfiguration (and three
+// pulse intervals of 1111111h overflowed, so that the check that the expiration covers them passed).
+func TestDurationsPastTheirComponentsAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		k        string
+		max      time.Duration
+		tooLarge []string
+	}{
+		{"IDEMPOTENCY_TTL", 720 * time.Hour, []string{"721h", "2562047h"}},
+		{"VISIBILITY_HEARTBEAT", 12 * time.Hour, []string{"12h0m1s", "2562047h"}},
+		{"VISIBILITY_EXTENSION", 12 * time.Hour, []string{"13h", "2562047h"}},
+		{"AGENT_PULSE_INTERVAL", 24 * time.Hour, []string{"25h", "1111111h"}},
+		{"AGENT_EXPIRATION", 24 * time.Hour, []string{"25h", "2562047h"}},
+		{"AGENT_POLL_INTERVAL", 24 * time.Hour, []string{"25h", "2562047h"}},
+	} {
+		for _, v := range tc.tooLarge {
+			_, err := config.Load(env(map[string]string{"DB_DSN": "d", tc.k: v}))
+			require.ErrorContains(t, err, fmt.Sprintf("%s must be a positive duration of at most %s", tc.k, tc.max), "%s=%s", tc.k, v)
+			require.ErrorContains(t, err, fmt.Sprintf("got %q", v), "%s=%s", tc.k, v)
+		}
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", tc.k: tc.max.String()}))
+		require.NoError(t, err, "%s=%s, the largest", tc.k, tc.max)
+	}
+}
+
 func TestLocalDSNs(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/", config.LocalServerDSN)
