@@ -381,9 +381,11 @@ func Load(getenv func(string) string) (Config, error) {
 	if a := c.Store.Allocator; a != "" && !slices.Contains(Allocators(), a) {
 		p.fail(fmt.Sprintf("ALLOCATOR must be %s, got %q", strings.Join(quoted(Allocators()), " or "), a))
 	}
-	if a := c.Agent; (a.ShardsTotal == nil) != (a.ShardsAssigned == nil) {
+	// Together or not is judged on what is set, so that a bad value (read as nil, and said) is not
+	// also said to be missing.
+	if (p.str("SHARDS_TOTAL") == "") != (p.str("SHARDS_ASSIGNED") == "") {
 		p.fail("set SHARDS_TOTAL and SHARDS_ASSIGNED together (static sharding), or neither (dynamic sharding)")
-	} else if a.ShardsTotal != nil {
+	} else if a := c.Agent; a.ShardsTotal != nil {
 		for _, i := range a.ShardsAssigned {
 			if i >= *a.ShardsTotal {
 				p.fail(fmt.Sprintf("SHARDS_ASSIGNED (%d) must be below SHARDS_TOTAL (%d): shards are numbered from 0", i, *a.ShardsTotal))

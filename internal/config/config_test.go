@@ -214,6 +214,23 @@ func TestDurationsPastTheirComponentsAreRefused(t *testing.T) {
 	}
 }
 
+// A bad SHARDS_TOTAL or SHARDS_ASSIGNED beside the other is one message, its own, not also "set
+// them together" as if the bad one were unset.
+func TestABadShardIsOneMessage(t *testing.T) {
+	t.Parallel()
+	for _, vars := range []map[string]string{
+		{"SHARDS_TOTAL": "4294967297", "SHARDS_ASSIGNED": "0"},
+		{"SHARDS_TOTAL": "0", "SHARDS_ASSIGNED": "0"},
+		{"SHARDS_TOTAL": "2", "SHARDS_ASSIGNED": "x"},
+	} {
+		vars["DB_DSN"] = "d"
+		_, err := config.Load(env(vars))
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "together", "%v", vars)
+		require.Len(t, strings.Split(err.Error(), "; "), 1, "one message: %v", err)
+	}
+}
+
 func TestLocalDSNs(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/", config.LocalServerDSN)
