@@ -375,6 +375,10 @@ func Load(getenv func(string) string) (Config, error) {
 				"set DB_DSN alone, or unset it and name the database with %s", strings.Join(beside, ", "), strings.Join(dbParts, ", ")))
 		}
 	}
+	if b := c.History.Bucket; b != "" && !bucketName(b) {
+		p.fail(fmt.Sprintf("HISTORY_BUCKET must be an S3 bucket's name (3 to 63 lowercase letters, digits, '.' and '-', "+
+			"beginning and ending with a letter or digit), got %q", b))
+	}
 	if c.History.Retention != nil && c.History.Bucket == "" {
 		p.fail("HISTORY_RETENTION is set but HISTORY_BUCKET is not: without a bucket nothing is archived, so the retention would be ignored")
 	}
@@ -553,6 +557,23 @@ func (p *parser) nonNegative(k, what string) *time.Duration {
 		return nil
 	}
 	return &d
+}
+
+// bucketName says whether s follows S3's rules for a general purpose bucket's name: 3 to 63
+// characters, lowercase letters, digits, '.' and '-', beginning and ending with a letter or digit,
+// no two periods in a row.
+func bucketName(s string) bool {
+	if len(s) < 3 || len(s) > 63 || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || i == len(s)-1 || c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func quoted(s []string) []string {

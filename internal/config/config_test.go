@@ -359,17 +359,29 @@ func TestHistory(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, config.History{}, c.History, "unset: no archive")
 
-	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "b", "HISTORY_RETENTION": "36h"}))
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "history", "HISTORY_RETENTION": "36h"}))
 	require.NoError(t, err)
-	require.Equal(t, config.History{Bucket: "b", Retention: new(36 * time.Hour)}, c.History)
+	require.Equal(t, config.History{Bucket: "history", Retention: new(36 * time.Hour)}, c.History)
 
-	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "b", "HISTORY_RETENTION": "0"}))
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "history", "HISTORY_RETENTION": "0"}))
 	require.NoError(t, err)
 	require.NotNil(t, c.History.Retention)
 	require.Zero(t, *c.History.Retention)
 
 	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_RETENTION": "2h"}))
 	require.ErrorContains(t, err, "HISTORY_BUCKET is not")
-	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "b", "HISTORY_RETENTION": "a week"}))
+	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "history", "HISTORY_RETENTION": "a week"}))
 	require.ErrorContains(t, err, "HISTORY_RETENTION")
+
+	// A bucket S3 could not have is refused at start: accepted, the process ran and every archived
+	// read was a 503, every move a warning.
+	for _, bad := range []string{"a/b", "b", "ab", "History", "-history", "history-", "his..tory", "his_tory", strings.Repeat("h", 64), "s3://history"} {
+		_, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": bad}))
+		require.ErrorContains(t, err, fmt.Sprintf("HISTORY_BUCKET must be an S3 bucket's name (3 to 63 lowercase letters, digits, '.' and '-', beginning and ending with a letter or digit), got %q", bad))
+	}
+	for _, good := range []string{"history", "my.history-1", "abc", strings.Repeat("h", 63), "exactlyonce-historybucket-1a2b3c4d5e6f"} {
+		c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": good}))
+		require.NoError(t, err, good)
+		require.Equal(t, good, c.History.Bucket)
+	}
 }
