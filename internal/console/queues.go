@@ -115,6 +115,10 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 		methodNotAllowed(w, "POST")
 		return
 	}
+	if r.URL.RawQuery != "" {
+		writeError(w, http.StatusBadRequest, `POST /ui/api/queues/{name}/redrive takes no query parameters: the body says {"dryRun": true} or {"dryRun": false}`)
+		return
+	}
 	if !c.checkPost(w, r) {
 		return
 	}

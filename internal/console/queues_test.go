@@ -168,6 +168,13 @@ func TestRedriveRefusals(t *testing.T) {
 		require.Equal(t, c.status, status, "%s: %s", c.name, body)
 		require.Contains(t, body, `"error"`)
 	}
+	// A query parameter is refused, as on every other route of the console's API, before anything
+	// moves: ignored, ?dryRun=true beside a body that says false ran a real redrive.
+	for _, q := range []string{"?dryRun=true", "?x=1"} {
+		status, _, body := do(t, "POST", base+"/ui/api/queues/"+name+"/redrive"+q, `{"dryRun": false}`, map[string]string{"X-CSRF-Token": token})
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", q, body)
+		require.Contains(t, body, "takes no query parameters", q)
+	}
 	requireDepth(t, client, a.DLQURL, 1)
 	requireDepth(t, client, a.URL, 0)
 }
