@@ -1,8 +1,12 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -21,7 +26,7 @@ import (
 // names no internal detail, and an event of the window still answers.
 func TestAnArchivedEventOverHTTP(t *testing.T) {
 	t.Parallel()
-	b, s3srv, id, before := archivedEvent(t)
+	b, s3srv, id, before := archivedEvent(t, nil)
 	status, after, _ := b.do(t, "GET", "/events/"+id, "")
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, before, after, "the same answer from the bucket")
@@ -50,10 +55,11 @@ func TestAnArchivedEventOverHTTP(t *testing.T) {
 }
 
 // archivedEvent serves the API over real HTTP with an archive in a bucket of a local S3 endpoint
-// of its own (with no cache, so that every read of an archived event is a GET), and creates an event that it folds,
+// of its own (with no cache, so that every read of an archived event is a GET), logging to log
+// (nil: slog's default), and creates an event that it folds,
 // packs and moves to the bucket with a window of 0: its id, and GET /events/{id}'s answer before
 // the move.
-func archivedEvent(t *testing.T) (b *testBundle, s3srv *locals3.Server, id string, before map[string]any) {
+func archivedEvent(t *testing.T, log *slog.Logger) (b *testBundle, s3srv *locals3.Server, id string, before map[string]any) {
 	t.Helper()
 	ctx := context.Background()
 	s3srv, err := locals3.Start("", "", "history")
@@ -62,7 +68,7 @@ func archivedEvent(t *testing.T) (b *testBundle, s3srv *locals3.Server, id strin
 	bucket := archive.New(locals3.NewClient(s3srv.URL), "history", -1)
 	bucket.Timeout = time.Second
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4)).WithArchive(bucket)
-	b = &testBundle{store: store, srv: openapitest.NewServer(t, &api.Server{Stores: store.API()})}
+	b = &testBundle{store: store, srv: openapitest.NewServer(t, &api.Server{Stores: store.API(), Logger: log})}
 
 	status, created, _ := b.do(t, "POST", "/events", "")
 	require.Equal(t, http.StatusCreated, status)
@@ -89,7 +95,7 @@ func archivedEvent(t *testing.T) (b *testBundle, s3srv *locals3.Server, id strin
 // function's timeout) gives up; the endpoint resumed, the event reads again.
 func TestAnArchivedEventWhileS3Stalls(t *testing.T) {
 	t.Parallel()
-	b, s3srv, id, before := archivedEvent(t)
+	b, s3srv, id, before := archivedEvent(t, nil)
 	require.NoError(t, s3srv.Pause())
 	resumed := false
 	resume := func() {
@@ -125,4 +131,46 @@ func TestAnArchivedEventWhileS3Stalls(t *testing.T) {
 	status, after, _ := b.do(t, "GET", "/events/"+id, "")
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, before, after, "the endpoint resumed: the event reads again")
+}
+
+// A request its caller abandoned (a client's timeout: net/http cancels its context) while the
+// archive stalls ends without a log line at ERROR, which is for what needs a person: nothing
+// failed but the caller's patience. The same read that fails on its own (the archive's Timeout)
+// is an ERROR.
+func TestAnAbandonedReadIsNotAnError(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	b, s3srv, id, _ := archivedEvent(t, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, s3srv.Pause())
+	t.Cleanup(func() { _ = s3srv.Resume() })
+
+	impatient := &http.Client{Timeout: 200 * time.Millisecond}
+	_, err := impatient.Get(b.srv.URL + "/events/" + id)
+	require.Error(t, err, "the client gave up first")
+	testutil.Eventually(t, 10*time.Second, "the abandoned request is logged", func() bool {
+		return strings.Contains(logs.String(), "path=/events/"+id)
+	})
+	require.NotContains(t, logs.String(), "level=ERROR", "abandoned by its caller: %s", logs.String())
+
+	status, _, _ := b.do(t, "GET", "/events/"+id, "")
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Contains(t, logs.String(), "level=ERROR", "the archive's own timeout is an error")
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger writing while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
