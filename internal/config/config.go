@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -289,8 +290,24 @@ type Local struct {
 
 // Load reads the configuration with getenv (os.Getenv in production). The error, if any, names
 // every variable with a bad value.
-func Load(getenv func(string) string) (Config, error) {
-	p := &parser{getenv: getenv}
+func Load(getenv func(string) string) (Config, error) { return LoadChecked(getenv, nil) }
+
+// LoadEnviron is Load of the process's environment (os.Getenv), with LoadChecked's check: what
+// every entrypoint reads.
+func LoadEnviron() (Config, error) { return LoadChecked(os.Getenv, IsSetInEnviron) }
+
+// IsSetInEnviron says whether the process's environment sets name, even to nothing.
+func IsSetInEnviron(name string) bool {
+	_, ok := os.LookupEnv(name)
+	return ok
+}
+
+// LoadChecked is Load, told by isSet (nil: Load) which variables are set: a number, a duration or
+// a true/false that is set but empty (or spaces) is then refused, naming it, rather than read as
+// unset and given its component's default without a word (SWEEP_BATCH_SIZE=$N with N unset). A
+// string set empty still means none (HISTORY_BUCKET= : no archive).
+func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, error) {
+	p := &parser{getenv: getenv, isSet: isSet}
 	c := Config{
 		DB: DB{
 			DSN:          p.str("DB_DSN"),
@@ -436,6 +453,7 @@ func Load(getenv func(string) string) (Config, error) {
 // reads as the zero value (nil for the pointers).
 type parser struct {
 	getenv func(string) string
+	isSet  func(string) bool // nil: unknown, and blank is unset
 	errs   []string
 }
 
@@ -443,9 +461,19 @@ func (p *parser) fail(msg string) { p.errs = append(p.errs, msg) }
 
 func (p *parser) str(k string) string { return strings.TrimSpace(p.getenv(k)) }
 
+// typed reads the value of a number, duration or true/false variable: "" when unset, and when set
+// but blank too after saying so, if the parser can tell (isSet).
+func (p *parser) typed(k string) string {
+	v := p.str(k)
+	if v == "" && p.isSet != nil && p.isSet(k) {
+		p.fail(fmt.Sprintf("%s is set but empty: give it a value, or unset it for its default", k))
+	}
+	return v
+}
+
 // integer reads an integer of at least min and, if max > 0, at most max.
 func (p *parser) integer(k string, min, max int) int {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return 0
 	}
@@ -463,7 +491,7 @@ func (p *parser) integer(k string, min, max int) int {
 
 // optionalInt reads an integer from min to max, nil when unset.
 func (p *parser) optionalInt(k string, min, max int) *int {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return nil
 	}
@@ -477,7 +505,7 @@ func (p *parser) optionalInt(k string, min, max int) *int {
 
 // intList parses a comma-separated list of distinct integers >= 0 ("2" or "0,2"); nil when unset.
 func (p *parser) intList(k string) []int {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return nil
 	}
@@ -498,7 +526,7 @@ func (p *parser) intList(k string) []int {
 }
 
 func (p *parser) boolean(k string) *bool {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return nil
 	}
@@ -518,7 +546,7 @@ func (p *parser) flag(k string) bool {
 
 // positive reads a duration greater than zero.
 func (p *parser) positive(k string) time.Duration {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return 0
 	}
@@ -532,7 +560,7 @@ func (p *parser) positive(k string) time.Duration {
 
 // positiveUpTo reads a duration greater than zero and at most max.
 func (p *parser) positiveUpTo(k string, max time.Duration) time.Duration {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return 0
 	}
@@ -547,7 +575,7 @@ func (p *parser) positiveUpTo(k string, max time.Duration) time.Duration {
 // nonNegative reads a duration of zero or more, for which zero is a meaningful value: nil when
 // unset. what describes a good value in the error.
 func (p *parser) nonNegative(k, what string) *time.Duration {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return nil
 	}

@@ -231,6 +231,29 @@ func TestABadShardIsOneMessage(t *testing.T) {
 	}
 }
 
+// LoadChecked tells a variable set to nothing from one unset: a number, a duration or a yes/no set
+// empty (or to spaces) is refused, naming it, where Load takes it for unset and gives the
+// component's default without a word (SWEEP_BATCH_SIZE=$N with N unset). A string set empty keeps
+// its meaning of none (HISTORY_BUCKET= make run: no archive).
+func TestSetButEmptyIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{"DB_MAX_OPEN_CONNS", "SWEEP_BATCH_SIZE", "MAPPING_CONCURRENCY", "SHARDS_ASSIGNED",
+		"DB_MIGRATE", "IDEMPOTENCY_REQUIRED", "AGENT_PULSE_INTERVAL", "IDEMPOTENCY_TTL", "SWEEP_GRACE", "ASYNC_LINGER"} {
+		for _, v := range []string{"", "  "} {
+			vars := map[string]string{"DB_DSN": "d", k: v}
+			isSet := func(name string) bool { _, ok := vars[name]; return ok }
+			_, err := config.LoadChecked(env(vars), isSet)
+			require.EqualError(t, err, "configuration: "+k+" is set but empty: give it a value, or unset it for its default", "%s=%q", k, v)
+			_, err = config.Load(env(vars))
+			require.NoError(t, err, "Load cannot tell set from unset")
+		}
+	}
+	vars := map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "", "QUEUE_URL": "", "AGENT_NAME": ""}
+	c, err := config.LoadChecked(env(vars), func(name string) bool { _, ok := vars[name]; return ok })
+	require.NoError(t, err, "strings set empty mean none")
+	require.Empty(t, c.History.Bucket)
+}
+
 func TestLocalDSNs(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/", config.LocalServerDSN)
