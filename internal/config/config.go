@@ -30,6 +30,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // LocalServerDSN is the database server of local runs and tests: the MariaDB that
@@ -74,6 +76,8 @@ const (
 	// other agent at each pulse, and past 2^32 shards the ranges of the 32-bit hash space would be
 	// empty (ShardRange gave each the whole space).
 	MaxShards = 1_024
+	// MaxAgentName bounds AGENT_NAME, in characters: the agents table's column.
+	MaxAgentName = 64
 
 	// MaxIdempotencyTTL bounds IDEMPOTENCY_TTL: a key's expiry is the database's clock plus the TTL
 	// in whole seconds, as a 32-bit UNIX time (IDEMPOTENCY_TTL=2562047h made every keyed create a
@@ -395,6 +399,13 @@ func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, e
 	if b := c.History.Bucket; b != "" && !bucketName(b) {
 		p.fail(fmt.Sprintf("HISTORY_BUCKET must be an S3 bucket's name (3 to 63 lowercase letters, digits, '.' and '-', "+
 			"beginning and ending with a letter or digit), got %q", b))
+	}
+	if n := c.Agent.Name; n != "" && (!utf8.ValidString(n) || utf8.RuneCountInString(n) > MaxAgentName || strings.ContainsFunc(n, unicode.IsControl)) {
+		shown := n
+		if r := []rune(n); len(r) > 80 {
+			shown = string(r[:80]) + "..."
+		}
+		p.fail(fmt.Sprintf("AGENT_NAME must be text of at most %d characters, without control characters (the agents table's column), got %q", MaxAgentName, shown))
 	}
 	if c.History.Retention != nil && c.History.Bucket == "" {
 		p.fail("HISTORY_RETENTION is set but HISTORY_BUCKET is not: without a bucket nothing is archived, so the retention would be ignored")

@@ -254,6 +254,21 @@ func TestSetButEmptyIsRefused(t *testing.T) {
 	require.Empty(t, c.History.Bucket)
 }
 
+// AGENT_NAME is shown in the agents table, whose column holds 64 characters: a longer name, or one
+// that is not text, is refused at start rather than cut or replaced without a word.
+func TestAgentName(t *testing.T) {
+	t.Parallel()
+	for _, good := range []string{"a1", strings.Repeat("é", 64), "sweeper on host-7"} {
+		c, err := config.Load(env(map[string]string{"DB_DSN": "d", "AGENT_NAME": good}))
+		require.NoError(t, err, good)
+		require.Equal(t, good, c.Agent.Name)
+	}
+	for _, bad := range []string{strings.Repeat("n", 65), "a" + strings.Repeat("é", 64), "a\xffb", "a\x01b", "a\u0085b"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "AGENT_NAME": bad}))
+		require.ErrorContains(t, err, "AGENT_NAME must be text of at most 64 characters, without control characters", "%q", bad)
+	}
+}
+
 func TestLocalDSNs(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/", config.LocalServerDSN)
