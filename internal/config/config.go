@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -400,6 +401,9 @@ func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, e
 		p.fail(fmt.Sprintf("HISTORY_BUCKET must be an S3 bucket's name (3 to 63 lowercase letters, digits, '.' and '-', "+
 			"beginning and ending with a letter or digit), got %q", b))
 	}
+	if u := c.QueueURL; u != "" && !queueURL(u) {
+		p.fail(fmt.Sprintf("QUEUE_URL must be a queue's URL, https://<host>/<account>/<name> (the stack's queue; http only for a local endpoint), got %q", u))
+	}
 	if n := c.Agent.Name; n != "" && (!utf8.ValidString(n) || utf8.RuneCountInString(n) > MaxAgentName || strings.ContainsFunc(n, unicode.IsControl)) {
 		shown := n
 		if r := []rune(n); len(r) > 80 {
@@ -596,6 +600,18 @@ func (p *parser) nonNegative(k, what string) *time.Duration {
 		return nil
 	}
 	return &d
+}
+
+// queueURL says whether s is an SQS queue's URL: http or https, a host, and a path naming the
+// queue after its account (https://sqs.<region>.amazonaws.com/<account>/<name>; locally
+// http://127.0.0.1:<port>/<account>/<name>).
+func queueURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return false
+	}
+	parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
+	return len(parts) == 2 && parts[0] != "" && parts[1] != ""
 }
 
 // bucketName says whether s follows S3's rules for a general purpose bucket's name: 3 to 63

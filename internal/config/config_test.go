@@ -29,7 +29,7 @@ func TestUnsetIsZero(t *testing.T) {
 func TestAWSStyleConfiguration(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load(env(map[string]string{"DB_HOST": "proxy.example", "DB_USER": "admin", "DB_IAM_AUTH": "true",
-		"AWS_REGION": "eu-west-1", "QUEUE_URL": "https://sqs/q", "ALLOCATOR": "literal", "LOG_LEVEL": "debug",
+		"AWS_REGION": "eu-west-1", "QUEUE_URL": "https://sqs/123456789012/q", "ALLOCATOR": "literal", "LOG_LEVEL": "debug",
 		"DB_MIGRATE": "false", "DB_PORT": "3307", "DB_MAX_OPEN_CONNS": "8", "ALLOCATOR_BLOCK_SIZE": "64"}))
 	require.NoError(t, err)
 	require.True(t, c.DB.IAMAuth)
@@ -39,7 +39,7 @@ func TestAWSStyleConfiguration(t *testing.T) {
 	require.Equal(t, 3307, c.DB.Port)
 	require.Equal(t, 8, c.DB.MaxOpenConns)
 	require.Equal(t, new(false), c.DB.Migrate)
-	require.Equal(t, "https://sqs/q", c.QueueURL)
+	require.Equal(t, "https://sqs/123456789012/q", c.QueueURL)
 	require.Equal(t, config.Store{Allocator: "literal", BlockSize: 64}, c.Store)
 	require.Equal(t, slog.LevelDebug, c.LogLevel)
 
@@ -266,6 +266,21 @@ func TestAgentName(t *testing.T) {
 	for _, bad := range []string{strings.Repeat("n", 65), "a" + strings.Repeat("é", 64), "a\xffb", "a\x01b", "a\u0085b"} {
 		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "AGENT_NAME": bad}))
 		require.ErrorContains(t, err, "AGENT_NAME must be text of at most 64 characters, without control characters", "%q", bad)
+	}
+}
+
+// QUEUE_URL must be a queue's URL: anything else started an API whose every async create's send
+// failed (each event then waiting the sweeper's grace period), with a warning per create.
+func TestQueueURL(t *testing.T) {
+	t.Parallel()
+	for _, good := range []string{"https://sqs.eu-west-1.amazonaws.com/123456789012/ExactlyOnce-events", "http://127.0.0.1:4100/000000000000/events"} {
+		c, err := config.Load(env(map[string]string{"DB_DSN": "d", "QUEUE_URL": good}))
+		require.NoError(t, err, good)
+		require.Equal(t, good, c.QueueURL)
+	}
+	for _, bad := range []string{"garbage", "ExactlyOnce-events", "sqs.eu-west-1.amazonaws.com/1/q", "ftp://h/q", "https://", "https:///q", "https://h/"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "QUEUE_URL": bad}))
+		require.ErrorContains(t, err, "QUEUE_URL must be a queue's URL, https://<host>/<account>/<name>", "%q", bad)
 	}
 }
 
