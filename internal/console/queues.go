@@ -38,10 +38,11 @@ const (
 	dryRunLimit = 100
 )
 
-// DefaultSQSTimeout is Options.SQSTimeout's default: reading the depths of a few queues, or listing
-// at most dryRunLimit messages of a DLQ, takes well under a second; an endpoint that has not
-// answered in 10 s is failing, and the page says so rather than waiting with it.
-const DefaultSQSTimeout = 10 * time.Second
+// DefaultAWSTimeout is Options.AWSTimeout's default: reading the depths of a few queues, listing at
+// most dryRunLimit messages of a DLQ, or one GetMetricData of the rates takes well under a second;
+// an endpoint that has not answered in 10 s is failing, and the page says so rather than waiting
+// with it.
+const DefaultAWSTimeout = 10 * time.Second
 
 // configure takes the source queues, names or URLs; a queue's name in the console's paths is its
 // name, the last segment of its URL.
@@ -98,7 +99,7 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 			writeError(w, http.StatusBadRequest, "GET /ui/api/queues takes no query parameters")
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), c.sqsTimeout())
+		ctx, cancel := context.WithTimeout(r.Context(), c.awsTimeout())
 		defer cancel()
 		out := []queueJSON{}
 		for _, name := range q.names {
@@ -144,7 +145,7 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 	ctx := r.Context()
 	// Finding the queues, and a dry run, are bounded like the depths; a redrive moves every message
 	// of the DLQ, which takes as long as it takes.
-	bounded, cancel := context.WithTimeout(ctx, c.sqsTimeout())
+	bounded, cancel := context.WithTimeout(ctx, c.awsTimeout())
 	defer cancel()
 	rq, err := redrive.Resolve(bounded, q.client, q.entries[name], "")
 	if err != nil {
@@ -186,7 +187,7 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 	writeJSON(w, http.StatusOK, map[string]any{"dryRun": false, "moved": moved})
 }
 
-func (c *console) sqsTimeout() time.Duration { return cmp.Or(c.opt.SQSTimeout, DefaultSQSTimeout) }
+func (c *console) awsTimeout() time.Duration { return cmp.Or(c.opt.AWSTimeout, DefaultAWSTimeout) }
 
 // depths reads the depths of the queue name and of the DLQ its RedrivePolicy names (none: dlq null).
 func (q *queues) depths(ctx context.Context, name string) (queueJSON, error) {

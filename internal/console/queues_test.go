@@ -189,7 +189,7 @@ func requireDepth(t *testing.T, client *sqs.Client, url string, want int) {
 }
 
 // An SQS endpoint that stops answering (its process stopped with SIGSTOP: connections accepted,
-// nothing answered) makes the queues' depths and a dry run a 502 within Options.SQSTimeout, not a
+// nothing answered) makes the queues' depths and a dry run a 502 within Options.AWSTimeout, not a
 // request that waits for as long as the page does (the overview asks again every 2 s); the endpoint
 // resumed, both answer again.
 func TestAStalledSQSIsA502WithinTheTimeout(t *testing.T) {
@@ -200,7 +200,7 @@ func TestAStalledSQSIsA502WithinTheTimeout(t *testing.T) {
 	client := localsqs.NewClient(srv.URL)
 	a := localsqs.Queues(t, client, 30, 5)
 	send(t, client, a.DLQURL, `{"id":7}`)
-	base := serve(t, Options{API: &fakeAPI{}, SQS: client, Queues: []string{a.URL}, SQSTimeout: time.Second})
+	base := serve(t, Options{API: &fakeAPI{}, SQS: client, Queues: []string{a.URL}, AWSTimeout: time.Second})
 	token := session(t, base)["csrfToken"]
 	name := nameOf(a.URL)
 
@@ -216,7 +216,7 @@ func TestAStalledSQSIsA502WithinTheTimeout(t *testing.T) {
 		req.Header.Set("X-CSRF-Token", token)
 		start := time.Now()
 		resp, err := patient.Do(req)
-		require.NoError(t, err, "%s %s: still waiting for the stalled SQS endpoint after 15 s (SQSTimeout 1 s)", c.method, c.path)
+		require.NoError(t, err, "%s %s: still waiting for the stalled SQS endpoint after 15 s (AWSTimeout 1 s)", c.method, c.path)
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		require.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s %s: %s", c.method, c.path, body)
