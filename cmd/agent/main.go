@@ -24,7 +24,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := wire.Must(config.Load(os.Getenv))
+	cfg := wire.Must(config.LoadEnviron())
 	log := wire.Logger(cfg)
 	stores := wire.Must(wire.OpenStores(ctx, cfg))
 	// Their metrics (label part="agent") on /metrics of METRICS_ADDR, when set.

@@ -15,7 +15,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := local.Run(ctx, os.Getenv, os.Stdout) // logs its error
+	err := local.RunEnviron(ctx, os.Stdout) // logs its error
 	stop()
 	if err != nil {
 		os.Exit(1)

@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	cfg := wire.Must(config.Load(os.Getenv))
+	cfg := wire.Must(config.LoadEnviron())
 	log := wire.Logger(cfg)
 	var q queue.Sender
 	if cfg.QueueURL != "" {

@@ -15,7 +15,7 @@ import (
 )
 
 func main() {
-	cfg := wire.Must(config.Load(os.Getenv))
+	cfg := wire.Must(config.LoadEnviron())
 	log := wire.Logger(cfg)
 	c := wire.CounterConsumer(wire.Must(wire.OpenStores(context.Background(), cfg)), wire.Must(wire.CounterPublisher(log)),
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from

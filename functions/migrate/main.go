@@ -15,7 +15,7 @@ import (
 )
 
 func main() {
-	cfg := wire.Must(config.Load(os.Getenv))
+	cfg := wire.Must(config.LoadEnviron())
 	cfg.DB.Migrate = new(false) // the handler migrates, so that a failure is the invocation's error
 	open := func(ctx context.Context) (*mysql.DB, error) { return wire.OpenDB(ctx, cfg) }
 	h := &migration.Handler{Open: open, Logger: wire.Logger(cfg)}

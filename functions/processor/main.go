@@ -17,7 +17,7 @@ import (
 )
 
 func main() {
-	cfg := wire.Must(config.Load(os.Getenv))
+	cfg := wire.Must(config.LoadEnviron())
 	log := wire.Logger(cfg)
 	stores := wire.Must(wire.OpenStores(context.Background(), cfg))
 	p := wire.Must(wire.Processor(stores,

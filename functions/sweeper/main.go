@@ -18,7 +18,7 @@ import (
 )
 
 func main() {
-	cfg := wire.Must(config.Load(os.Getenv))
+	cfg := wire.Must(config.LoadEnviron())
 	log := wire.Logger(cfg)
 	// With its task deliveries and the counter service's sweep (its outbox, reconciliation, pruning).
 	sc := wire.Must(wire.SweeperConfig(context.Background(), cfg, log))

@@ -439,7 +439,13 @@ func (s *Server) error(w http.ResponseWriter, r *http.Request, err error) {
 	if !ok {
 		status = http.StatusInternalServerError
 	}
-	if status >= 500 {
+	switch {
+	case status >= 500 && errors.Is(r.Context().Err(), context.Canceled):
+		// The caller went away (a client's timeout, a closed connection: net/http cancels the
+		// request's context), which cut the work short: nothing for a person to look at. A deadline
+		// (a Lambda's) is not this: it stays an error.
+		s.logger().Info("api: request abandoned by its caller", "method", r.Method, "path", sanitize(r.URL.Path), "status", status, "err", err)
+	case status >= 500:
 		s.logger().Error("api: request failed", "method", r.Method, "path", sanitize(r.URL.Path), "status", status, "err", err)
 	}
 	if status == http.StatusServiceUnavailable || status == http.StatusConflict {

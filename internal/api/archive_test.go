@@ -1,8 +1,12 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -21,30 +26,7 @@ import (
 // names no internal detail, and an event of the window still answers.
 func TestAnArchivedEventOverHTTP(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s3srv, err := locals3.Start("", "", "history")
-	require.NoError(t, err)
-	t.Cleanup(s3srv.Stop)
-	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4)).WithArchive(archive.New(locals3.NewClient(s3srv.URL), "history", -1))
-	b := &testBundle{store: store, srv: openapitest.NewServer(t, &api.Server{Stores: store.API()})}
-
-	status, created, _ := b.do(t, "POST", "/events", "")
-	require.Equal(t, http.StatusCreated, status)
-	id := jsonID(int64(created["id"].(float64)))
-	_, before, _ := b.do(t, "GET", "/events/"+id, "")
-
-	// Folded, packed (ids handed out past its page) and moved with a window of 0.
-	_, err = store.Events.FoldSettled(ctx, 100)
-	require.NoError(t, err)
-	_, err = store.DB.Pool().Exec("UPDATE status SET id = id + 30000")
-	require.NoError(t, err)
-	_, packed, err := store.Pages.PackPages(ctx, 100, time.Hour)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, packed)
-	moved, err := store.Pages.ArchivePages(ctx, 0, time.Minute)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, moved.Events)
-
+	b, s3srv, id, before := archivedEvent(t, nil)
 	status, after, _ := b.do(t, "GET", "/events/"+id, "")
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, before, after, "the same answer from the bucket")
@@ -70,4 +52,125 @@ func TestAnArchivedEventOverHTTP(t *testing.T) {
 	status, tiers, _ = b.do(t, "GET", "/history", "")
 	require.Equal(t, http.StatusOK, status, "the tiers are counted in the database, not read from the bucket")
 	require.Equal(t, map[string]any{"pages": 1.0, "events": 1.0}, tiers["archive"])
+}
+
+// archivedEvent serves the API over real HTTP with an archive in a bucket of a local S3 endpoint
+// of its own (with no cache, so that every read of an archived event is a GET), logging to log
+// (nil: slog's default), and creates an event that it folds,
+// packs and moves to the bucket with a window of 0: its id, and GET /events/{id}'s answer before
+// the move.
+func archivedEvent(t *testing.T, log *slog.Logger) (b *testBundle, s3srv *locals3.Server, id string, before map[string]any) {
+	t.Helper()
+	ctx := context.Background()
+	s3srv, err := locals3.Start("", "", "history")
+	require.NoError(t, err)
+	t.Cleanup(s3srv.Stop)
+	bucket := archive.New(locals3.NewClient(s3srv.URL), "history", -1)
+	bucket.Timeout = time.Second
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4)).WithArchive(bucket)
+	b = &testBundle{store: store, srv: openapitest.NewServer(t, &api.Server{Stores: store.API(), Logger: log})}
+
+	status, created, _ := b.do(t, "POST", "/events", "")
+	require.Equal(t, http.StatusCreated, status)
+	id = jsonID(int64(created["id"].(float64)))
+	_, before, _ = b.do(t, "GET", "/events/"+id, "")
+
+	// Folded, packed (ids handed out past its page) and moved with a window of 0.
+	_, err = store.Events.FoldSettled(ctx, 100)
+	require.NoError(t, err)
+	_, err = store.DB.Pool().Exec("UPDATE status SET id = id + 30000")
+	require.NoError(t, err)
+	_, packed, err := store.Pages.PackPages(ctx, 100, time.Hour)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, packed)
+	moved, err := store.Pages.ArchivePages(ctx, 0, time.Minute)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, moved.Events)
+	return b, s3srv, id, before
+}
+
+// An S3 endpoint that stops answering (stopped with SIGSTOP: connections are accepted, nothing
+// answers) makes a read of an archived event a 503 with Retry-After within the archive's Timeout,
+// as an endpoint that is down does, not a request that waits until the caller (or, on AWS, the
+// function's timeout) gives up; the endpoint resumed, the event reads again.
+func TestAnArchivedEventWhileS3Stalls(t *testing.T) {
+	t.Parallel()
+	b, s3srv, id, before := archivedEvent(t, nil)
+	require.NoError(t, s3srv.Pause())
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			require.NoError(t, s3srv.Resume())
+		}
+	}
+	t.Cleanup(resume)
+	type answer struct {
+		status int
+		body   map[string]any
+		hdr    http.Header
+	}
+	got := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		status, body, hdr := b.do(t, "GET", "/events/"+id, "")
+		got <- answer{status, body, hdr}
+	}()
+	select {
+	case a := <-got:
+		require.Equal(t, http.StatusServiceUnavailable, a.status, "%v", a.body)
+		require.Equal(t, "the history's archive is unavailable; try again", a.body["error"])
+		require.Equal(t, "1", a.hdr.Get("Retry-After"))
+		require.Less(t, time.Since(start), 10*time.Second, "answered within the archive's Timeout (1 s), and some")
+	case <-time.After(15 * time.Second):
+		resume() // lets the request end
+		t.Fatal("GET /events/{id} of an archived event still waits for the stalled S3 endpoint after 15 s (the archive's Timeout is 1 s)")
+	}
+
+	resume()
+	status, after, _ := b.do(t, "GET", "/events/"+id, "")
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, before, after, "the endpoint resumed: the event reads again")
+}
+
+// A request its caller abandoned (a client's timeout: net/http cancels its context) while the
+// archive stalls ends without a log line at ERROR, which is for what needs a person: nothing
+// failed but the caller's patience. The same read that fails on its own (the archive's Timeout)
+// is an ERROR.
+func TestAnAbandonedReadIsNotAnError(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	b, s3srv, id, _ := archivedEvent(t, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, s3srv.Pause())
+	t.Cleanup(func() { _ = s3srv.Resume() })
+
+	impatient := &http.Client{Timeout: 200 * time.Millisecond}
+	_, err := impatient.Get(b.srv.URL + "/events/" + id)
+	require.Error(t, err, "the client gave up first")
+	testutil.Eventually(t, 10*time.Second, "the abandoned request is logged", func() bool {
+		return strings.Contains(logs.String(), "path=/events/"+id)
+	})
+	require.NotContains(t, logs.String(), "level=ERROR", "abandoned by its caller: %s", logs.String())
+
+	status, _, _ := b.do(t, "GET", "/events/"+id, "")
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Contains(t, logs.String(), "level=ERROR", "the archive's own timeout is an error")
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger writing while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }

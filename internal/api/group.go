@@ -113,9 +113,17 @@ func (g *asyncGroups) run(ctx context.Context, group []struct{}) ([]int64, error
 	return ids, nil
 }
 
-// sendOrLeave sends one message naming ids, the events of committed rows. If it cannot, it says so
-// and leaves them pending: the sweeper processes them after its grace period.
+// sendTimeout bounds one message's send, its SDK's retries included. SQS answers a SendMessage in
+// milliseconds; a send not done in 2 s is failing, and a create that sends before it answers (as on
+// Lambda) must answer well inside the API function's 10 s timeout. A message not sent costs its
+// events the sweeper's grace period, never the events themselves.
+const sendTimeout = 2 * time.Second
+
+// sendOrLeave sends one message naming ids, the events of committed rows, within sendTimeout. If it
+// cannot, it says so and leaves them pending: the sweeper processes them after its grace period.
 func sendOrLeave(ctx context.Context, q queue.Sender, log *slog.Logger, ids []int64) {
+	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
 	if err := q.Send(ctx, ids); err != nil {
 		log.Warn("api: queue send failed; the sweeper will process the events", "ids", ids, "err", err)
 	}

@@ -7,6 +7,7 @@ package archive
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -45,8 +47,19 @@ func NewClient(awsCfg aws.Config) *s3.Client {
 	return s3.NewFromConfig(awsCfg, ClientOptions(override))
 }
 
-// Bucket is the archived history in one bucket. Safe for concurrent use.
+// DefaultTimeout bounds each call a Bucket makes to S3 (Bucket.Timeout's default): the SDK's
+// attempts and the reading of the object's body together. An archived read is one GET of a page
+// of some hundreds of KB (32 MiB at most), tens of milliseconds in AWS; 5 s is half the API
+// function's timeout (infra's apiTimeout, 10 s), so that an endpoint that stops answering is a
+// 503 before the function is killed, and a sweeper's move gives up and lets its agent claim again.
+const DefaultTimeout = 5 * time.Second
+
+// Bucket is the archived history in one bucket. Safe for concurrent use once configured.
 type Bucket struct {
+	// Timeout bounds each call to the bucket (GetPage's read, ReadPage, PutPage), retries and body
+	// included; zero: DefaultTimeout. Set it before the Bucket is used.
+	Timeout time.Duration
+
 	client *s3.Client
 	name   string
 	cache  *cache
@@ -77,6 +90,8 @@ func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, b
 			return obj, true, nil
 		}
 	}
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
 	if isNotFound(err) {
 		return nil, false, nil
@@ -104,6 +119,8 @@ func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, b
 // ReadPage returns page's object as the bucket holds it now (never the cache) with its version
 // (its ETag), for a writer that replaces it (PutPage); ok is false when there is none.
 func (b *Bucket) ReadPage(ctx context.Context, page int64) (obj []byte, version string, ok bool, err error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
 	if isNotFound(err) {
 		return nil, "", false, nil
@@ -142,6 +159,8 @@ func (b *Bucket) PutPage(ctx context.Context, page int64, obj []byte, version st
 	} else {
 		in.IfMatch = aws.String(version)
 	}
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	_, err := b.client.PutObject(ctx, in)
 	b.cache.drop(page)
 	var api smithy.APIError
@@ -152,6 +171,12 @@ func (b *Bucket) PutPage(ctx context.Context, page int64, obj []byte, version st
 		return unavailable(fmt.Errorf("archive: put page %d: %w", page, err))
 	}
 	return nil
+}
+
+// bound returns ctx bounded by the Bucket's Timeout, for one call: its attempts and, for a GET,
+// the reading of the body, which the SDK reads under the request's context.
+func (b *Bucket) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, cmp.Or(b.Timeout, DefaultTimeout))
 }
 
 // Changed says whether err is PutPage's for a page whose object changed since it was read.

@@ -95,3 +95,51 @@ func TestTheCacheIsBoundedByBytes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []byte("new"), fresh)
 }
+
+// An endpoint that accepts connections and never answers (a stalled S3: its process stopped with
+// SIGSTOP: the kernel still completes the TCP handshake) is EUNAVAILABLE within the Bucket's
+// Timeout, for a read, a fresh read and a write alike, never a call that waits for as long as the
+// caller does; resumed, it answers again.
+func TestAStalledEndpointIsUnavailableWithinTheTimeout(t *testing.T) {
+	t.Parallel()
+	srv, err := locals3.Start("", "", "b")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	b := archive.New(locals3.NewClient(srv.URL), "b", -1)
+	b.Timeout = time.Second
+	ctx := context.Background()
+	require.NoError(t, b.PutPage(ctx, 3, []byte("page 3"), ""))
+
+	require.NoError(t, srv.Pause())
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			require.NoError(t, srv.Resume())
+		}
+	}
+	t.Cleanup(resume)
+	for name, call := range map[string]func() error{
+		"GetPage":  func() error { _, _, err := b.GetPage(ctx, 3, false); return err },
+		"ReadPage": func() error { _, _, _, err := b.ReadPage(ctx, 3); return err },
+		"PutPage":  func() error { return b.PutPage(ctx, 4, []byte("page 4"), "") },
+	} {
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- call() }()
+		select {
+		case err := <-done:
+			require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(err), "%s: %v", name, err)
+			require.Less(t, time.Since(start), 5*time.Second, "%s: bounded by the Timeout, 1 s", name)
+		case <-time.After(15 * time.Second):
+			resume() // the call's goroutine may now end
+			t.Fatalf("%s: still waiting for the stalled endpoint after 15 s (Timeout 1 s)", name)
+		}
+	}
+
+	resume()
+	got, ok, err := b.GetPage(ctx, 3, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []byte("page 3"), got, "the endpoint resumed: read again")
+}

@@ -132,6 +132,35 @@ func (e *Endpoint) Pid() int { return e.proc.Pid() }
 // Stop kills the endpoint and waits until it has exited. What it held in memory is gone.
 func (e *Endpoint) Stop() { e.proc.Kill() }
 
+// Pause stops the endpoint's process with SIGSTOP and returns once the kernel has stopped it
+// (state T in /proc/<pid>/stat), so that no request sent after it is answered: the kernel still
+// completes TCP handshakes on its port, and nothing answers, as with a server that stalls. Resume
+// continues it; Stop kills it, paused or not.
+func (e *Endpoint) Pause() error {
+	pid := e.proc.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return err
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses, the state follows the last ')'.
+		if rest := string(b[strings.LastIndexByte(string(b), ')')+1:]); strings.HasPrefix(strings.TrimSpace(rest), "T") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d not stopped 10 s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Resume continues an endpoint Pause stopped.
+func (e *Endpoint) Resume() error { return syscall.Kill(e.proc.Pid(), syscall.SIGCONT) }
+
 // StartEndpoint starts bin with args (a local endpoint: sqslocal, s3local) and waits until it prints
 // "<name> listening on http://127.0.0.1:<port>". A child that exits first, or says something else,
 // is killed and reported. The process dies with this one.

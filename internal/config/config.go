@@ -25,10 +25,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // LocalServerDSN is the database server of local runs and tests: the MariaDB that
@@ -48,6 +52,46 @@ var dbParts = []string{"DB_HOST", "DB_PORT", "DB_NAME", "DB_USER", "DB_PASSWORD"
 
 // MetricsOff is the METRICS_ADDR that serves no /metrics endpoint.
 const MetricsOff = "off"
+
+// The largest values of the numbers a component could not take larger: a value past one is
+// refused at start like a malformed one, never a process that panics, runs out of memory or fails
+// every request later, nor one silently taken as another value.
+const (
+	// MaxBlockSize bounds ALLOCATOR_BLOCK_SIZE: a block is reserved by adding it to the id counter,
+	// a BIGINT (a block near its range made every create fail); a million ids a block is a thousand
+	// times the default, and still 9 * 10^12 blocks.
+	MaxBlockSize = 1_000_000
+	// MaxBatchSize bounds SWEEP_BATCH_SIZE and AGENT_BATCH_SIZE: a claim holds its events in memory
+	// and their rows locked in one transaction (the claim's slice is made at its size: larger sizes
+	// panicked or claimed for longer than a transaction may take). 20 times the sweeper's 500.
+	MaxBatchSize = 10_000
+	// MaxMappingBatchSize bounds MAPPING_BATCH_SIZE: SQS returns at most 10 messages a receive.
+	MaxMappingBatchSize = 10
+	// MaxMappingConcurrency bounds MAPPING_CONCURRENCY: a poller is a goroutine and a connection of
+	// its own; AWS's event source mapping takes at most 1,000 (ScalingConfig's MaximumConcurrency).
+	MaxMappingConcurrency = 1_000
+	// MaxWorkerReferences bounds WORKER_MAX_REFERENCES: an event worker keeps its references in one
+	// column of its row, read whole (and the count itself is an INT column). 100 times the default.
+	MaxWorkerReferences = 10_000
+	// MaxShards bounds SHARDS_TOTAL and SWEEPER_SHARDS: each shard is an agent that reads every
+	// other agent at each pulse, and past 2^32 shards the ranges of the 32-bit hash space would be
+	// empty (ShardRange gave each the whole space).
+	MaxShards = 1_024
+	// MaxAgentName bounds AGENT_NAME, in characters: the agents table's column.
+	MaxAgentName = 64
+
+	// MaxIdempotencyTTL bounds IDEMPOTENCY_TTL: a key's expiry is the database's clock plus the TTL
+	// in whole seconds, as a 32-bit UNIX time (IDEMPOTENCY_TTL=2562047h made every keyed create a
+	// 500); 30 days is 30 times the default and longer than any client retries a request.
+	MaxIdempotencyTTL = 30 * 24 * time.Hour
+	// MaxVisibility bounds VISIBILITY_HEARTBEAT and VISIBILITY_EXTENSION: SQS's visibility timeout
+	// is at most 12 hours.
+	MaxVisibility = 12 * time.Hour
+	// MaxAgentInterval bounds AGENT_PULSE_INTERVAL, AGENT_EXPIRATION and AGENT_POLL_INTERVAL: past a
+	// day an agent that died holds its range for that long, or pulses or polls as rarely, which no
+	// deployment means; and three pulse intervals must not overflow a duration.
+	MaxAgentInterval = 24 * time.Hour
+)
 
 // Config is the configuration of one process. A zero field is a variable the environment does not
 // set; the component the field configures gives it its default.
@@ -251,8 +295,24 @@ type Local struct {
 
 // Load reads the configuration with getenv (os.Getenv in production). The error, if any, names
 // every variable with a bad value.
-func Load(getenv func(string) string) (Config, error) {
-	p := &parser{getenv: getenv}
+func Load(getenv func(string) string) (Config, error) { return LoadChecked(getenv, nil) }
+
+// LoadEnviron is Load of the process's environment (os.Getenv), with LoadChecked's check: what
+// every entrypoint reads.
+func LoadEnviron() (Config, error) { return LoadChecked(os.Getenv, IsSetInEnviron) }
+
+// IsSetInEnviron says whether the process's environment sets name, even to nothing.
+func IsSetInEnviron(name string) bool {
+	_, ok := os.LookupEnv(name)
+	return ok
+}
+
+// LoadChecked is Load, told by isSet (nil: Load) which variables are set: a number, a duration or
+// a true/false that is set but empty (or spaces) is then refused, naming it, rather than read as
+// unset and given its component's default without a word (SWEEP_BATCH_SIZE=$N with N unset). A
+// string set empty still means none (HISTORY_BUCKET= : no archive).
+func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, error) {
+	p := &parser{getenv: getenv, isSet: isSet}
 	c := Config{
 		DB: DB{
 			DSN:          p.str("DB_DSN"),
@@ -269,29 +329,29 @@ func Load(getenv func(string) string) (Config, error) {
 		},
 		Store: Store{
 			Allocator: p.str("ALLOCATOR"),
-			BlockSize: p.integer("ALLOCATOR_BLOCK_SIZE", 1, 0),
+			BlockSize: p.integer("ALLOCATOR_BLOCK_SIZE", 1, MaxBlockSize),
 		},
 		QueueURL: p.str("QUEUE_URL"),
 		Processor: Processor{
-			VisibilityHeartbeat: p.positive("VISIBILITY_HEARTBEAT"),
-			VisibilityExtension: p.positive("VISIBILITY_EXTENSION"),
+			VisibilityHeartbeat: p.positiveUpTo("VISIBILITY_HEARTBEAT", MaxVisibility),
+			VisibilityExtension: p.positiveUpTo("VISIBILITY_EXTENSION", MaxVisibility),
 		},
 		Sweep: Sweep{
-			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, 0),
+			BatchSize: p.integer("SWEEP_BATCH_SIZE", 1, MaxBatchSize),
 			Grace:     p.nonNegative("SWEEP_GRACE", "a duration such as 10s, or 0 for no grace"),
-			Shards:    p.integer("SWEEPER_SHARDS", 1, 0),
+			Shards:    p.integer("SWEEPER_SHARDS", 1, MaxShards),
 		},
 		Agent: Agent{
 			Name:           p.str("AGENT_NAME"),
-			PulseInterval:  p.positive("AGENT_PULSE_INTERVAL"),
-			Expiration:     p.positive("AGENT_EXPIRATION"),
-			PollInterval:   p.positive("AGENT_POLL_INTERVAL"),
-			BatchSize:      p.integer("AGENT_BATCH_SIZE", 1, 0),
-			ShardsTotal:    p.optionalInt("SHARDS_TOTAL", 1),
+			PulseInterval:  p.positiveUpTo("AGENT_PULSE_INTERVAL", MaxAgentInterval),
+			Expiration:     p.positiveUpTo("AGENT_EXPIRATION", MaxAgentInterval),
+			PollInterval:   p.positiveUpTo("AGENT_POLL_INTERVAL", MaxAgentInterval),
+			BatchSize:      p.integer("AGENT_BATCH_SIZE", 1, MaxBatchSize),
+			ShardsTotal:    p.optionalInt("SHARDS_TOTAL", 1, MaxShards),
 			ShardsAssigned: p.intList("SHARDS_ASSIGNED"),
 		},
 		Idempotency: Idempotency{
-			TTL:      p.positive("IDEMPOTENCY_TTL"),
+			TTL:      p.positiveUpTo("IDEMPOTENCY_TTL", MaxIdempotencyTTL),
 			Wait:     p.positive("IDEMPOTENCY_WAIT"),
 			Required: p.flag("IDEMPOTENCY_REQUIRED"),
 		},
@@ -304,7 +364,7 @@ func Load(getenv func(string) string) (Config, error) {
 			AllowLoopback: p.flag("WEBHOOK_ALLOW_LOOPBACK"),
 			AllowPrivate:  p.flag("WEBHOOK_ALLOW_PRIVATE"),
 
-			WorkerMaxReferences: p.integer("WORKER_MAX_REFERENCES", 1, 0),
+			WorkerMaxReferences: p.integer("WORKER_MAX_REFERENCES", 1, MaxWorkerReferences),
 			WorkerRetention:     p.positive("WORKER_RETENTION"),
 		},
 		History: History{
@@ -315,8 +375,8 @@ func Load(getenv func(string) string) (Config, error) {
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
 			QueueName:          p.str("QUEUE_NAME"),
-			MappingConcurrency: p.optionalInt("MAPPING_CONCURRENCY", 0),
-			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, 0),
+			MappingConcurrency: p.optionalInt("MAPPING_CONCURRENCY", 0, MaxMappingConcurrency),
+			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, MaxMappingBatchSize),
 			ProcessorTimeout:   p.positive("PROCESSOR_TIMEOUT"),
 			AsyncLinger:        p.nonNegative("ASYNC_LINGER", "a duration such as 5ms, or 0 to answer after sending"),
 			SweepInterval:      p.positive("SWEEP_INTERVAL"),
@@ -337,15 +397,31 @@ func Load(getenv func(string) string) (Config, error) {
 				"set DB_DSN alone, or unset it and name the database with %s", strings.Join(beside, ", "), strings.Join(dbParts, ", ")))
 		}
 	}
+	if b := c.History.Bucket; b != "" && !bucketName(b) {
+		p.fail(fmt.Sprintf("HISTORY_BUCKET must be an S3 bucket's name (3 to 63 lowercase letters, digits, '.' and '-', "+
+			"beginning and ending with a letter or digit), got %q", b))
+	}
+	if u := c.QueueURL; u != "" && !queueURL(u) {
+		p.fail(fmt.Sprintf("QUEUE_URL must be a queue's URL, https://<host>/<account>/<name> (the stack's queue; http only for a local endpoint), got %q", u))
+	}
+	if n := c.Agent.Name; n != "" && (!utf8.ValidString(n) || utf8.RuneCountInString(n) > MaxAgentName || strings.ContainsFunc(n, unicode.IsControl)) {
+		shown := n
+		if r := []rune(n); len(r) > 80 {
+			shown = string(r[:80]) + "..."
+		}
+		p.fail(fmt.Sprintf("AGENT_NAME must be text of at most %d characters, without control characters (the agents table's column), got %q", MaxAgentName, shown))
+	}
 	if c.History.Retention != nil && c.History.Bucket == "" {
 		p.fail("HISTORY_RETENTION is set but HISTORY_BUCKET is not: without a bucket nothing is archived, so the retention would be ignored")
 	}
 	if a := c.Store.Allocator; a != "" && !slices.Contains(Allocators(), a) {
 		p.fail(fmt.Sprintf("ALLOCATOR must be %s, got %q", strings.Join(quoted(Allocators()), " or "), a))
 	}
-	if a := c.Agent; (a.ShardsTotal == nil) != (a.ShardsAssigned == nil) {
+	// Together or not is judged on what is set, so that a bad value (read as nil, and said) is not
+	// also said to be missing.
+	if (p.str("SHARDS_TOTAL") == "") != (p.str("SHARDS_ASSIGNED") == "") {
 		p.fail("set SHARDS_TOTAL and SHARDS_ASSIGNED together (static sharding), or neither (dynamic sharding)")
-	} else if a.ShardsTotal != nil {
+	} else if a := c.Agent; a.ShardsTotal != nil {
 		for _, i := range a.ShardsAssigned {
 			if i >= *a.ShardsTotal {
 				p.fail(fmt.Sprintf("SHARDS_ASSIGNED (%d) must be below SHARDS_TOTAL (%d): shards are numbered from 0", i, *a.ShardsTotal))
@@ -392,6 +468,7 @@ func Load(getenv func(string) string) (Config, error) {
 // reads as the zero value (nil for the pointers).
 type parser struct {
 	getenv func(string) string
+	isSet  func(string) bool // nil: unknown, and blank is unset
 	errs   []string
 }
 
@@ -399,9 +476,19 @@ func (p *parser) fail(msg string) { p.errs = append(p.errs, msg) }
 
 func (p *parser) str(k string) string { return strings.TrimSpace(p.getenv(k)) }
 
+// typed reads the value of a number, duration or true/false variable: "" when unset, and when set
+// but blank too after saying so, if the parser can tell (isSet).
+func (p *parser) typed(k string) string {
+	v := p.str(k)
+	if v == "" && p.isSet != nil && p.isSet(k) {
+		p.fail(fmt.Sprintf("%s is set but empty: give it a value, or unset it for its default", k))
+	}
+	return v
+}
+
 // integer reads an integer of at least min and, if max > 0, at most max.
 func (p *parser) integer(k string, min, max int) int {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return 0
 	}
@@ -417,15 +504,15 @@ func (p *parser) integer(k string, min, max int) int {
 	return n
 }
 
-// optionalInt reads an integer of at least min, nil when unset.
-func (p *parser) optionalInt(k string, min int) *int {
-	v := p.str(k)
+// optionalInt reads an integer from min to max, nil when unset.
+func (p *parser) optionalInt(k string, min, max int) *int {
+	v := p.typed(k)
 	if v == "" {
 		return nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < min {
-		p.fail(fmt.Sprintf("%s must be an integer >= %d, got %q", k, min, v))
+	if err != nil || n < min || n > max {
+		p.fail(fmt.Sprintf("%s must be an integer from %d to %d, got %q", k, min, max, v))
 		return nil
 	}
 	return &n
@@ -433,7 +520,7 @@ func (p *parser) optionalInt(k string, min int) *int {
 
 // intList parses a comma-separated list of distinct integers >= 0 ("2" or "0,2"); nil when unset.
 func (p *parser) intList(k string) []int {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return nil
 	}
@@ -454,7 +541,7 @@ func (p *parser) intList(k string) []int {
 }
 
 func (p *parser) boolean(k string) *bool {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return nil
 	}
@@ -474,7 +561,7 @@ func (p *parser) flag(k string) bool {
 
 // positive reads a duration greater than zero.
 func (p *parser) positive(k string) time.Duration {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return 0
 	}
@@ -486,10 +573,24 @@ func (p *parser) positive(k string) time.Duration {
 	return d
 }
 
+// positiveUpTo reads a duration greater than zero and at most max.
+func (p *parser) positiveUpTo(k string, max time.Duration) time.Duration {
+	v := p.typed(k)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d > max {
+		p.fail(fmt.Sprintf("%s must be a positive duration of at most %s, such as 5s, got %q", k, max, v))
+		return 0
+	}
+	return d
+}
+
 // nonNegative reads a duration of zero or more, for which zero is a meaningful value: nil when
 // unset. what describes a good value in the error.
 func (p *parser) nonNegative(k, what string) *time.Duration {
-	v := p.str(k)
+	v := p.typed(k)
 	if v == "" {
 		return nil
 	}
@@ -499,6 +600,35 @@ func (p *parser) nonNegative(k, what string) *time.Duration {
 		return nil
 	}
 	return &d
+}
+
+// queueURL says whether s is an SQS queue's URL: http or https, a host, and a path naming the
+// queue after its account (https://sqs.<region>.amazonaws.com/<account>/<name>; locally
+// http://127.0.0.1:<port>/<account>/<name>).
+func queueURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return false
+	}
+	parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
+	return len(parts) == 2 && parts[0] != "" && parts[1] != ""
+}
+
+// bucketName says whether s follows S3's rules for a general purpose bucket's name: 3 to 63
+// characters, lowercase letters, digits, '.' and '-', beginning and ending with a letter or digit,
+// no two periods in a row.
+func bucketName(s string) bool {
+	if len(s) < 3 || len(s) > 63 || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || i == len(s)-1 || c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func quoted(s []string) []string {

@@ -29,7 +29,7 @@ func TestUnsetIsZero(t *testing.T) {
 func TestAWSStyleConfiguration(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load(env(map[string]string{"DB_HOST": "proxy.example", "DB_USER": "admin", "DB_IAM_AUTH": "true",
-		"AWS_REGION": "eu-west-1", "QUEUE_URL": "https://sqs/q", "ALLOCATOR": "literal", "LOG_LEVEL": "debug",
+		"AWS_REGION": "eu-west-1", "QUEUE_URL": "https://sqs/123456789012/q", "ALLOCATOR": "literal", "LOG_LEVEL": "debug",
 		"DB_MIGRATE": "false", "DB_PORT": "3307", "DB_MAX_OPEN_CONNS": "8", "ALLOCATOR_BLOCK_SIZE": "64"}))
 	require.NoError(t, err)
 	require.True(t, c.DB.IAMAuth)
@@ -39,7 +39,7 @@ func TestAWSStyleConfiguration(t *testing.T) {
 	require.Equal(t, 3307, c.DB.Port)
 	require.Equal(t, 8, c.DB.MaxOpenConns)
 	require.Equal(t, new(false), c.DB.Migrate)
-	require.Equal(t, "https://sqs/q", c.QueueURL)
+	require.Equal(t, "https://sqs/123456789012/q", c.QueueURL)
 	require.Equal(t, config.Store{Allocator: "literal", BlockSize: 64}, c.Store)
 	require.Equal(t, slog.LevelDebug, c.LogLevel)
 
@@ -125,7 +125,7 @@ func TestBadValues(t *testing.T) {
 		{"DB_PORT", "70000", "DB_PORT must be an integer from 1 to 65535"},
 		{"ALLOCATOR", "fast", `ALLOCATOR must be "block" or "literal", got "fast"`},
 		{"SWEEP_GRACE", "-1s", "SWEEP_GRACE must be a duration such as 10s, or 0 for no grace"},
-		{"SWEEP_BATCH_SIZE", "0", `SWEEP_BATCH_SIZE must be an integer >= 1, got "0"`},
+		{"SWEEP_BATCH_SIZE", "0", `SWEEP_BATCH_SIZE must be an integer from 1 to 10000, got "0"`},
 		{"PROCESSOR_TIMEOUT", "0", `PROCESSOR_TIMEOUT must be a positive duration such as 5s, got "0"`},
 	} {
 		_, err := config.Load(env(map[string]string{"DB_DSN": "d", tc.k: tc.v}))
@@ -141,6 +141,147 @@ func TestBadValues(t *testing.T) {
 	// DB_HOST without DB_USER is not enough.
 	_, err = config.Load(env(map[string]string{"DB_HOST": "h"}))
 	require.ErrorContains(t, err, "set DB_DSN, or DB_HOST and DB_USER")
+}
+
+// A number past what its component can take is refused at start, naming the variable and its
+// range, as a malformed one is: each of these, accepted, started a process that then panicked
+// (SWEEP_BATCH_SIZE and AGENT_BATCH_SIZE: a claim's slice of that capacity; MAPPING_CONCURRENCY:
+// the pollers' channel), ate the machine's memory (MAPPING_CONCURRENCY=100000000: a goroutine a
+// poller), answered every create with a 500 (ALLOCATOR_BLOCK_SIZE past BIGINT), failed every event
+// worker's insert (WORKER_MAX_REFERENCES past the INT column), gave every shard the whole hash space
+// (SHARDS_TOTAL past 2^32), or was silently taken as another value (MAPPING_BATCH_SIZE over 10: SQS
+// returns at most 10 messages a receive). The largest value of each is accepted.
+func TestNumbersPastTheirComponentsAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		k        string
+		max      int
+		extra    map[string]string
+		tooLarge []string
+	}{
+		{"ALLOCATOR_BLOCK_SIZE", 1_000_000, nil, []string{"1000001", "9223372036854775807"}},
+		{"SWEEP_BATCH_SIZE", 10_000, nil, []string{"10001", "100000000", "9223372036854775807"}},
+		{"AGENT_BATCH_SIZE", 10_000, nil, []string{"10001", "9223372036854775807"}},
+		{"MAPPING_BATCH_SIZE", 10, nil, []string{"11", "100"}},
+		{"MAPPING_CONCURRENCY", 1_000, nil, []string{"1001", "100000000", "9223372036854775807"}},
+		{"WORKER_MAX_REFERENCES", 10_000, nil, []string{"10001", "2147483648", "9223372036854775807"}},
+		{"SWEEPER_SHARDS", 1_024, nil, []string{"1025", "9223372036854775807"}},
+		{"SHARDS_TOTAL", 1_024, map[string]string{"SHARDS_ASSIGNED": "0"}, []string{"1025", "4294967297", "9223372036854775807"}},
+	} {
+		vars := func(v string) map[string]string {
+			m := map[string]string{"DB_DSN": "d", tc.k: v}
+			for k, x := range tc.extra {
+				m[k] = x
+			}
+			return m
+		}
+		for _, v := range tc.tooLarge {
+			_, err := config.Load(env(vars(v)))
+			require.ErrorContains(t, err, fmt.Sprintf("%s must be an integer from", tc.k), "%s=%s", tc.k, v)
+			require.ErrorContains(t, err, fmt.Sprintf("to %d, got %q", tc.max, v), "%s=%s", tc.k, v)
+		}
+		_, err := config.Load(env(vars(fmt.Sprint(tc.max))))
+		require.NoError(t, err, "%s=%d, the largest", tc.k, tc.max)
+	}
+}
+
+// A duration past what its component can take is refused at start, naming the variable and its
+// largest value: IDEMPOTENCY_TTL=2562047h started a process whose every keyed create was a 500 (the
+// key's expiry past what the database's timestamps hold); an SQS visibility timeout is at most
+// 12 hours; an agent's pulse, expiration and poll past a day are a misconfiguration (and three
+// pulse intervals of 1111111h overflowed, so that the check that the expiration covers them passed).
+func TestDurationsPastTheirComponentsAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		k        string
+		max      time.Duration
+		tooLarge []string
+	}{
+		{"IDEMPOTENCY_TTL", 720 * time.Hour, []string{"721h", "2562047h"}},
+		{"VISIBILITY_HEARTBEAT", 12 * time.Hour, []string{"12h0m1s", "2562047h"}},
+		{"VISIBILITY_EXTENSION", 12 * time.Hour, []string{"13h", "2562047h"}},
+		{"AGENT_PULSE_INTERVAL", 24 * time.Hour, []string{"25h", "1111111h"}},
+		{"AGENT_EXPIRATION", 24 * time.Hour, []string{"25h", "2562047h"}},
+		{"AGENT_POLL_INTERVAL", 24 * time.Hour, []string{"25h", "2562047h"}},
+	} {
+		for _, v := range tc.tooLarge {
+			_, err := config.Load(env(map[string]string{"DB_DSN": "d", tc.k: v}))
+			require.ErrorContains(t, err, fmt.Sprintf("%s must be a positive duration of at most %s", tc.k, tc.max), "%s=%s", tc.k, v)
+			require.ErrorContains(t, err, fmt.Sprintf("got %q", v), "%s=%s", tc.k, v)
+		}
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", tc.k: tc.max.String()}))
+		require.NoError(t, err, "%s=%s, the largest", tc.k, tc.max)
+	}
+}
+
+// A bad SHARDS_TOTAL or SHARDS_ASSIGNED beside the other is one message, its own, not also "set
+// them together" as if the bad one were unset.
+func TestABadShardIsOneMessage(t *testing.T) {
+	t.Parallel()
+	for _, vars := range []map[string]string{
+		{"SHARDS_TOTAL": "4294967297", "SHARDS_ASSIGNED": "0"},
+		{"SHARDS_TOTAL": "0", "SHARDS_ASSIGNED": "0"},
+		{"SHARDS_TOTAL": "2", "SHARDS_ASSIGNED": "x"},
+	} {
+		vars["DB_DSN"] = "d"
+		_, err := config.Load(env(vars))
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "together", "%v", vars)
+		require.Len(t, strings.Split(err.Error(), "; "), 1, "one message: %v", err)
+	}
+}
+
+// LoadChecked tells a variable set to nothing from one unset: a number, a duration or a yes/no set
+// empty (or to spaces) is refused, naming it, where Load takes it for unset and gives the
+// component's default without a word (SWEEP_BATCH_SIZE=$N with N unset). A string set empty keeps
+// its meaning of none (HISTORY_BUCKET= make run: no archive).
+func TestSetButEmptyIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{"DB_MAX_OPEN_CONNS", "SWEEP_BATCH_SIZE", "MAPPING_CONCURRENCY", "SHARDS_ASSIGNED",
+		"DB_MIGRATE", "IDEMPOTENCY_REQUIRED", "AGENT_PULSE_INTERVAL", "IDEMPOTENCY_TTL", "SWEEP_GRACE", "ASYNC_LINGER"} {
+		for _, v := range []string{"", "  "} {
+			vars := map[string]string{"DB_DSN": "d", k: v}
+			isSet := func(name string) bool { _, ok := vars[name]; return ok }
+			_, err := config.LoadChecked(env(vars), isSet)
+			require.EqualError(t, err, "configuration: "+k+" is set but empty: give it a value, or unset it for its default", "%s=%q", k, v)
+			_, err = config.Load(env(vars))
+			require.NoError(t, err, "Load cannot tell set from unset")
+		}
+	}
+	vars := map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "", "QUEUE_URL": "", "AGENT_NAME": ""}
+	c, err := config.LoadChecked(env(vars), func(name string) bool { _, ok := vars[name]; return ok })
+	require.NoError(t, err, "strings set empty mean none")
+	require.Empty(t, c.History.Bucket)
+}
+
+// AGENT_NAME is shown in the agents table, whose column holds 64 characters: a longer name, or one
+// that is not text, is refused at start rather than cut or replaced without a word.
+func TestAgentName(t *testing.T) {
+	t.Parallel()
+	for _, good := range []string{"a1", strings.Repeat("é", 64), "sweeper on host-7"} {
+		c, err := config.Load(env(map[string]string{"DB_DSN": "d", "AGENT_NAME": good}))
+		require.NoError(t, err, good)
+		require.Equal(t, good, c.Agent.Name)
+	}
+	for _, bad := range []string{strings.Repeat("n", 65), "a" + strings.Repeat("é", 64), "a\xffb", "a\x01b", "a\u0085b"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "AGENT_NAME": bad}))
+		require.ErrorContains(t, err, "AGENT_NAME must be text of at most 64 characters, without control characters", "%q", bad)
+	}
+}
+
+// QUEUE_URL must be a queue's URL: anything else started an API whose every async create's send
+// failed (each event then waiting the sweeper's grace period), with a warning per create.
+func TestQueueURL(t *testing.T) {
+	t.Parallel()
+	for _, good := range []string{"https://sqs.eu-west-1.amazonaws.com/123456789012/ExactlyOnce-events", "http://127.0.0.1:4100/000000000000/events"} {
+		c, err := config.Load(env(map[string]string{"DB_DSN": "d", "QUEUE_URL": good}))
+		require.NoError(t, err, good)
+		require.Equal(t, good, c.QueueURL)
+	}
+	for _, bad := range []string{"garbage", "ExactlyOnce-events", "sqs.eu-west-1.amazonaws.com/1/q", "ftp://h/q", "https://", "https:///q", "https://h/"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "QUEUE_URL": bad}))
+		require.ErrorContains(t, err, "QUEUE_URL must be a queue's URL, https://<host>/<account>/<name>", "%q", bad)
+	}
 }
 
 func TestLocalDSNs(t *testing.T) {
@@ -186,7 +327,7 @@ func TestAgent(t *testing.T) {
 	}{
 		{map[string]string{"SHARDS_TOTAL": "4"}, "set SHARDS_TOTAL and SHARDS_ASSIGNED together"},
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "4"}, "SHARDS_ASSIGNED (4) must be below SHARDS_TOTAL (4)"},
-		{map[string]string{"SHARDS_TOTAL": "0", "SHARDS_ASSIGNED": "0"}, "SHARDS_TOTAL must be an integer >= 1"},
+		{map[string]string{"SHARDS_TOTAL": "0", "SHARDS_ASSIGNED": "0"}, "SHARDS_TOTAL must be an integer from 1 to 1024"},
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "1,4"}, "SHARDS_ASSIGNED (4) must be below SHARDS_TOTAL (4)"},
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "1,1"}, "SHARDS_ASSIGNED names shard 1 twice"},
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "1,-2"}, "SHARDS_ASSIGNED must be a comma-separated list of integers >= 0"},
@@ -271,17 +412,29 @@ func TestHistory(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, config.History{}, c.History, "unset: no archive")
 
-	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "b", "HISTORY_RETENTION": "36h"}))
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "history", "HISTORY_RETENTION": "36h"}))
 	require.NoError(t, err)
-	require.Equal(t, config.History{Bucket: "b", Retention: new(36 * time.Hour)}, c.History)
+	require.Equal(t, config.History{Bucket: "history", Retention: new(36 * time.Hour)}, c.History)
 
-	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "b", "HISTORY_RETENTION": "0"}))
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "history", "HISTORY_RETENTION": "0"}))
 	require.NoError(t, err)
 	require.NotNil(t, c.History.Retention)
 	require.Zero(t, *c.History.Retention)
 
 	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_RETENTION": "2h"}))
 	require.ErrorContains(t, err, "HISTORY_BUCKET is not")
-	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "b", "HISTORY_RETENTION": "a week"}))
+	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": "history", "HISTORY_RETENTION": "a week"}))
 	require.ErrorContains(t, err, "HISTORY_RETENTION")
+
+	// A bucket S3 could not have is refused at start: accepted, the process ran and every archived
+	// read was a 503, every move a warning.
+	for _, bad := range []string{"a/b", "b", "ab", "History", "-history", "history-", "his..tory", "his_tory", strings.Repeat("h", 64), "s3://history"} {
+		_, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": bad}))
+		require.ErrorContains(t, err, fmt.Sprintf("HISTORY_BUCKET must be an S3 bucket's name (3 to 63 lowercase letters, digits, '.' and '-', beginning and ending with a letter or digit), got %q", bad))
+	}
+	for _, good := range []string{"history", "my.history-1", "abc", strings.Repeat("h", 63), "exactlyonce-historybucket-1a2b3c4d5e6f"} {
+		c, err = config.Load(env(map[string]string{"DB_DSN": "d", "HISTORY_BUCKET": good}))
+		require.NoError(t, err, good)
+		require.Equal(t, good, c.History.Bucket)
+	}
 }

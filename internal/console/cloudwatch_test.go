@@ -24,11 +24,19 @@ type fakeCloudWatch struct {
 	mu      sync.Mutex
 	forms   []url.Values
 	auth    []string
-	answers [][2]string // status code, body
+	answers [][2]string   // status code, body
+	stall   chan struct{} // if set, a request is answered only once it is closed (or the caller gives up)
 }
 
 func (f *fakeCloudWatch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b, _ := io.ReadAll(r.Body)
+	b, _ := io.ReadAll(r.Body) // read first: the server then sees a caller that goes away (r.Context)
+	if f.stall != nil {
+		select {
+		case <-f.stall:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	form, err := url.ParseQuery(string(b))
 	if err != nil {
 		http.Error(w, "bad form", http.StatusBadRequest)
@@ -172,6 +180,49 @@ func TestCloudWatchRatesUnavailable(t *testing.T) {
 		if forms, _ := f.received(); c.functions == nil {
 			require.Empty(t, forms, "nothing to ask CloudWatch")
 		}
+	}
+}
+
+// A CloudWatch that does not answer gives a 200 with zero rates and unavailable within
+// Options.AWSTimeout, as one that fails does: the overview waits for its rates with its counts and
+// queues (one Promise.all), so a rates call that waited as long as the page did stopped the overview
+// from refreshing at all.
+func TestCloudWatchRatesStalled(t *testing.T) {
+	t.Parallel()
+	f := &fakeCloudWatch{answers: [][2]string{metricDataAnswer("", result("processor", 5))}, stall: make(chan struct{})}
+	var once sync.Once
+	answer := func() { once.Do(func() { close(f.stall) }) }
+	client := cloudWatchClient(t, f)
+	t.Cleanup(answer) // before the stand-in's Close, which waits for its stalled handler
+	src, err := NewCloudWatchRates(client, map[string]string{PathProcessor: "p"})
+	require.NoError(t, err)
+	base := serve(t, Options{API: &fakeAPI{}, Rates: src, AWSTimeout: time.Second})
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	got := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		resp, err := http.Get(base + "/ui/api/rates")
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- result{status: resp.StatusCode, body: string(body)}
+	}()
+	select {
+	case r := <-got:
+		require.NoError(t, r.err)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Contains(t, r.body, `"unavailable":"the rates could not be read; the console's log says why"`)
+		require.Less(t, time.Since(start), 10*time.Second)
+	case <-time.After(15 * time.Second):
+		answer() // lets the stalled call end
+		t.Fatal("GET /ui/api/rates still waits for the stalled CloudWatch after 15 s (AWSTimeout 1 s)")
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -58,6 +59,9 @@ type Options struct {
 	// each with the DLQ its RedrivePolicy names. No SQS: no queues.
 	SQS    *sqs.Client
 	Queues []string
+	// AWSTimeout bounds the console's own calls to AWS: reading the queues' depths, resolving a
+	// queue and listing its DLQ for a dry run, and reading the rates; zero: DefaultAWSTimeout.
+	AWSTimeout time.Duration
 
 	// Rates gives GET /ui/api/rates, the events processed per second by path over the last minutes
 	// (rates.go): the process's own metrics locally (CounterRates), CloudWatch's against a deployed

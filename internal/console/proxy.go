@@ -158,13 +158,61 @@ func (c *console) proxy(w http.ResponseWriter, r *http.Request, rest string) {
 		}
 	}
 	status, answer, err := c.call(r.Context(), r.Method, upstream, query.Encode(), body)
+	if errors.Is(err, errCredentials) {
+		c.log.Error("console: the API call was not made: no AWS credentials to sign it with", "method", r.Method, "path", upstream, "err", err)
+		writeError(w, http.StatusBadGateway, "the console could not sign the call: your AWS credentials could not be read (expired?); the console's log says why")
+		return
+	}
 	if err != nil {
 		c.log.Error("console: the API call failed", "method", r.Method, "path", upstream, "err", err)
 		writeError(w, http.StatusBadGateway, "the API did not answer; the console's log says why")
 		return
 	}
-	writeRaw(w, status, answer)
+	writeRaw(w, status, gatewayRefusal(status, answer))
 }
+
+// gatewayRefusal returns the answer to pass on for an API answer of status. API Gateway answers
+// the calls it refuses itself (IAM authorisation, throttling, an integration that timed out) in its
+// own shape, {"message": "..."} ({"Message": "..."} for an explicit deny), where the API answers
+// {"error": "..."}, the field the pages show: such a refusal is passed on as {"error"} saying it
+// (for a 403, with what the identity needs). Anything else is passed on as it is.
+func gatewayRefusal(status int, answer []byte) []byte {
+	if status < 400 {
+		return answer
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(answer, &fields) != nil {
+		return answer
+	}
+	if _, ok := fields["error"]; ok {
+		return answer
+	}
+	var msg string
+	for _, k := range []string{"message", "Message"} {
+		if raw, ok := fields[k]; ok && json.Unmarshal(raw, &msg) == nil && msg != "" {
+			break
+		}
+	}
+	if msg == "" {
+		return answer
+	}
+	if r := []rune(msg); len(r) > 500 {
+		msg = string(r[:500]) + "..."
+	}
+	text := fmt.Sprintf("API Gateway refused the call (%d): %s", status, msg)
+	if status == http.StatusForbidden {
+		text += " (the console signs with your AWS identity, which needs execute-api:Invoke on the API, and credentials that have not expired)"
+	}
+	b, err := json.Marshal(map[string]string{"error": text})
+	if err != nil {
+		return answer
+	}
+	return b
+}
+
+// errCredentials is call's error when the call was not made because the credentials to sign it
+// with could not be read.
+var errCredentials = errors.New("AWS credentials")
 
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
@@ -286,7 +334,7 @@ func loopback(host string) bool {
 func (c *console) sign(ctx context.Context, req *http.Request, body []byte) error {
 	creds, err := c.opt.Credentials.Retrieve(ctx)
 	if err != nil {
-		return fmt.Errorf("AWS credentials: %w", err)
+		return fmt.Errorf("%w: %w", errCredentials, err)
 	}
 	sum := sha256.Sum256(body)
 	hash := hex.EncodeToString(sum[:])

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -270,4 +271,60 @@ func TestWithTheRealAPI(t *testing.T) {
 	status, _, body = do(t, "GET", base+"/ui/api/events/987654321", "", nil)
 	require.Equal(t, http.StatusNotFound, status, body)
 	require.Contains(t, body, `"error"`)
+}
+
+// Against a deployed API, a caller without the right credentials is refused by API Gateway itself,
+// which answers in its own shape, {"message": ...} (or {"Message": ...} for an explicit deny), not
+// the API's {"error": ...}: the console passes the status on with the refusal in its own shape, so
+// that the page says why (it shows an answer's "error", else only "HTTP 403"). Credentials that
+// cannot be read (expired, none) are said as such, not as an API that did not answer.
+func TestAPIGatewayRefusalsAreShown(t *testing.T) {
+	t.Parallel()
+	creds := credentials.NewStaticCredentialsProvider("k", "s", "")
+	const denied = "User: arn:aws:sts::123456789012:assumed-role/operator/me is not authorized to perform: execute-api:Invoke on resource: arn:aws:execute-api:eu-west-1:123456789012:abc/prod/GET/agents"
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{http.StatusForbidden, `{"message":"` + denied + `"}`, denied},
+		{http.StatusForbidden, `{"Message":"` + denied + ` with an explicit deny"}`, denied + " with an explicit deny"},
+		{http.StatusForbidden, `{"message":"The security token included in the request is expired"}`, "The security token included in the request is expired"},
+		{http.StatusTooManyRequests, `{"message":"Too Many Requests"}`, "Too Many Requests"},
+		{http.StatusGatewayTimeout, `{"message": "Endpoint request timed out"}`, "Endpoint request timed out"},
+	} {
+		fake := &fakeAPI{status: c.status, body: c.body}
+		upstream := httptest.NewServer(fake)
+		t.Cleanup(upstream.Close)
+		base := serve(t, Options{APIURL: upstream.URL + "/prod/", Credentials: creds, Region: "eu-west-1"})
+		status, _, body := do(t, "GET", base+"/ui/api/agents", "", nil)
+		require.Equal(t, c.status, status, body)
+		var got map[string]string
+		require.NoError(t, json.Unmarshal([]byte(body), &got), body)
+		require.Contains(t, got["error"], "API Gateway refused the call", body)
+		require.Contains(t, got["error"], c.want, body)
+		if c.status == http.StatusForbidden {
+			require.Contains(t, got["error"], "execute-api:Invoke", "what the identity needs: %s", body)
+		}
+	}
+
+	// The API's own errors pass as they are.
+	fake := &fakeAPI{status: http.StatusNotFound, body: `{"error":"event 7 not found"}`}
+	upstream := httptest.NewServer(fake)
+	t.Cleanup(upstream.Close)
+	base := serve(t, Options{APIURL: upstream.URL + "/prod/", Credentials: creds, Region: "eu-west-1"})
+	status, _, body := do(t, "GET", base+"/ui/api/events/7", "", nil)
+	require.Equal(t, http.StatusNotFound, status)
+	require.Equal(t, `{"error":"event 7 not found"}`, body)
+
+	// Credentials that cannot be read: nothing is sent, and the answer says so.
+	expired := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{}, errors.New("the SSO session has expired: secret detail")
+	})
+	base = serve(t, Options{APIURL: upstream.URL + "/prod/", Credentials: expired, Region: "eu-west-1"})
+	before := len(fake.received())
+	status, _, body = do(t, "GET", base+"/ui/api/agents", "", nil)
+	require.Equal(t, http.StatusBadGateway, status)
+	require.JSONEq(t, `{"error":"the console could not sign the call: your AWS credentials could not be read (expired?); the console's log says why"}`, body)
+	require.Len(t, fake.received(), before, "nothing reached the API")
 }

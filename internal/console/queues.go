@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,12 @@ const (
 	sampleSize  = 10
 	dryRunLimit = 100
 )
+
+// DefaultAWSTimeout is Options.AWSTimeout's default: reading the depths of a few queues, listing at
+// most dryRunLimit messages of a DLQ, or one GetMetricData of the rates takes well under a second;
+// an endpoint that has not answered in 10 s is failing, and the page says so rather than waiting
+// with it.
+const DefaultAWSTimeout = 10 * time.Second
 
 // configure takes the source queues, names or URLs; a queue's name in the console's paths is its
 // name, the last segment of its URL.
@@ -92,9 +99,11 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 			writeError(w, http.StatusBadRequest, "GET /ui/api/queues takes no query parameters")
 			return
 		}
+		ctx, cancel := context.WithTimeout(r.Context(), c.awsTimeout())
+		defer cancel()
 		out := []queueJSON{}
 		for _, name := range q.names {
-			j, err := q.depths(r.Context(), name)
+			j, err := q.depths(ctx, name)
 			if err != nil {
 				c.log.Error("console: queue depths", "queue", name, "err", err)
 				writeError(w, http.StatusBadGateway, "the depths of the queue "+quote(name)+" could not be read; the console's log says why")
@@ -115,6 +124,10 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 		methodNotAllowed(w, "POST")
 		return
 	}
+	if r.URL.RawQuery != "" {
+		writeError(w, http.StatusBadRequest, `POST /ui/api/queues/{name}/redrive takes no query parameters: the body says {"dryRun": true} or {"dryRun": false}`)
+		return
+	}
 	if !c.checkPost(w, r) {
 		return
 	}
@@ -130,7 +143,11 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 	}
 	defer mu.(*sync.Mutex).Unlock()
 	ctx := r.Context()
-	rq, err := redrive.Resolve(ctx, q.client, q.entries[name], "")
+	// Finding the queues, and a dry run, are bounded like the depths; a redrive moves every message
+	// of the DLQ, which takes as long as it takes.
+	bounded, cancel := context.WithTimeout(ctx, c.awsTimeout())
+	defer cancel()
+	rq, err := redrive.Resolve(bounded, q.client, q.entries[name], "")
 	if err != nil {
 		c.log.Error("console: redrive: resolve the queue and its DLQ", "queue", name, "err", err)
 		writeError(w, http.StatusBadGateway, "the queue "+quote(name)+" or its DLQ could not be found; the console's log says why")
@@ -138,12 +155,12 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 	}
 	if dryRun {
 		// The DLQ's own count first: a dry run that stops at dryRunLimit answers it instead.
-		approx, err := counts(ctx, q.client, rq.DLQURL, types.QueueAttributeNameApproximateNumberOfMessages)
+		approx, err := counts(bounded, q.client, rq.DLQURL, types.QueueAttributeNameApproximateNumberOfMessages)
 		var n int
 		var sample []string
 		var more bool
 		if err == nil {
-			n, sample, more, err = redrive.PeekAtMost(ctx, q.client, rq, sampleSize, dryRunLimit, io.Discard)
+			n, sample, more, err = redrive.PeekAtMost(bounded, q.client, rq, sampleSize, dryRunLimit, io.Discard)
 		}
 		if err != nil {
 			c.log.Error("console: redrive dry run", "queue", name, "dlq", rq.DLQURL, "err", err)
@@ -169,6 +186,8 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 	c.log.Info("console: redrive", "queue", name, "dlq", rq.DLQURL, "moved", moved)
 	writeJSON(w, http.StatusOK, map[string]any{"dryRun": false, "moved": moved})
 }
+
+func (c *console) awsTimeout() time.Duration { return cmp.Or(c.opt.AWSTimeout, DefaultAWSTimeout) }
 
 // depths reads the depths of the queue name and of the DLQ its RedrivePolicy names (none: dlq null).
 func (q *queues) depths(ctx context.Context, name string) (queueJSON, error) {

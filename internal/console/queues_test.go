@@ -3,9 +3,11 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -168,6 +170,13 @@ func TestRedriveRefusals(t *testing.T) {
 		require.Equal(t, c.status, status, "%s: %s", c.name, body)
 		require.Contains(t, body, `"error"`)
 	}
+	// A query parameter is refused, as on every other route of the console's API, before anything
+	// moves: ignored, ?dryRun=true beside a body that says false ran a real redrive.
+	for _, q := range []string{"?dryRun=true", "?x=1"} {
+		status, _, body := do(t, "POST", base+"/ui/api/queues/"+name+"/redrive"+q, `{"dryRun": false}`, map[string]string{"X-CSRF-Token": token})
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", q, body)
+		require.Contains(t, body, "takes no query parameters", q)
+	}
 	requireDepth(t, client, a.DLQURL, 1)
 	requireDepth(t, client, a.URL, 0)
 }
@@ -177,4 +186,48 @@ func requireDepth(t *testing.T, client *sqs.Client, url string, want int) {
 	v, inFlight, err := queue.Depth(context.Background(), client, url)
 	require.NoError(t, err)
 	require.Equal(t, want, v+inFlight, url)
+}
+
+// An SQS endpoint that stops answering (its process stopped with SIGSTOP: connections accepted,
+// nothing answered) makes the queues' depths and a dry run a 502 within Options.AWSTimeout, not a
+// request that waits for as long as the page does (the overview asks again every 2 s); the endpoint
+// resumed, both answer again.
+func TestAStalledSQSIsA502WithinTheTimeout(t *testing.T) {
+	t.Parallel()
+	srv, err := localsqs.Start("")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	client := localsqs.NewClient(srv.URL)
+	a := localsqs.Queues(t, client, 30, 5)
+	send(t, client, a.DLQURL, `{"id":7}`)
+	base := serve(t, Options{API: &fakeAPI{}, SQS: client, Queues: []string{a.URL}, AWSTimeout: time.Second})
+	token := session(t, base)["csrfToken"]
+	name := nameOf(a.URL)
+
+	require.NoError(t, srv.Pause())
+	t.Cleanup(func() { _ = srv.Resume() })
+	patient := &http.Client{Timeout: 15 * time.Second}
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/ui/api/queues", ""},
+		{"POST", "/ui/api/queues/" + name + "/redrive", `{"dryRun": true}`},
+	} {
+		req, err := http.NewRequest(c.method, base+c.path, strings.NewReader(c.body))
+		require.NoError(t, err)
+		req.Header.Set("X-CSRF-Token", token)
+		start := time.Now()
+		resp, err := patient.Do(req)
+		require.NoError(t, err, "%s %s: still waiting for the stalled SQS endpoint after 15 s (AWSTimeout 1 s)", c.method, c.path)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s %s: %s", c.method, c.path, body)
+		require.Contains(t, string(body), "the console's log says why")
+		require.Less(t, time.Since(start), 10*time.Second)
+	}
+
+	require.NoError(t, srv.Resume())
+	status, _, body := do(t, "GET", base+"/ui/api/queues", "", nil)
+	require.Equal(t, http.StatusOK, status, body)
+	status, _, body = do(t, "POST", base+"/ui/api/queues/"+name+"/redrive", `{"dryRun": true}`, map[string]string{"X-CSRF-Token": token})
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"messages":1`)
 }

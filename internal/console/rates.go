@@ -81,7 +81,9 @@ func (c *console) serveRates(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	rates, err := c.opt.Rates.Rates(r.Context())
+	ctx, cancel := context.WithTimeout(r.Context(), c.awsTimeout())
+	defer cancel()
+	rates, err := c.opt.Rates.Rates(ctx)
 	out.Source = rates.Source
 	if err != nil {
 		var u *Unavailable

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,12 +33,22 @@ const ownPorts = "HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_
 // before it touches either, so that a port another run holds stops it before it has created or
 // migrated a database or created a queue. An error is logged before it is returned.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	return run(ctx, getenv, nil, stdout)
+}
+
+// RunEnviron is Run of the process's environment, which also refuses a number, duration or
+// true/false variable set to nothing (config.LoadChecked): what cmd/local runs.
+func RunEnviron(ctx context.Context, stdout io.Writer) error {
+	return run(ctx, os.Getenv, config.IsSetInEnviron, stdout)
+}
+
+func run(ctx context.Context, getenv func(string) string, isSet func(string) bool, stdout io.Writer) error {
 	failed := func(err error) error {
 		slog.New(slog.NewJSONHandler(stdout, nil)).Error("startup failed", "err", err)
 		return err
 	}
 	getenv = Getenv(getenv)
-	cfg, err := config.Load(getenv)
+	cfg, err := config.LoadChecked(getenv, isSet)
 	if err != nil {
 		return failed(err)
 	}

@@ -53,3 +53,68 @@ func TestMaintenanceMovesOldPagesToTheArchive(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 300, n)
 }
+
+// An S3 endpoint that stops answering holds the maintenance no longer than the archive's Timeout:
+// the move gives up (the page stays in the database, where every read finds it) and the sweep goes
+// on settling due events, as an agent's loop, which runs the maintenance between its batches, must;
+// once the endpoint answers again, the next maintenance moves the page.
+func TestAStalledArchiveDoesNotHoldTheSweeperUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	s3srv, err := locals3.Start("", "", "history")
+	require.NoError(t, err)
+	t.Cleanup(s3srv.Stop)
+	bucket := archive.New(locals3.NewClient(s3srv.URL), "history", -1)
+	bucket.Timeout = time.Second
+	store.WithArchive(bucket)
+	pending(t, store, 300)
+	sweeper := sweeping.New(store.Sweeping(), sweeping.Config{Grace: new(time.Duration(0)), Retention: new(time.Duration(0))})
+	_, err = sweeper.Sweep(ctx)
+	require.NoError(t, err)
+	_, err = store.DB.Pool().Exec("UPDATE status SET id = id + 30000")
+	require.NoError(t, err)
+	archived := func() int64 {
+		t.Helper()
+		h, err := store.Events.HistoryTiers(ctx)
+		require.NoError(t, err)
+		return h.Archive.Events
+	}
+
+	require.NoError(t, s3srv.Pause())
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			require.NoError(t, s3srv.Resume())
+		}
+	}
+	t.Cleanup(resume)
+	// within runs f and fails the test if it has not returned 15 s later (the Timeout is 1 s).
+	within := func(what string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { defer close(done); f() }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			resume() // lets the stuck call end
+			t.Fatalf("%s still waits for the stalled S3 endpoint after 15 s (the archive's Timeout is 1 s)", what)
+		}
+	}
+	within("the maintenance", func() { _, err = sweeper.Maintain(ctx) })
+	require.NoError(t, err, "a move that failed is logged and tried again later, not the fold's error")
+	require.Zero(t, archived(), "nothing moved while the endpoint stalls")
+	pending(t, store, 5)
+	within("a sweep", func() { _, err = sweeper.Sweep(ctx) })
+	require.NoError(t, err)
+	require.Zero(t, countPending(t, store), "the sweep settled the due events")
+	n, err := store.Events.Count(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 305, n)
+
+	resume()
+	_, err = sweeper.Maintain(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 305, archived(), "the endpoint answers again: the page moved, with the 5 events packed into it since")
+}

@@ -92,13 +92,13 @@ func TestConfigured(t *testing.T) {
 	t.Parallel()
 	c := load(t, map[string]string{"DB_HOST": "h", "DB_USER": "u", "DB_PASSWORD": "p", "DB_PORT": "3307",
 		"DB_NAME": "n", "DB_TLS": "true", "DB_MAX_OPEN_CONNS": "7", "AWS_REGION": "eu-west-1",
-		"ALLOCATOR": "literal", "ALLOCATOR_BLOCK_SIZE": "8", "QUEUE_URL": "http://q",
+		"ALLOCATOR": "literal", "ALLOCATOR_BLOCK_SIZE": "8", "QUEUE_URL": "http://q/000000000000/events",
 		"VISIBILITY_HEARTBEAT": "1s", "VISIBILITY_EXTENSION": "3s", "QUEUE_NAME": "mine", "LOG_LEVEL": "warn"})
 	require.Equal(t, mysql.ConnConfig{Host: "h", Port: 3307, Name: "n", User: "u", Password: "p",
 		TLS: true, Region: "eu-west-1", MaxOpenConns: 7}, wire.Conn(c.DB))
 	require.Equal(t, mysql.Config{Allocator: "literal", BlockSize: 8}, wire.StoreConfig(c.Store))
 	v := wire.Visibility(c, nil)
-	require.Equal(t, "http://q", v.QueueURL)
+	require.Equal(t, "http://q/000000000000/events", v.QueueURL)
 	require.Equal(t, time.Second, v.Heartbeat)
 	require.Equal(t, 3*time.Second, v.Extension)
 	require.Equal(t, "mine", wire.LocalQueue(c.Local.QueueName).Name)

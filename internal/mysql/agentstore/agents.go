@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -176,9 +177,17 @@ func (s *Store) RemoveAgent(ctx context.Context, id int64) error {
 	return mysql.Interpret("remove agent", err)
 }
 
+// truncate cuts s to at most n characters, as a VARCHAR(n) column counts them, and never inside
+// one: the database refuses a string with a partial (or any invalid) UTF-8 sequence, so a name cut
+// at a byte count inside a character could never be registered. Invalid bytes become U+FFFD.
 func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	i := 0
+	for at := range s {
+		if i == n {
+			return s[:at]
+		}
+		i++
 	}
-	return s[:n]
+	return s
 }

@@ -2,6 +2,7 @@ package agentstore_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,4 +122,34 @@ func TestPulseAndEjectOnTheDatabaseClock(t *testing.T) {
 	as, err := store.Agents.Agents(ctx)
 	require.NoError(t, err)
 	require.Empty(t, as)
+}
+
+// A name or kind longer than its column is cut to the column's length in characters (VARCHAR counts
+// characters, not bytes), never inside a character: AGENT_NAME="a" and forty "é" (81 bytes) was
+// cut at byte 64, inside an "é", and the database refused the row on every registration, so that
+// the agent claimed nothing, ever. A name that fits is kept whole, whatever its bytes.
+func TestLongNamesAreCutBetweenCharacters(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	for _, c := range []struct{ name, kind, wantName, wantKind string }{
+		{"a" + strings.Repeat("é", 40), "sweeper", "a" + strings.Repeat("é", 40), "sweeper"},
+		{"a" + strings.Repeat("é", 70), "k" + strings.Repeat("ü", 20), "a" + strings.Repeat("é", 63), "k" + strings.Repeat("ü", 15)},
+		{strings.Repeat("名", 64) + "x", "kind", strings.Repeat("名", 64), "kind"},
+		{strings.Repeat("😀", 65), "kind", strings.Repeat("😀", 64), "kind"},
+	} {
+		a, err := store.Agents.RegisterAgent(ctx, exactlyonce.AgentSpec{Name: c.name, Kind: c.kind, Sharding: exactlyonce.ShardingDynamic}, time.Minute)
+		require.NoError(t, err, "%q", c.name)
+		agents, err := store.Agents.Agents(ctx)
+		require.NoError(t, err)
+		var got *exactlyonce.Agent
+		for i := range agents {
+			if agents[i].ID == a.ID {
+				got = &agents[i]
+			}
+		}
+		require.NotNil(t, got)
+		require.Equal(t, c.wantName, got.Name)
+		require.Equal(t, c.wantKind, got.Kind)
+	}
 }
