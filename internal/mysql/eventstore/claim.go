@@ -48,10 +48,41 @@ func (s *Store) ClaimDue(ctx context.Context, c exactlyonce.Claim, grace time.Du
 			}
 		}
 		full = len(claimed) == limit
+		var dropped int
+		claimed, dropped = capClaimedTasks(claimed, MaxClaimTasks)
+		full = full || dropped > 0
 		return claimed, readClaimedTasks(ctx, tx, claimed)
 	})
 	s.dueFull.Store(full && err == nil)
 	return out, mysql.Interpret("claim due events", err)
+}
+
+// MaxClaimTaskBytes bounds the task payloads one claim holds in memory: a claim reads its tasks
+// whole (readClaimedTasks) and delivers them from memory, in a Lambda of 256 MB. MaxClaimTasks is
+// the tasks that many bytes hold at the largest payload the API accepts (128 of 256 KiB): a claim
+// due for more leaves the rest for the next one, whatever its limit of rows.
+const (
+	MaxClaimTaskBytes = 32 << 20
+	MaxClaimTasks     = MaxClaimTaskBytes / exactlyonce.MaxTaskPayloadBytes
+)
+
+// capClaimedTasks keeps, of the heads a claim locked, every event that is not a task and the first
+// max tasks, in their order, and says how many tasks it left out (still pending: they are not
+// leased, and their locks end with the claim's transaction).
+func capClaimedTasks(claimed []exactlyonce.Event, max int) ([]exactlyonce.Event, int) {
+	tasks, dropped := 0, 0
+	kept := claimed[:0]
+	for _, ev := range claimed {
+		if ev.Kind == exactlyonce.KindTask {
+			if tasks == max {
+				dropped++
+				continue
+			}
+			tasks++
+		}
+		kept = append(kept, ev)
+	}
+	return kept, dropped
 }
 
 // openSubpartitions is the number of subpartitions of `open`, opensp0 to opensp7, as the

@@ -258,3 +258,48 @@ func TestEachSettledEventGetsItsOwnValue(t *testing.T) {
 		require.Equal(t, valueOf(id), *e.Value, "event %d", id)
 	}
 }
+
+// A claim holds at most MaxClaimTasks tasks, whose payloads it reads whole into memory (128 of the
+// largest payload the API accepts: 32 MiB, in a 256 MB Lambda), whatever its limit of rows; the
+// plain events due beside them are claimed up to the limit, and the tasks left out stay pending
+// for the next claim, which takes them.
+func TestAClaimHoldsAtMostMaxClaimTasksTasks(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	const tasks = eventstore.MaxClaimTasks + 40
+	batch := make([]exactlyonce.NewTask, tasks)
+	for i := range batch {
+		batch[i] = exactlyonce.NewTask{URL: "https://example.com/hook", Payload: []byte(`{"n":1}`), MaxRetries: 3}
+	}
+	for len(batch) > 0 {
+		n := min(len(batch), 100)
+		_, err := store.Tasks.CreateTasks(ctx, batch[:n])
+		require.NoError(t, err)
+		batch = batch[n:]
+	}
+	_, err := store.Events.CreatePendingBatch(ctx, 30)
+	require.NoError(t, err)
+
+	got, err := store.Events.ClaimDue(ctx, claimFor(exactlyonce.BySweeper, time.Minute), 0, 500, mysqltest.LeaseAll)
+	require.NoError(t, err)
+	count := func(c exactlyonce.Claimed) (tasks, plain int) {
+		for _, ev := range c.Leased {
+			if ev.Kind == exactlyonce.KindTask {
+				tasks++
+			} else {
+				plain++
+			}
+		}
+		return tasks, plain
+	}
+	gotTasks, gotPlain := count(got)
+	require.Equal(t, eventstore.MaxClaimTasks, gotTasks, "tasks in one claim")
+	require.Equal(t, 30, gotPlain, "the plain events due beside them")
+	next, err := store.Events.ClaimDue(ctx, claimFor(exactlyonce.BySweeper, time.Minute), 0, 500, mysqltest.LeaseAll)
+	require.NoError(t, err)
+	gotTasks, gotPlain = count(next)
+	require.Equal(t, 40, gotTasks, "the tasks the first claim left out")
+	require.Zero(t, gotPlain)
+}
