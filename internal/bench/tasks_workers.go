@@ -13,6 +13,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -123,12 +124,15 @@ func (r *run) runTaskWorkers(ctx context.Context, group string) error {
 	return r.runWorkerRecovery(ctx, group, store, create, &delivered, &firstAt)
 }
 
-// runWorkerRecovery: 10,000 tasks held by the event workers of a dead agent (agent id 0 is never
+// runWorkerRecovery: about 10,000 tasks held by the event workers of a dead agent (agent id 0 is never
 // registered); an agent starts, adopts them and delivers: the time from its start to its first
 // delivery, and to the last.
 func (r *run) runWorkerRecovery(ctx context.Context, group string, store *wire.Stores, create func(string, int, int) error,
 	delivered *atomic.Int64, firstAt *atomic.Pointer[time.Time]) error {
-	refs, perRef := pick(r, 500, 50), 20
+	// As many references as one claim takes tasks (eventstore.MaxClaimTasks), so that the dead
+	// agent's one claim holds a head of each.
+	refs := pick(r, eventstore.MaxClaimTasks, 50)
+	perRef := pick(r, 10000/refs, 20)
 	if err := create("dead", refs, perRef); err != nil {
 		return err
 	}
