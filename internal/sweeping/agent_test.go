@@ -81,9 +81,11 @@ func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 		}
 	}()
 
-	// Three ticks of shard 0, each 3.5 s long (2.5 s of claiming), starting every 2 s (the overlap of
-	// timeout and rate), and one long invocation of shard 1. (Half these lengths, a loaded machine's
-	// invocation ended before any of its pulses did: "no pulse succeeded in the whole invocation".)
+	// Three ticks of shard 0, each 6 s long (5 s of claiming), starting every 3.5 s (the overlap of
+	// timeout and rate), and one long invocation of shard 1. (With half these lengths, a loaded
+	// machine's invocation ended before any of its pulses did, "no pulse succeeded in the whole
+	// invocation": in `make test`, 3.5 s ticks failed so while the tests' server took 20 s to make
+	// a database.)
 	var wg sync.WaitGroup
 	invoke := func(shard int, after, length time.Duration) {
 		wg.Add(1)
@@ -96,9 +98,9 @@ func TestScheduledSweepersHandTheirShardsOver(t *testing.T) {
 			require.NoError(t, err)
 		}()
 	}
-	invoke(1, 0, 8*time.Second)
+	invoke(1, 0, 13*time.Second)
 	for tick := range 3 {
-		invoke(0, time.Duration(tick)*2*time.Second, 3500*time.Millisecond)
+		invoke(0, time.Duration(tick)*3500*time.Millisecond, 6*time.Second)
 	}
 	wg.Wait()
 	stopSampling()

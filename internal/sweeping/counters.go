@@ -100,6 +100,9 @@ func SweepCounters(ctx context.Context, store CounterStore, cfg Counters, log *s
 	// A failed step is retried by the next sweep, a minute later: a warning. What needs a person is
 	// a step that keeps failing, which CounterSweepErrors and its alarm (infra/counters.go) say.
 	fail := func(step string, err error) {
+		if ctx.Err() != nil {
+			return // a stop cut it short: not a failure
+		}
 		res.Errors++
 		log.Warn("sweeper: counter "+step+" failed; the next sweep tries again", "err", err)
 	}

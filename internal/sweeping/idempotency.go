@@ -31,7 +31,9 @@ func (s *Sweeper) pruneKeys(ctx context.Context) {
 	}
 	n, err := p.PruneKeys(ctx, pruneBatch, pruneLimit)
 	if err != nil {
-		s.cfg.Logger.Warn("sweeper: pruning expired idempotency keys failed; the next sweep tries again", "pruned", n, "err", err)
+		if ctx.Err() == nil { // a stop cut it short: not a failure
+			s.cfg.Logger.Warn("sweeper: pruning expired idempotency keys failed; the next sweep tries again", "pruned", n, "err", err)
+		}
 		return
 	}
 	if n > 0 {

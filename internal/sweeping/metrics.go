@@ -161,7 +161,9 @@ func readWithin[T any](ctx context.Context, s *Sweeper, read func(context.Contex
 	defer cancel()
 	v, err := read(rctx)
 	if err != nil {
-		s.cfg.Logger.Warn(failed, "err", err)
+		if ctx.Err() == nil { // a stop cut it short: not a failure
+			s.cfg.Logger.Warn(failed, "err", err)
+		}
 		return zero, false
 	}
 	return v, true
