@@ -201,5 +201,6 @@ func appendMissing(ctx context.Context, tx *sql.Tx, found []refEntry) error {
 			missing = append(missing, e)
 		}
 	}
-	return appendDirectory(ctx, tx, missing)
+	// The slots were compacted above, under the same locks: the entries go straight to the cells.
+	return writeCells(ctx, tx, groupEntries(missing))
 }
