@@ -105,7 +105,7 @@ func runAsync(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	meter := newCPUMeter(map[string]int{"bench": os.Getpid(), "goaws": st.goawsPID, "database": findProcess("mariadbd", "mysqld")})
+	meter := newCPUMeter(map[string]int{"bench": os.Getpid(), "goaws": st.goawsPID, "database": databasePID(ctx, st.db)})
 	post := func(url string) request {
 		return func(ctx context.Context, c *http.Client, _ int) (int, []byte, error) {
 			return call(ctx, c, http.MethodPost, url)

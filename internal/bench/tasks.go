@@ -297,7 +297,7 @@ func runTasks(ctx context.Context, r *run) error {
 
 	recv := newTaskReceiver(tasksReceiverDelay)
 	defer recv.close()
-	meter := newCPUMeter(map[string]int{"bench": os.Getpid(), "goaws": st.goawsPID, "database": findProcess("mariadbd", "mysqld")})
+	meter := newCPUMeter(map[string]int{"bench": os.Getpid(), "goaws": st.goawsPID, "database": databasePID(ctx, st.db)})
 
 	refs, perRef := pick(r, 1000, 10), 20
 	clients := pick(r, 64, 8)
