@@ -17,6 +17,7 @@ package redrive
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,8 +56,11 @@ type Queues struct {
 	DLQURL, DLQARN       string
 }
 
-// Resolve finds the source queue (a name or URL) and its DLQ: dlq (a name or URL) if given, or the
-// queue the source queue's RedrivePolicy names.
+// Resolve finds the source queue (a name or URL) and its DLQ: the queue the source queue's
+// RedrivePolicy names (deadLetterTargetArn). dlq (a name or URL), if given, must be that queue: a
+// redrive sends a DLQ's messages to the queue it names as their source, so another queue's DLQ
+// would land that queue's messages in this one. Naming another queue, or any queue for a source
+// queue without a RedrivePolicy, is an error wrapping ErrRefused.
 func Resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 	var q Queues
 	var err error
@@ -68,6 +72,7 @@ func Resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 		return q, err
 	}
 	q.SourceARN = attrs[string(types.QueueAttributeNameQueueArn)]
+	target, err := deadLetterTarget(attrs[string(types.QueueAttributeNameRedrivePolicy)])
 	if dlq != "" {
 		if q.DLQURL, err = queueURL(ctx, c, dlq, ""); err != nil {
 			return q, err
@@ -77,20 +82,23 @@ func Resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 			return q, err
 		}
 		q.DLQARN = dattrs[string(types.QueueAttributeNameQueueArn)]
-	} else {
-		policy := attrs[string(types.QueueAttributeNameRedrivePolicy)]
-		var p struct {
-			DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+		if target == "" {
+			return q, fmt.Errorf("%s is not the dead-letter queue of %s, which has no RedrivePolicy: %w", cmp.Or(q.DLQARN, q.DLQURL), q.SourceURL, ErrRefused)
 		}
-		if policy == "" || json.Unmarshal([]byte(policy), &p) != nil || p.DeadLetterTargetArn == "" {
-			return q, fmt.Errorf("queue %s has no RedrivePolicy naming its DLQ (%q): name the DLQ with DLQ=<name>", source, policy)
+		if q.DLQARN != target {
+			return q, fmt.Errorf("%s is not the dead-letter queue of %s (its RedrivePolicy names %s): its messages would go to a queue they did not come from: %w",
+				cmp.Or(q.DLQARN, q.DLQURL), q.SourceURL, target, ErrRefused)
+		}
+	} else {
+		if err != nil {
+			return q, fmt.Errorf("queue %s %w", source, err)
 		}
 		// arn:aws:sqs:<region>:<account>:<name>
-		parts := strings.Split(p.DeadLetterTargetArn, ":")
+		parts := strings.Split(target, ":")
 		if len(parts) != 6 || parts[5] == "" {
-			return q, fmt.Errorf("queue %s's RedrivePolicy names %q, which is not a queue ARN: name the DLQ with DLQ=<name>", source, p.DeadLetterTargetArn)
+			return q, fmt.Errorf("queue %s's RedrivePolicy names %q, which is not a queue ARN", source, target)
 		}
-		q.DLQARN = p.DeadLetterTargetArn
+		q.DLQARN = target
 		if q.DLQURL, err = queueURL(ctx, c, parts[5], parts[4]); err != nil {
 			return q, err
 		}
@@ -103,6 +111,22 @@ func Resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 	}
 	return q, nil
 }
+
+// deadLetterTarget returns the DLQ a RedrivePolicy names (its deadLetterTargetArn), or "" and an
+// error saying there is none.
+func deadLetterTarget(policy string) (string, error) {
+	var p struct {
+		DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+	}
+	if policy == "" || json.Unmarshal([]byte(policy), &p) != nil || p.DeadLetterTargetArn == "" {
+		return "", fmt.Errorf("has no RedrivePolicy naming its DLQ (%q)", policy)
+	}
+	return p.DeadLetterTargetArn, nil
+}
+
+// ErrRefused is the error of a redrive refused before anything moved, because it would move
+// messages into a queue they did not come from.
+var ErrRefused = errors.New("refused before anything moved")
 
 // QueueURL returns nameOrURL if it is a URL, else the URL of the queue of that name.
 func QueueURL(ctx context.Context, c SQS, nameOrURL string) (string, error) {

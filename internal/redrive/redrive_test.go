@@ -216,24 +216,41 @@ func TestFailureMidwayDeletesOnlyWhatWasSent(t *testing.T) {
 	}
 }
 
-// The DLQ comes from DLQ= when given; a queue without a RedrivePolicy needs it.
+// The DLQ is the one the source queue's RedrivePolicy names. DLQ= may name it (by name or URL);
+// naming another queue's DLQ, or any queue as the DLQ of a queue without a RedrivePolicy, is refused,
+// naming the problem, before anything is read from either queue's messages.
 func TestResolve(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := localsqs.Client(t)
 	qs := localsqs.Queues(t, client, 30, 5)
 	other := localsqs.Queues(t, client, 30, 5)
-	q, err := Resolve(ctx, client, qs.URL, other.DLQURL)
-	require.NoError(t, err)
-	require.Equal(t, other.DLQARN, q.DLQARN)
+	want := Queues{SourceURL: qs.URL, SourceARN: qs.ARN, DLQURL: qs.DLQURL, DLQARN: qs.DLQARN}
+	dlqName := qs.DLQURL[strings.LastIndex(qs.DLQURL, "/")+1:]
+	for _, dlq := range []string{"", qs.DLQURL, dlqName} {
+		q, err := Resolve(ctx, client, qs.URL, dlq)
+		require.NoError(t, err, "DLQ=%q", dlq)
+		require.Equal(t, want, q, "DLQ=%q", dlq)
+	}
 
-	// A DLQ has no RedrivePolicy of its own.
+	// Another queue's DLQ: its messages would land in the wrong queue.
+	_, err := Resolve(ctx, client, qs.URL, other.DLQURL)
+	require.ErrorIs(t, err, ErrRefused)
+	require.ErrorContains(t, err, other.DLQARN+" is not the dead-letter queue of "+qs.URL)
+	require.ErrorContains(t, err, "its RedrivePolicy names "+qs.DLQARN)
+	// A queue that is no DLQ at all (the other source queue) is refused the same way.
+	_, err = Resolve(ctx, client, qs.URL, other.URL)
+	require.ErrorIs(t, err, ErrRefused)
+	// A queue without a RedrivePolicy (a DLQ has none of its own) has no DLQ to redrive, named or not.
 	_, err = Resolve(ctx, client, qs.DLQURL, "")
+	require.ErrorContains(t, err, "has no RedrivePolicy")
+	_, err = Resolve(ctx, client, qs.DLQURL, other.DLQURL)
+	require.ErrorIs(t, err, ErrRefused)
 	require.ErrorContains(t, err, "has no RedrivePolicy")
 	_, err = Resolve(ctx, client, "no-such-queue-"+t.Name(), "")
 	require.ErrorContains(t, err, "no-such-queue")
 	_, err = Resolve(ctx, client, qs.URL, qs.URL)
-	require.ErrorContains(t, err, "the same queue")
+	require.ErrorIs(t, err, ErrRefused, "the source queue is not its own DLQ")
 }
 
 // Only an answer that the action is unknown makes the redrive fall back to moving one by one:
