@@ -39,7 +39,7 @@ func main() {
 	dlqName := flag.String("dlq", os.Getenv("DLQ"), "its dead-letter queue, a name or URL (default $DLQ; empty: the one the source queue's RedrivePolicy names)")
 	dryRun := flag.Bool("dry-run", envBool("DRY_RUN"), "list the messages that would move; move and delete nothing (default $DRY_RUN)")
 	local := flag.Bool("local", envBool("LOCAL"), "use the local SQS endpoint of `make run`, http://127.0.0.1:$SQSLOCAL_PORT (default $LOCAL)")
-	every := flag.Duration("every", 5*time.Second, "how often to report a move task's progress")
+	every := flag.Duration("every", 5*time.Second, "how often to report a move task's progress, at least 1s (each report is a ListMessageMoveTasks call)")
 	flag.Parse()
 	if *queueName == "" {
 		fmt.Fprintln(os.Stderr, "usage: make redrive QUEUE=<source queue> [DLQ=<name>] [DRY_RUN=1] [LOCAL=1]")
@@ -53,7 +53,15 @@ func main() {
 	}
 }
 
+// minEvery is the shortest -every: each report is a ListMessageMoveTasks call, made for a person to
+// read; 0 would make them without pause until the task ends, and more than one a second only spends
+// API calls.
+const minEvery = time.Second
+
 func run(ctx context.Context, queueName, dlqName string, dryRun, local bool, every time.Duration, out io.Writer) error {
+	if every < minEvery {
+		return fmt.Errorf("-every %v: the interval between two reports of a move task's progress must be at least %v", every, minEvery)
+	}
 	var client *sqs.Client
 	if local {
 		endpoint := "http://127.0.0.1:" + cmp.Or(os.Getenv("SQSLOCAL_PORT"), "4100")

@@ -87,3 +87,28 @@ func TestRunRefusesAnotherQueuesDLQ(t *testing.T) {
 		requireDepth(t, client, other.URL, 0)
 	}
 }
+
+// -every is how often a move task's progress is read (a ListMessageMoveTasks call): 0 or less would
+// call it without pause until the task ends, so it is refused, before anything is read or moved.
+func TestRunRefusesEveryBelowOneSecond(t *testing.T) {
+	ctx := context.Background()
+	client := localsqs.Client(t)
+	endpoint, err := url.Parse(localsqs.Endpoint(t))
+	require.NoError(t, err)
+	if endpoint.Hostname() != "127.0.0.1" {
+		t.Skipf("LOCAL=1 means 127.0.0.1; the test endpoint is %s", endpoint)
+	}
+	t.Setenv("SQSLOCAL_PORT", endpoint.Port())
+	qs := localsqs.Queues(t, client, 30, 5)
+	_, err = client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(qs.DLQURL), MessageBody: aws.String(`{"id":7}`)})
+	require.NoError(t, err)
+	for _, every := range []time.Duration{0, -time.Second, 999 * time.Millisecond} {
+		var out bytes.Buffer
+		err := run(ctx, qs.URL, "", false, true, every, &out)
+		require.ErrorContains(t, err, "-every "+every.String()+": ", "every %v", every)
+		require.ErrorContains(t, err, "at least 1s")
+		require.Empty(t, out.String(), "refused before connecting")
+		requireDepth(t, client, qs.DLQURL, 1)
+		requireDepth(t, client, qs.URL, 0)
+	}
+}

@@ -173,9 +173,13 @@ func visible(ctx context.Context, c SQS, url string) (int, error) {
 }
 
 // Redrive moves the DLQ's messages to the source queue: with a message move task where the endpoint
-// has them, one by one where it answers that it lacks the action. It returns how many messages
-// moved (as the move task reports it, approximately, on AWS).
+// has them, reporting its progress every interval (which must be positive), one by one where it
+// answers that it lacks the action. It returns how many messages moved (as the move task reports
+// it, approximately, on AWS).
 func Redrive(ctx context.Context, c *sqs.Client, q Queues, every time.Duration, out io.Writer) (int, error) {
+	if err := checkInterval(every); err != nil {
+		return 0, err
+	}
 	handle, err := StartMoveTask(ctx, c, q)
 	if errors.Is(err, ErrNoMoveTasks) {
 		fmt.Fprintf(out, "the endpoint lacks StartMessageMoveTask (%v): moving the messages one by one\n", err)
@@ -254,12 +258,16 @@ func (r *recorder) Do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// AwaitMoveTask reports the progress of the move task from dlqARN every interval until it ends:
+// AwaitMoveTask reports the progress of the move task from dlqARN every interval (positive: each
+// report is a ListMessageMoveTasks call) until it ends:
 // nil when it completed, an error when it failed or was cancelled, or when ctx ends (the task goes on).
 // ListMessageMoveTasks gives a task's handle only while it runs, so the task is the one with handle,
 // or, once no task has it, the most recent one (the first listed): one task at a time can move from a
 // queue, and this one was started last. It returns how many messages the task moved.
 func AwaitMoveTask(ctx context.Context, m Mover, dlqARN, handle string, every time.Duration, out io.Writer) (int, error) {
+	if err := checkInterval(every); err != nil {
+		return 0, err
+	}
 	last := ""
 	for {
 		res, err := m.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(dlqARN), MaxResults: aws.Int32(10)})
@@ -307,6 +315,15 @@ func AwaitMoveTask(ctx context.Context, m Mover, dlqARN, handle string, every ti
 		case <-time.After(every):
 		}
 	}
+}
+
+// checkInterval refuses a progress interval of 0 or less, which would list the move tasks without
+// pause until the task ends.
+func checkInterval(every time.Duration) error {
+	if every <= 0 {
+		return fmt.Errorf("progress interval %v is not positive: the move task's progress would be read without pause", every)
+	}
+	return nil
 }
 
 func stopped(ctx context.Context, handle string) error {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -131,7 +132,7 @@ func TestRedriveMovesEveryMessageOnce(t *testing.T) {
 	t.Parallel()
 	client, q := setup(t)
 	var out bytes.Buffer
-	moved, err := Redrive(context.Background(), client, q, 0, &out)
+	moved, err := Redrive(context.Background(), client, q, time.Second, &out)
 	require.NoError(t, err)
 	require.Equal(t, len(dlqBodies), moved)
 	require.Contains(t, out.String(), `the endpoint lacks StartMessageMoveTask (no message move tasks: HTTP 400 "Bad Request")`)
@@ -340,7 +341,7 @@ func TestMoveTaskProgressUntilCompleted(t *testing.T) {
 	require.Equal(t, q.SourceARN, aws.ToString(f.started.DestinationArn), "to its source queue")
 
 	var out bytes.Buffer
-	moved, err := AwaitMoveTask(context.Background(), f, q.DLQARN, handle, 0, &out)
+	moved, err := AwaitMoveTask(context.Background(), f, q.DLQARN, handle, time.Millisecond, &out)
 	require.NoError(t, err)
 	require.Equal(t, 100, moved)
 	require.Equal(t, "move task RUNNING: moved 0 / ?\nmove task RUNNING: moved 40 / 100\nmove task COMPLETED: moved 100 / 100\n"+
@@ -358,26 +359,51 @@ func TestMoveTaskFailures(t *testing.T) {
 		{task("", "FAILED", 2, aws.Int64(5))},
 	}}
 	failed.lists[1][0].FailureReason = aws.String("AccessDenied: kms:Decrypt")
-	moved, err := AwaitMoveTask(context.Background(), failed, "dlq", "handle-1", 0, &bytes.Buffer{})
+	moved, err := AwaitMoveTask(context.Background(), failed, "dlq", "handle-1", time.Millisecond, &bytes.Buffer{})
 	require.Equal(t, 2, moved)
 	require.ErrorContains(t, err, "message move task failed after moving 2 messages: AccessDenied: kms:Decrypt")
 
 	cancelled := &fakeMover{lists: [][]types.ListMessageMoveTasksResultEntry{{task("", "CANCELLED", 2, aws.Int64(5))}}}
-	_, err = AwaitMoveTask(context.Background(), cancelled, "dlq", "handle-1", 0, &bytes.Buffer{})
+	_, err = AwaitMoveTask(context.Background(), cancelled, "dlq", "handle-1", time.Millisecond, &bytes.Buffer{})
 	require.ErrorContains(t, err, "message move task cancelled")
 
 	listing := &fakeMover{listErr: errors.New("throttled")}
-	_, err = AwaitMoveTask(context.Background(), listing, "dlq", "handle-1", 0, &bytes.Buffer{})
+	_, err = AwaitMoveTask(context.Background(), listing, "dlq", "handle-1", time.Millisecond, &bytes.Buffer{})
 	require.ErrorContains(t, err, "throttled")
 
 	none := &fakeMover{lists: [][]types.ListMessageMoveTasksResultEntry{{}}}
-	_, err = AwaitMoveTask(context.Background(), none, "dlq", "handle-1", 0, &bytes.Buffer{})
+	_, err = AwaitMoveTask(context.Background(), none, "dlq", "handle-1", time.Millisecond, &bytes.Buffer{})
 	require.ErrorContains(t, err, "lists no task")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	running := &fakeMover{lists: [][]types.ListMessageMoveTasksResultEntry{{task("handle-1", "RUNNING", 1, aws.Int64(5))}}}
-	_, err = AwaitMoveTask(ctx, running, "dlq", "handle-1", 0, &bytes.Buffer{})
+	_, err = AwaitMoveTask(ctx, running, "dlq", "handle-1", time.Millisecond, &bytes.Buffer{})
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorContains(t, err, "cancel-message-move-task --task-handle handle-1")
+}
+
+// A progress interval of 0 or less would list the move tasks without pause until the task ends (a
+// busy loop of ListMessageMoveTasks calls): refused before any task is listed, and by Redrive before
+// any task starts or any message moves.
+func TestProgressIntervalMustBePositive(t *testing.T) {
+	t.Parallel()
+	for _, every := range []time.Duration{0, -time.Second} {
+		f := &fakeMover{lists: [][]types.ListMessageMoveTasksResultEntry{
+			{task("handle-1", "RUNNING", 0, aws.Int64(5))},
+			{task("", "COMPLETED", 5, aws.Int64(5))},
+		}}
+		_, err := AwaitMoveTask(context.Background(), f, "dlq", "handle-1", every, io.Discard)
+		require.ErrorContains(t, err, "progress interval "+every.String()+" ")
+		require.Zero(t, f.calls, "nothing listed")
+	}
+
+	client, q := setup(t)
+	var out bytes.Buffer
+	moved, err := Redrive(context.Background(), client, q, 0, &out)
+	require.ErrorContains(t, err, "progress interval 0s ")
+	require.Zero(t, moved)
+	require.Empty(t, out.String())
+	require.Zero(t, depth(t, client, q.SourceURL), "nothing moved")
+	require.Equal(t, len(dlqBodies), depth(t, client, q.DLQURL))
 }
