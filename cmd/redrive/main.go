@@ -7,7 +7,10 @@
 //
 // QUEUE names the source queue (a name, or a URL); its DLQ is the one the source queue's
 // RedrivePolicy names (deadLetterTargetArn), as on AWS and locally (queue.Ensure sets the same
-// policy); DLQ=<name or URL> names another. The SQS client is configured the standard way (region,
+// policy). DLQ=<name or URL> may name it too, as a check: another queue (another queue's DLQ) is
+// refused before anything moves, and so is a DLQ that other queues name as theirs too (its
+// messages are not all the source queue's). -every is how often a move task's progress is
+// printed, at least 1s. The SQS client is configured the standard way (region,
 // credentials, AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL); LOCAL=1 instead points it at
 // http://127.0.0.1:$SQSLOCAL_PORT (default 4100) with dummy credentials, as `make run` does.
 //
@@ -36,7 +39,7 @@ import (
 
 func main() {
 	queueName := flag.String("queue", os.Getenv("QUEUE"), "the source queue, a name or URL (default $QUEUE)")
-	dlqName := flag.String("dlq", os.Getenv("DLQ"), "its dead-letter queue, a name or URL (default $DLQ; empty: the one the source queue's RedrivePolicy names)")
+	dlqName := flag.String("dlq", os.Getenv("DLQ"), "its dead-letter queue, a name or URL, checked: it must be the one the source queue's RedrivePolicy names (default $DLQ; empty: that one)")
 	dryRun := flag.Bool("dry-run", envBool("DRY_RUN"), "list the messages that would move; move and delete nothing (default $DRY_RUN)")
 	local := flag.Bool("local", envBool("LOCAL"), "use the local SQS endpoint of `make run`, http://127.0.0.1:$SQSLOCAL_PORT (default $LOCAL)")
 	every := flag.Duration("every", 5*time.Second, "how often to report a move task's progress, at least 1s (each report is a ListMessageMoveTasks call)")

@@ -3,7 +3,10 @@
 // redrive) and the operators' console (internal/console).
 //
 // The DLQ is the one the source queue's RedrivePolicy names (deadLetterTargetArn), as on AWS and
-// locally (queue.Ensure sets the same policy), or one named explicitly.
+// locally (queue.Ensure sets the same policy); a DLQ named explicitly must be that one (Resolve).
+// Before a message is touched, the DLQ must be the dead-letter queue of the source queue alone
+// (CheckSources): a redrive sends every message of the DLQ to the one source queue, so a DLQ that
+// holds other queues' messages too, or another queue's DLQ, is refused (ErrRefused).
 //
 // On AWS a redrive starts an SQS message move task (StartMessageMoveTask, from the DLQ to the
 // source queue) and reports its progress until it ends. An endpoint that lacks that action (the
@@ -42,6 +45,8 @@ type SQS interface {
 	SendMessage(context.Context, *sqs.SendMessageInput, ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
 	DeleteMessage(context.Context, *sqs.DeleteMessageInput, ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
 	ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	ListDeadLetterSourceQueues(context.Context, *sqs.ListDeadLetterSourceQueuesInput, ...func(*sqs.Options)) (*sqs.ListDeadLetterSourceQueuesOutput, error)
+	ListQueues(context.Context, *sqs.ListQueuesInput, ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error)
 }
 
 // Mover is SQS's message move tasks, which AWS has and goaws lacks; *sqs.Client is one.
@@ -128,6 +133,95 @@ func deadLetterTarget(policy string) (string, error) {
 // messages into a queue they did not come from.
 var ErrRefused = errors.New("refused before anything moved")
 
+// CheckSources refuses (an error wrapping ErrRefused) a DLQ that is the dead-letter queue of other
+// queues too: SQS lets several queues name one DLQ, and moving all its messages to one source
+// queue would send the others' messages there. It asks ListDeadLetterSourceQueues (AWS's answer
+// for the queues whose RedrivePolicy names the DLQ); an endpoint that lacks that action (goaws) has
+// the same question answered from its queues' RedrivePolicies, for at most maxScanned queues.
+// Redrive and PeekAtMost check it before they touch a message.
+func CheckSources(ctx context.Context, c SQS, q Queues) error {
+	rec := &recorder{}
+	// One page is enough: a second source, if any, is on it.
+	out, err := c.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{
+		QueueUrl: aws.String(q.DLQURL), MaxResults: aws.Int32(10),
+	}, rec.option)
+	var sources []string
+	switch {
+	case err == nil:
+		sources = out.QueueUrls
+	case unknownAction(err, rec) != "":
+		if sources, err = scanSources(ctx, c, q.DLQARN); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("list the source queues of %s: %w", q.DLQURL, err)
+	}
+	var others []string
+	for _, u := range sources {
+		if !sameQueue(u, q.SourceARN) {
+			others = append(others, u)
+		}
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("%s is also the dead-letter queue of %s: moving all its messages to %s would send theirs there too; "+
+			"move each message back to its own source with a move task without a destination (aws sqs start-message-move-task --source-arn %s): %w",
+			q.DLQARN, strings.Join(others, ", "), q.SourceURL, q.DLQARN, ErrRefused)
+	}
+	return nil
+}
+
+// maxScanned bounds the queues scanned for a DLQ's sources where the endpoint lacks
+// ListDeadLetterSourceQueues: one ListQueues page.
+const maxScanned = 1000
+
+// scanSources returns the URLs of the queues whose RedrivePolicy names dlqARN, among those
+// ListQueues lists: what ListDeadLetterSourceQueues answers, for an endpoint that lacks it. A queue
+// deleted meanwhile is no source; more than maxScanned queues is an error (a source could be missed).
+func scanSources(ctx context.Context, c SQS, dlqARN string) ([]string, error) {
+	list, err := c.ListQueues(ctx, &sqs.ListQueuesInput{MaxResults: aws.Int32(maxScanned)})
+	if err != nil {
+		return nil, fmt.Errorf("list the queues, to find the source queues of %s: %w", dlqARN, err)
+	}
+	if len(list.QueueUrls) > maxScanned || aws.ToString(list.NextToken) != "" {
+		return nil, fmt.Errorf("the endpoint lacks ListDeadLetterSourceQueues and lists more than %d queues: "+
+			"cannot tell whether %s is the dead-letter queue of other queues too: %w", maxScanned, dlqARN, ErrRefused)
+	}
+	var sources []string
+	for _, u := range list.QueueUrls {
+		attrs, err := attributes(ctx, c, u, types.QueueAttributeNameRedrivePolicy)
+		if err != nil {
+			if gone(ctx, c, u) {
+				continue
+			}
+			return nil, err
+		}
+		if target, _ := deadLetterTarget(attrs[string(types.QueueAttributeNameRedrivePolicy)]); target == dlqARN {
+			sources = append(sources, u)
+		}
+	}
+	return sources, nil
+}
+
+// gone says whether the queue at url no longer exists: GetQueueUrl of its name answers that it does
+// not (an endpoint's answer to the attributes of a deleted queue varies: goaws says
+// InvalidParameterValue).
+func gone(ctx context.Context, c SQS, url string) bool {
+	_, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(url[strings.LastIndex(url, "/")+1:])})
+	var missing *types.QueueDoesNotExist
+	var apiErr smithy.APIError
+	return errors.As(err, &missing) ||
+		errors.As(err, &apiErr) && (apiErr.ErrorCode() == "AWS.SimpleQueueService.NonExistentQueue" || apiErr.ErrorCode() == "QueueDoesNotExist")
+}
+
+// sameQueue says whether the queue URL url (https://<host>/<account>/<name>) is the queue arn
+// (arn:<partition>:sqs:<region>:<account>:<name>): the host of a URL varies (sqs.<region>.amazonaws.com,
+// the legacy <region>.queue.amazonaws.com); its account and name do not.
+func sameQueue(url, arn string) bool {
+	parts := strings.Split(arn, ":")
+	segs := strings.Split(strings.TrimSuffix(url, "/"), "/")
+	return len(parts) == 6 && len(segs) >= 2 && segs[len(segs)-2] == parts[4] && segs[len(segs)-1] == parts[5]
+}
+
 // QueueURL returns nameOrURL if it is a URL, else the URL of the queue of that name.
 func QueueURL(ctx context.Context, c SQS, nameOrURL string) (string, error) {
 	return queueURL(ctx, c, nameOrURL, "")
@@ -178,6 +272,9 @@ func visible(ctx context.Context, c SQS, url string) (int, error) {
 // it, approximately, on AWS).
 func Redrive(ctx context.Context, c *sqs.Client, q Queues, every time.Duration, out io.Writer) (int, error) {
 	if err := checkInterval(every); err != nil {
+		return 0, err
+	}
+	if err := CheckSources(ctx, c, q); err != nil {
 		return 0, err
 	}
 	handle, err := StartMoveTask(ctx, c, q)
@@ -427,6 +524,9 @@ func Peek(ctx context.Context, c SQS, q Queues, sample int, out io.Writer) (n in
 // stopped there (more: the DLQ may hold others), so that a dry run asked from a page holds at most
 // limit messages invisible, for as long as it takes to list them.
 func PeekAtMost(ctx context.Context, c SQS, q Queues, sample, limit int, out io.Writer) (n int, bodies []string, more bool, err error) {
+	if err := CheckSources(ctx, c, q); err != nil {
+		return 0, nil, false, err
+	}
 	var held []types.Message
 	defer func() { release(c, q.DLQURL, held) }()
 	seen := map[string]bool{}
