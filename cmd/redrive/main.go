@@ -7,7 +7,10 @@
 //
 // QUEUE names the source queue (a name, or a URL); its DLQ is the one the source queue's
 // RedrivePolicy names (deadLetterTargetArn), as on AWS and locally (queue.Ensure sets the same
-// policy); DLQ=<name or URL> names another. The SQS client is configured the standard way (region,
+// policy). DLQ=<name or URL> may name it too, as a check: another queue (another queue's DLQ) is
+// refused before anything moves, and so is a DLQ that other queues name as theirs too (its
+// messages are not all the source queue's). -every is how often a move task's progress is
+// printed, at least 1s. The SQS client is configured the standard way (region,
 // credentials, AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL); LOCAL=1 instead points it at
 // http://127.0.0.1:$SQSLOCAL_PORT (default 4100) with dummy credentials, as `make run` does.
 //
@@ -36,10 +39,10 @@ import (
 
 func main() {
 	queueName := flag.String("queue", os.Getenv("QUEUE"), "the source queue, a name or URL (default $QUEUE)")
-	dlqName := flag.String("dlq", os.Getenv("DLQ"), "its dead-letter queue, a name or URL (default $DLQ; empty: the one the source queue's RedrivePolicy names)")
+	dlqName := flag.String("dlq", os.Getenv("DLQ"), "its dead-letter queue, a name or URL, checked: it must be the one the source queue's RedrivePolicy names (default $DLQ; empty: that one)")
 	dryRun := flag.Bool("dry-run", envBool("DRY_RUN"), "list the messages that would move; move and delete nothing (default $DRY_RUN)")
 	local := flag.Bool("local", envBool("LOCAL"), "use the local SQS endpoint of `make run`, http://127.0.0.1:$SQSLOCAL_PORT (default $LOCAL)")
-	every := flag.Duration("every", 5*time.Second, "how often to report a move task's progress")
+	every := flag.Duration("every", 5*time.Second, "how often to report a move task's progress, at least 1s (each report is a ListMessageMoveTasks call)")
 	flag.Parse()
 	if *queueName == "" {
 		fmt.Fprintln(os.Stderr, "usage: make redrive QUEUE=<source queue> [DLQ=<name>] [DRY_RUN=1] [LOCAL=1]")
@@ -53,7 +56,15 @@ func main() {
 	}
 }
 
+// minEvery is the shortest -every: each report is a ListMessageMoveTasks call, made for a person to
+// read; 0 would make them without pause until the task ends, and more than one a second only spends
+// API calls.
+const minEvery = time.Second
+
 func run(ctx context.Context, queueName, dlqName string, dryRun, local bool, every time.Duration, out io.Writer) error {
+	if every < minEvery {
+		return fmt.Errorf("-every %v: the interval between two reports of a move task's progress must be at least %v", every, minEvery)
+	}
 	var client *sqs.Client
 	if local {
 		endpoint := "http://127.0.0.1:" + cmp.Or(os.Getenv("SQSLOCAL_PORT"), "4100")

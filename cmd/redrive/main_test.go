@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -32,14 +33,14 @@ func TestRunDryRunThenRedrive(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	require.NoError(t, run(ctx, qs.URL, "", true, true, 0, &out))
+	require.NoError(t, run(ctx, qs.URL, "", true, true, time.Second, &out))
 	require.Contains(t, out.String(), "(LOCAL)")
 	require.Contains(t, out.String(), `would move`)
 	require.Contains(t, out.String(), "dry run: 2 messages would move")
 	requireDepth(t, client, qs.URL, 0)
 
 	out.Reset()
-	require.NoError(t, run(ctx, qs.URL, "", false, true, 0, &out))
+	require.NoError(t, run(ctx, qs.URL, "", false, true, time.Second, &out))
 	require.Contains(t, out.String(), "moved 2 of 2 messages")
 	requireDepth(t, client, qs.URL, 2)
 	requireDepth(t, client, qs.DLQURL, 0)
@@ -56,5 +57,58 @@ func TestEnvBool(t *testing.T) {
 	for v, want := range map[string]bool{"": false, "0": false, "false": false, "1": true, "true": true, "yes": true} {
 		t.Setenv("X_TEST_BOOL", v)
 		require.Equal(t, want, envBool("X_TEST_BOOL"), "%q", v)
+	}
+}
+
+// DLQ= naming another queue's DLQ is refused before anything moves: the messages stay in that DLQ
+// and none reaches the queue named by QUEUE, in a dry run and in a redrive.
+func TestRunRefusesAnotherQueuesDLQ(t *testing.T) {
+	ctx := context.Background()
+	client := localsqs.Client(t)
+	endpoint, err := url.Parse(localsqs.Endpoint(t))
+	require.NoError(t, err)
+	if endpoint.Hostname() != "127.0.0.1" {
+		t.Skipf("LOCAL=1 means 127.0.0.1; the test endpoint is %s", endpoint)
+	}
+	t.Setenv("SQSLOCAL_PORT", endpoint.Port())
+	qs := localsqs.Queues(t, client, 30, 5)
+	other := localsqs.Queues(t, client, 30, 5)
+	_, err = client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(other.DLQURL), MessageBody: aws.String(`{"id":7}`)})
+	require.NoError(t, err)
+
+	for _, dryRun := range []bool{true, false} {
+		var out bytes.Buffer
+		err := run(ctx, qs.URL, other.DLQURL, dryRun, true, time.Second, &out)
+		require.ErrorContains(t, err, "is not the dead-letter queue of "+qs.URL, "dry run %v", dryRun)
+		require.NotContains(t, out.String(), "would move")
+		require.NotContains(t, out.String(), "moved")
+		requireDepth(t, client, qs.URL, 0)
+		requireDepth(t, client, other.DLQURL, 1)
+		requireDepth(t, client, other.URL, 0)
+	}
+}
+
+// -every is how often a move task's progress is read (a ListMessageMoveTasks call): 0 or less would
+// call it without pause until the task ends, so it is refused, before anything is read or moved.
+func TestRunRefusesEveryBelowOneSecond(t *testing.T) {
+	ctx := context.Background()
+	client := localsqs.Client(t)
+	endpoint, err := url.Parse(localsqs.Endpoint(t))
+	require.NoError(t, err)
+	if endpoint.Hostname() != "127.0.0.1" {
+		t.Skipf("LOCAL=1 means 127.0.0.1; the test endpoint is %s", endpoint)
+	}
+	t.Setenv("SQSLOCAL_PORT", endpoint.Port())
+	qs := localsqs.Queues(t, client, 30, 5)
+	_, err = client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(qs.DLQURL), MessageBody: aws.String(`{"id":7}`)})
+	require.NoError(t, err)
+	for _, every := range []time.Duration{0, -time.Second, 999 * time.Millisecond} {
+		var out bytes.Buffer
+		err := run(ctx, qs.URL, "", false, true, every, &out)
+		require.ErrorContains(t, err, "-every "+every.String()+": ", "every %v", every)
+		require.ErrorContains(t, err, "at least 1s")
+		require.Empty(t, out.String(), "refused before connecting")
+		requireDepth(t, client, qs.DLQURL, 1)
+		requireDepth(t, client, qs.URL, 0)
 	}
 }

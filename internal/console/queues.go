@@ -162,6 +162,10 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 		if err == nil {
 			n, sample, more, err = redrive.PeekAtMost(bounded, q.client, rq, sampleSize, dryRunLimit, io.Discard)
 		}
+		if errors.Is(err, redrive.ErrRefused) {
+			c.refused(w, name, rq, err)
+			return
+		}
 		if err != nil {
 			c.log.Error("console: redrive dry run", "queue", name, "dlq", rq.DLQURL, "err", err)
 			writeError(w, http.StatusBadGateway, "the dry run of "+quote(name)+" failed; the console's log says why")
@@ -178,6 +182,10 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 		return
 	}
 	moved, err := redrive.Redrive(ctx, q.client, rq, 2*time.Second, io.Discard)
+	if errors.Is(err, redrive.ErrRefused) {
+		c.refused(w, name, rq, err)
+		return
+	}
 	if err != nil {
 		c.log.Error("console: redrive", "queue", name, "dlq", rq.DLQURL, "moved", moved, "err", err)
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("the redrive of %s stopped after moving %d messages; the console's log says why", quote(name), moved))
@@ -185,6 +193,15 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 	}
 	c.log.Info("console: redrive", "queue", name, "dlq", rq.DLQURL, "moved", moved)
 	writeJSON(w, http.StatusOK, map[string]any{"dryRun": false, "moved": moved})
+}
+
+// refused answers a dry run or redrive that redrive refused before anything moved: the DLQ is the
+// dead-letter queue of other queues too (redrive.CheckSources), whose messages it would send to
+// this one. A 409: the queues' configuration is the operator's to change; the log names the queues.
+func (c *console) refused(w http.ResponseWriter, name string, rq redrive.Queues, err error) {
+	c.log.Warn("console: redrive refused", "queue", name, "dlq", rq.DLQURL, "err", err)
+	writeError(w, http.StatusConflict, "the redrive of "+quote(name)+" was refused before anything moved: its DLQ is the dead-letter queue of other queues too "+
+		"(or the endpoint cannot tell), and their messages would go to "+quote(name)+"; the console's log names them")
 }
 
 func (c *console) awsTimeout() time.Duration { return cmp.Or(c.opt.AWSTimeout, DefaultAWSTimeout) }

@@ -231,3 +231,32 @@ func TestAStalledSQSIsA502WithinTheTimeout(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	require.Contains(t, body, `"messages":1`)
 }
+
+// A DLQ that is the dead-letter queue of another queue too holds that queue's messages: the
+// console's dry run and redrive are refused with a 409 naming the problem (redrive.CheckSources, the
+// check cmd/redrive makes), and no message moves.
+func TestRedriveOfASharedDLQIsRefused(t *testing.T) {
+	t.Parallel()
+	client := localsqs.Client(t)
+	a := localsqs.Queues(t, client, 30, 5)
+	also, err := client.CreateQueue(context.Background(), &sqs.CreateQueueInput{
+		QueueName:  aws.String(nameOf(a.URL) + "-also"),
+		Attributes: map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"` + a.DLQARN + `","maxReceiveCount":5}`},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = client.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: also.QueueUrl})
+	})
+	send(t, client, a.DLQURL, `{"id":2}`)
+	base := serve(t, Options{API: &fakeAPI{}, SQS: client, Queues: []string{a.URL}})
+	token := session(t, base)["csrfToken"]
+	for _, body := range []string{`{"dryRun": true}`, `{"dryRun": false}`} {
+		status, _, answer := do(t, "POST", base+"/ui/api/queues/"+nameOf(a.URL)+"/redrive", body, map[string]string{"X-CSRF-Token": token})
+		require.Equal(t, http.StatusConflict, status, "%s: %s", body, answer)
+		require.Contains(t, answer, "refused before anything moved", body)
+		require.Contains(t, answer, "dead-letter queue of other queues too", body)
+		requireDepth(t, client, a.DLQURL, 1)
+		requireDepth(t, client, a.URL, 0)
+		requireDepth(t, client, aws.ToString(also.QueueUrl), 0)
+	}
+}

@@ -3,7 +3,10 @@
 // redrive) and the operators' console (internal/console).
 //
 // The DLQ is the one the source queue's RedrivePolicy names (deadLetterTargetArn), as on AWS and
-// locally (queue.Ensure sets the same policy), or one named explicitly.
+// locally (queue.Ensure sets the same policy); a DLQ named explicitly must be that one (Resolve).
+// Before a message is touched, the DLQ must be the dead-letter queue of the source queue alone
+// (CheckSources): a redrive sends every message of the DLQ to the one source queue, so a DLQ that
+// holds other queues' messages too, or another queue's DLQ, is refused (ErrRefused).
 //
 // On AWS a redrive starts an SQS message move task (StartMessageMoveTask, from the DLQ to the
 // source queue) and reports its progress until it ends. An endpoint that lacks that action (the
@@ -17,6 +20,7 @@ package redrive
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +45,8 @@ type SQS interface {
 	SendMessage(context.Context, *sqs.SendMessageInput, ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
 	DeleteMessage(context.Context, *sqs.DeleteMessageInput, ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
 	ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	ListDeadLetterSourceQueues(context.Context, *sqs.ListDeadLetterSourceQueuesInput, ...func(*sqs.Options)) (*sqs.ListDeadLetterSourceQueuesOutput, error)
+	ListQueues(context.Context, *sqs.ListQueuesInput, ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error)
 }
 
 // Mover is SQS's message move tasks, which AWS has and goaws lacks; *sqs.Client is one.
@@ -55,8 +61,11 @@ type Queues struct {
 	DLQURL, DLQARN       string
 }
 
-// Resolve finds the source queue (a name or URL) and its DLQ: dlq (a name or URL) if given, or the
-// queue the source queue's RedrivePolicy names.
+// Resolve finds the source queue (a name or URL) and its DLQ: the queue the source queue's
+// RedrivePolicy names (deadLetterTargetArn). dlq (a name or URL), if given, must be that queue: a
+// redrive sends a DLQ's messages to the queue it names as their source, so another queue's DLQ
+// would land that queue's messages in this one. Naming another queue, or any queue for a source
+// queue without a RedrivePolicy, is an error wrapping ErrRefused.
 func Resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 	var q Queues
 	var err error
@@ -68,6 +77,7 @@ func Resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 		return q, err
 	}
 	q.SourceARN = attrs[string(types.QueueAttributeNameQueueArn)]
+	target, err := deadLetterTarget(attrs[string(types.QueueAttributeNameRedrivePolicy)])
 	if dlq != "" {
 		if q.DLQURL, err = queueURL(ctx, c, dlq, ""); err != nil {
 			return q, err
@@ -77,20 +87,23 @@ func Resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 			return q, err
 		}
 		q.DLQARN = dattrs[string(types.QueueAttributeNameQueueArn)]
-	} else {
-		policy := attrs[string(types.QueueAttributeNameRedrivePolicy)]
-		var p struct {
-			DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+		if target == "" {
+			return q, fmt.Errorf("%s is not the dead-letter queue of %s, which has no RedrivePolicy: %w", cmp.Or(q.DLQARN, q.DLQURL), q.SourceURL, ErrRefused)
 		}
-		if policy == "" || json.Unmarshal([]byte(policy), &p) != nil || p.DeadLetterTargetArn == "" {
-			return q, fmt.Errorf("queue %s has no RedrivePolicy naming its DLQ (%q): name the DLQ with DLQ=<name>", source, policy)
+		if q.DLQARN != target {
+			return q, fmt.Errorf("%s is not the dead-letter queue of %s (its RedrivePolicy names %s): its messages would go to a queue they did not come from: %w",
+				cmp.Or(q.DLQARN, q.DLQURL), q.SourceURL, target, ErrRefused)
+		}
+	} else {
+		if err != nil {
+			return q, fmt.Errorf("queue %s %w", source, err)
 		}
 		// arn:aws:sqs:<region>:<account>:<name>
-		parts := strings.Split(p.DeadLetterTargetArn, ":")
+		parts := strings.Split(target, ":")
 		if len(parts) != 6 || parts[5] == "" {
-			return q, fmt.Errorf("queue %s's RedrivePolicy names %q, which is not a queue ARN: name the DLQ with DLQ=<name>", source, p.DeadLetterTargetArn)
+			return q, fmt.Errorf("queue %s's RedrivePolicy names %q, which is not a queue ARN", source, target)
 		}
-		q.DLQARN = p.DeadLetterTargetArn
+		q.DLQARN = target
 		if q.DLQURL, err = queueURL(ctx, c, parts[5], parts[4]); err != nil {
 			return q, err
 		}
@@ -102,6 +115,111 @@ func Resolve(ctx context.Context, c SQS, source, dlq string) (Queues, error) {
 		return q, fmt.Errorf("the source queue and the DLQ are the same queue, %s", q.SourceURL)
 	}
 	return q, nil
+}
+
+// deadLetterTarget returns the DLQ a RedrivePolicy names (its deadLetterTargetArn), or "" and an
+// error saying there is none.
+func deadLetterTarget(policy string) (string, error) {
+	var p struct {
+		DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+	}
+	if policy == "" || json.Unmarshal([]byte(policy), &p) != nil || p.DeadLetterTargetArn == "" {
+		return "", fmt.Errorf("has no RedrivePolicy naming its DLQ (%q)", policy)
+	}
+	return p.DeadLetterTargetArn, nil
+}
+
+// ErrRefused is the error of a redrive refused before anything moved, because it would move
+// messages into a queue they did not come from.
+var ErrRefused = errors.New("refused before anything moved")
+
+// CheckSources refuses (an error wrapping ErrRefused) a DLQ that is the dead-letter queue of other
+// queues too: SQS lets several queues name one DLQ, and moving all its messages to one source
+// queue would send the others' messages there. It asks ListDeadLetterSourceQueues (AWS's answer
+// for the queues whose RedrivePolicy names the DLQ); an endpoint that lacks that action (goaws) has
+// the same question answered from its queues' RedrivePolicies, for at most maxScanned queues.
+// Redrive and PeekAtMost check it before they touch a message.
+func CheckSources(ctx context.Context, c SQS, q Queues) error {
+	rec := &recorder{}
+	// One page is enough: a second source, if any, is on it.
+	out, err := c.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{
+		QueueUrl: aws.String(q.DLQURL), MaxResults: aws.Int32(10),
+	}, rec.option)
+	var sources []string
+	switch {
+	case err == nil:
+		sources = out.QueueUrls
+	case unknownAction(err, rec) != "":
+		if sources, err = scanSources(ctx, c, q.DLQARN); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("list the source queues of %s: %w", q.DLQURL, err)
+	}
+	var others []string
+	for _, u := range sources {
+		if !sameQueue(u, q.SourceARN) {
+			others = append(others, u)
+		}
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("%s is also the dead-letter queue of %s: moving all its messages to %s would send theirs there too; "+
+			"move each message back to its own source with a move task without a destination (aws sqs start-message-move-task --source-arn %s): %w",
+			q.DLQARN, strings.Join(others, ", "), q.SourceURL, q.DLQARN, ErrRefused)
+	}
+	return nil
+}
+
+// maxScanned bounds the queues scanned for a DLQ's sources where the endpoint lacks
+// ListDeadLetterSourceQueues: one ListQueues page.
+const maxScanned = 1000
+
+// scanSources returns the URLs of the queues whose RedrivePolicy names dlqARN, among those
+// ListQueues lists: what ListDeadLetterSourceQueues answers, for an endpoint that lacks it. A queue
+// deleted meanwhile is no source; more than maxScanned queues is an error (a source could be missed).
+func scanSources(ctx context.Context, c SQS, dlqARN string) ([]string, error) {
+	list, err := c.ListQueues(ctx, &sqs.ListQueuesInput{MaxResults: aws.Int32(maxScanned)})
+	if err != nil {
+		return nil, fmt.Errorf("list the queues, to find the source queues of %s: %w", dlqARN, err)
+	}
+	if len(list.QueueUrls) > maxScanned || aws.ToString(list.NextToken) != "" {
+		return nil, fmt.Errorf("the endpoint lacks ListDeadLetterSourceQueues and lists more than %d queues: "+
+			"cannot tell whether %s is the dead-letter queue of other queues too: %w", maxScanned, dlqARN, ErrRefused)
+	}
+	var sources []string
+	for _, u := range list.QueueUrls {
+		attrs, err := attributes(ctx, c, u, types.QueueAttributeNameRedrivePolicy)
+		if err != nil {
+			if gone(ctx, c, u) {
+				continue
+			}
+			return nil, err
+		}
+		if target, _ := deadLetterTarget(attrs[string(types.QueueAttributeNameRedrivePolicy)]); target == dlqARN {
+			sources = append(sources, u)
+		}
+	}
+	return sources, nil
+}
+
+// gone says whether the queue at url no longer exists: GetQueueUrl of its name answers that it does
+// not (an endpoint's answer to the attributes of a deleted queue varies: goaws says
+// InvalidParameterValue).
+func gone(ctx context.Context, c SQS, url string) bool {
+	_, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(url[strings.LastIndex(url, "/")+1:])})
+	var missing *types.QueueDoesNotExist
+	var apiErr smithy.APIError
+	return errors.As(err, &missing) ||
+		errors.As(err, &apiErr) && (apiErr.ErrorCode() == "AWS.SimpleQueueService.NonExistentQueue" || apiErr.ErrorCode() == "QueueDoesNotExist")
+}
+
+// sameQueue says whether the queue URL url (https://<host>/<account>/<name>) is the queue arn
+// (arn:<partition>:sqs:<region>:<account>:<name>): the host of a URL varies (sqs.<region>.amazonaws.com,
+// the legacy <region>.queue.amazonaws.com); its account and name do not.
+func sameQueue(url, arn string) bool {
+	parts := strings.Split(arn, ":")
+	segs := strings.Split(strings.TrimSuffix(url, "/"), "/")
+	return len(parts) == 6 && len(segs) >= 2 && segs[len(segs)-2] == parts[4] && segs[len(segs)-1] == parts[5]
 }
 
 // QueueURL returns nameOrURL if it is a URL, else the URL of the queue of that name.
@@ -149,9 +267,16 @@ func visible(ctx context.Context, c SQS, url string) (int, error) {
 }
 
 // Redrive moves the DLQ's messages to the source queue: with a message move task where the endpoint
-// has them, one by one where it answers that it lacks the action. It returns how many messages
-// moved (as the move task reports it, approximately, on AWS).
+// has them, reporting its progress every interval (which must be positive), one by one where it
+// answers that it lacks the action. It returns how many messages moved (as the move task reports
+// it, approximately, on AWS).
 func Redrive(ctx context.Context, c *sqs.Client, q Queues, every time.Duration, out io.Writer) (int, error) {
+	if err := checkInterval(every); err != nil {
+		return 0, err
+	}
+	if err := CheckSources(ctx, c, q); err != nil {
+		return 0, err
+	}
 	handle, err := StartMoveTask(ctx, c, q)
 	if errors.Is(err, ErrNoMoveTasks) {
 		fmt.Fprintf(out, "the endpoint lacks StartMessageMoveTask (%v): moving the messages one by one\n", err)
@@ -230,12 +355,16 @@ func (r *recorder) Do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// AwaitMoveTask reports the progress of the move task from dlqARN every interval until it ends:
+// AwaitMoveTask reports the progress of the move task from dlqARN every interval (positive: each
+// report is a ListMessageMoveTasks call) until it ends:
 // nil when it completed, an error when it failed or was cancelled, or when ctx ends (the task goes on).
 // ListMessageMoveTasks gives a task's handle only while it runs, so the task is the one with handle,
 // or, once no task has it, the most recent one (the first listed): one task at a time can move from a
 // queue, and this one was started last. It returns how many messages the task moved.
 func AwaitMoveTask(ctx context.Context, m Mover, dlqARN, handle string, every time.Duration, out io.Writer) (int, error) {
+	if err := checkInterval(every); err != nil {
+		return 0, err
+	}
 	last := ""
 	for {
 		res, err := m.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(dlqARN), MaxResults: aws.Int32(10)})
@@ -283,6 +412,15 @@ func AwaitMoveTask(ctx context.Context, m Mover, dlqARN, handle string, every ti
 		case <-time.After(every):
 		}
 	}
+}
+
+// checkInterval refuses a progress interval of 0 or less, which would list the move tasks without
+// pause until the task ends.
+func checkInterval(every time.Duration) error {
+	if every <= 0 {
+		return fmt.Errorf("progress interval %v is not positive: the move task's progress would be read without pause", every)
+	}
+	return nil
 }
 
 func stopped(ctx context.Context, handle string) error {
@@ -386,6 +524,9 @@ func Peek(ctx context.Context, c SQS, q Queues, sample int, out io.Writer) (n in
 // stopped there (more: the DLQ may hold others), so that a dry run asked from a page holds at most
 // limit messages invisible, for as long as it takes to list them.
 func PeekAtMost(ctx context.Context, c SQS, q Queues, sample, limit int, out io.Writer) (n int, bodies []string, more bool, err error) {
+	if err := CheckSources(ctx, c, q); err != nil {
+		return 0, nil, false, err
+	}
 	var held []types.Message
 	defer func() { release(c, q.DLQURL, held) }()
 	seen := map[string]bool{}

@@ -3,6 +3,7 @@ package redrive
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -131,7 +133,7 @@ func TestRedriveMovesEveryMessageOnce(t *testing.T) {
 	t.Parallel()
 	client, q := setup(t)
 	var out bytes.Buffer
-	moved, err := Redrive(context.Background(), client, q, 0, &out)
+	moved, err := Redrive(context.Background(), client, q, time.Second, &out)
 	require.NoError(t, err)
 	require.Equal(t, len(dlqBodies), moved)
 	require.Contains(t, out.String(), `the endpoint lacks StartMessageMoveTask (no message move tasks: HTTP 400 "Bad Request")`)
@@ -216,24 +218,41 @@ func TestFailureMidwayDeletesOnlyWhatWasSent(t *testing.T) {
 	}
 }
 
-// The DLQ comes from DLQ= when given; a queue without a RedrivePolicy needs it.
+// The DLQ is the one the source queue's RedrivePolicy names. DLQ= may name it (by name or URL);
+// naming another queue's DLQ, or any queue as the DLQ of a queue without a RedrivePolicy, is refused,
+// naming the problem, before anything is read from either queue's messages.
 func TestResolve(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := localsqs.Client(t)
 	qs := localsqs.Queues(t, client, 30, 5)
 	other := localsqs.Queues(t, client, 30, 5)
-	q, err := Resolve(ctx, client, qs.URL, other.DLQURL)
-	require.NoError(t, err)
-	require.Equal(t, other.DLQARN, q.DLQARN)
+	want := Queues{SourceURL: qs.URL, SourceARN: qs.ARN, DLQURL: qs.DLQURL, DLQARN: qs.DLQARN}
+	dlqName := qs.DLQURL[strings.LastIndex(qs.DLQURL, "/")+1:]
+	for _, dlq := range []string{"", qs.DLQURL, dlqName} {
+		q, err := Resolve(ctx, client, qs.URL, dlq)
+		require.NoError(t, err, "DLQ=%q", dlq)
+		require.Equal(t, want, q, "DLQ=%q", dlq)
+	}
 
-	// A DLQ has no RedrivePolicy of its own.
+	// Another queue's DLQ: its messages would land in the wrong queue.
+	_, err := Resolve(ctx, client, qs.URL, other.DLQURL)
+	require.ErrorIs(t, err, ErrRefused)
+	require.ErrorContains(t, err, other.DLQARN+" is not the dead-letter queue of "+qs.URL)
+	require.ErrorContains(t, err, "its RedrivePolicy names "+qs.DLQARN)
+	// A queue that is no DLQ at all (the other source queue) is refused the same way.
+	_, err = Resolve(ctx, client, qs.URL, other.URL)
+	require.ErrorIs(t, err, ErrRefused)
+	// A queue without a RedrivePolicy (a DLQ has none of its own) has no DLQ to redrive, named or not.
 	_, err = Resolve(ctx, client, qs.DLQURL, "")
+	require.ErrorContains(t, err, "has no RedrivePolicy")
+	_, err = Resolve(ctx, client, qs.DLQURL, other.DLQURL)
+	require.ErrorIs(t, err, ErrRefused)
 	require.ErrorContains(t, err, "has no RedrivePolicy")
 	_, err = Resolve(ctx, client, "no-such-queue-"+t.Name(), "")
 	require.ErrorContains(t, err, "no-such-queue")
 	_, err = Resolve(ctx, client, qs.URL, qs.URL)
-	require.ErrorContains(t, err, "the same queue")
+	require.ErrorIs(t, err, ErrRefused, "the source queue is not its own DLQ")
 }
 
 // Only an answer that the action is unknown makes the redrive fall back to moving one by one:
@@ -323,7 +342,7 @@ func TestMoveTaskProgressUntilCompleted(t *testing.T) {
 	require.Equal(t, q.SourceARN, aws.ToString(f.started.DestinationArn), "to its source queue")
 
 	var out bytes.Buffer
-	moved, err := AwaitMoveTask(context.Background(), f, q.DLQARN, handle, 0, &out)
+	moved, err := AwaitMoveTask(context.Background(), f, q.DLQARN, handle, time.Millisecond, &out)
 	require.NoError(t, err)
 	require.Equal(t, 100, moved)
 	require.Equal(t, "move task RUNNING: moved 0 / ?\nmove task RUNNING: moved 40 / 100\nmove task COMPLETED: moved 100 / 100\n"+
@@ -341,26 +360,192 @@ func TestMoveTaskFailures(t *testing.T) {
 		{task("", "FAILED", 2, aws.Int64(5))},
 	}}
 	failed.lists[1][0].FailureReason = aws.String("AccessDenied: kms:Decrypt")
-	moved, err := AwaitMoveTask(context.Background(), failed, "dlq", "handle-1", 0, &bytes.Buffer{})
+	moved, err := AwaitMoveTask(context.Background(), failed, "dlq", "handle-1", time.Millisecond, &bytes.Buffer{})
 	require.Equal(t, 2, moved)
 	require.ErrorContains(t, err, "message move task failed after moving 2 messages: AccessDenied: kms:Decrypt")
 
 	cancelled := &fakeMover{lists: [][]types.ListMessageMoveTasksResultEntry{{task("", "CANCELLED", 2, aws.Int64(5))}}}
-	_, err = AwaitMoveTask(context.Background(), cancelled, "dlq", "handle-1", 0, &bytes.Buffer{})
+	_, err = AwaitMoveTask(context.Background(), cancelled, "dlq", "handle-1", time.Millisecond, &bytes.Buffer{})
 	require.ErrorContains(t, err, "message move task cancelled")
 
 	listing := &fakeMover{listErr: errors.New("throttled")}
-	_, err = AwaitMoveTask(context.Background(), listing, "dlq", "handle-1", 0, &bytes.Buffer{})
+	_, err = AwaitMoveTask(context.Background(), listing, "dlq", "handle-1", time.Millisecond, &bytes.Buffer{})
 	require.ErrorContains(t, err, "throttled")
 
 	none := &fakeMover{lists: [][]types.ListMessageMoveTasksResultEntry{{}}}
-	_, err = AwaitMoveTask(context.Background(), none, "dlq", "handle-1", 0, &bytes.Buffer{})
+	_, err = AwaitMoveTask(context.Background(), none, "dlq", "handle-1", time.Millisecond, &bytes.Buffer{})
 	require.ErrorContains(t, err, "lists no task")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	running := &fakeMover{lists: [][]types.ListMessageMoveTasksResultEntry{{task("handle-1", "RUNNING", 1, aws.Int64(5))}}}
-	_, err = AwaitMoveTask(ctx, running, "dlq", "handle-1", 0, &bytes.Buffer{})
+	_, err = AwaitMoveTask(ctx, running, "dlq", "handle-1", time.Millisecond, &bytes.Buffer{})
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorContains(t, err, "cancel-message-move-task --task-handle handle-1")
+}
+
+// A progress interval of 0 or less would list the move tasks without pause until the task ends (a
+// busy loop of ListMessageMoveTasks calls): refused before any task is listed, and by Redrive before
+// any task starts or any message moves.
+func TestProgressIntervalMustBePositive(t *testing.T) {
+	t.Parallel()
+	for _, every := range []time.Duration{0, -time.Second} {
+		f := &fakeMover{lists: [][]types.ListMessageMoveTasksResultEntry{
+			{task("handle-1", "RUNNING", 0, aws.Int64(5))},
+			{task("", "COMPLETED", 5, aws.Int64(5))},
+		}}
+		_, err := AwaitMoveTask(context.Background(), f, "dlq", "handle-1", every, io.Discard)
+		require.ErrorContains(t, err, "progress interval "+every.String()+" ")
+		require.Zero(t, f.calls, "nothing listed")
+	}
+
+	client, q := setup(t)
+	var out bytes.Buffer
+	moved, err := Redrive(context.Background(), client, q, 0, &out)
+	require.ErrorContains(t, err, "progress interval 0s ")
+	require.Zero(t, moved)
+	require.Empty(t, out.String())
+	require.Zero(t, depth(t, client, q.SourceURL), "nothing moved")
+	require.Equal(t, len(dlqBodies), depth(t, client, q.DLQURL))
+}
+
+// sharedDLQ creates a second source queue whose RedrivePolicy names q's DLQ too (SQS allows it),
+// deleted when the test ends, and returns its URL.
+func sharedDLQ(t *testing.T, client *sqs.Client, q Queues) string {
+	t.Helper()
+	ctx := context.Background()
+	policy := fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":5}`, q.DLQARN)
+	out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{
+		QueueName:  aws.String(q.SourceURL[strings.LastIndex(q.SourceURL, "/")+1:] + "-also"),
+		Attributes: map[string]string{"RedrivePolicy": policy},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = client.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: out.QueueUrl}) })
+	return aws.ToString(out.QueueUrl)
+}
+
+// A DLQ that is the dead-letter queue of another queue too holds that queue's messages: a redrive
+// and a dry run are refused, naming the other queue, and nothing moves. On goaws, which lacks
+// ListDeadLetterSourceQueues, the sources are found from the queues' RedrivePolicies.
+func TestSharedDLQIsRefused(t *testing.T) {
+	t.Parallel()
+	client, q := setup(t)
+	also := sharedDLQ(t, client, q)
+
+	var out bytes.Buffer
+	moved, err := Redrive(context.Background(), client, q, time.Second, &out)
+	require.ErrorIs(t, err, ErrRefused)
+	require.ErrorContains(t, err, q.DLQARN+" is also the dead-letter queue of "+also+":")
+	require.ErrorContains(t, err, "start-message-move-task --source-arn "+q.DLQARN)
+	require.Zero(t, moved)
+	require.Empty(t, out.String())
+
+	_, _, err = Peek(context.Background(), client, q, 1, &out)
+	require.ErrorIs(t, err, ErrRefused)
+	require.Empty(t, out.String(), "nothing listed")
+
+	require.Zero(t, depth(t, client, q.SourceURL), "nothing moved")
+	require.Zero(t, depth(t, client, also), "nothing moved")
+	require.Equal(t, sorted(dlqBodies), bodies(drain(t, client, q.DLQURL)), "every message still there, and visible")
+}
+
+// deletingLister is an SQS whose ListQueues deletes a queue right after listing it: a queue deleted
+// while the sources are scanned (as the tests sharing one goaws do all the time).
+type deletingLister struct {
+	SQS
+	victim string
+}
+
+func (d *deletingLister) ListQueues(ctx context.Context, in *sqs.ListQueuesInput, opts ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error) {
+	out, err := d.SQS.ListQueues(ctx, in, opts...)
+	if err == nil {
+		_, err = d.SQS.(*sqs.Client).DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(d.victim)})
+	}
+	return out, err
+}
+
+// A queue listed then deleted before its RedrivePolicy is read is no source: the scan goes on. A
+// queue whose attributes cannot be read for another reason stops it (a source could be missed).
+func TestSourceScanSkipsDeletedQueues(t *testing.T) {
+	t.Parallel()
+	client, q := setup(t)
+	victim := localsqs.Queues(t, client, 30, 5)
+	require.NoError(t, CheckSources(context.Background(), &deletingLister{SQS: client, victim: victim.URL}, q))
+
+	also := sharedDLQ(t, client, q)
+	err := CheckSources(context.Background(), &deletingLister{SQS: client, victim: victim.DLQURL}, q)
+	require.ErrorIs(t, err, ErrRefused, "the other source is still found")
+	require.ErrorContains(t, err, also)
+
+	failing := &failingAttributes{SQS: client, url: also}
+	err = CheckSources(context.Background(), failing, q)
+	require.ErrorContains(t, err, "attributes failed on purpose")
+	require.NotErrorIs(t, err, ErrRefused)
+}
+
+// failingAttributes is an SQS whose GetQueueAttributes of url fails.
+type failingAttributes struct {
+	SQS
+	url string
+}
+
+func (f *failingAttributes) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	if aws.ToString(in.QueueUrl) == f.url {
+		return nil, errors.New("attributes failed on purpose")
+	}
+	return f.SQS.GetQueueAttributes(ctx, in, opts...)
+}
+
+// On AWS the sources come from ListDeadLetterSourceQueues of the DLQ, asked of a server answering as
+// AWS's JSON protocol does (goaws lacks the action): the source queue alone, under any host, passes;
+// another source is refused by name; a failing call is an error, not a reason to scan ListQueues.
+func TestSourcesFromListDeadLetterSourceQueues(t *testing.T) {
+	t.Parallel()
+	q := Queues{SourceURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/app-events", SourceARN: "arn:aws:sqs:eu-west-1:123456789012:app-events",
+		DLQURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/app-events-dlq", DLQARN: "arn:aws:sqs:eu-west-1:123456789012:app-events-dlq"}
+	for _, c := range []struct {
+		name, body string
+		status     int
+		refused    string // the other queue named; "" when it passes
+		err        string
+	}{
+		{"ours alone", `{"queueUrls":["https://sqs.eu-west-1.amazonaws.com/123456789012/app-events"]}`, 200, "", ""},
+		{"ours on the legacy host", `{"queueUrls":["https://eu-west-1.queue.amazonaws.com/123456789012/app-events"]}`, 200, "", ""},
+		{"none listed", `{"queueUrls":[]}`, 200, "", ""},
+		{"another too", `{"queueUrls":["https://sqs.eu-west-1.amazonaws.com/123456789012/app-events","https://sqs.eu-west-1.amazonaws.com/123456789012/billing"]}`, 200,
+			"https://sqs.eu-west-1.amazonaws.com/123456789012/billing", ""},
+		{"same name, other account", `{"queueUrls":["https://sqs.eu-west-1.amazonaws.com/999999999999/app-events"]}`, 200,
+			"https://sqs.eu-west-1.amazonaws.com/999999999999/app-events", ""},
+		{"access denied", `{"__type":"AccessDeniedException","message":"not allowed"}`, 403, "", "not allowed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var target, queueURL string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				target = r.Header.Get("X-Amz-Target")
+				var in struct{ QueueUrl string }
+				_ = json.NewDecoder(r.Body).Decode(&in)
+				queueURL = in.QueueUrl
+				w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+				w.WriteHeader(c.status)
+				_, _ = w.Write([]byte(c.body))
+			}))
+			t.Cleanup(srv.Close)
+			client := sqs.New(sqs.Options{Region: "eu-west-1", BaseEndpoint: aws.String(srv.URL),
+				Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), Retryer: aws.NopRetryer{}})
+			err := CheckSources(context.Background(), client, q)
+			require.Equal(t, "AmazonSQS.ListDeadLetterSourceQueues", target, "the last call")
+			require.Equal(t, q.DLQURL, queueURL, "asked of the DLQ")
+			switch {
+			case c.refused != "":
+				require.ErrorIs(t, err, ErrRefused)
+				require.ErrorContains(t, err, "also the dead-letter queue of "+c.refused+":")
+			case c.err != "":
+				require.ErrorContains(t, err, c.err)
+				require.NotErrorIs(t, err, ErrRefused)
+			default:
+				require.NoError(t, err)
+			}
+		})
+	}
 }
