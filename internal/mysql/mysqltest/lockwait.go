@@ -16,6 +16,11 @@ import (
 // INNODB_TRX from a cache that it refreshes only when nobody has read it for 100 ms, so tests
 // polling it side by side keep each other's view of a new lock wait from ever appearing (a CI run
 // waited 10 s for a wait that had begun). The status is built when it is asked for.
+//
+// One sample is not proof that a statement is blocked: an UPDATE whose scan passes a row another
+// transaction holds is listed in LOCK WAIT for the moment it reads that row's last committed
+// version, and then goes on without waiting if the row does not match (docs/innodb.md). A test
+// that needs to know the call waits for a row the test holds should hold a row the call matches.
 func WaitsForALock(ctx context.Context, db *sql.DB, id int64) (bool, error) {
 	var typ, name, status string
 	if err := db.QueryRowContext(ctx, "SHOW ENGINE INNODB STATUS").Scan(&typ, &name, &status); err != nil {

@@ -12,7 +12,9 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
+	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
 
@@ -287,13 +289,24 @@ func TestASettlementWaitsForACreateAndPromotesIntoNoFullWorker(t *testing.T) {
 // there for a row of that other claim's next transaction (its event worker's assignment, or its
 // lease), which then asked for the row the settlement kept. Here by hand: claim Y's task y1 is
 // held by one of Y's transactions (its settlement, say), y2 by another (its assignment); claim X
-// settles x1 and x2, which share y1's and y2's subpartitions, after them in scan order. Then the
-// first of Y's transactions commits and the second asks for y1.
+// settles x1 and x2, which share y1's and y2's subpartitions, after them in scan order, and must
+// finish while both of Y's transactions stay open. Its sessions give up on a row lock after one
+// second and it is not run again, so a wait for y1 or y2 (which nobody releases before it ends)
+// fails it with a lock wait timeout: LockLeased as the old locking read fails here in about 1 s.
+//
+// The test does not look for a wait in InnoDB's status, as it did: an UPDATE whose scan passes a
+// row another transaction holds is listed there in LOCK WAIT while it reads that row's last
+// committed version (InnoDB queues its request for the lock, reads, then withdraws the request),
+// though it never waits. A sample taken in that moment counted as a wait, and the test then
+// committed Y's settlement inside it, when InnoDB grants the request and the settlement keeps y1
+// until it commits (the residual in performance.md's ordered rounds): a rare failure, 8 runs in 10
+// when Y's rows were given long histories to read.
 func TestASettlementWaitsForNoRowOfAnotherClaim(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, store := dbWithStores(t, 8)
+	db, dsn := testdb.DB(t, 8)
+	store := storesOn(t, db)
 	tasks := make([]exactlyonce.NewTask, 16)
 	for i := range tasks {
 		tasks[i] = exactlyonce.NewTask{URL: "https://example.com/hook", Payload: json.RawMessage(`{}`), MaxRetries: 3}
@@ -328,80 +341,42 @@ func TestASettlementWaitsForNoRowOfAnotherClaim(t *testing.T) {
 	cy, _ := lease(y1, y2)
 	cx, xs := lease(x1, x2)
 
-	begin := func() (*sql.Tx, int64) {
+	begin := func() *sql.Tx {
 		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 		require.NoError(t, err)
-		var id int64
-		require.NoError(t, tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id))
-		return tx, id
+		return tx
 	}
 	// Claim Y's settlement, by hand: it has locked y1.
-	settleY, settleYConn := begin()
+	settleY := begin()
 	defer settleY.Rollback()
 	_, err = settleY.ExecContext(ctx, `UPDATE events SET claim_id = claim_id WHERE state = 1 AND claim_id = ? AND id = ?`, cy.ID, y1)
 	require.NoError(t, err)
 	// Claim Y's assignment, by hand (agentstore's AssignTasks): it has named y2's event worker.
-	assignY, assignYConn := begin()
+	assignY := begin()
 	defer assignY.Rollback()
 	_, err = assignY.ExecContext(ctx, `UPDATE events SET worker_id = 'w_y' WHERE state = 1 AND claim_id = ? AND id IN (?)`, cy.ID, y2)
 	require.NoError(t, err)
 
-	before := store.DB.Stats()
-	done := make(chan struct{})
-	var settled exactlyonce.TaskSettlement
-	var settleErr error
-	go func() {
-		defer close(done)
-		var outcomes []exactlyonce.TaskOutcome
-		for _, e := range xs {
-			outcomes = append(outcomes, exactlyonce.TaskOutcome{Event: e, Delivered: true,
-				Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}})
-		}
-		settled, settleErr = store.Tasks.SettleTasks(ctx, cx, outcomes, false)
-	}()
-	// waits tells, once the settlement has either finished or begun to wait for a row lock, which.
-	waits := func() bool {
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			select {
-			case <-done:
-				return false
-			default:
-			}
-			rows, err := db.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST
-				WHERE DB = DATABASE() AND INFO IS NOT NULL AND ID NOT IN (?, ?, CONNECTION_ID())`, settleYConn, assignYConn)
-			require.NoError(t, err)
-			ids, err := mysql.ScanIDs(rows, nil)
-			require.NoError(t, err)
-			for _, id := range ids {
-				w, err := mysqltest.WaitsForALock(ctx, db, id)
-				require.NoError(t, err)
-				if w {
-					return true
-				}
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		t.Fatal("the settlement neither finished nor waited for a lock within 30 s")
-		return false
+	// Claim X's settlement, on stores of their own whose sessions wait at most 1 s (the least
+	// InnoDB takes) for a row lock, with no second attempt.
+	cfg, err := drv.ParseDSN(dsn)
+	require.NoError(t, err)
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
 	}
-	waited := waits()
-	require.NoError(t, settleY.Commit())
-	if waited {
-		// The settlement now holds y1 and goes on to y2's subpartition, where it waits for the
-		// assignment (or is about to).
-		waits()
+	cfg.Params["innodb_lock_wait_timeout"] = "1"
+	impatient, err := mysql.Open(mysql.ConnConfig{DSN: cfg.FormatDSN(), MaxOpenConns: 2})
+	require.NoError(t, err)
+	defer impatient.Close()
+	settler, err := wire.StoresOn(impatient, mysql.Config{Retry: mysql.RetryPolicy{MaxAttempts: 1}})
+	require.NoError(t, err)
+	var outcomes []exactlyonce.TaskOutcome
+	for _, e := range xs {
+		outcomes = append(outcomes, exactlyonce.TaskOutcome{Event: e, Delivered: true,
+			Attempt: exactlyonce.Attempt{Number: 1, Started: time.Now(), Status: 200}})
 	}
-	_, assignErr := assignY.ExecContext(ctx, `UPDATE events SET worker_id = 'w_y' WHERE state = 1 AND claim_id = ? AND id IN (?)`, cy.ID, y1)
-	if assignErr == nil {
-		require.NoError(t, assignY.Commit())
-	} else {
-		require.NoError(t, assignY.Rollback())
-	}
-	<-done
-	require.NoError(t, settleErr)
+	settled, err := settler.Tasks.SettleTasks(ctx, cx, outcomes, false)
+	require.False(t, mysql.IsLockWaitTimeout(err), "the settlement waited for a row of another claim: %v", err)
+	require.NoError(t, err) // a deadlock too: it is not run again
 	require.ElementsMatch(t, []int64{x1, x2}, settled.Completed)
-	require.NoError(t, assignErr, "claim Y's assignment, waiting for y1, which the settlement of claim X kept")
-	require.Equal(t, before.Deadlocks, store.DB.Stats().Deadlocks, "the settlement lost a deadlock and was run again")
-	require.False(t, waited, "the settlement waited for a row of another claim")
 }
