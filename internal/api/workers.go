@@ -49,12 +49,18 @@ func workerJSON(w exactlyonce.EventWorker) WorkerJSON {
 
 // listWorkers is GET /workers: the live event workers (oldest first), then the done ones kept for
 // audit (most recently done first, at most doneWorkersLimit); ?active=true lists only the former,
-// ?active=false only the latter. Consistent reads, no lock.
+// ?active=false only the latter; any other parameter is a 400. Consistent reads, no lock.
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	v, err := parseQuery(r.URL.RawQuery)
 	if err != nil {
 		s.error(w, r, err)
 		return
+	}
+	for k := range v {
+		if k != "active" {
+			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "unknown query parameter %q: the listing takes active", sanitize(k)))
+			return
+		}
 	}
 	var active, done bool
 	switch {

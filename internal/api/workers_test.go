@@ -28,7 +28,8 @@ func getJSON(t *testing.T, s *api.Server, path string, status int, v any) {
 }
 
 // GET /workers lists the event workers' registry, live ones first; ?active=true|false filters it;
-// GET /workers/{workerId} shows one. A bad active value is a 400, an unknown id a 404, both JSON.
+// GET /workers/{workerId} shows one. A bad active value or another parameter is a 400, an unknown
+// id a 404, both JSON.
 func TestGetWorkers(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
@@ -98,6 +99,12 @@ func TestGetWorkers(t *testing.T) {
 	for _, bad := range []string{"/workers?active=yes", "/workers?active=", "/workers?active=TRUE"} {
 		getJSON(t, s, bad, http.StatusBadRequest, &e)
 		require.Contains(t, e.Error, "active must be true or false")
+	}
+	// An unknown parameter is refused, as the other listings refuse one: ?Active=true or
+	// ?activ=false, a filter misspelt, listed every worker.
+	for _, bad := range []string{"/workers?Active=true", "/workers?activ=false", "/workers?active=true&limit=5"} {
+		getJSON(t, s, bad, http.StatusBadRequest, &e)
+		require.Contains(t, e.Error, "unknown query parameter", bad)
 	}
 	// The id is compared byte for byte, as Go compares it: another case, or a trailing space, names
 	// no worker (the column's collation ignores both).
