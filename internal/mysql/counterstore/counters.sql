@@ -142,9 +142,12 @@ SELECT s.sum,
 FROM t_counter_sum s WHERE s.bucket = ? AND CAST(s.entity_type AS BINARY) = ? AND CAST(s.user_id AS BINARY) = ?;
 
 -- name: CounterSumsOfUser
--- GET /counters/{userId}: a user's counts (a consistent read, no lock), from their bucket's
--- partition.
-SELECT entity_type, sum, version FROM t_counter_sum WHERE bucket = ? AND CAST(user_id AS BINARY) = ?;
+-- GET /counters/{userId}: a page of a user's counts, the types after a cursor in byte order, at
+-- most ? (a consistent read, no lock), from their bucket's partition. Bounded by the page, as a
+-- user may have any number of types: the answer must fit in a Lambda's (6 MB).
+SELECT entity_type, sum, version FROM t_counter_sum
+WHERE bucket = ? AND CAST(user_id AS BINARY) = ? AND CAST(entity_type AS BINARY) > ?
+ORDER BY CAST(entity_type AS BINARY) LIMIT ?;
 
 -- name: CounterSumOf
 -- GET /counters/{userId}/{entityType}: one count (a consistent read, no lock).
