@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -125,12 +126,14 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The page: up to limit events, and fewer if their payloads would pass MaxListPayloadBytes (at
-	// least one, which is at most 256 KiB). next names the last event shown when more may follow.
+	// least one, which is at most 256 KiB, 1.5 MiB escaped). A payload counts as the answer carries
+	// it, JSON-escaped: the encoder writes '<', '>' and '&' in six bytes each, so that 4 MiB of
+	// payloads as stored could be 24 MiB sent. next names the last event shown when more may follow.
 	n, bytes := 0, 0
 	for n < len(got) && n < lq.limit {
 		size := 0
 		if got[n].Task != nil {
-			size = len(got[n].Task.Payload)
+			size = escapedLen(got[n].Task.Payload)
 		}
 		if n > 0 && bytes+size > MaxListPayloadBytes {
 			break
@@ -162,6 +165,19 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		kind = &k
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"state": lq.set, "kind": kind, "events": out, "next": next})
+}
+
+// escapedLen is the length of a payload as writeJSON writes it: compacted, with '<', '>', '&',
+// U+2028 and U+2029 escaped (encoding/json's HTML-safe form, which json.Marshal gives too).
+func escapedLen(payload json.RawMessage) int {
+	if len(payload) == 0 {
+		return 0
+	}
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return len(payload)
+	}
+	return len(b)
 }
 
 // OverviewCountsJSON is the events by state in GET /overview.

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/stretchr/testify/require"
 )
@@ -161,6 +163,33 @@ func TestListEventsPageOfLargePayloads(t *testing.T) {
 	require.Equal(t, strconv.FormatInt(ids[1], 10), next)
 	got, next, _ = listIDs(t, b, "/events?state=pending&limit=100&before="+next)
 	require.Equal(t, []int64{ids[0]}, got)
+	require.Empty(t, next)
+}
+
+// The 4 MiB are the payloads as the answer carries them: JSON-escaped. The API's encoder writes '<',
+// '>' and '&' as \u003c (six bytes for one), so 16 payloads of 256 KiB of '<' were a page of 25 MB,
+// which no Lambda can answer (6 MB). Such a page holds the payloads whose escaped form fits: 2.
+func TestListEventsPageOfEscapedPayloads(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	payload := `"` + strings.Repeat("<", 256<<10-2) + `"`
+	var ids []int64
+	for range 4 {
+		ids = append(ids, createTask(t, b, `{"url": "https://example.com/x", "payload": `+payload+`}`))
+	}
+	req, err := http.NewRequest("GET", b.srv.URL+"/events?state=pending&limit=100", nil)
+	require.NoError(t, err)
+	resp, err := b.srv.Client().Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.LessOrEqual(t, len(body), api.MaxListPayloadBytes+64<<10, "the page's bytes")
+	got, next, _ := listIDs(t, b, "/events?state=pending&limit=100")
+	require.Equal(t, []int64{ids[3], ids[2]}, got)
+	got, next, _ = listIDs(t, b, "/events?state=pending&limit=100&before="+next)
+	require.Equal(t, []int64{ids[1], ids[0]}, got)
 	require.Empty(t, next)
 }
 
