@@ -201,13 +201,30 @@ func (c *Client) Worker(ctx context.Context, workerID string) (Worker, error) {
 	return out, err
 }
 
-// UserCounts is GET /counters/{userId}: a user's counts by entity type, kept by the counter service.
+// UserCounts is GET /counters/{userId}: a user's counts by entity type, kept by the counter service,
+// every page of them (the API answers up to 1,000 types a request).
 func (c *Client) UserCounts(ctx context.Context, userID string) (map[string]Count, error) {
-	var out struct {
-		Counters map[string]Count `json:"counters"`
+	all := map[string]Count{}
+	q := url.Values{}
+	for {
+		var page struct {
+			Counters map[string]Count `json:"counters"`
+			Next     *string          `json:"next"`
+		}
+		if err := c.get(ctx, "/counters/"+seg(userID), q, &page); err != nil {
+			return nil, err
+		}
+		for t, v := range page.Counters {
+			all[t] = v
+		}
+		if page.Next == nil {
+			return all, nil
+		}
+		if *page.Next <= q.Get("after") { // the types come in byte order: a next that does not move on would loop
+			return nil, fmt.Errorf("client: GET /counters/%s: page after %q gave next %q", userID, q.Get("after"), *page.Next)
+		}
+		q.Set("after", *page.Next)
 	}
-	err := c.get(ctx, "/counters/"+seg(userID), nil, &out)
-	return out.Counters, err
 }
 
 // Count is GET /counters/{userId}/{entityType}: one count (0 at version 0 if unknown).
