@@ -181,7 +181,8 @@ func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
 }
 
 // Workers is GET /workers: the event workers' registry; active nil lists live and done ones,
-// true only the live ones, false only the done ones.
+// true only the live ones, false only the done ones. The API ends the list at 4 MiB (live workers
+// first); a worker it left out is still read by id (Worker).
 func (c *Client) Workers(ctx context.Context, active *bool) ([]Worker, error) {
 	q := url.Values{}
 	if active != nil {

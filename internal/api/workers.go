@@ -78,6 +78,8 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	}
 	out := struct {
 		Workers []WorkerJSON `json:"workers"`
+		// Truncated says the list ended at MaxListPayloadBytes with workers left out.
+		Truncated bool `json:"truncated,omitempty"`
 	}{Workers: []WorkerJSON{}}
 	l := s.Workers
 	if l == nil {
@@ -113,6 +115,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if len(out.Workers) > 0 && size+len(b) > MaxListPayloadBytes {
+			out.Truncated = true
 			break
 		}
 		size += len(b)

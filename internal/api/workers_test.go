@@ -146,11 +146,13 @@ func TestGetWorkersIsBoundedInBytes(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code)
 		require.LessOrEqual(t, rec.Body.Len(), api.MaxListPayloadBytes+1024, path)
 		var list struct {
-			Workers []api.WorkerJSON `json:"workers"`
+			Workers   []api.WorkerJSON `json:"workers"`
+			Truncated bool             `json:"truncated"`
 		}
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &list))
 		require.Greater(t, len(list.Workers), 100, path)
 		require.Less(t, len(list.Workers), workers, path)
+		require.True(t, list.Truncated, "%s: a list cut short says so", path)
 		for i, w := range list.Workers {
 			require.Equal(t, fmt.Sprintf("w_%03d", i), w.WorkerID, "oldest first")
 			require.Len(t, w.References, refs)
