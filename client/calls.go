@@ -118,13 +118,25 @@ func (c *Client) ListEvents(ctx context.Context, opt ListOptions) (EventPage, er
 	return page, err
 }
 
-// TaskAttempts is GET /events/{id}/attempts: a task's delivery attempts.
+// TaskAttempts is GET /events/{id}/attempts: a task's delivery attempts, every page of them (the
+// API answers up to 1,000 a request; a task keeps its attempts across manual retries).
 func (c *Client) TaskAttempts(ctx context.Context, id int64) ([]Attempt, error) {
-	var out struct {
-		Attempts []Attempt `json:"attempts"`
+	all := []Attempt{}
+	q := url.Values{}
+	for {
+		var page struct {
+			Attempts []Attempt `json:"attempts"`
+			Next     *int      `json:"next"`
+		}
+		if err := c.get(ctx, idPath("/events/%d/attempts", id), q, &page); err != nil {
+			return nil, err
+		}
+		all = append(all, page.Attempts...)
+		if page.Next == nil || len(page.Attempts) == 0 {
+			return all, nil
+		}
+		q.Set("after", strconv.Itoa(*page.Next))
 	}
-	err := c.get(ctx, idPath("/events/%d/attempts", id), nil, &out)
-	return out.Attempts, err
 }
 
 // RetryTask is POST /events/{id}/retry: a failed task, again. A task that has not failed is an

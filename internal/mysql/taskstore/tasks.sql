@@ -142,6 +142,13 @@ INSERT INTO task_attempts (event_id, number, started_at, duration_us, status, er
 SELECT number, started_at, duration_us, status, COALESCE(error, '') FROM task_attempts
 WHERE event_id = ? ORDER BY started_at, number;
 
+-- name: AttemptsAfter
+-- GET /events/{id}/attempts a page at a time: the task's attempts numbered after ?, up to ?, in
+-- their order (numbers only grow: a manual retry keeps the attempts and numbers the next after
+-- them). Pruned by HASH(event_id) to one partition, as Attempts.
+SELECT number, started_at, duration_us, status, COALESCE(error, '') FROM task_attempts
+WHERE event_id = ? AND number > ? ORDER BY number LIMIT ?;
+
 -- name: ReferencePosition
 -- The position of one task of a reference (the cursor of GET /references/{id}/events?after=), until
 -- the reference directory is complete (directory.sql; after it, the directory says).
