@@ -6,7 +6,9 @@
 // locally (queue.Ensure sets the same policy); a DLQ named explicitly must be that one (Resolve).
 // Before a message is touched, the DLQ must be the dead-letter queue of the source queue alone
 // (CheckSources): a redrive sends every message of the DLQ to the one source queue, so a DLQ that
-// holds other queues' messages too, or another queue's DLQ, is refused (ErrRefused).
+// other queues' RedrivePolicies name too, or another queue's DLQ, is refused (ErrRefused). The check
+// reads the queues' present configuration, not the messages: those a queue sent to the DLQ before
+// its RedrivePolicy stopped naming it are not told apart.
 //
 // On AWS a redrive starts an SQS message move task (StartMessageMoveTask, from the DLQ to the
 // source queue) and reports its progress until it ends. An endpoint that lacks that action (the
