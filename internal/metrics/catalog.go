@@ -89,12 +89,12 @@ type Def struct {
 }
 
 var (
-	writers = []Part{PartAPI, PartProcessor, PartSweeper, PartCounter, PartAgent}
-	workers = []Part{PartProcessor, PartSweeper, PartAgent}
-	api     = []Part{PartAPI}
-	sweeper = []Part{PartSweeper}
-	agents  = []Part{PartSweeper, PartAgent}
-	counter = []Part{PartCounter}
+	writers  = []Part{PartAPI, PartProcessor, PartSweeper, PartCounter, PartAgent}
+	claimers = []Part{PartProcessor, PartSweeper, PartAgent}
+	api      = []Part{PartAPI}
+	sweeper  = []Part{PartSweeper}
+	agents   = []Part{PartSweeper, PartAgent}
+	counter  = []Part{PartCounter}
 )
 
 // Catalog holds every metric's definition, indexed by Metric. Every part records through it.
@@ -102,10 +102,10 @@ var Catalog = [numMetrics]Def{
 	EventsCreatedSync:   {"EventsCreatedSync", Count, Counter, "Events stored by POST /events.", api},
 	EventsCreatedAsync:  {"EventsCreatedAsync", Count, Counter, "Events stored by POST /events/async (tasks included).", api},
 	IdempotentReplays:   {"IdempotentReplays", Count, Counter, "Keyed requests answered from a stored response.", api},
-	EventsProcessed:     {"EventsProcessed", Count, Counter, "Events settled as processed.", workers},
-	ClaimBatchSize:      {"ClaimBatchSize", Count, Distribution, "Events taken by each claim.", workers},
-	OutcomeBusy:         {"OutcomeBusy", Count, Counter, "Events found leased or locked by another worker.", workers},
-	OutcomeMissing:      {"OutcomeMissing", Count, Counter, "Ids named by a message but not stored.", workers},
+	EventsProcessed:     {"EventsProcessed", Count, Counter, "Events settled as processed.", claimers},
+	ClaimBatchSize:      {"ClaimBatchSize", Count, Distribution, "Events taken by each claim.", claimers},
+	OutcomeBusy:         {"OutcomeBusy", Count, Counter, "Events found leased or locked by another claim.", claimers},
+	OutcomeMissing:      {"OutcomeMissing", Count, Counter, "Ids named by a message but not stored.", claimers},
 	DeadlockRetries:     {"DeadlockRetries", Count, Counter, "Transactions retried after a deadlock (1213).", writers},
 	LockWaitRetries:     {"LockWaitRetries", Count, Counter, "Transactions retried after a lock wait timeout (1205).", writers},
 	TransactionDuration: {"TransactionDuration", Milliseconds, Duration, "Duration of committed write transactions.", writers},
@@ -124,9 +124,9 @@ var Catalog = [numMetrics]Def{
 	CounterSweepErrors:  {"CounterSweepErrors", Count, Counter, "Counter sweeps with a failed step.", nil},
 	AgentPulses:         {"AgentPulses", Count, Counter, "Agent pulses made.", agents},
 	ShardChanges:        {"ShardChanges", Count, Counter, "Times an agent's assigned range changed.", agents},
-	TaskDelivered:       {"TaskDelivered", Count, Counter, "Webhook deliveries answered 2xx.", workers},
-	TaskDeliveryFailed:  {"TaskDeliveryFailed", Count, Counter, "Webhook deliveries that failed (retried, or failed for good).", workers},
-	TaskDeliveryLatency: {"TaskDeliveryLatency", Milliseconds, Duration, "Duration of each webhook delivery attempt.", workers},
+	TaskDelivered:       {"TaskDelivered", Count, Counter, "Webhook deliveries answered 2xx.", claimers},
+	TaskDeliveryFailed:  {"TaskDeliveryFailed", Count, Counter, "Webhook deliveries that failed (retried, or failed for good).", claimers},
+	TaskDeliveryLatency: {"TaskDeliveryLatency", Milliseconds, Duration, "Duration of each webhook delivery attempt.", claimers},
 	CounterApplied:      {"CounterApplied", Count, Counter, "Counter messages applied.", counter},
 	CounterDuplicates:   {"CounterDuplicates", Count, Counter, "Counter messages already applied (deduplicated).", counter},
 	CounterRejected:     {"CounterRejected", Count, Counter, "Counter messages rejected (a bad message).", counter},
