@@ -65,7 +65,7 @@ agent: db ## build and run a standalone agent on `make run`'s database; run it i
 	$(GO) build -o bin/agent ./cmd/agent
 	DB_DSN="$${DB_DSN:-exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce}" bin/agent
 
-redrive: ## move a DLQ's messages back to its source queue: QUEUE=events (DRY_RUN=1 lists only; LOCAL=1 for `make run`'s SQS; DLQ=<name>)
+redrive: ## move a DLQ's messages back to its source queue: QUEUE=events (DRY_RUN=1 lists only; LOCAL=1 for `make run`'s SQS; DLQ=<name> checks it is the queue's own DLQ)
 	$(GO) build -o bin/redrive ./cmd/redrive
 	bin/redrive
 

@@ -166,6 +166,10 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 			c.refused(w, name, rq, err)
 			return
 		}
+		if denied(err) {
+			c.denied(w, name, err)
+			return
+		}
 		if err != nil {
 			c.log.Error("console: redrive dry run", "queue", name, "dlq", rq.DLQURL, "err", err)
 			writeError(w, http.StatusBadGateway, "the dry run of "+quote(name)+" failed; the console's log says why")
@@ -186,6 +190,10 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 		c.refused(w, name, rq, err)
 		return
 	}
+	if denied(err) && moved == 0 {
+		c.denied(w, name, err)
+		return
+	}
 	if err != nil {
 		c.log.Error("console: redrive", "queue", name, "dlq", rq.DLQURL, "moved", moved, "err", err)
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("the redrive of %s stopped after moving %d messages; the console's log says why", quote(name), moved))
@@ -202,6 +210,16 @@ func (c *console) refused(w http.ResponseWriter, name string, rq redrive.Queues,
 	c.log.Warn("console: redrive refused", "queue", name, "dlq", rq.DLQURL, "err", err)
 	writeError(w, http.StatusConflict, "the redrive of "+quote(name)+" was refused before anything moved: its DLQ is the dead-letter queue of other queues too "+
 		"(or the endpoint cannot tell), and their messages would go to "+quote(name)+"; the console's log names them")
+}
+
+// denied answers a dry run or redrive that SQS refused for want of a permission (AccessDenied): the
+// console's AWS credentials lack an action a redrive needs, which the operator can grant (console.md
+// lists them). A 403, logged as a warning with SQS's message, which names the action.
+func (c *console) denied(w http.ResponseWriter, name string, err error) {
+	c.log.Warn("console: redrive denied by SQS", "queue", name, "err", err)
+	writeError(w, http.StatusForbidden, "SQS refused the console's AWS credentials an action the redrive of "+quote(name)+
+		" needs (sqs:GetQueueAttributes, sqs:ListDeadLetterSourceQueues, sqs:StartMessageMoveTask, sqs:ListMessageMoveTasks, or, without move tasks, "+
+		"sqs:ReceiveMessage, sqs:ChangeMessageVisibility, sqs:SendMessage, sqs:DeleteMessage); the console's log names the one refused")
 }
 
 func (c *console) awsTimeout() time.Duration { return cmp.Or(c.opt.AWSTimeout, DefaultAWSTimeout) }

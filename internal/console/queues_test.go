@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +261,37 @@ func TestRedriveOfASharedDLQIsRefused(t *testing.T) {
 		requireDepth(t, client, a.DLQURL, 1)
 		requireDepth(t, client, a.URL, 0)
 		requireDepth(t, client, aws.ToString(also.QueueUrl), 0)
+	}
+}
+
+// A redrive whose credentials lack a permission it needs is a 403 that says so, not a 502 "failed"
+// logged at ERROR: here SQS refuses ListDeadLetterSourceQueues (as AWS does a role without it), the
+// one action the redrive's checks added, through a proxy in front of the local endpoint.
+func TestRedriveDeniedByIAMIsA403(t *testing.T) {
+	t.Parallel()
+	target, err := url.Parse(localsqs.Endpoint(t))
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	deny := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.ListDeadLetterSourceQueues" {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			w.Header().Set("x-amzn-query-error", "AccessDenied;Sender")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"__type":"com.amazonaws.sqs#AccessDenied","message":"User: arn:aws:iam::123456789012:user/op is not authorized to perform: sqs:ListDeadLetterSourceQueues"}`)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(deny.Close)
+	client := localsqs.NewClient(deny.URL)
+	a := localsqs.Queues(t, localsqs.Client(t), 30, 5)
+	send(t, client, a.DLQURL, `{"id":2}`)
+	base := serve(t, Options{API: &fakeAPI{}, SQS: client, Queues: []string{a.URL}})
+	token := session(t, base)["csrfToken"]
+	for _, body := range []string{`{"dryRun": true}`, `{"dryRun": false}`} {
+		status, _, answer := do(t, "POST", base+"/ui/api/queues/"+nameOf(a.URL)+"/redrive", body, map[string]string{"X-CSRF-Token": token})
+		require.Equal(t, http.StatusForbidden, status, "%s: %s", body, answer)
+		require.Contains(t, answer, "sqs:ListDeadLetterSourceQueues", body)
+		requireDepth(t, client, a.DLQURL, 1)
 	}
 }

@@ -81,7 +81,7 @@ type taskWorked struct {
 // workTasks delivers tasks leased to claim c: every reference at once (up to Concurrency deliveries
 // in flight), and, as each task settles, the next task of its reference, handed on to this claim by
 // the settlement, while the deadline allows. No row lock is held across a delivery: the lease keeps
-// other workers off, the settlement is a short transaction guarded by it.
+// other claims off, the settlement is a short transaction guarded by it.
 func (e *Engine) workTasks(ctx context.Context, c exactlyonce.Claim, tasks []exactlyonce.Event) taskWorked {
 	cfg := e.Tasks
 	st := &taskSettler{e: e, c: c, cfg: cfg, in: make(chan settleRequest), fin: make(chan struct{})}
