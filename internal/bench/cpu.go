@@ -43,20 +43,72 @@ func cpuSeconds(pid int) float64 {
 }
 
 // databasePID returns the pid of the database server db is connected to, where it runs on this
-// machine: the process its pid file (@@pid_file) names, if that is a MariaDB or MySQL server. With
-// a second server on the machine (the tests' MariaDB beside the benchmark's), the first one found
-// by name was often the idle one, and the progress lines showed the database using no CPU.
-// Without a readable pid file it falls back to the first server found by name, and 0 when none is.
+// machine: the process its pid file (@@pid_file) names, if that is a MariaDB or MySQL server, else
+// the server process holding the socket that listens on its port (@@port). With a second server on
+// the machine (the tests' MariaDB beside the benchmark's), the first one found by name was often the
+// idle one, and the progress lines showed the database using no CPU. 0 when neither finds it (a
+// server on another machine, or /proc unreadable): the figures then leave the database out.
 func databasePID(ctx context.Context, db *sql.DB) int {
 	var path string
-	if err := db.QueryRowContext(ctx, "SELECT @@pid_file").Scan(&path); err == nil {
-		if b, err := os.ReadFile(path); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isDatabaseServer(pid) {
+	var port int
+	if err := db.QueryRowContext(ctx, "SELECT @@pid_file, @@port").Scan(&path, &port); err != nil {
+		return 0
+	}
+	return serverPID(path, port)
+}
+
+// serverPID is databasePID for a server whose pid file is at path and which listens on port.
+func serverPID(path string, port int) int {
+	if b, err := os.ReadFile(path); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isDatabaseServer(pid) {
+			return pid
+		}
+	}
+	inodes := listeningInodes(port)
+	if len(inodes) == 0 {
+		return 0
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !isDatabaseServer(pid) {
+			continue
+		}
+		fds, err := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if l, err := os.Readlink(filepath.Join("/proc", e.Name(), "fd", fd.Name())); err == nil && inodes[l] {
 				return pid
 			}
 		}
 	}
-	return findProcess(databaseNames...)
+	return 0
+}
+
+// listeningInodes returns the sockets listening on TCP port, as their descriptors' link text
+// ("socket:[inode]"), from /proc/net/tcp and /proc/net/tcp6.
+func listeningInodes(port int) map[string]bool {
+	out := map[string]bool{}
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+			fs := strings.Fields(line)
+			if len(fs) > 9 && strings.HasSuffix(fs[1], want) && fs[3] == "0A" {
+				out["socket:["+fs[9]+"]"] = true
+			}
+		}
+	}
+	return out
 }
 
 // databaseNames are the process names of the database servers the benchmark runs against.
@@ -65,30 +117,6 @@ var databaseNames = []string{"mariadbd", "mysqld"}
 func isDatabaseServer(pid int) bool {
 	comm, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
 	return err == nil && slices.Contains(databaseNames, strings.TrimSpace(string(comm)))
-}
-
-// findProcess returns the pid of a process with one of the names, or 0.
-func findProcess(names ...string) int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-		if err != nil {
-			continue
-		}
-		for _, n := range names {
-			if strings.TrimSpace(string(comm)) == n {
-				return pid
-			}
-		}
-	}
-	return 0
 }
 
 // machineCPU returns the CPU seconds the whole machine has spent busy (every state but idle and

@@ -43,18 +43,25 @@ func TestDatabasePIDIsTheServerOfTheConnection(t *testing.T) {
 		}
 	}
 	require.True(t, held, "process %d does not hold the socket listening on port %d", pid, port)
+	// Without its pid file (unreadable, or another machine's path), the server is still the one
+	// holding the socket on its port, not the first MariaDB found by name.
+	require.Equal(t, pid, serverPID(filepath.Join(t.TempDir(), "none.pid"), port))
 }
 
-// listeningInode returns the inode of the IPv4 socket listening on port, from /proc/net/tcp.
+// listeningInode returns the inode of a socket listening on port, from /proc/net/tcp or tcp6.
 func listeningInode(t *testing.T, port int) string {
-	b, err := os.ReadFile("/proc/net/tcp")
-	require.NoError(t, err)
 	want := fmt.Sprintf(":%04X", port)
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		f := strings.Fields(line)
-		// sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
-		if len(f) > 9 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
-			return f[9]
+	for _, name := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			// sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
+			if len(f) > 9 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+				return f[9]
+			}
 		}
 	}
 	return ""
