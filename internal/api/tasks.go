@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -112,7 +113,7 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		}
 	}
 	if m, ok := fields["maxRetries"]; ok {
-		n, err := strconv.Atoi(string(m))
+		n, err := jsonInteger(m)
 		if err != nil || n < 0 || n > exactlyonce.MaxTaskRetries {
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "maxRetries must be an integer from 0 to %d, got %s",
 				exactlyonce.MaxTaskRetries, sanitize(string(m)))
@@ -120,6 +121,21 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		t.MaxRetries = n
 	}
 	return t, nil
+}
+
+// jsonInteger reads a JSON number whose value is an integer, as JSON Schema's "integer" (the
+// contract's type) takes one: 3, and also 3.0, 3e0 or -0; 2.5, a string or a number past float64's
+// range is an error. Only small integers are read this way (maxRetries): float64 holds them exactly.
+func jsonInteger(raw json.RawMessage) (int, error) {
+	s := string(raw)
+	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
+		return 0, fmt.Errorf("not a number: %s", s)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<31 {
+		return 0, fmt.Errorf("not an integer: %s", s)
+	}
+	return int(f), nil
 }
 
 // createTask stores one task and queues it if it heads its reference (a task queued behind another

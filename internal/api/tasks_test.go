@@ -57,6 +57,9 @@ func TestTaskValidation(t *testing.T) {
 		{`{"url": "https://example.com/x", "maxRetries": -1}`, "maxRetries"},
 		{`{"url": "https://example.com/x", "maxRetries": 2.5}`, "maxRetries"},
 		{`{"url": "https://example.com/x", "maxRetries": "3"}`, "maxRetries"},
+		{`{"url": "https://example.com/x", "maxRetries": 1e400}`, "maxRetries"},
+		{`{"url": "https://example.com/x", "maxRetries": 2.6e1}`, "maxRetries"},
+		{`{"url": "https://example.com/x", "maxRetries": null}`, "maxRetries"},
 	} {
 		status, body, _ := b.do(t, "POST", "/events/async", tc.body)
 		require.Equal(t, http.StatusBadRequest, status, "%.80s", tc.body)
@@ -71,6 +74,16 @@ func TestTaskValidation(t *testing.T) {
 	status, _, _ := b.do(t, "POST", "/events/async", `{"url": "https://example.com/x", "referenceId": "`+strings.Repeat("é", 255)+
 		`", "maxRetries": 25, "payload": "`+strings.Repeat("p", 256<<10-2)+`"}`)
 	require.Equal(t, http.StatusAccepted, status)
+
+	// An integer written as JSON Schema's "integer" (the contract's type) allows: 3.0, 1e1, -0.
+	for raw, want := range map[string]int{"3.0": 3, "1e1": 10, "-0": 0, "2.5e1": 25} {
+		status, body, _ := b.do(t, "POST", "/events/async", `{"url": "https://example.com/x", "maxRetries": `+raw+`}`)
+		require.Equal(t, http.StatusAccepted, status, raw)
+		id := int64(body["id"].(float64))
+		e, err := b.store.Events.Get(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, want, e.Task.MaxRetries, raw)
+	}
 }
 
 // hookRecorder answers each delivery with the status of a script, and records what it received.
