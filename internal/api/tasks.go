@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -90,7 +91,12 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		if errors.As(err, &refused) {
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url: %s", refused.Reason())
 		}
-		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "url: %s", err.Error())
+		// ValidateURL's messages name the url already ("url must be at most 2048 bytes, ...").
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "url ") {
+			msg = "url: " + msg
+		}
+		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "%s", msg)
 	}
 	if p, ok := fields["payload"]; ok {
 		if len(p) > exactlyonce.MaxTaskPayloadBytes {

@@ -64,6 +64,7 @@ func TestTaskValidation(t *testing.T) {
 		status, body, _ := b.do(t, "POST", "/events/async", tc.body)
 		require.Equal(t, http.StatusBadRequest, status, "%.80s", tc.body)
 		require.Contains(t, body["error"], tc.names, "%.80s", tc.body)
+		require.NotContains(t, body["error"], "url: url", "%.80s: the field named once", tc.body)
 	}
 	n, err := b.store.Events.Count(context.Background())
 	require.NoError(t, err)
