@@ -36,7 +36,7 @@ var routes = []route{
 	{"GET", "history", nil},
 	{"GET", "events", []string{"state", "kind", "before", "limit"}},
 	{"GET", "events/{id}", nil},
-	{"GET", "events/{id}/attempts", nil},
+	{"GET", "events/{id}/attempts", []string{"after", "limit"}},
 	{"GET", "references/{referenceId}/events", []string{"after", "limit"}},
 	{"GET", "agents", nil},
 	{"GET", "workers", []string{"active"}},

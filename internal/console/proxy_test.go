@@ -39,6 +39,7 @@ func TestAllowListedRoutesReachTheAPI(t *testing.T) {
 		{"GET", "/events?state=failed&kind=task&before=99&limit=50", "/events?before=99&kind=task&limit=50&state=failed"},
 		{"GET", "/events/12", "/events/12"},
 		{"GET", "/events/12/attempts", "/events/12/attempts"},
+		{"GET", "/events/12/attempts?after=1000&limit=5", "/events/12/attempts?after=1000&limit=5"},
 		{"GET", "/references/order-7/events", "/references/order-7/events"},
 		{"GET", "/references/a%20b%3Fc%25d/events?after=3&limit=2", "/references/a%20b%3Fc%25d/events?after=3&limit=2"},
 		{"GET", "/agents", "/agents"},

@@ -293,10 +293,21 @@ async function eventPage(main, id) {
     if (e.isFailed) {
       parts.push(el('p', null, retryButton(e.id, () => route())));
     }
+    // A task keeps its attempts across manual retries: they come a page at a time, the next one
+    // behind a button, as a reference's tasks do.
     const at = await api('/events/' + encodeURIComponent(id) + '/attempts');
-    parts.push(el('h2', null, 'Attempts'), table('Delivery attempts', ['#', 'started', 'duration (ms)', 'status', 'error'],
-      at.attempts.map((a) => row([el('td', { class: 'num' }, a.number), fmtTime(a.startedAt), el('td', { class: 'num' }, a.durationMs.toFixed(1)),
-        a.status === null ? '—' : String(a.status), el('td', { class: 'wrap' }, a.error || '')])), { id: 'attempts-table' }));
+    let attempts = at.attempts, nextAttempt = at.next;
+    const attemptsBlock = () => el('div', { id: 'attempts-body' },
+      table('Delivery attempts', ['#', 'started', 'duration (ms)', 'status', 'error'],
+        attempts.map((a) => row([el('td', { class: 'num' }, a.number), fmtTime(a.startedAt), el('td', { class: 'num' }, a.durationMs.toFixed(1)),
+          a.status === null ? '—' : String(a.status), el('td', { class: 'wrap' }, a.error || '')])), { id: 'attempts-table' }),
+      nextAttempt !== null ? el('button', { type: 'button', id: 'more-attempts', onclick: async () => {
+        const more = await api('/events/' + encodeURIComponent(id) + '/attempts?after=' + nextAttempt);
+        attempts = attempts.concat(more.attempts);
+        nextAttempt = more.next;
+        replace('attempts-body', attemptsBlock());
+      } }, 'More attempts') : null);
+    parts.push(el('h2', null, 'Attempts'), attemptsBlock());
     if (e.referenceId) {
       parts.push(el('h2', null, 'Its reference\'s order'), await referenceAround(e.referenceId, e.id));
     }
