@@ -13,7 +13,7 @@ help: ## list the targets
 		'{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1) } \
 		 END { f = "  %-" w "s  %s\n"; for (i = 1; i <= NR; i++) printf f, name[i], text[i] }'
 
-run: db sqslocal s3local local ## run the whole system locally (MariaDB, local SQS, API on :8080, processor, sweeper)
+run: db sqslocal s3local local ## run the whole system locally (MariaDB, local SQS and S3, API and console on :8080, processor, sweeper)
 	scripts/run.sh
 
 test: no-build-output test-db sqslocal s3local rie browser ## every test: unit, integration (MariaDB + SQS protocol), the console in Chromium, failure scenarios, infrastructure, bench smoke
