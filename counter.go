@@ -133,6 +133,12 @@ type CounterSum struct {
 	Version int64 `json:"version"`
 }
 
+// TypeCount is one count of a user, with its entity type: a row of GET /counters/{userId}.
+type TypeCount struct {
+	EntityType string
+	CounterSum
+}
+
 // CounterMismatch is a count whose stored sum differs from the number of its counted entities (an
 // entity is counted while it has an added fact and no read fact), or that has an entity with a
 // fact twice: what the sweeper's reconciliation reports.

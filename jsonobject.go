@@ -3,6 +3,7 @@ package exactlyonce
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -12,8 +13,14 @@ import (
 // each field given once, read by DecodeObject; a string field is read by DecodeString, which refuses
 // what would not read back as it was sent.
 
-// NotObjectError says why a body is not one JSON object.
-type NotObjectError struct{ Reason string }
+// NotObjectError says why a body is not one JSON object: Syntax when it is not JSON at all (Offset
+// is then the byte where reading it failed), Trailing when one JSON object is followed by more.
+type NotObjectError struct {
+	Reason   string
+	Syntax   bool
+	Offset   int64
+	Trailing bool
+}
 
 func (e *NotObjectError) Error() string { return e.Reason }
 
@@ -25,13 +32,23 @@ func (e *NotObjectError) Error() string { return e.Reason }
 // one JSON object is a *NotObjectError.
 func DecodeObject(body []byte) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	notJSON := func(err error) error { return &NotObjectError{"not JSON: " + err.Error()} }
+	notJSON := func(err error) error {
+		offset := dec.InputOffset()
+		var syntax *json.SyntaxError
+		switch {
+		case errors.As(err, &syntax):
+			offset = syntax.Offset
+		case errors.Is(err, io.ErrUnexpectedEOF): // cut short: it breaks where it ends
+			offset = int64(len(body))
+		}
+		return &NotObjectError{Reason: "not JSON: " + err.Error(), Syntax: true, Offset: offset}
+	}
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, notJSON(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, &NotObjectError{"not a JSON object"}
+		return nil, &NotObjectError{Reason: "not a JSON object"}
 	}
 	fields := map[string]json.RawMessage{}
 	for dec.More() {
@@ -53,7 +70,7 @@ func DecodeObject(body []byte) (map[string]json.RawMessage, error) {
 		return nil, notJSON(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, &NotObjectError{"something follows the JSON object"}
+		return nil, &NotObjectError{Reason: "something follows the JSON object", Trailing: true}
 	}
 	return fields, nil
 }

@@ -118,13 +118,25 @@ func (c *Client) ListEvents(ctx context.Context, opt ListOptions) (EventPage, er
 	return page, err
 }
 
-// TaskAttempts is GET /events/{id}/attempts: a task's delivery attempts.
+// TaskAttempts is GET /events/{id}/attempts: a task's delivery attempts, every page of them (the
+// API answers up to 1,000 a request; a task keeps its attempts across manual retries).
 func (c *Client) TaskAttempts(ctx context.Context, id int64) ([]Attempt, error) {
-	var out struct {
-		Attempts []Attempt `json:"attempts"`
+	all := []Attempt{}
+	q := url.Values{}
+	for {
+		var page struct {
+			Attempts []Attempt `json:"attempts"`
+			Next     *int      `json:"next"`
+		}
+		if err := c.get(ctx, idPath("/events/%d/attempts", id), q, &page); err != nil {
+			return nil, err
+		}
+		all = append(all, page.Attempts...)
+		if page.Next == nil || len(page.Attempts) == 0 {
+			return all, nil
+		}
+		q.Set("after", strconv.Itoa(*page.Next))
 	}
-	err := c.get(ctx, idPath("/events/%d/attempts", id), nil, &out)
-	return out.Attempts, err
 }
 
 // RetryTask is POST /events/{id}/retry: a failed task, again. A task that has not failed is an
@@ -181,7 +193,8 @@ func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
 }
 
 // Workers is GET /workers: the event workers' registry; active nil lists live and done ones,
-// true only the live ones, false only the done ones.
+// true only the live ones, false only the done ones. The API ends the list at 4 MiB (live workers
+// first); a worker it left out is still read by id (Worker).
 func (c *Client) Workers(ctx context.Context, active *bool) ([]Worker, error) {
 	q := url.Values{}
 	if active != nil {
@@ -201,13 +214,30 @@ func (c *Client) Worker(ctx context.Context, workerID string) (Worker, error) {
 	return out, err
 }
 
-// UserCounts is GET /counters/{userId}: a user's counts by entity type, kept by the counter service.
+// UserCounts is GET /counters/{userId}: a user's counts by entity type, kept by the counter service,
+// every page of them (the API answers up to 1,000 types a request).
 func (c *Client) UserCounts(ctx context.Context, userID string) (map[string]Count, error) {
-	var out struct {
-		Counters map[string]Count `json:"counters"`
+	all := map[string]Count{}
+	q := url.Values{}
+	for {
+		var page struct {
+			Counters map[string]Count `json:"counters"`
+			Next     *string          `json:"next"`
+		}
+		if err := c.get(ctx, "/counters/"+seg(userID), q, &page); err != nil {
+			return nil, err
+		}
+		for t, v := range page.Counters {
+			all[t] = v
+		}
+		if page.Next == nil {
+			return all, nil
+		}
+		if *page.Next <= q.Get("after") { // the types come in byte order: a next that does not move on would loop
+			return nil, fmt.Errorf("client: GET /counters/%s: page after %q gave next %q", userID, q.Get("after"), *page.Next)
+		}
+		q.Set("after", *page.Next)
 	}
-	err := c.get(ctx, "/counters/"+seg(userID), nil, &out)
-	return out.Counters, err
 }
 
 // Count is GET /counters/{userId}/{entityType}: one count (0 at version 0 if unknown).

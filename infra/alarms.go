@@ -136,7 +136,7 @@ func NewAlarms(scope constructs.Construct, id string, props AlarmsProps) *Alarms
 		Period:        sweeperPeriod,
 		Statistic:     jsii.String("Maximum"),
 	}).CreateAlarm(c, jsii.String("PendingAge"), &awscloudwatch.CreateAlarmOptions{
-		AlarmDescription: jsii.String("An event has waited for a worker longer than a working sweeper allows " +
+		AlarmDescription: jsii.String("An event has waited to be claimed longer than a working sweeper allows " +
 			"(grace + one schedule interval + one run), or the sweeper published no age (not running, " +
 			"cannot start, or cannot read the database), in 3 of the last 5 minutes." + runbook("events-wait-too-long")),
 		Threshold:          jsii.Number(pendingAgeAlarm.Seconds()),

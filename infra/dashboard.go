@@ -59,7 +59,7 @@ func NewDashboard(scope constructs.Construct, id string, props DashboardProps) a
 	period := duration(dashboardPeriod)
 	all := []awslambda.IFunction{f.API, f.Processor, f.Sweeper, props.Counter, f.Migrate}
 	writers := []awslambda.IFunction{f.API, f.Processor, f.Sweeper, props.Counter}
-	workers := []awslambda.IFunction{f.Processor, f.Sweeper}
+	claimers := []awslambda.IFunction{f.Processor, f.Sweeper}
 
 	graph := func(title string, left []awscloudwatch.IMetric, right ...awscloudwatch.IMetric) awscloudwatch.IWidget {
 		p := &awscloudwatch.GraphWidgetProps{Title: jsii.String(title), Left: &left, Width: jsii.Number(8), Height: jsii.Number(6), Period: period}
@@ -138,8 +138,8 @@ func NewDashboard(scope constructs.Construct, id string, props DashboardProps) a
 		graph("Events created and queued", cat(app(metricEventsCreatedSync, "Sum", f.API), app(metricEventsCreatedAsync, "Sum", f.API),
 			app(metricIdempotentReplays, "Sum", f.API), app(metricQueueSends, "Sum", f.API)),
 			app(metricQueueSendFailures, "Sum", f.API)...),
-		graph("Events processed, per path", cat(app(metricEventsProcessed, "Sum", workers...)),
-			cat(app(metricClaimBatchSize, "Average", workers...), app(metricOutcomeBusy, "Sum", workers...), app(metricOutcomeMissing, "Sum", workers...))...),
+		graph("Events processed, per path", cat(app(metricEventsProcessed, "Sum", claimers...)),
+			cat(app(metricClaimBatchSize, "Average", claimers...), app(metricOutcomeBusy, "Sum", claimers...), app(metricOutcomeMissing, "Sum", claimers...))...),
 		graph("Pending events and oldest pending age (s)", app(metricPendingEvents, "Maximum", f.Sweeper),
 			app(sweeperMetricPendingAge, "Maximum", f.Sweeper)...),
 	})
@@ -151,8 +151,8 @@ func NewDashboard(scope constructs.Construct, id string, props DashboardProps) a
 	})
 
 	rows = append(rows, []awscloudwatch.IWidget{
-		graph("Task deliveries", cat(app(metricTaskDelivered, "Sum", workers...), app(metricTaskDeliveryFailed, "Sum", workers...))),
-		graph("Task delivery latency (ms)", cat(app(metricTaskDeliveryLatency, "p50", workers...), app(metricTaskDeliveryLatency, "p99", workers...))),
+		graph("Task deliveries", cat(app(metricTaskDelivered, "Sum", claimers...), app(metricTaskDeliveryFailed, "Sum", claimers...))),
+		graph("Task delivery latency (ms)", cat(app(metricTaskDeliveryLatency, "p50", claimers...), app(metricTaskDeliveryLatency, "p99", claimers...))),
 		graph("Counter messages", cat(app(metricCounterApplied, "Sum", props.Counter), app(metricCounterDuplicates, "Sum", props.Counter),
 			app(metricCounterRejected, "Sum", props.Counter))),
 	})

@@ -25,7 +25,8 @@ const (
 )
 
 // Connection pool per execution environment (DB_MAX_OPEN_CONNS). One environment serves one
-// invocation at a time, so the api needs few; the batch workers keep the contract's default.
+// invocation at a time, so the api needs few, and so does the sweeper (below); the processor keeps
+// the contract's default (4).
 const (
 	apiMaxOpenConns       = 2
 	processorMaxOpenConns = 4

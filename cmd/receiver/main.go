@@ -1,7 +1,7 @@
 // Command receiver is a small webhook receiver for tasks (README, "Tasks and webhooks"): it verifies
 // every delivery's Standard Webhooks signature with the specification's own Go library, drops a
-// delivery whose webhook-id it has already taken (a task is delivered at least once: again after a
-// worker died between the receiver's answer and the settlement), and prints each task it takes.
+// delivery whose webhook-id it has already taken (a task is delivered at least once: again after the
+// process delivering it died between the receiver's answer and the settlement), and prints each task it takes.
 //
 //	go run ./cmd/receiver -addr 127.0.0.1:9000 -secret "$WEBHOOK_SECRET"
 //

@@ -392,7 +392,13 @@ func jsonObject(body []byte) (map[string]json.RawMessage, error) {
 	}
 	fields, err := exactlyonce.DecodeObject(body)
 	var notObject *exactlyonce.NotObjectError
-	if errors.As(err, &notObject) {
+	switch {
+	case !errors.As(err, &notObject):
+	case notObject.Syntax: // a malformed object is not "not an object": say where it broke
+		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "request body is not valid JSON (at offset %d)", notObject.Offset)
+	case notObject.Trailing:
+		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "request body must be one JSON object, with nothing after it")
+	default:
 		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "request body must be a JSON object")
 	}
 	return fields, err

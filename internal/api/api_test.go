@@ -173,6 +173,32 @@ func TestErrorsAreJSONAndWriteNothing(t *testing.T) {
 	require.Empty(t, b.queue.ids)
 }
 
+// A body that is not JSON says so, and where it broke (the offset of the byte, from 0); one that is JSON but no object says that;
+// one object followed by more says that: a trailing comma in an object was answered "request body
+// must be a JSON object", which sent its writer looking for a problem it did not have.
+func TestMalformedBodiesSayWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct{ path, body, want string }{
+		{"/events/async", `{"url":"http://example.com/hook",}`, "request body is not valid JSON (at offset 33)"},
+		{"/events/async", `{"url":`, "request body is not valid JSON (at offset 7)"},
+		{"/events/async", `{'url':1}`, "request body is not valid JSON (at offset 1)"},
+		{"/events", `nul`, "request body is not valid JSON (at offset 3)"},
+		{"/events/async", `{"url":"x"}}`, "request body must be one JSON object, with nothing after it"},
+		{"/events", `{} {}`, "request body must be one JSON object, with nothing after it"},
+		{"/events/async", `"x"`, "request body must be a JSON object"},
+		{"/events", `[]`, "request body must be a JSON object"},
+		{"/events/1/retry", `{,}`, "request body is not valid JSON (at offset 1)"},
+	} {
+		status, body, _ := b.do(t, "POST", tc.path, tc.body)
+		require.Equal(t, http.StatusBadRequest, status, tc.body)
+		require.Equal(t, tc.want, body["error"], tc.body)
+	}
+	n, err := b.store.Events.Count(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
 func TestDatabaseUnreachableIs503WithoutInternalText(t *testing.T) {
 	t.Parallel()
 	srv := openapitest.NewServer(t, &api.Server{Stores: wire.NewStores(testdb.UnreachableCore(t)).API()})

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -25,7 +26,7 @@ type ConsoleStore interface {
 	Overview(ctx context.Context) (exactlyonce.Overview, error)
 }
 
-// Listing limits. A page also ends early once its tasks' payloads pass MaxListPayloadBytes, so that
+// Listing limits. A page also ends early once its events' JSON passes MaxListPayloadBytes, so that
 // it fits in one Lambda response (6 MB) whatever the payloads (each up to 256 KiB).
 const (
 	DefaultListLimit    = 50
@@ -124,19 +125,32 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	// The page: up to limit events, and fewer if their payloads would pass MaxListPayloadBytes (at
-	// least one, which is at most 256 KiB). next names the last event shown when more may follow.
-	n, bytes := 0, 0
-	for n < len(got) && n < lq.limit {
-		size := 0
-		if got[n].Task != nil {
-			size = len(got[n].Task.Payload)
+	// The page: up to limit events, and fewer if their JSON would pass MaxListPayloadBytes (at least
+	// one, which is at most 256 KiB of payload, 1.5 MiB escaped, and its url and messages). Each
+	// counts as the answer carries it, JSON-escaped: the encoder writes '<', '>' and '&' in six bytes
+	// each, so that 4 MiB of payloads as stored could be 24 MiB sent, and a url of 2,048 bytes 12 KiB.
+	// next names the last event shown when more may follow.
+	var out []any
+	size := 0
+	for _, e := range got[:min(len(got), lq.limit)] {
+		var j any = toJSON(e)
+		if e.Task != nil {
+			j = taskJSON(e)
 		}
-		if n > 0 && bytes+size > MaxListPayloadBytes {
+		b, err := json.Marshal(j)
+		if err != nil {
+			s.error(w, r, err)
+			return
+		}
+		if len(out) > 0 && size+len(b) > MaxListPayloadBytes {
 			break
 		}
-		bytes += size
-		n++
+		size += len(b)
+		out = append(out, json.RawMessage(b))
+	}
+	n := len(out)
+	if out == nil {
+		out = []any{}
 	}
 	// Or, when the store stopped looking before it found a page's worth (the processed history is
 	// read a bounded number of pages a request), the id it stopped at: every event above it is here.
@@ -147,14 +161,6 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	} else if resume > 0 {
 		id := strconv.FormatInt(resume, 10)
 		next = &id
-	}
-	out := make([]any, n)
-	for i, e := range got[:n] {
-		if e.Task != nil {
-			out[i] = taskJSON(e)
-		} else {
-			out[i] = toJSON(e)
-		}
 	}
 	var kind *string
 	if lq.kind != "" {

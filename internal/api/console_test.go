@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/stretchr/testify/require"
 )
@@ -146,7 +148,7 @@ func TestListEventsPages(t *testing.T) {
 	require.Equal(t, strconv.FormatInt(got[49], 10), next)
 }
 
-// A page of tasks ends early once their payloads pass 4 MiB, so that it fits in a Lambda response;
+// A page of tasks ends early once their JSON passes 4 MiB, so that it fits in a Lambda response;
 // next goes on from there.
 func TestListEventsPageOfLargePayloads(t *testing.T) {
 	t.Parallel()
@@ -157,11 +159,61 @@ func TestListEventsPageOfLargePayloads(t *testing.T) {
 		ids = append(ids, createTask(t, b, `{"url": "https://example.com/x", "payload": `+payload+`}`))
 	}
 	got, next, _ := listIDs(t, b, "/events?state=pending&limit=100")
-	require.Len(t, got, 16, "16 payloads of 256 KiB are 4 MiB")
-	require.Equal(t, strconv.FormatInt(ids[1], 10), next)
+	require.Len(t, got, 15, "16 payloads of 256 KiB are 4 MiB, and with their tasks' other fields more")
+	require.Equal(t, strconv.FormatInt(ids[2], 10), next)
 	got, next, _ = listIDs(t, b, "/events?state=pending&limit=100&before="+next)
-	require.Equal(t, []int64{ids[0]}, got)
+	require.Equal(t, []int64{ids[1], ids[0]}, got)
 	require.Empty(t, next)
+}
+
+// The 4 MiB are the events as the answer carries them: JSON-escaped. The API's encoder writes '<',
+// '>' and '&' as \u003c (six bytes for one), so 16 payloads of 256 KiB of '<' were a page of 25 MB,
+// which no Lambda can answer (6 MB). Such a page holds the payloads whose escaped form fits: 2.
+func TestListEventsPageOfEscapedPayloads(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	payload := `"` + strings.Repeat("<", 256<<10-2) + `"`
+	var ids []int64
+	for range 4 {
+		ids = append(ids, createTask(t, b, `{"url": "https://example.com/x", "payload": `+payload+`}`))
+	}
+	req, err := http.NewRequest("GET", b.srv.URL+"/events?state=pending&limit=100", nil)
+	require.NoError(t, err)
+	resp, err := b.srv.Client().Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.LessOrEqual(t, len(body), api.MaxListPayloadBytes+64<<10, "the page's bytes")
+	got, next, _ := listIDs(t, b, "/events?state=pending&limit=100")
+	require.Equal(t, []int64{ids[3], ids[2]}, got)
+	got, next, _ = listIDs(t, b, "/events?state=pending&limit=100&before="+next)
+	require.Equal(t, []int64{ids[1], ids[0]}, got)
+	require.Empty(t, next)
+}
+
+// The 4 MiB are the whole events, not only their payloads: a task's url may be 2,048 bytes, 12 KiB
+// once its '&' are escaped. 100 tasks of 40 KiB payloads and such urls (3.9 MiB of payloads) made
+// a page of 5.2 MB when only the payloads were counted.
+func TestListEventsPageCountsTheWholeEvents(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	url := "https://example.com/x?" + strings.Repeat("&", 2048-len("https://example.com/x?"))
+	payload := `"` + strings.Repeat("p", 40<<10-2) + `"`
+	for range 100 {
+		createTask(t, b, `{"url": "`+url+`", "payload": `+payload+`}`)
+	}
+	resp, err := b.srv.Client().Get(b.srv.URL + "/events?state=pending&limit=100")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.LessOrEqual(t, len(body), api.MaxListPayloadBytes+64<<10, "the page's bytes")
+	got, next, _ := listIDs(t, b, "/events?state=pending&limit=100")
+	require.Less(t, len(got), 100)
+	require.NotEmpty(t, next)
 }
 
 // Every bad parameter is a 400 that names it, and the count stays an answer of its own.

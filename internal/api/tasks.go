@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
@@ -18,7 +20,7 @@ import (
 // work is to POST its payload to the url, in order with the other tasks of its referenceId.
 //
 //	POST /events/async                      202 {"id"}    a task: {"url", "payload", "referenceId", "maxRetries"}
-//	GET  /events/{id}/attempts              200 {"id", "attempts": [...]}
+//	GET  /events/{id}/attempts              200 {"id", "attempts": [...], "next"}   ?after=<number>&limit=<n>
 //	GET  /references/{referenceId}/events   200 {"referenceId", "events": [...], "next"}   ?after=<id>&limit=<n>
 //	POST /events/{id}/retry                 200 {"id", "state", "placement"}   409 unless the task failed
 
@@ -26,11 +28,19 @@ import (
 // console's bulk retry of a reference (RetryReference) included.
 type TaskStore interface {
 	CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]exactlyonce.CreatedTask, error)
-	Attempts(ctx context.Context, id int64) ([]exactlyonce.Attempt, error)
+	AttemptsAfter(ctx context.Context, id int64, after, limit int) ([]exactlyonce.Attempt, error)
 	ReferenceTasks(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error)
 	RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlacement, bool, error)
 	RetryReference(ctx context.Context, ref string) (exactlyonce.RetriedReference, error)
 }
+
+// Attempts' page limits: a task keeps its attempts across manual retries (each adds up to
+// maxRetries+1), so a page holds at most MaxAttemptsLimit of them, and ends before its attempts'
+// JSON passes MaxListPayloadBytes (an error is up to 1,024 bytes, six times that escaped).
+const (
+	DefaultAttemptsLimit = 1000
+	MaxAttemptsLimit     = 1000
+)
 
 // Reference listing limits.
 const (
@@ -224,13 +234,20 @@ func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d is not a task: it has no delivery attempts", id))
 		return
 	}
-	as, err := ts.Attempts(r.Context(), id)
+	after, limit, err := attemptsPage(r)
 	if err != nil {
 		s.error(w, r, err)
 		return
 	}
-	out := make([]AttemptJSON, len(as))
-	for i, a := range as {
+	as, err := ts.AttemptsAfter(r.Context(), id, after, limit+1)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
+	out := make([]AttemptJSON, 0, min(len(as), limit))
+	var next *int
+	size := 0
+	for _, a := range as {
 		j := AttemptJSON{Number: a.Number, StartedAt: a.Started.UTC(), DurationMs: float64(a.Duration.Microseconds()) / 1000}
 		if a.Status != 0 {
 			st := a.Status
@@ -240,9 +257,48 @@ func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 			msg := a.Error
 			j.Error = &msg
 		}
-		out[i] = j
+		b, err := json.Marshal(j)
+		if err != nil {
+			s.error(w, r, err)
+			return
+		}
+		if len(out) == limit || (len(out) > 0 && size+len(b) > MaxListPayloadBytes) {
+			n := out[len(out)-1].Number
+			next = &n
+			break
+		}
+		size += len(b)
+		out = append(out, j)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "attempts": out})
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "attempts": out, "next": next})
+}
+
+// attemptsPage reads the query of GET /events/{id}/attempts: after, an attempt number (0 or more;
+// default 0, from the first), and limit, 1 to MaxAttemptsLimit; any other, repeated or malformed
+// parameter is an EINVALID error naming it.
+func attemptsPage(r *http.Request) (int, int, error) {
+	q, err := parseQuery(r.URL.RawQuery)
+	if err != nil {
+		return 0, 0, err
+	}
+	after, limit := 0, DefaultAttemptsLimit
+	for k, vs := range q {
+		switch k {
+		case "after":
+			n, err := strconv.Atoi(vs[0])
+			if !canonicalDigits(vs[0]) || err != nil || n > math.MaxInt32 {
+				return 0, 0, exactlyonce.Errorf(exactlyonce.EINVALID, "after must be an attempt number (an integer of 0 or more), got %q", sanitize(vs[0]))
+			}
+			after = n
+		case "limit":
+			if limit, err = parseLimit(vs[0], MaxAttemptsLimit); err != nil {
+				return 0, 0, err
+			}
+		default:
+			return 0, 0, exactlyonce.Errorf(exactlyonce.EINVALID, "unknown query parameter %q: a task's attempts take after and limit", sanitize(k))
+		}
+	}
+	return after, limit, nil
 }
 
 // ReferenceEventJSON is one task in a reference's listing.

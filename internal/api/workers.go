@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -49,12 +50,19 @@ func workerJSON(w exactlyonce.EventWorker) WorkerJSON {
 
 // listWorkers is GET /workers: the live event workers (oldest first), then the done ones kept for
 // audit (most recently done first, at most doneWorkersLimit); ?active=true lists only the former,
-// ?active=false only the latter. Consistent reads, no lock.
+// ?active=false only the latter; any other parameter is a 400. At most MaxListPayloadBytes of
+// workers. Consistent reads, no lock.
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	v, err := parseQuery(r.URL.RawQuery)
 	if err != nil {
 		s.error(w, r, err)
 		return
+	}
+	for k := range v {
+		if k != "active" {
+			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "unknown query parameter %q: the listing takes active", sanitize(k)))
+			return
+		}
 	}
 	var active, done bool
 	switch {
@@ -70,6 +78,8 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	}
 	out := struct {
 		Workers []WorkerJSON `json:"workers"`
+		// Truncated says the list ended at MaxListPayloadBytes with workers left out.
+		Truncated bool `json:"truncated,omitempty"`
 	}{Workers: []WorkerJSON{}}
 	l := s.Workers
 	if l == nil {
@@ -93,8 +103,23 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 		}
 		ws = append(ws, got...)
 	}
+	// The list ends once the next worker would take it past MaxListPayloadBytes (a worker holds up
+	// to its maxReferenceCount references of up to 255 characters each, and a Lambda answers at most
+	// 6 MB): the live workers come first, and any worker is GET /workers/{workerId}.
+	size := 0
 	for _, x := range ws {
-		out.Workers = append(out.Workers, workerJSON(x))
+		j := workerJSON(x)
+		b, err := json.Marshal(j)
+		if err != nil {
+			s.error(w, r, err)
+			return
+		}
+		if len(out.Workers) > 0 && size+len(b) > MaxListPayloadBytes {
+			out.Truncated = true
+			break
+		}
+		size += len(b)
+		out.Workers = append(out.Workers, j)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,7 +29,8 @@ func getJSON(t *testing.T, s *api.Server, path string, status int, v any) {
 }
 
 // GET /workers lists the event workers' registry, live ones first; ?active=true|false filters it;
-// GET /workers/{workerId} shows one. A bad active value is a 400, an unknown id a 404, both JSON.
+// GET /workers/{workerId} shows one. A bad active value or another parameter is a 400, an unknown
+// id a 404, both JSON.
 func TestGetWorkers(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
@@ -99,6 +101,12 @@ func TestGetWorkers(t *testing.T) {
 		getJSON(t, s, bad, http.StatusBadRequest, &e)
 		require.Contains(t, e.Error, "active must be true or false")
 	}
+	// An unknown parameter is refused, as the other listings refuse one: ?Active=true or
+	// ?activ=false, a filter misspelt, listed every worker.
+	for _, bad := range []string{"/workers?Active=true", "/workers?activ=false", "/workers?active=true&limit=5"} {
+		getJSON(t, s, bad, http.StatusBadRequest, &e)
+		require.Contains(t, e.Error, "unknown query parameter", bad)
+	}
 	// The id is compared byte for byte, as Go compares it: another case, or a trailing space, names
 	// no worker (the column's collation ignores both).
 	for _, other := range []string{"/workers/W_DONE", "/workers/w_done%20", "/workers/w_Done"} {
@@ -108,4 +116,49 @@ func TestGetWorkers(t *testing.T) {
 	getJSON(t, s, "/workers/w_nope", http.StatusNotFound, &e)
 	require.Contains(t, e.Error, "no event worker")
 	getJSON(t, s, "/workers/"+strings.Repeat("w", 40), http.StatusNotFound, &e)
+}
+
+// GET /workers ends its list before it passes 4 MiB (api.MaxListPayloadBytes), the live workers
+// first: each worker holds up to 100 references of up to 255 characters, and 1,000 done workers
+// kept for audit could make an answer of 25 MB, which a Lambda cannot give (6 MB at most). 200
+// live workers of 100 long references (5.2 MB) are listed in part, whole ones, and each of them
+// is still GET /workers/{workerId}.
+func TestGetWorkersIsBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	const workers, refs = 200, 100
+	var ws []exactlyonce.EventWorker
+	for i := range workers {
+		w := exactlyonce.EventWorker{ID: fmt.Sprintf("w_%03d", i), AgentID: 7, MaxReferenceCount: refs, WillTerminate: true}
+		for j := range refs {
+			w.References = append(w.References, fmt.Sprintf("%03d-%03d-", i, j)+strings.Repeat("r", 247))
+		}
+		ws = append(ws, w)
+	}
+	for lo := 0; lo < workers; lo += 50 {
+		require.NoError(t, store.Agents.AssignWorkers(ctx, exactlyonce.NewClaimID(), 7, exactlyonce.WorkerAssignment{New: ws[lo : lo+50]}))
+	}
+	s := &api.Server{Stores: store.API()}
+	for _, path := range []string{"/workers", "/workers?active=true"} {
+		rec := httptest.NewRecorder()
+		openapitest.Handler(t, s).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Equal(t, http.StatusOK, rec.Code)
+		require.LessOrEqual(t, rec.Body.Len(), api.MaxListPayloadBytes+1024, path)
+		var list struct {
+			Workers   []api.WorkerJSON `json:"workers"`
+			Truncated bool             `json:"truncated"`
+		}
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &list))
+		require.Greater(t, len(list.Workers), 100, path)
+		require.Less(t, len(list.Workers), workers, path)
+		require.True(t, list.Truncated, "%s: a list cut short says so", path)
+		for i, w := range list.Workers {
+			require.Equal(t, fmt.Sprintf("w_%03d", i), w.WorkerID, "oldest first")
+			require.Len(t, w.References, refs)
+		}
+	}
+	var one api.WorkerJSON
+	getJSON(t, s, fmt.Sprintf("/workers/w_%03d", workers-1), http.StatusOK, &one)
+	require.Len(t, one.References, refs)
 }

@@ -1,5 +1,5 @@
 // Package child runs real OS processes that a test or the chaos run can kill: a test binary started
-// again in a child role (a processor, an API), a worker of the chaos run, or a helper binary such
+// again in a child role (a processor, an API), a process of the chaos run, or a helper binary such
 // as the local SQS endpoint. A child dies with its parent (PDEATHSIG), and its stdout is read line
 // by line, so that the parent can wait for what the child says ("started", "claimed 7").
 package child

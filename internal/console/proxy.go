@@ -41,7 +41,7 @@ var routes = []route{
 	{"GET", "agents", nil},
 	{"GET", "workers", []string{"active"}},
 	{"GET", "workers/{workerId}", nil},
-	{"GET", "counters/{userId}", nil},
+	{"GET", "counters/{userId}", []string{"after", "limit"}},
 	{"GET", "counters/{userId}/{entityType}", nil},
 	{"POST", "events/{id}/retry", nil},
 	{"POST", "references/{referenceId}/retry", nil},

@@ -45,6 +45,7 @@ func TestAllowListedRoutesReachTheAPI(t *testing.T) {
 		{"GET", "/workers?active=true", "/workers?active=true"},
 		{"GET", "/workers/w-1", "/workers/w-1"},
 		{"GET", "/counters/user%201", "/counters/user%201"},
+		{"GET", "/counters/u1?after=t%20%3F&limit=10", "/counters/u1?after=t+%3F&limit=10"},
 		{"GET", "/counters/u1/order", "/counters/u1/order"},
 		{"POST", "/events/12/retry", "/events/12/retry"},
 		{"POST", "/references/order-7/retry", "/references/order-7/retry"},

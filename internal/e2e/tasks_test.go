@@ -210,7 +210,7 @@ func TestTasksAreDeliveredInOrderPerReferenceByProcessorsAndSweepers(t *testing.
 // expires, another worker delivers it again with the same webhook-id (so the receiver can drop the
 // duplicate), and it completes once. The receiver verifies every delivery's signature with the
 // Standard Webhooks library.
-func TestTaskDeliveredAgainAfterTheWorkerDiedBeforeSettling(t *testing.T) {
+func TestTaskDeliveredAgainAfterItsProcessDiedBeforeSettling(t *testing.T) {
 	t.Parallel()
 	db, dsn := testdb.DB(t, 4)
 	r := newRig(t, rigOptions{db: db})

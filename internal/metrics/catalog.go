@@ -89,12 +89,12 @@ type Def struct {
 }
 
 var (
-	writers = []Part{PartAPI, PartProcessor, PartSweeper, PartCounter, PartAgent}
-	workers = []Part{PartProcessor, PartSweeper, PartAgent}
-	api     = []Part{PartAPI}
-	sweeper = []Part{PartSweeper}
-	agents  = []Part{PartSweeper, PartAgent}
-	counter = []Part{PartCounter}
+	writers  = []Part{PartAPI, PartProcessor, PartSweeper, PartCounter, PartAgent}
+	claimers = []Part{PartProcessor, PartSweeper, PartAgent}
+	api      = []Part{PartAPI}
+	sweeper  = []Part{PartSweeper}
+	agents   = []Part{PartSweeper, PartAgent}
+	counter  = []Part{PartCounter}
 )
 
 // Catalog holds every metric's definition, indexed by Metric. Every part records through it.
@@ -102,18 +102,18 @@ var Catalog = [numMetrics]Def{
 	EventsCreatedSync:   {"EventsCreatedSync", Count, Counter, "Events stored by POST /events.", api},
 	EventsCreatedAsync:  {"EventsCreatedAsync", Count, Counter, "Events stored by POST /events/async (tasks included).", api},
 	IdempotentReplays:   {"IdempotentReplays", Count, Counter, "Keyed requests answered from a stored response.", api},
-	EventsProcessed:     {"EventsProcessed", Count, Counter, "Events settled as processed.", workers},
-	ClaimBatchSize:      {"ClaimBatchSize", Count, Distribution, "Events taken by each claim.", workers},
-	OutcomeBusy:         {"OutcomeBusy", Count, Counter, "Events found leased or locked by another worker.", workers},
-	OutcomeMissing:      {"OutcomeMissing", Count, Counter, "Ids named by a message but not stored.", workers},
+	EventsProcessed:     {"EventsProcessed", Count, Counter, "Events settled as processed.", claimers},
+	ClaimBatchSize:      {"ClaimBatchSize", Count, Distribution, "Events taken by each claim.", claimers},
+	OutcomeBusy:         {"OutcomeBusy", Count, Counter, "Events found leased or locked by another claim.", claimers},
+	OutcomeMissing:      {"OutcomeMissing", Count, Counter, "Ids named by a message but not stored.", claimers},
 	DeadlockRetries:     {"DeadlockRetries", Count, Counter, "Transactions retried after a deadlock (1213).", writers},
 	LockWaitRetries:     {"LockWaitRetries", Count, Counter, "Transactions retried after a lock wait timeout (1205).", writers},
 	TransactionDuration: {"TransactionDuration", Milliseconds, Duration, "Duration of committed write transactions.", writers},
 	Transactions:        {"Transactions", Count, Counter, "Committed write transactions (exact; TransactionDuration keeps a sample of at most 100 per line).", writers},
 	QueueSends:          {"QueueSends", Count, Counter, "Messages sent to the events queue.", api},
 	QueueSendFailures:   {"QueueSendFailures", Count, Counter, "Sends to the events queue that failed (the sweeper finds their events).", api},
-	PendingEvents:       {"PendingEvents", Count, Gauge, "Events waiting for a worker (open partition), read after the sweep.", sweeper},
-	OldestPendingAge:    {"OldestPendingAgeSeconds", Seconds, Gauge, "Age of the oldest event waiting for a worker, read after the sweep.", sweeper},
+	PendingEvents:       {"PendingEvents", Count, Gauge, "Events waiting to be claimed (open partition: pending, or leased with an expired lease), read after the sweep.", sweeper},
+	OldestPendingAge:    {"OldestPendingAgeSeconds", Seconds, Gauge, "Age of the oldest event waiting to be claimed, read after the sweep.", sweeper},
 	Settled:             {"Settled", Count, Counter, "Events the sweep settled.", sweeper},
 	SweepErrors:         {"SweepErrors", Count, Counter, "Sweeps that failed.", sweeper},
 	RetryingEvents:      {"RetryingEvents", Count, Counter, "Events whose work failed and that wait their backoff.", sweeper},
@@ -124,9 +124,9 @@ var Catalog = [numMetrics]Def{
 	CounterSweepErrors:  {"CounterSweepErrors", Count, Counter, "Counter sweeps with a failed step.", nil},
 	AgentPulses:         {"AgentPulses", Count, Counter, "Agent pulses made.", agents},
 	ShardChanges:        {"ShardChanges", Count, Counter, "Times an agent's assigned range changed.", agents},
-	TaskDelivered:       {"TaskDelivered", Count, Counter, "Webhook deliveries answered 2xx.", workers},
-	TaskDeliveryFailed:  {"TaskDeliveryFailed", Count, Counter, "Webhook deliveries that failed (retried, or failed for good).", workers},
-	TaskDeliveryLatency: {"TaskDeliveryLatency", Milliseconds, Duration, "Duration of each webhook delivery attempt.", workers},
+	TaskDelivered:       {"TaskDelivered", Count, Counter, "Webhook deliveries answered 2xx.", claimers},
+	TaskDeliveryFailed:  {"TaskDeliveryFailed", Count, Counter, "Webhook deliveries that failed (retried, or failed for good).", claimers},
+	TaskDeliveryLatency: {"TaskDeliveryLatency", Milliseconds, Duration, "Duration of each webhook delivery attempt.", claimers},
 	CounterApplied:      {"CounterApplied", Count, Counter, "Counter messages applied.", counter},
 	CounterDuplicates:   {"CounterDuplicates", Count, Counter, "Counter messages already applied (deduplicated).", counter},
 	CounterRejected:     {"CounterRejected", Count, Counter, "Counter messages rejected (a bad message).", counter},

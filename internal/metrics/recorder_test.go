@@ -61,6 +61,17 @@ func TestCatalogNames(t *testing.T) {
 	}
 }
 
+// The help texts use the project's words, one meaning each: "worker" alone meant a process that
+// claims, a claim and an event worker at once; a help text says which (an event worker is the
+// registry's record; a claim holds a lease; the processor or an agent claims).
+func TestHelpTextsSayNoBareWorker(t *testing.T) {
+	for i := range metrics.Catalog {
+		m := metrics.Metric(i)
+		help := strings.ReplaceAll(strings.ToLower(m.Def().Help), "event worker", "")
+		require.NotContains(t, help, "worker", "%s: %q", m.Name(), m.Def().Help)
+	}
+}
+
 // parse returns the one EMF line r flushes, as JSON.
 func flush(t *testing.T, r *metrics.Recorder, function string) map[string]any {
 	t.Helper()

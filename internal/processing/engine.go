@@ -57,7 +57,7 @@ type TaskStore interface {
 	SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error)
 }
 
-// Reporter hears, from a worker itself, of every settlement the worker makes: the exactly-once
+// Reporter hears, from the process itself, of every settlement its engine makes: the exactly-once
 // checker (internal/verify) counts these reports instead of trusting the table it checks. A
 // process that is killed between a commit and its report leaves a Claiming without a Settled; the
 // checker resolves those with the claim id the table records on every settled event.
@@ -68,8 +68,8 @@ type Reporter interface {
 	Settled(claimID string, ids []int64)
 }
 
-// DefaultLease is how long leased events are held by a worker before another may claim them. It
-// bounds how long an event whose worker died waits; it must exceed the longest work (a webhook's
+// DefaultLease is how long leased events are held by their claim before another may claim them. It
+// bounds how long an event whose claiming process died waits; it must exceed the longest work (a webhook's
 // timeout) and the time from claim to settlement.
 const DefaultLease = 2 * time.Minute
 
@@ -157,7 +157,7 @@ func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactly
 	for _, id := range append(claimed.GaveUp, done.gaveUp...) {
 		out[id] = exactlyonce.OutcomeFailed
 	}
-	// A task whose delivery failed this time, or that this worker could not start before its
+	// A task whose delivery failed this time, or that this engine could not start before its
 	// deadline, is the database's to bring back (its backoff, or at once): deferred.
 	for _, id := range done.deferred {
 		out[id] = exactlyonce.OutcomeDeferred
@@ -225,7 +225,7 @@ type Batch struct {
 	// Retrying is how many of them failed and wait their backoff; GaveUp how many failed for good.
 	Retrying, GaveUp int
 	// Chained is how many tasks beyond the claimed ones were delivered and settled (counted in
-	// Settled, GaveUp or Retrying too): each handed on to this worker by the settlement of the task
+	// Settled, GaveUp or Retrying too): each handed on to this claim by the settlement of the task
 	// before it in its reference.
 	Chained int
 }
@@ -266,7 +266,7 @@ func (e *Engine) ProcessDueIn(ctx context.Context, grace time.Duration, limit in
 }
 
 // afterWorkTimeout bounds what follows the work of leased events (their settlement, the record of
-// failed work, the release of work not done), which runs even when the worker's own context has
+// failed work, the release of work not done), which runs even when the engine's own context has
 // ended: the work is done, and these transactions are short.
 const afterWorkTimeout = 5 * time.Second
 

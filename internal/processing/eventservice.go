@@ -55,7 +55,7 @@ type EventService struct {
 	AgentID func() int64
 	// MaxReferences is each new event worker's maxReferenceCount. Default DefaultMaxReferences.
 	MaxReferences int
-	// Retention is how long a done worker's row is kept. Default DefaultWorkerRetention.
+	// Retention is how long a done event worker's row is kept. Default DefaultWorkerRetention.
 	Retention time.Duration
 	Logger    *slog.Logger
 
@@ -108,9 +108,9 @@ type draft struct {
 	hash  uint32
 }
 
-// assign gives each task of claimID a worker and writes the assignment; it returns the tasks with
+// assign gives each task of claimID an event worker and writes the assignment; it returns the tasks with
 // their worker named. A task that already names one keeps it: a retry, a task promoted behind its
-// reference's head, or a task of a worker another agent runs (delivered under that worker, whose
+// reference's head, or a task of an event worker another agent runs (delivered under that event worker, whose
 // counts the settlement keeps). The service's lock is held across the assignment's transaction,
 // so its assignments are decided one at a time.
 func (s *EventService) assign(ctx context.Context, claimID string, tasks []exactlyonce.Event) ([]exactlyonce.Event, error) {

@@ -66,8 +66,8 @@ func (p *Processor) Close(ctx context.Context) error {
 //     to the dead-letter queue after its receive limit; it never holds up the rest of the batch;
 //   - an event this call settled, or that was settled before (a duplicate or redelivered message),
 //     succeeds: one effect, every delivery acknowledged;
-//   - an event another worker holds right now (its row lock or its lease) fails, so its message
-//     comes back after the visibility timeout and finds it settled (or, if that worker rolled back
+//   - an event another claim holds right now (its row lock or its lease) fails, so its message
+//     comes back after the visibility timeout and finds it settled (or, if that claim rolled back
 //     or died, claims it);
 //   - an event whose work failed this time fails (it waits its backoff); one whose work failed for
 //     the last allowed time is settled as failed, with its error, and its message succeeds;
@@ -127,7 +127,7 @@ func (p *Processor) work(ctx context.Context, msgs []sqsbatch.Message[[]int64]) 
 			if o == exactlyonce.OutcomeMissing {
 				p.logger().Warn("processor: message names no event", "messageId", m.ID, "id", id)
 			}
-			failed = append(failed, m.ID) // missing, or busy: another worker holds the event
+			failed = append(failed, m.ID) // missing, or busy: another claim holds the event
 			break
 		}
 	}

@@ -19,7 +19,7 @@ type Deliverer interface {
 }
 
 // Tasks configures an engine's delivery of tasks. An engine without it (or without a Deliverer)
-// does not claim tasks: they wait for a worker that delivers them. An engine with it settles them
+// does not claim tasks: they wait for an engine that delivers them. An engine with it settles them
 // in its TaskStore.
 type Tasks struct {
 	Deliverer Deliverer
@@ -27,8 +27,8 @@ type Tasks struct {
 	// its defaults).
 	RetryBase, RetryMax time.Duration
 	// Timeout is the longest one delivery takes (the Deliverer's; default webhook.DefaultTimeout): a
-	// worker starts no delivery, and takes over no next task of a reference, unless its deadline
-	// leaves that long plus a margin. What it cannot start is released, pending, for another worker.
+	// engine starts no delivery, and takes over no next task of a reference, unless its deadline
+	// leaves that long plus a margin. What it cannot start is released, pending, for another claim.
 	Timeout time.Duration
 	// Concurrency bounds the deliveries in flight at once (default 64): tasks of different
 	// references are delivered concurrently, a reference's tasks one after the other.
@@ -74,7 +74,7 @@ func WebhookID(id int64) string { return "task_" + strconv.FormatInt(id, 10) }
 type taskWorked struct {
 	completed, gaveUp, retrying, released []int64
 	// chained counts the tasks of the claim's references delivered after the ones claimed: they were
-	// handed on to this worker by the settlement of the task before them.
+	// handed on to this claim by the settlement of the task before them.
 	chained int
 }
 
@@ -250,7 +250,7 @@ func (st *taskSettler) run(ctx context.Context) {
 }
 
 // assignNext gives an event worker to the tasks the settlement handed on to this claim behind a
-// full worker (they joined none: a full worker takes no new task), one assignment for the group,
+// full event worker (they joined none: a full one takes no new task), one assignment for the group,
 // as a claim's tasks get theirs. A task it cannot assign is released, pending, for the next claim,
 // and not delivered here.
 func (st *taskSettler) assignNext(ctx context.Context, next []exactlyonce.Event) []exactlyonce.Event {

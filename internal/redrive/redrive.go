@@ -6,7 +6,9 @@
 // locally (queue.Ensure sets the same policy); a DLQ named explicitly must be that one (Resolve).
 // Before a message is touched, the DLQ must be the dead-letter queue of the source queue alone
 // (CheckSources): a redrive sends every message of the DLQ to the one source queue, so a DLQ that
-// holds other queues' messages too, or another queue's DLQ, is refused (ErrRefused).
+// other queues' RedrivePolicies name too, or another queue's DLQ, is refused (ErrRefused). The check
+// reads the queues' present configuration, not the messages: those a queue sent to the DLQ before
+// its RedrivePolicy stopped naming it are not told apart.
 //
 // On AWS a redrive starts an SQS message move task (StartMessageMoveTask, from the DLQ to the
 // source queue) and reports its progress until it ends. An endpoint that lacks that action (the
@@ -136,30 +138,46 @@ var ErrRefused = errors.New("refused before anything moved")
 // CheckSources refuses (an error wrapping ErrRefused) a DLQ that is the dead-letter queue of other
 // queues too: SQS lets several queues name one DLQ, and moving all its messages to one source
 // queue would send the others' messages there. It asks ListDeadLetterSourceQueues (AWS's answer
-// for the queues whose RedrivePolicy names the DLQ); an endpoint that lacks that action (goaws) has
-// the same question answered from its queues' RedrivePolicies, for at most maxScanned queues.
+// for the queues whose RedrivePolicy names the DLQ), page after page until one names another queue
+// (at most maxSourcePages); an endpoint that lacks that action (goaws) has the same question
+// answered from its queues' RedrivePolicies, for at most maxScanned queues. The source queue is
+// recognised under the URL it was resolved by, or any URL of its account and name (sameQueue).
 // Redrive and PeekAtMost check it before they touch a message.
 func CheckSources(ctx context.Context, c SQS, q Queues) error {
-	rec := &recorder{}
-	// One page is enough: a second source, if any, is on it.
-	out, err := c.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{
-		QueueUrl: aws.String(q.DLQURL), MaxResults: aws.Int32(10),
-	}, rec.option)
-	var sources []string
-	switch {
-	case err == nil:
-		sources = out.QueueUrls
-	case unknownAction(err, rec) != "":
-		if sources, err = scanSources(ctx, c, q.DLQARN); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("list the source queues of %s: %w", q.DLQURL, err)
-	}
 	var others []string
-	for _, u := range sources {
-		if !sameQueue(u, q.SourceARN) {
-			others = append(others, u)
+	add := func(sources []string) {
+		for _, u := range sources {
+			if u != q.SourceURL && !sameQueue(u, q.SourceARN) {
+				others = append(others, u)
+			}
+		}
+	}
+	// The pages until one names another queue, or the last: SQS promises no full page, so a page
+	// listing only the source queue may still have a next one.
+	var token *string
+	for page := 0; len(others) == 0; page++ {
+		if page == maxSourcePages {
+			return fmt.Errorf("ListDeadLetterSourceQueues of %s lists more than %d pages: cannot tell whether it is the dead-letter queue of other queues too: %w",
+				q.DLQURL, maxSourcePages, ErrRefused)
+		}
+		rec := &recorder{}
+		out, err := c.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{
+			QueueUrl: aws.String(q.DLQURL), MaxResults: aws.Int32(10), NextToken: token,
+		}, rec.option)
+		if err != nil && page == 0 && unknownAction(err, rec) != "" {
+			sources, err := scanSources(ctx, c, q.DLQARN)
+			if err != nil {
+				return err
+			}
+			add(sources)
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("list the source queues of %s: %w", q.DLQURL, err)
+		}
+		add(out.QueueUrls)
+		if token = out.NextToken; aws.ToString(token) == "" {
+			break
 		}
 	}
 	if len(others) > 0 {
@@ -169,6 +187,10 @@ func CheckSources(ctx context.Context, c SQS, q Queues) error {
 	}
 	return nil
 }
+
+// maxSourcePages bounds the pages of ListDeadLetterSourceQueues read for a DLQ's sources (10
+// queues a page): past it, the DLQ is refused as one whose sources cannot be told.
+const maxSourcePages = 100
 
 // maxScanned bounds the queues scanned for a DLQ's sources where the endpoint lacks
 // ListDeadLetterSourceQueues: one ListQueues page.

@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -548,4 +550,80 @@ func TestSourcesFromListDeadLetterSourceQueues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sourcesServer answers ListDeadLetterSourceQueues as AWS's JSON protocol does (its members spelled
+// as the SDK's model spells them: queueUrls, NextToken), one page per request: pages[i] is the page
+// asked with NextToken "p<i>" ("" for the first), with the next page's token while there is one. It
+// returns the server's URL and a count of the calls made.
+func sourcesServer(t *testing.T, pages [][]string) (string, func() int) {
+	t.Helper()
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ NextToken string }
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		i := 0
+		if in.NextToken != "" {
+			i, _ = strconv.Atoi(strings.TrimPrefix(in.NextToken, "p"))
+		}
+		out := map[string]any{"queueUrls": pages[i]}
+		if i+1 < len(pages) {
+			out["NextToken"] = fmt.Sprintf("p%d", i+1)
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		_ = json.NewEncoder(w).Encode(out)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() int { mu.Lock(); defer mu.Unlock(); return calls }
+}
+
+// A page of ListDeadLetterSourceQueues may hold fewer queues than asked for and still have a next
+// page (SQS promises no full pages): another source on a later page is found and refused, not
+// taken for "the source queue alone" because the first page listed only it.
+func TestSourcesOnALaterPageAreFound(t *testing.T) {
+	t.Parallel()
+	q := Queues{SourceURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/app-events", SourceARN: "arn:aws:sqs:eu-west-1:123456789012:app-events",
+		DLQURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/app-events-dlq", DLQARN: "arn:aws:sqs:eu-west-1:123456789012:app-events-dlq"}
+	endpoint, calls := sourcesServer(t, [][]string{
+		{"https://sqs.eu-west-1.amazonaws.com/123456789012/app-events"},
+		{},
+		{"https://sqs.eu-west-1.amazonaws.com/123456789012/billing"},
+	})
+	client := sqs.New(sqs.Options{Region: "eu-west-1", BaseEndpoint: aws.String(endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), Retryer: aws.NopRetryer{}})
+	err := CheckSources(context.Background(), client, q)
+	require.ErrorIs(t, err, ErrRefused)
+	require.ErrorContains(t, err, "also the dead-letter queue of https://sqs.eu-west-1.amazonaws.com/123456789012/billing:")
+	require.Equal(t, 3, calls(), "every page read")
+
+	// The source queue alone, over pages: it passes, once the last page is read.
+	endpoint, calls = sourcesServer(t, [][]string{{"https://sqs.eu-west-1.amazonaws.com/123456789012/app-events"}, {}})
+	client = sqs.New(sqs.Options{Region: "eu-west-1", BaseEndpoint: aws.String(endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), Retryer: aws.NopRetryer{}})
+	require.NoError(t, CheckSources(context.Background(), client, q))
+	require.Equal(t, 2, calls())
+}
+
+// An endpoint whose queue URLs carry no account (ElasticMQ's and older goaws's
+// http://host/queue/<name>) lists the source queue under the URL it gave for it: that is the source
+// queue, not another one, whatever its URL's path looks like.
+func TestSourceQueueUnderItsOwnURLIsNoOtherSource(t *testing.T) {
+	t.Parallel()
+	q := Queues{SourceURL: "http://127.0.0.1:9324/queue/app-events", SourceARN: "arn:aws:sqs:elasticmq:000000000000:app-events",
+		DLQURL: "http://127.0.0.1:9324/queue/app-events-dlq", DLQARN: "arn:aws:sqs:elasticmq:000000000000:app-events-dlq"}
+	endpoint, _ := sourcesServer(t, [][]string{{q.SourceURL}})
+	client := sqs.New(sqs.Options{Region: "elasticmq", BaseEndpoint: aws.String(endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), Retryer: aws.NopRetryer{}})
+	require.NoError(t, CheckSources(context.Background(), client, q))
+
+	endpoint, _ = sourcesServer(t, [][]string{{q.SourceURL, "http://127.0.0.1:9324/queue/billing"}})
+	client = sqs.New(sqs.Options{Region: "elasticmq", BaseEndpoint: aws.String(endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), Retryer: aws.NopRetryer{}})
+	err := CheckSources(context.Background(), client, q)
+	require.ErrorIs(t, err, ErrRefused)
+	require.ErrorContains(t, err, "also the dead-letter queue of http://127.0.0.1:9324/queue/billing:")
 }

@@ -42,7 +42,7 @@ type Handler[M any] struct {
 	Work func(ctx context.Context, msgs []Message[M]) (failed []string, err error)
 	// Visibility, when set, keeps the batch's messages invisible for as long as the batch is being
 	// handled, so that a batch slower than the queue's visibility timeout is not delivered to a
-	// second worker meanwhile. Nil: no extension.
+	// second invocation meanwhile. Nil: no extension.
 	Visibility *Visibility
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger

@@ -15,7 +15,7 @@ import (
 // part is defined; the line of an invocation holds all of the sweeper's (PendingEvents,
 // EventsProcessed, ClaimBatchSize, AgentPulses, ...), not only these.
 const (
-	// MetricOldestPendingAge is the age in seconds of the oldest event waiting for a worker (pending,
+	// MetricOldestPendingAge is the age in seconds of the oldest event waiting to be claimed (pending,
 	// or leased with an expired lease), read after the sweep: 0 when nothing waits. Left out of the
 	// line when it could not be read (the database unreachable): the alarm treats the missing
 	// datapoint as breaching, as it does when the sweeper does not run at all.
@@ -69,7 +69,7 @@ type Metrics struct {
 	Recorder *metrics.Recorder
 }
 
-// Waiting reads the events waiting for a worker (internal/mysql/eventstore implements it): the
+// Waiting reads the events waiting to be claimed (internal/mysql/eventstore implements it): the
 // oldest one's age and their count, which the sweeper publishes after every invocation.
 type Waiting interface {
 	OldestWaitingAge(ctx context.Context) (time.Duration, error)

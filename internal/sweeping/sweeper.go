@@ -1,6 +1,6 @@
 // Package sweeping is the safety net: it finds pending events that the queue path did not process
 // (a send that failed, a message that died in the DLQ, a crash) and events whose lease expired (a
-// worker that died mid-work), and processes them in the one processing shape (internal/processing:
+// processor or agent that died mid-work), and processes them in the one processing shape (internal/processing:
 // claim with SELECT ... FOR UPDATE SKIP LOCKED, work, settle), so that any number of sweepers and
 // processors can run at once without settling an event twice.
 package sweeping

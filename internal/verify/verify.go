@@ -2,12 +2,13 @@
 //
 // It does not trust the table it checks. process_count cannot exceed 1 by construction (the
 // settling UPDATE is guarded), so counting it proves the guard, not the protocol. Instead every
-// worker (processor, sweeper, standalone worker) reports, in its own process and independently of
-// the table, each claim it starts and the events each claim settled (processing.Reporter); a
-// Ledger collects those reports, in memory or from the files worker processes write; and Check
-// requires exactly one worker's report per settled event, from the claim the table names.
+// process that claims (the processor, the sweeper, a standalone agent) reports, in its own process
+// and independently of the table, each claim it starts and the events each claim settled
+// (processing.Reporter); a Ledger collects those reports, in memory or from the files such
+// processes write; and Check requires exactly one report per settled event, from the claim the
+// table names.
 //
-// A worker killed between a commit and its report (or whose commit's answer was lost, so that it
+// A process killed between a commit and its report (or whose commit's answer was lost, so that it
 // believes nothing committed) leaves a claim it reported starting and no report of what that claim
 // settled. Check accepts an event settled by such a claim (the table
 // records the claim on every settled event) and counts it in Result.Unreported, which a caller
@@ -42,16 +43,16 @@ type Audit struct {
 }
 
 // Ledger collects workers' reports. It is a processing.Reporter, for workers in this process, and
-// reads the files of workers in other processes (FileReporter). Safe for concurrent use.
+// reads the files of claiming processes (FileReporter). Safe for concurrent use.
 type Ledger struct {
 	mu      sync.Mutex
-	claims  map[string]bool    // claims a worker said it was starting
+	claims  map[string]bool    // claims a process said it was starting
 	settled map[int64][]string // event -> the claims that reported settling it (with unindexed)
 	strays  []string           // reports of settlements by claims never reported starting
 	// unindexed are the reports of settlements not yet in settled, in the order they came: a report
 	// is only appended under the lock, and indexed when the ledger is read (index). The bench's
 	// drains report every batch inside their timed loop, where a map update per event cost about
-	// half a microsecond of a worker's time.
+	// half a microsecond of a claiming goroutine's time.
 	unindexed []settlement
 }
 
@@ -66,7 +67,7 @@ func NewLedger() *Ledger {
 	return &Ledger{claims: map[string]bool{}, settled: map[int64][]string{}}
 }
 
-// Claiming records that a worker started claim id.
+// Claiming records that a process started claim id.
 func (l *Ledger) Claiming(id string) {
 	l.mu.Lock()
 	l.claims[id] = true
@@ -105,8 +106,8 @@ func (l *Ledger) Reports() int {
 	return n
 }
 
-// Read records the reports a FileReporter wrote. A last line without its newline (the worker was
-// killed in the middle of writing it) is ignored: its write had not completed, so the worker had
+// Read records the reports a FileReporter wrote. A last line without its newline (the process was
+// killed in the middle of writing it) is ignored: its write had not completed, so the process had
 // not reported it.
 func (l *Ledger) Read(r io.Reader) error {
 	br := bufio.NewReader(r)
@@ -151,7 +152,7 @@ func (l *Ledger) ReadFile(path string) error {
 	return l.Read(f)
 }
 
-// FileReporter is a worker process's processing.Reporter: it appends one line per report to a
+// FileReporter is a claiming process's processing.Reporter: it appends one line per report to a
 // file, each with one write(2) on a file opened O_APPEND, so a SIGKILL leaves whole lines and at
 // most one partial last line (which Ledger.Read ignores). No fsync: it survives the process's death,
 // which is what the chaos run causes, not the machine's.
@@ -215,10 +216,10 @@ type Result struct {
 	Settled int // of them settled
 	// By path, of the settled events.
 	ByAPI, ByProcessor, BySweeper, ByAgent int
-	// Reported are the settled events with exactly one worker's report of their settlement.
+	// Reported are the settled events with exactly one report of their settlement.
 	Reported int
 	// Unreported are the settled events whose claim was reported starting but whose settlement was
-	// not reported: its worker died between the commit and the report.
+	// not reported: its process died between the commit and the report.
 	Unreported int
 	// Open are the events not settled.
 	Open []int64
@@ -233,10 +234,10 @@ func (r *Result) violate(format string, args ...any) {
 	r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
 }
 
-// Check compares the table's events with the workers' reports in l:
-//   - an event settled by a worker is reported settled by exactly one claim, the one the table
-//     names (or its claim was reported starting and its worker died before reporting the rest);
-//   - an event born settled (POST /events) is reported settled by no worker;
+// Check compares the table's events with the claiming processes' reports in l:
+//   - an event settled by a claim is reported settled by exactly one claim, the one the table
+//     names (or its claim was reported starting and its process died before reporting the rest);
+//   - an event born settled (POST /events) is reported settled by no claim;
 //   - no report names an event that is not settled, or not settled by that claim;
 //   - every settled event has its value.
 func Check(events []Audit, l *Ledger) Result {
@@ -286,7 +287,7 @@ func Check(events []Audit, l *Ledger) Result {
 		case l.claims[e.ClaimID]:
 			res.Unreported++
 		default:
-			res.violate("event %d was settled by claim %q, which no worker reported starting", e.ID, e.ClaimID)
+			res.violate("event %d was settled by claim %q, which no process reported starting", e.ID, e.ClaimID)
 		}
 	}
 	var ghosts []int64

@@ -271,6 +271,25 @@ func TestConsoleInABrowser(t *testing.T) {
 		until(text("#counters-table")+`.includes('message')`))
 	shot(t, b, "counters")
 	accessible(t, b, "counters")
+	// A user's counts a page at a time: a second entity type, pages of one, and the link to the next.
+	_, err = s.client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(s.counts),
+		MessageBody: aws.String(`{"entityId":"p1","entityType":"photo","userId":"alice","action":"added"}`)})
+	require.NoError(t, err)
+	testutil.Eventually(t, 30*time.Second, "alice's second count", func() bool {
+		resp, err := http.Get(s.url + "/counters/alice/photo")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var v struct{ Sum int64 }
+		return json.NewDecoder(resp.Body).Decode(&v) == nil && v.Sum == 1
+	})
+	run(t, b, "a page of a user's counts links to the next", show("#/counters?user=alice&limit=1"),
+		until(`document.querySelectorAll('#counters-table tbody tr').length === 1 && `+text("#counters-table")+`.includes('message') && `+
+			`document.querySelector('#more-counts') !== null`))
+	run(t, b, "the next page", chromedp.Click(chromedp.CSS("#more-counts")),
+		until(`document.querySelectorAll('#counters-table tbody tr').length === 1 && `+text("#counters-table")+`.includes('photo') && `+
+			`document.querySelector('#more-counts') === null`))
 
 	// Queues: a message in the events DLQ, a dry run that moves nothing, then a redrive.
 	_, err = s.client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(s.events.DLQURL),

@@ -506,11 +506,19 @@ async function countersPage(main, params) {
       location.hash = '#/counters?' + new URLSearchParams(Object.entries({ user: u.value.trim(), type: t.value.trim() }).filter(([, v]) => v)).toString();
     } }, el('label', { for: 'user' }, 'User id', u), el('label', { for: 'type' }, 'Entity type (optional)', t), el('button', { type: 'submit' }, 'Look up')));
   if (!user) return;
-  const path = '/counters/' + encodeURIComponent(user) + (type ? '/' + encodeURIComponent(type) : '');
+  // A user's counts come a page at a time (up to 1,000 entity types, or ?limit=): after and limit
+  // pass through to the API, and a page with more after it links to the next.
+  const paging = new URLSearchParams(['after', 'limit'].filter((k) => params.get(k)).map((k) => [k, params.get(k)])).toString();
+  const path = '/counters/' + encodeURIComponent(user) + (type ? '/' + encodeURIComponent(type) : (paging ? '?' + paging : ''));
   const res = await api(path);
   const entries = type ? [[res.entityType, res]] : Object.entries(res.counters);
   main.append(table('Counts of ' + user, ['entity type', 'sum', 'version'],
     entries.map(([k, v]) => row([k, num(v.sum), num(v.version)])), { id: 'counters-table', empty: 'No count for this user.' }));
+  if (!type && res.next) {
+    const more = new URLSearchParams({ user, after: res.next });
+    if (params.get('limit')) more.set('limit', params.get('limit'));
+    main.append(el('div', { class: 'pager' }, el('a', { href: '#/counters?' + more.toString(), id: 'more-counts' }, 'More entity types')));
+  }
 }
 
 // ---- Queues

@@ -131,14 +131,14 @@ const (
 func applyCounterMessages(ctx context.Context, tx *sql.Tx, msgs []exactlyonce.CounterMessage) ([]exactlyonce.CounterResult, error) {
 	hashes := make([][32]byte, len(msgs))
 	var buckets, userBuckets []int64
-	var users []string
-	seenUser := map[string]bool{}
+	var keys []exactlyonce.CounterKey
+	seenKey := map[exactlyonce.CounterKey]bool{}
 	for i, m := range msgs {
 		hashes[i] = m.EntityHash()
 		buckets = append(buckets, EntityBucket(hashes[i]), UserBucket(m.UserID))
-		if !seenUser[m.UserID] {
-			seenUser[m.UserID] = true
-			users = append(users, m.UserID)
+		if k := m.Key(); !seenKey[k] {
+			seenKey[k] = true
+			keys = append(keys, k)
 			userBuckets = append(userBuckets, UserBucket(m.UserID))
 		}
 	}
@@ -156,11 +156,11 @@ func applyCounterMessages(ctx context.Context, tx *sql.Tx, msgs []exactlyonce.Co
 	}
 	dirs := &counterDirs{dirs: read, changed: map[int64]bool{}, now: now.UnixMicro()}
 
-	// The users' sums.
+	// The batch's counts, and only those.
 	q, args := mysql.ExpandIDs(queries.ReadCounterSums, userBuckets)
-	q = strings.Replace(q, "/*users*/", mysql.Placeholders(len(users)), 1)
-	for _, u := range users {
-		args = append(args, u)
+	q = strings.Replace(q, "/*keys*/", strings.TrimSuffix(strings.Repeat("(?, ?), ", len(keys)), ", "), 1)
+	for _, k := range keys {
+		args = append(args, k.UserID, k.EntityType)
 	}
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {

@@ -43,11 +43,14 @@ UPDATE counter_buckets SET version = version + 1 WHERE bucket IN (/*ids*/);
 SELECT bucket, directory, NOW(6) FROM counter_directories WHERE bucket IN (/*ids*/);
 
 -- name: ReadCounterSums
--- The sums of the batch's users (a consistent read, no lock): their users' bucket locks, held,
--- keep every other writer of these rows out until we commit, and keep a missing row missing.
--- Scans the partitions of the users' buckets: its cost grows with the number of counts (users
--- times types) in a partition, not with the entities.
-SELECT entity_type, user_id, sum, version FROM t_counter_sum WHERE bucket IN (/*ids*/) AND CAST(user_id AS BINARY) IN (/*users*/);
+-- The counts the batch names (a consistent read, no lock): their users' bucket locks, held, keep
+-- every other writer of these rows out until we commit, and keep a missing row missing. Scans the
+-- partitions of the users' buckets: its cost grows with the number of counts (users times types)
+-- in a partition, not with the entities; it returns only the batch's counts (/*keys*/ is one
+-- (?, ?) per count: user, type), not every count of its users, which a user with thousands of
+-- types would make thousands of rows for every message.
+SELECT entity_type, user_id, sum, version FROM t_counter_sum
+WHERE bucket IN (/*ids*/) AND (CAST(user_id AS BINARY), CAST(entity_type AS BINARY)) IN (/*keys*/);
 
 -- name: InsertCounterSums
 -- The first change of a count creates its row: exactly once, because its user's bucket is locked
@@ -139,9 +142,12 @@ SELECT s.sum,
 FROM t_counter_sum s WHERE s.bucket = ? AND CAST(s.entity_type AS BINARY) = ? AND CAST(s.user_id AS BINARY) = ?;
 
 -- name: CounterSumsOfUser
--- GET /counters/{userId}: a user's counts (a consistent read, no lock), from their bucket's
--- partition.
-SELECT entity_type, sum, version FROM t_counter_sum WHERE bucket = ? AND CAST(user_id AS BINARY) = ?;
+-- GET /counters/{userId}: a page of a user's counts, the types after a cursor in byte order, at
+-- most ? (a consistent read, no lock), from their bucket's partition. Bounded by the page, as a
+-- user may have any number of types: the answer must fit in a Lambda's (6 MB).
+SELECT entity_type, sum, version FROM t_counter_sum
+WHERE bucket = ? AND CAST(user_id AS BINARY) = ? AND CAST(entity_type AS BINARY) > ?
+ORDER BY CAST(entity_type AS BINARY) LIMIT ?;
 
 -- name: CounterSumOf
 -- GET /counters/{userId}/{entityType}: one count (a consistent read, no lock).

@@ -79,6 +79,45 @@ func TestCounterReadBeforeAdded(t *testing.T) {
 	require.Zero(t, r.Version)
 }
 
+// A batch reads back the counts it names, not every count of its users: a user with many entity
+// types (a count per dialog, say) must not make each of its messages read all of them. A user with
+// 300 types; a batch for two of them, one stored and one new, reads one sum row (it read 300
+// when it read the user's counts), and its results go on from the stored sums.
+func TestCounterBatchReadsOnlyItsCounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, dsn := testdb.DB(t, 2)
+	inner, err := mysql.Connector(mysql.ConnConfig{DSN: dsn})
+	require.NoError(t, err)
+	tally := &mysqltest.StatementTally{Connector: inner, RowsOf: "FROM t_counter_sum"}
+	db := mysql.OpenConnector(tally, mysql.ConnConfig{MaxOpenConns: 2})
+	t.Cleanup(func() { db.Close() })
+	s, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+
+	const types = 300
+	var ms []exactlyonce.CounterMessage
+	for i := range types {
+		ms = append(ms, cmsg("e", fmt.Sprintf("dialog-%03d", i), "many", "added"))
+	}
+	_, err = s.Counters.ApplyCounterMessages(ctx, ms)
+	require.NoError(t, err)
+	all, err := s.Counters.CounterSums(ctx, "many")
+	require.NoError(t, err)
+	require.Len(t, all, types)
+
+	before := tally.Rows()
+	rs, err := s.Counters.ApplyCounterMessages(ctx, []exactlyonce.CounterMessage{
+		cmsg("f", "dialog-007", "many", "added"), cmsg("e", "dialog-new", "many", "added"), cmsg("f", "dialog-007", "many", "added")})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tally.Rows()-before, "sum rows the batch read back")
+	var got []string
+	for _, r := range rs {
+		got = append(got, fmt.Sprintf("%s %v %d %d", r.EntityType, r.Applied, r.Sum, r.Version))
+	}
+	require.Equal(t, []string{"dialog-007 true 2 2", "dialog-new true 1 1", "dialog-007 false 2 2"}, got)
+}
+
 // Within one batch, messages are applied in their order, duplicates included.
 func TestCounterBatchAppliesInOrder(t *testing.T) {
 	t.Parallel()

@@ -174,21 +174,41 @@ func (s *Store) ReconcileCounters(ctx context.Context, buckets []int64, limit in
 	return len(samples), bad, nil
 }
 
-// CounterSums returns a user's counts by entity type (none: an empty map).
+// CounterSums returns every count of a user by entity type (none: an empty map), a page at a time
+// (CounterSumsAfter): for tests and tools; the API answers a page.
 func (s *Store) CounterSums(ctx context.Context, userID string) (map[string]exactlyonce.CounterSum, error) {
-	rows, err := s.db.QueryContext(ctx, queries.CounterSumsOfUser, UserBucket(userID), userID)
+	out := map[string]exactlyonce.CounterSum{}
+	after := ""
+	for {
+		page, err := s.CounterSumsAfter(ctx, userID, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range page {
+			out[c.EntityType] = c.CounterSum
+		}
+		if len(page) < 1000 {
+			return out, nil
+		}
+		after = page[len(page)-1].EntityType
+	}
+}
+
+// CounterSumsAfter returns up to limit counts of a user, those of the entity types after after, in
+// byte order ("" for the first page).
+func (s *Store) CounterSumsAfter(ctx context.Context, userID, after string, limit int) ([]exactlyonce.TypeCount, error) {
+	rows, err := s.db.QueryContext(ctx, queries.CounterSumsOfUser, UserBucket(userID), userID, after, limit)
 	if err != nil {
 		return nil, mysql.Interpret("counter sums", err)
 	}
 	defer rows.Close()
-	out := map[string]exactlyonce.CounterSum{}
+	var out []exactlyonce.TypeCount
 	for rows.Next() {
-		var t string
-		var v exactlyonce.CounterSum
-		if err := rows.Scan(&t, &v.Sum, &v.Version); err != nil {
+		var c exactlyonce.TypeCount
+		if err := rows.Scan(&c.EntityType, &c.Sum, &c.Version); err != nil {
 			return nil, mysql.Interpret("counter sums", err)
 		}
-		out[t] = v
+		out = append(out, c)
 	}
 	return out, mysql.Interpret("counter sums", rows.Err())
 }

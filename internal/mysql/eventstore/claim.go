@@ -13,7 +13,7 @@ import (
 
 // ClaimIDs claims those of the named events that are claimable and that nobody else holds, in one
 // transaction (see claim). An id may appear more than once; it is claimed at most once. The ids it
-// does not claim are settled, held by another worker, or unknown: Outcomes tells which. On an error
+// does not claim are settled, held by another claim, or unknown: Outcomes tells which. On an error
 // nothing was settled or leased, unless the error came from the commit itself (its answer lost),
 // in which case the claim may have committed: the caller must treat its events as unknown.
 func (s *Store) ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64, decide exactlyonce.Decide) (exactlyonce.Claimed, error) {
@@ -272,7 +272,7 @@ func LockLeased(ctx context.Context, tx mysql.Conn, claimID string, ids []int64)
 
 // Settle settles events leased to claim claimID with their results, in one short transaction, and
 // returns those it settled. An event missing from the answer was not settled because its lease was
-// taken over (it expired and another worker claimed it) or it was settled already (by this claim
+// taken over (it expired and another claim took it) or it was settled already (by this claim
 // too: settling twice settles nothing the second time): the guard on the lease holder makes a
 // second settlement impossible.
 func (s *Store) Settle(ctx context.Context, claimID, by string, results map[int64]exactlyonce.Result) ([]int64, error) {
@@ -314,7 +314,7 @@ func (s *Store) Settle(ctx context.Context, claimID, by string, results map[int6
 }
 
 // Release gives events leased to claim claimID back, pending, so that they are claimable at once:
-// their work failed, or could not finish before the worker's deadline. An event whose lease was
+// their work failed, or could not finish before the claiming process's deadline. An event whose lease was
 // taken over is not touched.
 func (s *Store) Release(ctx context.Context, claimID string, ids []int64) error {
 	if len(ids) == 0 {
@@ -334,7 +334,7 @@ func (s *Store) Release(ctx context.Context, claimID string, ids []int64) error 
 	return mysql.Interpret("release events", err)
 }
 
-// Outcomes tells, for ids a claim did not take, what each is: open but held by another worker (its
+// Outcomes tells, for ids a claim did not take, what each is: open but held by another claim (its
 // row lock or its lease, or waiting its backoff), a task the database brings back by itself (queued
 // behind its reference, or waiting its backoff: deferred), settled already, or missing. It reads only the
 // `open` partition and the one-row counter, never the settled history, so its cost does not grow
@@ -388,18 +388,18 @@ func (s *Store) Outcomes(ctx context.Context, ids []int64) (map[int64]exactlyonc
 }
 
 // claimAgain are the pauses before claimIDs asks again for claimable events its claim skipped: at
-// most len(claimAgain) more claims, about 30 ms in all. A row that another worker really holds
+// most len(claimAgain) more claims, about 30 ms in all. A row that another claim really holds
 // stays locked through them (and costs its batch that much); a row that a scan held for an instant
 // is claimed. Under CPU contention an instant can be a few milliseconds: a thread holding a row's
 // lock for the length of one comparison can be descheduled.
 var claimAgain = []time.Duration{0, time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond}
 
 // claimIDs locks those of ids that are claimable and that no other transaction holds, in tx, and
-// returns them. A locking scan by another worker holds each row it passes for an instant, so SKIP
+// returns them. A locking scan by another transaction holds each row it passes for an instant, so SKIP
 // LOCKED may skip a row that nobody is processing; such a false "busy" would cost the event a
 // whole visibility timeout on the queue (and count towards its dead-letter limit). So the ids the
 // claim skipped that a consistent read still finds claimable are claimed again, a bounded number
-// of times; a row another worker really holds stays locked through them and is reported busy.
+// of times; a row another claim really holds stays locked through them and is reported busy.
 func claimIDs(ctx context.Context, tx *sql.Tx, ids []int64) ([]exactlyonce.Event, error) {
 	var out []exactlyonce.Event
 	want := ids

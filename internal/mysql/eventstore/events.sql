@@ -54,7 +54,7 @@ ORDER BY id DESC LIMIT ?;
 
 -- name: ClaimIDs
 -- The processor's claim: locks those of the named events that are claimable (pending, or processing
--- with an expired lease) and that nobody else holds. SKIP LOCKED means a worker never waits for
+-- with an expired lease) and that nobody else holds. SKIP LOCKED means a claim never waits for
 -- another: an event locked elsewhere is simply not returned, and the caller reports its message as
 -- failed so that it comes back later. An event leased to another claim whose lease has not expired
 -- does not match (at READ COMMITTED its row lock is released at once), so it is not claimed either.
@@ -63,7 +63,7 @@ ORDER BY id DESC LIMIT ?;
 -- as soon as every named event is found. The list is expanded to one ? per id.
 --
 -- A locking scan locks each row it reads and, at READ COMMITTED, releases the rows that do not
--- match at once. So another worker's scan can hold one of our rows for an instant, and SKIP LOCKED
+-- match at once. So another claim's scan can hold one of our rows for an instant, and SKIP LOCKED
 -- then skips it although nobody is processing it. claimIDs asks again for such rows (ClaimableIDs).
 SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id, retry_base FROM events
 WHERE state < 2 AND id IN (/*ids*/)
@@ -73,17 +73,17 @@ LIMIT ? FOR UPDATE SKIP LOCKED;
 -- name: ClaimableIDs
 -- Which of the named events are claimable, by a consistent (non-locking) read of the `open`
 -- partition: it takes no lock and waits for none. Used after a claim to tell an event that another
--- worker really holds (still claimable) from one that is settled, leased, waiting its backoff, or
+-- claim really holds (still claimable) from one that is settled, leased, waiting its backoff, or
 -- unknown.
 SELECT id FROM events
 WHERE state < 2 AND id IN (/*ids*/)
   AND ((state = 0 AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6))) OR lease_expires_at <= NOW(6));
 
 -- name: ClaimDue
--- The sweeper's claim: locks up to ? claimable events, skipping any another worker holds: pending
+-- The sweeper's claim: locks up to ? claimable events, skipping any another claim holds: pending
 -- events older than the grace period (younger ones are left to the queue path), or whose backoff is
 -- over (their work was tried: the grace no longer applies; a released event, or a task handed on by
--- the settlement of the one before it, is due at once), and processing events whose lease expired (their worker died or
+-- the settlement of the one before it, is due at once), and processing events whose lease expired (their process died or
 -- gave up). An event waiting its backoff does not match, so a failing event never holds up the rows
 -- behind it. Several sweepers and processors can run this at once; each gets a disjoint set of rows.
 -- `state < 2` prunes it to the `open` partition.
@@ -127,7 +127,7 @@ LIMIT ? FOR UPDATE SKIP LOCKED;
 -- The task columns of tasks ClaimDue has just locked, in the claim's transaction: a consistent read,
 -- no lock taken or waited for. Our own row locks keep the rows as ClaimDue found them (nothing else
 -- can change them until we commit), and at READ COMMITTED the read sees their latest committed
--- version, which is that one. A locking read here would wait for the rows of other workers that
+-- version, which is that one. A locking read here would wait for the rows of other claims that
 -- the scan passes. `state < 2` keeps it inside the `open` partition, and LIMIT (the number of ids)
 -- ends the scan at the last of the named rows: about where ClaimDue's scan ended. The list is
 -- expanded to one ? per id.
@@ -137,9 +137,9 @@ LIMIT ?;
 
 -- name: Lease
 -- Leases claimed events to one claim, in the transaction that holds their row locks: they become
--- `processing`, held by claim_id until lease_expires_at (the database's clock, so that workers'
+-- `processing`, held by claim_id until lease_expires_at (the database's clock, so that the processes'
 -- clocks do not matter). The transaction then commits, releasing the row locks: the work runs
--- outside any transaction, and the lease, not a lock, keeps other workers off. `state < 2` with our
+-- outside any transaction, and the lease, not a lock, keeps other claims off. `state < 2` with our
 -- row locks held is the guard. The IN list is expanded to one ? per id.
 UPDATE events
 SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND
@@ -150,7 +150,7 @@ LIMIT ?;
 -- The one-transaction path (inline work): gives claimed events their values and moves them to the
 -- `settled` partition, in the transaction that holds their locks. `state < 2` is the guard that
 -- makes a second write impossible even if a lock were lost: a processed row no longer matches. At
--- READ COMMITTED the scan does a semi-consistent read of rows other workers hold and does not wait
+-- READ COMMITTED the scan does a semi-consistent read of rows other claims hold and does not wait
 -- for them (they do not match our ids). `id IN` prunes it to the subpartitions that hold the ids,
 -- and LIMIT (the number of ids) ends the scan at the last of our rows instead of at the end of the
 -- subpartition: claims take rows from the front, so this scans about what the claim scanned. The CASE is expanded to one WHEN ? THEN ? per id, the IN list to one ? per
@@ -168,8 +168,8 @@ LIMIT ?;
 
 -- name: LockLeased
 -- The lease path's settlement, first statement: locks which of the named events are still leased to
--- this claim (LeasedIDs reads which next). An event whose lease expired and was claimed by another
--- worker has another claim_id (or is settled already) and does not match, so only the current
+-- this claim (LeasedIDs reads which next). An event whose lease expired and was claimed again by another
+-- claim has another claim_id (or is settled already) and does not match, so only the current
 -- holder can settle, and only once. The row locks taken here make the UPDATE that follows change
 -- exactly these rows, and no claim can take them over in between. `state = 1` prunes it to the
 -- `open` partition, `id IN` to the subpartitions of the ids, and LIMIT (the number of ids) ends the
@@ -184,7 +184,8 @@ LIMIT ?;
 -- it held a row of another claim while it waited for the next one that claim's transactions held
 -- (its event worker's assignment, its lease, its settlement), which then asked for the row it kept:
 -- the tasks benchmark's ordered rounds lost 13 to 26 such deadlocks per 20,000 tasks
--- (taskstore's TestASettlementWaitsForNoRowOfAnotherClaim forces one). At READ COMMITTED an
+-- (taskstore's TestASettlementWaitsForNoRowOfAnotherClaim catches the wait that began them: the
+-- locking read waits for another claim's row, and times out there). At READ COMMITTED an
 -- UPDATE's scan reads a row another transaction holds semi-consistently (its last committed
 -- version) and passes it by if it is not one of ours: it waits only for its own rows.
 UPDATE events SET claim_id = claim_id WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?;
@@ -213,7 +214,7 @@ WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/)
 LIMIT ?;
 
 -- name: Release
--- Gives leased events back, pending, when their work failed or could not finish before the worker's
+-- Gives leased events back, pending, when their work failed or could not finish before their process's
 -- deadline: they are claimable at once instead of after their lease, by any claim (next_attempt_at
 -- now: the sweeper's grace does not hold them back). Guarded by the lease holder,
 -- like the settlement: an event whose lease was taken over is not touched.
@@ -247,10 +248,10 @@ WHERE state = 1 AND claim_id = ? AND id = ?
 LIMIT 1;
 
 -- name: OpenStates
--- After a claim, which of the ids it did not take are still open: held by another worker (its row
+-- After a claim, which of the ids it did not take are still open: held by another claim (its row
 -- lock or its lease), waiting a backoff, or (a task) queued behind an earlier task of its
 -- reference. kind, and whether the event waits (queued, or a backoff not over), tell a task the
--- database will bring back by itself from one a worker holds. A consistent read of the `open` partition only (`state <
+-- database will bring back by itself from one a claim holds. A consistent read of the `open` partition only (`state <
 -- 10`), so its cost is bounded by the pending set, not by the settled history: the ids it does not
 -- find are settled or unknown, which the status counter tells apart (Outcomes). It takes no lock
 -- and waits for none.

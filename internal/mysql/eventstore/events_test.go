@@ -145,7 +145,7 @@ func TestProcessDueLeavesYoungEventsToTheQueue(t *testing.T) {
 // Both processing paths race: the one-transaction path (inline work) and the lease path (claim and
 // commit, work outside any transaction, settle under the lease's guard), and both together, half
 // the workers taking each path over the same events.
-func TestConcurrentWorkersProcessEachEventOnce(t *testing.T) {
+func TestConcurrentClaimsProcessEachEventOnce(t *testing.T) {
 	t.Parallel()
 	for name, leased := range map[string]func(w int) bool{
 		"inline": func(int) bool { return false },

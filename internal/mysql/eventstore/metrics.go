@@ -8,7 +8,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
-// OldestWaitingAge returns how long the oldest event waiting for a worker has existed: a pending
+// OldestWaitingAge returns how long the oldest event waiting to be claimed has existed: a pending
 // event, or a leased one whose lease expired. Zero when none waits. Measured on the database's
 // clock (created_at and NOW(6) come from the same server), so the caller's clock does not matter.
 // It reads only the `open` partition and takes no lock (metrics.sql).
@@ -23,7 +23,7 @@ func (s *Store) OldestWaitingAge(ctx context.Context) (time.Duration, error) {
 	return time.Duration(us.Int64) * time.Microsecond, nil
 }
 
-// WaitingEvents returns how many events wait for a worker: those OldestWaitingAge measures (a
+// WaitingEvents returns how many events wait to be claimed: those OldestWaitingAge measures (a
 // pending event, or a leased one whose lease expired). It reads only the `open` partition and
 // takes no lock (metrics.sql).
 func (s *Store) WaitingEvents(ctx context.Context) (int64, error) {

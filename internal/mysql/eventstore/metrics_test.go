@@ -45,7 +45,7 @@ func requireWaiting(t *testing.T, store *wire.Stores, want int64, why string) {
 	require.Equal(t, want, n, why)
 }
 
-// The age of the oldest event waiting for a worker: pending, or leased with an expired lease.
+// The age of the oldest event waiting to be claimed: pending, or leased with an expired lease.
 // Settled events and live leases, however old, are not waiting.
 func TestOldestWaitingAge(t *testing.T) {
 	t.Parallel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"strings"
 	"sync/atomic"
 )
 
@@ -11,9 +12,13 @@ import (
 // (interpolateParams: nothing is prepared): a query, an exec, a ping, a transaction's begin (one
 // statement, START TRANSACTION, or two when it names an isolation level) and its end. For
 // measurements (the agents bench's idle statements) and the tests that count a path's round trips.
+// With RowsOf set, it also counts the rows returned by the queries whose text holds RowsOf (Rows):
+// for the tests that bound what a statement reads back.
 type StatementTally struct {
 	driver.Connector
+	RowsOf     string
 	statements atomic.Int64
+	rows       atomic.Int64
 }
 
 func (c *StatementTally) Connect(ctx context.Context) (driver.Conn, error) {
@@ -21,17 +26,37 @@ func (c *StatementTally) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tallyConn{Conn: conn, n: &c.statements}, nil
+	return &tallyConn{Conn: conn, n: &c.statements, rowsOf: c.RowsOf, rows: &c.rows}, nil
 }
 
 type tallyConn struct {
 	driver.Conn
-	n *atomic.Int64
+	n      *atomic.Int64
+	rowsOf string
+	rows   *atomic.Int64
 }
 
 func (c *tallyConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
 	c.n.Add(1)
-	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
+	rows, err := c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
+	if err != nil || c.rowsOf == "" || !strings.Contains(q, c.rowsOf) {
+		return rows, err
+	}
+	return tallyRows{Rows: rows, n: c.rows}, nil
+}
+
+// tallyRows counts the rows read from a query's result.
+type tallyRows struct {
+	driver.Rows
+	n *atomic.Int64
+}
+
+func (r tallyRows) Next(dest []driver.Value) error {
+	err := r.Rows.Next(dest)
+	if err == nil {
+		r.n.Add(1)
+	}
+	return err
 }
 
 func (c *tallyConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
@@ -90,3 +115,6 @@ func (t tallyTx) Rollback() error { t.n.Add(1); return t.Tx.Rollback() }
 
 // Statements returns how many statements the connections have sent so far.
 func (c *StatementTally) Statements() int64 { return c.statements.Load() }
+
+// Rows returns how many rows the queries whose text holds RowsOf have returned so far.
+func (c *StatementTally) Rows() int64 { return c.rows.Load() }

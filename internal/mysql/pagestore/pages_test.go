@@ -230,6 +230,15 @@ func TestPackedHistoryReadsAsBefore(t *testing.T) {
 			a[i].Started = attemptsBefore[id][i].Started
 		}
 		require.Equal(t, attemptsBefore[id], a, id)
+		// A page of them comes from the packed record as from task_attempts: after the first, one.
+		if len(a) > 1 {
+			page, err := store.Tasks.AttemptsAfter(ctx, id, a[0].Number, 1)
+			require.NoError(t, err)
+			require.Equal(t, []exactlyonce.Attempt{a[1]}, page, id)
+		}
+		page, err := store.Tasks.AttemptsAfter(ctx, id, a[len(a)-1].Number, 10)
+		require.NoError(t, err)
+		require.Empty(t, page, "none after the last, packed")
 	}
 	for _, ref := range refs {
 		got, err := store.Tasks.ReferenceTasks(ctx, ref, 0, 100)

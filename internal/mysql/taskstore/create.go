@@ -35,7 +35,7 @@ var sqlFiles embed.FS
 
 // queryTexts are the statements of tasks.sql.
 type queryTexts struct {
-	LockTaskBuckets, AdvanceTaskBuckets, BucketsAndHeads, OpenHeads, LockHeads, InsertTaskRows, QueuedOfReferences, PromoteQueued, PromoteQueuedLeased, LeasedTasks, SettleLeasedTasks, InsertAttempts, Attempts, ReferencePosition, ReferenceTasks, LockFailedTask, TaskOf, LaterTaskStarted, ReferenceHead, RequeueTask, RetryTask, UncountRetried, LockFailedTasks string
+	LockTaskBuckets, AdvanceTaskBuckets, BucketsAndHeads, OpenHeads, LockHeads, InsertTaskRows, QueuedOfReferences, PromoteQueued, PromoteQueuedLeased, LeasedTasks, SettleLeasedTasks, InsertAttempts, Attempts, AttemptsAfter, ReferencePosition, ReferenceTasks, LockFailedTask, TaskOf, LaterTaskStarted, ReferenceHead, RequeueTask, RetryTask, UncountRetried, LockFailedTasks string
 }
 
 var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)

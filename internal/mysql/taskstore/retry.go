@@ -19,7 +19,34 @@ import (
 
 // Attempts returns a task's delivery attempts, oldest first.
 func (s *Store) Attempts(ctx context.Context, id int64) ([]exactlyonce.Attempt, error) {
-	rows, err := s.db.QueryContext(ctx, queries.Attempts, id)
+	return s.readAttempts(ctx, id, queries.Attempts, id)
+}
+
+// AttemptsAfter returns up to limit of task id's attempts numbered after after, in order: a page of
+// GET /events/{id}/attempts, whose reads are bounded by what they return however often the task
+// was retried by hand (each retry adds up to maxRetries+1 attempts, kept). A packed task's
+// attempts come from its page, whose record holds them all (bounded by the pack).
+func (s *Store) AttemptsAfter(ctx context.Context, id int64, after, limit int) ([]exactlyonce.Attempt, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("read attempts: limit %d; want at least 1", limit)
+	}
+	all, err := s.readAttempts(ctx, id, queries.AttemptsAfter, id, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, a := range all {
+		if a.Number > after && len(out) < limit {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// readAttempts reads task id's attempts by q (args), from task_attempts, or, when it has none of
+// the task's, from the task's page (read after, as Get).
+func (s *Store) readAttempts(ctx context.Context, id int64, q string, args ...any) ([]exactlyonce.Attempt, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, mysql.Interpret("read attempts", err)
 	}

@@ -107,8 +107,8 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 		if err := books.Write(ctx, tx); err != nil {
 			return err
 		}
-		// The completed tasks take their processed_at only now, under their workers' row locks: two
-		// settlements of one worker's tasks then stamp them in the order they write its last
+		// The completed tasks take their processed_at only now, under their event workers' row locks:
+		// two settlements of one event worker's tasks then stamp them in the order they write its last
 		// completed task, which is therefore the one completed last (verify.WorkerBooks). Stamped
 		// before the lock, a settlement that waited for it could stamp earlier and write later.
 		for rest := completed; len(rest) > 0; {

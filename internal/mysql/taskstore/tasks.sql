@@ -92,16 +92,16 @@ WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY
 -- references in flight. Locks the promoted rows, after the event workers' rows the settlement
 -- locked (SettleWorkers): no transaction that holds a queued task's row waits for an event worker's
 -- (creates and retries touch no event worker), so the order cannot deadlock. /*worker*/ names each
--- promoted task's event worker: its reference's (the settled head's) if that worker has room
+-- promoted task's event worker: its reference's (the settled head's) if that event worker has room
 -- (WorkersWithRoom), `CASE id WHEN ? THEN ? ... ELSE worker_id END`, or `worker_id` (NULL: a queued
--- task has none) when none has; a task promoted behind a full worker joins none, and the EventService
+-- task has none) when none has; a task promoted behind a full event worker joins none, and the EventService
 -- of whoever delivers it gives it one with room.
 UPDATE events SET state = 0, next_attempt_at = NOW(6), worker_id = /*worker*/ WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 
 -- name: PromoteQueuedLeased
 -- Like PromoteQueued, but leases the promoted tasks to the settling claim at once (state 1), so
--- that the worker that delivered a reference's task goes on with the next one without another
--- claim: the lease, as every lease, lets another worker take them over if this one dies.
+-- that the process that delivered a reference's task goes on with the next one without claiming
+-- again: the lease, as every lease, lets another claim take them over if this process dies.
 -- /*worker*/ as PromoteQueued's.
 UPDATE events SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND, next_attempt_at = NULL,
   worker_id = /*worker*/
@@ -141,6 +141,13 @@ INSERT INTO task_attempts (event_id, number, started_at, duration_us, status, er
 -- here, the store reads them there. So the table holds the attempts of the tasks not packed yet.
 SELECT number, started_at, duration_us, status, COALESCE(error, '') FROM task_attempts
 WHERE event_id = ? ORDER BY started_at, number;
+
+-- name: AttemptsAfter
+-- GET /events/{id}/attempts a page at a time: the task's attempts numbered after ?, up to ?, in
+-- their order (numbers only grow: a manual retry keeps the attempts and numbers the next after
+-- them). Pruned by HASH(event_id) to one partition, as Attempts.
+SELECT number, started_at, duration_us, status, COALESCE(error, '') FROM task_attempts
+WHERE event_id = ? AND number > ? ORDER BY number LIMIT ?;
 
 -- name: ReferencePosition
 -- The position of one task of a reference (the cursor of GET /references/{id}/events?after=), until
