@@ -9,11 +9,11 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 .DEFAULT_GOAL := help
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
 		'{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1) } \
 		 END { f = "  %-" w "s  %s\n"; for (i = 1; i <= NR; i++) printf f, name[i], text[i] }'
 
-run: db sqslocal s3local local ## run the whole system locally (MariaDB, local SQS, API on :8080, processor, sweeper)
+run: db sqslocal s3local local ## run the whole system locally (MariaDB, local SQS and S3, API and console on :8080, processor, sweeper)
 	scripts/run.sh
 
 test: no-build-output test-db sqslocal s3local rie browser ## every test: unit, integration (MariaDB + SQS protocol), the console in Chromium, failure scenarios, infrastructure, bench smoke
@@ -61,9 +61,10 @@ rie: ## build the AWS Lambda Runtime Interface Emulator (pinned in tools/rie/go.
 local: ## build the local runner
 	$(GO) build -o bin/local ./cmd/local
 
-agent: db ## build and run a standalone agent on `make run`'s database; run it in several terminals to see them split the work
+# -local: the database as `make run` reads it, so that DB_NAME=x make agent joins DB_NAME=x make run.
+agent: db ## build and run a standalone agent on `make run`'s database (DB_NAME as for make run); run it in several terminals to see them split the work
 	$(GO) build -o bin/agent ./cmd/agent
-	DB_DSN="$${DB_DSN:-exactlyonce:exactlyonce@tcp(127.0.0.1:3306)/exactlyonce}" bin/agent
+	bin/agent -local
 
 redrive: ## move a DLQ's messages back to its source queue: QUEUE=events (DRY_RUN=1 lists only; LOCAL=1 for `make run`'s SQS; DLQ=<name> checks it is the queue's own DLQ)
 	$(GO) build -o bin/redrive ./cmd/redrive

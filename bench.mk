@@ -1,7 +1,7 @@
 # Benchmarks (docs/performance.md). Included by the root Makefile (`-include bench.mk`).
 #
 #   make bench                 the full run: minutes; prints a table, writes $(BENCH_OUT)
-#   make bench BENCH=smoke     seconds; every group at toy sizes, targets not judged (CI runs it)
+#   make bench BENCH=smoke     minutes (every group at toy sizes: 356 s at a load of 9); targets not judged (CI runs it)
 #   make bench-smoke           the same as BENCH=smoke
 #
 # BENCH_OUT names the JSON file (default bench-results.json, git-ignored); BENCH_GROUPS=alloc,claim
@@ -15,5 +15,5 @@ BENCH_OUT ?= bench-results.json
 bench: db sqslocal s3local ## measure every hot path side by side (BENCH=smoke|full, BENCH_OUT=file.json)
 	BENCH=$(BENCH) BENCH_OUT=$(BENCH_OUT) SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal S3LOCAL_BIN=$(CURDIR)/bin/s3local $(GO) run ./cmd/bench
 
-bench-smoke: db sqslocal s3local ## the seconds-long benchmark CI runs so the harness never rots
+bench-smoke: db sqslocal s3local ## the benchmark at toy sizes (minutes) CI runs so the harness never rots
 	BENCH=smoke BENCH_OUT=$(BENCH_OUT) SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal S3LOCAL_BIN=$(CURDIR)/bin/s3local $(GO) run ./cmd/bench

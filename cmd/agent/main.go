@@ -4,11 +4,15 @@
 // and take over the range of one that stops. With static sharding, SHARDS_ASSIGNED may list several
 // shards ("0,2"): the process then runs one agent per shard. SIGTERM (or Ctrl-C): it finishes its batch, deletes
 // its row and exits. Configuration is the same environment as the Lambdas (DB_DSN, SWEEP_GRACE,
-// ...) and AGENT_* and SHARDS_* (README, "Agents").
+// ...) and AGENT_* and SHARDS_* (docs/agents.md). With -local (`make agent`), the database is read as
+// `make run` reads it (config.LocalGetenv): DB_NAME=newcomer make agent joins DB_NAME=newcomer make run.
 package main
 
 import (
 	"context"
+	"flag"
+	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sync"
@@ -24,17 +28,62 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := wire.Must(config.LoadEnviron())
-	log := wire.Logger(cfg)
-	stores := wire.Must(wire.OpenStores(ctx, cfg))
+	getenv, err := environment(os.Args[1:], os.Getenv)
+	if err != nil {
+		os.Exit(2) // the flag package has said why
+	}
+	if err := run(ctx, getenv, config.IsSetInEnviron, os.Stdout); err != nil {
+		os.Exit(1)
+	}
+}
+
+// environment is how the agent reads the environment getenv gives, as its flags (args) say: with
+// -local, config.LocalGetenv's reading.
+func environment(args []string, getenv func(string) string) (func(string) string, error) {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	local := fs.Bool("local", false, "read the database as `make run` does: without DB_DSN and DB_HOST, "+
+		"make run's database (config.LocalDSN), with DB_NAME, DB_PORT, DB_USER and DB_PASSWORD put in (what `make agent` runs)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *local {
+		return config.LocalGetenv(getenv), nil
+	}
+	return getenv, nil
+}
+
+// run reads the configuration with getenv and runs the agents until ctx ends; a start-up error is
+// logged ("startup failed") and returned.
+func run(ctx context.Context, getenv func(string) string, isSet func(string) bool, stdout io.Writer) error {
+	failed := func(err error) error {
+		slog.New(slog.NewJSONHandler(stdout, nil)).Error("startup failed", "err", err)
+		return err
+	}
+	cfg, err := config.LoadChecked(getenv, isSet)
+	if err != nil {
+		return failed(err)
+	}
+	log := wire.NewLogger(stdout, cfg.LogLevel)
+	stores, err := wire.OpenStores(ctx, cfg)
+	if err != nil {
+		return failed(err)
+	}
+	defer stores.DB.Pool().Close()
 	// Their metrics (label part="agent") on /metrics of METRICS_ADDR, when set.
-	rec := wire.Must(prom.Serve(ctx, cfg.MetricsAddr, metrics.PartAgent, log))
+	rec, err := prom.Serve(ctx, cfg.MetricsAddr, metrics.PartAgent, log)
+	if err != nil {
+		return failed(err)
+	}
 	ctx = metrics.With(ctx, rec)
 	// One agent per shard SHARDS_ASSIGNED lists (else one dynamic agent), each its own member, each
 	// doing the sweeper's maintenance between its batches (the count's fold, pruning), each settling
 	// its events as processed by "agent" (exactlyonce.ByAgent).
+	all, err := wire.StandaloneAgents(ctx, cfg, stores, log)
+	if err != nil {
+		return failed(err)
+	}
 	var wg sync.WaitGroup
-	for _, a := range wire.Must(wire.StandaloneAgents(ctx, cfg, stores, log)) {
+	for _, a := range all {
 		log.Info("agent: starting", "name", a.Member.Config().Name)
 		go a.LogStatsEvery(ctx, time.Minute)
 		wg.Add(1)
@@ -45,4 +94,5 @@ func main() {
 	}
 	wg.Wait()
 	log.Info("agent: stopped")
+	return nil
 }

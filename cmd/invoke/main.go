@@ -11,7 +11,8 @@
 // the others find it warm), each with a new request id, through the emulator's invoke endpoint
 // (POST /2015-03-31/functions/function/invocations on a free loopback port).
 // The function gets the configuration it would get in AWS from the environment: DB_DSN (default:
-// config.LocalDSN, the local MariaDB of `make db`), QUEUE_URL, AWS_ENDPOINT_URL_SQS, LOG_LEVEL, ... When no SQS
+// config.LocalDSN, the local MariaDB of `make db`; DB_NAME, DB_PORT, DB_USER and DB_PASSWORD pick
+// another database there, as for `make run`), QUEUE_URL, AWS_ENDPOINT_URL_SQS, LOG_LEVEL, ... When no SQS
 // endpoint is configured, a local goaws (bin/sqslocal) is started and a queue named "events"
 // created in it, so that POST /events/async has somewhere to send. The responses go to stdout,
 // the function's logs and the emulator's START, END and REPORT lines to stderr; the exit status is 1
@@ -20,7 +21,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -45,6 +45,31 @@ import (
 var passed = []string{"DB_", "QUEUE_URL", "COUNTER_", "ALLOCATOR", "VISIBILITY_", "SWEEP_", "LOG_LEVEL", "AWS_ENDPOINT_URL",
 	"WEBHOOK_", "RETRY_BASE", "RETRY_MAX",
 	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION"}
+
+// functionEnv is the function's share of this environment (environ, as getenv reads it): the
+// variables passed lists, with the database read as `make run` reads it (config.LocalGetenv), so
+// that DB_NAME=newcomer make invoke uses the database of DB_NAME=newcomer make run, and DB_DSN
+// unset with neither DB_NAME nor DB_HOST is make run's default database (config.LocalDSN).
+func functionEnv(environ []string, getenv func(string) string) []string {
+	local := config.LocalGetenv(getenv)
+	var env []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "DB_DSN" || (strings.HasPrefix(name, "DB_") && local(name) != getenv(name)) {
+			continue // DB_DSN as local reads it, below; a variable folded into it
+		}
+		for _, p := range passed {
+			if strings.HasPrefix(kv, p) {
+				env = append(env, kv)
+				break
+			}
+		}
+	}
+	if dsn := local("DB_DSN"); dsn != "" {
+		env = append(env, "DB_DSN="+dsn)
+	}
+	return env
+}
 
 // devWebhookSecret is `make run`'s development signing secret (scripts/run.sh).
 const devWebhookSecret = "whsec_ZXhhY3RseW9uY2UtbG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0"
@@ -115,16 +140,7 @@ func run(fn, eventPaths, bootstrap string, timeout time.Duration) error {
 		fmt.Fprintf(os.Stderr, "built %s in %s\n", bootstrap, time.Since(start).Round(time.Millisecond))
 	}
 
-	var env []string
-	for _, kv := range os.Environ() {
-		for _, p := range passed {
-			if strings.HasPrefix(kv, p) {
-				env = append(env, kv)
-				break
-			}
-		}
-	}
-	env = append(env, "DB_DSN="+cmp.Or(os.Getenv("DB_DSN"), config.LocalDSN))
+	env := functionEnv(os.Environ(), os.Getenv)
 	// As `make run` (scripts/run.sh): the samples' task goes to a receiver on loopback
 	// (cmd/receiver -addr 127.0.0.1:9000), signed with the development secret unless one is set.
 	// Neither belongs in a deployment.

@@ -3,9 +3,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
+	"github.com/stretchr/testify/require"
 )
 
 // make invoke FN=<function> sends every sample of the function: each file of events/ is one
@@ -43,4 +46,26 @@ func TestEverySampleBelongsToOneFunction(t *testing.T) {
 			t.Errorf("%s is no function's sample: make invoke never sends it (name it <function>-*.json)", filepath.Base(p))
 		}
 	}
+}
+
+// The function reads the database as `make run` does: DB_NAME=newcomer make invoke uses the
+// database newcomer on make run's server (it was passed beside the default DB_DSN, and the
+// function stopped at init: "DB_NAME would be ignored"); DB_HOST and its parts pass as they are,
+// with no DB_DSN beside them (which the function would refuse too); DB_DSN passes once, alone.
+func TestTheFunctionReadsTheDatabaseAsMakeRunDoes(t *testing.T) {
+	env := func(kv ...string) []string {
+		m := map[string]string{}
+		for _, s := range kv {
+			k, v, _ := strings.Cut(s, "=")
+			m[k] = v
+		}
+		return functionEnv(append(kv, "HOME=/root"), func(k string) string { return m[k] })
+	}
+	require.Equal(t, []string{"DB_DSN=" + config.LocalDSN}, env())
+	require.Equal(t, []string{"DB_MIGRATE=false", "DB_DSN=me:pw@tcp(127.0.0.1:3307)/newcomer"},
+		env("DB_NAME=newcomer", "DB_PORT=3307", "DB_USER=me", "DB_PASSWORD=pw", "DB_MIGRATE=false"))
+	require.Equal(t, []string{"DB_HOST=db.example", "DB_USER=u", "DB_NAME=n"}, env("DB_HOST=db.example", "DB_USER=u", "DB_NAME=n"))
+	require.Equal(t, []string{"DB_DSN=u:p@tcp(h:3306)/d"}, env("DB_DSN=u:p@tcp(h:3306)/d"))
+	require.Equal(t, []string{"DB_NAME=n", "DB_DSN=u:p@tcp(h:3306)/d"}, env("DB_DSN=u:p@tcp(h:3306)/d", "DB_NAME=n"),
+		"DB_NAME beside DB_DSN is the function's to refuse, as make run refuses it")
 }

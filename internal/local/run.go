@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
@@ -25,7 +24,7 @@ import (
 const DefaultMetricsAddr = "127.0.0.1:9464"
 
 // ownPorts is how a second run beside another gets ports of its own.
-const ownPorts = "HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=4101 make run"
+const ownPorts = "HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=4101 S3LOCAL_PORT=4201 S3LOCAL_DIR=build/s3local-2 make run"
 
 // Run is the local runner (cmd/local, which `make run` starts): it reads its configuration with
 // getenv (Getenv's reading), logs to stdout, runs the whole system until ctx ends, and stops it.
@@ -117,47 +116,9 @@ func run(ctx context.Context, getenv func(string) string, isSet func(string) boo
 	return nil
 }
 
-// Getenv is how the local runner reads getenv: as it is, except that when neither DB_DSN nor DB_HOST
-// is set, DB_DSN reads as `make run`'s database (config.LocalDSN) with DB_NAME, DB_USER,
-// DB_PASSWORD and DB_PORT put in where they are set, and those then read as unset. So
-// DB_NAME=newcomer is the database newcomer on `make run`'s server (created if missing, as any
-// database DB_DSN names); beside DB_DSN or DB_HOST they are config.Load's to judge.
-func Getenv(getenv func(string) string) func(string) string {
-	get := func(k string) string { return strings.TrimSpace(getenv(k)) }
-	if get("DB_DSN") != "" || get("DB_HOST") != "" {
-		return getenv
-	}
-	cfg, err := drv.ParseDSN(config.LocalDSN)
-	if err != nil {
-		panic(err) // a constant
-	}
-	folded := map[string]bool{}
-	if v := get("DB_NAME"); v != "" {
-		cfg.DBName, folded["DB_NAME"] = v, true
-	}
-	if v := get("DB_USER"); v != "" {
-		cfg.User, folded["DB_USER"] = v, true
-	}
-	if v := get("DB_PASSWORD"); v != "" {
-		cfg.Passwd, folded["DB_PASSWORD"] = v, true
-	}
-	if v := get("DB_PORT"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 65535 { // else config.Load says what is wrong
-			host, _, _ := net.SplitHostPort(cfg.Addr)
-			cfg.Addr, folded["DB_PORT"] = net.JoinHostPort(host, v), true
-		}
-	}
-	dsn := cfg.FormatDSN()
-	return func(k string) string {
-		if k == "DB_DSN" {
-			return dsn
-		}
-		if folded[k] {
-			return ""
-		}
-		return getenv(k)
-	}
-}
+// Getenv is how the local runner reads getenv: config.LocalGetenv, as `make agent` and `make invoke`
+// read it too, so that DB_NAME=newcomer names the same database for each.
+func Getenv(getenv func(string) string) func(string) string { return config.LocalGetenv(getenv) }
 
 // Database is the log attribute that says which database c names: host, port, name and user, never
 // the password.

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
+	drv "github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+)
+
+// lockedBuffer is the agent's log, written by its goroutines and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// `make agent` (bin/agent -local) joins the database `make run` uses: DB_NAME=newcomer make run
+// and then DB_NAME=newcomer make agent are one system. Before -local, `make agent` set DB_DSN to
+// make run's default database, so beside DB_NAME it stopped at start ("DB_NAME would be ignored"),
+// and without it it registered in the database exactlyonce while the run used another, silently.
+// Without -local, DB_NAME alone is refused as before: a deployed agent names its database fully.
+func TestLocalJoinsTheDatabaseMakeRunNames(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.NewDatabase(t)
+	cfg, err := drv.ParseDSN(dsn)
+	require.NoError(t, err)
+	host, port, err := net.SplitHostPort(cfg.Addr)
+	require.NoError(t, err)
+	if host != "127.0.0.1" {
+		t.Skipf("the test server (%s) is not make run's 127.0.0.1, where DB_NAME picks a database", cfg.Addr)
+	}
+	env := map[string]string{"DB_NAME": cfg.DBName, "DB_PORT": port, "DB_USER": cfg.User, "DB_PASSWORD": cfg.Passwd,
+		"AGENT_NAME": "make-agent", "LOG_LEVEL": "info"}
+	getenv := func(k string) string { return env[k] }
+
+	plain, err := environment(nil, getenv)
+	require.NoError(t, err)
+	out := &lockedBuffer{}
+	require.ErrorContains(t, run(context.Background(), plain, nil, out), "set DB_DSN, or DB_HOST and DB_USER", out.String())
+
+	local, err := environment([]string{"-local"}, getenv)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out = &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, local, nil, out) }()
+
+	db, err := sql.Open("mysql", dsn)
+	require.NoError(t, err)
+	defer db.Close()
+	testutil.Eventually(t, 2*time.Minute, "the agent registered in DB_NAME's database", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the agent stopped before it registered (%v):\n%s", err, out.String())
+		default:
+		}
+		var n int
+		return db.QueryRow("SELECT COUNT(*) FROM agents WHERE name = 'make-agent'").Scan(&n) == nil && n == 1
+	})
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err, out.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("the agent did not stop:\n%s", out.String())
+	}
+}
