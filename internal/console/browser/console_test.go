@@ -242,7 +242,6 @@ func TestConsoleInABrowser(t *testing.T) {
 	run(t, b, "the next page of attempts", chromedp.Click(chromedp.CSS("#more-attempts")),
 		until(`document.querySelectorAll('#attempts-table tbody tr').length === 1002 && document.querySelector('#more-attempts') === null`))
 
-
 	// Agents: a second agent takes half of the ring; killed, its range moves to the first.
 	doomed := child.Start(t, "agent", "DB_DSN="+s.dsn, "AGENT_NAME=doomed-agent", "AGENT_PULSE_INTERVAL=200ms",
 		"AGENT_EXPIRATION=1s", "AGENT_POLL_INTERVAL=100ms")
