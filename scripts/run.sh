@@ -14,7 +14,7 @@
 #   mapping, and the sweeper as an agent (README, "Agents"; `make agent` adds standalone ones).
 #
 # A second `make run` beside the first needs its own ports:
-# HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=4101 S3LOCAL_PORT=4201
+# HTTP_ADDR=127.0.0.1:8082 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=4101 S3LOCAL_PORT=4201
 # S3LOCAL_DIR=build/s3local-2 (and DB_NAME=<name> for a database of its own).
 # Ctrl-C exits 0 once everything stopped cleanly.
 # LOCAL_BIN, SQSLOCAL_BIN and S3LOCAL_BIN name other builds of bin/local, bin/sqslocal and
@@ -71,7 +71,7 @@ if [ -z "${AWS_ENDPOINT_URL_SQS:-}" ] && [ -z "${AWS_ENDPOINT_URL:-}" ]; then
     echo "run: the local SQS endpoint (bin/sqslocal) did not start on 127.0.0.1:${port} (SQSLOCAL_PORT; its" \
       "error is above). If the port is taken, by another \`make run\` perhaps, this run must not share its" \
       "queue: stop that one, or give this run its own ports:" \
-      "HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=$((port + 1))" \
+      "HTTP_ADDR=127.0.0.1:8082 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=$((port + 1))" \
       "S3LOCAL_PORT=$((${S3LOCAL_PORT:-4200} + 1)) S3LOCAL_DIR=build/s3local-2 make run" \
       "(and DB_NAME=<name> for a database of its own; docs/configuration.md, \"Only for make run\")" >&2
     exit 1

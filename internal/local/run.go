@@ -24,7 +24,7 @@ import (
 const DefaultMetricsAddr = "127.0.0.1:9464"
 
 // ownPorts is how a second run beside another gets ports of its own.
-const ownPorts = "HTTP_ADDR=127.0.0.1:8081 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=4101 S3LOCAL_PORT=4201 S3LOCAL_DIR=build/s3local-2 make run"
+const ownPorts = "HTTP_ADDR=127.0.0.1:8082 METRICS_ADDR=127.0.0.1:9465 SQSLOCAL_PORT=4101 S3LOCAL_PORT=4201 S3LOCAL_DIR=build/s3local-2 make run"
 
 // Run is the local runner (cmd/local, which `make run` starts): it reads its configuration with
 // getenv (Getenv's reading), logs to stdout, runs the whole system until ctx ends, and stops it.
