@@ -388,3 +388,99 @@ func TestFullWorkersHandTheirReferencesOnUnderRacingCreates(t *testing.T) {
 	require.Positive(t, full, "workers filled up")
 	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks))
 }
+
+// refusingAssignments is the registry's store with AssignWorkers refused while refuse is set, as
+// the database refuses a transaction (or another agent adopted the worker): the rest is the store.
+type refusingAssignments struct {
+	processing.WorkerStore
+	refuse atomicBool
+}
+
+type atomicBool struct {
+	mu sync.Mutex
+	v  bool
+}
+
+func (b *atomicBool) set(v bool) { b.mu.Lock(); b.v = v; b.mu.Unlock() }
+func (b *atomicBool) get() bool  { b.mu.Lock(); defer b.mu.Unlock(); return b.v }
+
+func (r *refusingAssignments) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
+	if r.refuse.get() {
+		return fmt.Errorf("assignment refused on purpose")
+	}
+	return r.WorkerStore.AssignWorkers(ctx, claimID, agent, a)
+}
+
+// A claim whose event worker assignment fails settles none of the tasks it would have given a
+// worker: they go back, pending, and the next claim delivers them under an event worker, once
+// each, in order, with exact books. An engine that went on with the tasks unassigned (or settled
+// them) fails here: 4 settled where none may be.
+func TestAFailedAssignmentSettlesNothingWithoutAWorker(t *testing.T) {
+	t.Parallel()
+	const refs, perRef = 4, 3
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec, srv := newOrderReceiver(t, func(string, int, int) int { return http.StatusOK })
+	var ids []int64
+	for k := 0; k < perRef; k++ {
+		var batch []exactlyonce.NewTask
+		for r := 0; r < refs; r++ {
+			payload, _ := json.Marshal(orderPayload{Ref: fmt.Sprintf("ref-%d", r), Seq: k})
+			batch = append(batch, exactlyonce.NewTask{URL: srv.URL + "/hook", Payload: payload, ReferenceID: fmt.Sprintf("ref-%d", r)})
+		}
+		created, err := store.Tasks.CreateTasks(ctx, batch)
+		require.NoError(t, err)
+		for _, c := range created {
+			ids = append(ids, c.ID)
+		}
+	}
+	registry := &refusingAssignments{WorkerStore: store.Agents}
+	registry.refuse.set(true)
+	e := taskEngine(store, exactlyonce.BySweeper)
+	e.Workers = &processing.EventService{Store: registry, AgentID: func() int64 { return 1 }}
+	b, err := e.ProcessDue(ctx, 0, 50)
+	require.NoError(t, err)
+	require.Equal(t, refs, b.Claimed, "the heads")
+	require.Zero(t, b.Settled, "nothing settled without its event worker")
+	for _, id := range ids {
+		ev, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.Contains(t, []exactlyonce.State{exactlyonce.Pending, exactlyonce.Queued}, ev.State, "task %d", id)
+	}
+
+	registry.refuse.set(false)
+	for settled := 0; settled < refs*perRef; {
+		b, err := e.ProcessDue(ctx, 0, 50)
+		require.NoError(t, err)
+		settled += b.Settled + b.GaveUp
+		require.NoError(t, ctx.Err())
+	}
+	rec.mu.Lock()
+	require.Empty(t, rec.early)
+	for r := 0; r < refs; r++ {
+		require.Equal(t, []int{0, 1, 2}, dedupe(rec.delivered[fmt.Sprintf("ref-%d", r)]), "ref-%d", r)
+	}
+	rec.mu.Unlock()
+	for _, id := range ids {
+		ev, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, exactlyonce.Processed, ev.State, "task %d", id)
+		require.Equal(t, 1, ev.ProcessCount, "task %d settled once", id)
+		var worker sql.NullString
+		require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT worker_id FROM events WHERE id = ?", id).Scan(&worker))
+		require.True(t, worker.Valid && worker.String != "", "task %d delivered under an event worker", id)
+	}
+	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks))
+}
+
+// dedupe drops repeats of the same value in a row (a delivery repeated with the same webhook-id).
+func dedupe(xs []int) []int {
+	var out []int
+	for _, x := range xs {
+		if len(out) == 0 || out[len(out)-1] != x {
+			out = append(out, x)
+		}
+	}
+	return out
+}
