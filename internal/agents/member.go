@@ -324,7 +324,10 @@ func (m *Member) ejected(why string) {
 }
 
 func (m *Member) logChange(old exactlyonce.Agent, state exactlyonce.AgentState, total, index *int, why string) {
-	args := []any{"agent", old.ID, "from", old.State, "to", state}
+	args := []any{"agent", old.ID}
+	if old.State != state {
+		args = append(args, "from", old.State, "to", state)
+	}
 	if total != nil && index != nil {
 		r, _ := exactlyonce.ShardRange(*index, *total)
 		args = append(args, "shard", *index, "of", *total, "range", r.String())
@@ -332,9 +335,12 @@ func (m *Member) logChange(old exactlyonce.Agent, state exactlyonce.AgentState, 
 	if why != "" {
 		args = append(args, "why", why)
 	}
-	switch state {
-	case exactlyonce.AgentSuspended:
+	switch {
+	case state == exactlyonce.AgentSuspended:
 		m.log.Error("agent: suspended, processing nothing", args...)
+	case old.State == state:
+		// The same state with another shard ("WAITING from WAITING to WAITING" said nothing).
+		m.log.Info("agent: "+string(state)+", its shard changed", args...)
 	default:
 		m.log.Info("agent: "+string(state), args...)
 	}
