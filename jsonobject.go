@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -14,13 +15,19 @@ import (
 // what would not read back as it was sent.
 
 // NotObjectError says why a body is not one JSON object: Syntax when it is not JSON at all (Offset
-// is then the byte where reading it failed), Trailing when one JSON object is followed by more.
+// is then the byte where reading it failed), TooDeep when it nests more than MaxJSONDepth values
+// (valid JSON that no body needs; encoding/json stops there), Trailing when one JSON object is
+// followed by more.
 type NotObjectError struct {
 	Reason   string
 	Syntax   bool
+	TooDeep  bool
 	Offset   int64
 	Trailing bool
 }
+
+// MaxJSONDepth is how deep encoding/json reads nested values, and so a body.
+const MaxJSONDepth = 10000
 
 func (e *NotObjectError) Error() string { return e.Reason }
 
@@ -36,6 +43,8 @@ func DecodeObject(body []byte) (map[string]json.RawMessage, error) {
 		offset := dec.InputOffset()
 		var syntax *json.SyntaxError
 		switch {
+		case errors.As(err, &syntax) && strings.Contains(syntax.Error(), "exceeded max depth"):
+			return &NotObjectError{Reason: "nested too deep", TooDeep: true, Offset: syntax.Offset}
 		case errors.As(err, &syntax):
 			offset = syntax.Offset
 		case errors.Is(err, io.ErrUnexpectedEOF): // cut short: it breaks where it ends

@@ -394,6 +394,8 @@ func jsonObject(body []byte) (map[string]json.RawMessage, error) {
 	var notObject *exactlyonce.NotObjectError
 	switch {
 	case !errors.As(err, &notObject):
+	case notObject.TooDeep:
+		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "request body nests values more than %d deep", exactlyonce.MaxJSONDepth)
 	case notObject.Syntax: // a malformed object is not "not an object": say where it broke
 		return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "request body is not valid JSON (at offset %d)", notObject.Offset)
 	case notObject.Trailing:

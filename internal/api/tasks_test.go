@@ -60,6 +60,9 @@ func TestTaskValidation(t *testing.T) {
 		{`{"url": "https://example.com/x", "maxRetries": 1e400}`, "maxRetries"},
 		{`{"url": "https://example.com/x", "maxRetries": 2.6e1}`, "maxRetries"},
 		{`{"url": "https://example.com/x", "maxRetries": null}`, "maxRetries"},
+		// Valid JSON nested past what encoding/json reads: said as such, not "not valid JSON".
+		{`{"url": "https://example.com/x", "payload": ` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
+			"request body nests values more than 10000 deep"},
 	} {
 		status, body, _ := b.do(t, "POST", "/events/async", tc.body)
 		require.Equal(t, http.StatusBadRequest, status, "%.80s", tc.body)
