@@ -37,7 +37,12 @@ func TestHistoryByTier(t *testing.T) {
 	got, events, pages := history()
 	require.EqualValues(t, 0, got["total"])
 	require.EqualValues(t, 0, events["rows"])
-	require.Equal(t, map[string]any{"events": 0.0, "rows": 0.0, "rowsEstimated": true}, pages)
+	// The pages hold no event, exactly; their rows are InnoDB's estimate (TABLE_ROWS), which a
+	// database leased from the pool may carry over from its last user for a while (a fresh clone's
+	// run read 40 here once): a count of rows is not asserted where it is only estimated.
+	require.EqualValues(t, 0, pages["events"])
+	require.Equal(t, true, pages["rowsEstimated"])
+	require.GreaterOrEqual(t, pages["rows"], 0.0)
 
 	for range 3 {
 		status, _, _ := b.do(t, "POST", "/events", "")
