@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,6 +11,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/client"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
@@ -19,11 +19,8 @@ import (
 // 1,000 types a request): a user with 2,345 types, whose id a path must escape, gets all of them.
 func TestUserCountsFollowsThePages(t *testing.T) {
 	t.Parallel()
-	s := startStack(t)
-	c := s.client(t, client.Retry{})
+	_, c, store := pagingStack(t)
 	ctx := context.Background()
-	store, err := wire.StoresOn(s.direct, mysql.Config{})
-	require.NoError(t, err)
 	const user, types = "ann%é ?#", 2345
 	var ms []exactlyonce.CounterMessage
 	for i := range types {
@@ -46,30 +43,27 @@ func TestUserCountsFollowsThePages(t *testing.T) {
 // order.
 func TestTaskAttemptsFollowsThePages(t *testing.T) {
 	t.Parallel()
-	s := startStack(t)
-	c := s.client(t, client.Retry{})
+	s, c, store := pagingStack(t)
 	ctx := context.Background()
-	store, err := wire.StoresOn(s.direct, mysql.Config{})
-	require.NoError(t, err)
 	created, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: "http://127.0.0.1:1/a", Payload: json.RawMessage(`{}`), MaxRetries: 3}})
 	require.NoError(t, err)
 	id := created[0].ID
 	const n = 2345
-	for lo := 1; lo <= n; lo += 500 {
-		var rows []string
-		var args []any
-		for k := lo; k < lo+500 && k <= n; k++ {
-			rows = append(rows, "(?, ?, NOW(6) + INTERVAL ? MICROSECOND, 1000, 503, 'HTTP 503', 'c')")
-			args = append(args, id, k, k)
-		}
-		_, err := s.direct.ExecContext(ctx, "INSERT INTO task_attempts (event_id, number, started_at, duration_us, status, error, claim_id) VALUES "+
-			strings.Join(rows, ", "), args...)
-		require.NoError(t, err)
-	}
+	require.NoError(t, mysqltest.LoadAttempts(ctx, s.direct, id, 1, n, "HTTP 503"))
 	attempts, err := c.TaskAttempts(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, n, len(attempts), "attempts read")
 	for i, a := range attempts {
 		require.Equal(t, i+1, a.Number, "every attempt once, in order")
 	}
+}
+
+// pagingStack is a stack with a client and stores on its database, to seed more than one page of
+// what a call reads.
+func pagingStack(t *testing.T) (*stack, *client.Client, *wire.Stores) {
+	t.Helper()
+	s := startStack(t)
+	store, err := wire.StoresOn(s.direct, mysql.Config{})
+	require.NoError(t, err)
+	return s, s.client(t, client.Retry{}), store
 }

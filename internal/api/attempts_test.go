@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,27 +14,11 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
-
-// addAttempts stores n attempts of task id, numbered from 1, each failed with errText (as the
-// settlements would leave a task retried by hand again and again: it keeps every attempt).
-func addAttempts(t *testing.T, db *sql.DB, id int64, n int, errText string) {
-	t.Helper()
-	for lo := 1; lo <= n; lo += 200 {
-		var rows []string
-		var args []any
-		for k := lo; k < lo+200 && k <= n; k++ {
-			rows = append(rows, "(?, ?, NOW(6) + INTERVAL ? MICROSECOND, 1000, 503, ?, 'c')")
-			args = append(args, id, k, k, errText)
-		}
-		_, err := db.Exec("INSERT INTO task_attempts (event_id, number, started_at, duration_us, status, error, claim_id) VALUES "+
-			strings.Join(rows, ", "), args...)
-		require.NoError(t, err)
-	}
-}
 
 // GET /events/{id}/attempts answers a page at a time: a task keeps its attempts across manual
 // retries (each retry adds up to maxRetries+1), so 2,345 attempts with errors of 1,024 '<' (six
@@ -51,7 +34,7 @@ func TestAttemptsComeInPagesBoundedInBytes(t *testing.T) {
 	require.NoError(t, err)
 	id := created[0].ID
 	const n = 2345
-	addAttempts(t, core.Pool(), id, n, strings.Repeat("<", 1024))
+	require.NoError(t, mysqltest.LoadAttempts(ctx, core.Pool(), id, 1, n, strings.Repeat("<", 1024)))
 	s := &api.Server{Stores: store.API()}
 	h := openapitest.Handler(t, s)
 

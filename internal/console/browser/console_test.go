@@ -231,12 +231,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	accessible(t, b, "reference")
 	// A task retried by hand again and again keeps every attempt: past a page (1,000), the page
 	// shows the first and a button for the next.
-	var rows []string
-	for k := 3; k <= 1002; k++ {
-		rows = append(rows, fmt.Sprintf("(%d, %d, NOW(6), 1000, 503, 'again', 'c')", bad, k))
-	}
-	_, execErr := s.db.Exec("INSERT INTO task_attempts (event_id, number, started_at, duration_us, status, error, claim_id) VALUES " + strings.Join(rows, ", "))
-	require.NoError(t, execErr)
+	require.NoError(t, mysqltest.LoadAttempts(context.Background(), s.db, bad, 3, 1000, "again"))
 	run(t, b, "a task's attempts past a page", show(fmt.Sprintf("#/events/%d", bad)),
 		until(`document.querySelectorAll('#attempts-table tbody tr').length === 1000 && document.querySelector('#more-attempts') !== null`))
 	run(t, b, "the next page of attempts", chromedp.Click(chromedp.CSS("#more-attempts")),

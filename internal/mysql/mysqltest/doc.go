@@ -27,7 +27,7 @@ type queryTexts struct {
 	Audit, AuditPages, PageRowCounts string
 
 	LoadPages, LoadArchive, LoadCounterFacts, LoadCounterSums, LoadCounterDirectory, ForgetDirectory, ForgetDirectoryLog, BackfillNotBegun,
-	FillDirectoryCell string
+	FillDirectoryCell, LoadAttempts string
 }
 
 var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)

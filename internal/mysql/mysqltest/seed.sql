@@ -45,3 +45,9 @@ UPDATE reference_backfill SET next_id = 0, until_id = NULL, begin_after = NULL;
 -- references appended to a reference's cell (/*column*/ its column), as a long history of tasks
 -- fills it.
 UPDATE reference_directory SET /*column*/ = CONCAT(/*column*/, ?) WHERE slot = ?;
+
+-- name: LoadAttempts
+-- taskstore's InsertAttempts (taskstore/tasks.sql): a task's delivery attempts, as settlements
+-- leave them (a task retried by hand again and again keeps every one); /*rows*/ is one
+-- (?, ?, NOW(6) + INTERVAL ? MICROSECOND, 1000, 503, ?, 'seed') per attempt, numbered in order.
+INSERT INTO task_attempts (event_id, number, started_at, duration_us, status, error, claim_id) VALUES /*rows*/;
