@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,23 +51,10 @@ func TestEventServicePacksReferencesIntoWorkers(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	for k := 0; k < perRef; k++ {
-		var batch []exactlyonce.NewTask
-		for r := 0; r < refs; r++ {
-			payload, _ := json.Marshal(orderPayload{Ref: fmt.Sprintf("ref-%d", r), Seq: k})
-			batch = append(batch, exactlyonce.NewTask{URL: srv.URL + "/hook", Payload: payload, ReferenceID: fmt.Sprintf("ref-%d", r)})
-		}
-		_, err := store.Tasks.CreateTasks(ctx, batch)
-		require.NoError(t, err)
-	}
+	createReferenceTasks(t, ctx, store, srv.URL+"/hook", refs, perRef)
 	e := taskEngine(store, exactlyonce.BySweeper)
 	e.Workers = &processing.EventService{Store: store.Agents, AgentID: func() int64 { return 1 }, MaxReferences: 3}
-	for settled := 0; settled < refs*perRef; {
-		b, err := e.ProcessDue(ctx, 0, 50)
-		require.NoError(t, err)
-		settled += b.Settled + b.GaveUp
-		require.NoError(t, ctx.Err())
-	}
+	settleAll(t, ctx, e, refs*perRef)
 	rec.mu.Lock()
 	require.Empty(t, rec.early)
 	for r := 0; r < refs; r++ {
@@ -393,19 +381,11 @@ func TestFullWorkersHandTheirReferencesOnUnderRacingCreates(t *testing.T) {
 // the database refuses a transaction (or another agent adopted the worker): the rest is the store.
 type refusingAssignments struct {
 	processing.WorkerStore
-	refuse atomicBool
+	refuse atomic.Bool
 }
-
-type atomicBool struct {
-	mu sync.Mutex
-	v  bool
-}
-
-func (b *atomicBool) set(v bool) { b.mu.Lock(); b.v = v; b.mu.Unlock() }
-func (b *atomicBool) get() bool  { b.mu.Lock(); defer b.mu.Unlock(); return b.v }
 
 func (r *refusingAssignments) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
-	if r.refuse.get() {
+	if r.refuse.Load() {
 		return fmt.Errorf("assignment refused on purpose")
 	}
 	return r.WorkerStore.AssignWorkers(ctx, claimID, agent, a)
@@ -422,21 +402,9 @@ func TestAFailedAssignmentSettlesNothingWithoutAWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rec, srv := newOrderReceiver(t, func(string, int, int) int { return http.StatusOK })
-	var ids []int64
-	for k := 0; k < perRef; k++ {
-		var batch []exactlyonce.NewTask
-		for r := 0; r < refs; r++ {
-			payload, _ := json.Marshal(orderPayload{Ref: fmt.Sprintf("ref-%d", r), Seq: k})
-			batch = append(batch, exactlyonce.NewTask{URL: srv.URL + "/hook", Payload: payload, ReferenceID: fmt.Sprintf("ref-%d", r)})
-		}
-		created, err := store.Tasks.CreateTasks(ctx, batch)
-		require.NoError(t, err)
-		for _, c := range created {
-			ids = append(ids, c.ID)
-		}
-	}
+	ids := createReferenceTasks(t, ctx, store, srv.URL+"/hook", refs, perRef)
 	registry := &refusingAssignments{WorkerStore: store.Agents}
-	registry.refuse.set(true)
+	registry.refuse.Store(true)
 	e := taskEngine(store, exactlyonce.BySweeper)
 	e.Workers = &processing.EventService{Store: registry, AgentID: func() int64 { return 1 }}
 	b, err := e.ProcessDue(ctx, 0, 50)
@@ -449,17 +417,12 @@ func TestAFailedAssignmentSettlesNothingWithoutAWorker(t *testing.T) {
 		require.Contains(t, []exactlyonce.State{exactlyonce.Pending, exactlyonce.Queued}, ev.State, "task %d", id)
 	}
 
-	registry.refuse.set(false)
-	for settled := 0; settled < refs*perRef; {
-		b, err := e.ProcessDue(ctx, 0, 50)
-		require.NoError(t, err)
-		settled += b.Settled + b.GaveUp
-		require.NoError(t, ctx.Err())
-	}
+	registry.refuse.Store(false)
+	settleAll(t, ctx, e, refs*perRef)
 	rec.mu.Lock()
 	require.Empty(t, rec.early)
 	for r := 0; r < refs; r++ {
-		require.Equal(t, []int{0, 1, 2}, dedupe(rec.delivered[fmt.Sprintf("ref-%d", r)]), "ref-%d", r)
+		require.Equal(t, []int{0, 1, 2}, rec.delivered[fmt.Sprintf("ref-%d", r)], "ref-%d", r)
 	}
 	rec.mu.Unlock()
 	for _, id := range ids {
@@ -474,13 +437,34 @@ func TestAFailedAssignmentSettlesNothingWithoutAWorker(t *testing.T) {
 	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks))
 }
 
-// dedupe drops repeats of the same value in a row (a delivery repeated with the same webhook-id).
-func dedupe(xs []int) []int {
-	var out []int
-	for _, x := range xs {
-		if len(out) == 0 || out[len(out)-1] != x {
-			out = append(out, x)
+// createReferenceTasks creates perRef tasks for each of refs references ref-0, ref-1, ..., to hook,
+// the first of every reference, then the second, ...: their payloads say their reference and place
+// (orderPayload). It returns their ids in that order.
+func createReferenceTasks(t *testing.T, ctx context.Context, store *wire.Stores, hook string, refs, perRef int) []int64 {
+	t.Helper()
+	var ids []int64
+	for k := 0; k < perRef; k++ {
+		var batch []exactlyonce.NewTask
+		for r := 0; r < refs; r++ {
+			payload, _ := json.Marshal(orderPayload{Ref: fmt.Sprintf("ref-%d", r), Seq: k})
+			batch = append(batch, exactlyonce.NewTask{URL: hook, Payload: payload, ReferenceID: fmt.Sprintf("ref-%d", r)})
+		}
+		created, err := store.Tasks.CreateTasks(ctx, batch)
+		require.NoError(t, err)
+		for _, c := range created {
+			ids = append(ids, c.ID)
 		}
 	}
-	return out
+	return ids
+}
+
+// settleAll runs e's claims of due events until n tasks have settled (completed or failed for good).
+func settleAll(t *testing.T, ctx context.Context, e *processing.Engine, n int) {
+	t.Helper()
+	for settled := 0; settled < n; {
+		b, err := e.ProcessDue(ctx, 0, 50)
+		require.NoError(t, err)
+		settled += b.Settled + b.GaveUp
+		require.NoError(t, ctx.Err())
+	}
 }
