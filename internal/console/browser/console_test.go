@@ -134,6 +134,25 @@ func show(hash string) chromedp.Action[chromedp.Void] {
 	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = %q`, hash))
 }
 
+// countOne sends one "added" message of entity id of type typ for user through the counter
+// service's queue, and waits until the user's count of typ reads 1.
+func (s *system) countOne(t *testing.T, id, typ, user string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]string{"entityId": id, "entityType": typ, "userId": user, "action": "added"})
+	require.NoError(t, err)
+	_, err = s.client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(s.counts), MessageBody: aws.String(string(body))})
+	require.NoError(t, err)
+	testutil.Eventually(t, 30*time.Second, user+"'s count of "+typ, func() bool {
+		resp, err := http.Get(s.url + "/counters/" + user + "/" + typ)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var v struct{ Sum int64 }
+		return json.NewDecoder(resp.Body).Decode(&v) == nil && v.Sum == 1
+	})
+}
+
 // text is the JavaScript of an element's text, "" when it is missing.
 func text(sel string) string {
 	return fmt.Sprintf(`(document.querySelector(%q) ? document.querySelector(%q).textContent : '')`, sel, sel)
@@ -261,35 +280,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	accessible(t, b, "workers")
 
 	// Counters: a count sent through the counter service's queue.
-	_, err = s.client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(s.counts),
-		MessageBody: aws.String(`{"entityId":"m1","entityType":"message","userId":"alice","action":"added"}`)})
-	require.NoError(t, err)
-	testutil.Eventually(t, 30*time.Second, "alice's count", func() bool {
-		resp, err := http.Get(s.url + "/counters/alice/message")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var v struct{ Sum int64 }
-		return json.NewDecoder(resp.Body).Decode(&v) == nil && v.Sum == 1
-	})
+	s.countOne(t, "m1", "message", "alice")
 	run(t, b, "a user's counts", show("#/counters?user=alice"),
 		until(text("#counters-table")+`.includes('message')`))
 	shot(t, b, "counters")
 	accessible(t, b, "counters")
 	// A user's counts a page at a time: a second entity type, pages of one, and the link to the next.
-	_, err = s.client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(s.counts),
-		MessageBody: aws.String(`{"entityId":"p1","entityType":"photo","userId":"alice","action":"added"}`)})
-	require.NoError(t, err)
-	testutil.Eventually(t, 30*time.Second, "alice's second count", func() bool {
-		resp, err := http.Get(s.url + "/counters/alice/photo")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var v struct{ Sum int64 }
-		return json.NewDecoder(resp.Body).Decode(&v) == nil && v.Sum == 1
-	})
+	s.countOne(t, "p1", "photo", "alice")
 	run(t, b, "a page of a user's counts links to the next", show("#/counters?user=alice&limit=1"),
 		until(`document.querySelectorAll('#counters-table tbody tr').length === 1 && `+text("#counters-table")+`.includes('message') && `+
 			`document.querySelector('#more-counts') !== null`))
