@@ -77,17 +77,27 @@ func serverPID(path string, port int) int {
 		if err != nil || !isDatabaseServer(pid) {
 			continue
 		}
-		fds, err := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			if l, err := os.Readlink(filepath.Join("/proc", e.Name(), "fd", fd.Name())); err == nil && inodes[l] {
-				return pid
-			}
+		if held, _ := holdsSocket(pid, inodes); held {
+			return pid
 		}
 	}
 	return 0
+}
+
+// holdsSocket says whether process pid has a descriptor on one of the sockets (listeningInodes's
+// "socket:[inode]" texts); an error when its descriptors cannot be read (another user's process).
+func holdsSocket(pid int, sockets map[string]bool) (bool, error) {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && sockets[l] {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // listeningInodes returns the sockets listening on TCP port, as their descriptors' link text
