@@ -19,13 +19,7 @@ import (
 // message. The work itself is internal/redrive's, tested there.
 func TestRunDryRunThenRedrive(t *testing.T) {
 	ctx := context.Background()
-	client := localsqs.Client(t)
-	endpoint, err := url.Parse(localsqs.Endpoint(t))
-	require.NoError(t, err)
-	if endpoint.Hostname() != "127.0.0.1" {
-		t.Skipf("LOCAL=1 means 127.0.0.1; the test endpoint is %s", endpoint)
-	}
-	t.Setenv("SQSLOCAL_PORT", endpoint.Port())
+	client := localEndpoint(t)
 	qs := localsqs.Queues(t, client, 30, 5)
 	for _, body := range []string{`{"id":1}`, `{"id":2}`} {
 		_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(qs.DLQURL), MessageBody: aws.String(body)})
@@ -46,6 +40,19 @@ func TestRunDryRunThenRedrive(t *testing.T) {
 	requireDepth(t, client, qs.DLQURL, 0)
 }
 
+// localEndpoint points LOCAL=1 at the test's local SQS endpoint (SQSLOCAL_PORT, its port on
+// 127.0.0.1) and returns a client of it; it skips where the endpoint is not on 127.0.0.1.
+func localEndpoint(t *testing.T) *sqs.Client {
+	t.Helper()
+	endpoint, err := url.Parse(localsqs.Endpoint(t))
+	require.NoError(t, err)
+	if endpoint.Hostname() != "127.0.0.1" {
+		t.Skipf("LOCAL=1 means 127.0.0.1; the test endpoint is %s", endpoint)
+	}
+	t.Setenv("SQSLOCAL_PORT", endpoint.Port())
+	return localsqs.Client(t)
+}
+
 func requireDepth(t *testing.T, client *sqs.Client, url string, want int) {
 	t.Helper()
 	v, inFlight, err := queue.Depth(context.Background(), client, url)
@@ -64,16 +71,10 @@ func TestEnvBool(t *testing.T) {
 // and none reaches the queue named by QUEUE, in a dry run and in a redrive.
 func TestRunRefusesAnotherQueuesDLQ(t *testing.T) {
 	ctx := context.Background()
-	client := localsqs.Client(t)
-	endpoint, err := url.Parse(localsqs.Endpoint(t))
-	require.NoError(t, err)
-	if endpoint.Hostname() != "127.0.0.1" {
-		t.Skipf("LOCAL=1 means 127.0.0.1; the test endpoint is %s", endpoint)
-	}
-	t.Setenv("SQSLOCAL_PORT", endpoint.Port())
+	client := localEndpoint(t)
 	qs := localsqs.Queues(t, client, 30, 5)
 	other := localsqs.Queues(t, client, 30, 5)
-	_, err = client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(other.DLQURL), MessageBody: aws.String(`{"id":7}`)})
+	_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(other.DLQURL), MessageBody: aws.String(`{"id":7}`)})
 	require.NoError(t, err)
 
 	for _, dryRun := range []bool{true, false} {
@@ -92,15 +93,9 @@ func TestRunRefusesAnotherQueuesDLQ(t *testing.T) {
 // call it without pause until the task ends, so it is refused, before anything is read or moved.
 func TestRunRefusesEveryBelowOneSecond(t *testing.T) {
 	ctx := context.Background()
-	client := localsqs.Client(t)
-	endpoint, err := url.Parse(localsqs.Endpoint(t))
-	require.NoError(t, err)
-	if endpoint.Hostname() != "127.0.0.1" {
-		t.Skipf("LOCAL=1 means 127.0.0.1; the test endpoint is %s", endpoint)
-	}
-	t.Setenv("SQSLOCAL_PORT", endpoint.Port())
+	client := localEndpoint(t)
 	qs := localsqs.Queues(t, client, 30, 5)
-	_, err = client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(qs.DLQURL), MessageBody: aws.String(`{"id":7}`)})
+	_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(qs.DLQURL), MessageBody: aws.String(`{"id":7}`)})
 	require.NoError(t, err)
 	for _, every := range []time.Duration{0, -time.Second, 999 * time.Millisecond} {
 		var out bytes.Buffer
