@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +12,6 @@ import (
 	drv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 )
-
-// lockedBuffer is the agent's log, written by its goroutines and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // `make agent` (bin/agent -local) joins the database `make run` uses: DB_NAME=newcomer make run
 // and then DB_NAME=newcomer make agent are one system. Before -local, `make agent` set DB_DSN to
@@ -54,14 +34,14 @@ func TestLocalJoinsTheDatabaseMakeRunNames(t *testing.T) {
 
 	plain, err := environment(nil, getenv)
 	require.NoError(t, err)
-	out := &lockedBuffer{}
+	out := &testutil.Buffer{}
 	require.ErrorContains(t, run(context.Background(), plain, nil, out), "set DB_DSN, or DB_HOST and DB_USER", out.String())
 
 	local, err := environment([]string{"-local"}, getenv)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out = &lockedBuffer{}
+	out = &testutil.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, local, nil, out) }()
 

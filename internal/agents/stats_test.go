@@ -1,12 +1,10 @@
 package agents_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,32 +14,16 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // The standalone agent's stats line says how many pulses it made and how many failed.
 func TestStatsLineCountsPulses(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
-	out := &lockedBuffer{}
+	out := &testutil.Buffer{}
 	cfg := memberConfig("stats")
 	cfg.Logger = slog.New(slog.NewJSONHandler(out, nil))
 	a, err := agents.New(store.Agents, &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper}, agents.Config{Member: cfg})

@@ -1,12 +1,10 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -139,7 +137,7 @@ func TestAnArchivedEventWhileS3Stalls(t *testing.T) {
 // is an ERROR.
 func TestAnAbandonedReadIsNotAnError(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	b, s3srv, id, _ := archivedEvent(t, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, s3srv.Pause())
 	t.Cleanup(func() { _ = s3srv.Resume() })
@@ -155,22 +153,4 @@ func TestAnAbandonedReadIsNotAnError(t *testing.T) {
 	status, _, _ := b.do(t, "GET", "/events/"+id, "")
 	require.Equal(t, http.StatusServiceUnavailable, status)
 	require.Contains(t, logs.String(), "level=ERROR", "the archive's own timeout is an error")
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger writing while the test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -114,7 +113,7 @@ func TestOutboxSendsALoneIDAfterLinger(t *testing.T) {
 func TestOutboxLeavesWhatItCannotHoldToTheSweeper(t *testing.T) {
 	t.Parallel()
 	q := &slowQueue{entered: make(chan struct{}), hold: make(chan struct{})}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	s := &Server{Stores: Stores{Events: freeStore()}, Queue: q, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		AsyncGroup: AsyncGroup{Max: 1, Linger: time.Hour}}
 	g := newAsyncGroups(s)
@@ -136,21 +135,4 @@ func TestOutboxLeavesWhatItCannotHoldToTheSweeper(t *testing.T) {
 	require.Equal(t, want, q.messages(), "the first outboxLimit ids held are sent, in order")
 	require.Contains(t, logs.String(), "events left to the sweeper")
 	require.Contains(t, logs.String(), "events=50")
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -1,7 +1,6 @@
 package local_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,24 +27,6 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
-
-// output collects a process's output, safe for concurrent use.
-type output struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
-}
 
 // freePort returns a loopback port nothing listens on now.
 func freePort(t *testing.T) int {
@@ -96,7 +77,7 @@ func TestCtrlCStopsInOrder(t *testing.T) {
 		"AWS_ENDPOINT_URL_SQS=", "AWS_ENDPOINT_URL=", "AWS_ENDPOINT_URL_SNS=", "WEBHOOK_SECRET=", "WEBHOOK_SECRET_ARN=",
 		"WEBHOOK_ALLOW_LOOPBACK=", "LOG_LEVEL=info", "KEEP_DB=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a process group of its own, as a terminal's job
-	out := &output{}
+	out := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
