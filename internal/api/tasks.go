@@ -266,9 +266,10 @@ func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	out := make([]AttemptJSON, 0, min(len(as), limit))
+	// Each attempt is encoded once, to count its bytes as the answer carries them and to be written.
+	out := make([]json.RawMessage, 0, min(len(as), limit))
 	var next *int
-	size := 0
+	size, last := 0, 0
 	for _, a := range as {
 		j := AttemptJSON{Number: a.Number, StartedAt: a.Started.UTC(), DurationMs: float64(a.Duration.Microseconds()) / 1000}
 		if a.Status != 0 {
@@ -285,12 +286,12 @@ func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if len(out) == limit || (len(out) > 0 && size+len(b) > MaxListPayloadBytes) {
-			n := out[len(out)-1].Number
-			next = &n
+			next = &last
 			break
 		}
 		size += len(b)
-		out = append(out, j)
+		out = append(out, b)
+		last = a.Number
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "attempts": out, "next": next})
 }

@@ -77,10 +77,10 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := struct {
-		Workers []WorkerJSON `json:"workers"`
+		Workers []json.RawMessage `json:"workers"` // each encoded once: counted, then written
 		// Truncated says the list ended at MaxListPayloadBytes with workers left out.
 		Truncated bool `json:"truncated,omitempty"`
-	}{Workers: []WorkerJSON{}}
+	}{Workers: []json.RawMessage{}}
 	l := s.Workers
 	if l == nil {
 		writeJSON(w, http.StatusOK, out)
@@ -119,7 +119,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		size += len(b)
-		out.Workers = append(out.Workers, j)
+		out.Workers = append(out.Workers, b)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
