@@ -69,13 +69,28 @@ type History struct {
 }
 
 // Get returns id's packed row, if the history holds it: GetPacked's one column of its page's rows,
-// else its page's object, one GET (none when the page is cached). It is the one read of a packed
-// event by id, where the tiers are resolved. A page found in the cache without id is read once
-// more from the bucket: a page moved again (a late event of it) has a newer object.
+// else, if the move has ever passed the page, its page's object, one GET (none when the page is
+// cached). It is the one read of a packed event by id, where the tiers are resolved. A page found
+// in the cache without id is read once more from the bucket: a page moved again (a late event of
+// it) has a newer object.
+//
+// A page the move never passed (page >= high_page: the window's, or past the id counter) has every
+// event in the database: its object, if a move killed after its PUT left one, holds copies of its
+// rows. So an id there that neither tier's rows hold is unknown, and the bucket is not asked: a
+// 404 costs no GET, and is still a 404 while S3 is down. high_page is read after the rows, as in
+// ReadColumns: the move deletes a page's rows and raises high_page past it in one transaction, so
+// a read that missed the rows because they were just deleted finds high_page past the page.
 func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bool, error) {
 	r, ok, err := GetPacked(ctx, q, id)
 	if err != nil || ok || h.Archive == nil {
 		return r, ok, err
+	}
+	var high int64
+	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high); err != nil {
+		return pages.Row{}, false, err
+	}
+	if pages.PageOf(id) >= high {
+		return pages.Row{}, false, nil
 	}
 	for _, fresh := range []bool{false, true} {
 		obj, found, err := h.Archive.GetPage(ctx, pages.PageOf(id), fresh)

@@ -11,9 +11,10 @@
 SELECT next_page, archived_pages, archived_events FROM history_archive;
 
 -- name: ArchiveHighPage
--- The processed listing (History.ReadColumns), after its read of a page's rows: whether the move has
--- ever passed the page (page < high_page; next_page may be lowered again by a late event), so that
--- it reads the page's object only then. Read after the rows: the move deletes a page's rows and
+-- The processed listing (History.ReadColumns) and a read by id that missed the page rows
+-- (History.Get), after their read of a page's rows: whether the move has ever passed the page
+-- (page < high_page; next_page may be lowered again by a late event), so that they read the page's
+-- object only then. Read after the rows: the move deletes a page's rows and
 -- raises high_page past it in one transaction, so a listing that found the rows gone finds
 -- high_page past the page. A consistent read of one row.
 SELECT high_page FROM history_archive;
