@@ -19,6 +19,14 @@ SELECT next_page, archived_pages, archived_events FROM history_archive;
 -- high_page past the page. A consistent read of one row.
 SELECT high_page FROM history_archive;
 
+-- name: ArchiveVersion
+-- The processed listing (History.ReadColumnsOnce), after its read of a span's rows: high_page, as
+-- ArchiveHighPage, and archived_events, which every move that deletes page rows raises (by their
+-- events, at least one): while it is unchanged, no row was deleted since, so an object of a page
+-- read under it still holds every event that is in neither the rows nor `events`, and the listing
+-- reads the object once, not once a span. A consistent read of one row.
+SELECT high_page, archived_events FROM history_archive;
+
 -- name: PageSize
 -- The move: how many rows a page has and the bytes of their columns, so that it moves a page only
 -- when it fits the move's memory bound (archiveMaxPageBytes) before it reads any column. One
