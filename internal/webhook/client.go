@@ -230,7 +230,8 @@ func (c *Client) deliver(ctx context.Context, r Request, start time.Time) Result
 	if err != nil {
 		var refused *RefusedError
 		if errors.As(err, &refused) {
-			refused.Host = u.Hostname()
+			// CheckHost passed the host, so it is a name, and the address its resolution's.
+			refused.Host, refused.Resolved = u.Hostname(), true
 			return Result{Outcome: Refused, Message: refused.Error()}
 		}
 		return Result{Outcome: Temporary, Message: c.errorText(parent, ctx, err)}
