@@ -272,8 +272,13 @@ func (w Webhook) GoString() string { return "config.Webhook" + w.String() }
 
 // Local configures the local runner (cmd/local, internal/local.Env); the functions ignore it.
 type Local struct {
-	// HTTPAddr is HTTP_ADDR: where the API listens, host:port (port 0 picks one).
+	// HTTPAddr is HTTP_ADDR: where the API listens, host:port (port 0 picks one); a loopback
+	// address unless AllowRemote.
 	HTTPAddr string
+	// AllowRemote is LOCAL_ALLOW_REMOTE: HTTP_ADDR may be an address others can reach. The local
+	// API has no authorisation, the console beside it retries tasks and redrives queues, and
+	// `make run` lets tasks reach loopback receivers: whoever reaches HTTP_ADDR can do all of it.
+	AllowRemote bool
 	// QueueName is QUEUE_NAME: the queue (and <name>-dlq) created on the SQS endpoint if missing.
 	QueueName string
 	// MappingConcurrency and MappingBatchSize are MAPPING_CONCURRENCY and MAPPING_BATCH_SIZE: the
@@ -372,6 +377,7 @@ func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, e
 		MetricsAddr: p.str("METRICS_ADDR"),
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
+			AllowRemote:        p.flag("LOCAL_ALLOW_REMOTE"),
 			QueueName:          p.str("QUEUE_NAME"),
 			MappingConcurrency: p.optionalInt("MAPPING_CONCURRENCY", 0, MaxMappingConcurrency),
 			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, MaxMappingBatchSize),
@@ -442,8 +448,13 @@ func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, e
 		p.fail(fmt.Sprintf("RETRY_MAX (%s) must be at least RETRY_BASE (%s)", w.RetryMax, w.RetryBase))
 	}
 	if v := p.str("HTTP_ADDR"); v != "" {
-		if _, _, err := net.SplitHostPort(v); err != nil {
+		if host, _, err := net.SplitHostPort(v); err != nil {
 			p.fail(fmt.Sprintf("HTTP_ADDR must be host:port, such as 127.0.0.1:8080, got %q", v))
+		} else if !loopbackHost(host) && !c.Local.AllowRemote {
+			p.fail(fmt.Sprintf("HTTP_ADDR %s is not a loopback address: the local API has no authorisation, the console "+
+				"beside it retries tasks and redrives queues, and tasks may reach this machine's loopback receivers, so anyone "+
+				"who reaches it could do all of that. Listen on 127.0.0.1 (the default) and reach it through an SSH tunnel, "+
+				"or set LOCAL_ALLOW_REMOTE=true if the network it listens on is yours alone", v))
 		}
 	}
 	if v := p.str("METRICS_ADDR"); v != "" && v != MetricsOff {
@@ -460,4 +471,14 @@ func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, e
 		return c, fmt.Errorf("configuration: %s", strings.Join(p.errs, "; "))
 	}
 	return c, nil
+}
+
+// loopbackHost reports whether a listen address's host is loopback only: localhost or a loopback
+// IP. An empty host, or an unspecified address, listens on every interface.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -438,3 +438,23 @@ func TestHistory(t *testing.T) {
 		require.Equal(t, good, c.History.Bucket)
 	}
 }
+
+// The local runner's API has no authorisation, the console beside it retries tasks and redrives
+// queues, and `make run` lets tasks reach loopback receivers: HTTP_ADDR on an address others can
+// reach (every interface, or one that is not loopback) is refused unless LOCAL_ALLOW_REMOTE=true
+// says the network is the operator's alone, as cmd/ui refuses UI_ADDR unless UI_ALLOW_REMOTE=true.
+func TestHTTPAddrIsLoopbackUnlessAllowed(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:8080", ":8080", "[::]:8080", "192.168.1.5:8080", "example.com:8080"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "HTTP_ADDR": addr}))
+		require.ErrorContains(t, err, "HTTP_ADDR "+addr+" is not a loopback address", addr)
+		require.ErrorContains(t, err, "LOCAL_ALLOW_REMOTE=true", addr)
+		c, err := config.Load(env(map[string]string{"DB_DSN": "d", "HTTP_ADDR": addr, "LOCAL_ALLOW_REMOTE": "true"}))
+		require.NoError(t, err, addr)
+		require.True(t, c.Local.AllowRemote, addr)
+	}
+	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.2:0", "localhost:8080", "LOCALHOST:1", "[::1]:8080", ""} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "HTTP_ADDR": addr}))
+		require.NoError(t, err, addr)
+	}
+}
