@@ -11,11 +11,18 @@
 // Every create carries an Idempotency-Key, generated once per call (or the caller's, given with
 // WithIdempotencyKey) and sent again on each of its retries, so that a create retried after its
 // answer was lost (a connection cut after the server committed, a 503 whose write had committed)
-// returns the original event and stores nothing new. A call is retried, with capped, jittered
-// exponential backoff, on a connection error, a 429 or a 503, after at least the answer's
-// Retry-After; and on the 409 of a create whose key is still in flight, which the API answers with
-// Retry-After to say exactly that. Any other 4xx is returned at once. The context's deadline bounds
-// the whole call, retries included.
+// returns the original event and stores nothing new. A read or a create is retried, with capped,
+// jittered exponential backoff, on a connection error, a 429 or a 503, after at least the answer's
+// Retry-After; and a create on the 409 of its key still in flight, which the API answers with
+// Retry-After to say exactly that. A task's or a reference's retry (RetryTask, RetryReference) has
+// no key: it is retried only when it certainly did nothing (a 429, a connection refused), and a
+// 503 or a connection cut is returned for the caller to look before calling again. Any other 4xx
+// is returned at once. The context's deadline bounds the whole call, retries included.
+//
+// A user id, entity type or referenceId is a segment of a request's path: one that a path cannot
+// carry (empty, "." or "..", with '/', '\' or a control character, ending with a space, over 255
+// characters; exactlyonce.CheckPathName) is refused before anything is sent, as the API refuses
+// it, with an *Error of status 400 naming it.
 package client
 
 import (
@@ -29,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -174,6 +182,9 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 			return nil, err // nothing was sent: nothing to retry
 		case err != nil:
 			lastErr = &ConnectionError{Err: err}
+			if !r.repeatable() && !notSent(err) {
+				return nil, lastErr // it may have been done: only the caller can tell
+			}
 		case resp.status >= 200 && resp.status < 300:
 			return resp, nil
 		default:
@@ -200,17 +211,33 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 	}
 }
 
-// retryable tells whether an answer with status may be retried: 429 and 503 always (nothing was
-// done, or a create's key makes doing it again harmless), and the 409 of a create whose key is in
-// flight. Any other status is the API's final word.
+// retryable tells whether an answer with status may be retried: a 429 always (API Gateway's
+// throttling: nothing was done); a 503 when doing the request again is harmless (a read, or a
+// create with its key), since a 503's write may have committed; and the 409 of a create whose key
+// is in flight. Any other status is the API's final word.
 func retryable(r request, status int) bool {
 	switch status {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	case http.StatusTooManyRequests:
 		return true
+	case http.StatusServiceUnavailable:
+		return r.repeatable()
 	case http.StatusConflict:
 		return r.key != ""
 	}
 	return false
+}
+
+// repeatable tells whether the request may be sent again after an attempt whose outcome is
+// unknown: a read, or a create, whose Idempotency-Key makes a second attempt return the first's
+// answer. A task's or a reference's retry has no key: sent again after it was done, it could
+// retry a task that had failed again meanwhile.
+func (r request) repeatable() bool { return r.method == http.MethodGet || r.key != "" }
+
+// notSent tells whether a connection error happened before the request could reach the API: the
+// connection was never made (refused, no route, DNS), so nothing was done.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 func (c *Client) attempt(ctx context.Context, r request) (*response, error) {

@@ -38,6 +38,15 @@ type Error struct {
 	Field string
 	// RetryAfter is the answer's Retry-After (429, 503, 409), 0 if none.
 	RetryAfter time.Duration
+	// Local is true when the client refused the request itself, before sending anything, with
+	// the status and message the API gives such a request (an empty Idempotency-Key, a user id a
+	// path cannot carry).
+	Local bool
+}
+
+// refused is the client's own 400 for a request it does not send, naming field.
+func refused(field, msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Message: msg, Field: field, Local: true}
 }
 
 func (e *Error) Error() string {
@@ -62,7 +71,8 @@ func (e *Error) Is(target error) bool {
 }
 
 // ConnectionError is a call whose last attempt got no answer: the connection was refused, cut or
-// timed out. A create may still have been stored; with its key, calling it again is safe.
+// timed out. A create may still have been stored; with its key, calling it again is safe. A task's
+// or reference's retry may have been done too: it is returned after its first such attempt.
 type ConnectionError struct{ Err error }
 
 func (e *ConnectionError) Error() string { return "exactlyonce API: no answer: " + e.Err.Error() }
