@@ -235,18 +235,17 @@ func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
 }
 
 // Workers is GET /workers: the event workers' registry; active nil lists live and done ones,
-// true only the live ones, false only the done ones. The API ends the list at 4 MiB (live workers
-// first); a worker it left out is still read by id (Worker).
-func (c *Client) Workers(ctx context.Context, active *bool) ([]Worker, error) {
+// true only the live ones, false only the done ones. The API ends the list at 1,000 workers or
+// 4 MiB (live workers first); Truncated says it ended at 4 MiB with workers left out (each is
+// still read by id: Worker).
+func (c *Client) Workers(ctx context.Context, active *bool) (WorkerList, error) {
 	q := url.Values{}
 	if active != nil {
 		q.Set("active", strconv.FormatBool(*active))
 	}
-	var out struct {
-		Workers []Worker `json:"workers"`
-	}
+	var out WorkerList
 	err := c.get(ctx, "/workers", q, &out)
-	return out.Workers, err
+	return out, err
 }
 
 // Worker is GET /workers/{workerId}: one event worker, live or done.

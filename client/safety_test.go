@@ -128,6 +128,20 @@ func (discard) Header() http.Header         { return http.Header{} }
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
 func (discard) WriteHeader(int)             {}
 
+// Workers says when the API ended the list at 4 MiB: the caller learns that workers were left
+// out, where the list used to look complete.
+func TestWorkersSaysTheListWasTruncated(t *testing.T) {
+	t.Parallel()
+	api := &scripted{ok: `{"workers":[],"truncated":true}`}
+	list, err := newClient(t, openapitest.NewServer(t, api).URL, client.Retry{}).Workers(context.Background(), nil)
+	require.NoError(t, err)
+	require.True(t, list.Truncated)
+	api = &scripted{ok: `{"workers":[]}`}
+	list, err = newClient(t, openapitest.NewServer(t, api).URL, client.Retry{}).Workers(context.Background(), nil)
+	require.NoError(t, err)
+	require.False(t, list.Truncated)
+}
+
 // A user id, entity type or referenceId that a URL path cannot carry is refused before anything is
 // sent, as the API refuses it (exactlyonce.CheckPathName): the API decodes a path before it routes
 // it, so "alice/bob" escaped as alice%2Fbob reached GET /counters/alice/bob, and UserCounts
