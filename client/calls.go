@@ -27,9 +27,14 @@ func (c *Client) create(ctx context.Context, path string, body []byte, opts []Cr
 	for _, o := range opts {
 		o(&r)
 	}
-	if r.key == "" {
+	const bad = "Idempotency-Key must be 1-255 visible ASCII characters, bare or in double quotes: "
+	switch {
+	case r.key == "":
 		// Sent without a key, the create would be retried with nothing to match its attempts.
-		return nil, refused("Idempotency-Key", "Idempotency-Key must be 1-255 visible ASCII characters, bare or in double quotes: it is empty")
+		return nil, refused("Idempotency-Key", bad+"it is empty")
+	case strings.ContainsFunc(r.key, func(c rune) bool { return c < 0x20 || c == 0x7f }):
+		// net/http refuses to send it: not a connection error to retry, the caller's mistake.
+		return nil, refused("Idempotency-Key", bad+"a character that is not visible ASCII")
 	}
 	return c.do(ctx, r)
 }

@@ -42,6 +42,15 @@ func TestAnEmptyIdempotencyKeyIsRefusedBeforeSending(t *testing.T) {
 	_, err = c.CreateTask(ctx, client.NewTask{URL: "http://127.0.0.1:1/x"}, client.WithIdempotencyKey(""))
 	requireInvalid(t, err, "Idempotency-Key")
 	require.Empty(t, api.requests(), "nothing is sent")
+
+	// A control character, which net/http refuses to send: it was taken for a connection error,
+	// retried MaxAttempts times and answered ErrUnavailable, "no answer", for the caller's mistake.
+	for _, key := range []string{"order\n42", "order\r42", "a\x00", "\x7f", "tab\there"} {
+		_, err = c.CreateEvent(ctx, client.WithIdempotencyKey(key))
+		requireInvalid(t, err, "Idempotency-Key")
+		require.NotErrorIs(t, err, client.ErrUnavailable)
+	}
+	require.Empty(t, api.requests(), "nothing is sent")
 }
 
 // A retry of a task or of a reference is not a create: it has no key to make a second attempt
