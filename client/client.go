@@ -11,8 +11,10 @@
 // Every create carries an Idempotency-Key, generated once per call (or the caller's, given with
 // WithIdempotencyKey) and sent again on each of its retries, so that a create retried after its
 // answer was lost (a connection cut after the server committed, a 503 whose write had committed)
-// returns the original event and stores nothing new. A read or a create is retried, with capped,
-// jittered exponential backoff, on a connection error, a 429 or a 503, after at least the answer's
+// returns the original event and stores nothing new; a create that failed after its retries
+// names its key (Error.IdempotencyKey, ConnectionError.IdempotencyKey), to be called again as the
+// same create. A read or a create is retried, with capped, jittered exponential backoff, on a
+// connection error, a 429, a 503, or API Gateway's 502 or 504, after at least the answer's
 // Retry-After; and a create on the 409 of its key still in flight, which the API answers with
 // Retry-After to say exactly that. A task's or a reference's retry (RetryTask, RetryReference) has
 // no key: it is retried only when it certainly did nothing (a 429, a connection refused), and a
@@ -181,7 +183,7 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 		case errors.As(err, new(*localError)):
 			return nil, err // nothing was sent: nothing to retry
 		case err != nil:
-			lastErr = &ConnectionError{Err: err}
+			lastErr = &ConnectionError{Err: err, IdempotencyKey: r.key}
 			if !r.repeatable() && !notSent(err) {
 				return nil, lastErr // it may have been done: only the caller can tell
 			}
@@ -189,6 +191,7 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 			return resp, nil
 		default:
 			apiErr := newError(resp)
+			apiErr.IdempotencyKey = r.key
 			if !retryable(r, resp.status) {
 				return nil, apiErr
 			}
@@ -212,14 +215,15 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 }
 
 // retryable tells whether an answer with status may be retried: a 429 always (API Gateway's
-// throttling: nothing was done); a 503 when doing the request again is harmless (a read, or a
-// create with its key), since a 503's write may have committed; and the 409 of a create whose key
-// is in flight. Any other status is the API's final word.
+// throttling: nothing was done); a 503, and API Gateway's 502 (the function failed) and 504 (it
+// timed out), when doing the request again is harmless (a read, or a create with its key), since
+// the write may have committed; and the 409 of a create whose key is in flight. Any other status
+// is the API's final word.
 func retryable(r request, status int) bool {
 	switch status {
 	case http.StatusTooManyRequests:
 		return true
-	case http.StatusServiceUnavailable:
+	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return r.repeatable()
 	case http.StatusConflict:
 		return r.key != ""

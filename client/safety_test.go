@@ -213,3 +213,70 @@ func TestTheClientChecksPathNamesAsTheAPIDoes(t *testing.T) {
 		require.True(t, apiErr.Local)
 	}
 }
+
+// API Gateway answers 502 when the function failed and 504 when it timed out: a create may have
+// been stored then (openapi.yaml says: retry it with the same Idempotency-Key). A keyed create and
+// a read are retried, with the create's key; a task's retry is not. They were returned at once, and
+// the key was the client's own, so the caller could not retry the create safely.
+func TestA502Or504IsRetriedWhenARepeatIsHarmless(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, status := range []int{502, 504} {
+		api := &scripted{script: []int{status}, okStatus: http.StatusCreated,
+			ok: `{"id":5,"value":"v","state":"processed","processedBy":"api","processCount":1}`}
+		c := newClient(t, serve(t, api), client.Retry{BaseDelay: time.Millisecond})
+		e, err := c.CreateEvent(ctx)
+		require.NoError(t, err, "%d", status)
+		require.EqualValues(t, 5, e.ID)
+		api.mu.Lock()
+		keys := api.keys
+		api.mu.Unlock()
+		require.Len(t, keys, 2)
+		require.Equal(t, keys[0], keys[1], "the create's key, again")
+
+		api = &scripted{script: []int{status}}
+		n, err := newClient(t, serve(t, api), client.Retry{BaseDelay: time.Millisecond}).CountEvents(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 7, n)
+
+		api = &scripted{script: []int{status}, ok: `{"id":5,"state":"pending","placement":"unordered"}`}
+		_, err = newClient(t, serve(t, api), client.Retry{BaseDelay: time.Millisecond}).RetryTask(ctx, 5)
+		require.Error(t, err)
+		require.Len(t, api.requests(), 1, "a task's retry answered %d is not sent again", status)
+	}
+}
+
+// A create that failed after its retries says which key it carried, so that the caller can call
+// it again, later, as the same create (WithIdempotencyKey): "with its key, calling it again is
+// safe" was advice a caller could not follow with a key the client had generated.
+func TestAFailedCreateSaysItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	api := &scripted{script: []int{503, 503}, retryAfter: "0", okStatus: http.StatusCreated,
+		ok: `{"id":5,"value":"v","state":"processed","processedBy":"api","processCount":1}`}
+	c := newClient(t, serve(t, api), client.Retry{MaxAttempts: 2, BaseDelay: time.Millisecond})
+	_, err := c.CreateEvent(ctx)
+	var apiErr *client.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Regexp(t, `^eo-[0-9a-f]{32}$`, apiErr.IdempotencyKey)
+	_, err = c.CreateEvent(ctx, client.WithIdempotencyKey(apiErr.IdempotencyKey))
+	require.NoError(t, err)
+	api.mu.Lock()
+	keys := append([]string(nil), api.keys...)
+	api.mu.Unlock()
+	require.Equal(t, []string{apiErr.IdempotencyKey, apiErr.IdempotencyKey, apiErr.IdempotencyKey}, keys)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = newClient(t, "http://"+addr, client.Retry{MaxAttempts: 2, BaseDelay: time.Millisecond}).CreateEvent(ctx,
+		client.WithIdempotencyKey("order-42"))
+	var connErr *client.ConnectionError
+	require.ErrorAs(t, err, &connErr)
+	require.Equal(t, "order-42", connErr.IdempotencyKey)
+
+	_, err = newClient(t, serve(t, &scripted{script: []int{404}}), client.Retry{}).CountEvents(ctx)
+	require.ErrorAs(t, err, &apiErr)
+	require.Empty(t, apiErr.IdempotencyKey, "a read has none")
+}
