@@ -178,6 +178,9 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 		resp, err := c.attempt(ctx, r)
 		var wait time.Duration
 		switch {
+		case err != nil && ctx.Err() != nil && r.key != "":
+			// A create cut short may have been stored: its key, to call it again as the same one.
+			return nil, errors.Join(ctx.Err(), &ConnectionError{Err: err, IdempotencyKey: r.key})
 		case err != nil && ctx.Err() != nil:
 			return nil, errors.Join(ctx.Err(), err)
 		case errors.As(err, new(*localError)):

@@ -280,3 +280,26 @@ func TestAFailedCreateSaysItsKey(t *testing.T) {
 	require.ErrorAs(t, err, &apiErr)
 	require.Empty(t, apiErr.IdempotencyKey, "a read has none")
 }
+
+// A create whose context ends while an attempt waits for its answer may have been stored: the
+// error says the context ended and carries the create's key, as a *ConnectionError, to call it
+// again as the same create. It carried neither the key nor the kind.
+func TestACreateCutShortByItsContextSaysItsKey(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	hang := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	c := newClient(t, hang, client.Retry{})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.CreateEvent(ctx, client.WithIdempotencyKey("order-7"))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var connErr *client.ConnectionError
+	require.ErrorAs(t, err, &connErr)
+	require.Equal(t, "order-7", connErr.IdempotencyKey)
+}
