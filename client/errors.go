@@ -54,7 +54,11 @@ func refused(field, msg string) *Error {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("exactlyonce API: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+	who := "exactlyonce API"
+	if e.Local {
+		who = "exactlyonce client, not sent"
+	}
+	return fmt.Sprintf("%s: %d %s: %s", who, e.Status, http.StatusText(e.Status), e.Message)
 }
 
 // Is makes errors.Is(err, ErrNotFound) and the others true for the statuses they stand for.

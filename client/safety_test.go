@@ -190,6 +190,8 @@ func requireInvalid(t *testing.T, err error, field string) {
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, field, apiErr.Field, apiErr.Message)
 	require.Equal(t, http.StatusBadRequest, apiErr.Status)
+	require.True(t, apiErr.Local)
+	require.True(t, strings.HasPrefix(err.Error(), "exactlyonce client, not sent: 400 Bad Request: "+field), err.Error())
 }
 
 // The client's check of a path's name is the API's (exactlyonce.CheckPathName), message for
