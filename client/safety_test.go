@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,26 +109,32 @@ func TestTaskRetriesAreNotRepeatedAfterAnAnswerLeftUnknown(t *testing.T) {
 	require.Len(t, api.requests(), 2)
 }
 
-// A connection refused did nothing: a task's retry is sent again then.
+// A connection refused did nothing: a task's retry is sent again then. The first two dials go to
+// a port nothing listens on (a real refusal), the third to the API.
 func TestATaskRetryIsRetriedWhenTheConnectionIsRefused(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	addr := ln.Addr().String()
+	closed := ln.Addr().String()
 	ln.Close()
 	api := &scripted{ok: `{"id":5,"state":"pending","placement":"unordered"}`}
-	go func() {
-		time.Sleep(50 * time.Millisecond) // the first attempts are refused, then the API is up
-		srv := &http.Server{Handler: api}
-		if ln, err := net.Listen("tcp", addr); err == nil {
-			t.Cleanup(func() { srv.Close() })
-			_ = srv.Serve(ln)
+	up := strings.TrimPrefix(serve(t, api), "http://")
+	var dials atomic.Int32
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		addr := up
+		if dials.Add(1) <= 2 {
+			addr = closed
 		}
-	}()
-	c := newClient(t, "http://"+addr, client.Retry{MaxAttempts: 50, BaseDelay: 20 * time.Millisecond, MaxDelay: 20 * time.Millisecond})
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	c, err := client.New("http://api.invalid", client.Options{HTTPClient: &http.Client{Transport: tr},
+		Retry: client.Retry{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}})
+	require.NoError(t, err)
 	got, err := c.RetryTask(context.Background(), 5)
 	require.NoError(t, err)
 	require.Equal(t, "pending", got.State)
+	require.EqualValues(t, 3, dials.Load())
 	require.Len(t, api.requests(), 1)
 }
 
