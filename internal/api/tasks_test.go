@@ -248,6 +248,15 @@ func TestTaskLifeThroughTheAPI(t *testing.T) {
 	require.Equal(t, 404, status)
 	status, _, _ = b.do(t, "POST", "/events/999999/retry", "")
 	require.Equal(t, 404, status)
+	// A plain event is not a task: its retry is a 409 (docs/api.md, openapi.yaml), its attempts a 404.
+	status, plain, _ := b.do(t, "POST", "/events", "")
+	require.Equal(t, 201, status)
+	plainID := int64(plain["id"].(float64))
+	status, got, _ = b.do(t, "POST", fmt.Sprintf("/events/%d/retry", plainID), "")
+	require.Equal(t, 409, status, "%v", got)
+	require.Equal(t, fmt.Sprintf("event %d is not a task: only a failed task can be retried", plainID), got["error"])
+	status, _, _ = b.do(t, "GET", fmt.Sprintf("/events/%d/attempts", plainID), "")
+	require.Equal(t, 404, status)
 }
 
 // A failed task whose reference went on (a later task was delivered) is retried at the end of its
