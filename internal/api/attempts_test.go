@@ -85,7 +85,8 @@ func TestAttemptsComeInPagesBoundedInBytes(t *testing.T) {
 	var e struct{ Error string }
 	for bad, says := range map[string]string{
 		"after=-1": "after must be an attempt number", "after=x": "after must be an attempt number",
-		"after=01": "after must be an attempt number", "after=99999999999": "after must be an attempt number",
+		"after=01": "after must be an attempt number", "after=99999999999": "after 99999999999 is out of range: an attempt number is at most 2147483647",
+		"after=2147483648": "after 2147483648 is out of range", "after=" + strings.Repeat("9", 30): "is out of range", // docs/api.md, "Errors"
 		"limit=0": "limit 0 is out of range", "limit=1001": "limit 1001 is out of range",
 		"limit=5&limit=6": "limit", "before=3": "unknown query parameter",
 	} {

@@ -335,9 +335,12 @@ func attemptsPage(r *http.Request) (int, int, error) {
 	for k, vs := range q {
 		switch k {
 		case "after":
-			n, err := strconv.Atoi(vs[0])
-			if !canonicalDigits(vs[0]) || err != nil || n > math.MaxInt32 {
+			if !canonicalDigits(vs[0]) {
 				return 0, 0, exactlyonce.Errorf(exactlyonce.EINVALID, "after must be an attempt number (an integer of 0 or more), got %q", sanitize(vs[0]))
+			}
+			n, err := strconv.Atoi(vs[0])
+			if err != nil || n > math.MaxInt32 { // a number too large for its type: "out of range" (docs/api.md, "Errors")
+				return 0, 0, exactlyonce.Errorf(exactlyonce.EINVALID, "after %s is out of range: an attempt number is at most %d", sanitize(vs[0]), math.MaxInt32)
 			}
 			after = n
 		case "limit":

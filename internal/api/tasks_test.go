@@ -99,6 +99,17 @@ func TestTaskValidation(t *testing.T) {
 	status, _, _ = b.do(t, "GET", "/events?state=pending", "")
 	require.Equal(t, http.StatusOK, status)
 
+	// Every JSON value is a payload, null too (the default, docs/tasks.md): the document must
+	// accept each (openapitest checks this request against it), where its payload schema, with no
+	// type, was read by kin-openapi as refusing null.
+	for _, payload := range []string{`null`, `{"a": [1, null]}`, `[]`, `"s"`, `1.5`, `true`} {
+		status, body, _ := b.do(t, "POST", "/events/async", `{"url": "https://example.com/x", "payload": `+payload+`}`)
+		require.Equal(t, http.StatusAccepted, status, payload)
+		e, err := b.store.Events.Get(context.Background(), int64(body["id"].(float64)))
+		require.NoError(t, err)
+		require.JSONEq(t, payload, string(e.Task.Payload), payload)
+	}
+
 	// An integer written as JSON Schema's "integer" (the contract's type) allows: 3.0, 1e1, -0.
 	for raw, want := range map[string]int{"3.0": 3, "1e1": 10, "-0": 0, "2.5e1": 25} {
 		status, body, _ := b.do(t, "POST", "/events/async", `{"url": "https://example.com/x", "maxRetries": `+raw+`}`)
@@ -256,6 +267,15 @@ func TestTaskLifeThroughTheAPI(t *testing.T) {
 	status, _, _ = b.do(t, "GET", "/events/999999/attempts", "")
 	require.Equal(t, 404, status)
 	status, _, _ = b.do(t, "POST", "/events/999999/retry", "")
+	require.Equal(t, 404, status)
+	// A plain event is not a task: its retry is a 409 (docs/api.md, openapi.yaml), its attempts a 404.
+	status, plain, _ := b.do(t, "POST", "/events", "")
+	require.Equal(t, 201, status)
+	plainID := int64(plain["id"].(float64))
+	status, got, _ = b.do(t, "POST", fmt.Sprintf("/events/%d/retry", plainID), "")
+	require.Equal(t, 409, status, "%v", got)
+	require.Equal(t, fmt.Sprintf("event %d is not a task: only a failed task can be retried", plainID), got["error"])
+	status, _, _ = b.do(t, "GET", fmt.Sprintf("/events/%d/attempts", plainID), "")
 	require.Equal(t, 404, status)
 }
 
