@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -38,7 +39,8 @@ func main() {
 }
 
 // environment is how the agent reads the environment getenv gives, as its flags (args) say: with
-// -local, config.LocalGetenv's reading.
+// -local, config.LocalGetenv's reading, and the tasks delivered as `make run` delivers them
+// (localWebhooks).
 func environment(args []string, getenv func(string) string) (func(string) string, error) {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	local := fs.Bool("local", false, "read the database as `make run` does: without DB_DSN and DB_HOST, "+
@@ -47,9 +49,29 @@ func environment(args []string, getenv func(string) string) (func(string) string
 		return nil, err
 	}
 	if *local {
-		return config.LocalGetenv(getenv), nil
+		return localWebhooks(config.LocalGetenv(getenv)), nil
 	}
 	return getenv, nil
+}
+
+// localWebhooks reads getenv as scripts/run.sh sets up `make run`: without WEBHOOK_SECRET and
+// WEBHOOK_SECRET_ARN, WEBHOOK_SECRET is the development secret (config.LocalWebhookSecret), and
+// without WEBHOOK_ALLOW_LOOPBACK, deliveries may go to loopback. An agent that delivers no task
+// still takes its share of the hash ranges, so a `make agent` without them left the tasks of its
+// range undelivered for as long as it ran.
+func localWebhooks(getenv func(string) string) func(string) string {
+	set := func(k string) bool { return strings.TrimSpace(getenv(k)) != "" }
+	devSecret := !set("WEBHOOK_SECRET") && !set("WEBHOOK_SECRET_ARN")
+	loopback := !set("WEBHOOK_ALLOW_LOOPBACK")
+	return func(k string) string {
+		switch {
+		case k == "WEBHOOK_SECRET" && devSecret:
+			return config.LocalWebhookSecret
+		case k == "WEBHOOK_ALLOW_LOOPBACK" && loopback:
+			return "true"
+		}
+		return getenv(k)
+	}
 }
 
 // run reads the configuration with getenv and runs the agents until ctx ends; a start-up error is
