@@ -33,7 +33,7 @@ func main() {
 	if err != nil {
 		os.Exit(2) // the flag package has said why
 	}
-	if err := run(ctx, getenv, config.IsSetInEnviron, os.Stdout); err != nil {
+	if err := run(ctx, getenv, os.Environ(), os.Stdout); err != nil {
 		os.Exit(1)
 	}
 }
@@ -75,13 +75,17 @@ func localWebhooks(getenv func(string) string) func(string) string {
 }
 
 // run reads the configuration with getenv and runs the agents until ctx ends; a start-up error is
-// logged ("startup failed") and returned.
-func run(ctx context.Context, getenv func(string) string, isSet func(string) bool, stdout io.Writer) error {
+// logged ("startup failed") and returned. environ, when not nil, is the environment getenv reads
+// (config.LoadEnvironOf: a variable set to nothing, or unknown, is refused).
+func run(ctx context.Context, getenv func(string) string, environ []string, stdout io.Writer) error {
 	failed := func(err error) error {
 		slog.New(slog.NewJSONHandler(stdout, nil)).Error("startup failed", "err", err)
 		return err
 	}
-	cfg, err := config.LoadChecked(getenv, isSet)
+	cfg, err := config.LoadChecked(getenv, nil)
+	if environ != nil {
+		cfg, err = config.LoadEnvironOf(getenv, environ)
+	}
 	if err != nil {
 		return failed(err)
 	}
