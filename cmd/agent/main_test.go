@@ -72,7 +72,9 @@ func TestLocalJoinsTheDatabaseMakeRunNames(t *testing.T) {
 func TestAnUnknownVariableStopsTheAgentAtStart(t *testing.T) {
 	t.Parallel()
 	environ := []string{"DB_DSN=u:p@tcp(127.0.0.1:1)/nowhere", "AGENT_BATCHSIZE=5"}
-	getenv := func(k string) string { return map[string]string{"DB_DSN": "u:p@tcp(127.0.0.1:1)/nowhere", "AGENT_BATCHSIZE": "5"}[k] }
+	getenv := func(k string) string {
+		return map[string]string{"DB_DSN": "u:p@tcp(127.0.0.1:1)/nowhere", "AGENT_BATCHSIZE": "5"}[k]
+	}
 	out := &testutil.Buffer{}
 	err := run(context.Background(), getenv, environ, out)
 	require.ErrorContains(t, err, "AGENT_BATCHSIZE is not a variable of this system")
