@@ -300,9 +300,24 @@ type Local struct {
 // every variable with a bad value.
 func Load(getenv func(string) string) (Config, error) { return LoadChecked(getenv, nil) }
 
-// LoadEnviron is Load of the process's environment (os.Getenv), with LoadChecked's check: what
+// LoadEnviron is Load of the process's environment: LoadEnvironOf(os.Getenv, os.Environ()), what
 // every entrypoint reads.
-func LoadEnviron() (Config, error) { return LoadChecked(os.Getenv, IsSetInEnviron) }
+func LoadEnviron() (Config, error) { return LoadEnvironOf(os.Getenv, os.Environ()) }
+
+// LoadEnvironOf is LoadChecked of an environment whose variables, "name=value" each, are environ,
+// read through getenv (os.Getenv, or a reading of it such as LocalGetenv's): a variable environ sets,
+// even to nothing, is set; and a variable with one of OwnedPrefixes that no component reads is
+// refused, naming it and the variables of its prefix.
+func LoadEnvironOf(getenv func(string) string, environ []string) (Config, error) {
+	names := make([]string, 0, len(environ))
+	set := make(map[string]bool, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		names = append(names, name)
+		set[name] = true
+	}
+	return load(getenv, func(k string) bool { return set[k] }, names)
+}
 
 // IsSetInEnviron says whether the process's environment sets name, even to nothing.
 func IsSetInEnviron(name string) bool {
@@ -315,6 +330,11 @@ func IsSetInEnviron(name string) bool {
 // unset and given its component's default without a word (SWEEP_BATCH_SIZE=$N with N unset). A
 // string set empty still means none (HISTORY_BUCKET= : no archive).
 func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, error) {
+	return load(getenv, isSet, nil)
+}
+
+// load is LoadChecked, refusing those of names (the variables set) that are unknown.
+func load(getenv func(string) string, isSet func(string) bool, names []string) (Config, error) {
 	p := &parser{getenv: getenv, isSet: isSet}
 	c := Config{
 		DB: DB{
@@ -467,6 +487,7 @@ func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, e
 			p.fail(fmt.Sprintf("LOG_LEVEL must be debug, info, warn or error, got %q", v))
 		}
 	}
+	p.unknownNames(names)
 	if len(p.errs) > 0 {
 		return c, fmt.Errorf("configuration: %s", strings.Join(p.errs, "; "))
 	}
