@@ -18,8 +18,14 @@ const Queued State = 2
 
 // Task limits, checked by the API before anything is written.
 const (
-	MaxTaskURLBytes       = 2048
-	MaxTaskPayloadBytes   = 256 << 10
+	MaxTaskURLBytes     = 2048
+	MaxTaskPayloadBytes = 256 << 10
+	// MaxTaskPayloadDepth is how deep a payload may nest arrays and objects. Every answer that
+	// shows a task carries its payload up to three levels deeper (a listing: {"events": [{...}]}),
+	// and what reads them stops somewhere: encoding/json at 10,000 (the console's proxy, the Go
+	// client), Ruby's JSON at 100 by default (a receiver). A payload the request could carry but
+	// its answers could not made the console's listings a 502 for everyone.
+	MaxTaskPayloadDepth   = 64
 	MaxTaskRetries        = 25
 	DefaultTaskMaxRetries = 3
 )

@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // CreateOption modifies one create.
@@ -24,7 +27,42 @@ func (c *Client) create(ctx context.Context, path string, body []byte, opts []Cr
 	for _, o := range opts {
 		o(&r)
 	}
+	const bad = "Idempotency-Key must be 1-255 visible ASCII characters, bare or in double quotes: "
+	switch {
+	case r.key == "":
+		// Sent without a key, the create would be retried with nothing to match its attempts.
+		return nil, refused("Idempotency-Key", bad+"it is empty")
+	case strings.ContainsFunc(r.key, func(c rune) bool { return c < 0x20 || c == 0x7f }):
+		// net/http refuses to send it: not a connection error to retry, the caller's mistake.
+		return nil, refused("Idempotency-Key", bad+"a character that is not visible ASCII")
+	}
 	return c.do(ctx, r)
+}
+
+// pathName checks a caller's value that is a segment of a request's path (a user id, an entity
+// type, a referenceId) as the API does (exactlyonce.CheckPathName, which the client, importing
+// none of the service's packages, repeats; a test holds the two together), before anything is
+// sent: escaped, a '/' would still split the segment, since the API decodes a path before it
+// routes it. The error is the API's 400, with its message.
+func pathName(field, v string) error {
+	msg := ""
+	switch n := utf8.RuneCountInString(v); {
+	case !utf8.ValidString(v):
+		msg = field + " must be valid UTF-8"
+	case n < 1 || n > 255:
+		msg = fmt.Sprintf("%s must be 1 to 255 characters, got %d", field, n)
+	case strings.HasSuffix(v, " "):
+		msg = field + " must not end with a space: the database would take it for the same name without one"
+	case v == "." || v == "..":
+		msg = field + ` must not be "." or "..": a URL path cannot carry it`
+	case strings.ContainsAny(v, `/\`):
+		msg = field + ` must not contain '/' or '\': it is a segment of a URL path`
+	case strings.ContainsFunc(v, unicode.IsControl):
+		msg = field + " must not contain control characters"
+	default:
+		return nil
+	}
+	return refused(field, msg)
 }
 
 // CreateEvent is POST /events: an event, processed at once.
@@ -81,8 +119,9 @@ func (c *Client) post(ctx context.Context, path string, v any) error {
 
 func idPath(format string, id int64) string { return fmt.Sprintf(format, id) }
 
-// seg is a caller's value as one segment of a path: escaped, so that a '/' or a '%' in it stays in
-// the segment (and the API refuses a referenceId with a '/', rather than routing it elsewhere).
+// seg is a caller's value as one segment of a path, escaped ('%', '?', '#', spaces). A '/' is
+// checked out before (pathName): the API decodes the path before routing it, so an escaped '/'
+// would still split the segment.
 func seg(v string) string { return url.PathEscape(v) }
 
 // GetEvent is GET /events/{id}: an event or a task.
@@ -140,7 +179,8 @@ func (c *Client) TaskAttempts(ctx context.Context, id int64) ([]Attempt, error) 
 }
 
 // RetryTask is POST /events/{id}/retry: a failed task, again. A task that has not failed is an
-// ErrConflict (also when an earlier attempt of this call retried it and its answer was lost).
+// ErrConflict. It has no Idempotency-Key: a 503 or a connection cut once it was sent is returned,
+// not retried (the task may have been retried): look at the task before calling again.
 func (c *Client) RetryTask(ctx context.Context, id int64) (RetriedTask, error) {
 	var out RetriedTask
 	err := c.post(ctx, idPath("/events/%d/retry", id), &out)
@@ -150,6 +190,9 @@ func (c *Client) RetryTask(ctx context.Context, id int64) (RetriedTask, error) {
 // ReferenceTasks is GET /references/{referenceId}/events: a page of a reference's tasks in
 // delivery order, after the task after (0: from the first), at most limit (0: the API's default).
 func (c *Client) ReferenceTasks(ctx context.Context, referenceID string, after int64, limit int) (ReferencePage, error) {
+	if err := pathName("referenceId", referenceID); err != nil {
+		return ReferencePage{}, err
+	}
 	q := url.Values{}
 	if after > 0 {
 		q.Set("after", strconv.FormatInt(after, 10))
@@ -163,8 +206,12 @@ func (c *Client) ReferenceTasks(ctx context.Context, referenceID string, after i
 }
 
 // RetryReference is POST /references/{referenceId}/retry: every failed task of a reference, again.
+// Like RetryTask, it is not retried after a 503 or a connection cut once it was sent.
 func (c *Client) RetryReference(ctx context.Context, referenceID string) (RetriedReference, error) {
 	var out RetriedReference
+	if err := pathName("referenceId", referenceID); err != nil {
+		return out, err
+	}
 	err := c.post(ctx, "/references/"+seg(referenceID)+"/retry", &out)
 	return out, err
 }
@@ -193,18 +240,17 @@ func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
 }
 
 // Workers is GET /workers: the event workers' registry; active nil lists live and done ones,
-// true only the live ones, false only the done ones. The API ends the list at 4 MiB (live workers
-// first); a worker it left out is still read by id (Worker).
-func (c *Client) Workers(ctx context.Context, active *bool) ([]Worker, error) {
+// true only the live ones, false only the done ones. The API ends the list at 1,000 workers or
+// 4 MiB (live workers first); Truncated says it ended at 4 MiB with workers left out (each is
+// still read by id: Worker).
+func (c *Client) Workers(ctx context.Context, active *bool) (WorkerList, error) {
 	q := url.Values{}
 	if active != nil {
 		q.Set("active", strconv.FormatBool(*active))
 	}
-	var out struct {
-		Workers []Worker `json:"workers"`
-	}
+	var out WorkerList
 	err := c.get(ctx, "/workers", q, &out)
-	return out.Workers, err
+	return out, err
 }
 
 // Worker is GET /workers/{workerId}: one event worker, live or done.
@@ -217,6 +263,9 @@ func (c *Client) Worker(ctx context.Context, workerID string) (Worker, error) {
 // UserCounts is GET /counters/{userId}: a user's counts by entity type, kept by the counter service,
 // every page of them (the API answers up to 1,000 types a request).
 func (c *Client) UserCounts(ctx context.Context, userID string) (map[string]Count, error) {
+	if err := pathName("userId", userID); err != nil {
+		return nil, err
+	}
 	all := map[string]Count{}
 	q := url.Values{}
 	for {
@@ -243,6 +292,12 @@ func (c *Client) UserCounts(ctx context.Context, userID string) (map[string]Coun
 // Count is GET /counters/{userId}/{entityType}: one count (0 at version 0 if unknown).
 func (c *Client) Count(ctx context.Context, userID, entityType string) (Count, error) {
 	var out Count
+	if err := pathName("userId", userID); err != nil {
+		return out, err
+	}
+	if err := pathName("entityType", entityType); err != nil {
+		return out, err
+	}
 	err := c.get(ctx, "/counters/"+seg(userID)+"/"+seg(entityType), nil, &out)
 	return out, err
 }

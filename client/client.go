@@ -11,11 +11,20 @@
 // Every create carries an Idempotency-Key, generated once per call (or the caller's, given with
 // WithIdempotencyKey) and sent again on each of its retries, so that a create retried after its
 // answer was lost (a connection cut after the server committed, a 503 whose write had committed)
-// returns the original event and stores nothing new. A call is retried, with capped, jittered
-// exponential backoff, on a connection error, a 429 or a 503, after at least the answer's
-// Retry-After; and on the 409 of a create whose key is still in flight, which the API answers with
-// Retry-After to say exactly that. Any other 4xx is returned at once. The context's deadline bounds
-// the whole call, retries included.
+// returns the original event and stores nothing new; a create that failed after its retries
+// names its key (Error.IdempotencyKey, ConnectionError.IdempotencyKey), to be called again as the
+// same create. A read or a create is retried, with capped, jittered exponential backoff, on a
+// connection error, a 429, a 503, or API Gateway's 502 or 504, after at least the answer's
+// Retry-After; and a create on the 409 of its key still in flight, which the API answers with
+// Retry-After to say exactly that. A task's or a reference's retry (RetryTask, RetryReference) has
+// no key: it is retried only when it certainly did nothing (a 429, a connection refused), and a
+// 503 or a connection cut is returned for the caller to look before calling again. Any other 4xx
+// is returned at once. The context's deadline bounds the whole call, retries included.
+//
+// A user id, entity type or referenceId is a segment of a request's path: one that a path cannot
+// carry (empty, "." or "..", with '/', '\' or a control character, ending with a space, over 255
+// characters; exactlyonce.CheckPathName) is refused before anything is sent, as the API refuses
+// it, with an *Error of status 400 naming it.
 package client
 
 import (
@@ -29,6 +38,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -168,16 +178,23 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 		resp, err := c.attempt(ctx, r)
 		var wait time.Duration
 		switch {
+		case err != nil && ctx.Err() != nil && r.key != "":
+			// A create cut short may have been stored: its key, to call it again as the same one.
+			return nil, errors.Join(ctx.Err(), &ConnectionError{Err: err, IdempotencyKey: r.key})
 		case err != nil && ctx.Err() != nil:
 			return nil, errors.Join(ctx.Err(), err)
 		case errors.As(err, new(*localError)):
 			return nil, err // nothing was sent: nothing to retry
 		case err != nil:
-			lastErr = &ConnectionError{Err: err}
+			lastErr = &ConnectionError{Err: err, IdempotencyKey: r.key}
+			if !r.repeatable() && !notSent(err) {
+				return nil, lastErr // it may have been done: only the caller can tell
+			}
 		case resp.status >= 200 && resp.status < 300:
 			return resp, nil
 		default:
 			apiErr := newError(resp)
+			apiErr.IdempotencyKey = r.key
 			if !retryable(r, resp.status) {
 				return nil, apiErr
 			}
@@ -200,17 +217,34 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 	}
 }
 
-// retryable tells whether an answer with status may be retried: 429 and 503 always (nothing was
-// done, or a create's key makes doing it again harmless), and the 409 of a create whose key is in
-// flight. Any other status is the API's final word.
+// retryable tells whether an answer with status may be retried: a 429 always (API Gateway's
+// throttling: nothing was done); a 503, and API Gateway's 502 (the function failed) and 504 (it
+// timed out), when doing the request again is harmless (a read, or a create with its key), since
+// the write may have committed; and the 409 of a create whose key is in flight. Any other status
+// is the API's final word.
 func retryable(r request, status int) bool {
 	switch status {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	case http.StatusTooManyRequests:
 		return true
+	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return r.repeatable()
 	case http.StatusConflict:
 		return r.key != ""
 	}
 	return false
+}
+
+// repeatable tells whether the request may be sent again after an attempt whose outcome is
+// unknown: a read, or a create, whose Idempotency-Key makes a second attempt return the first's
+// answer. A task's or a reference's retry has no key: sent again after it was done, it could
+// retry a task that had failed again meanwhile.
+func (r request) repeatable() bool { return r.method == http.MethodGet || r.key != "" }
+
+// notSent tells whether a connection error happened before the request could reach the API: the
+// connection was never made (refused, no route, DNS), so nothing was done.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 func (c *Client) attempt(ctx context.Context, r request) (*response, error) {

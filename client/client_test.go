@@ -120,10 +120,11 @@ func TestEveryRouteAgainstTheLocalSystem(t *testing.T) {
 	require.NotEmpty(t, agents, "the local sweeper's agent")
 	workers, err := c.Workers(ctx, nil)
 	require.NoError(t, err)
-	if len(workers) > 0 {
-		w, err := c.Worker(ctx, workers[0].WorkerID)
+	require.False(t, workers.Truncated)
+	if len(workers.Workers) > 0 {
+		w, err := c.Worker(ctx, workers.Workers[0].WorkerID)
 		require.NoError(t, err)
-		require.Equal(t, workers[0].WorkerID, w.WorkerID)
+		require.Equal(t, workers.Workers[0].WorkerID, w.WorkerID)
 	}
 	active := true
 	_, err = c.Workers(ctx, &active)

@@ -23,7 +23,7 @@ var (
 	// ErrKeyReused: the Idempotency-Key was used with another request (422); nothing was written.
 	ErrKeyReused = errors.New("idempotency key reused with another request")
 	// ErrUnavailable: the API or its database could not serve the request, after the retries (429,
-	// 503, or no answer at all: a *ConnectionError).
+	// 502, 503, 504, or no answer at all: a *ConnectionError).
 	ErrUnavailable = errors.New("unavailable")
 )
 
@@ -38,10 +38,27 @@ type Error struct {
 	Field string
 	// RetryAfter is the answer's Retry-After (429, 503, 409), 0 if none.
 	RetryAfter time.Duration
+	// IdempotencyKey is the key a create carried (the caller's, or the one the client generated),
+	// "" on other calls: a create that failed may still have been stored, and called again with
+	// WithIdempotencyKey(IdempotencyKey) it is the same create, never a second one.
+	IdempotencyKey string
+	// Local is true when the client refused the request itself, before sending anything, with
+	// the status and message the API gives such a request (an empty Idempotency-Key, a user id a
+	// path cannot carry).
+	Local bool
+}
+
+// refused is the client's own 400 for a request it does not send, naming field.
+func refused(field, msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Message: msg, Field: field, Local: true}
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("exactlyonce API: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+	who := "exactlyonce API"
+	if e.Local {
+		who = "exactlyonce client, not sent"
+	}
+	return fmt.Sprintf("%s: %d %s: %s", who, e.Status, http.StatusText(e.Status), e.Message)
 }
 
 // Is makes errors.Is(err, ErrNotFound) and the others true for the statuses they stand for.
@@ -56,14 +73,20 @@ func (e *Error) Is(target error) bool {
 	case ErrKeyReused:
 		return e.Status == http.StatusUnprocessableEntity
 	case ErrUnavailable:
-		return e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests
+		return e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests ||
+			e.Status == http.StatusBadGateway || e.Status == http.StatusGatewayTimeout
 	}
 	return false
 }
 
 // ConnectionError is a call whose last attempt got no answer: the connection was refused, cut or
-// timed out. A create may still have been stored; with its key, calling it again is safe.
-type ConnectionError struct{ Err error }
+// timed out. A create may still have been stored; with its key, calling it again is safe. A task's
+// or reference's retry may have been done too: it is returned after its first such attempt.
+type ConnectionError struct {
+	Err error
+	// IdempotencyKey is the create's key, "" on other calls (see Error.IdempotencyKey).
+	IdempotencyKey string
+}
 
 func (e *ConnectionError) Error() string { return "exactlyonce API: no answer: " + e.Err.Error() }
 func (e *ConnectionError) Unwrap() error { return e.Err }

@@ -221,6 +221,13 @@ type Worker struct {
 	References        []string  `json:"references"`
 }
 
+// WorkerList is GET /workers's answer: the event workers, and whether the API left some out.
+type WorkerList struct {
+	Workers []Worker `json:"workers"`
+	// Truncated is true when the list ended at 4 MiB with workers left out.
+	Truncated bool `json:"truncated"`
+}
+
 // Count is one count of the counter service.
 type Count struct {
 	Sum     int64 `json:"sum"`

@@ -141,7 +141,7 @@ func NewCounterService(scope constructs.Construct, id string, props CounterServi
 		s.Function.Connections().AllowTo(n.SqsEndpoint, awsec2.Port_Tcp(jsii.Number(443)), jsii.String("counter to the SQS endpoint"))
 		n.SqsEndpoint.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Principals: &[]awsiam.IPrincipal{awsiam.NewArnPrincipal(s.Function.Role().RoleArn())},
-			Actions:    jsii.Strings("sqs:ChangeMessageVisibility"),
+			Actions:    jsii.Strings(VisibilityExtensionActions...),
 			Resources:  jsii.Strings(*s.Queue.QueueArn()),
 		}))
 	}

@@ -17,6 +17,13 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
+// VisibilityExtensionActions are the SQS calls a consumer's visibility extension makes through the
+// SQS endpoint (internal/sqsbatch/visibility.go): GetQueueAttributes, once, to read the queue's own
+// visibility timeout, then ChangeMessageVisibility at every heartbeat. The endpoint's policy allows
+// the processor and the counter function these on their own queue (the mapping's poller receives
+// and deletes outside the VPC).
+var VisibilityExtensionActions = []string{"sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}
+
 // ExactlyOnceProps configures NewExactlyOnce: what a CDK app that uses the construct decides. A zero
 // field is the default the app in infra/app deploys (tuning.go).
 type ExactlyOnceProps struct {
@@ -167,14 +174,15 @@ func NewExactlyOnce(scope constructs.Construct, id string, props ExactlyOnceProp
 	if s.Network != nil {
 		// Defence in depth: through the endpoint, the api can only send to the main queue and the
 		// processor only extend the visibility of its messages (receive and delete are done by the
-		// Lambda service's poller, outside the VPC).
+		// Lambda service's poller, outside the VPC). An extension reads the queue's own visibility
+		// timeout once first (internal/sqsbatch/visibility.go), so that it never sets less.
 		for _, use := range []struct {
-			fn     awslambda.Function
-			action string
-		}{{s.Functions.API, "sqs:SendMessage"}, {s.Functions.Processor, "sqs:ChangeMessageVisibility"}} {
+			fn      awslambda.Function
+			actions []string
+		}{{s.Functions.API, []string{"sqs:SendMessage"}}, {s.Functions.Processor, VisibilityExtensionActions}} {
 			s.Network.SqsEndpoint.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 				Principals: &[]awsiam.IPrincipal{awsiam.NewArnPrincipal(use.fn.Role().RoleArn())},
-				Actions:    jsii.Strings(use.action),
+				Actions:    jsii.Strings(use.actions...),
 				Resources:  jsii.Strings(*s.Queues.Main.QueueArn()),
 			}))
 		}

@@ -1,6 +1,7 @@
 package infra
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -27,12 +28,17 @@ func TestSynthNeedsNoAccountOrLookups(t *testing.T) {
 	}
 }
 
-// TestSQSEndpointPolicy: through the endpoint, the api may send to the main queue and the processor
-// extend visibility there; nothing else.
+// TestSQSEndpointPolicy: through the endpoint, the api may send to the main queue, and the processor
+// and the counter function may extend the visibility of their messages on their own queue; nothing
+// else. An extension makes two calls (internal/sqsbatch/visibility.go): GetQueueAttributes, once, to
+// read the queue's own visibility timeout (an extension never sets less), then
+// ChangeMessageVisibility; an endpoint policy that allows the second alone lets no extension happen
+// on AWS, where the functions reach SQS through the endpoint (its private DNS name is the SQS one).
 func TestSQSEndpointPolicy(t *testing.T) {
 	s := synth(t, variantAWS)
 	tpl := s.template
 	mainArn := getAtt(s.ref(t, s.stack.Queues.Main.QueueUrl()), "Arn")
+	countersArn := getAtt(s.ref(t, s.stack.Counters.Queue.QueueUrl()), "Arn")
 	// Exactly one endpoint, so each check below is about that one.
 	statements := assertions.NewCapture(nil)
 	must(t, "endpoint policy", func() {
@@ -40,14 +46,20 @@ func TestSQSEndpointPolicy(t *testing.T) {
 			"PolicyDocument": assertions.Match_ObjectLike(obj(map[string]any{"Statement": statements})),
 		}))
 	})
-	if n := len(*statements.AsArray()); n != 3 { // the counter's ChangeMessageVisibility: counters.go
+	if n := len(*statements.AsArray()); n != 3 { // the counter's visibility extension: counters.go
 		t.Errorf("SQS endpoint policy has %d statements, want 3: %s", n, mustJSON(statements.AsArray()))
 	}
+	extend := []any{"sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}
 	for _, use := range []struct {
 		fn     awslambda.Function
-		action string
-	}{{s.stack.Functions.API, "sqs:SendMessage"}, {s.stack.Functions.Processor, "sqs:ChangeMessageVisibility"}} {
-		check(t, "endpoint allows "+use.action+" to "+*use.fn.Node().Id()+"'s role only, on the main queue only", func() {
+		action any
+		queue  any
+	}{
+		{s.stack.Functions.API, "sqs:SendMessage", mainArn},
+		{s.stack.Functions.Processor, extend, mainArn},
+		{s.stack.Counters.Function, extend, countersArn},
+	} {
+		check(t, fmt.Sprintf("endpoint allows %v to %s's role only, on its queue only", use.action, *use.fn.Node().Id()), func() {
 			tpl.HasResourceProperties(jsii.String("AWS::EC2::VPCEndpoint"), obj(map[string]any{
 				"PolicyDocument": assertions.Match_ObjectLike(obj(map[string]any{
 					// Within arrayWith a plain object matches exactly: no other principal, action or resource.
@@ -55,7 +67,7 @@ func TestSQSEndpointPolicy(t *testing.T) {
 						"Effect":    "Allow",
 						"Action":    use.action,
 						"Principal": map[string]any{"AWS": getAtt(s.ref(t, use.fn.Role().RoleName()), "Arn")},
-						"Resource":  mainArn,
+						"Resource":  use.queue,
 					})),
 				})),
 			}))

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,13 +33,14 @@ func main() {
 	if err != nil {
 		os.Exit(2) // the flag package has said why
 	}
-	if err := run(ctx, getenv, config.IsSetInEnviron, os.Stdout); err != nil {
+	if err := run(ctx, getenv, os.Environ(), os.Stdout); err != nil {
 		os.Exit(1)
 	}
 }
 
 // environment is how the agent reads the environment getenv gives, as its flags (args) say: with
-// -local, config.LocalGetenv's reading.
+// -local, config.LocalGetenv's reading, and the tasks delivered as `make run` delivers them
+// (localWebhooks).
 func environment(args []string, getenv func(string) string) (func(string) string, error) {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	local := fs.Bool("local", false, "read the database as `make run` does: without DB_DSN and DB_HOST, "+
@@ -47,19 +49,43 @@ func environment(args []string, getenv func(string) string) (func(string) string
 		return nil, err
 	}
 	if *local {
-		return config.LocalGetenv(getenv), nil
+		return localWebhooks(config.LocalGetenv(getenv)), nil
 	}
 	return getenv, nil
 }
 
+// localWebhooks reads getenv as scripts/run.sh sets up `make run`: without WEBHOOK_SECRET and
+// WEBHOOK_SECRET_ARN, WEBHOOK_SECRET is the development secret (config.LocalWebhookSecret), and
+// without WEBHOOK_ALLOW_LOOPBACK, deliveries may go to loopback. An agent that delivers no task
+// still takes its share of the hash ranges, so a `make agent` without them left the tasks of its
+// range undelivered for as long as it ran.
+func localWebhooks(getenv func(string) string) func(string) string {
+	set := func(k string) bool { return strings.TrimSpace(getenv(k)) != "" }
+	devSecret := !set("WEBHOOK_SECRET") && !set("WEBHOOK_SECRET_ARN")
+	loopback := !set("WEBHOOK_ALLOW_LOOPBACK")
+	return func(k string) string {
+		switch {
+		case k == "WEBHOOK_SECRET" && devSecret:
+			return config.LocalWebhookSecret
+		case k == "WEBHOOK_ALLOW_LOOPBACK" && loopback:
+			return "true"
+		}
+		return getenv(k)
+	}
+}
+
 // run reads the configuration with getenv and runs the agents until ctx ends; a start-up error is
-// logged ("startup failed") and returned.
-func run(ctx context.Context, getenv func(string) string, isSet func(string) bool, stdout io.Writer) error {
+// logged ("startup failed") and returned. environ, when not nil, is the environment getenv reads
+// (config.LoadEnvironOf: a variable set to nothing, or unknown, is refused).
+func run(ctx context.Context, getenv func(string) string, environ []string, stdout io.Writer) error {
 	failed := func(err error) error {
 		slog.New(slog.NewJSONHandler(stdout, nil)).Error("startup failed", "err", err)
 		return err
 	}
-	cfg, err := config.LoadChecked(getenv, isSet)
+	cfg, err := config.LoadChecked(getenv, nil)
+	if environ != nil {
+		cfg, err = config.LoadEnvironOf(getenv, environ)
+	}
 	if err != nil {
 		return failed(err)
 	}

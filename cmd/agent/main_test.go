@@ -65,3 +65,19 @@ func TestLocalJoinsTheDatabaseMakeRunNames(t *testing.T) {
 		t.Fatalf("the agent did not stop:\n%s", out.String())
 	}
 }
+
+// The agent reads the process's environment as every entrypoint does (config.LoadEnvironOf): a
+// typo in a variable of its own (AGENT_BATCHSIZE) stops it at start, naming the variable, before
+// it touches the database; before, it was ignored and the agent claimed 50 events a batch.
+func TestAnUnknownVariableStopsTheAgentAtStart(t *testing.T) {
+	t.Parallel()
+	environ := []string{"DB_DSN=u:p@tcp(127.0.0.1:1)/nowhere", "AGENT_BATCHSIZE=5"}
+	getenv := func(k string) string {
+		return map[string]string{"DB_DSN": "u:p@tcp(127.0.0.1:1)/nowhere", "AGENT_BATCHSIZE": "5"}[k]
+	}
+	out := &testutil.Buffer{}
+	err := run(context.Background(), getenv, environ, out)
+	require.ErrorContains(t, err, "AGENT_BATCHSIZE is not a variable of this system")
+	require.Contains(t, out.String(), `"msg":"startup failed"`)
+	require.Contains(t, out.String(), "AGENT_BATCH_SIZE")
+}

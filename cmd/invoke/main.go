@@ -72,7 +72,7 @@ func functionEnv(environ []string, getenv func(string) string) []string {
 }
 
 // devWebhookSecret is `make run`'s development signing secret (scripts/run.sh).
-const devWebhookSecret = "whsec_ZXhhY3RseW9uY2UtbG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0"
+const devWebhookSecret = config.LocalWebhookSecret
 
 func main() {
 	fn := flag.String("fn", "", "function: api, processor, sweeper, migrate or counter")

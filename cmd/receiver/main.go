@@ -11,13 +11,18 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"unicode"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
@@ -83,6 +88,25 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.taken[id] = true
-	fmt.Fprintf(h.out, "%s %s\n", id, body)
+	fmt.Fprintf(h.out, "%s %s\n", plain(id), printable(body))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// printable is body as one line a terminal shows as it is: JSON without its insignificant
+// whitespace (a carriage return would rewrite the line, a newline split the record), anything else
+// quoted, control characters escaped.
+func printable(body []byte) string {
+	var b bytes.Buffer
+	if json.Compact(&b, body) == nil {
+		return b.String()
+	}
+	return strconv.QuoteToGraphic(string(body))
+}
+
+// plain is s as it is when every character of it is graphic and not a space, else quoted.
+func plain(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) }) >= 0 {
+		return strconv.QuoteToGraphic(s)
+	}
+	return s
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"net/http"
+	"slices"
+	"strings"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -37,4 +39,26 @@ func TestReceiverVerifiesAndDeduplicates(t *testing.T) {
 	res := forged.Deliver(t.Context(), webhook.Request{ID: "task_8", URL: srv.URL, Payload: []byte(`{}`)})
 	require.Equal(t, http.StatusUnauthorized, res.Status)
 	require.Equal(t, webhook.Permanent, res.Outcome)
+}
+
+// What the receiver prints is one line a delivery, whatever the body holds: a payload may carry
+// JSON's whitespace (a carriage return rewrites the terminal's line, a newline splits the record),
+// and a body that is not JSON may carry anything.
+func TestReceiverPrintsOneLineADelivery(t *testing.T) {
+	const secret = "whsec_ZXhhY3RseW9uY2UtbG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0"
+	h, err := newHandler(secret, 0)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	h.out = &out
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	key, err := webhook.ParseSecret(secret)
+	require.NoError(t, err)
+	client := webhook.New(webhook.Config{Key: key, AllowLoopback: true, Timeout: 5 * time.Second})
+	for id, body := range map[string]string{"task_1": "{\"a\":\r\n\t[1,\r 2]}", "task_2": "not json\r\x1b[2Kgone"} {
+		require.Equal(t, webhook.Delivered, client.Deliver(t.Context(), webhook.Request{ID: id, URL: srv.URL, Payload: []byte(body)}).Outcome)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	slices.Sort(lines)
+	require.Equal(t, []string{`task_1 {"a":[1,2]}`, `task_2 "not json\r\x1b[2Kgone"`}, lines)
 }

@@ -191,6 +191,9 @@ func (a *Agent) pulseLoop(ctx context.Context) {
 func (a *Agent) batch(hard, ctx context.Context, r exactlyonce.HashRange) (processing.Batch, error) {
 	bctx, cancel := context.WithTimeout(hard, a.cfg.BatchTimeout)
 	defer cancel()
+	// Told to stop, the batch finishes the deliveries under way and starts none: the tasks their
+	// settlements hand on are left pending for the agents that stay.
+	bctx = processing.Stopping(bctx, ctx)
 	var hr *exactlyonce.HashRange
 	if r != exactlyonce.AllHashes {
 		hr = &r

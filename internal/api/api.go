@@ -177,6 +177,9 @@ func toJSON(e exactlyonce.Event) EventJSON {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.routesOnce.Do(func() { s.router = s.routes() })
+	// Every answer is of the type it declares and no other: it may carry what callers stored (a
+	// task's payload and url, a receiver's error text), which no browser is to sniff into markup.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	s.bodyDeadline(w, r)
 	if s.Metrics != nil {
 		r = r.WithContext(metrics.With(r.Context(), s.Metrics))

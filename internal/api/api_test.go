@@ -216,3 +216,37 @@ func TestDatabaseUnreachableIs503WithoutInternalText(t *testing.T) {
 }
 
 func jsonID(id int64) string { b, _ := json.Marshal(id); return string(b) }
+
+// Every answer says X-Content-Type-Options: nosniff, errors, replays and the OpenAPI document
+// included: an answer carries what callers stored (a task's payload, url and referenceId, a
+// receiver's error text), and no browser may take it for anything but its declared type.
+func TestEveryAnswerForbidsSniffing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	markup := `{"url":"http://192.0.2.1.nip.io/<script>","referenceId":"<img src=x onerror=alert(1)>","payload":{"h":"<script>alert(1)</script>"}}`
+	for _, c := range []struct{ method, path, body, key string }{
+		{"POST", "/events", "", ""},
+		{"POST", "/events", "", "k-1"},
+		{"POST", "/events", "", "k-1"}, // the replay
+		{"POST", "/events/async", markup, ""},
+		{"GET", "/events/1", "", ""},
+		{"GET", "/events/999999", "", ""},
+		{"GET", "/events/<script>", "", ""},
+		{"GET", "/events?state=<b>", "", ""},
+		{"DELETE", "/events", "", ""},
+		{"GET", "/nowhere", "", ""},
+		{"GET", "/references/%3Cimg%3E/events", "", ""},
+		{"GET", "/openapi.yaml", "", ""},
+	} {
+		req, err := http.NewRequest(c.method, b.srv.URL+c.path, strings.NewReader(c.body))
+		require.NoError(t, err)
+		if c.key != "" {
+			req.Header.Set("Idempotency-Key", c.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), "%s %s (%d)", c.method, c.path, resp.StatusCode)
+	}
+}

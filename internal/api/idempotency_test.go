@@ -253,3 +253,28 @@ func TestDuplicateInFlightElsewhereWaitsThenConflicts(t *testing.T) {
 	require.EqualValues(t, 0, count(t, b))
 	require.Equal(t, http.StatusCreated, postKeyed(t, patient.URL, "/events", "k", "").status)
 }
+
+// Invariant: a body of only JSON whitespace is no body (docs/api.md, "Request bodies"), for its
+// key too: a repeat that sends one where the first sent none, or the other way round, is the same
+// request and gets the stored answer. It used to be a 422, "another request", for a request the
+// API reads as the same one; {} is still another body.
+func TestAWhitespaceBodyIsTheSameRequestAsNone(t *testing.T) {
+	t.Parallel()
+	b, _ := keyedServer(t, api.Idempotency{}, api.AsyncGroup{})
+	for _, c := range []struct{ path, key, first, again string }{
+		{"/events", "w1", "", " \r\n\t"},
+		{"/events", "w2", "\n", ""},
+		{"/events/async", "w3", "", "  "},
+		{"/events/async", "w4", "\t", "\r\n"},
+	} {
+		first := postKeyed(t, b.srv.URL, c.path, c.key, c.first)
+		require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, first.status, first.body)
+		again := postKeyed(t, b.srv.URL, c.path, c.key, c.again)
+		require.Equal(t, first.status, again.status, "%s %q then %q: %s", c.path, c.first, c.again, again.body)
+		require.Equal(t, first.body, again.body)
+		require.Equal(t, "true", again.replayed)
+	}
+	require.EqualValues(t, 4, count(t, b), "one event a key")
+	m := postKeyed(t, b.srv.URL, "/events", "w1", "{}")
+	require.Equal(t, http.StatusUnprocessableEntity, m.status, "{} is another body")
+}

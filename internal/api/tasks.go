@@ -108,6 +108,9 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		if !utf8.Valid(p) {
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload must be valid UTF-8 (JSON text is UTF-8)")
 		}
+		if d := jsonDepth(p); d > exactlyonce.MaxTaskPayloadDepth {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload nests values %d deep; at most %d", d, exactlyonce.MaxTaskPayloadDepth)
+		}
 		t.Payload = append(json.RawMessage(nil), p...)
 	}
 	if r, ok := fields["referenceId"]; ok {
@@ -127,6 +130,30 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		t.MaxRetries = n
 	}
 	return t, nil
+}
+
+// jsonDepth returns how deep the JSON text raw (valid JSON) nests arrays and objects: 0 for a
+// scalar, 1 for [] or {"a": 1}. Brackets inside strings do not count.
+func jsonDepth(raw []byte) int {
+	depth, most, inString, escaped := 0, 0, false, false
+	for _, c := range raw {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString:
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			most = max(most, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return most
 }
 
 // jsonInteger reads a JSON number whose value is an integer, as JSON Schema's "integer" (the
@@ -312,7 +339,7 @@ func attemptsPage(r *http.Request) (int, int, error) {
 				return 0, 0, exactlyonce.Errorf(exactlyonce.EINVALID, "after must be an attempt number (an integer of 0 or more), got %q", sanitize(vs[0]))
 			}
 			n, err := strconv.Atoi(vs[0])
-			if err != nil || n > math.MaxInt32 {
+			if err != nil || n > math.MaxInt32 { // a number too large for its type: "out of range" (docs/api.md, "Errors")
 				return 0, 0, exactlyonce.Errorf(exactlyonce.EINVALID, "after %s is out of range: an attempt number is at most %d", sanitize(vs[0]), math.MaxInt32)
 			}
 			after = n

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -60,6 +61,13 @@ func TestTaskValidation(t *testing.T) {
 		{`{"url": "https://example.com/x", "maxRetries": 1e400}`, "maxRetries"},
 		{`{"url": "https://example.com/x", "maxRetries": 2.6e1}`, "maxRetries"},
 		{`{"url": "https://example.com/x", "maxRetries": null}`, "maxRetries"},
+		// A payload nested deeper than a task's answers and receivers can read it back: the listing
+		// nests it three levels deeper, and Go's decoder (the console's proxy, the Go client) stops
+		// at 10,000, Ruby's JSON at 100 by default.
+		{`{"url": "https://example.com/x", "payload": ` + strings.Repeat("[", 65) + strings.Repeat("]", 65) + `}`,
+			"payload nests values 65 deep; at most 64"},
+		{`{"url": "https://example.com/x", "payload": ` + strings.Repeat(`{"a":`, 9000) + "1" + strings.Repeat("}", 9000) + `}`,
+			"payload nests values 9000 deep; at most 64"},
 		// Valid JSON nested past what encoding/json reads: said as such, not "not valid JSON".
 		{`{"url": "https://example.com/x", "payload": ` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
 			"request body nests values more than 10000 deep"},
@@ -78,6 +86,29 @@ func TestTaskValidation(t *testing.T) {
 	status, _, _ := b.do(t, "POST", "/events/async", `{"url": "https://example.com/x", "referenceId": "`+strings.Repeat("é", 255)+
 		`", "maxRetries": 25, "payload": "`+strings.Repeat("p", 256<<10-2)+`"}`)
 	require.Equal(t, http.StatusAccepted, status)
+
+	// A payload nested 64 deep is taken, and reads back, alone and in the listing (b.do decodes
+	// each answer with encoding/json); brackets in a string nest nothing.
+	deep := strings.Repeat(`[{"k":`, 32) + `"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[{{{{"` + strings.Repeat("}]", 32)
+	id := createTask(t, b, `{"url": "https://example.com/x", "payload": `+deep+`}`)
+	status, task, _ := b.do(t, "GET", fmt.Sprintf("/events/%d", id), "")
+	require.Equal(t, http.StatusOK, status)
+	raw, err := json.Marshal(task["payload"])
+	require.NoError(t, err)
+	require.JSONEq(t, deep, string(raw))
+	status, _, _ = b.do(t, "GET", "/events?state=pending", "")
+	require.Equal(t, http.StatusOK, status)
+
+	// Every JSON value is a payload, null too (the default, docs/tasks.md): the document must
+	// accept each (openapitest checks this request against it), where its payload schema, with no
+	// type, was read by kin-openapi as refusing null.
+	for _, payload := range []string{`null`, `{"a": [1, null]}`, `[]`, `"s"`, `1.5`, `true`} {
+		status, body, _ := b.do(t, "POST", "/events/async", `{"url": "https://example.com/x", "payload": `+payload+`}`)
+		require.Equal(t, http.StatusAccepted, status, payload)
+		e, err := b.store.Events.Get(context.Background(), int64(body["id"].(float64)))
+		require.NoError(t, err)
+		require.JSONEq(t, payload, string(e.Task.Payload), payload)
+	}
 
 	// An integer written as JSON Schema's "integer" (the contract's type) allows: 3.0, 1e1, -0.
 	for raw, want := range map[string]int{"3.0": 3, "1e1": 10, "-0": 0, "2.5e1": 25} {
@@ -243,6 +274,15 @@ func TestTaskLifeThroughTheAPI(t *testing.T) {
 	status, _, _ = b.do(t, "GET", "/events/999999/attempts", "")
 	require.Equal(t, 404, status)
 	status, _, _ = b.do(t, "POST", "/events/999999/retry", "")
+	require.Equal(t, 404, status)
+	// A plain event is not a task: its retry is a 409 (docs/api.md, openapi.yaml), its attempts a 404.
+	status, plain, _ := b.do(t, "POST", "/events", "")
+	require.Equal(t, 201, status)
+	plainID := int64(plain["id"].(float64))
+	status, got, _ = b.do(t, "POST", fmt.Sprintf("/events/%d/retry", plainID), "")
+	require.Equal(t, 409, status, "%v", got)
+	require.Equal(t, fmt.Sprintf("event %d is not a task: only a failed task can be retried", plainID), got["error"])
+	status, _, _ = b.do(t, "GET", fmt.Sprintf("/events/%d/attempts", plainID), "")
 	require.Equal(t, 404, status)
 }
 

@@ -272,8 +272,13 @@ func (w Webhook) GoString() string { return "config.Webhook" + w.String() }
 
 // Local configures the local runner (cmd/local, internal/local.Env); the functions ignore it.
 type Local struct {
-	// HTTPAddr is HTTP_ADDR: where the API listens, host:port (port 0 picks one).
+	// HTTPAddr is HTTP_ADDR: where the API listens, host:port (port 0 picks one); a loopback
+	// address unless AllowRemote.
 	HTTPAddr string
+	// AllowRemote is LOCAL_ALLOW_REMOTE: HTTP_ADDR may be an address others can reach. The local
+	// API has no authorisation, the console beside it retries tasks and redrives queues, and
+	// `make run` lets tasks reach loopback receivers: whoever reaches HTTP_ADDR can do all of it.
+	AllowRemote bool
 	// QueueName is QUEUE_NAME: the queue (and <name>-dlq) created on the SQS endpoint if missing.
 	QueueName string
 	// MappingConcurrency and MappingBatchSize are MAPPING_CONCURRENCY and MAPPING_BATCH_SIZE: the
@@ -295,9 +300,24 @@ type Local struct {
 // every variable with a bad value.
 func Load(getenv func(string) string) (Config, error) { return LoadChecked(getenv, nil) }
 
-// LoadEnviron is Load of the process's environment (os.Getenv), with LoadChecked's check: what
+// LoadEnviron is Load of the process's environment: LoadEnvironOf(os.Getenv, os.Environ()), what
 // every entrypoint reads.
-func LoadEnviron() (Config, error) { return LoadChecked(os.Getenv, IsSetInEnviron) }
+func LoadEnviron() (Config, error) { return LoadEnvironOf(os.Getenv, os.Environ()) }
+
+// LoadEnvironOf is LoadChecked of an environment whose variables, "name=value" each, are environ,
+// read through getenv (os.Getenv, or a reading of it such as LocalGetenv's): a variable environ sets,
+// even to nothing, is set; and a variable with one of OwnedPrefixes that no component reads is
+// refused, naming it and the variables of its prefix.
+func LoadEnvironOf(getenv func(string) string, environ []string) (Config, error) {
+	names := make([]string, 0, len(environ))
+	set := make(map[string]bool, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		names = append(names, name)
+		set[name] = true
+	}
+	return load(getenv, func(k string) bool { return set[k] }, names)
+}
 
 // IsSetInEnviron says whether the process's environment sets name, even to nothing.
 func IsSetInEnviron(name string) bool {
@@ -310,6 +330,11 @@ func IsSetInEnviron(name string) bool {
 // unset and given its component's default without a word (SWEEP_BATCH_SIZE=$N with N unset). A
 // string set empty still means none (HISTORY_BUCKET= : no archive).
 func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, error) {
+	return load(getenv, isSet, nil)
+}
+
+// load is LoadChecked, refusing those of names (the variables set) that are unknown.
+func load(getenv func(string) string, isSet func(string) bool, names []string) (Config, error) {
 	p := &parser{getenv: getenv, isSet: isSet}
 	c := Config{
 		DB: DB{
@@ -372,6 +397,7 @@ func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, e
 		MetricsAddr: p.str("METRICS_ADDR"),
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
+			AllowRemote:        p.flag("LOCAL_ALLOW_REMOTE"),
 			QueueName:          p.str("QUEUE_NAME"),
 			MappingConcurrency: p.optionalInt("MAPPING_CONCURRENCY", 0, MaxMappingConcurrency),
 			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, MaxMappingBatchSize),
@@ -442,8 +468,13 @@ func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, e
 		p.fail(fmt.Sprintf("RETRY_MAX (%s) must be at least RETRY_BASE (%s)", w.RetryMax, w.RetryBase))
 	}
 	if v := p.str("HTTP_ADDR"); v != "" {
-		if _, _, err := net.SplitHostPort(v); err != nil {
+		if host, _, err := net.SplitHostPort(v); err != nil {
 			p.fail(fmt.Sprintf("HTTP_ADDR must be host:port, such as 127.0.0.1:8080, got %q", v))
+		} else if !loopbackHost(host) && !c.Local.AllowRemote {
+			p.fail(fmt.Sprintf("HTTP_ADDR %s is not a loopback address: the local API has no authorisation, the console "+
+				"beside it retries tasks and redrives queues, and tasks may reach this machine's loopback receivers, so anyone "+
+				"who reaches it could do all of that. Listen on 127.0.0.1 (the default) and reach it through an SSH tunnel, "+
+				"or set LOCAL_ALLOW_REMOTE=true if the network it listens on is yours alone", v))
 		}
 	}
 	if v := p.str("METRICS_ADDR"); v != "" && v != MetricsOff {
@@ -456,8 +487,19 @@ func LoadChecked(getenv func(string) string, isSet func(string) bool) (Config, e
 			p.fail(fmt.Sprintf("LOG_LEVEL must be debug, info, warn or error, got %q", v))
 		}
 	}
+	p.unknownNames(names)
 	if len(p.errs) > 0 {
 		return c, fmt.Errorf("configuration: %s", strings.Join(p.errs, "; "))
 	}
 	return c, nil
+}
+
+// loopbackHost reports whether a listen address's host is loopback only: localhost or a loopback
+// IP. An empty host, or an unspecified address, listens on every interface.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -438,3 +438,62 @@ func TestHistory(t *testing.T) {
 		require.Equal(t, good, c.History.Bucket)
 	}
 }
+
+// The local runner's API has no authorisation, the console beside it retries tasks and redrives
+// queues, and `make run` lets tasks reach loopback receivers: HTTP_ADDR on an address others can
+// reach (every interface, or one that is not loopback) is refused unless LOCAL_ALLOW_REMOTE=true
+// says the network is the operator's alone, as cmd/ui refuses UI_ADDR unless UI_ALLOW_REMOTE=true.
+func TestHTTPAddrIsLoopbackUnlessAllowed(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:8080", ":8080", "[::]:8080", "192.168.1.5:8080", "example.com:8080"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "HTTP_ADDR": addr}))
+		require.ErrorContains(t, err, "HTTP_ADDR "+addr+" is not a loopback address", addr)
+		require.ErrorContains(t, err, "LOCAL_ALLOW_REMOTE=true", addr)
+		c, err := config.Load(env(map[string]string{"DB_DSN": "d", "HTTP_ADDR": addr, "LOCAL_ALLOW_REMOTE": "true"}))
+		require.NoError(t, err, addr)
+		require.True(t, c.Local.AllowRemote, addr)
+	}
+	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.2:0", "localhost:8080", "LOCALHOST:1", "[::1]:8080", ""} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "HTTP_ADDR": addr}))
+		require.NoError(t, err, addr)
+	}
+}
+
+// A variable with a prefix only this system reads that no component reads is refused at start,
+// naming it and the variables of its prefix: a typo (AGENT_BATCHSIZE=5 for AGENT_BATCH_SIZE) was
+// ignored, and the agent claimed its default 50 without a word. Variables of other prefixes
+// (PATH, DB_ of the machine's own, AWS_) are none of its business.
+func TestUnknownVariablesOfOwnedPrefixesAreRefused(t *testing.T) {
+	t.Parallel()
+	environ := []string{"DB_DSN=u:p@tcp(h:3306)/d", "AGENT_BATCHSIZE=5", "WEBHOOK_SECRETT=x", "SWEEP_GRACE=0",
+		"PATH=/bin", "DB_SOMETHING_ELSE=1", "AWS_PROFILE=x", "HOME="}
+	m := map[string]string{}
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	_, err := config.LoadEnvironOf(env(m), environ)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "AGENT_BATCHSIZE is not a variable of this system")
+	require.Contains(t, err.Error(), "AGENT_BATCH_SIZE, AGENT_EXPIRATION")
+	require.Contains(t, err.Error(), "WEBHOOK_SECRETT is not a variable of this system")
+	for _, other := range []string{"SWEEP_GRACE is", "PATH", "DB_SOMETHING_ELSE", "AWS_PROFILE", "HOME"} {
+		require.NotContains(t, err.Error(), other)
+	}
+
+	// Every variable the configuration reads, set, is known; and so set to nothing is refused as
+	// LoadChecked refuses it (a number set to nothing), through LoadEnvironOf's own reading of what is set.
+	_, err = config.LoadEnvironOf(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d"}), []string{"DB_DSN=u:p@tcp(h:3306)/d", "AGENT_BATCH_SIZE="})
+	require.ErrorContains(t, err, "AGENT_BATCH_SIZE is set but empty")
+	known := []string{"DB_DSN=u:p@tcp(h:3306)/d"}
+	for _, k := range []string{"AGENT_NAME", "AGENT_PULSE_INTERVAL", "AGENT_EXPIRATION", "AGENT_POLL_INTERVAL", "AGENT_BATCH_SIZE",
+		"SWEEP_BATCH_SIZE", "SWEEP_GRACE", "SWEEP_INTERVAL", "SWEEPER_SHARDS", "WEBHOOK_TIMEOUT", "WEBHOOK_ALLOW_LOOPBACK",
+		"WEBHOOK_ALLOW_PRIVATE", "VISIBILITY_HEARTBEAT", "IDEMPOTENCY_TTL", "IDEMPOTENCY_WAIT", "IDEMPOTENCY_REQUIRED",
+		"HISTORY_BUCKET", "MAPPING_CONCURRENCY", "MAPPING_BATCH_SIZE", "RETRY_BASE", "RETRY_MAX", "WORKER_MAX_REFERENCES",
+		"WORKER_RETENTION", "ALLOCATOR_BLOCK_SIZE", "PROCESSOR_TIMEOUT", "ASYNC_LINGER"} {
+		known = append(known, k+"=")
+	}
+	_, err = config.LoadEnvironOf(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d"}), known)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "not a variable of this system")
+}

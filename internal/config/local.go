@@ -50,3 +50,9 @@ func LocalGetenv(getenv func(string) string) func(string) string {
 		return getenv(k)
 	}
 }
+
+// LocalWebhookSecret is the development signing secret of local runs: `make run` (scripts/run.sh)
+// and `make agent` (bin/agent -local) sign tasks with it when neither WEBHOOK_SECRET nor
+// WEBHOOK_SECRET_ARN is set, so that the agents of one local system deliver alike. Never in a
+// deployment: it is in this repository.
+const LocalWebhookSecret = "whsec_ZXhhY3RseW9uY2UtbG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0"

@@ -18,11 +18,48 @@ type parser struct {
 	getenv func(string) string
 	isSet  func(string) bool // nil: unknown, and blank is unset
 	errs   []string
+	read   map[string]bool // every variable read, for unknownNames
 }
 
 func (p *parser) fail(msg string) { p.errs = append(p.errs, msg) }
 
-func (p *parser) str(k string) string { return strings.TrimSpace(p.getenv(k)) }
+func (p *parser) str(k string) string {
+	if p.read == nil {
+		p.read = map[string]bool{}
+	}
+	p.read[k] = true
+	return strings.TrimSpace(p.getenv(k))
+}
+
+// OwnedPrefixes are the prefixes of the variables only this system reads: a variable set with one
+// of them that no component reads (AGENT_BATCHSIZE for AGENT_BATCH_SIZE) is refused at start, where
+// it would be ignored, and its component would take its default without a word. DB_ is not among
+// them: a machine may set DB_ variables of its own.
+func OwnedPrefixes() []string {
+	return []string{"AGENT_", "SWEEP_", "SWEEPER_", "SHARDS_", "WEBHOOK_", "VISIBILITY_", "IDEMPOTENCY_",
+		"HISTORY_", "MAPPING_", "RETRY_", "WORKER_", "ALLOCATOR_", "PROCESSOR_", "ASYNC_"}
+}
+
+// unknownNames says, for each of names (the variables set in the environment) that has an owned
+// prefix and that the parser did not read, that it is unknown, naming the variables of its prefix.
+func (p *parser) unknownNames(names []string) {
+	for _, n := range names {
+		i := slices.IndexFunc(OwnedPrefixes(), func(pre string) bool { return strings.HasPrefix(n, pre) })
+		if i < 0 || p.read[n] {
+			continue
+		}
+		pre := OwnedPrefixes()[i]
+		var known []string
+		for k := range p.read {
+			if strings.HasPrefix(k, pre) {
+				known = append(known, k)
+			}
+		}
+		slices.Sort(known)
+		p.fail(fmt.Sprintf("%.64s is not a variable of this system, and would be ignored: the %s variables are %s",
+			n, pre, strings.Join(known, ", ")))
+	}
+}
 
 // typed reads the value of a number, duration or true/false variable: "" when unset, and when set
 // but blank too after saying so, if the parser can tell (isSet).

@@ -9,6 +9,9 @@
 // web page the operator visits elsewhere from using it:
 //   - a Host check (a DNS-rebinding defence): a request whose Host is not one of the console's own
 //     names is refused, so a foreign name resolved to 127.0.0.1 reaches nothing;
+//   - the refusal of any request under /ui/api/ that Sec-Fetch-Site or Origin says comes from
+//     another site or origin (foreign), so that a page elsewhere cannot make the console call the
+//     API or AWS with the operator's credentials, even blind;
 //   - a CSRF token for every POST (the only method that changes anything), given by
 //     GET /ui/api/session, which other origins cannot read (no CORS headers), and the refusal of a
 //     POST that Sec-Fetch-Site or Origin says comes from another site;
@@ -146,6 +149,12 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "this console does not answer to the host "+quote(r.Host)+": open it by the address it printed")
 		return
 	}
+	if api {
+		if refusal := c.foreign(r); refusal != "" {
+			writeError(w, http.StatusForbidden, refusal)
+			return
+		}
+	}
 	switch {
 	case path == "/ui":
 		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
@@ -177,6 +186,22 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, http.StatusNotFound, "no such page: the console is at /ui/")
 	}
+}
+
+// foreign returns why a request under /ui/api/ is refused as another site's or origin's doing, or ""
+// if it is not: Sec-Fetch-Site other than same-origin (the console's own pages) or none (a URL
+// typed by the operator), or an Origin other than the console's own. A request with neither header
+// is a program's (curl), and passes. Without this, a page elsewhere that the operator visits could
+// not read the answers (no CORS headers), but it could still make the console call the API, the
+// queues and CloudWatch with the operator's AWS credentials, as often as it likes, and time them.
+func (c *console) foreign(r *http.Request) string {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return "refused: the request comes from another site (Sec-Fetch-Site: " + quote(site) + "); the console's API answers its own pages"
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !strings.EqualFold(origin, "http://"+r.Host) {
+		return "refused: the request comes from another origin (" + quote(origin) + "); the console's API answers its own pages"
+	}
+	return ""
 }
 
 // checkPost refuses a POST that is not the console's own: without the session's CSRF token in

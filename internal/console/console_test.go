@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -273,4 +274,62 @@ func TestStaticDirectories(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, rec.Code, name)
 		require.NotContains(t, rec.Body.String(), "app.js", name)
 	}
+}
+
+// countingRates is a RatesSource that counts its calls (against AWS, each is a GetMetricData signed
+// with the operator's credentials).
+type countingRates struct{ calls atomic.Int64 }
+
+func (c *countingRates) Rates(context.Context) (Rates, error) {
+	c.calls.Add(1)
+	return Rates{Source: "test"}, nil
+}
+
+// A page on another site cannot make the operator's browser use the console's API, to read or to
+// call: a request under /ui/api/ that the browser marks as another site's (Sec-Fetch-Site
+// cross-site or same-site, which a page on another port of localhost is) or another origin's is
+// refused before anything is called, the API (against AWS, signed with the operator's
+// credentials), the rates' source (CloudWatch) or the queues (SQS); the session's token is not
+// given to it either. The pages themselves still open from a link elsewhere (a navigation), and
+// the console's own requests (same-origin), typed URLs (none) and programs (no such headers) are
+// served.
+func TestCrossSiteRequestsReachNothing(t *testing.T) {
+	t.Parallel()
+	api := &fakeAPI{}
+	rates := &countingRates{}
+	base := serve(t, Options{API: api, Rates: rates})
+	for _, c := range []struct {
+		name    string
+		headers map[string]string
+	}{
+		{"cross-site", map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}},
+		{"same-site", map[string]string{"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}},
+		{"foreign origin", map[string]string{"Origin": "http://evil.example"}},
+		{"null origin", map[string]string{"Origin": "null"}},
+	} {
+		for _, p := range []string{"/ui/api/session", "/ui/api/agents", "/ui/api/events?state=failed", "/ui/api/events/5",
+			"/ui/api/references/ref-1/events", "/ui/api/rates", "/ui/api/queues"} {
+			status, h, body := do(t, "GET", base+p, "", c.headers)
+			require.Equal(t, http.StatusForbidden, status, "%s %s: %s", c.name, p, body)
+			require.Contains(t, body, "refused", c.name)
+			require.NotContains(t, body, "csrfToken", c.name)
+			requireSecurityHeaders(t, h, c.name+" "+p)
+		}
+	}
+	require.Empty(t, api.received(), "no cross-site request reached the API")
+	require.Zero(t, rates.calls.Load(), "no cross-site request read the rates")
+
+	// The pages open from a link on another site.
+	status, _, _ := do(t, "GET", base+"/ui/", "", map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"})
+	require.Equal(t, http.StatusOK, status)
+	// The console's own reads, a typed URL, and a program.
+	own := "http://" + strings.TrimPrefix(base, "http://")
+	for _, headers := range []map[string]string{{"Sec-Fetch-Site": "same-origin", "Origin": own}, {"Sec-Fetch-Site": "same-origin"}, {"Sec-Fetch-Site": "none"}, nil} {
+		for _, p := range []string{"/ui/api/session", "/ui/api/agents", "/ui/api/rates"} {
+			status, _, body := do(t, "GET", base+p, "", headers)
+			require.Equal(t, http.StatusOK, status, "%v %s: %s", headers, p, body)
+		}
+	}
+	require.Len(t, api.received(), 4)
+	require.EqualValues(t, 4, rates.calls.Load())
 }

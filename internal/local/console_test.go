@@ -98,7 +98,8 @@ func TestConsoleBesideTheAPI(t *testing.T) {
 // With the console on the same port, the local API (which has no authorisation of its own) answers
 // programs and the browser on its own address only: a cross-site page's POST (a simple request,
 // sent without a CORS preflight), a POST with a foreign Origin, and a DNS-rebinding page's request
-// (same-origin to the browser, under another Host) are refused and create nothing.
+// (same-origin to the browser, under another Host) are refused and create nothing. Every answer, the
+// refusals too, says nosniff.
 func TestTheLocalAPIRefusesOtherSitesBrowsers(t *testing.T) {
 	t.Parallel()
 	sys, store, _ := startWithConsole(t)
@@ -116,6 +117,7 @@ func TestTheLocalAPIRefusesOtherSitesBrowsers(t *testing.T) {
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		_, _ = io.Copy(io.Discard, resp.Body)
+		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), "%v %v: %d", host, headers, resp.StatusCode)
 		return resp.StatusCode
 	}
 	for name, c := range map[string]struct {

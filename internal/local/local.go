@@ -340,6 +340,7 @@ func withConsole(api, ui http.Handler, addr string) http.Handler {
 		}
 		if !browserAllowed(r, hosts) {
 			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
 			w.WriteHeader(http.StatusForbidden)
 			_, _ = w.Write([]byte(`{"error":"refused: a browser request from another site or host name; the local API answers programs, and browsers on its own address"}` + "\n"))
 			return

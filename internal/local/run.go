@@ -36,18 +36,23 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 }
 
 // RunEnviron is Run of the process's environment, which also refuses a number, duration or
-// true/false variable set to nothing (config.LoadChecked): what cmd/local runs.
+// true/false variable set to nothing, and a variable of the system's prefixes that no component
+// reads (config.LoadEnvironOf): what cmd/local runs.
 func RunEnviron(ctx context.Context, stdout io.Writer) error {
-	return run(ctx, os.Getenv, config.IsSetInEnviron, stdout)
+	return run(ctx, os.Getenv, os.Environ(), stdout)
 }
 
-func run(ctx context.Context, getenv func(string) string, isSet func(string) bool, stdout io.Writer) error {
+// run is Run; environ, when not nil, is the environment getenv reads (config.LoadEnvironOf).
+func run(ctx context.Context, getenv func(string) string, environ []string, stdout io.Writer) error {
 	failed := func(err error) error {
 		slog.New(slog.NewJSONHandler(stdout, nil)).Error("startup failed", "err", err)
 		return err
 	}
 	getenv = Getenv(getenv)
-	cfg, err := config.LoadChecked(getenv, isSet)
+	cfg, err := config.LoadChecked(getenv, nil)
+	if environ != nil {
+		cfg, err = config.LoadEnvironOf(getenv, environ)
+	}
 	if err != nil {
 		return failed(err)
 	}

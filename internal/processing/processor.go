@@ -71,7 +71,10 @@ func (p *Processor) Close(ctx context.Context) error {
 //     or died, claims it);
 //   - an event whose work failed this time fails (it waits its backoff); one whose work failed for
 //     the last allowed time is settled as failed, with its error, and its message succeeds;
-//   - an id that names no event fails (it ends in the dead-letter queue, where someone can look);
+//   - an id beyond the id counter fails (no event has it: it ends in the dead-letter queue, where
+//     someone can look); an id at or below it that names no open event is taken for settled
+//     (Store.Outcomes reads no history), so one no event took (a block's unused id, an agent's)
+//     succeeds: it names nothing to process;
 //   - a message naming several events ({"ids": [...]}) succeeds only when every one of them does;
 //   - if the claim's transaction fails, every message fails: nothing was committed (or, if only
 //     the commit's answer was lost, the messages come back and find their events settled).

@@ -53,6 +53,13 @@ func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 	done, err := store.Events.CreateProcessed(ctx, "earlier")
 	require.NoError(t, err)
 
+	// The id counter is ahead of every event: the rest of the block the store reserved. The last
+	// id of it names no event, and can name none but its store's next create: taken for settled
+	// (Outcomes reads no history), its message is acknowledged; the id after it fails.
+	counter, err := store.DB.ReadIDCounter(ctx)
+	require.NoError(t, err)
+	require.Greater(t, counter, done.ID, "a block of ids reserved ahead")
+
 	// Another worker holds `held` for the whole batch.
 	tx := holdRow(t, store, held)
 
@@ -62,12 +69,16 @@ func TestBatchReportsExactlyTheMessagesThatMustComeBack(t *testing.T) {
 		record("m-held", queue.Encode(held)),
 		record("m-done", queue.Encode(done.ID)),
 		record("m-unknown", queue.Encode(987654)),
+		record("m-unused", queue.Encode(counter)),
+		record("m-beyond", queue.Encode(counter+1)),
 		record("m-garbage", "{{{"),
 		record("m-negative", `{"id":-4}`),
 		record("m-extra", `{"id":1,"drop":"table"}`),
 	}})
 	require.NoError(t, err, "the handler never fails the whole batch")
-	require.ElementsMatch(t, []string{"m-held", "m-unknown", "m-garbage", "m-negative", "m-extra"}, failedIDs(resp))
+	require.ElementsMatch(t, []string{"m-held", "m-unknown", "m-beyond", "m-garbage", "m-negative", "m-extra"}, failedIDs(resp))
+	_, err = store.Events.Get(ctx, counter)
+	require.Equal(t, exactlyonce.ENOTFOUND, exactlyonce.ErrorCode(err), "an acknowledged unused id wrote nothing")
 
 	e, err := store.Events.Get(ctx, fresh)
 	require.NoError(t, err)

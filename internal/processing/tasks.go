@@ -57,9 +57,25 @@ func (e *Engine) TimeForTask() time.Duration {
 	return e.Tasks.timeout() + deadlineMargin
 }
 
-// timeFor tells whether ctx leaves time for one more delivery and its settlement.
+// stopKey is the context key of Stopping's stop.
+type stopKey struct{}
+
+// Stopping returns ctx told that its process is stopping once stop ends: from then on the task
+// path starts no delivery. The deliveries under way finish and are settled under ctx, and the task
+// each settlement hands on is left pending for any claim, where the chain would go on delivering a
+// busy reference's tasks for as long as ctx's deadline allows (an agent's batch runs to its end
+// after SIGTERM, under a context that SIGTERM does not end).
+func Stopping(ctx, stop context.Context) context.Context {
+	return context.WithValue(ctx, stopKey{}, stop)
+}
+
+// timeFor tells whether ctx leaves time for one more delivery and its settlement, and its process
+// is not stopping (Stopping).
 func (t *Tasks) timeFor(ctx context.Context) bool {
 	if ctx.Err() != nil {
+		return false
+	}
+	if stop, ok := ctx.Value(stopKey{}).(context.Context); ok && stop.Err() != nil {
 		return false
 	}
 	d, ok := ctx.Deadline()

@@ -2,7 +2,9 @@ package sqsbatch_test
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,4 +69,38 @@ func TestHeartbeatNeverShortensTheQueuesVisibility(t *testing.T) {
 	for _, v := range rec.calls() {
 		require.GreaterOrEqual(t, v, int32(30), "every extension keeps at least the queue's own visibility timeout")
 	}
+}
+
+// A heartbeat no shorter than the queue's visibility timeout extends nothing in time: a batch
+// slower than the queue's timeout has its messages delivered again before the first extension
+// (each such delivery finds its events busy and counts towards the DLQ). Config cannot see the
+// queue's timeout, so the handler says so, once per queue, when it first reads it; before, such a
+// VISIBILITY_HEARTBEAT was taken without a word.
+func TestAHeartbeatTooLongForTheQueueIsSaidOnce(t *testing.T) {
+	t.Parallel()
+	client := localsqs.Client(t)
+	q := localsqs.Queues(t, client, 1, 5)
+	ctx := context.Background()
+	_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String("1")})
+	require.NoError(t, err)
+	got, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), WaitTimeSeconds: 20})
+	require.NoError(t, err)
+	require.Len(t, got.Messages, 1)
+	m := got.Messages[0]
+
+	logs := &testutil.Buffer{}
+	rec := &recordingClient{Client: client}
+	h := &sqsbatch.Handler[int]{Name: "test", Decode: strconv.Atoi, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		Visibility: &sqsbatch.Visibility{Client: rec, QueueURL: q.URL, Heartbeat: 1500 * time.Millisecond, Extension: 5 * time.Second},
+		Work: func(context.Context, []sqsbatch.Message[int]) ([]string, error) {
+			testutil.Eventually(t, 20*time.Second, "two heartbeats", func() bool { return len(rec.calls()) >= 2 })
+			return nil, nil
+		}}
+	_, err = h.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{MessageId: aws.ToString(m.MessageId),
+		ReceiptHandle: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body), EventSourceARN: q.ARN}}})
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(logs.String(), "the heartbeat is not shorter than the queue's visibility timeout"), logs.String())
+	require.Contains(t, logs.String(), `"heartbeat":"1.5s"`)
+	require.Contains(t, logs.String(), `"queueVisibilityTimeout":"1s"`)
+	require.Contains(t, logs.String(), `"level":"WARN"`)
 }

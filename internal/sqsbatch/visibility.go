@@ -64,6 +64,7 @@ type Visibility struct {
 	Extended atomic.Int64
 
 	timeouts sync.Map // queue URL -> its visibility timeout (time.Duration), read once
+	warned   sync.Map // queue URL -> true once a heartbeat too long for it was said
 }
 
 // queueTimeout returns the visibility timeout of the queue at url, read once and remembered.
@@ -126,6 +127,15 @@ func (v *Visibility) keep(ctx context.Context, records []events.SQSMessage, log 
 					// Without it an extension might shorten what the queue gave: make none.
 					log.Warn("sqsbatch: cannot read the queue's visibility timeout; not extending", "queue", url, "err", err)
 					continue
+				}
+				if heartbeat >= queueTimeout {
+					if _, said := v.warned.LoadOrStore(url, true); !said {
+						// Config cannot see the queue's timeout: said here, once per queue, when it
+						// first matters (a batch slower than the heartbeat).
+						log.Warn("sqsbatch: the heartbeat is not shorter than the queue's visibility timeout: "+
+							"a batch slower than the queue's timeout has its messages delivered again before an extension "+
+							"(VISIBILITY_HEARTBEAT)", "queue", url, "heartbeat", heartbeat.String(), "queueVisibilityTimeout", queueTimeout.String())
+					}
 				}
 				// Not the handler's context: a call started just before the deadline still ends
 				// cleanly, and is bounded on its own.

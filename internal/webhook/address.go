@@ -119,6 +119,11 @@ type RefusedError struct {
 	What string     // what the address is, "a loopback address"
 	Hint string     // the setting that would allow it, if any
 	Fix  string     // how to write the host instead, if that is the fix
+	// Resolved is set when Addr is what the resolver answered for the name Host (a refusal at the
+	// dial): the reason then says what kind of address the name resolves to, not the address. The
+	// reason is the task's exceptionMessage, which every reader of the API sees, and the resolver is
+	// the deliverers' (on AWS, the VPC's): its answers for internal names are internal.
+	Resolved bool
 }
 
 func (e *RefusedError) Error() string { return "refused: " + e.Reason() }
@@ -127,6 +132,8 @@ func (e *RefusedError) Error() string { return "refused: " + e.Reason() }
 func (e *RefusedError) Reason() string {
 	var s string
 	switch {
+	case e.Resolved && e.Host != "":
+		s = e.Host + " resolves to "
 	case !e.Addr.IsValid() && e.Host == "":
 		s = "the address is "
 	case !e.Addr.IsValid():

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/exactlyonce/exactlyonce/internal/testutil"
 )
 
 // How answers, and their absence, are classified; the client's other edges.
@@ -280,5 +283,52 @@ func TestConcurrentDeliveries(t *testing.T) {
 		if got := seen["task_"+strconv.Itoa(i)]; got != strconv.Itoa(i) {
 			t.Errorf("task_%d: the receiver got %q", i, got)
 		}
+	}
+}
+
+// A failure's message is the task's exceptionMessage, which every reader of the API sees: it says
+// what happened at the receiver's address, and names no address of the delivering side. A
+// connection the receiver resets names the receiver's address, not the delivering process's own
+// (on AWS, the function's private address in the VPC); a name that does not resolve is said so,
+// without the resolver's address (the VPC's DNS).
+func TestFailureMessagesNameNoAddressOfOurs(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	peers := make(chan string, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Read the whole request, then reset the connection instead of answering.
+			_, _ = http.ReadRequest(bufio.NewReader(c))
+			peers <- c.RemoteAddr().String()
+			_ = c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}()
+	c := New(Config{Key: testKey(t), AllowLoopback: true, Timeout: 5 * time.Second})
+	res := c.Deliver(t.Context(), Request{ID: "t", URL: "http://" + ln.Addr().String() + "/", Payload: []byte(`{}`)})
+	ours := <-peers
+	if res.Outcome != Temporary || !strings.Contains(res.Message, "connection reset by peer") || !strings.Contains(res.Message, ln.Addr().String()) {
+		t.Errorf("reset: %+v", res)
+	}
+	if strings.Contains(res.Message, ours) {
+		t.Errorf("reset: the message %q names the delivering side's address %s", res.Message, ours)
+	}
+
+	dns := testutil.NewDNS(nil)
+	c = New(Config{Key: testKey(t), Resolver: dns.Resolver(), Timeout: 5 * time.Second})
+	res = c.Deliver(t.Context(), Request{ID: "t", URL: "http://nx.test/", Payload: []byte(`{}`)})
+	if want := "dial tcp: lookup nx.test: no such host"; res.Outcome != Temporary || res.Message != want {
+		t.Errorf("unknown name: %v %q, want temporary %q", res.Outcome, res.Message, want)
+	}
+	if len(dns.Names()) == 0 {
+		t.Error("the test's resolver was not asked")
 	}
 }

@@ -230,7 +230,8 @@ func (c *Client) deliver(ctx context.Context, r Request, start time.Time) Result
 	if err != nil {
 		var refused *RefusedError
 		if errors.As(err, &refused) {
-			refused.Host = u.Hostname()
+			// CheckHost passed the host, so it is a name, and the address its resolution's.
+			refused.Host, refused.Resolved = u.Hostname(), true
 			return Result{Outcome: Refused, Message: refused.Error()}
 		}
 		return Result{Outcome: Temporary, Message: c.errorText(parent, ctx, err)}
@@ -273,6 +274,19 @@ func (c *Client) errorText(parent, ctx context.Context, err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
+	}
+	// The message is the task's exceptionMessage, which every reader of the API sees: it names the
+	// receiver's address, never one of ours. An error on an open connection names its local end
+	// ("read tcp 10.0.3.17:41234->..."), on AWS the function's private address in the VPC, and a
+	// failed lookup the resolver it asked ("lookup x on 10.0.0.2:53"), the VPC's DNS. The errors
+	// are this attempt's own, so they are changed in place.
+	var op *net.OpError
+	if errors.As(err, &op) {
+		op.Source = nil
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		dns.Server = ""
 	}
 	return err.Error()
 }

@@ -3,8 +3,10 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 )
 
 // MaxURLBytes is the longest url a task may carry.
@@ -44,10 +46,42 @@ func ValidateURL(raw string) error {
 	if u.Hostname() == "" {
 		return errors.New("url must have a host")
 	}
+	if h := u.Hostname(); !lookupable(h) {
+		return fmt.Errorf("url host %q is not a host name or an IP address", h)
+	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return fmt.Errorf("url port must be from 1 to 65535, got %q", p)
 		}
 	}
 	return nil
+}
+
+// lookupable tells whether host can be dialled at all: an IP address, or a name whose ASCII form
+// (IDNA, as net/http maps it) is labels of 1 to 63 letters, digits, hyphens and underscores, 253
+// bytes at most, with one trailing dot allowed. A host with other bytes (a NUL or a percent that
+// url.Parse decoded, a space, a semicolon) or an empty label would only fail at every delivery.
+func lookupable(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	if mapped, ok := idnaASCII(host); ok {
+		host = mapped
+	}
+	host = strings.TrimSuffix(host, ".")
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(host, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package agentstore_test
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"sync"
 	"testing"
@@ -122,6 +123,73 @@ func TestPulseAndEjectOnTheDatabaseClock(t *testing.T) {
 	as, err := store.Agents.Agents(ctx)
 	require.NoError(t, err)
 	require.Empty(t, as)
+}
+
+// An agent whose pulse is committing while another ejects it stays: the ejection read it expired
+// (ExpiredAgents, a consistent read that does not wait for the pulse), but its DELETE checks the
+// expiration again under the row lock, so it waits for the pulse and then finds the row unexpired.
+// Forced: the test holds the pulse's row lock, uncommitted, until the DELETE waits for it. (With the
+// DELETE's expiration check taken out, the live agent was ejected and its next pulse found no row.)
+func TestAnAgentPulsingWhileItIsEjectedStays(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	db := store.DB.Pool()
+	ctx := context.Background()
+	spec := exactlyonce.AgentSpec{Name: "x", Kind: "test", Sharding: exactlyonce.ShardingDynamic}
+	live, err := store.Agents.RegisterAgent(ctx, spec, time.Minute)
+	require.NoError(t, err)
+	late, err := store.Agents.RegisterAgent(ctx, spec, time.Millisecond)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var expired bool
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT expiration < NOW(6) FROM agents WHERE id = ?", late.ID).Scan(&expired))
+		return expired
+	}, 10*time.Second, 10*time.Millisecond, "late expires on the database's clock")
+
+	// late's pulse, its row locked and not committed yet (PulseAgent's statement, in a transaction
+	// held open).
+	pulse, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	defer pulse.Rollback()
+	res, err := pulse.ExecContext(ctx, "UPDATE agents SET expiration = NOW(6) + INTERVAL 60 SECOND, last_pulse_at = NOW(6) WHERE id = ? LIMIT 1", late.ID)
+	require.NoError(t, err)
+	n, err := res.RowsAffected()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
+	type ejected struct {
+		gone []exactlyonce.Agent
+		err  error
+	}
+	done := make(chan ejected, 1)
+	go func() {
+		gone, err := store.Agents.EjectExpiredAgents(ctx, live.ID)
+		done <- ejected{gone, err}
+	}()
+	// The ejection's DELETE waits for the pulse's row lock.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting int
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE DB = DATABASE() AND INFO LIKE 'DELETE FROM agents%'`).Scan(&waiting))
+		if waiting > 0 {
+			break
+		}
+		select {
+		case e := <-done:
+			t.Fatalf("the ejection returned (%v, %v) before its DELETE waited for the pulse", e.gone, e.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the ejection's DELETE did not run within 30 s")
+	}
+	require.NoError(t, pulse.Commit())
+
+	e := <-done
+	require.NoError(t, e.err)
+	require.Empty(t, e.gone, "an agent that pulsed before the DELETE had its row is not ejected")
+	ok, err := store.Agents.PulseAgent(ctx, late.ID, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok, "late still has its row")
 }
 
 // A name or kind longer than its column is cut to the column's length in characters (VARCHAR counts

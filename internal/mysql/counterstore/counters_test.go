@@ -2,10 +2,13 @@ package counterstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
@@ -299,4 +302,57 @@ func TestLoadCounters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10, checked)
 	require.Empty(t, bad)
+}
+
+// Every message the consumer accepts can be recorded with its notification: names of 255
+// characters that JSON escapes to six bytes each ('<', '>' and '&' as \u003c, U+2028 as \u2028,
+// a control character of an entityId as \u0001) make a notification of about 4,700 bytes, which
+// did not fit the 4,096 bytes of counter_notifications.body: the batch failed on every delivery
+// (Data too long), so the message and every message batched with it ended in the dead-letter
+// queue, their counts lost. Migration 0032 widens the column; here the widest notification is
+// recorded beside an ordinary message, and both are published (read back) whole.
+func TestCounterWidestNotificationIsRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	wide := func(r string) string { return strings.Repeat(r, exactlyonce.MaxNameLength) }
+	msgs := []exactlyonce.CounterMessage{
+		cmsg("m1", "message", "alice", exactlyonce.CounterAdded),
+		cmsg(wide("\x01"), wide("<"), wide("\u2028"), exactlyonce.CounterRead),
+		cmsg(wide("&"), wide(">"), wide("<"), exactlyonce.CounterAdded),
+	}
+	for _, m := range msgs {
+		encoded, err := exactlyonce.DecodeCounterMessage(mustJSON(t, map[string]string{
+			"entityId": m.EntityID, "entityType": m.EntityType, "userId": m.UserID, "action": m.Action}))
+		require.NoError(t, err, "the consumer accepts the message")
+		require.Equal(t, m, encoded)
+	}
+	results, err := s.Counters.ApplyCounterMessages(ctx, msgs)
+	require.NoError(t, err)
+	require.Len(t, results, 3)
+	require.True(t, results[0].Applied)
+	require.True(t, results[2].Applied)
+
+	got, err := s.Counters.UnpublishedCounterResults(ctx, -time.Hour, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	longest := 0
+	for _, r := range results {
+		body := got[r.ID]
+		longest = max(longest, len(body))
+		var back exactlyonce.CounterResult
+		require.NoError(t, json.Unmarshal(body, &back), "notification %s is JSON, whole", r.ID)
+		require.Equal(t, r, back)
+	}
+	require.Greater(t, longest, 4096, "the widest notification is wider than the old column")
+	v, err := s.Counters.CounterSum(ctx, exactlyonce.CounterKey{EntityType: wide(">"), UserID: wide("<")})
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.CounterSum{Sum: 1, Version: 1}, v)
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
 }

@@ -119,6 +119,19 @@ func TestExpiredLeaseIsClaimedAgainAndTheOldHolderCannotSettle(t *testing.T) {
 	e, err := store.Events.Get(ctx, a)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.Processing, e.State, "the old holder's release does not touch the new lease")
+	// Nor does its failure: neither a final one (a failed for good) nor one that would wait (b).
+	gaveUp, err := store.Events.Fail(ctx, old, map[int64]exactlyonce.Failure{
+		a: {Final: true, Err: errors.New("old holder gave up")},
+		b: {Wait: time.Hour, Err: errors.New("old holder failed")},
+	})
+	require.NoError(t, err)
+	require.Empty(t, gaveUp, "the old holder's failure is refused")
+	for _, id := range []int64{a, b} {
+		e, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, exactlyonce.Processing, e.State, "the old holder's failure does not touch the new lease")
+		require.Zero(t, e.Attempts, "the old holder's failure records no attempt")
+	}
 
 	settled, err = store.Events.Settle(ctx, sweep.ID, sweep.By, map[int64]exactlyonce.Result{a: {Value: "new"}, b: {Value: "new"}})
 	require.NoError(t, err)

@@ -203,6 +203,16 @@ func processedEvent(id int64, value string) exactlyonce.Event {
 		ProcessedBy: exactlyonce.ByAPI, ProcessCount: 1}
 }
 
+// betweenTiersKey is the context key of WithBetweenTiers.
+type betweenTiersKey struct{}
+
+// WithBetweenTiers returns a context under which Get calls f between its two reads: after its read
+// of `events` and before its read of the packed history. How a test packs an event at that moment
+// (pagestore's TestAReadBetweenTheTiersMissesNoEvent); nothing else sets it.
+func WithBetweenTiers(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, betweenTiersKey{}, f)
+}
+
 // Get returns one event, or an ENOTFOUND error. A task comes with its webhook (Event.Task).
 func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 	e, err := scanEvent(s.db.QueryRowContext(ctx, queries.Get, id))
@@ -211,6 +221,9 @@ func (s *Store) Get(ctx context.Context, id int64) (exactlyonce.Event, error) {
 		// inserts the page and deletes the event in one transaction, so an event missing from the
 		// first read was packed before it, and its page is there for the second; the move to the
 		// archive writes the page's object before it deletes its rows (pagestore.History).
+		if f, ok := ctx.Value(betweenTiersKey{}).(func()); ok {
+			f()
+		}
 		r, ok, perr := s.history.Get(ctx, s.db, id)
 		if perr != nil {
 			return exactlyonce.Event{}, mysql.Interpret("get event", perr)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/pages"
@@ -295,4 +296,49 @@ func TestPackersLateCreatesAndFoldsRace(t *testing.T) {
 	n, err := store.Events.Count(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, len(created), n, "the count")
+}
+
+// A read by id reads `events` first and the packed history second, so a pack that commits between
+// its two reads cannot hide an event from it: an event the first read missed was packed before it.
+// Forced: a pack runs to its commit between the reads (eventstore.WithBetweenTiers) of an event that
+// is in `events` when the read begins, and of one packed before. (With the page read first, the
+// first event, packed between the reads, was in neither read: not found.)
+func TestAReadBetweenTheTiersMissesNoEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
+	ids, err := store.Events.CreatePendingBatch(ctx, 2)
+	require.NoError(t, err)
+	_, err = processIDs(ctx, store, false, ids...)
+	require.NoError(t, err)
+	foldAll(t, store)
+	// Other processes take the ids that follow: the events' unit is far enough behind the counter
+	// to be packed.
+	_, err = store.DB.Pool().ExecContext(ctx, "UPDATE status SET id = id + 3000")
+	require.NoError(t, err)
+
+	packs := 0
+	between := eventstore.WithBetweenTiers(ctx, func() {
+		packs++
+		_, n, err := store.Pages.PackPages(ctx, 1, time.Hour)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n, "the pack between the reads packs both events")
+	})
+	e, err := store.Events.Get(between, ids[0])
+	require.NoError(t, err, "an event packed between a read's two reads is found")
+	require.Equal(t, ids[0], e.ID)
+	require.Zero(t, packs, "found in `events`, the read had no second read")
+
+	// Now packed: the read misses it in `events` and finds it in its page, whatever happens
+	// between.
+	_, _, err = store.Pages.PackPages(ctx, 1, time.Hour)
+	require.NoError(t, err)
+	var left int
+	require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT COUNT(*) FROM events").Scan(&left))
+	require.Zero(t, left, "both packed")
+	e, err = store.Events.Get(eventstore.WithBetweenTiers(ctx, func() { packs++ }), ids[1])
+	require.NoError(t, err)
+	require.Equal(t, ids[1], e.ID)
+	require.Equal(t, 1, packs, "a packed event is read from its page, after `events`")
+	auditOnce(t, store, ids)
 }

@@ -1,0 +1,16 @@
+-- counter_notifications.body: 8,192 bytes, where 0008 gave it 4,096.
+--
+-- A notification is its message's three names and a few fields, as JSON (exactlyonce.CounterResult):
+-- a name is up to 255 characters, and encoding/json writes some characters as six bytes ('<', '>'
+-- and '&' as \u003c, U+2028 and U+2029, the control characters an entityId may hold), so the
+-- widest notification of a message the consumer accepts is about 4,700 bytes (three names of
+-- 3 x 255 x 6 = 4,590 bytes and about 150 of the rest). It did not fit: its batch failed on every
+-- delivery (Data too long), and the message and every message batched with it ended in the
+-- dead-letter queue, their counts lost (counterstore's TestCounterWidestNotificationIsRecorded).
+--
+-- Widening a VARBINARY whose length takes two bytes either way changes no row: MariaDB 10.11 does
+-- it as a change of metadata (ALGORITHM=INSTANT accepted it on this partitioned table, tried on
+-- 2026-11-28), MySQL 8 in place without blocking writes (a VARCHAR or VARBINARY extension that keeps
+-- its length bytes); no ALGORITHM is named, so that each server picks its own. Run again, it
+-- changes nothing.
+ALTER TABLE counter_notifications MODIFY body VARBINARY(8192) NOT NULL;
