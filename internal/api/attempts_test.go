@@ -90,7 +90,7 @@ func TestAttemptsComeInPagesBoundedInBytes(t *testing.T) {
 		// id and limit, not "must be an integer of 0 or more", which it is.
 		"after=99999999999":          "after 99999999999 is out of range: an attempt number is at most 2147483647",
 		"after=99999999999999999999": "after 99999999999999999999 is out of range",
-		"after=2147483648": "after 2147483648 is out of range",
+		"after=2147483648":           "after 2147483648 is out of range",
 		"limit=0":                    "limit 0 is out of range", "limit=1001": "limit 1001 is out of range",
 		"limit=5&limit=6": "limit", "before=3": "unknown query parameter",
 	} {
