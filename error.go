@@ -13,6 +13,7 @@ const (
 	ETOOLARGE    = "too_large"   // the request body is over the limit
 	EUNAVAILABLE = "unavailable" // a dependency is down; the caller may retry
 	ECONFLICT    = "conflict"    // another request holds what this one needs (its idempotency key); retry later
+	ESTATE       = "state"       // what the request acts on is not in a state that allows it (a retry of a task that has not failed): final, not worth repeating
 	EINTERNAL    = "internal"    // a bug or an unexpected failure
 )
 

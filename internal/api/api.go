@@ -144,6 +144,7 @@ var statusOf = map[string]int{
 	eTIMEOUT:                 http.StatusRequestTimeout,
 	exactlyonce.EUNAVAILABLE: http.StatusServiceUnavailable,
 	exactlyonce.ECONFLICT:    http.StatusConflict,
+	exactlyonce.ESTATE:       http.StatusConflict,
 	eKEYMISMATCH:             http.StatusUnprocessableEntity,
 	exactlyonce.EINTERNAL:    http.StatusInternalServerError,
 }
@@ -459,7 +460,10 @@ func (s *Server) error(w http.ResponseWriter, r *http.Request, err error) {
 	case status >= 500:
 		s.logger().Error("api: request failed", "method", r.Method, "path", sanitize(r.URL.Path), "status", status, "err", err)
 	}
-	if status == http.StatusServiceUnavailable || status == http.StatusConflict {
+	// Retry-After where repeating the request is worth it: a dependency down, or an idempotency
+	// key still in flight (ECONFLICT); not a 409 of a state that a second later is the same
+	// (ESTATE: a retry of a task that has not failed).
+	if status == http.StatusServiceUnavailable || code == exactlyonce.ECONFLICT {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, status, map[string]string{"error": exactlyonce.ErrorMessage(err)})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +154,32 @@ func TestAnAbandonedReadIsNotAnError(t *testing.T) {
 	status, _, _ := b.do(t, "GET", "/events/"+id, "")
 	require.Equal(t, http.StatusServiceUnavailable, status)
 	require.Contains(t, logs.String(), "level=ERROR", "the archive's own timeout is an error")
+}
+
+// An id the archive cannot hold (its page is one the move never passed: the window's, or past the
+// id counter) is a 404 with the archive's endpoint down, as with it up, not a 503: the move raises
+// high_page past a page when it deletes its rows, so a page at or above it has every event in the
+// database, and the read asks the bucket nothing. An archived event's page still needs the bucket
+// (503), and so does an id of that page that names no event (the bucket may hold it).
+func TestAnUnknownIDOfTheWindowIsNotFoundWhileS3IsDown(t *testing.T) {
+	t.Parallel()
+	b, s3srv, id, _ := archivedEvent(t, nil)
+	archivedID, err := strconv.ParseInt(id, 10, 64)
+	require.NoError(t, err)
+	s3srv.Stop()
+	// The move passed the archived event's page only: the next page is the window's (the id
+	// counter is 30,000 past the event), the one after it past the counter.
+	next := (archivedID/10000 + 1) * 10000
+	for _, unknown := range []string{jsonID(next), jsonID(next + 9999), jsonID(next + 50000), "9223372036854775807"} {
+		for _, req := range [][2]string{{"GET", "/events/" + unknown}, {"GET", "/events/" + unknown + "/attempts"},
+			{"POST", "/events/" + unknown + "/retry"}} {
+			status, body, _ := b.do(t, req[0], req[1], "")
+			require.Equal(t, http.StatusNotFound, status, "%s %s: %v", req[0], req[1], body)
+			require.Equal(t, "event "+unknown+" not found", body["error"], "%s %s", req[0], req[1])
+		}
+	}
+	status, _, _ := b.do(t, "GET", "/events/"+id, "")
+	require.Equal(t, http.StatusServiceUnavailable, status, "the archived event's page is in the bucket only")
+	status, _, _ = b.do(t, "GET", "/events/"+jsonID(archivedID+1), "")
+	require.Equal(t, http.StatusServiceUnavailable, status, "an id of an archived page may be in its object")
 }

@@ -233,9 +233,16 @@ func TestTaskLifeThroughTheAPI(t *testing.T) {
 	require.Equal(t, hook.ids[0], hook.ids[2], "one webhook-id across a task's attempts")
 	require.Equal(t, `{"n": 1}`, hook.bodies[0], "the body is the payload, byte for byte")
 
-	// A retry of a completed task is a conflict; of the failed one, it is delivered again.
-	status, _, _ = b.do(t, "POST", fmt.Sprintf("/events/%d/retry", first), "")
+	// A retry of a completed task is a conflict, final: no Retry-After, which would tell a client
+	// (or a proxy) honouring it to send it again (it was sent with every 409, as for a key in
+	// flight, which is worth retrying); of the failed one, it is delivered again.
+	status, got, hdr := b.do(t, "POST", fmt.Sprintf("/events/%d/retry", first), "")
 	require.Equal(t, http.StatusConflict, status)
+	require.Contains(t, got["error"], "is completed, not failed")
+	require.Empty(t, hdr.Values("Retry-After"), "a task that has not failed will not have failed a second later")
+	status, _, hdr = b.do(t, "POST", fmt.Sprintf("/events/%d/retry", plainID(t, b)), "")
+	require.Equal(t, http.StatusConflict, status)
+	require.Empty(t, hdr.Values("Retry-After"), "an event that is not a task")
 	status, got, _ = b.do(t, "POST", fmt.Sprintf("/events/%d/retry", second), "")
 	require.Equal(t, 200, status, "%v", got)
 	require.Equal(t, "in-place", got["placement"], "nothing after it had started")
@@ -306,4 +313,12 @@ func TestRetryAfterLaterTasksStartedGoesToTheEnd(t *testing.T) {
 	n, err := b.store.Events.Count(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 3, n)
+}
+
+// plainID creates a plain event and returns its id.
+func plainID(t *testing.T, b *testBundle) int64 {
+	t.Helper()
+	status, created, _ := b.do(t, "POST", "/events", "")
+	require.Equal(t, http.StatusCreated, status)
+	return int64(created["id"].(float64))
 }

@@ -8,8 +8,9 @@ import (
 // Folder keeps the count of events exact at a cost that does not grow with history: it moves
 // settled events into the counted partition and adds them to the count, a bounded batch per
 // transaction (eventstore's FoldSettled, migrations/0005_settled_count.sql). GET /events then scans
-// only what is pending and what was settled since the last fold. The sweeper folds after every
-// sweep when it has a Folder (Stores.Folder).
+// only what is pending and what was settled since the last fold. The sweeper folds in its
+// maintenance (Maintain: at the end of a Sweep, and between an agent's batches at most every
+// Config.MaintainEvery) when it has a Folder (Stores.Folder).
 type Folder interface {
 	FoldSettled(ctx context.Context, limit int) (int64, error)
 }

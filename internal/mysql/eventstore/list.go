@@ -17,6 +17,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
 
@@ -159,10 +160,11 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 	next := min(before-1, counter) / pages.PerColumn // the next column to read, as id / PerColumn
 	lowest := next + 1
 	span := int64((limit+pages.PerColumn-1)/pages.PerColumn + 1)
+	var objs pagestore.PageObjects // each archived page's object once a request, not once a span
 	for walked := int64(0); next >= 0 && walked < listWalkColumns; {
 		n := min(span, next%pages.Columns+1, listWalkColumns-walked)
 		first := next - n + 1
-		rows, err := s.history.ReadColumns(ctx, s.db, first/pages.Columns, int(first%pages.Columns), int(n))
+		rows, err := s.history.ReadColumnsOnce(ctx, s.db, first/pages.Columns, int(first%pages.Columns), int(n), &objs)
 		if err != nil {
 			return nil, 0, mysql.Interpret("list events", err)
 		}

@@ -29,7 +29,7 @@ import (
 var archiveFiles embed.FS
 
 type archiveTexts struct {
-	ArchiveCursor, ArchiveHighPage, PageSize, PageRows, LockPageRows, DeletePage, AdvanceArchive, LowerArchiveCursor string
+	ArchiveCursor, ArchiveHighPage, ArchiveVersion, PageSize, PageRows, LockPageRows, DeletePage, AdvanceArchive, LowerArchiveCursor string
 }
 
 var archiveQueries = mysql.MustLoadQueries[archiveTexts](archiveFiles)
@@ -69,13 +69,28 @@ type History struct {
 }
 
 // Get returns id's packed row, if the history holds it: GetPacked's one column of its page's rows,
-// else its page's object, one GET (none when the page is cached). It is the one read of a packed
-// event by id, where the tiers are resolved. A page found in the cache without id is read once
-// more from the bucket: a page moved again (a late event of it) has a newer object.
+// else, if the move has ever passed the page, its page's object, one GET (none when the page is
+// cached). It is the one read of a packed event by id, where the tiers are resolved. A page found
+// in the cache without id is read once more from the bucket: a page moved again (a late event of
+// it) has a newer object.
+//
+// A page the move never passed (page >= high_page: the window's, or past the id counter) has every
+// event in the database: its object, if a move killed after its PUT left one, holds copies of its
+// rows. So an id there that neither tier's rows hold is unknown, and the bucket is not asked: a
+// 404 costs no GET, and is still a 404 while S3 is down. high_page is read after the rows, as in
+// ReadColumns: the move deletes a page's rows and raises high_page past it in one transaction, so
+// a read that missed the rows because they were just deleted finds high_page past the page.
 func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bool, error) {
 	r, ok, err := GetPacked(ctx, q, id)
 	if err != nil || ok || h.Archive == nil {
 		return r, ok, err
+	}
+	var high int64
+	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high); err != nil {
+		return pages.Row{}, false, err
+	}
+	if pages.PageOf(id) >= high {
+		return pages.Row{}, false, nil
 	}
 	for _, fresh := range []bool{false, true} {
 		obj, found, err := h.Archive.GetPage(ctx, pages.PageOf(id), fresh)
@@ -94,20 +109,62 @@ func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bo
 // not the cache), each event once. A page the move never passed has all its events in its rows (a
 // move killed after its PUT leaves them there too), so a listing of recent events makes no GET.
 func (h History) ReadColumns(ctx context.Context, q mysql.Conn, page int64, first, n int) ([]pages.Row, error) {
+	return h.ReadColumnsOnce(ctx, q, page, first, n, nil)
+}
+
+// PageObjects holds the archived pages' objects one reader (a request of the processed listing)
+// has read, so that it reads each page's object once, not once per span of columns it walks
+// (ReadColumnsOnce). Not safe for concurrent use; one per request.
+type PageObjects struct {
+	objs map[int64]pageObject
+}
+
+// pageObject is a page's object and the archive's version (archived_events) read before it.
+type pageObject struct {
+	obj     []byte
+	ok      bool
+	version int64
+}
+
+// ReadColumnsOnce is ReadColumns reading each page's object at most once for objs (nil: every
+// time), as long as no move has deleted page rows since it read it. The rows of the span are read
+// first, then the archive's row (high_page and archived_events, which every move that deletes
+// rows raises, by their events, at least one), then the object if the one held was read under
+// another archived_events: an event that is in neither the rows read nor the object held was
+// deleted from the rows after that object was read, so archived_events has changed since, and the
+// object is read again (it holds the event: the move writes it before it deletes the rows).
+func (h History) ReadColumnsOnce(ctx context.Context, q mysql.Conn, page int64, first, n int, objs *PageObjects) ([]pages.Row, error) {
 	rows, err := ReadColumns(ctx, q, page, first, n)
 	if err != nil || h.Archive == nil {
 		return rows, err
 	}
-	var high int64
-	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high); err != nil {
+	var high, version int64
+	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveVersion).Scan(&high, &version); err != nil {
 		return nil, err
 	}
 	if page >= high {
 		return rows, nil
 	}
-	obj, ok, err := h.Archive.GetPage(ctx, page, true)
-	if err != nil || !ok {
-		return rows, err
+	held, have := pageObject{}, false
+	if objs != nil {
+		held, have = objs.objs[page]
+	}
+	if !have || held.version != version {
+		obj, ok, err := h.Archive.GetPage(ctx, page, true)
+		if err != nil {
+			return nil, err
+		}
+		held = pageObject{obj: obj, ok: ok, version: version}
+		if objs != nil {
+			if objs.objs == nil {
+				objs.objs = map[int64]pageObject{}
+			}
+			objs.objs[page] = held
+		}
+	}
+	obj, ok := held.obj, held.ok
+	if !ok {
+		return rows, nil
 	}
 	cols, err := pages.ObjectColumns(obj, page)
 	if err != nil {

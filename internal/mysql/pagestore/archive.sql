@@ -11,12 +11,21 @@
 SELECT next_page, archived_pages, archived_events FROM history_archive;
 
 -- name: ArchiveHighPage
--- The processed listing (History.ReadColumns), after its read of a page's rows: whether the move has
--- ever passed the page (page < high_page; next_page may be lowered again by a late event), so that
--- it reads the page's object only then. Read after the rows: the move deletes a page's rows and
+-- The processed listing (History.ReadColumns) and a read by id that missed the page rows
+-- (History.Get), after their read of a page's rows: whether the move has ever passed the page
+-- (page < high_page; next_page may be lowered again by a late event), so that they read the page's
+-- object only then. Read after the rows: the move deletes a page's rows and
 -- raises high_page past it in one transaction, so a listing that found the rows gone finds
 -- high_page past the page. A consistent read of one row.
 SELECT high_page FROM history_archive;
+
+-- name: ArchiveVersion
+-- The processed listing (History.ReadColumnsOnce), after its read of a span's rows: high_page, as
+-- ArchiveHighPage, and archived_events, which every move that deletes page rows raises (by their
+-- events, at least one): while it is unchanged, no row was deleted since, so an object of a page
+-- read under it still holds every event that is in neither the rows nor `events`, and the listing
+-- reads the object once, not once a span. A consistent read of one row.
+SELECT high_page, archived_events FROM history_archive;
 
 -- name: PageSize
 -- The move: how many rows a page has and the bytes of their columns, so that it moves a page only

@@ -230,7 +230,7 @@ func TestArchivedHistoryReadsAsBefore(t *testing.T) {
 	// A processed task is not failed, from the archive; the failed one stays in `events` (failed
 	// tasks are never packed, so never archived) and is retried there.
 	_, _, err = h.store.Tasks.RetryTask(ctx, tasks[1])
-	require.Equal(t, exactlyonce.ECONFLICT, exactlyonce.ErrorCode(err), "%v", err)
+	require.Equal(t, exactlyonce.ESTATE, exactlyonce.ErrorCode(err), "%v", err)
 	_, _, err = h.store.Tasks.RetryTask(ctx, failed)
 	require.NoError(t, err)
 	_, _, err = h.store.Tasks.RetryTask(ctx, 9_999)

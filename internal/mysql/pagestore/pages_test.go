@@ -269,7 +269,7 @@ func TestPackedHistoryReadsAsBefore(t *testing.T) {
 	// The processed task is not failed, from its page; the failed one goes to the end of its
 	// reference, behind the task delivered (and packed) after it.
 	_, _, err = store.Tasks.RetryTask(ctx, tasks[0])
-	require.Equal(t, exactlyonce.ECONFLICT, exactlyonce.ErrorCode(err), "%v", err)
+	require.Equal(t, exactlyonce.ESTATE, exactlyonce.ErrorCode(err), "%v", err)
 	placement, _, err := store.Tasks.RetryTask(ctx, failedTask)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.RetryAtEnd, placement, "a later task of its reference was delivered, and is packed")

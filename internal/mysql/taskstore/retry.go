@@ -181,7 +181,7 @@ func (s *Store) referenceTasksScan(ctx context.Context, ref string, after int64,
 // back in its place if no later task of its reference has started (those go back to waiting behind
 // it), else to the end of its reference's queue. It returns where it went, and whether it is
 // pending now (it heads its reference: a queue message may name it). A task that is not failed is
-// an ECONFLICT error; an unknown id ENOTFOUND.
+// an ESTATE error; an unknown id ENOTFOUND.
 //
 // A task of a reference with no open task that goes back in its place (its reference's last task)
 // is decided and written before the bucket is taken, which is then held only to check and commit,
@@ -224,16 +224,16 @@ func (s *Store) retryTask(ctx context.Context, id int64, optimistic bool) (exact
 				return exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d not found", id)
 			}
 			if r.Kind != string(exactlyonce.KindTask) {
-				return exactlyonce.Errorf(exactlyonce.ECONFLICT, "event %d is not a task: only a failed task can be retried", id)
+				return exactlyonce.Errorf(exactlyonce.ESTATE, "event %d is not a task: only a failed task can be retried", id)
 			}
-			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "task %d is %s, not failed: only a failed task can be retried",
+			return exactlyonce.Errorf(exactlyonce.ESTATE, "task %d is %s, not failed: only a failed task can be retried",
 				id, exactlyonce.TaskState(eventstore.StoredState(exactlyonce.State(r.State))))
 		}
 		if err != nil {
 			return err
 		}
 		if kind != exactlyonce.KindTask {
-			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "event %d is not a task: only a failed task can be retried", id)
+			return exactlyonce.Errorf(exactlyonce.ESTATE, "event %d is not a task: only a failed task can be retried", id)
 		}
 		// The task, then its bucket: every manual retry locks its failed tasks before the bucket
 		// (RetryReference says why that order).
@@ -241,7 +241,7 @@ func (s *Store) retryTask(ctx context.Context, id int64, optimistic bool) (exact
 		var refText string
 		err = tx.QueryRowContext(ctx, queries.LockFailedTask, id).Scan(&state, &refText, &hash, &pos)
 		if errors.Is(err, sql.ErrNoRows) {
-			return exactlyonce.Errorf(exactlyonce.ECONFLICT, "task %d is %s, not failed: only a failed task can be retried",
+			return exactlyonce.Errorf(exactlyonce.ESTATE, "task %d is %s, not failed: only a failed task can be retried",
 				id, exactlyonce.TaskState(eventstore.StoredState(state)))
 		}
 		if err != nil {

@@ -264,7 +264,7 @@ func TestARetryOfATaskWaitsForABulkRetryOfItsReferenceWithoutADeadlock(t *testin
 	require.NoError(t, err)
 	<-done
 	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Head: ids[0], Placement: exactlyonce.RetryInPlace}, got)
-	require.Equal(t, exactlyonce.ECONFLICT, exactlyonce.ErrorCode(retryErr), "%v", retryErr)
+	require.Equal(t, exactlyonce.ESTATE, exactlyonce.ErrorCode(retryErr), "%v", retryErr)
 	require.Equal(t, before.Deadlocks, store.DB.Stats().Deadlocks, "no deadlock")
 	require.Equal(t, [][2]int64{{ids[0], pending}, {ids[1], queued}, {ids[2], queued}}, statesOf(ctx, t, db, ref))
 }
