@@ -3,9 +3,9 @@ package main
 import (
 	"bytes"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
-	"net/http/httptest"
 	"testing"
 	"time"
 
