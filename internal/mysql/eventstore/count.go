@@ -47,7 +47,7 @@ const DefaultFoldBatch = 5000
 // that committed before the lock is seen whole by the count that follows it. Reading both in one
 // snapshot instead (one statement, or a REPEATABLE READ transaction WITH CONSISTENT SNAPSHOT) is
 // not enough on MariaDB 10.11: under concurrent folds such a snapshot read the count's row with a
-// fold's addition and the events without its move (TestCountNeverSeesAFoldHalfway saw 3,001-3,007
+// fold's addition and the events without its move (TestCountAndOverviewNeverSeeAFoldHalfway saw 3,001-3,007
 // of 3,000).
 func (s *Store) Count(ctx context.Context) (int64, error) {
 	var counted sql.NullInt64
