@@ -20,16 +20,8 @@ import (
 // Without -local, DB_NAME alone is refused as before: a deployed agent names its database fully.
 func TestLocalJoinsTheDatabaseMakeRunNames(t *testing.T) {
 	t.Parallel()
-	dsn := testdb.NewDatabase(t)
-	cfg, err := drv.ParseDSN(dsn)
-	require.NoError(t, err)
-	host, port, err := net.SplitHostPort(cfg.Addr)
-	require.NoError(t, err)
-	if host != "127.0.0.1" {
-		t.Skipf("the test server (%s) is not make run's 127.0.0.1, where DB_NAME picks a database", cfg.Addr)
-	}
-	env := map[string]string{"DB_NAME": cfg.DBName, "DB_PORT": port, "DB_USER": cfg.User, "DB_PASSWORD": cfg.Passwd,
-		"AGENT_NAME": "make-agent", "LOG_LEVEL": "info"}
+	dsn, env := makeRunDatabase(t)
+	env["AGENT_NAME"], env["LOG_LEVEL"] = "make-agent", "info"
 	getenv := func(k string) string { return env[k] }
 
 	plain, err := environment(nil, getenv)
@@ -80,4 +72,20 @@ func TestAnUnknownVariableStopsTheAgentAtStart(t *testing.T) {
 	require.ErrorContains(t, err, "AGENT_BATCHSIZE is not a variable of this system")
 	require.Contains(t, out.String(), `"msg":"startup failed"`)
 	require.Contains(t, out.String(), "AGENT_BATCH_SIZE")
+}
+
+// makeRunDatabase is a new database on the tests' server, as its DSN and as the DB_ variables that
+// name it the way `make run` and `make agent` read them (DB_NAME on 127.0.0.1). It skips the test
+// when the server is elsewhere, where DB_NAME picks no database.
+func makeRunDatabase(t *testing.T) (dsn string, env map[string]string) {
+	t.Helper()
+	dsn = testdb.NewDatabase(t)
+	cfg, err := drv.ParseDSN(dsn)
+	require.NoError(t, err)
+	host, port, err := net.SplitHostPort(cfg.Addr)
+	require.NoError(t, err)
+	if host != "127.0.0.1" {
+		t.Skipf("the test server (%s) is not make run's 127.0.0.1, where DB_NAME picks a database", cfg.Addr)
+	}
+	return dsn, map[string]string{"DB_NAME": cfg.DBName, "DB_PORT": port, "DB_USER": cfg.User, "DB_PASSWORD": cfg.Passwd}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,10 +12,8 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/config"
-	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
-	drv "github.com/go-sql-driver/mysql"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 )
@@ -28,14 +25,7 @@ import (
 // for as long as it ran (found driving ordered tasks while agents joined a `make run`).
 func TestLocalDeliversTasksAsMakeRunDoes(t *testing.T) {
 	t.Parallel()
-	dsn := testdb.NewDatabase(t)
-	cfg, err := drv.ParseDSN(dsn)
-	require.NoError(t, err)
-	host, port, err := net.SplitHostPort(cfg.Addr)
-	require.NoError(t, err)
-	if host != "127.0.0.1" {
-		t.Skipf("the test server (%s) is not make run's 127.0.0.1, where DB_NAME picks a database", cfg.Addr)
-	}
+	dsn, env := makeRunDatabase(t)
 
 	// A receiver on loopback that takes only what is signed with make run's secret.
 	wh, err := standardwebhooks.NewWebhook(config.LocalWebhookSecret)
@@ -66,8 +56,10 @@ func TestLocalDeliversTasksAsMakeRunDoes(t *testing.T) {
 	require.NoError(t, err)
 
 	// Only what `DB_NAME=x make agent` has: no WEBHOOK_SECRET, no WEBHOOK_ALLOW_LOOPBACK.
-	env := map[string]string{"DB_NAME": cfg.DBName, "DB_PORT": port, "DB_USER": cfg.User, "DB_PASSWORD": cfg.Passwd,
-		"AGENT_NAME": "make-agent", "SWEEP_GRACE": "0", "AGENT_POLL_INTERVAL": "100ms", "AGENT_PULSE_INTERVAL": "200ms"}
+	for k, v := range map[string]string{"AGENT_NAME": "make-agent", "SWEEP_GRACE": "0", "AGENT_POLL_INTERVAL": "100ms",
+		"AGENT_PULSE_INTERVAL": "200ms"} {
+		env[k] = v
+	}
 	local, err := environment([]string{"-local"}, func(k string) string { return env[k] })
 	require.NoError(t, err)
 	out := &testutil.Buffer{}
