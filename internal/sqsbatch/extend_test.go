@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/localsqs"
+	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/stretchr/testify/require"
@@ -47,14 +48,7 @@ func TestHeartbeatNeverShortensTheQueuesVisibility(t *testing.T) {
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 30, 5)
 	ctx := context.Background()
-	_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String("1")})
-	require.NoError(t, err)
-	// Long polling up to 20 s: it answers once the message is there (1 s was a bound on how soon a
-	// loaded machine's local queue hands it out).
-	got, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), WaitTimeSeconds: 20})
-	require.NoError(t, err)
-	require.Len(t, got.Messages, 1)
-	m := got.Messages[0]
+	batch := receiveOne(t, client, q)
 
 	rec := &recordingClient{Client: client}
 	h := &sqsbatch.Handler[int]{Decode: strconv.Atoi,
@@ -63,8 +57,7 @@ func TestHeartbeatNeverShortensTheQueuesVisibility(t *testing.T) {
 			testutil.Eventually(t, 10*time.Second, "a heartbeat extended the batch", func() bool { return len(rec.calls()) >= 2 })
 			return nil, nil
 		}}
-	_, err = h.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{MessageId: aws.ToString(m.MessageId),
-		ReceiptHandle: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body), EventSourceARN: q.ARN}}})
+	_, err := h.Handle(ctx, batch)
 	require.NoError(t, err)
 	for _, v := range rec.calls() {
 		require.GreaterOrEqual(t, v, int32(30), "every extension keeps at least the queue's own visibility timeout")
@@ -81,12 +74,7 @@ func TestAHeartbeatTooLongForTheQueueIsSaidOnce(t *testing.T) {
 	client := localsqs.Client(t)
 	q := localsqs.Queues(t, client, 1, 5)
 	ctx := context.Background()
-	_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String("1")})
-	require.NoError(t, err)
-	got, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), WaitTimeSeconds: 20})
-	require.NoError(t, err)
-	require.Len(t, got.Messages, 1)
-	m := got.Messages[0]
+	batch := receiveOne(t, client, q)
 
 	logs := &testutil.Buffer{}
 	rec := &recordingClient{Client: client}
@@ -96,11 +84,27 @@ func TestAHeartbeatTooLongForTheQueueIsSaidOnce(t *testing.T) {
 			testutil.Eventually(t, 20*time.Second, "two heartbeats", func() bool { return len(rec.calls()) >= 2 })
 			return nil, nil
 		}}
-	_, err = h.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{MessageId: aws.ToString(m.MessageId),
-		ReceiptHandle: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body), EventSourceARN: q.ARN}}})
+	_, err := h.Handle(ctx, batch)
 	require.NoError(t, err)
 	require.Equal(t, 1, strings.Count(logs.String(), "the heartbeat is not shorter than the queue's visibility timeout"), logs.String())
 	require.Contains(t, logs.String(), `"heartbeat":"1.5s"`)
 	require.Contains(t, logs.String(), `"queueVisibilityTimeout":"1s"`)
 	require.Contains(t, logs.String(), `"level":"WARN"`)
+}
+
+// receiveOne sends one message ("1") to q and receives it, as the event source mapping hands a
+// batch of it to the handler.
+func receiveOne(t *testing.T, client *sqs.Client, q queue.Queues) events.SQSEvent {
+	t.Helper()
+	ctx := context.Background()
+	_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String("1")})
+	require.NoError(t, err)
+	// Long polling up to 20 s: it answers once the message is there (1 s was a bound on how soon a
+	// loaded machine's local queue hands it out).
+	got, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), WaitTimeSeconds: 20})
+	require.NoError(t, err)
+	require.Len(t, got.Messages, 1)
+	m := got.Messages[0]
+	return events.SQSEvent{Records: []events.SQSMessage{{MessageId: aws.ToString(m.MessageId),
+		ReceiptHandle: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body), EventSourceARN: q.ARN}}}
 }
