@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/stretchr/testify/require"
 )
@@ -16,16 +17,7 @@ import (
 // The example receiver takes what the project's deliverer signs, once per webhook-id, and refuses
 // what it did not sign.
 func TestReceiverVerifiesAndDeduplicates(t *testing.T) {
-	const secret = "whsec_ZXhhY3RseW9uY2UtbG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0"
-	h, err := newHandler(secret, 1)
-	require.NoError(t, err)
-	var out bytes.Buffer
-	h.out = &out
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	key, err := webhook.ParseSecret(secret)
-	require.NoError(t, err)
-	client := webhook.New(webhook.Config{Key: key, AllowLoopback: true, Timeout: 5 * time.Second})
+	srv, out, client := serve(t, 1)
 	req := webhook.Request{ID: "task_7", URL: srv.URL, Payload: []byte(`{"order":7}`)}
 
 	require.Equal(t, http.StatusServiceUnavailable, client.Deliver(t.Context(), req).Status, "-fail 1: the first attempt")
@@ -45,20 +37,26 @@ func TestReceiverVerifiesAndDeduplicates(t *testing.T) {
 // JSON's whitespace (a carriage return rewrites the terminal's line, a newline splits the record),
 // and a body that is not JSON may carry anything.
 func TestReceiverPrintsOneLineADelivery(t *testing.T) {
-	const secret = "whsec_ZXhhY3RseW9uY2UtbG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0"
-	h, err := newHandler(secret, 0)
-	require.NoError(t, err)
-	var out bytes.Buffer
-	h.out = &out
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	key, err := webhook.ParseSecret(secret)
-	require.NoError(t, err)
-	client := webhook.New(webhook.Config{Key: key, AllowLoopback: true, Timeout: 5 * time.Second})
+	srv, out, client := serve(t, 0)
 	for id, body := range map[string]string{"task_1": "{\"a\":\r\n\t[1,\r 2]}", "task_2": "not json\r\x1b[2Kgone"} {
 		require.Equal(t, webhook.Delivered, client.Deliver(t.Context(), webhook.Request{ID: id, URL: srv.URL, Payload: []byte(body)}).Outcome)
 	}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	slices.Sort(lines)
 	require.Equal(t, []string{`task_1 {"a":[1,2]}`, `task_2 "not json\r\x1b[2Kgone"`}, lines)
+}
+
+// serve starts the receiver (failing each delivery's first fail attempts) on loopback, with what
+// it prints, and a deliverer that signs with its secret.
+func serve(t *testing.T, fail int) (*httptest.Server, *bytes.Buffer, *webhook.Client) {
+	t.Helper()
+	h, err := newHandler(config.LocalWebhookSecret, fail)
+	require.NoError(t, err)
+	out := &bytes.Buffer{}
+	h.out = out
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	key, err := webhook.ParseSecret(config.LocalWebhookSecret)
+	require.NoError(t, err)
+	return srv, out, webhook.New(webhook.Config{Key: key, AllowLoopback: true, Timeout: 5 * time.Second})
 }
