@@ -17,7 +17,8 @@ import (
 )
 
 // serve runs h on a loopback listener of its own (for answers openapi.yaml does not describe,
-// such as API Gateway's or a cut connection) and returns its URL.
+// such as API Gateway's or a cut connection) and returns its URL. Not httptest.NewServer: its Close
+// waits for the requests in flight, and some of these handlers hold theirs until the test ends.
 func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
 	srv := &http.Server{Handler: h}
