@@ -81,10 +81,8 @@ func (r *seqReceiver) setBefore(f func(ctx context.Context, p seqPayload) int) {
 	r.mu.Unlock()
 }
 
-type seqPayload struct {
-	Ref string `json:"ref"`
-	Seq int    `json:"seq"`
-}
+// seqPayload is a task's payload as createSeqTasks writes it: its reference and place.
+type seqPayload = mysqltest.ReferencePayload
 
 func newSeqReceiver(t *testing.T, pause time.Duration) (*seqReceiver, string) {
 	r := &seqReceiver{final: map[string]int{}, delivered: map[string][]int{}}
@@ -149,22 +147,12 @@ func (r *seqReceiver) check(t *testing.T, refs, perRef int) {
 	}
 }
 
-// createSeqTasks creates perRef tasks for each of refs references, in order, and returns their ids.
+// createSeqTasks creates perRef tasks for each of refs references, in order, with 3 retries each
+// (mysqltest.CreateReferenceTasks), and returns their ids.
 func createSeqTasks(t *testing.T, store *wire.Stores, url string, refs, perRef int) []int64 {
 	t.Helper()
-	var ids []int64
-	for k := 0; k < perRef; k++ {
-		var batch []exactlyonce.NewTask
-		for r := 0; r < refs; r++ {
-			payload, _ := json.Marshal(seqPayload{Ref: fmt.Sprintf("ref-%d", r), Seq: k})
-			batch = append(batch, exactlyonce.NewTask{URL: url, Payload: payload, ReferenceID: fmt.Sprintf("ref-%d", r), MaxRetries: 3})
-		}
-		created, err := store.Tasks.CreateTasks(context.Background(), batch)
-		require.NoError(t, err)
-		for _, c := range created {
-			ids = append(ids, c.ID)
-		}
-	}
+	ids, err := mysqltest.CreateReferenceTasks(context.Background(), store.Tasks, url, refs, perRef, 3)
+	require.NoError(t, err)
 	return ids
 }
 

@@ -437,24 +437,12 @@ func TestAFailedAssignmentSettlesNothingWithoutAWorker(t *testing.T) {
 	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks))
 }
 
-// createReferenceTasks creates perRef tasks for each of refs references ref-0, ref-1, ..., to hook,
-// the first of every reference, then the second, ...: their payloads say their reference and place
-// (orderPayload). It returns their ids in that order.
+// createReferenceTasks creates perRef tasks for each of refs references to hook, in rounds, with
+// no retry (mysqltest.CreateReferenceTasks), and returns their ids in that order.
 func createReferenceTasks(t *testing.T, ctx context.Context, store *wire.Stores, hook string, refs, perRef int) []int64 {
 	t.Helper()
-	var ids []int64
-	for k := 0; k < perRef; k++ {
-		var batch []exactlyonce.NewTask
-		for r := 0; r < refs; r++ {
-			payload, _ := json.Marshal(orderPayload{Ref: fmt.Sprintf("ref-%d", r), Seq: k})
-			batch = append(batch, exactlyonce.NewTask{URL: hook, Payload: payload, ReferenceID: fmt.Sprintf("ref-%d", r)})
-		}
-		created, err := store.Tasks.CreateTasks(ctx, batch)
-		require.NoError(t, err)
-		for _, c := range created {
-			ids = append(ids, c.ID)
-		}
-	}
+	ids, err := mysqltest.CreateReferenceTasks(ctx, store.Tasks, hook, refs, perRef, 0)
+	require.NoError(t, err)
 	return ids
 }
 

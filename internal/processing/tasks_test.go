@@ -13,6 +13,7 @@ import (
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
@@ -35,10 +36,8 @@ type orderReceiver struct {
 	hookIDs   map[string]string      // webhook-id -> ref/seq
 }
 
-type orderPayload struct {
-	Ref string `json:"ref"`
-	Seq int    `json:"seq"`
-}
+// orderPayload is a task's payload as createReferenceTasks writes it: its reference and place.
+type orderPayload = mysqltest.ReferencePayload
 
 func newOrderReceiver(t *testing.T, answer func(ref string, seq, n int) int) (*orderReceiver, *httptest.Server) {
 	r := &orderReceiver{t: t, answer: answer, attempts: map[string]map[int]int{}, final: map[string]int{},
