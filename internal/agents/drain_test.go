@@ -58,12 +58,7 @@ func TestAStoppedAgentStartsNoNewDeliveryOfItsChain(t *testing.T) {
 	}
 
 	log := slog.New(slog.NewJSONHandler(&testutil.Buffer{}, nil))
-	a, err := agents.New(store.Agents, taskEngine(store, config.Config{}, time.Minute, log),
-		agents.Config{Member: memberConfig("stopping"), PollInterval: 50 * time.Millisecond})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
+	stop, done := startTaskAgent(t, store, "stopping", log)
 	for i := 0; i < 3; i++ {
 		select {
 		case <-started:
@@ -72,7 +67,7 @@ func TestAStoppedAgentStartsNoNewDeliveryOfItsChain(t *testing.T) {
 		}
 	}
 	stopped := time.Now()
-	cancel() // SIGTERM, during the third delivery
+	stop() // SIGTERM, during the third delivery
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
@@ -84,7 +79,7 @@ func TestAStoppedAgentStartsNoNewDeliveryOfItsChain(t *testing.T) {
 	require.Less(t, took, 5*time.Second, "the stop waited for the chain")
 
 	// What it left is pending for whoever stays: delivered in order, each once.
-	startTaskAgent(t, store, log)
+	startTaskAgent(t, store, "staying", log)
 	testutil.Eventually(t, time.Minute, "the agent that stays delivered the rest", func() bool { return delivered() >= n })
 	mu.Lock()
 	defer mu.Unlock()
@@ -93,14 +88,16 @@ func TestAStoppedAgentStartsNoNewDeliveryOfItsChain(t *testing.T) {
 	}
 }
 
-// startTaskAgent runs an agent that delivers tasks until the test ends.
-func startTaskAgent(t *testing.T, store *wire.Stores, log *slog.Logger) {
+// startTaskAgent runs an agent named name that delivers tasks until stop is called (as SIGTERM
+// would tell it) or the test ends; done is closed once it has returned.
+func startTaskAgent(t *testing.T, store *wire.Stores, name string, log *slog.Logger) (stop func(), done <-chan struct{}) {
 	t.Helper()
 	a, err := agents.New(store.Agents, taskEngine(store, config.Config{}, time.Minute, log),
-		agents.Config{Member: memberConfig("staying"), PollInterval: 50 * time.Millisecond})
+		agents.Config{Member: memberConfig(name), PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	return cancel, ran
 }
