@@ -82,10 +82,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stdo
 		slog.New(slog.NewJSONHandler(stdout, nil)).Error("startup failed", "err", err)
 		return err
 	}
-	cfg, err := config.LoadChecked(getenv, nil)
-	if environ != nil {
-		cfg, err = config.LoadEnvironOf(getenv, environ)
-	}
+	cfg, err := config.LoadEnvironOf(getenv, environ)
 	if err != nil {
 		return failed(err)
 	}

@@ -307,7 +307,7 @@ func LoadEnviron() (Config, error) { return LoadEnvironOf(os.Getenv, os.Environ(
 // LoadEnvironOf is LoadChecked of an environment whose variables, "name=value" each, are environ,
 // read through getenv (os.Getenv, or a reading of it such as LocalGetenv's): a variable environ sets,
 // even to nothing, is set; and a variable with one of OwnedPrefixes that no component reads is
-// refused, naming it and the variables of its prefix.
+// refused, naming it and the variables of its prefix. A nil environ checks neither: Load's reading.
 func LoadEnvironOf(getenv func(string) string, environ []string) (Config, error) {
 	names := make([]string, 0, len(environ))
 	set := make(map[string]bool, len(environ))

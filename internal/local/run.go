@@ -49,10 +49,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stdo
 		return err
 	}
 	getenv = Getenv(getenv)
-	cfg, err := config.LoadChecked(getenv, nil)
-	if environ != nil {
-		cfg, err = config.LoadEnvironOf(getenv, environ)
-	}
+	cfg, err := config.LoadEnvironOf(getenv, environ)
 	if err != nil {
 		return failed(err)
 	}
