@@ -31,7 +31,7 @@ import (
 type TaskStore interface {
 	CreateTasks(ctx context.Context, tasks []exactlyonce.NewTask) ([]exactlyonce.CreatedTask, error)
 	AttemptsAfter(ctx context.Context, id int64, after, limit int) ([]exactlyonce.Attempt, error)
-	ReferenceTasks(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error)
+	ReferencePage(ctx context.Context, ref string, after int64, limit int) (tasks []exactlyonce.Event, more bool, err error)
 	RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlacement, bool, error)
 	RetryReference(ctx context.Context, ref string) (exactlyonce.RetriedReference, error)
 }
@@ -403,15 +403,16 @@ func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	got, err := ts.ReferenceTasks(r.Context(), ref, after, limit+1)
+	// more says whether the directory has a task after the page's: telling it reads no task, so a
+	// page whose tasks are in the database asks S3 nothing even when the next task is archived.
+	got, more, err := ts.ReferencePage(r.Context(), ref, after, limit)
 	if err != nil {
 		s.error(w, r, err)
 		return
 	}
 	var next *int64
-	if len(got) > limit {
-		got = got[:limit]
-		id := got[limit-1].ID
+	if more && len(got) > 0 {
+		id := got[len(got)-1].ID
 		next = &id
 	}
 	out := make([]ReferenceEventJSON, len(got))

@@ -37,7 +37,10 @@ var listStates = map[string]string{
 // with ids below before (0: from the newest), of kind kind ("" for every kind). Each event is as Get
 // returns it. An unknown set is an EINVALID error. resume > 0 says that the listing stopped looking
 // at resume before it found limit events (the processed history is read a bounded number of pages
-// at a time): every event at or above resume is listed, and the next page starts below it.
+// at a time, and a page of archived history is read only when an event it may hold is needed: the
+// processed listing stops before one once it has limit-1 events, limit being the caller's page
+// plus the one that says more follow): every event at or above resume is listed, and the next page
+// starts below it.
 func (s *Store) ListEvents(ctx context.Context, set string, kind exactlyonce.Kind, before int64, limit int) (events []exactlyonce.Event, resume int64, err error) {
 	states, ok := listStates[set]
 	if !ok {
@@ -136,10 +139,18 @@ const listWalkColumns = 20 * pages.UnitColumns
 // fold, or folded and not packed yet: `fresh` and `settled`, bounded by the pack) merged with those
 // in the pages, read down from the cursor's column a span of columns at a time. It returns resume > 0 when it
 // stopped walking at resume before it found limit events: the events it returns are all of those at
-// or above resume, and the next page starts below it.
+// or above resume, and the next page starts below it. It stops so at the walk's bound, and before
+// a page the move has passed once it has limit-1 events (at least one), so that a page whose
+// events are all in the database asks S3 nothing.
 func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before int64, limit int) ([]exactlyonce.Event, int64, error) {
 	if before <= 0 {
 		before = math.MaxInt64
+	}
+	if before == 1 {
+		// Ids start at 1 (the id counter hands out its value plus one): nothing is below it, in any
+		// tier. Without this, the walk read column 0 of page 0, whose object a move may hold: a 503
+		// while S3 was down, for an answer that is always empty.
+		return []exactlyonce.Event{}, 0, nil
 	}
 	recent, err := s.listStates(ctx, "10, 30", kind, before, limit)
 	if err != nil {
@@ -161,7 +172,20 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 	lowest := next + 1
 	span := int64((limit+pages.PerColumn-1)/pages.PerColumn + 1)
 	var objs pagestore.PageObjects // each archived page's object once a request, not once a span
+	covered := 0                   // events found at or above the last span's first id: complete down to there
 	for walked := int64(0); next >= 0 && walked < listWalkColumns; {
+		if walked > 0 && covered >= max(limit-1, 1) {
+			// Every event but the last is found: the last only tells the API whether more follow
+			// (it asks for one more than it shows). That is not worth a GET of an archived page, nor
+			// a 503 while S3 is down: stop before such a page, with the cursor at its top (resume).
+			passed, err := s.history.Passed(ctx, s.db, next/pages.Columns)
+			if err != nil {
+				return nil, 0, mysql.Interpret("list events", err)
+			}
+			if passed {
+				break
+			}
+		}
 		n := min(span, next%pages.Columns+1, listWalkColumns-walked)
 		first := next - n + 1
 		rows, err := s.history.ReadColumnsOnce(ctx, s.db, first/pages.Columns, int(first%pages.Columns), int(n), &objs)
@@ -175,7 +199,7 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 			}
 		}
 		lowest, next, walked, span = first, first-1, walked+n, pages.UnitColumns
-		covered := 0 // events found at or above this span's first id: complete down to there
+		covered = 0
 		for _, e := range out {
 			if e.ID >= first*pages.PerColumn {
 				covered++

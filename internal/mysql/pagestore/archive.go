@@ -104,6 +104,22 @@ func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bo
 	return pages.Row{}, false, nil
 }
 
+// Passed says whether the move has ever passed page (page < high_page), so that a read of it may
+// need the page's object: a page it never passed has every event in the database. A reader that
+// may stop before a page rather than read it (the processed listing, which needs no archived page
+// to say that more events may follow) asks before it reads the page's rows; ReadColumns asks again
+// after them, so that a move that passes the page in between is seen.
+func (h History) Passed(ctx context.Context, q mysql.Conn, page int64) (bool, error) {
+	if h.Archive == nil {
+		return false, nil
+	}
+	var high int64
+	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high); err != nil {
+		return false, err
+	}
+	return page < high, nil
+}
+
 // ReadColumns returns the events of n columns of page from first, in both tiers (the package's
 // ReadColumns, then, if the move has ever passed the page, the page's object read from the bucket,
 // not the cache), each event once. A page the move never passed has all its events in its rows (a

@@ -12,7 +12,9 @@ SELECT next_page, archived_pages, archived_events FROM history_archive;
 
 -- name: ArchiveHighPage
 -- The processed listing (History.ReadColumns) and a read by id that missed the page rows
--- (History.Get), after their read of a page's rows: whether the move has ever passed the page
+-- (History.Get), after their read of a page's rows; and the processed listing before it reads a
+-- page's rows, when it may stop before the page instead (History.Passed): whether the move has
+-- ever passed the page
 -- (page < high_page; next_page may be lowered again by a late event), so that they read the page's
 -- object only then. Read after the rows: the move deletes a page's rows and
 -- raises high_page past it in one transaction, so a listing that found the rows gone finds

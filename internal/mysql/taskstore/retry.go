@@ -64,7 +64,23 @@ func (s *Store) readAttempts(ctx context.Context, id int64, q string, args ...an
 	if err := rows.Err(); err != nil || len(out) > 0 {
 		return out, mysql.Interpret("read attempts", err)
 	}
-	// None in task_attempts: the task may be packed, its attempts with it (read after, as Get).
+	// None in task_attempts: the task may be packed, its attempts with it (read after, as Get). Not
+	// if `events` still holds it (read after task_attempts: the pack deletes the event and its
+	// attempts in one transaction, so a task still in `events` had its attempts in the first read):
+	// a failed task, or a queued one, of a page whose other events are archived has no attempts
+	// there, and asking its page's object for them was a GET, and a 503 while S3 was down, for an
+	// answer that is empty.
+	var kind exactlyonce.Kind
+	var state exactlyonce.State
+	var ref sql.NullString
+	var hash uint32
+	err = s.db.QueryRowContext(ctx, queries.TaskOf, id).Scan(&kind, &state, &ref, &hash)
+	if err == nil {
+		return out, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, mysql.Interpret("read attempts", err)
+	}
 	packed, ok, err := packedAttempts(ctx, s.history, s.db, id)
 	if err != nil || !ok {
 		return out, mysql.Interpret("read attempts", err)
@@ -80,39 +96,54 @@ func (s *Store) readAttempts(ctx context.Context, id int64, q string, args ...an
 // history. Until the backfill of a database migrated with tasks in it is done, it scans as it did
 // before (referenceTasksScan).
 func (s *Store) ReferenceTasks(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error) {
+	out, _, err := s.ReferencePage(ctx, ref, after, limit)
+	return out, err
+}
+
+// ReferencePage is ReferenceTasks for a page of GET /references/{id}/events: up to limit tasks,
+// and whether more may follow. By the directory, more is whether it has an entry after the last
+// task read, so that telling it reads no task: a task read only to say so would be a GET of its
+// page's object if it is archived, and a 503 while S3 is down, for a page whose tasks are all in
+// the database. (An entry after it may be a reference's whose tag is the same, 2^-64 a pair: more
+// is then true and the next page empty.) Until the backfill is done, it reads one task more.
+func (s *Store) ReferencePage(ctx context.Context, ref string, after int64, limit int) (tasks []exactlyonce.Event, more bool, err error) {
 	done, err := s.directoryComplete(ctx, s.db)
 	if err != nil {
-		return nil, mysql.Interpret("list reference tasks", err)
+		return nil, false, mysql.Interpret("list reference tasks", err)
 	}
 	if !done {
-		return s.referenceTasksScan(ctx, ref, after, limit)
+		out, err := s.referenceTasksScan(ctx, ref, after, limit+1)
+		if err != nil || len(out) <= limit {
+			return out, false, err
+		}
+		return out[:limit], true, nil
 	}
 	entries, err := referenceEntries(ctx, s.db, ref)
 	if err != nil {
-		return nil, mysql.Interpret("list reference tasks", err)
+		return nil, false, mysql.Interpret("list reference tasks", err)
 	}
 	var from int64
 	if after > 0 {
 		i := slices.IndexFunc(entries, func(e entry) bool { return e.id == after })
 		if i < 0 {
-			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "after: event %d is not a task of this reference", after)
+			return nil, false, exactlyonce.Errorf(exactlyonce.EINVALID, "after: event %d is not a task of this reference", after)
 		}
 		from = entries[i].position
 	}
 	out := []exactlyonce.Event{}
 	for _, en := range entries {
-		if len(out) == limit {
-			break
-		}
 		if en.position <= from {
 			continue
 		}
+		if len(out) == limit {
+			return out, true, nil
+		}
 		ev, err := s.events.Get(ctx, en.id)
 		if exactlyonce.ErrorCode(err) == exactlyonce.ENOTFOUND {
-			return nil, mysql.Interpret("list reference tasks", fmt.Errorf("the directory of reference %q names task %d, which is not stored", ref, en.id))
+			return nil, false, mysql.Interpret("list reference tasks", fmt.Errorf("the directory of reference %q names task %d, which is not stored", ref, en.id))
 		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if ev.Task == nil || ev.Task.ReferenceID != ref {
 			continue // a reference whose tag is the same (directory.go, cellOf)
@@ -121,7 +152,7 @@ func (s *Store) ReferenceTasks(ctx context.Context, ref string, after int64, lim
 			CreatedAt: ev.CreatedAt, ProcessedAt: ev.ProcessedAt,
 			Task: &exactlyonce.Task{ReferenceID: ref, Position: ev.Task.Position}})
 	}
-	return out, nil
+	return out, false, nil
 }
 
 // referenceTasksScan is ReferenceTasks by scans of `events` and of the packed history, for a

@@ -178,7 +178,9 @@ WHERE id = ? AND kind = 'task' AND state IN (20, 40) FOR UPDATE;
 -- name: TaskOf
 -- A manual retry, first statement: is the event a task, and what is its reference (whose bucket is
 -- locked next). Consistent read, pruned by id. Not found: the store reads its page (a packed event
--- is processed, so not retried) before it answers "not found".
+-- is processed, so not retried) before it answers "not found". Also a read of attempts that found
+-- none in task_attempts, after that read: a task still here has none to read in its page, so its
+-- page (maybe an archived page's object) is not asked.
 SELECT kind, state, reference_id, routing_hash FROM events WHERE id = ? LIMIT 1;
 
 -- name: LaterTaskStarted
