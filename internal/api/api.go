@@ -41,6 +41,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,6 +94,14 @@ const DefaultMaxBodyBytes = 512 << 10
 // declares a body and never sends it does not hold a connection and a goroutine for long.
 const DefaultBodyReadTimeout = 10 * time.Second
 
+// DefaultReadTimeout bounds a GET's work (Server.ReadTimeout): its reads of the database and of
+// the history's archive together. Each call to S3 is bounded (archive.DefaultTimeout, 5 s), but a
+// read may make many (a reference's listing reads each archived task's page), so an S3 that answers
+// slowly, each call inside its own bound, would hold a request for as many bounds. 8 s is inside
+// the API function's 10 s timeout (infra's apiTimeout), so that the caller gets a 503 with
+// Retry-After from the API, not a timeout from the gateway.
+const DefaultReadTimeout = 8 * time.Second
+
 // eTIMEOUT is the code of a body that did not arrive in time: a 408. It is the API's own, as the
 // case exists only at the HTTP edge.
 const eTIMEOUT = "body_timeout"
@@ -116,7 +125,10 @@ type Server struct {
 	// deadline (net/http's; on Lambda the body has arrived before the handler runs). Default
 	// DefaultBodyReadTimeout.
 	BodyReadTimeout time.Duration
-	NewValue        func() string // default exactlyonce.NewValue
+	// ReadTimeout bounds each GET's work, its reads of the database and the archive together: past
+	// it the request is a 503 with Retry-After. Default DefaultReadTimeout.
+	ReadTimeout time.Duration
+	NewValue    func() string // default exactlyonce.NewValue
 
 	// Idempotency configures the Idempotency-Key header of the creates (idempotency.go).
 	Idempotency Idempotency
@@ -183,6 +195,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.bodyDeadline(w, r)
 	if s.Metrics != nil {
 		r = r.WithContext(metrics.With(r.Context(), s.Metrics))
+	}
+	if r.Method == http.MethodGet {
+		// A read changes nothing, so cutting it short is safe: it is a 503 (its context's deadline
+		// ends a statement or an S3 call as EUNAVAILABLE), never a request held for as long as the
+		// archive is slow.
+		ctx, cancel := context.WithTimeout(r.Context(), cmp.Or(s.ReadTimeout, DefaultReadTimeout))
+		defer cancel()
+		r = r.WithContext(ctx)
 	}
 	s.router.ServeHTTP(w, r)
 }

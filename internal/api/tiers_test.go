@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"testing"
 	"time"
 
@@ -237,4 +239,52 @@ func TestEveryReadAsksS3OnlyForWhatItsAnswerNeeds(t *testing.T) {
 	status, body, _ = tr.b.do(t, "GET", "/events/5000", "")
 	require.Equal(t, http.StatusOK, status, "%v", body)
 	require.Equal(t, "pending", body["state"], "%v", body)
+}
+
+// slowProxy is a real slow S3 endpoint on loopback: a reverse proxy in front of target that holds
+// each request for delay (or until its caller gives up) before it passes it on.
+func slowProxy(t *testing.T, target string, delay time.Duration) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(delay):
+			rp.ServeHTTP(w, r)
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// With S3 slow (every call answered, each inside the archive's own bound, but late), a read that
+// needs many archived pages is bounded by the API's ReadTimeout, a 503 with Retry-After, not held
+// for as many S3 calls as it makes (a reference's listing reads each archived task's page: up to
+// 1,001 calls of up to 5 s each before); a read that needs one page is slow, and answers.
+func TestAReadIsBoundedWhileS3IsSlow(t *testing.T) {
+	t.Parallel()
+	tr := newTiered(t)
+	const delay = 900 * time.Millisecond
+	slow := archive.New(locals3.NewClient(slowProxy(t, tr.s3.URL, delay)), "history", -1)
+	slow.Timeout = 2 * time.Second // each call answers inside its own bound
+	store := wire.NewStores(tr.b.store.DB).WithArchive(slow)
+	b := &testBundle{store: store, srv: openapitest.NewServer(t, &api.Server{Stores: store.API(), ReadTimeout: 1200 * time.Millisecond})}
+
+	_, want, _ := tr.b.do(t, "GET", "/events/4", "")
+	start := time.Now()
+	status, got, _ := b.do(t, "GET", "/events/4", "")
+	require.Equal(t, http.StatusOK, status, "one archived page, %s late: %v", delay, got)
+	require.Equal(t, want, got)
+	require.GreaterOrEqual(t, time.Since(start), delay, "through the slow endpoint")
+
+	// ref-a's first three tasks are on three archived pages: three calls of 0.9 s.
+	start = time.Now()
+	status, got, hdr := b.do(t, "GET", "/references/ref-a/events", "")
+	took := time.Since(start)
+	require.Equal(t, http.StatusServiceUnavailable, status, "after %s: %v", took, got)
+	require.Equal(t, "the history's archive is unavailable; try again", got["error"])
+	require.Equal(t, "1", hdr.Get("Retry-After"))
+	require.Less(t, took, 2500*time.Millisecond, "bounded by the ReadTimeout (1.2 s), not by three calls of 0.9 s")
 }
