@@ -24,7 +24,7 @@ var sqlFiles embed.FS
 
 // queryTexts are mysqltest's statements: the audit's (audit.sql) and the seeding's (seed.sql).
 type queryTexts struct {
-	Audit, AuditPages, PageRowCounts string
+	Audit, AuditPages, PageRowCounts, AuditHighPage string
 
 	LoadPages, LoadArchive, LoadCounterFacts, LoadCounterSums, LoadCounterDirectory, ForgetDirectory, ForgetDirectoryLog, BackfillNotBegun,
 	FillDirectoryCell, LoadAttempts string
