@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/client"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/locals3"
@@ -39,7 +40,6 @@ import (
 type tiered struct {
 	b        *testBundle
 	s3       *locals3.Server
-	bucket   *archive.Bucket
 	ids      map[string]int64
 	archived []int64 // the processed events of pages 0-2, newest first
 	window   []int64 // the processed events of page 3, newest first
@@ -55,7 +55,7 @@ func newTiered(t *testing.T) *tiered {
 	bucket.Timeout = time.Second
 	store := wire.NewStores(testdb.Core(t, mysql.Config{Allocator: mysql.AllocatorLiteral}, 4)).WithArchive(bucket)
 	tr := &tiered{b: &testBundle{store: store, srv: openapitest.NewServer(t, &api.Server{Stores: store.API(), Webhook: webhook.Policy{AllowLoopback: true}})},
-		s3: s3srv, bucket: bucket, ids: map[string]int64{}}
+		s3: s3srv, ids: map[string]int64{}}
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/refuse" {
 			w.WriteHeader(http.StatusBadRequest)
@@ -135,9 +135,6 @@ func newTiered(t *testing.T) *tiered {
 	return tr
 }
 
-// id is the JSON text of the id of the event the fixture named name.
-func (tr *tiered) id(name string) string { return jsonID(tr.ids[name]) }
-
 // tierRead is a request, and whether its answer needs an archived page.
 type tierRead struct {
 	method, path string
@@ -160,6 +157,12 @@ func TestEveryReadAsksS3OnlyForWhatItsAnswerNeeds(t *testing.T) {
 		{"GET", "/events/1", true}, {"GET", "/events/4", true}, {"GET", "/events/9999", true},
 		{"GET", "/events/10000", true}, {"GET", "/events/19999", true}, {"GET", "/events/20006", true},
 		{"GET", "/events/10002", true},
+		// The window's edge: 29999 is the last id of the last page the move passed (no event: the
+		// bucket may hold one), 30000 the first of the window's page (no event, and none in the
+		// bucket: a 404 without S3).
+		{"GET", "/events/29999", true}, {"GET", "/events/30000", false},
+		{"GET", "/events/29999/attempts", true}, {"GET", "/events/30000/attempts", false},
+		{"POST", "/events/29999/retry", true}, {"POST", "/events/30000/retry", false},
 		// The processed listing: below id 1 there is nothing; a page of the window's events whose
 		// next event is archived (the probe for "more" is not the answer); pages that show archived
 		// events.
@@ -176,6 +179,9 @@ func TestEveryReadAsksS3OnlyForWhatItsAnswerNeeds(t *testing.T) {
 		{"GET", "/events?state=processed&before=30001&limit=1", true},
 		{"GET", "/events?state=processed&before=10001", true},
 		{"GET", "/events?state=processed&before=2&limit=1", true},
+		{"GET", "/events?state=processed&before=30000&limit=1", true},
+		{"GET", "/events?state=processed&before=20007&limit=1", true},
+		{"GET", "/events?state=processed&before=30002&limit=2", true},
 		{"GET", "/events?state=failed", false}, {"GET", "/events?state=pending", false},
 		{"GET", "/events?state=queued", false},
 		// Attempts: a failed task's, in `events` (also past its last attempt); a window task's; an
@@ -287,4 +293,83 @@ func TestAReadIsBoundedWhileS3IsSlow(t *testing.T) {
 	require.Equal(t, "the history's archive is unavailable; try again", got["error"])
 	require.Equal(t, "1", hdr.Get("Retry-After"))
 	require.Less(t, took, 2500*time.Millisecond, "bounded by the ReadTimeout (1.2 s), not by three calls of 0.9 s")
+}
+
+// Paging with the Go client over a listing that spans the database and the archive gives every
+// event once, in order, with no gap, whatever the page's size: the processed listing (newest
+// first, every kind and tasks only) and each reference's tasks (in delivery order). With S3 down,
+// the pages that need no archived page are the same, and the first that needs one is the
+// client's *Error: a 503 with its Retry-After.
+func TestTheGoClientPagesAcrossTheTiers(t *testing.T) {
+	t.Parallel()
+	tr := newTiered(t)
+	ctx := context.Background()
+	c, err := client.New(tr.b.srv.URL, client.Options{Retry: client.Retry{MaxAttempts: 1}})
+	require.NoError(t, err)
+	list := func(kind string, limit int) ([]int64, []client.EventPage, error) {
+		var ids []int64
+		var pages []client.EventPage
+		opt := client.ListOptions{State: "processed", Kind: kind, Limit: limit}
+		for range 100 {
+			page, err := c.ListEvents(ctx, opt)
+			if err != nil {
+				return ids, pages, err
+			}
+			pages = append(pages, page)
+			for _, e := range page.Events {
+				ids = append(ids, e.ID())
+			}
+			if page.Next == nil {
+				return ids, pages, nil
+			}
+			opt.Before = *page.Next
+		}
+		t.Fatalf("the listing of %q by %d did not end", kind, limit)
+		return nil, nil, nil
+	}
+	refs := func(ref string, limit int) []int64 {
+		var ids []int64
+		var after int64
+		for range 100 {
+			page, err := c.ReferenceTasks(ctx, ref, after, limit)
+			require.NoError(t, err)
+			for _, e := range page.Events {
+				ids = append(ids, e.ID)
+			}
+			if page.Next == nil {
+				return ids
+			}
+			after = *page.Next
+		}
+		t.Fatalf("the listing of %s by %d did not end", ref, limit)
+		return nil
+	}
+	all := append(append([]int64{}, tr.window...), tr.archived...)
+	tasks := []int64{30006, 30002, 20006, 20001, 10001, 4}
+	byLimit := map[int][]client.EventPage{}
+	for _, limit := range []int{1, 2, 3, 4, 7, 50, 100} {
+		ids, pages, err := list("", limit)
+		require.NoError(t, err)
+		require.Equal(t, all, ids, "every processed event once, newest first, by %d", limit)
+		byLimit[limit] = pages
+		ids, _, err = list("task", limit)
+		require.NoError(t, err)
+		require.Equal(t, tasks, ids, "every processed task once, newest first, by %d", limit)
+		require.Equal(t, []int64{4, 10001, 20001, 30002}, refs("ref-a", limit), "ref-a by %d", limit)
+		require.Equal(t, []int64{30006, 20006}, refs("ref-b", limit), "ref-b by %d (B1 was created after B0)", limit)
+	}
+
+	tr.s3.Stop()
+	// By 1 and by 3, the window's three events are whole pages; by 2, the second page would hold
+	// 30001 and the archived 20006.
+	for limit, shown := range map[int]int{1: 3, 2: 2, 3: 3} {
+		ids, pages, err := list("", limit)
+		require.Equal(t, tr.window[:shown], ids, "the window's events, by %d", limit)
+		require.Equal(t, byLimit[limit][:len(pages)], pages, "the same pages as with S3 up, by %d", limit)
+		var e *client.Error
+		require.ErrorAs(t, err, &e, "by %d", limit)
+		require.Equal(t, http.StatusServiceUnavailable, e.Status)
+		require.Equal(t, time.Second, e.RetryAfter)
+		require.Equal(t, "the history's archive is unavailable; try again", e.Message)
+	}
 }
