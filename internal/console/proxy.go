@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -157,7 +158,7 @@ func (c *console) proxy(w http.ResponseWriter, r *http.Request, rest string) {
 			return
 		}
 	}
-	status, answer, err := c.call(r.Context(), r.Method, upstream, query.Encode(), body)
+	status, answer, retryAfter, err := c.call(r.Context(), r.Method, upstream, query.Encode(), body)
 	if errors.Is(err, errCredentials) {
 		c.log.Error("console: the API call was not made: no AWS credentials to sign it with", "method", r.Method, "path", upstream, "err", err)
 		writeError(w, http.StatusBadGateway, "the console could not sign the call: your AWS credentials could not be read (expired?); the console's log says why")
@@ -167,6 +168,11 @@ func (c *console) proxy(w http.ResponseWriter, r *http.Request, rest string) {
 		c.log.Error("console: the API call failed", "method", r.Method, "path", upstream, "err", err)
 		writeError(w, http.StatusBadGateway, "the API did not answer; the console's log says why")
 		return
+	}
+	if retryAfter != "" && (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests || status == http.StatusConflict) {
+		// The API's (or the gateway's) advice to try again (a database or the history's archive
+		// down, a key in flight), passed on to the pages and to any caller of /ui/api.
+		w.Header().Set("Retry-After", retryAfter)
 	}
 	writeRaw(w, status, gatewayRefusal(status, answer))
 }
@@ -221,8 +227,9 @@ func writeRaw(w http.ResponseWriter, status int, body []byte) {
 }
 
 // call makes the API call method path?query (path escaped, the API's own, without the stage) and
-// returns the answer's status and body: an error if there is none, or if its body is not JSON.
-func (c *console) call(ctx context.Context, method, path, query string, body []byte) (int, []byte, error) {
+// returns the answer's status, body and Retry-After (if it is a number of seconds): an error if
+// there is none, or if its body is not JSON.
+func (c *console) call(ctx context.Context, method, path, query string, body []byte) (int, []byte, string, error) {
 	u := "http://api.in-process" + path
 	if c.base != nil {
 		u = c.base.Scheme + "://" + c.base.Host + strings.TrimSuffix(c.base.EscapedPath(), "/") + path
@@ -232,7 +239,7 @@ func (c *console) call(ctx context.Context, method, path, query string, body []b
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, "", err
 	}
 	req.Header.Set("Accept", "application/json")
 	if len(body) > 0 {
@@ -240,32 +247,36 @@ func (c *console) call(ctx context.Context, method, path, query string, body []b
 	}
 	if c.base != nil {
 		if err := c.sign(ctx, req, body); err != nil {
-			return 0, nil, err
+			return 0, nil, "", err
 		}
 	}
 	resp, err := c.upstream.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, "", err
 	}
 	defer resp.Body.Close()
 	// The API never redirects; a redirect is not followed (a Location is not on the allow-list), nor
 	// passed on to the pages.
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		return 0, nil, fmt.Errorf("the answer is a redirect (status %d) to %q", resp.StatusCode, resp.Header.Get("Location"))
+		return 0, nil, "", fmt.Errorf("the answer is a redirect (status %d) to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
 	if err != nil {
-		return 0, nil, fmt.Errorf("read the answer (status %d): %w", resp.StatusCode, err)
+		return 0, nil, "", fmt.Errorf("read the answer (status %d): %w", resp.StatusCode, err)
 	}
 	if len(answer) > maxResponseBody {
-		return 0, nil, fmt.Errorf("the answer (status %d) is over %d bytes", resp.StatusCode, maxResponseBody)
+		return 0, nil, "", fmt.Errorf("the answer (status %d) is over %d bytes", resp.StatusCode, maxResponseBody)
 	}
 	// Only JSON is passed on: an answer of another kind (an HTML error page of a proxy, say) is the
 	// upstream failing, not something for the pages to show.
 	if !json.Valid(answer) {
-		return 0, nil, fmt.Errorf("the answer (status %d, %s) is not JSON: %q", resp.StatusCode, resp.Header.Get("Content-Type"), truncate(answer))
+		return 0, nil, "", fmt.Errorf("the answer (status %d, %s) is not JSON: %q", resp.StatusCode, resp.Header.Get("Content-Type"), truncate(answer))
 	}
-	return resp.StatusCode, answer, nil
+	retryAfter := resp.Header.Get("Retry-After")
+	if n, err := strconv.Atoi(retryAfter); err != nil || n < 0 || n > 3600 {
+		retryAfter = "" // only a delay in seconds, as the API sends it: nothing else is passed on
+	}
+	return resp.StatusCode, answer, retryAfter, nil
 }
 
 func truncate(b []byte) string {
