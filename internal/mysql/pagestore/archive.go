@@ -110,14 +110,20 @@ func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bo
 // to say that more events may follow) asks before it reads the page's rows; ReadColumns asks again
 // after them, so that a move that passes the page in between is seen.
 func (h History) Passed(ctx context.Context, q mysql.Conn, page int64) (bool, error) {
+	high, err := h.HighPage(ctx, q)
+	return page < high, err
+}
+
+// HighPage is the page the move has passed every page below (high_page; 0 without an archive): a
+// reader that reads many events by id (a reference's listing) reads it once to tell which of them
+// may need an archived page's object.
+func (h History) HighPage(ctx context.Context, q mysql.Conn) (int64, error) {
 	if h.Archive == nil {
-		return false, nil
+		return 0, nil
 	}
 	var high int64
-	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high); err != nil {
-		return false, err
-	}
-	return page < high, nil
+	err := q.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high)
+	return high, err
 }
 
 // ReadColumns returns the events of n columns of page from first, in both tiers (the package's

@@ -3,10 +3,21 @@ package pagestore_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/archive"
+	"github.com/exactlyonce/exactlyonce/internal/locals3"
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
+	"github.com/exactlyonce/exactlyonce/internal/processing"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -72,4 +83,60 @@ func TestTheListingReadsAnArchivedPageOnceAndMissesNoMove(t *testing.T) {
 	require.Len(t, events, 100)
 	require.True(t, ids[late], "the late event, moved from its row to the object between two spans, is listed")
 	require.Equal(t, 2, ca.gets, "the object once, and once more after the move changed it")
+}
+
+// A page of a reference's listing reads tasks from at most 32 archived pages (a GET of each page's
+// object) and ends there, saying more follow, so that its cost is bounded by what it returns, not
+// by the limit asked: here 40 tasks on 40 archived pages, listed by 1,000, were 40 GETs in one
+// request (1,000 tasks on 1,000 pages were 1,000, past the API's ReadTimeout). Paged, every task
+// is listed once, in order.
+func TestAReferencePageReadsABoundedNumberOfArchivedPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := testdb.DB(t, 8)
+	store, err := wire.StoresOn(db, mysql.Config{Allocator: mysql.AllocatorLiteral})
+	require.NoError(t, err)
+	client := locals3.Client(t)
+	ca := &countingArchive{Archive: archive.New(client, locals3.Bucket(t, client), -1)}
+	store.WithArchive(ca)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	t.Cleanup(hook.Close)
+	const n = 40
+	var ids []int64
+	for p := range n {
+		_, err := db.Exec("UPDATE status SET id = ?", p*10000)
+		require.NoError(t, err)
+		got, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: hook.URL, Payload: []byte(`{}`), ReferenceID: "many", MaxRetries: 0}})
+		require.NoError(t, err)
+		ids = append(ids, got[0].ID)
+	}
+	engine := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{
+		Deliverer: webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second})}}
+	for delivered := 0; delivered < n; {
+		b, err := engine.ProcessDue(ctx, 0, 100)
+		require.NoError(t, err)
+		require.NotZero(t, b.Claimed, "every task delivered at its first attempt")
+		delivered += b.Settled
+	}
+	foldAll(t, store)
+	packAll(t, store)
+	require.EqualValues(t, n, moveAll(t, ctx, store, 0).Pages)
+
+	var listed []int64
+	var after int64
+	for _, want := range []struct {
+		tasks, gets int
+		more        bool
+	}{{32, 32, true}, {8, 40, false}} {
+		got, more, err := store.Tasks.ReferencePage(ctx, "many", after, 1000)
+		require.NoError(t, err)
+		require.Len(t, got, want.tasks)
+		require.Equal(t, want.more, more)
+		require.Equal(t, want.gets, ca.gets, "a GET an archived page, at most 32 a page")
+		for _, e := range got {
+			listed = append(listed, e.ID)
+		}
+		after = got[len(got)-1].ID
+	}
+	require.Equal(t, ids, listed, "every task once, in order")
 }
