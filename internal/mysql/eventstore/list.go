@@ -174,10 +174,11 @@ func (s *Store) listProcessed(ctx context.Context, kind exactlyonce.Kind, before
 	var objs pagestore.PageObjects // each archived page's object once a request, not once a span
 	covered := 0                   // events found at or above the last span's first id: complete down to there
 	for walked := int64(0); next >= 0 && walked < listWalkColumns; {
-		if walked > 0 && covered >= max(limit-1, 1) {
+		if walked > 0 && covered >= max(limit-1, 1) && !objs.Holds(next/pages.Columns) {
 			// Every event but the last is found: the last only tells the API whether more follow
 			// (it asks for one more than it shows). That is not worth a GET of an archived page, nor
 			// a 503 while S3 is down: stop before such a page, with the cursor at its top (resume).
+			// (A page whose object an earlier span read costs nothing more.)
 			passed, err := s.history.Passed(ctx, s.db, next/pages.Columns)
 			if err != nil {
 				return nil, 0, mysql.Interpret("list events", err)

@@ -141,6 +141,13 @@ type PageObjects struct {
 	objs map[int64]pageObject
 }
 
+// Holds says whether objs holds page's object already (read by an earlier span): reading more of
+// the page costs no GET, unless a move changed the archive since.
+func (objs *PageObjects) Holds(page int64) bool {
+	_, ok := objs.objs[page]
+	return ok
+}
+
 // pageObject is a page's object and the archive's version (archived_events) read before it.
 type pageObject struct {
 	obj     []byte
