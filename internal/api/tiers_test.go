@@ -31,8 +31,10 @@ import (
 // allocator (each create takes the id counter plus one, so a test sets where the next id falls):
 //
 //	page 0 (archived): plain 1, 2, 3; task A0 of ref-a (4); task F of ref-f (5000: failed for good,
-//	                   so still in `events`, its page's other events in the bucket); plain 9999
-//	page 1 (archived): plain 10000 and 19999, the first and last ids of the page; task A1 (10001)
+//	                   so still in `events`, its page's other events in the bucket); task G0 of
+//	                   ref-g (5001, failed for good too); plain 9999
+//	page 1 (archived): plain 10000 and 19999, the first and last ids of the page; task A1 (10001);
+//	                   task G1 of ref-g (10002: delivered after G0 failed)
 //	page 2 (archived): task A2 (20001); task B1 of ref-b (20006, created after B0)
 //	page 3 (window):   plain 30001; task A3 (30002); task B0 of ref-b (30006)
 //
@@ -89,10 +91,12 @@ func newTiered(t *testing.T) *tiered {
 	task("A0", "ref-a", "/ok")
 	at(4999)
 	task("F", "ref-f", "/refuse")
+	task("G0", "ref-g", "/refuse")
 	at(9998)
 	plain("last0")
 	plain("first1")
 	task("A1", "ref-a", "/ok")
+	task("G1", "ref-g", "/ok")
 	at(19998)
 	plain("last1")
 	at(20000)
@@ -106,7 +110,7 @@ func newTiered(t *testing.T) *tiered {
 	task("B1", "ref-b", "/ok")
 	at(40010)
 	require.Equal(t, map[string]int64{"p1": 1, "p2": 2, "p3": 3, "A0": 4, "F": 5000, "last0": 9999, "first1": 10000,
-		"A1": 10001, "last1": 19999, "A2": 20001, "w": 30001, "A3": 30002, "B0": 30006, "B1": 20006}, tr.ids)
+		"A1": 10001, "G0": 5001, "G1": 10002, "last1": 19999, "A2": 20001, "w": 30001, "A3": 30002, "B0": 30006, "B1": 20006}, tr.ids)
 
 	deliverAll(t, store)
 	_, err = store.Events.FoldSettled(ctx, 1000)
@@ -130,7 +134,7 @@ func newTiered(t *testing.T) *tiered {
 	require.NoError(t, store.DB.Pool().QueryRow("SELECT high_page FROM history_archive").Scan(&high))
 	require.Zero(t, pageRows, "pages 0 to 2 are in the bucket only")
 	require.EqualValues(t, 3, high, "the move passed pages 0 to 2, not the window's")
-	tr.archived = []int64{20006, 20001, 19999, 10001, 10000, 9999, 4, 3, 2, 1}
+	tr.archived = []int64{20006, 20001, 19999, 10002, 10001, 10000, 9999, 4, 3, 2, 1}
 	tr.window = []int64{30006, 30002, 30001}
 	return tr
 }
@@ -198,6 +202,8 @@ func TestEveryReadAsksS3OnlyForWhatItsAnswerNeeds(t *testing.T) {
 		{"GET", "/references/ref-a/events?after=20001&limit=1", false},
 		{"GET", "/references/ref-a/events?after=30002", false},
 		{"GET", "/references/ref-unknown/events", false},
+		{"GET", "/references/ref-g/events?limit=1", false}, {"GET", "/events/5001", false},
+		{"GET", "/references/ref-g/events", true},
 		{"GET", "/references/ref-a/events", true},
 		{"GET", "/references/ref-a/events?limit=1", true},
 		{"GET", "/references/ref-b/events?limit=2", true},
@@ -238,8 +244,14 @@ func TestEveryReadAsksS3OnlyForWhatItsAnswerNeeds(t *testing.T) {
 		assert.Equal(t, "1", hdr.Get("Retry-After"), "%s %s", r.method, r.path)
 	}
 
-	// The failed task of an archived page is retried, and read, with S3 down.
-	status, body, _ := tr.b.do(t, "POST", "/references/ref-f/retry", "")
+	// The failed tasks of an archived page are retried, and read, with S3 down: F alone, and G0,
+	// whose reference's later task (G1) was delivered and archived: it goes to the end of its
+	// reference, by the directory and `events`, with no read of the bucket.
+	status, body, _ := tr.b.do(t, "POST", "/references/ref-g/retry", "")
+	require.Equal(t, http.StatusOK, status, "%v", body)
+	require.Equal(t, []any{5001.0}, body["retried"], "%v", body)
+	require.Equal(t, "end", body["placement"], "%v", body)
+	status, body, _ = tr.b.do(t, "POST", "/references/ref-f/retry", "")
 	require.Equal(t, http.StatusOK, status, "%v", body)
 	require.Len(t, body["retried"], 1, "%v", body)
 	status, body, _ = tr.b.do(t, "GET", "/events/5000", "")
@@ -345,7 +357,7 @@ func TestTheGoClientPagesAcrossTheTiers(t *testing.T) {
 		return nil
 	}
 	all := append(append([]int64{}, tr.window...), tr.archived...)
-	tasks := []int64{30006, 30002, 20006, 20001, 10001, 4}
+	tasks := []int64{30006, 30002, 20006, 20001, 10002, 10001, 4}
 	byLimit := map[int][]client.EventPage{}
 	for _, limit := range []int{1, 2, 3, 4, 7, 50, 100} {
 		ids, pages, err := list("", limit)
