@@ -125,8 +125,8 @@ type Server struct {
 	// deadline (net/http's; on Lambda the body has arrived before the handler runs). Default
 	// DefaultBodyReadTimeout.
 	BodyReadTimeout time.Duration
-	// ReadTimeout bounds each GET's work, its reads of the database and the archive together: past
-	// it the request is a 503 with Retry-After. Default DefaultReadTimeout.
+	// ReadTimeout bounds each GET's (and HEAD's) work, its reads of the database and the archive
+	// together: past it the request is a 503 with Retry-After. Default DefaultReadTimeout.
 	ReadTimeout time.Duration
 	NewValue    func() string // default exactlyonce.NewValue
 
@@ -196,7 +196,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.Metrics != nil {
 		r = r.WithContext(metrics.With(r.Context(), s.Metrics))
 	}
-	if r.Method == http.MethodGet {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		// A read changes nothing, so cutting it short is safe: it is a 503 (its context's deadline
 		// ends a statement or an S3 call as EUNAVAILABLE), never a request held for as long as the
 		// archive is slow.
