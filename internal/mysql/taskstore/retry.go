@@ -95,7 +95,8 @@ func (s *Store) readAttempts(ctx context.Context, id int64, q string, args ...an
 // It reads the reference's directory (directory.go) and then its tasks by id, through the event
 // store's Get (`events`, else the task's page): a cost set by the reference's tasks, not by the
 // history. Until the backfill of a database migrated with tasks in it is done, it scans as it did
-// before (referenceTasksScan).
+// before (referenceTasksScan). It is ReferencePage without its more: fewer than limit tasks do not
+// mean the end when they come from more than maxListedArchivedPages archived pages.
 func (s *Store) ReferenceTasks(ctx context.Context, ref string, after int64, limit int) ([]exactlyonce.Event, error) {
 	out, _, err := s.ReferencePage(ctx, ref, after, limit)
 	return out, err
