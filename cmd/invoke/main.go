@@ -28,6 +28,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -105,8 +106,30 @@ func samples(root, fn string) ([]string, error) {
 	return all, nil
 }
 
+// functions are the functions make invoke can run: the directories of functions/.
+func functions(root string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(root, "functions"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
 func run(fn, eventPaths, bootstrap string, timeout time.Duration) error {
 	ctx := context.Background()
+	fns, err := functions(repo.Root())
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(fns, fn) {
+		return fmt.Errorf("no function %q: FN (-fn) is one of %s, the directories of functions/", fn, strings.Join(fns, ", "))
+	}
 	var paths []string
 	if eventPaths == "" {
 		var err error

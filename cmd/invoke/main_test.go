@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/repo"
@@ -68,4 +69,18 @@ func TestTheFunctionReadsTheDatabaseAsMakeRunDoes(t *testing.T) {
 	require.Equal(t, []string{"DB_DSN=u:p@tcp(h:3306)/d"}, env("DB_DSN=u:p@tcp(h:3306)/d"))
 	require.Equal(t, []string{"DB_NAME=n", "DB_DSN=u:p@tcp(h:3306)/d"}, env("DB_DSN=u:p@tcp(h:3306)/d", "DB_NAME=n"),
 		"DB_NAME beside DB_DSN is the function's to refuse, as make run refuses it")
+}
+
+// A function that functions/ does not have is named as such, with the ones it has, before anything
+// is built or started: FN=nope said "no events/nope*.json sample: name one with -event", and with
+// EVENT= it went on to a go build error about a directory.
+func TestAnUnknownFunctionIsRefusedByName(t *testing.T) {
+	for _, event := range []string{"", filepath.Join(repo.Root(), "events", "api.json")} {
+		for _, fn := range []string{"nope", "../cmd/local", "."} {
+			err := run(fn, event, "", time.Second)
+			require.Error(t, err, fn)
+			require.ErrorContains(t, err, "no function", fn)
+			require.ErrorContains(t, err, "api, counter, migrate, processor, sweeper", fn)
+		}
+	}
 }

@@ -2,7 +2,7 @@
 // stack's API: it signs every call to the API with the operator's AWS credentials (SigV4, service
 // execute-api), and reads and redrives the stack's queues with them.
 //
-//	make ui API_URL=https://<id>.execute-api.<region>.amazonaws.com/prod/
+//	make ui API_URL=https://<id>.execute-api.<region>.amazonaws.com/v1/
 //
 // API_URL (required) is the stack's ApiUrl output. UI_ADDR is where the console listens (default
 // 127.0.0.1:8081); an address that is not loopback is refused unless UI_ALLOW_REMOTE=true, since
@@ -57,7 +57,7 @@ func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 	getenv := func(k string) string { v, _ := lookup(k); return v }
 	apiURL := getenv("API_URL")
 	if apiURL == "" {
-		return errors.New("API_URL is required: the stack's ApiUrl output, such as make ui API_URL=https://<id>.execute-api.<region>.amazonaws.com/prod/")
+		return errors.New("API_URL is required: the stack's ApiUrl output, such as make ui API_URL=https://<id>.execute-api.<region>.amazonaws.com/v1/")
 	}
 	if _, err := console.CheckAPIURL(apiURL); err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -89,4 +91,27 @@ func TestFunctions(t *testing.T) {
 		return v, ok
 	}, log)
 	require.ErrorContains(t, err, `FUNCTIONS: unknown path "worker"`)
+}
+
+// The ApiUrl an operator is shown as an example (the error without API_URL, this command's
+// documentation, the console's page) ends with the stage the stack deploys (infra.APIStageName,
+// read from infra/api.go: infra is its own module), so that an operator who copies it reaches the
+// API: it said /prod/ where the stack's stage is v1.
+func TestTheExampleAPIURLHasTheStacksStage(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("../../infra/api.go")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`const APIStageName = "([^"]+)"`).FindSubmatch(src)
+	require.NotNil(t, m, "infra/api.go declares APIStageName")
+	want := "amazonaws.com/" + string(m[1]) + "/"
+
+	err = run(context.Background(), func(string) (string, bool) { return "", false }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.ErrorContains(t, err, want)
+	for _, f := range []string{"main.go", "../../docs/console.md"} {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, u := range regexp.MustCompile(`execute-api\.<region>\.amazonaws\.com/[^/\s]*/`).FindAll(b, -1) {
+			require.Contains(t, string(u), want, f)
+		}
+	}
 }

@@ -41,7 +41,7 @@ type Options struct {
 	// console calls APIURL, signing each request with Credentials (mode "aws").
 	API http.Handler
 	// APIURL is the deployed API's base URL with its stage, such as
-	// https://abc.execute-api.eu-west-1.amazonaws.com/prod/, when API is nil; https, or http to a
+	// https://abc.execute-api.eu-west-1.amazonaws.com/v1/, when API is nil; https, or http to a
 	// loopback host (tests). With API set it is only shown (GET /ui/api/session).
 	APIURL string
 	// Credentials and Region sign the requests to APIURL (SigV4, service execute-api). Region
