@@ -10,12 +10,14 @@ import (
 )
 
 // Invariant: a lost id counter row is re-created above every id in use, the archived ones too. A
-// history whose pages have all moved to the archive (an idle system past its retention, the last
-// events' units packed because blocks of ids handed out to processes that died left the counter
-// far ahead) has no event in `events` and no page row: the migration must count the pages the
-// move passed (history_archive's high_page). Before, it re-seeded the counter at CounterSeedGap
-// (2^20) above nothing, below the archived ids of a history past a million events, which it
-// would then hand out again.
+// history whose pages have all moved to the archive has no event in `events` and no page row left
+// to say how far its ids went: the move leaves the id counter's page and the one below it, so this
+// needs the counter a page (10,000 ids) or more past the last event (ids handed out and never
+// used: blocks of processes that died, or a counter re-seeded once already, 2^20 above the
+// largest id), and an idle system past its retention. The migration must count the pages the
+// move passed (history_archive's high_page). Before, it re-seeded the counter at 2^20 above
+// nothing: 1,048,576, below the archived ids of a history past a million events (here 3,000,001
+// to 3,000,300), which it would have handed out again.
 func TestALostCounterIsReseededAboveTheArchivedPages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
