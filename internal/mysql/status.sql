@@ -28,9 +28,13 @@ SELECT COUNT(*) FROM status;
 -- The largest id any event has, to re-create a lost counter row above it. A consistent read (no
 -- lock, at any isolation level) that scans every partition of events: it runs only when the row is
 -- missing, under the migration lock. Packed events (sql/pages.sql) count by their page's last id,
--- which is at least theirs: the counter may skip a few ids, never hand one out twice.
+-- which is at least theirs: the counter may skip a few ids, never hand one out twice. Archived
+-- events (migrations/0017_history_archive.sql) count by the first id of the highest page the
+-- move ever passed (high_page: only pages below it have an object), above every id they hold: a
+-- history all archived has no event and no page row left to say how far its ids went.
 SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM events),
-                (SELECT COALESCE(MAX(page) * 10000 + 9999, 0) FROM event_pages));
+                (SELECT COALESCE(MAX(page) * 10000 + 9999, 0) FROM event_pages),
+                (SELECT COALESCE(MAX(high_page) * 10000, 0) FROM history_archive));
 
 -- name: SeedCounter
 -- Re-creates the counter's row at ?, only if there is none. Only Migrate inserts here, under its

@@ -2,6 +2,7 @@ package pagestore_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"testing"
@@ -12,8 +13,9 @@ import (
 )
 
 // TestMain runs the tests, or, started again by a test in the child role "mover", a process that
-// moves pages to the archive as the sweeper does, and stops for good at the step KILL_AT, for the
-// test to kill it there.
+// moves pages to the archive as the sweeper does, or in the role "packer", one that packs the
+// folded history into pages as the sweeper does; either stops for good at the step KILL_AT, for
+// the test to kill it there.
 func TestMain(m *testing.M) {
 	if role := os.Getenv(child.RoleEnv); role != "" {
 		os.Exit(runChild(role))
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(role string) int {
-	if role != "mover" {
+	if role != "mover" && role != "packer" {
 		fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 		return 2
 	}
@@ -32,6 +34,21 @@ func runChild(role string) int {
 		return 1
 	}
 	killAt := os.Getenv("KILL_AT")
+	if role == "packer" {
+		ctx := pagestore.WithPackSteps(context.Background(), func(_ *sql.Tx, step string) {
+			if step == killAt {
+				fmt.Printf("at %s\n", step)
+				select {} // until killed
+			}
+		})
+		units, _, err := store.Pages.PackPages(ctx, 1000, time.Hour)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Printf("done: %d units\n", units)
+		return 0
+	}
 	ctx := pagestore.WithArchiveSteps(context.Background(), func(page int64, step string) {
 		if step == killAt {
 			fmt.Printf("at %s of page %d\n", step, page)
