@@ -80,7 +80,7 @@ func OpenLocalStores(ctx context.Context, c config.Config, log *slog.Logger) (*S
 			"create it as a user who may (CREATE DATABASE %s), or point DB_DSN at a database that exists: %w",
 			name, user, cerr, ident(name), me)
 	}
-	log.Info("local: created the database DB_DSN names", "database", name)
+	log.Info("local: created the database, which did not exist", "database", name)
 	return OpenStores(ctx, c)
 }
 

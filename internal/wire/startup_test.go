@@ -123,7 +123,7 @@ func TestOpenLocalStoreCreatesTheDatabase(t *testing.T) {
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rec), out.String())
 	require.Equal(t, "INFO", rec["level"])
-	require.Equal(t, "local: created the database DB_DSN names", rec["msg"])
+	require.Equal(t, "local: created the database, which did not exist", rec["msg"])
 	require.Equal(t, name, rec["database"])
 
 	// A second start finds it, and says nothing.
