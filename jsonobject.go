@@ -159,7 +159,7 @@ func checkNumbers(field string, raw json.RawMessage) error {
 					n = n[:20] + "..." + n[len(n)-10:] + " (" + strconv.Itoa(len(n)) + " characters)"
 				}
 				return Errorf(EINVALID, "%s: the number %s is outside the range of a 64-bit float (at most about 1.8e308 either way), "+
-					"which JSON readers cannot read back (RFC 7493); send it as a string", place(), n)
+					"which most JSON readers cannot read back (RFC 7493, I-JSON)", place(), n)
 			}
 		}
 		expectKey = len(stack) > 0 && stack[len(stack)-1].object

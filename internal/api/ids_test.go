@@ -90,3 +90,49 @@ func TestListingQueriesThatSayTwoThingsAreRefused(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, "%s: %v", ok, body)
 	}
 }
+
+// A route that takes no query parameter refuses one, naming it, before it reads or writes anything,
+// where it was ignored: POST /events?async=true created a processed event, GET /agents?state=RUNNING
+// listed every agent, GET /counters/u/t?limit=1 answered as without it. An empty query (? or ?&)
+// is none.
+func TestRoutesWithoutParametersRefuseOne(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	for _, tc := range []struct{ method, path, route string }{
+		{"POST", "/events?async=true", "POST /events"},
+		{"POST", "/events/async?referenceId=r", "POST /events/async"},
+		{"GET", "/events/1?fields=id", "GET /events/{id}"},
+		{"POST", "/events/1/retry?force=1", "POST /events/{id}/retry"},
+		{"POST", "/references/r/retry?dryRun=true", "POST /references/{referenceId}/retry"},
+		{"GET", "/overview?since=1h", "GET /overview"},
+		{"GET", "/history?x=1&y=2", "GET /history"},
+		{"GET", "/agents?state=RUNNING", "GET /agents"},
+		{"GET", "/workers/w?active=true", "GET /workers/{workerId}"},
+		{"GET", "/counters/u/t?limit=1", "GET /counters/{userId}/{entityType}"},
+	} {
+		status, body, _ := b.do(t, tc.method, tc.path, "")
+		require.Equal(t, http.StatusBadRequest, status, "%s %s: %v", tc.method, tc.path, body)
+		_, q, _ := strings.Cut(tc.path, "?")
+		name, _, _ := strings.Cut(q, "=")
+		require.Equal(t, `unknown query parameter "`+name+`": `+tc.route+" takes none", body["error"], "%s %s", tc.method, tc.path)
+	}
+	status, body, _ := b.do(t, "GET", "/agents?x=1&x=2", "")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body["error"], "x given 2 times")
+	status, body, _ = b.do(t, "GET", "/agents?%zz", "")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body["error"], "malformed query string")
+	n, err := b.store.Events.Count(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n, "no request above may write")
+	require.Empty(t, b.queue.ids)
+
+	for _, path := range []string{"/agents?", "/agents?&", "/overview?", "/history", "/openapi.yaml?v=1"} {
+		resp, err := http.Get(b.srv.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
+	status, body, _ = b.do(t, "POST", "/events?", "")
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+}
