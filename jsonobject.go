@@ -227,6 +227,11 @@ func DecodeString(field string, raw json.RawMessage) (string, error) {
 	return s, nil
 }
 
+// LoneSurrogate tells whether a JSON value (valid JSON) holds, in any of its strings, a \u escape
+// of a UTF-16 surrogate that is not half of a pair ("\ud800"): no character (RFC 7493, I-JSON,
+// says not to send one), which Go's encoding/json reads as U+FFFD, without a word.
+func LoneSurrogate(raw []byte) bool { return loneSurrogate(raw) }
+
 // loneSurrogate tells whether a JSON string (valid JSON) holds a \u escape of a UTF-16 surrogate
 // that is not a high one followed by an escaped low one.
 func loneSurrogate(raw []byte) bool {

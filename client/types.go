@@ -36,7 +36,8 @@ type Created struct {
 type NewTask struct {
 	URL string `json:"url"`
 	// Payload is any JSON value, at most 256 KiB, nesting at most 64 deep, whose numbers are within
-	// float64's range (1e400 is refused: most JSON readers cannot read it back; send it as a string).
+	// float64's range (1e400 is refused: most JSON readers cannot read it back; send it as a string)
+	// and whose strings hold no lone surrogate escape ("\ud800", which Go reads as U+FFFD).
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	ReferenceID string          `json:"referenceId,omitempty"`
 	MaxRetries  *int            `json:"maxRetries,omitempty"` // nil: the API's default, 3

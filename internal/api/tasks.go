@@ -108,6 +108,10 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		if !utf8.Valid(p) {
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload must be valid UTF-8 (JSON text is UTF-8)")
 		}
+		if exactlyonce.LoneSurrogate(p) {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload holds a lone UTF-16 surrogate escape (such as \\ud800): "+
+				"it is no character (RFC 7493), and most JSON readers, Go's among them, read it as U+FFFD")
+		}
 		if d := jsonDepth(p); d > exactlyonce.MaxTaskPayloadDepth {
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload nests values %d deep; at most %d", d, exactlyonce.MaxTaskPayloadDepth)
 		}
