@@ -439,6 +439,15 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
 	}
+	// A body sent compressed was read as it came, so that a gzip'd {} was "not valid JSON (at
+	// offset 1)" and a plain one declared gzip was taken: the coding is refused, by name.
+	for _, coding := range r.Header.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(coding, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "Content-Encoding %q is not supported: send the body uncompressed", sanitize(c))
+			}
+		}
+	}
 	tooLarge := exactlyonce.Errorf(exactlyonce.ETOOLARGE, "request body is larger than %d bytes", limit)
 	if r.ContentLength > limit {
 		return nil, tooLarge
