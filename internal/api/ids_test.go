@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -135,4 +136,28 @@ func TestRoutesWithoutParametersRefuseOne(t *testing.T) {
 	}
 	status, body, _ = b.do(t, "POST", "/events?", "")
 	require.Equal(t, http.StatusCreated, status, "%v", body)
+}
+
+// A query with several unknown parameters is answered the same every time, naming the first in name
+// order, where it named whichever the map's iteration gave first.
+func TestQueryErrorsNameTheFirstParameter(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	unknown := "&p7=1&p3=1&p5=1&p1=1&p6=1&p2=1&p4=1&p0=1"
+	task := createTask(t, b, `{"url": "https://example.com/x"}`)
+	for _, tc := range []struct{ path, says string }{
+		{"/events?state=failed" + unknown, `unknown query parameter "p0": the listing takes`},
+		{"/references/r/events?limit=5" + unknown, `unknown query parameter "p0": the listing takes`},
+		{fmt.Sprintf("/events/%d/attempts?limit=5", task) + unknown, `unknown query parameter "p0": a task's attempts take`},
+		{"/counters/u?limit=5" + unknown, `unknown query parameter "p0": a user's counts take`},
+		{"/workers?active=true" + unknown, `unknown query parameter "p0": the listing takes active`},
+		{"/agents?" + unknown[1:], `unknown query parameter "p0": GET /agents takes none`},
+		{"/events?state=failed&limit=0&before=0", `before must be`},
+	} {
+		for range 10 {
+			status, body, _ := b.do(t, "GET", tc.path, "")
+			require.Equal(t, http.StatusBadRequest, status, "%s: %v", tc.path, body)
+			require.Contains(t, body["error"], tc.says, tc.path)
+		}
+	}
 }

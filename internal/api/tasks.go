@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -336,7 +338,8 @@ func attemptsPage(r *http.Request) (int, int, error) {
 		return 0, 0, err
 	}
 	after, limit := 0, DefaultAttemptsLimit
-	for k, vs := range q {
+	for _, k := range slices.Sorted(maps.Keys(q)) { // the first in name order: the same answer every time
+		vs := q[k]
 		switch k {
 		case "after":
 			if !canonicalDigits(vs[0]) {
@@ -378,7 +381,7 @@ func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	for k := range q {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
 		if k != "after" && k != "limit" {
 			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "unknown query parameter %q: the listing takes after and limit", sanitize(k)))
 			return
