@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -73,6 +75,9 @@ func DecodeObject(body []byte) (map[string]json.RawMessage, error) {
 		if _, twice := fields[name]; twice {
 			return nil, Errorf(EINVALID, "field %q given twice: give each field once", boundText(name))
 		}
+		if err := checkNumbers(name, v); err != nil {
+			return nil, err
+		}
 		fields[name] = v
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace: More said no field follows
@@ -82,6 +87,126 @@ func DecodeObject(body []byte) (map[string]json.RawMessage, error) {
 		return nil, &NotObjectError{Reason: "something follows the JSON object", Trailing: true}
 	}
 	return fields, nil
+}
+
+// checkNumbers refuses a JSON value (valid JSON, the raw value of field) that holds a number whose
+// magnitude is past float64's range (about 1.8e308): 1e400, -1e400, an integer of 400 digits. JSON's
+// grammar allows them, but RFC 7493 (I-JSON) says not to send them, and most readers cannot read
+// them back: Go's encoding/json into float64 or any fails, JavaScript's JSON.parse makes them
+// Infinity, which JSON.stringify writes as null. Stored, such a payload would break every answer
+// that shows it, and every receiver of its webhook, for good. A number too small to tell from 0
+// (1e-400) reads back as 0 everywhere, and a long integer past 2^53 reads back rounded, as RFC
+// 7493 warns; both are taken as sent. The error is EINVALID and names the number's place:
+// payload.items[2].n.
+func checkNumbers(field string, raw json.RawMessage) error {
+	if !outOfRange(raw) { // the common case, without building a path
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	type level struct {
+		object bool
+		key    string // an object's current key
+		index  int    // an array's next index
+	}
+	var stack []level
+	place := func() string {
+		var b strings.Builder
+		b.WriteString(boundText(field))
+		for _, l := range stack {
+			switch {
+			case !l.object:
+				fmt.Fprintf(&b, "[%d]", l.index-1)
+			case plainKey(l.key):
+				b.WriteString("." + boundText(l.key))
+			default:
+				fmt.Fprintf(&b, "[%q]", boundText(l.key))
+			}
+		}
+		return b.String()
+	}
+	expectKey := false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // io.EOF: raw was read whole (outOfRange found the number outside a string)
+		}
+		if expectKey { // inside an object, a key or its closing brace
+			if k, ok := tok.(string); ok {
+				stack[len(stack)-1].key = k
+				expectKey = false
+				continue
+			}
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			expectKey = len(stack) > 0 && stack[len(stack)-1].object
+			continue
+		}
+		// a value: counted in its array, its key used in its object
+		if len(stack) > 0 && !stack[len(stack)-1].object {
+			stack[len(stack)-1].index++
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			stack = append(stack, level{object: v == '{'})
+			expectKey = v == '{'
+			continue
+		case json.Number:
+			if _, err := strconv.ParseFloat(string(v), 64); err != nil {
+				n := string(v)
+				if len(n) > 40 {
+					n = n[:20] + "..." + n[len(n)-10:] + " (" + strconv.Itoa(len(n)) + " characters)"
+				}
+				return Errorf(EINVALID, "%s: the number %s is outside the range of a 64-bit float (at most about 1.8e308 either way), "+
+					"which most JSON readers cannot read back (RFC 7493, I-JSON)", place(), n)
+			}
+		}
+		expectKey = len(stack) > 0 && stack[len(stack)-1].object
+	}
+}
+
+// outOfRange tells whether the JSON text raw (valid JSON) holds a number, outside its strings, that
+// strconv.ParseFloat cannot hold.
+func outOfRange(raw []byte) bool {
+	inString, escaped := false, false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString:
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '-' || ('0' <= c && c <= '9'):
+			j := i + 1
+			for j < len(raw) && strings.IndexByte("0123456789.eE+-", raw[j]) >= 0 {
+				j++
+			}
+			if _, err := strconv.ParseFloat(string(raw[i:j]), 64); err != nil {
+				return true
+			}
+			i = j - 1
+		}
+	}
+	return false
+}
+
+// plainKey tells whether an object's key can follow a dot in a place (checkNumbers): letters,
+// digits, _ and -, not empty.
+func plainKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, c := range k {
+		if !(c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // DecodeString reads a field's raw value (from DecodeObject) as a string. encoding/json replaces
@@ -101,6 +226,11 @@ func DecodeString(field string, raw json.RawMessage) (string, error) {
 	}
 	return s, nil
 }
+
+// LoneSurrogate tells whether a JSON value (valid JSON) holds, in any of its strings, a \u escape
+// of a UTF-16 surrogate that is not half of a pair ("\ud800"): no character (RFC 7493, I-JSON,
+// says not to send one), which Go's encoding/json reads as U+FFFD, without a word.
+func LoneSurrogate(raw []byte) bool { return loneSurrogate(raw) }
 
 // loneSurrogate tells whether a JSON string (valid JSON) holds a \u escape of a UTF-16 surrogate
 // that is not a high one followed by an escaped low one.

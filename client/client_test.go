@@ -160,6 +160,12 @@ func TestTypedErrors(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrInvalid)
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, "url", apiErr.Field, apiErr.Message)
+	// A number no JSON reader of the task or its webhook could read back: refused, naming its place.
+	_, err = c.CreateTask(ctx, client.NewTask{URL: "https://example.com/x", Payload: json.RawMessage(`{"n": [1e400]}`)})
+	require.ErrorIs(t, err, client.ErrInvalid)
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, "payload", apiErr.Field, apiErr.Message)
+	require.Contains(t, apiErr.Message, "payload.n[0]: the number 1e400 is outside the range of a 64-bit float")
 	many := 99
 	_, err = c.CreateTask(ctx, client.NewTask{URL: "https://example.com/x", MaxRetries: &many})
 	require.ErrorAs(t, err, &apiErr)

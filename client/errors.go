@@ -114,7 +114,8 @@ func newError(resp *response) *Error {
 }
 
 // fieldOf is the field a message is about: its first word, when that is a field's name
-// ("url: ...", "maxRetries must be ..."), or the one an unknown-field message quotes.
+// ("url: ...", "maxRetries must be ..."; "payload.items[2]: ..." is about payload), or the one an
+// unknown-field message quotes.
 func fieldOf(msg string) string {
 	if rest, ok := strings.CutPrefix(msg, `unknown field "`); ok {
 		if name, _, ok := strings.Cut(rest, `"`); ok {
@@ -125,7 +126,7 @@ func fieldOf(msg string) string {
 		return "id"
 	}
 	word := msg
-	if i := strings.IndexAny(msg, " :"); i >= 0 {
+	if i := strings.IndexAny(msg, " :.["); i >= 0 {
 		word = msg[:i]
 	}
 	for _, f := range fields {

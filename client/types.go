@@ -34,8 +34,11 @@ type Created struct {
 
 // NewTask is a task to create: a webhook, delivered in order per ReferenceID.
 type NewTask struct {
-	URL         string          `json:"url"`
-	Payload     json.RawMessage `json:"payload,omitempty"` // any JSON value, at most 256 KiB
+	URL string `json:"url"`
+	// Payload is any JSON value, at most 256 KiB, nesting at most 64 deep, whose numbers are within
+	// float64's range (1e400 is refused: most JSON readers cannot read it back; send it as a string)
+	// and whose strings hold no lone surrogate escape ("\ud800", which Go reads as U+FFFD).
+	Payload     json.RawMessage `json:"payload,omitempty"`
 	ReferenceID string          `json:"referenceId,omitempty"`
 	MaxRetries  *int            `json:"maxRetries,omitempty"` // nil: the API's default, 3
 }

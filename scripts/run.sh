@@ -113,8 +113,12 @@ if [ -z "${WEBHOOK_SECRET:-}" ] && [ -z "${WEBHOOK_SECRET_ARN:-}" ]; then
   export WEBHOOK_SECRET="whsec_ZXhhY3RseW9uY2UtbG9jYWwtZGV2ZWxvcG1lbnQtc2VjcmV0"
   echo "run: tasks are signed with the development secret WEBHOOK_SECRET=${WEBHOOK_SECRET}"
 fi
-export WEBHOOK_ALLOW_LOOPBACK="${WEBHOOK_ALLOW_LOOPBACK:-true}"
-echo "run: WEBHOOK_ALLOW_LOOPBACK=${WEBHOOK_ALLOW_LOOPBACK}: tasks may be delivered to receivers on 127.0.0.0/8 and ::1"
+# Only when unset: set to nothing, it is left for the runner to refuse at start, as every true/false
+# set to nothing is (docs/configuration.md), where ":-" read it as unset and made it true.
+if [ -z "${WEBHOOK_ALLOW_LOOPBACK+set}" ]; then
+  export WEBHOOK_ALLOW_LOOPBACK=true
+  echo "run: WEBHOOK_ALLOW_LOOPBACK=true: tasks may be delivered to receivers on 127.0.0.0/8 and ::1"
+fi
 
 "${LOCAL_BIN:-bin/local}" &
 local_pid=$!

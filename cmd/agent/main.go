@@ -29,7 +29,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	getenv, err := environment(os.Args[1:], os.Getenv)
+	getenv, err := environment(os.Args[1:], os.LookupEnv)
 	if err != nil {
 		os.Exit(2) // the flag package has said why
 	}
@@ -38,10 +38,11 @@ func main() {
 	}
 }
 
-// environment is how the agent reads the environment getenv gives, as its flags (args) say: with
-// -local, config.LocalGetenv's reading, and the tasks delivered as `make run` delivers them
-// (localWebhooks).
-func environment(args []string, getenv func(string) string) (func(string) string, error) {
+// environment is how the agent reads the environment lookup gives (os.LookupEnv), as its flags
+// (args) say: with -local, config.LocalGetenv's reading, and the tasks delivered as `make run`
+// delivers them (localWebhooks).
+func environment(args []string, lookup func(string) (string, bool)) (func(string) string, error) {
+	getenv := func(k string) string { v, _ := lookup(k); return v }
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	local := fs.Bool("local", false, "read the database as `make run` does: without DB_DSN and DB_HOST, "+
 		"make run's database (config.LocalDSN), with DB_NAME, DB_PORT, DB_USER and DB_PASSWORD put in (what `make agent` runs)")
@@ -49,20 +50,24 @@ func environment(args []string, getenv func(string) string) (func(string) string
 		return nil, err
 	}
 	if *local {
-		return localWebhooks(config.LocalGetenv(getenv)), nil
+		return localWebhooks(config.LocalGetenv(getenv), lookup), nil
 	}
 	return getenv, nil
 }
 
 // localWebhooks reads getenv as scripts/run.sh sets up `make run`: without WEBHOOK_SECRET and
-// WEBHOOK_SECRET_ARN, WEBHOOK_SECRET is the development secret (config.LocalWebhookSecret), and
-// without WEBHOOK_ALLOW_LOOPBACK, deliveries may go to loopback. An agent that delivers no task
-// still takes its share of the hash ranges, so a `make agent` without them left the tasks of its
-// range undelivered for as long as it ran.
-func localWebhooks(getenv func(string) string) func(string) string {
+// WEBHOOK_SECRET_ARN (or with them set to nothing, which for a string means none),
+// WEBHOOK_SECRET is the development secret (config.LocalWebhookSecret), and with
+// WEBHOOK_ALLOW_LOOPBACK unset (lookup says), deliveries may go to loopback. An agent that delivers
+// no task still takes its share of the hash ranges, so a `make agent` without them left the tasks
+// of its range undelivered for as long as it ran. WEBHOOK_ALLOW_LOOPBACK set to nothing is left as
+// it is, for Load to refuse as it refuses every true/false set to nothing: read as unset, it
+// allowed loopback, where it said nothing of the kind.
+func localWebhooks(getenv func(string) string, lookup func(string) (string, bool)) func(string) string {
 	set := func(k string) bool { return strings.TrimSpace(getenv(k)) != "" }
 	devSecret := !set("WEBHOOK_SECRET") && !set("WEBHOOK_SECRET_ARN")
-	loopback := !set("WEBHOOK_ALLOW_LOOPBACK")
+	_, isSet := lookup("WEBHOOK_ALLOW_LOOPBACK")
+	loopback := !isSet
 	return func(k string) string {
 		switch {
 		case k == "WEBHOOK_SECRET" && devSecret:

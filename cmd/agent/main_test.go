@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	drv "github.com/go-sql-driver/mysql"
@@ -22,14 +23,14 @@ func TestLocalJoinsTheDatabaseMakeRunNames(t *testing.T) {
 	t.Parallel()
 	dsn, env := makeRunDatabase(t)
 	env["AGENT_NAME"], env["LOG_LEVEL"] = "make-agent", "info"
-	getenv := func(k string) string { return env[k] }
+	lookup := lookupIn(env)
 
-	plain, err := environment(nil, getenv)
+	plain, err := environment(nil, lookup)
 	require.NoError(t, err)
 	out := &testutil.Buffer{}
 	require.ErrorContains(t, run(context.Background(), plain, nil, out), "set DB_DSN, or DB_HOST and DB_USER", out.String())
 
-	local, err := environment([]string{"-local"}, getenv)
+	local, err := environment([]string{"-local"}, lookup)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -72,6 +73,51 @@ func TestAnUnknownVariableStopsTheAgentAtStart(t *testing.T) {
 	require.ErrorContains(t, err, "AGENT_BATCHSIZE is not a variable of this system")
 	require.Contains(t, out.String(), `"msg":"startup failed"`)
 	require.Contains(t, out.String(), "AGENT_BATCH_SIZE")
+}
+
+// `make agent` with WEBHOOK_ALLOW_LOOPBACK set to nothing stops at start, naming it, as every
+// true/false set to nothing does (docs/configuration.md); before, -local read it as unset and put in
+// true, so that WEBHOOK_ALLOW_LOOPBACK= allowed deliveries to loopback. Unset, -local still allows
+// them, and false set is false.
+func TestLocalRefusesAnEmptyAllowLoopback(t *testing.T) {
+	t.Parallel()
+	for value, want := range map[string]string{"": "WEBHOOK_ALLOW_LOOPBACK is set but empty", " ": "WEBHOOK_ALLOW_LOOPBACK is set but empty",
+		"yes": `WEBHOOK_ALLOW_LOOPBACK must be true or false, got "yes"`} {
+		env := map[string]string{"DB_DSN": "u:p@tcp(127.0.0.1:1)/nowhere", "WEBHOOK_ALLOW_LOOPBACK": value}
+		local, err := environment([]string{"-local"}, lookupIn(env))
+		require.NoError(t, err)
+		out := &testutil.Buffer{}
+		err = run(context.Background(), local, environOf(env), out)
+		require.ErrorContains(t, err, want, "WEBHOOK_ALLOW_LOOPBACK=%q", value)
+		require.Contains(t, out.String(), `"msg":"startup failed"`)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+	}{{map[string]string{}, true}, {map[string]string{"WEBHOOK_ALLOW_LOOPBACK": "false"}, false},
+		{map[string]string{"WEBHOOK_ALLOW_LOOPBACK": "true"}, true}} {
+		env, want := tc.env, tc.want
+		env["DB_DSN"] = "u:p@tcp(127.0.0.1:1)/nowhere"
+		local, err := environment([]string{"-local"}, lookupIn(env))
+		require.NoError(t, err)
+		cfg, err := config.LoadEnvironOf(local, environOf(env))
+		require.NoError(t, err, env)
+		require.Equal(t, want, cfg.Webhook.AllowLoopback, env)
+	}
+}
+
+// lookupIn is os.LookupEnv of an environment held in env.
+func lookupIn(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+// environOf is os.Environ of an environment held in env.
+func environOf(env map[string]string) []string {
+	var out []string
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
 }
 
 // makeRunDatabase is a new database on the tests' server, as its DSN and as the DB_ variables that

@@ -60,7 +60,7 @@ func TestLocalDeliversTasksAsMakeRunDoes(t *testing.T) {
 		"AGENT_PULSE_INTERVAL": "200ms"} {
 		env[k] = v
 	}
-	local, err := environment([]string{"-local"}, func(k string) string { return env[k] })
+	local, err := environment([]string{"-local"}, lookupIn(env))
 	require.NoError(t, err)
 	out := &testutil.Buffer{}
 	done := make(chan error, 1)
@@ -89,14 +89,14 @@ func TestLocalDeliversTasksAsMakeRunDoes(t *testing.T) {
 	}
 
 	// Without -local (a deployed agent), nothing is put in: no secret, no loopback.
-	plain, err := environment(nil, func(k string) string { return env[k] })
+	plain, err := environment(nil, lookupIn(env))
 	require.NoError(t, err)
 	require.Empty(t, plain("WEBHOOK_SECRET"))
 	require.Empty(t, plain("WEBHOOK_ALLOW_LOOPBACK"))
 	// With -local, what is set wins.
 	env["WEBHOOK_ALLOW_LOOPBACK"] = "false"
 	env["WEBHOOK_SECRET_ARN"] = "arn:aws:secretsmanager:us-east-1:1:secret:x"
-	local, err = environment([]string{"-local"}, func(k string) string { return env[k] })
+	local, err = environment([]string{"-local"}, lookupIn(env))
 	require.NoError(t, err)
 	require.Equal(t, "false", local("WEBHOOK_ALLOW_LOOPBACK"))
 	require.Empty(t, local("WEBHOOK_SECRET"), "a secret ARN set: no development secret beside it")

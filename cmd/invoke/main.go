@@ -72,6 +72,24 @@ func functionEnv(environ []string, getenv func(string) string) []string {
 	return env
 }
 
+// webhookDefaults are the variables added to the function's environment (environ, as getenv reads
+// it) as `make run` (scripts/run.sh) has them, each with a note to print: the samples' task goes to
+// a receiver on loopback (cmd/receiver -addr 127.0.0.1:9000), signed with the development secret
+// unless one is set. Neither belongs in a deployment. WEBHOOK_ALLOW_LOOPBACK is added only when
+// unset: set to nothing, it is passed on for the function to refuse at start, as every true/false
+// set to nothing is (docs/configuration.md), where it was read as unset and made true.
+func webhookDefaults(environ []string, getenv func(string) string) (env, notes []string) {
+	if strings.TrimSpace(getenv("WEBHOOK_SECRET")) == "" && strings.TrimSpace(getenv("WEBHOOK_SECRET_ARN")) == "" {
+		env = append(env, "WEBHOOK_SECRET="+devWebhookSecret)
+		notes = append(notes, "tasks are signed with the development secret WEBHOOK_SECRET="+devWebhookSecret)
+	}
+	if !slices.ContainsFunc(environ, func(kv string) bool { return strings.HasPrefix(kv, "WEBHOOK_ALLOW_LOOPBACK=") }) {
+		env = append(env, "WEBHOOK_ALLOW_LOOPBACK=true")
+		notes = append(notes, "WEBHOOK_ALLOW_LOOPBACK=true: tasks may be delivered to receivers on 127.0.0.0/8 and ::1")
+	}
+	return env, notes
+}
+
 // devWebhookSecret is `make run`'s development signing secret (scripts/run.sh).
 const devWebhookSecret = config.LocalWebhookSecret
 
@@ -164,16 +182,10 @@ func run(fn, eventPaths, bootstrap string, timeout time.Duration) error {
 	}
 
 	env := functionEnv(os.Environ(), os.Getenv)
-	// As `make run` (scripts/run.sh): the samples' task goes to a receiver on loopback
-	// (cmd/receiver -addr 127.0.0.1:9000), signed with the development secret unless one is set.
-	// Neither belongs in a deployment.
-	if os.Getenv("WEBHOOK_SECRET") == "" && os.Getenv("WEBHOOK_SECRET_ARN") == "" {
-		env = append(env, "WEBHOOK_SECRET="+devWebhookSecret)
-		fmt.Fprintln(os.Stderr, "tasks are signed with the development secret WEBHOOK_SECRET="+devWebhookSecret)
-	}
-	if os.Getenv("WEBHOOK_ALLOW_LOOPBACK") == "" {
-		env = append(env, "WEBHOOK_ALLOW_LOOPBACK=true")
-		fmt.Fprintln(os.Stderr, "WEBHOOK_ALLOW_LOOPBACK=true: tasks may be delivered to receivers on 127.0.0.0/8 and ::1")
+	added, notes := webhookDefaults(os.Environ(), os.Getenv)
+	env = append(env, added...)
+	for _, n := range notes {
+		fmt.Fprintln(os.Stderr, n)
 	}
 	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" && os.Getenv("AWS_ENDPOINT_URL") == "" {
 		goaws, err := localsqs.Start("") // dies with this process

@@ -84,3 +84,24 @@ func TestAnUnknownFunctionIsRefusedByName(t *testing.T) {
 		}
 	}
 }
+
+// `make invoke` adds WEBHOOK_ALLOW_LOOPBACK=true only when it is unset: set to nothing, it is passed
+// on as it is, and the function refuses it at start as every true/false set to nothing; before, it
+// was read as unset and made true. A value set is the caller's.
+func TestAllowLoopbackAddedOnlyWhenUnset(t *testing.T) {
+	defaults := func(kv ...string) []string {
+		m := map[string]string{}
+		for _, s := range kv {
+			k, v, _ := strings.Cut(s, "=")
+			m[k] = v
+		}
+		env, _ := webhookDefaults(kv, func(k string) string { return m[k] })
+		return env
+	}
+	require.Equal(t, []string{"WEBHOOK_SECRET=" + devWebhookSecret, "WEBHOOK_ALLOW_LOOPBACK=true"}, defaults())
+	require.Equal(t, []string{"WEBHOOK_SECRET=" + devWebhookSecret}, defaults("WEBHOOK_ALLOW_LOOPBACK="))
+	require.Equal(t, []string{"WEBHOOK_SECRET=" + devWebhookSecret}, defaults("WEBHOOK_ALLOW_LOOPBACK=false"))
+	require.Equal(t, []string{"WEBHOOK_ALLOW_LOOPBACK=true"}, defaults("WEBHOOK_SECRET_ARN=arn:x"))
+	require.Contains(t, functionEnv([]string{"WEBHOOK_ALLOW_LOOPBACK="}, func(string) string { return "" }), "WEBHOOK_ALLOW_LOOPBACK=",
+		"passed on, for the function to refuse")
+}

@@ -124,8 +124,18 @@ func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logg
 }
 
 // checkAddr refuses a listen address that is not loopback, unless allowRemote is true: whoever
-// reaches the console acts with the operator's AWS credentials.
+// reaches the console acts with the operator's AWS credentials. allowRemote is UI_ALLOW_REMOTE,
+// read as every true/false is (strconv.ParseBool, spaces around it aside); empty is unset, false;
+// anything else (yes, on) is refused naming it, where it was read as false without a word.
 func checkAddr(addr, allowRemote string) error {
+	remote := false
+	if v := strings.TrimSpace(allowRemote); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("UI_ALLOW_REMOTE must be true or false, got %q", allowRemote)
+		}
+		remote = b
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("UI_ADDR %q: want host:port, such as %s", addr, DefaultAddr)
@@ -134,7 +144,7 @@ func checkAddr(addr, allowRemote string) error {
 	if strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	if ok, _ := strconv.ParseBool(allowRemote); ok {
+	if remote {
 		return nil
 	}
 	return fmt.Errorf("UI_ADDR %s is not a loopback address: the console calls the API and redrives queues with your AWS "+

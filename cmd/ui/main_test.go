@@ -24,6 +24,19 @@ func TestCheckAddr(t *testing.T) {
 		require.NoError(t, checkAddr(a, "true"), a)
 	}
 	require.ErrorContains(t, checkAddr("8081", ""), "want host:port")
+	// UI_ALLOW_REMOTE reads as every true/false: a value it cannot read is refused, naming it,
+	// on loopback too, where "yes" was read as false without a word.
+	for _, v := range []string{"yes", "on", "2", "tru"} {
+		for _, a := range []string{"0.0.0.0:8081", "127.0.0.1:8081"} {
+			require.EqualError(t, checkAddr(a, v), `UI_ALLOW_REMOTE must be true or false, got "`+v+`"`, "%s %s", a, v)
+		}
+	}
+	for _, v := range []string{"TRUE", "1", " true "} {
+		require.NoError(t, checkAddr("0.0.0.0:8081", v), v)
+	}
+	for _, v := range []string{"false", "0", " ", ""} {
+		require.ErrorContains(t, checkAddr("0.0.0.0:8081", v), "is not a loopback address", v)
+	}
 }
 
 // API_URL is required; a non-loopback UI_ADDR is refused before anything else happens.

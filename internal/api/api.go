@@ -48,6 +48,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -239,31 +240,32 @@ func (s *Server) bodyReadTimeout() time.Duration {
 	return DefaultBodyReadTimeout
 }
 
-// routes are the API's routes, one a line (router.go): the table of the package comment.
+// routes are the API's routes, one a line (router.go): the table of the package comment. A route
+// that takes no query parameter is wrapped in noQuery.
 func (s *Server) routes() *router {
 	rt := newRouter(s.notFound, s.methodNotAllowed)
-	rt.handle("POST /events", s.create)
-	rt.handle("POST /events/async", s.createAsync)
+	rt.handle("POST /events", s.noQuery("POST /events", s.create))
+	rt.handle("POST /events/async", s.noQuery("POST /events/async", s.createAsync))
 	rt.handle("GET /events", s.events)
-	rt.handle("GET /events/{id}", s.get)
+	rt.handle("GET /events/{id}", s.noQuery("GET /events/{id}", s.get))
 	rt.handle("GET /events/{$}", s.get) // an empty id, a 400 as it always was, not a 404
 
 	// The counter service's counts (counters.go).
 	rt.handle("GET /counters/{userId}", s.counterSums)
-	rt.handle("GET /counters/{userId}/{entityType}", s.counterSum)
-	rt.handle("GET /agents", s.listAgents)
+	rt.handle("GET /counters/{userId}/{entityType}", s.noQuery("GET /counters/{userId}/{entityType}", s.counterSum))
+	rt.handle("GET /agents", s.noQuery("GET /agents", s.listAgents))
 	rt.handle("GET /workers", s.listWorkers)
-	rt.handle("GET /workers/{workerId}", s.getWorker)
+	rt.handle("GET /workers/{workerId}", s.noQuery("GET /workers/{workerId}", s.getWorker))
 
 	// Tasks (tasks.go).
 	rt.handle("GET /events/{id}/attempts", s.attempts)
-	rt.handle("POST /events/{id}/retry", s.retry)
+	rt.handle("POST /events/{id}/retry", s.noQuery("POST /events/{id}/retry", s.retry))
 	rt.handle("GET /references/{referenceId}/events", s.referenceEvents)
 
 	// The operators' console (console.go).
-	rt.handle("GET /overview", s.overview)
-	rt.handle("GET /history", s.history) // history.go
-	rt.handle("POST /references/{referenceId}/retry", s.retryReference)
+	rt.handle("GET /overview", s.noQuery("GET /overview", s.overview))
+	rt.handle("GET /history", s.noQuery("GET /history", s.history)) // history.go
+	rt.handle("POST /references/{referenceId}/retry", s.noQuery("POST /references/{referenceId}/retry", s.retryReference))
 
 	// The API's OpenAPI document (openapi.yaml at the module's root).
 	rt.handle("GET /openapi.yaml", s.openAPI)
@@ -275,6 +277,25 @@ func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/yaml")
 	w.Header().Set("Cache-Control", "no-cache")
 	_, _ = w.Write(exactlyonce.OpenAPI)
+}
+
+// noQuery serves h, the handler of route, a route that takes no query parameter: a request with one
+// is a 400 naming it, before anything is read or written, where it was ignored: POST
+// /events?async=true created a processed event, GET /agents?state=RUNNING listed every agent.
+// GET /openapi.yaml is left to take any (a cache-buster a documentation tool adds).
+func (s *Server) noQuery(route string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q, err := parseQuery(r.URL.RawQuery)
+		if err == nil && len(q) > 0 {
+			err = exactlyonce.Errorf(exactlyonce.EINVALID, "unknown query parameter %q: %s takes none",
+				sanitize(slices.Min(slices.Collect(maps.Keys(q)))), route)
+		}
+		if err != nil {
+			s.error(w, r, err)
+			return
+		}
+		h(w, r)
+	}
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
@@ -437,6 +458,15 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	limit := s.MaxBodyBytes
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
+	}
+	// A body sent compressed was read as it came, so that a gzip'd {} was "not valid JSON (at
+	// offset 1)" and a plain one declared gzip was taken: the coding is refused, by name.
+	for _, coding := range r.Header.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(coding, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "Content-Encoding %q is not supported: send the body uncompressed", sanitize(c))
+			}
+		}
 	}
 	tooLarge := exactlyonce.Errorf(exactlyonce.ETOOLARGE, "request body is larger than %d bytes", limit)
 	if r.ContentLength > limit {

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -73,7 +74,8 @@ func parseListQuery(raw string) (listQuery, error) {
 	if err != nil {
 		return bad("malformed query string")
 	}
-	for k, vs := range q {
+	for _, k := range slices.Sorted(maps.Keys(q)) { // the first in name order: the same answer every time
+		vs := q[k]
 		if !slices.Contains(listParams, k) {
 			return bad("unknown query parameter %q: the listing takes state, kind, before and limit", sanitize(k))
 		}

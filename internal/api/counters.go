@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/exactlyonce/exactlyonce"
 )
@@ -91,7 +93,8 @@ func counterPage(r *http.Request) (string, int, error) {
 		return "", 0, err
 	}
 	after, limit := "", DefaultCounterLimit
-	for k, vs := range q {
+	for _, k := range slices.Sorted(maps.Keys(q)) { // the first in name order: the same answer every time
+		vs := q[k]
 		switch k {
 		case "after":
 			if err := exactlyonce.CheckPathName("after", vs[0]); err != nil {

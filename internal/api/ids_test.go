@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -88,5 +89,75 @@ func TestListingQueriesThatSayTwoThingsAreRefused(t *testing.T) {
 	for _, ok := range []string{"/references/r/events?limit=5", "/references/r/events", "/workers?active=true", "/workers"} {
 		status, body, _ := b.do(t, "GET", ok, "")
 		require.Equal(t, http.StatusOK, status, "%s: %v", ok, body)
+	}
+}
+
+// A route that takes no query parameter refuses one, naming it, before it reads or writes anything,
+// where it was ignored: POST /events?async=true created a processed event, GET /agents?state=RUNNING
+// listed every agent, GET /counters/u/t?limit=1 answered as without it. An empty query (? or ?&)
+// is none.
+func TestRoutesWithoutParametersRefuseOne(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	for _, tc := range []struct{ method, path, route string }{
+		{"POST", "/events?async=true", "POST /events"},
+		{"POST", "/events/async?referenceId=r", "POST /events/async"},
+		{"GET", "/events/1?fields=id", "GET /events/{id}"},
+		{"POST", "/events/1/retry?force=1", "POST /events/{id}/retry"},
+		{"POST", "/references/r/retry?dryRun=true", "POST /references/{referenceId}/retry"},
+		{"GET", "/overview?since=1h", "GET /overview"},
+		{"GET", "/history?x=1&y=2", "GET /history"},
+		{"GET", "/agents?state=RUNNING", "GET /agents"},
+		{"GET", "/workers/w?active=true", "GET /workers/{workerId}"},
+		{"GET", "/counters/u/t?limit=1", "GET /counters/{userId}/{entityType}"},
+	} {
+		status, body, _ := b.do(t, tc.method, tc.path, "")
+		require.Equal(t, http.StatusBadRequest, status, "%s %s: %v", tc.method, tc.path, body)
+		_, q, _ := strings.Cut(tc.path, "?")
+		name, _, _ := strings.Cut(q, "=")
+		require.Equal(t, `unknown query parameter "`+name+`": `+tc.route+" takes none", body["error"], "%s %s", tc.method, tc.path)
+	}
+	status, body, _ := b.do(t, "GET", "/agents?x=1&x=2", "")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body["error"], "x given 2 times")
+	status, body, _ = b.do(t, "GET", "/agents?%zz", "")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, body["error"], "malformed query string")
+	n, err := b.store.Events.Count(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n, "no request above may write")
+	require.Empty(t, b.queue.ids)
+
+	for _, path := range []string{"/agents?", "/agents?&", "/overview?", "/history", "/openapi.yaml?v=1"} {
+		resp, err := http.Get(b.srv.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
+	status, body, _ = b.do(t, "POST", "/events?", "")
+	require.Equal(t, http.StatusCreated, status, "%v", body)
+}
+
+// A query with several unknown parameters is answered the same every time, naming the first in name
+// order, where it named whichever the map's iteration gave first.
+func TestQueryErrorsNameTheFirstParameter(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	unknown := "&p7=1&p3=1&p5=1&p1=1&p6=1&p2=1&p4=1&p0=1"
+	task := createTask(t, b, `{"url": "https://example.com/x"}`)
+	for _, tc := range []struct{ path, says string }{
+		{"/events?state=failed" + unknown, `unknown query parameter "p0": the listing takes`},
+		{"/references/r/events?limit=5" + unknown, `unknown query parameter "p0": the listing takes`},
+		{fmt.Sprintf("/events/%d/attempts?limit=5", task) + unknown, `unknown query parameter "p0": a task's attempts take`},
+		{"/counters/u?limit=5" + unknown, `unknown query parameter "p0": a user's counts take`},
+		{"/workers?active=true" + unknown, `unknown query parameter "p0": the listing takes active`},
+		{"/agents?" + unknown[1:], `unknown query parameter "p0": GET /agents takes none`},
+		{"/events?state=failed&limit=0&before=0", `before must be`},
+	} {
+		for range 10 {
+			status, body, _ := b.do(t, "GET", tc.path, "")
+			require.Equal(t, http.StatusBadRequest, status, "%s: %v", tc.path, body)
+			require.Contains(t, body["error"], tc.says, tc.path)
+		}
 	}
 }

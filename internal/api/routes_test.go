@@ -83,10 +83,11 @@ var routeCases = []routeCase{
 		"GET": `200 {"count":7}`, "POST": `201 {"id":101,"value":"v","state":"processed","processCount":1}`}},
 	{target: "/events?", allow: "GET, POST", answers: map[string]string{
 		"GET": `200 {"count":7}`, "POST": `201 {"id":101,"value":"v","state":"processed","processCount":1}`}},
-	// A query string makes GET /events a listing (console.go), whose parameters are checked.
+	// A query string makes GET /events a listing (console.go), whose parameters are checked; POST
+	// /events takes none (noQuery).
 	{target: "/events?x=1", allow: "GET, POST", answers: map[string]string{
 		"GET":  `400 {"error":"unknown query parameter \"x\": the listing takes state, kind, before and limit"}`,
-		"POST": `201 {"id":101,"value":"v","state":"processed","processCount":1}`}},
+		"POST": `400 {"error":"unknown query parameter \"x\": POST /events takes none"}`}},
 	{target: "/overview", allow: "GET", answers: map[string]string{"GET": `500 {"error":"the operators' reads are not available"}`}},
 	{target: "/references/r/retry", allow: "POST", answers: map[string]string{"POST": `500 {"error":"the operators' reads are not available"}`}},
 	{target: "/references/%2F/retry"},
@@ -95,7 +96,8 @@ var routeCases = []routeCase{
 	{target: "/events%2Fasync", allow: "POST", answers: map[string]string{"POST": `202 {"id":101}`}},
 	{target: "/events/1", allow: "GET", answers: map[string]string{"GET": `200 {"id":1,"value":null,"state":"pending","processCount":0}`}},
 	{target: "/events/%31", allow: "GET", answers: map[string]string{"GET": `200 {"id":1,"value":null,"state":"pending","processCount":0}`}},
-	{target: "/events/1?x=/y", allow: "GET", answers: map[string]string{"GET": `200 {"id":1,"value":null,"state":"pending","processCount":0}`}},
+	// The query is not the path (its slash routes nowhere else), and GET /events/{id} takes none.
+	{target: "/events/1?x=/y", allow: "GET", answers: map[string]string{"GET": `400 {"error":"unknown query parameter \"x\": GET /events/{id} takes none"}`}},
 	{target: "/events/2", allow: "GET", answers: map[string]string{"GET": `404 {"error":"event 2 not found"}`}},
 	{target: "/events/9223372036854775807", allow: "GET", answers: map[string]string{"GET": `404 {"error":"event 9223372036854775807 not found"}`}},
 	{target: "/events/", allow: "GET", answers: map[string]string{"GET": `400 {"error":"event id must be a positive integer, got \"\""}`}},

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -107,6 +109,10 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		// that shows the task invalid JSON.
 		if !utf8.Valid(p) {
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload must be valid UTF-8 (JSON text is UTF-8)")
+		}
+		if exactlyonce.LoneSurrogate(p) {
+			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload holds a lone UTF-16 surrogate escape (such as \\ud800): "+
+				"it is no character (RFC 7493), and most JSON readers, Go's among them, read it as U+FFFD")
 		}
 		if d := jsonDepth(p); d > exactlyonce.MaxTaskPayloadDepth {
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload nests values %d deep; at most %d", d, exactlyonce.MaxTaskPayloadDepth)
@@ -332,7 +338,8 @@ func attemptsPage(r *http.Request) (int, int, error) {
 		return 0, 0, err
 	}
 	after, limit := 0, DefaultAttemptsLimit
-	for k, vs := range q {
+	for _, k := range slices.Sorted(maps.Keys(q)) { // the first in name order: the same answer every time
+		vs := q[k]
 		switch k {
 		case "after":
 			if !canonicalDigits(vs[0]) {
@@ -374,7 +381,7 @@ func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	for k := range q {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
 		if k != "after" && k != "limit" {
 			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "unknown query parameter %q: the listing takes after and limit", sanitize(k)))
 			return

@@ -48,6 +48,11 @@ func TestTaskValidation(t *testing.T) {
 		// Invalid UTF-8 is not JSON text: stored, it made every answer that shows the task invalid too.
 		{"{\"url\": \"https://example.com/x\", \"payload\": \"a\xffb\"}", "payload"},
 		{"{\"url\": \"https://example.com/x\", \"payload\": {\"k\": [\"\xc3\"]}}", "payload"},
+		// A lone surrogate escape is no character: Go's decoder (a receiver, the Go client's users)
+		// reads it as U+FFFD, so the payload would not read back as sent.
+		{`{"url": "https://example.com/x", "payload": "\ud800"}`, "payload holds a lone UTF-16 surrogate"},
+		{`{"url": "https://example.com/x", "payload": {"k": ["a\udc00b"]}}`, "payload holds a lone UTF-16 surrogate"},
+		{`{"url": "https://example.com/x", "payload": {"\ud83dx": 1}}`, "payload holds a lone UTF-16 surrogate"},
 		{`{"url": "https://example.com/x", "extra": 1}`, "extra"},
 		{`{"url": "https://example.com/x", "referenceId": ""}`, "referenceId"},
 		{`{"url": "https://example.com/x", "referenceId": "` + strings.Repeat("r", 256) + `"}`, "referenceId"},
@@ -102,7 +107,7 @@ func TestTaskValidation(t *testing.T) {
 	// Every JSON value is a payload, null too (the default, docs/tasks.md): the document must
 	// accept each (openapitest checks this request against it), where its payload schema, with no
 	// type, was read by kin-openapi as refusing null.
-	for _, payload := range []string{`null`, `{"a": [1, null]}`, `[]`, `"s"`, `1.5`, `true`} {
+	for _, payload := range []string{`null`, `{"a": [1, null]}`, `[]`, `"s"`, `1.5`, `true`, `"\ud83d\ude00 \\ud800"`, `1e308`, `1e-400`} {
 		status, body, _ := b.do(t, "POST", "/events/async", `{"url": "https://example.com/x", "payload": `+payload+`}`)
 		require.Equal(t, http.StatusAccepted, status, payload)
 		e, err := b.store.Events.Get(context.Background(), int64(body["id"].(float64)))
@@ -321,4 +326,39 @@ func plainID(t *testing.T, b *testBundle) int64 {
 	status, created, _ := b.do(t, "POST", "/events", "")
 	require.Equal(t, http.StatusCreated, status)
 	return int64(created["id"].(float64))
+}
+
+// A number past float64's range, anywhere in a body, is a 400 naming its place, in every route that
+// takes a body, and writes nothing: stored in a payload, it would break every answer that shows the
+// task for a reader such as Go's encoding/json, and every receiver of its webhook. A keyed create
+// refused for it does not spend its key: the same key with a readable body then creates.
+func TestNumbersPastFloat64Refused(t *testing.T) {
+	t.Parallel()
+	b, _ := keyedServer(t, api.Idempotency{}, api.AsyncGroup{})
+	long := "-" + strings.Repeat("9", 400)
+	for _, tc := range []struct{ path, body, names string }{
+		{"/events/async", `{"url": "https://example.com/x", "payload": {"n": 1e400}}`, "payload.n: the number 1e400 is outside"},
+		{"/events/async", `{"url": "https://example.com/x", "payload": [{"n": -1e400}]}`, "payload[0].n: the number -1e400"},
+		{"/events/async", `{"url": "https://example.com/x", "payload": ` + long + `}`, "payload: the number -999"},
+		{"/events", `{"n": 1e400}`, "n: the number 1e400"},
+		{"/events/1/retry", `{"n": 1e400}`, "n: the number 1e400"},
+		{"/references/r/retry", `{"n": 1e400}`, "n: the number 1e400"},
+	} {
+		for _, key := range []string{"", "k-" + tc.path} {
+			a := postKeyed(t, b.srv.URL, tc.path, key, tc.body)
+			require.Equal(t, http.StatusBadRequest, a.status, "%s %.60s", tc.path, tc.body)
+			var m map[string]string
+			require.NoError(t, json.Unmarshal([]byte(a.body), &m), a.body)
+			require.Contains(t, m["error"], tc.names, "%s %.60s", tc.path, tc.body)
+		}
+	}
+	require.Zero(t, count(t, b), "no request above may write")
+	require.Empty(t, b.queue.ids)
+
+	a := postKeyed(t, b.srv.URL, "/events/async", "k-/events/async", `{"url": "https://example.com/x", "payload": {"n": 1e308}}`)
+	require.Equal(t, http.StatusAccepted, a.status, a.body)
+	require.Empty(t, a.replayed, "the refused body did not take the key")
+	e, err := b.store.Events.Get(context.Background(), idOf(t, a.body))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"n": 1e308}`, string(e.Task.Payload))
 }

@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -58,7 +60,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	for k := range v {
+	for _, k := range slices.Sorted(maps.Keys(v)) {
 		if k != "active" {
 			s.error(w, r, exactlyonce.Errorf(exactlyonce.EINVALID, "unknown query parameter %q: the listing takes active", sanitize(k)))
 			return

@@ -442,8 +442,9 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 		p.fail(fmt.Sprintf("ALLOCATOR must be %s, got %q", strings.Join(quoted(Allocators()), " or "), a))
 	}
 	// Together or not is judged on what is set, so that a bad value (read as nil, and said) is not
-	// also said to be missing.
-	if (p.str("SHARDS_TOTAL") == "") != (p.str("SHARDS_ASSIGNED") == "") {
+	// also said to be missing, nor one set to nothing (said too, when the parser can tell).
+	if shards := [2]string{"SHARDS_TOTAL", "SHARDS_ASSIGNED"}; p.str(shards[0]) != "" && !p.given(shards[1]) ||
+		p.str(shards[1]) != "" && !p.given(shards[0]) {
 		p.fail("set SHARDS_TOTAL and SHARDS_ASSIGNED together (static sharding), or neither (dynamic sharding)")
 	} else if a := c.Agent; a.ShardsTotal != nil {
 		for _, i := range a.ShardsAssigned {

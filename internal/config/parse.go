@@ -71,6 +71,12 @@ func (p *parser) typed(k string) string {
 	return v
 }
 
+// given says whether k is given a value, or set to nothing where the parser can tell (which typed
+// refuses): what a rule about another variable beside it judges by.
+func (p *parser) given(k string) bool {
+	return p.str(k) != "" || (p.isSet != nil && p.isSet(k))
+}
+
 // integer reads an integer of at least min and, if max > 0, at most max.
 func (p *parser) integer(k string, min, max int) int {
 	v := p.typed(k)

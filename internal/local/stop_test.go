@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,11 +72,14 @@ func TestCtrlCStopsInOrder(t *testing.T) {
 	t.Cleanup(releaseOnce)
 
 	cmd := exec.Command("bash", filepath.Join(repo.Root(), "scripts", "run.sh"))
-	cmd.Env = append(os.Environ(), child.RoleEnv+"="+roleLocal, "LOCAL_BIN="+os.Args[0], "SQSLOCAL_BIN="+sqslocal,
+	// WEBHOOK_ALLOW_LOOPBACK unset, whatever this process has, so that run.sh puts in true as `make
+	// run` does (set to nothing, it is refused).
+	inherited := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "WEBHOOK_ALLOW_LOOPBACK=") })
+	cmd.Env = append(inherited, child.RoleEnv+"="+roleLocal, "LOCAL_BIN="+os.Args[0], "SQSLOCAL_BIN="+sqslocal,
 		"S3LOCAL_BIN="+s3local, fmt.Sprintf("S3LOCAL_PORT=%d", freePort(t)), "S3LOCAL_DIR="+t.TempDir(), "AWS_ENDPOINT_URL_S3=",
 		fmt.Sprintf("SQSLOCAL_PORT=%d", freePort(t)), "HTTP_ADDR=127.0.0.1:0", "METRICS_ADDR=off", "DB_DSN="+dsn,
 		"AWS_ENDPOINT_URL_SQS=", "AWS_ENDPOINT_URL=", "AWS_ENDPOINT_URL_SNS=", "WEBHOOK_SECRET=", "WEBHOOK_SECRET_ARN=",
-		"WEBHOOK_ALLOW_LOOPBACK=", "LOG_LEVEL=info", "KEEP_DB=1")
+		"LOG_LEVEL=info", "KEEP_DB=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a process group of its own, as a terminal's job
 	out := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
