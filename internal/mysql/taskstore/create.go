@@ -58,9 +58,9 @@ type Store struct {
 	beforeRetryBucket func()
 	// retryPart, retryHold and retryBudget size a reference's bulk retry (retry_reference.go); zero
 	// is the default. beforeRetryPart, if set, runs before each part (tests stop or fail it there).
-	retryPart             int
+	retryPart              int
 	retryHold, retryBudget time.Duration
-	beforeRetryPart       func(part int) error
+	beforeRetryPart        func(part int) error
 }
 
 // New returns the Store on db, reading the packed history in the database only.
