@@ -118,5 +118,6 @@ func HoldRetriesBeforeBucket(s *Store, entered chan<- struct{}, hold <-chan stru
 // the call there, as a process killed between parts would). Call it before the first
 // RetryReference.
 func RetryInParts(s *Store, size int, budget time.Duration, before func(part int) error) {
-	s.retryPart, s.retryBudget, s.beforeRetryPart = size, budget, before
+	s.RetryParts(size, budget)
+	s.beforeRetryPart = before
 }

@@ -107,6 +107,13 @@ const (
 
 func (s *Store) retryPartSize() int { return cmp.Or(s.retryPart, defaultRetryPart) }
 
+// RetryParts sizes s's bulk retries: size failed tasks a part, parts for up to budget a call (0:
+// the defaults, 500 and 5 s). For tests and the benchmark, which make a reference of a few failed
+// tasks take several parts; called before the first RetryReference.
+func (s *Store) RetryParts(size int, budget time.Duration) {
+	s.retryPart, s.retryBudget = size, budget
+}
+
 // retryReferencePart is one part of RetryReference: one transaction, run again (the bucket taken
 // first) if the reference changed while it decided, or whole if its case does not go in parts.
 func (s *Store) retryReferencePart(ctx context.Context, ref string, hash uint32, size int) (exactlyonce.RetriedReference, error) {
