@@ -44,6 +44,17 @@ WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(referenc
 ORDER BY position LIMIT ?)
 ORDER BY 1, 4;
 
+-- name: OpenOfReference
+-- A later part of a bulk retry in parts, with the bucket held and the head it found held locked
+-- (LockHeads): the reference's open tasks, as RetryStateOfReference's first part, which must be
+-- that head alone, still held. The part does not read the failed set again under the bucket: with
+-- the head held, no task of the reference is open but it, so none fails meanwhile (the failed
+-- tasks it retries are locked, and a fold or a task's retry of a later one changes nothing it
+-- decides). A consistent read of `open` only.
+SELECT id, state, position,
+       COALESCE(state = 0 AND next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
+WHERE state < 2 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?;
+
 -- name: CountFailedOfReference
 -- A bulk retry's first part that sends the reference's failed tasks to the end, in parts: how many
 -- failed tasks it has, so that the part takes a position from the bucket for each (a create

@@ -155,3 +155,28 @@ func TestARetryInPartsStopsAtItsBudgetAndSaysMore(t *testing.T) {
 	require.Equal(t, ids, all)
 	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
 }
+
+// The failed tasks a retry in parts has left retried one by one between its calls (each to the end,
+// behind the held head): the next call finds none and releases the head.
+func TestARetryInPartsWhoseRestWasRetriedTaskByTaskReleasesItsHead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-rest"
+	db, store, ids := failedReference(ctx, t, ref, 8)
+	taskstore.RetryInParts(store.Tasks, 5, time.Nanosecond, nil)
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.True(t, got.More)
+	for _, id := range ids[5:] {
+		placement, head, err := store.Tasks.RetryTask(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, exactlyonce.RetryAtEnd, placement)
+		require.False(t, head)
+	}
+	require.False(t, claimable(ctx, t, store, ids[0]))
+	got, err = store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: []int64{}, Head: ids[0]}, got)
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+	require.True(t, claimable(ctx, t, store, ids[0]), "released")
+}

@@ -178,9 +178,15 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 	if len(ids) == 0 && heldHead(heads) == nil {
 		return exactlyonce.RetriedReference{}, nil
 	}
-	failed, folded, err := lockFailedTasks(ctx, tx, ids)
-	if err != nil {
-		return exactlyonce.RetriedReference{}, err
+	var failed []failedTask
+	var folded int64
+	if len(ids) > 0 {
+		if failed, folded, err = lockFailedTasks(ctx, tx, ids); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+	}
+	if h := heldHead(heads); h != nil && optimistic {
+		return s.continueRetryHeld(ctx, tx, ref, hash, failed, folded, *h, more)
 	}
 	if optimistic && len(heads) == 0 && done {
 		out, ok, err := s.retryInPlaceFirst(ctx, tx, ref, hash, failed, folded, true, more)
@@ -348,7 +354,13 @@ func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string
 			return exactlyonce.RetriedReference{}, errReferenceMoved
 		}
 	}
-	held := heldHead(heads)
+	return s.writeRetry(ctx, tx, ref, hash, failed, folded, heldHead(heads), heads, limit > 0, more)
+}
+
+// writeRetry places the locked failed tasks (continueRetry, after the held head of a retry in
+// parts, else placeRetries) and writes them, holding the head the retry made while more remain,
+// releasing it at the last part, with their directory entries (to the end) and settled_count.
+func (s *Store) writeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, held *openTask, heads []openTask, parts, more bool) (exactlyonce.RetriedReference, error) {
 	if len(failed) == 0 {
 		// No failed task left, and a held head: its retry's last tasks were retried one by one
 		// meanwhile. It is released, as its last part would have.
@@ -361,10 +373,11 @@ func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string
 		return exactlyonce.RetriedReference{Head: held.id}, nil
 	}
 	var place retryPlaces
+	var err error
 	if held != nil {
 		place, err = continueRetry(ctx, tx, ref, failed, *held)
 	} else {
-		place, err = s.placeRetries(ctx, tx, ref, hash, failed, heads, limit > 0, more)
+		place, err = s.placeRetries(ctx, tx, ref, hash, failed, heads, parts, more)
 	}
 	if err != nil {
 		return exactlyonce.RetriedReference{}, err
@@ -414,6 +427,42 @@ func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string
 	}
 	out.Placement = place.placement
 	return out, nil
+}
+
+// continueRetryHeld is a later part of a retry in parts whose head h the first read found held:
+// the failed tasks of the part locked, then the bucket, then h, which must still be the
+// reference's only open task, and held (OpenOfReference, which reads `open` only: the failed set
+// is not scanned again under the bucket); else errReferenceMoved, and the next round decides
+// with the bucket taken first (retryReferenceLocked).
+func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, h openTask, more bool) (exactlyonce.RetriedReference, error) {
+	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	q, args := mysql.ExpandIDs(queries.LockHeads, []int64{h.id})
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	rows, err := tx.QueryContext(ctx, retryQueries.OpenOfReference, hash, ref)
+	if err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	var open []openTask
+	for rows.Next() {
+		var t openTask
+		if err := rows.Scan(&t.id, &t.state, &t.pos, &t.held); err != nil {
+			rows.Close()
+			return exactlyonce.RetriedReference{}, err
+		}
+		open = append(open, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	if held := heldHead(open); held == nil || held.id != h.id {
+		return exactlyonce.RetriedReference{}, errReferenceMoved
+	}
+	return s.writeRetry(ctx, tx, ref, hash, failed, folded, &h, nil, true, more)
 }
 
 // continueRetry places the next part of a retry in parts whose first part made head h and holds it
@@ -585,7 +634,7 @@ var retryFiles embed.FS
 
 // retryTexts are the statements of retry.sql.
 type retryTexts struct {
-	RetryTasks, RetryStateOfReference, CountFailedOfReference, HoldRetried, ReleaseRetried, RetryInPlaceCheck string
+	RetryTasks, RetryStateOfReference, OpenOfReference, CountFailedOfReference, HoldRetried, ReleaseRetried, RetryInPlaceCheck string
 }
 
 var retryQueries = mysql.MustLoadQueries[retryTexts](retryFiles)
