@@ -121,7 +121,7 @@ func TestRetryReference(t *testing.T) {
 	}
 }
 
-// A bulk retry is one transaction: one stopped before it commits (here, waiting for settled_count's
+// A part of a bulk retry (here the only one: 3 failed tasks) is one transaction: one stopped before it commits (here, waiting for settled_count's
 // row, held by the test, when its context ends) leaves every task failed and the count as it was.
 func TestRetryReferenceIsAtomic(t *testing.T) {
 	t.Parallel()
