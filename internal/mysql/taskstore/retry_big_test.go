@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A reference with far more failed tasks than a part holds (20,000: a receiver down for long, with
-// maxRetries 0), retried with the default part (500) and a budget of 1 s a call: each call answers
+// A reference with far more failed tasks than a part holds (8,000: a receiver down for long, with
+// maxRetries 0), retried with the default part (500) and a budget of 300 ms a call: each call answers
 // once its budget is spent, with more, and the calls together retry every task once, in place, in
 // order. (60,000 took 3 calls of at most 5.1 s with the API's 5 s budget, 13.7 s in all: see
 // docs/tasks.md; before parts, the one transaction passed the API's 10 s timeout and was rolled
@@ -19,9 +19,9 @@ func TestARetryOfManyFailedTasksGoesInCallsOfABoundedTime(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	db, store := dbWithStores(t, 8)
-	ids, err := mysqltest.FailedReferenceTasks(ctx, db, store.Tasks, "https://example.com/hook", "big", 20000)
+	ids, err := mysqltest.FailedReferenceTasks(ctx, db, store.Tasks, "https://example.com/hook", "big", 8000)
 	require.NoError(t, err)
-	store.Tasks.RetryParts(0, time.Second)
+	store.Tasks.RetryParts(0, 300*time.Millisecond)
 	var all []int64
 	calls := 0
 	for {
@@ -41,5 +41,5 @@ func TestARetryOfManyFailedTasksGoesInCallsOfABoundedTime(t *testing.T) {
 	var pendingN, queuedN, firstPending int64
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT SUM(state = 0), SUM(state = 2), MAX(IF(state = 0, id, 0)) FROM events
 		WHERE kind = 'task' AND reference_id = 'big'`).Scan(&pendingN, &queuedN, &firstPending))
-	require.Equal(t, []int64{1, 19999, ids[0]}, []int64{pendingN, queuedN, firstPending})
+	require.Equal(t, []int64{1, 7999, ids[0]}, []int64{pendingN, queuedN, firstPending})
 }

@@ -180,3 +180,28 @@ func TestARetryInPartsWhoseRestWasRetriedTaskByTaskReleasesItsHead(t *testing.T)
 	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
 	require.True(t, claimable(ctx, t, store, ids[0]), "released")
 }
+
+// A reference whose failed tasks are followed by a pending head that has not started: the first
+// part puts it back in the queue behind the held head, and it is delivered after every retried task.
+func TestARetryInPartsRequeuesAPendingHeadBehindThem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-head"
+	db, store, ids := failedReference(ctx, t, ref, 7)
+	head := createOne(ctx, t, store, ref, 7) // no open task: it heads the reference, pending
+	taskstore.RetryInParts(store.Tasks, 5, time.Nanosecond, nil)
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.True(t, got.More)
+	require.False(t, claimable(ctx, t, store, head), "requeued")
+	require.False(t, claimable(ctx, t, store, ids[0]), "held")
+	got, err = store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids[5:], Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got)
+	want := [][2]int64{{ids[0], pending}}
+	for _, id := range append(ids[1:], head) {
+		want = append(want, [2]int64{id, queued})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref))
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+}
