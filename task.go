@@ -123,7 +123,11 @@ type CreatedTask struct {
 type RetriedReference struct {
 	IDs       []int64
 	Placement RetryPlacement
-	Head      int64 // 0: the reference's head is a task that was open before
+	Head      int64 // 0: the reference's head is a task that was open before, or is held (More)
+	// More: failed tasks of the reference remain, which the retry puts back in later parts (it
+	// retries a bounded part per transaction and stops at a time budget): call it again. Until its
+	// last part, the head it made is held (not due), so the reference delivers nothing meanwhile.
+	More bool
 }
 
 // TaskOutcome is what one delivery attempt of a leased task came to.

@@ -206,8 +206,37 @@ func (c *Client) ReferenceTasks(ctx context.Context, referenceID string, after i
 }
 
 // RetryReference is POST /references/{referenceId}/retry: every failed task of a reference, again.
-// Like RetryTask, it is not retried after a 503 or a connection cut once it was sent.
+// The API retries a reference's failed tasks in parts and answers More while some remain; this
+// calls it again until none does (as ListReference's callers follow pages), and returns every task
+// retried, in order, and the placement the first call answered. Like RetryTask, a call is not
+// retried after a 503 or a connection cut once it was sent: the error is returned with what the
+// calls before it retried, and calling RetryReference again goes on where it stopped.
 func (c *Client) RetryReference(ctx context.Context, referenceID string) (RetriedReference, error) {
+	var all RetriedReference
+	for {
+		part, err := c.RetryReferencePart(ctx, referenceID)
+		if err != nil {
+			return all, err
+		}
+		if all.ReferenceID == "" {
+			all.ReferenceID, all.Placement = part.ReferenceID, part.Placement
+		}
+		all.Retried = append(all.Retried, part.Retried...)
+		if all.Placement == nil {
+			all.Placement = part.Placement
+		}
+		if !part.More {
+			if all.Retried == nil {
+				all.Retried = []int64{}
+			}
+			return all, nil
+		}
+	}
+}
+
+// RetryReferencePart is one POST /references/{referenceId}/retry: the failed tasks the API
+// retried within its budget, and More if some remain (call it again).
+func (c *Client) RetryReferencePart(ctx context.Context, referenceID string) (RetriedReference, error) {
 	var out RetriedReference
 	if err := pathName("referenceId", referenceID); err != nil {
 		return out, err

@@ -72,7 +72,7 @@ func TestTaskRetriesAreNotRepeatedAfterAnAnswerLeftUnknown(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrUnavailable)
 	require.Len(t, api.requests(), 1, "a task's retry answered 503 is not sent again")
 
-	api = &scripted{script: []int{503}, retryAfter: "0", ok: `{"referenceId":"r","retried":[5],"placement":"in-place"}`}
+	api = &scripted{script: []int{503}, retryAfter: "0", ok: `{"referenceId":"r","retried":[5],"placement":"in-place","more":false}`}
 	c = newClient(t, openapitest.NewServer(t, api).URL, client.Retry{BaseDelay: time.Millisecond})
 	_, err = c.RetryReference(ctx, "r")
 	require.ErrorIs(t, err, client.ErrUnavailable)
@@ -312,4 +312,42 @@ func TestACreateCutShortByItsContextSaysItsKey(t *testing.T) {
 	var connErr *client.ConnectionError
 	require.ErrorAs(t, err, &connErr)
 	require.Equal(t, "order-7", connErr.IdempotencyKey)
+}
+
+// The API retries a reference's failed tasks in parts and answers "more" while some remain:
+// RetryReference calls it again until none does, and returns every task retried, in order, with
+// the placement of the first answer. An error after some parts returns what they retried (a
+// repeat goes on where it stopped).
+func TestARetryOfAReferenceFollowsTheAPIsParts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var calls atomic.Int32
+	answers := []string{
+		`{"referenceId":"r","retried":[1,2],"placement":"in-place","more":true}`,
+		`{"referenceId":"r","retried":[3,4],"placement":"in-place","more":true}`,
+		`{"referenceId":"r","retried":[5],"placement":"in-place","more":false}`,
+	}
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := int(calls.Add(1)) - 1
+		w.Header().Set("Content-Type", "application/json")
+		if n >= len(answers) {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(`{"error":"internal error"}`))
+			return
+		}
+		_, _ = w.Write([]byte(answers[n]))
+	})
+	c := newClient(t, openapitest.NewServer(t, api).URL, client.Retry{BaseDelay: time.Millisecond})
+	got, err := c.RetryReference(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, got.Retried)
+	require.Equal(t, "in-place", *got.Placement)
+	require.False(t, got.More)
+	require.EqualValues(t, 3, calls.Load())
+
+	answers = answers[:1] // the second call fails
+	calls.Store(0)
+	got, err = c.RetryReference(ctx, "r")
+	require.Error(t, err)
+	require.Equal(t, []int64{1, 2}, got.Retried, "what the first call retried")
 }

@@ -153,11 +153,13 @@ type ReferencePage struct {
 	Next        *int64          `json:"next"` // nil at the end
 }
 
-// RetriedReference is POST /references/{referenceId}/retry's answer.
+// RetriedReference is POST /references/{referenceId}/retry's answer. RetryReference follows the
+// API's parts until none remains: Retried holds them all, and More is false.
 type RetriedReference struct {
 	ReferenceID string  `json:"referenceId"`
 	Retried     []int64 `json:"retried"`
 	Placement   *string `json:"placement"` // nil when none had failed
+	More        bool    `json:"more"`      // failed tasks remain for a later call (RetryReferencePart)
 }
 
 // Overview is the events by state, exact, on the database's clock.

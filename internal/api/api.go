@@ -24,7 +24,7 @@
 //
 //	GET  /overview                          200 {"time", "events", "waiting", "oldestWaitingSeconds"}   events by state, exact
 //	GET  /history                           200 {"time", "total", "events", "pages", "archive"}   the history by tier (history.go)
-//	POST /references/{referenceId}/retry    200 {"referenceId", "retried", "placement"}   its failed tasks, again, in order
+//	POST /references/{referenceId}/retry    200 {"referenceId", "retried", "placement", "more"}   its failed tasks, again, in order, in parts
 //
 // The API's contract (exactlyonce.OpenAPI, openapi.yaml at the module's root), which describes every
 // route here; the tests validate every request and answer against it (internal/openapitest):

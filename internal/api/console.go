@@ -18,7 +18,7 @@ import (
 //	GET  /events?state=<s>[&kind=plain|task][&before=<id>][&limit=<n>]
 //	     200 {"state", "kind", "events": [...], "next"}   newest first; without a query, the count
 //	GET  /overview                         200 {"time", "events": {...}, "waiting", "oldestWaitingSeconds"}
-//	POST /references/{referenceId}/retry   200 {"referenceId", "retried": [...], "placement"}
+//	POST /references/{referenceId}/retry   200 {"referenceId", "retried": [...], "placement", "more"}
 
 // ConsoleStore is what the operators' reads need of the events (internal/mysql/eventstore
 // implements it). The bulk retry is the TaskStore's (RetryReference).
@@ -233,5 +233,5 @@ func (s *Server) retryReference(w http.ResponseWriter, r *http.Request) {
 	if len(done.IDs) > 0 {
 		placement = &done.Placement
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"referenceId": ref, "retried": done.IDs, "placement": placement})
+	writeJSON(w, http.StatusOK, map[string]any{"referenceId": ref, "retried": done.IDs, "placement": placement, "more": done.More})
 }

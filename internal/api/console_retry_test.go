@@ -121,7 +121,7 @@ func TestRetryReference(t *testing.T) {
 	}
 }
 
-// A bulk retry is one transaction: one stopped before it commits (here, waiting for settled_count's
+// A part of a bulk retry (here the only one: 3 failed tasks) is one transaction: one stopped before it commits (here, waiting for settled_count's
 // row, held by the test, when its context ends) leaves every task failed and the count as it was.
 func TestRetryReferenceIsAtomic(t *testing.T) {
 	t.Parallel()
@@ -162,4 +162,48 @@ func TestRetryReferenceIsAtomic(t *testing.T) {
 	deliverAll(t, b.store)
 	require.Equal(t, []string{"1", "2", "3"}, hook.taken())
 	overview(t, b)
+}
+
+// A reference with more failed tasks than a part holds is retried in parts: each call answers what
+// it retried and more while some remain; the head's queue message goes with the last part (until
+// then it is held), and the reference's tasks are then delivered in their order.
+func TestRetryReferenceInParts(t *testing.T) {
+	t.Parallel()
+	b := taskServer(t)
+	b.store.Tasks.RetryParts(3, time.Nanosecond) // one part of 3 a call
+	hook := &switchHook{}
+	recv := httptest.NewServer(hook)
+	t.Cleanup(recv.Close)
+	hook.fail.Store(true)
+	var ids []int64
+	var want []string
+	for i := range 7 {
+		p := string(rune('a' + i))
+		ids = append(ids, createTask(t, b, `{"url": "`+recv.URL+`", "payload": "`+p+`", "referenceId": "big"}`))
+		want = append(want, `"`+p+`"`)
+	}
+	deliverAll(t, b.store)
+	hook.fail.Store(false)
+
+	sent := len(b.queue.ids)
+	var all []int64
+	for call := 1; ; call++ {
+		status, got, _ := b.do(t, "POST", "/references/big/retry", "")
+		require.Equal(t, http.StatusOK, status, "%v", got)
+		require.Equal(t, "in-place", got["placement"])
+		all = append(all, retried(got)...)
+		if got["more"] == false {
+			require.Equal(t, 3, call)
+			break
+		}
+		require.Equal(t, true, got["more"])
+		require.NotContains(t, b.queue.ids[sent:], ids[0], "the held head has no message yet")
+		due, err := deliverer(b.store).ProcessDue(context.Background(), 0, 50)
+		require.NoError(t, err)
+		require.Zero(t, due.Claimed, "nothing of the reference is due between parts")
+	}
+	require.Equal(t, ids, all, "every failed task once, in order")
+	require.Contains(t, b.queue.ids[sent:], ids[0], "the last part's head is queued")
+	deliverAll(t, b.store)
+	require.Equal(t, want, hook.taken(), "delivered in their order")
 }

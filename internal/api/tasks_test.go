@@ -147,9 +147,7 @@ func (h *hookRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func deliverAll(t *testing.T, store *wire.Stores) {
 	t.Helper()
-	client := webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second})
-	e := &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: client,
-		RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond}}
+	e := deliverer(store)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		b, err := e.ProcessDue(context.Background(), 0, 50)
@@ -165,6 +163,13 @@ func deliverAll(t *testing.T, store *wire.Stores) {
 		}
 	}
 	t.Fatal("tasks still open after 30 s")
+}
+
+// deliverer is a sweeper's engine delivering to loopback, with millisecond backoffs.
+func deliverer(store *wire.Stores) *processing.Engine {
+	client := webhook.New(webhook.Config{Key: []byte("0123456789abcdef0123456789abcdef"), AllowLoopback: true, Timeout: 5 * time.Second})
+	return &processing.Engine{Store: store.Events, TaskStore: store.Tasks, By: exactlyonce.BySweeper, Tasks: &processing.Tasks{Deliverer: client,
+		RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond}}
 }
 
 // openIDs lists the open events (for a test's small database only: it scans the table).

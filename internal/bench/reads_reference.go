@@ -34,6 +34,8 @@ type sizedStore struct {
 //     windows; in the same windows, in turn with those, a create in another bucket (what the
 //     retries cost a create through the machine's load, not through a lock); and the retries' own
 //     rate at both sizes;
+//   - on the small database, a reference's retry of many failed tasks in parts, and a create in its
+//     bucket during it against alone (bulkRetryInParts);
 //   - on the big database, the count (Store.Count) with nothing unfolded, then right after a burst
 //     of creates (100,000 in the full run) that no fold has reached.
 func referenceReads(ctx context.Context, r *run, group string, small, big sizedStore) error {
@@ -88,6 +90,9 @@ func referenceReads(ctx context.Context, r *run, group string, small, big sizedS
 	}
 	retryBig, err := createDuringRetry(ctx, r, group, big)
 	if err != nil {
+		return err
+	}
+	if err := bulkRetryInParts(ctx, r, group, small); err != nil {
 		return err
 	}
 	r.add(ratio(group, "reads_retry_reference_big_vs_small", retryBig, retrySmall, atLeast(0.8),
@@ -276,5 +281,107 @@ func countAfterBurst(ctx context.Context, r *run, group string, d sizedStore, n 
 	r.add(foldedRow, burstRow, ratio(group, "reads_count_after_burst_vs_folded", burstRow, foldedRow, atLeast(0.8),
 		fmt.Sprintf("the count right after a burst of %d unfolded creates, against nothing unfolded", n)))
 	r.progress(group, "count: %.2f ms with nothing unfolded, %.2f ms after %d unfolded creates", float64(folded.Microseconds())/1000, float64(burst.Microseconds())/1000, n)
+	return nil
+}
+
+// bulkRetryInParts measures a reference's retry of many failed tasks (20,000; 2,000 in the smoke
+// run: a receiver down for long, with maxRetries 0), which goes in parts of 500 (Store.RetryReference,
+// called again while it answers More): the time per part, and a create in the reference's bucket
+// while the retry runs, against the same create alone (one client, 8 references of the bucket in
+// turn). Before parts, the retry was one transaction holding the bucket throughout.
+func bulkRetryInParts(ctx context.Context, r *run, group string, d sizedStore) error {
+	const ref = "bulk"
+	n := pick(r, 20_000, 2_000)
+	ids, err := mysqltest.FailedReferenceTasks(ctx, d.store.DB.Pool(), d.store.Tasks, "https://example.com/hook", ref, n)
+	if err != nil {
+		return err
+	}
+	bucket := taskstore.ReferenceHash(ref) % 64
+	var neighbours []string
+	for i := 0; len(neighbours) < 8; i++ {
+		if nb := fmt.Sprintf("bulk-neighbour-%d", i); taskstore.ReferenceHash(nb)%64 == bucket {
+			neighbours = append(neighbours, nb)
+		}
+	}
+	k := 0
+	create := func() (time.Duration, error) {
+		k++
+		t0 := time.Now()
+		_, err := d.store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: "https://example.com/hook", Payload: []byte(`{}`), ReferenceID: neighbours[k%len(neighbours)], MaxRetries: 3}})
+		return time.Since(t0), err
+	}
+	var alone time.Duration
+	nAlone := 0
+	for until := time.Now().Add(pick(r, 2*time.Second, 300*time.Millisecond)); time.Now().Before(until); nAlone++ {
+		took, err := create()
+		if err != nil {
+			return err
+		}
+		alone += took
+	}
+	done := make(chan struct{})
+	var retried []int64
+	var retryErr error
+	calls := 0
+	t0 := time.Now()
+	go func() {
+		defer close(done)
+		for {
+			calls++
+			got, err := d.store.Tasks.RetryReference(ctx, ref)
+			if err != nil {
+				retryErr = err
+				return
+			}
+			retried = append(retried, got.IDs...)
+			if !got.More {
+				return
+			}
+		}
+	}()
+	var during time.Duration
+	nDuring := 0
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+			took, err := create()
+			if err != nil {
+				<-done
+				return err
+			}
+			during, nDuring = during+took, nDuring+1
+		}
+	}
+	total := time.Since(t0)
+	if retryErr != nil {
+		return retryErr
+	}
+	if len(retried) != len(ids) {
+		return fmt.Errorf("the retry in parts of %d failed tasks retried %d", len(ids), len(retried))
+	}
+	for i := range ids {
+		if retried[i] != ids[i] {
+			return fmt.Errorf("the retry in parts retried %d at %d, not %d: out of order", retried[i], i, ids[i])
+		}
+	}
+	if nAlone == 0 || nDuring == 0 {
+		return fmt.Errorf("bulk retry: %d creates alone, %d during it", nAlone, nDuring)
+	}
+	parts := (n + 499) / 500
+	perPart := total / time.Duration(parts)
+	partRow := Row{Group: group, Name: fmt.Sprintf("reads_bulk_retry_%d_ms_per_part", n), Value: float64(perPart.Microseconds()) / 1000, Unit: "ms",
+		Note: fmt.Sprintf("Store.RetryReference of a reference's %d failed tasks, in %d parts of 500, %d calls, %.2f s in all, beside a client creating in its bucket, %d events",
+			n, parts, calls, total.Seconds(), d.size)}
+	meanAlone, meanDuring := alone/time.Duration(nAlone), during/time.Duration(nDuring)
+	aloneRow := Row{Group: group, Name: "reads_create_alone_before_bulk_retry_per_s", Value: float64(time.Second) / float64(meanAlone), Unit: "creates/s",
+		Note: fmt.Sprintf("Store.CreateTasks of one task in the bucket of the reference about to be retried, one client, mean %.2f ms", float64(meanAlone.Microseconds())/1000)}
+	duringRow := Row{Group: group, Name: "reads_create_during_bulk_retry_per_s", Value: float64(time.Second) / float64(meanDuring), Unit: "creates/s",
+		Note: fmt.Sprintf("the same create while the reference's %d failed tasks are retried in parts, mean %.2f ms", n, float64(meanDuring.Microseconds())/1000)}
+	r.add(partRow, aloneRow, duringRow, ratio(group, "reads_create_during_bulk_retry_vs_alone", duringRow, aloneRow, nil,
+		fmt.Sprintf("a create in a bucket while a reference of it with %d failed tasks is retried in parts, against the create alone", n)))
+	r.progress(group, "a retry of %d failed tasks in parts: %.1f ms a part, %.2f s in all (%d calls); a create in its bucket %.2f ms during it, %.2f ms alone",
+		n, float64(perPart.Microseconds())/1000, total.Seconds(), calls, float64(meanDuring.Microseconds())/1000, float64(meanAlone.Microseconds())/1000)
 	return nil
 }

@@ -359,13 +359,24 @@ function retryReferenceButton(ref, after) {
   return el('button', { type: 'button', class: 'primary', 'data-retry-reference': ref, onclick: async () => {
     const ok = await confirmAction('Retry every failed task of ' + ref + '?', 'The failed tasks of reference ' + ref + ' are delivered again, in their order.');
     if (!ok) return;
+    // The API retries a reference's failed tasks in parts and answers more while some remain:
+    // call it again until none does (the first answer's placement is the retry's).
+    let count = 0, placement = null;
     try {
-      const res = await api('/references/' + encodeURIComponent(ref) + '/retry', { method: 'POST' });
+      for (;;) {
+        const res = await api('/references/' + encodeURIComponent(ref) + '/retry', { method: 'POST' });
+        count += res.retried.length;
+        placement = placement || res.placement;
+        if (!res.more) break;
+        status(count + ' task(s) of ' + ref + ' retried so far; going on.');
+      }
       await after();
-      status(res.retried.length + ' task(s) of ' + ref + ' retried' +
-        (res.placement === 'end' ? ', at the end of the reference (later tasks had started).' : ', in place.'));
+      status(count + ' task(s) of ' + ref + ' retried' +
+        (placement === 'end' ? ', at the end of the reference (later tasks had started).' : ', in place.'));
       focusHeading();
-    } catch (e) { status('Retry of ' + ref + ' refused: ' + e.message, true); }
+    } catch (e) {
+      status('Retry of ' + ref + ' refused' + (count ? ' after ' + count + ' task(s) (retry again to go on)' : '') + ': ' + e.message, true);
+    }
   } }, 'Retry all failed of ' + ref);
 }
 

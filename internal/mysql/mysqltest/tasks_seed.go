@@ -2,10 +2,12 @@ package mysqltest
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 )
 
@@ -40,4 +42,27 @@ func CreateReferenceTasks(ctx context.Context, tasks *taskstore.Store, url strin
 		}
 	}
 	return ids, nil
+}
+
+// FailedReferenceTasks creates n tasks of reference ref to url (CreateTasks calls of
+// eventstore.MaxPendingBatch, a few at once) and marks them failed (state 20, one attempt, in one
+// statement): a reference whose receiver was down for long, with maxRetries 0. It returns their ids
+// in position order.
+func FailedReferenceTasks(ctx context.Context, db *sql.DB, tasks *taskstore.Store, url, ref string, n int) ([]int64, error) {
+	var ids []int64
+	for done := 0; done < n; {
+		batch := make([]exactlyonce.NewTask, 0, eventstore.MaxPendingBatch)
+		for ; done < n && len(batch) < eventstore.MaxPendingBatch; done++ {
+			batch = append(batch, exactlyonce.NewTask{URL: url, Payload: json.RawMessage(fmt.Sprintf(`{"seq":%d}`, done)), ReferenceID: ref})
+		}
+		created, err := tasks.CreateTasks(ctx, batch)
+		if err != nil {
+			return nil, fmt.Errorf("create failed reference tasks: %w", err)
+		}
+		for _, c := range created {
+			ids = append(ids, c.ID)
+		}
+	}
+	_, err := db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE kind = 'task' AND state < 10 AND CAST(reference_id AS BINARY) = ?", ref)
+	return ids, err
 }

@@ -56,6 +56,11 @@ type Store struct {
 	// beforeRetryBucket, if set, runs when a bulk retry in place has written its tasks and is
 	// about to take the bucket (retryInPlaceFirst): tests hold the retry there. Nil in the product.
 	beforeRetryBucket func()
+	// retryPart, retryHold and retryBudget size a reference's bulk retry (retry_reference.go); zero
+	// is the default. beforeRetryPart, if set, runs before each part (tests stop or fail it there).
+	retryPart              int
+	retryHold, retryBudget time.Duration
+	beforeRetryPart        func(part int) error
 }
 
 // New returns the Store on db, reading the packed history in the database only.

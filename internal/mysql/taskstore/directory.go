@@ -423,13 +423,17 @@ func laterTaskStarted(ctx context.Context, tx mysql.Conn, ref string, pos int64,
 	if err != nil {
 		return false, err
 	}
-	return tasksStartedAfter(ctx, tx, entries, pos, except)
+	return tasksStartedAfter(ctx, tx, entries, pos, except, false)
 }
 
 // tasksStartedAfter tells whether a task of entries (a reference's, from its directory) after
 // position pos has started, but those of except, by their ids (TasksStarted). A later task that
 // `events` does not hold was packed, so delivered.
-func tasksStartedAfter(ctx context.Context, tx mysql.Conn, entries []entry, pos int64, except map[int64]bool) (bool, error) {
+//
+// With exceptFailed, the failed tasks (by their state) are left out too, as a reference's bulk
+// retry asks: it retries every failed task of the reference, in parts, so each is "retried with
+// it", and it names none (they may be more than a part holds).
+func tasksStartedAfter(ctx context.Context, tx mysql.Conn, entries []entry, pos int64, except map[int64]bool, exceptFailed bool) (bool, error) {
 	var later []int64
 	for _, e := range entries {
 		if e.position > pos && !except[e.id] {
@@ -439,9 +443,12 @@ func tasksStartedAfter(ctx context.Context, tx mysql.Conn, entries []entry, pos 
 	for len(later) > 0 {
 		n := min(len(later), maxStartedIDs)
 		q, args := mysql.ExpandIDs(dirQueries.TasksStarted, later[:n])
-		var found, started int64
-		if err := tx.QueryRowContext(ctx, q, args...).Scan(&found, &started); err != nil {
+		var found, started, startedNotFailed int64
+		if err := tx.QueryRowContext(ctx, q, args...).Scan(&found, &started, &startedNotFailed); err != nil {
 			return false, err
+		}
+		if exceptFailed {
+			started = startedNotFailed
 		}
 		if started > 0 || found < int64(n) {
 			return true, nil

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce"
 )
@@ -110,4 +111,13 @@ func HoldRetriesBeforeBucket(s *Store, entered chan<- struct{}, hold <-chan stru
 		entered <- struct{}{}
 		<-hold
 	}
+}
+
+// RetryInParts makes s's bulk retries go in parts of size failed tasks, run parts for at most
+// budget a call, and, if before is not nil, call before(n) ahead of part n (an error from it ends
+// the call there, as a process killed between parts would). Call it before the first
+// RetryReference.
+func RetryInParts(s *Store, size int, budget time.Duration, before func(part int) error) {
+	s.RetryParts(size, budget)
+	s.beforeRetryPart = before
 }

@@ -29,12 +29,55 @@ WHERE state IN (20, 40) AND id IN (/*ids*/) LIMIT ?;
 -- LockFailedTasks reads the state again). `state < 2` prunes the first part to `open`, `state IN
 -- (20, 40)` the second to `fresh` and `failed`: the pending set, the failed set and what was
 -- settled since the last fold, never the processed history.
-SELECT 0, id, state, position FROM events
+-- The retry goes in parts (retry_reference.go): the failed tasks are the first LIMIT ? by position
+-- (a part's and one more, to know whether more remain; the whole set, with a LIMIT no reference
+-- reaches, when it goes whole). The last column says whether an open task is a bulk retry's held
+-- head (pending, not due before its hold ends, not attempted since its retry, no error: no other
+-- open task is all of these; a task waiting its backoff has an attempt since its retry and its
+-- error). Held, it is a retry's first part, whose later parts continue what the first decided.
+SELECT 0, id, state, position,
+       COALESCE(state = 0 AND next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
 WHERE state < 2 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
 UNION ALL
-SELECT 1, id, state, position FROM events
+(SELECT 1, id, state, position, 0 FROM events
 WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
+ORDER BY position LIMIT ?)
 ORDER BY 1, 4;
+
+-- name: OpenOfReference
+-- A later part of a bulk retry in parts, with the bucket held and the head it found held locked
+-- (LockHeads): the reference's open tasks, as RetryStateOfReference's first part, which must be
+-- that head alone, still held. The part does not read the failed set again under the bucket: with
+-- the head held, no task of the reference is open but it, so none fails meanwhile (the failed
+-- tasks it retries are locked, and a fold or a task's retry of a later one changes nothing it
+-- decides). A consistent read of `open` only.
+SELECT id, state, position,
+       COALESCE(state = 0 AND next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
+WHERE state < 2 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?;
+
+-- name: CountFailedOfReference
+-- A bulk retry's first part that sends the reference's failed tasks to the end, in parts: how many
+-- failed tasks it has, so that the part takes a position from the bucket for each (a create
+-- between two parts takes its positions after all of them). The failed set (`fresh` and
+-- `failed`), as RetryStateOfReference's second part; under the bucket and the heads, so the count
+-- does not change but by a fold (20 to 40, still counted).
+SELECT COUNT(*) FROM events
+WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?;
+
+-- name: HoldRetried
+-- A bulk retry in parts holds the head it made (the first failed task, pending) until its last
+-- part: not due before NOW + ? microseconds, so that no claim starts it (claims take a pending
+-- task only once due) and the reference delivers nothing while later parts put its other failed
+-- tasks back; the reference has an open task, so a create between two parts queues behind it, as
+-- it would behind the whole retry. Each part sets it again; a retry that stops (its process
+-- killed, its caller gone) lets the hold end by itself, and the reference goes on. `state = 0`
+-- prunes to `open`; the row is locked by the part (LockFailedTasks or LockHeads).
+UPDATE events SET next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND WHERE state = 0 AND id = ? LIMIT 1;
+
+-- name: ReleaseRetried
+-- The last part of a bulk retry in parts releases its held head: due at once (as any task a retry
+-- makes pending, next_attempt_at NULL), and the API sends its queue message after the commit.
+UPDATE events SET next_attempt_at = NULL WHERE state = 0 AND id = ? LIMIT 1;
 
 -- name: RetryInPlaceCheck
 -- A bulk retry in place of a reference that had no open task (retry_reference.go,

@@ -4,6 +4,7 @@ package taskstore
 // statements are in tasks.sql.
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -11,19 +12,39 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
 )
 
-// RetryReference gives every failed task of reference ref a fresh retry budget, in one transaction,
-// in their order, by RetryTask's rules applied to them as one: they go back in their places if no
-// task of the reference after the first of them has started (but the failed ones themselves), and
-// no task of the reference is open before it; else all to the end of the reference's queue, in
-// their order, behind the task open now. Either way only one task of the reference is open (its
-// head) and the others are queued, in position order. A reference with no failed task is left as
-// it is (no task retried, no error).
+// RetryReference gives every failed task of reference ref a fresh retry budget, in their order,
+// by RetryTask's rules applied to them as one: they go back in their places if no task of the
+// reference after the first of them has started (but the failed ones themselves), and no task of
+// the reference is open before it; else all to the end of the reference's queue, in their order,
+// behind the task open now. Either way only one task of the reference is open (its head) and the
+// others are queued, in position order. A reference with no failed task is left as it is (no task
+// retried, no error).
+//
+// It goes in parts: a transaction retries at most retryPart of the failed tasks (the earliest by
+// position), so that each holds the reference's bucket briefly whatever the reference holds
+// (before, one transaction retried them all: 2,000 took 0.33 s, and some 50,000 passed the API's
+// 10 s timeout, rolled back each time). The first part decides, as the one transaction did, where
+// they all go; if more remain, it holds the head it made (HoldRetried: pending but not due), so
+// that the reference delivers nothing and a create of it queues behind, as behind the whole retry,
+// and, for a retry to the end, it takes a position from the bucket for every failed task, so that
+// a create between parts takes its positions after them all. A later part finds the held head and
+// continues the decision (continueRetry); the last releases it. Parts run until none remains, the
+// time budget (retryBudget) is spent, or the answer would pass maxRetriedAnswer ids: then More
+// says so and the caller calls again, which continues. A retry that stops between parts (its
+// process killed) lost nothing (each part is one transaction) and the next call continues; if
+// none comes, the hold ends by itself (retryHold) and the reference goes on with the rest still
+// failed, which a later retry decides afresh.
+//
+// Not in parts (one transaction, as before): a retry to the end behind an open task (a head that
+// may settle between parts and be promoted past), and a retry while the directory of a database
+// migrated with tasks in it is not complete.
 //
 // Locks are taken in the order every manual retry takes them (RetryTask too): the failed tasks
 // first, then the reference's bucket, then its head (so no claim starts it and no settlement
@@ -41,20 +62,79 @@ import (
 // (retryReferenceLocked), in a transaction of its own.
 func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.RetriedReference, error) {
 	hash := ReferenceHash(ref)
+	size, budget := s.retryPartSize(), cmp.Or(s.retryBudget, defaultRetryBudget)
+	start := time.Now()
+	out := exactlyonce.RetriedReference{IDs: []int64{}}
+	for n := 1; ; n++ {
+		if s.beforeRetryPart != nil {
+			if err := s.beforeRetryPart(n); err != nil {
+				return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
+			}
+		}
+		p, err := s.retryReferencePart(ctx, ref, hash, size)
+		if err != nil {
+			return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
+		}
+		out.IDs = append(out.IDs, p.IDs...)
+		out.Placement = cmp.Or(out.Placement, p.Placement)
+		if p.Head != 0 {
+			out.Head = p.Head
+		}
+		out.More = p.More
+		if !p.More || time.Since(start) >= budget || len(out.IDs)+size > maxRetriedAnswer || ctx.Err() != nil {
+			return out, nil
+		}
+	}
+}
+
+const (
+	// defaultRetryPart is the most failed tasks one part retries: about 80 ms of writes under the
+	// bucket (2,000 took 0.33 s), its statements 200 tasks each (RetryTasks, about 6 KB).
+	defaultRetryPart = 500
+	// defaultRetryHold is how long a part holds the head it made: far more than the time between
+	// two parts, or two calls of a caller that follows More, and short enough that a reference
+	// whose retry stopped goes on soon.
+	defaultRetryHold = 30 * time.Second
+	// defaultRetryBudget is how long one call runs parts: half the API function's 10 s timeout, so
+	// the last part, begun before the budget ends, commits well before it.
+	defaultRetryBudget = 5 * time.Second
+	// maxRetriedAnswer bounds the ids one call answers (at most about 650 KB of JSON, far under
+	// Lambda's 6 MB answer).
+	maxRetriedAnswer = 50000
+	// wholeLimit is the LIMIT of a retry that goes whole: no reference has that many failed tasks.
+	wholeLimit = 1 << 62
+)
+
+func (s *Store) retryPartSize() int { return cmp.Or(s.retryPart, defaultRetryPart) }
+
+// RetryParts sizes s's bulk retries: size failed tasks a part, parts for up to budget a call (0:
+// the defaults, 500 and 5 s). For tests and the benchmark, which make a reference of a few failed
+// tasks take several parts; called before the first RetryReference.
+func (s *Store) RetryParts(size int, budget time.Duration) {
+	s.retryPart, s.retryBudget = size, budget
+}
+
+// retryReferencePart is one part of RetryReference: one transaction, run again (the bucket taken
+// first) if the reference changed while it decided, or whole if its case does not go in parts.
+func (s *Store) retryReferencePart(ctx context.Context, ref string, hash uint32, size int) (exactlyonce.RetriedReference, error) {
 	var out exactlyonce.RetriedReference
-	first := true
+	first, limit := true, size
 	for round := 1; ; round++ {
 		err := s.core.InTx(ctx, func(tx *sql.Tx) error {
 			var err error
-			out, err = s.retryReference(ctx, tx, ref, hash, first)
+			out, err = s.retryReference(ctx, tx, ref, hash, first, limit)
 			return err
 		})
+		if errors.Is(err, errWhole) && limit > 0 {
+			limit = 0 // the same round again, in one transaction
+			continue
+		}
 		if errors.Is(err, errReferenceMoved) && round < maxRetryRounds {
 			first = false // the next transaction takes the bucket before it decides
 			continue
 		}
 		if err != nil {
-			return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
+			return exactlyonce.RetriedReference{}, err
 		}
 		if out.IDs == nil {
 			out.IDs = []int64{}
@@ -70,33 +150,60 @@ func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.Ret
 // changing.
 var errReferenceMoved = errors.New("the reference changed while its retry was being decided")
 
+// errWhole is a part giving up, before it wrote anything, because its case does not go in parts
+// (RetryReference): it runs again as one transaction.
+var errWhole = errors.New("the retry goes whole")
+
 const maxRetryRounds = 10
 
-// retryReference is one transaction of RetryReference: the reference's heads and failed tasks read
-// (no lock), the failed tasks locked, then either retryInPlaceFirst (optimistic, and the case
-// allows it) or retryReferenceLocked.
-func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash uint32, optimistic bool) (exactlyonce.RetriedReference, error) {
-	heads, ids, err := readRetryState(ctx, tx, ref, hash)
-	if err != nil || len(ids) == 0 {
-		return exactlyonce.RetriedReference{}, err
-	}
-	failed, folded, err := lockFailedTasks(ctx, tx, ids)
+// retryReference is one transaction of RetryReference: the reference's heads and (up to limit+1;
+// 0: all) failed tasks read (no lock), the failed tasks locked, then either retryInPlaceFirst
+// (optimistic, and the case allows it) or retryReferenceLocked.
+func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash uint32, optimistic bool, limit int) (exactlyonce.RetriedReference, error) {
+	done, err := s.directoryComplete(ctx, tx)
 	if err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
-	if optimistic && len(heads) == 0 {
-		done, err := s.directoryComplete(ctx, tx)
-		if err != nil {
+	if !done && limit > 0 {
+		return exactlyonce.RetriedReference{}, errWhole
+	}
+	heads, ids, err := readRetryState(ctx, tx, ref, hash, limit)
+	if err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	more := limit > 0 && len(ids) > limit
+	if more {
+		ids = ids[:limit]
+	}
+	if len(ids) == 0 && heldHead(heads) == nil {
+		return exactlyonce.RetriedReference{}, nil
+	}
+	var failed []failedTask
+	var folded int64
+	if len(ids) > 0 {
+		if failed, folded, err = lockFailedTasks(ctx, tx, ids); err != nil {
 			return exactlyonce.RetriedReference{}, err
 		}
-		if done {
-			out, ok, err := s.retryInPlaceFirst(ctx, tx, ref, hash, failed, folded)
-			if err != nil || ok {
-				return out, err
-			}
+	}
+	if h := heldHead(heads); h != nil && optimistic {
+		return s.continueRetryHeld(ctx, tx, ref, hash, failed, folded, *h, more)
+	}
+	if optimistic && len(heads) == 0 && done {
+		out, ok, err := s.retryInPlaceFirst(ctx, tx, ref, hash, failed, folded, true, more)
+		if err != nil || ok {
+			return out, err
 		}
 	}
-	return s.retryReferenceLocked(ctx, tx, ref, hash, failed, folded)
+	return s.retryReferenceLocked(ctx, tx, ref, hash, failed, folded, limit)
+}
+
+// heldHead is the reference's open task if it is its only one and a bulk retry's held head (a
+// retry in parts under way), else nil.
+func heldHead(heads []openTask) *openTask {
+	if len(heads) == 1 && heads[0].held {
+		return &heads[0]
+	}
+	return nil
 }
 
 // retryInPlaceFirst retries the locked failed tasks of reference ref, which had no open task when
@@ -109,19 +216,19 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 // head, or an entry of the reference it did not decide on, and the transaction is rolled back
 // (errReferenceMoved). A create of the reference that came before the check has committed by then
 // (the check waits for the bucket), and one that comes after waits for the commit and finds the
-// retried head, as it finds any head.
-func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64) (exactlyonce.RetriedReference, bool, error) {
+// retried head, as it finds any head. With more failed tasks to come (more), the head is held.
+//
+// bulk: a reference's retry, whose question "has a later task started?" leaves out every failed
+// task of the reference (all are retried, in this part or a later one); a task's retry (false)
+// counts them.
+func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, bulk, more bool) (exactlyonce.RetriedReference, bool, error) {
 	c := cellOf(ref)
 	cellBytes, err := readEntryBytes(ctx, tx, c)
 	if err != nil {
 		return exactlyonce.RetriedReference{}, false, err
 	}
 	decided := cellEntries(cellBytes, c.tag)
-	retried := map[int64]bool{}
-	for _, f := range failed[1:] {
-		retried[f.id] = true
-	}
-	started, err := tasksStartedAfter(ctx, tx, decided, failed[0].position, retried)
+	started, err := tasksStartedAfter(ctx, tx, decided, failed[0].position, nil, bulk)
 	if err != nil || started {
 		return exactlyonce.RetriedReference{}, false, err
 	}
@@ -132,6 +239,11 @@ func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, h
 	place.states[0] = exactlyonce.Pending
 	if err := retryTasks(ctx, tx, failed, place); err != nil {
 		return exactlyonce.RetriedReference{}, false, err
+	}
+	if more {
+		if err := s.holdRetried(ctx, tx, failed[0].id); err != nil {
+			return exactlyonce.RetriedReference{}, false, err
+		}
 	}
 	if s.beforeRetryBucket != nil {
 		s.beforeRetryBucket()
@@ -151,11 +263,28 @@ func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, h
 			return exactlyonce.RetriedReference{}, false, err
 		}
 	}
-	out := exactlyonce.RetriedReference{Placement: exactlyonce.RetryInPlace, Head: failed[0].id}
+	out := exactlyonce.RetriedReference{Placement: exactlyonce.RetryInPlace, Head: failed[0].id, More: more}
+	if more {
+		out.Head = 0 // held: its queue message goes when the last part releases it
+	}
 	for _, f := range failed {
 		out.IDs = append(out.IDs, f.id)
 	}
 	return out, true, nil
+}
+
+// holdRetried holds head id until a later part (HoldRetried).
+func (s *Store) holdRetried(ctx context.Context, tx *sql.Tx, id int64) error {
+	res, err := tx.ExecContext(ctx, retryQueries.HoldRetried, cmp.Or(s.retryHold, defaultRetryHold).Microseconds(), id)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n != 1 {
+		return fmt.Errorf("held %d rows for the retried head %d", n, id)
+	}
+	return nil
 }
 
 // readInPlaceCheck reads RetryInPlaceCheck: the ids of the reference's open tasks, and its cell
@@ -197,16 +326,21 @@ func readInPlaceCheck(ctx context.Context, tx *sql.Tx, ref string, hash uint32, 
 
 // retryReferenceLocked retries the locked failed tasks of reference ref with its bucket and heads
 // held while it decides: the bucket, then the heads (read and locked until every head read is
-// held), then the failed tasks read again, which must be the ones locked (a task of the reference
-// that failed since the first read was not locked first: errReferenceMoved, and the next round
-// locks it with the others).
-func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64) (exactlyonce.RetriedReference, error) {
+// held), then the failed tasks read again (up to limit+1; 0: all), whose first must be the ones
+// locked (a task of the reference that failed since the first read was not locked first:
+// errReferenceMoved, and the next round locks it with the others). A held head (a retry in parts
+// under way) continues its decision (continueRetry); else placeRetries decides afresh.
+func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, limit int) (exactlyonce.RetriedReference, error) {
 	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
-	heads, ids, err := lockedRetryState(ctx, tx, ref, hash)
+	heads, ids, err := lockedRetryState(ctx, tx, ref, hash, limit)
 	if err != nil {
 		return exactlyonce.RetriedReference{}, err
+	}
+	more := limit > 0 && len(ids) > limit
+	if more {
+		ids = ids[:limit]
 	}
 	if len(ids) != len(failed) {
 		return exactlyonce.RetriedReference{}, errReferenceMoved
@@ -220,19 +354,61 @@ func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string
 			return exactlyonce.RetriedReference{}, errReferenceMoved
 		}
 	}
-	place, err := s.placeRetries(ctx, tx, ref, hash, failed, heads)
+	return s.writeRetry(ctx, tx, ref, hash, failed, folded, heldHead(heads), heads, limit > 0, more)
+}
+
+// writeRetry places the locked failed tasks (continueRetry, after the held head of a retry in
+// parts, else placeRetries) and writes them, holding the head the retry made while more remain,
+// releasing it at the last part, with their directory entries (to the end) and settled_count.
+func (s *Store) writeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, held *openTask, heads []openTask, parts, more bool) (exactlyonce.RetriedReference, error) {
+	if len(failed) == 0 {
+		// No failed task left, and a held head: its retry's last tasks were retried one by one
+		// meanwhile. It is released, as its last part would have.
+		if held == nil {
+			return exactlyonce.RetriedReference{}, nil
+		}
+		if _, err := tx.ExecContext(ctx, retryQueries.ReleaseRetried, held.id); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+		return exactlyonce.RetriedReference{Head: held.id}, nil
+	}
+	var place retryPlaces
+	var err error
+	if held != nil {
+		place, err = continueRetry(ctx, tx, ref, failed, *held)
+	} else {
+		place, err = s.placeRetries(ctx, tx, ref, hash, failed, heads, parts, more)
+	}
 	if err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
 	if err := retryTasks(ctx, tx, failed, place); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
-	var out exactlyonce.RetriedReference
+	out := exactlyonce.RetriedReference{More: more}
+	var holder int64 // the head this retry made, held until its last part
+	if held != nil {
+		holder = held.id
+	}
 	for i, f := range failed {
 		out.IDs = append(out.IDs, f.id)
 		if place.states[i] == exactlyonce.Pending {
-			out.Head = f.id
+			holder = f.id
 		}
+	}
+	switch {
+	case more:
+		// placeRetries goes whole rather than in parts when the retry makes no head (errWhole).
+		if err := s.holdRetried(ctx, tx, holder); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+	case held != nil:
+		if _, err := tx.ExecContext(ctx, retryQueries.ReleaseRetried, holder); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+		out.Head = holder
+	default:
+		out.Head = holder
 	}
 	if place.placement == exactlyonce.RetryAtEnd {
 		// Their new positions, in the reference's directory (the last entry of a task wins).
@@ -251,6 +427,77 @@ func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string
 	}
 	out.Placement = place.placement
 	return out, nil
+}
+
+// continueRetryHeld is a later part of a retry in parts whose head h the first read found held:
+// the failed tasks of the part locked, then the bucket, then h, which must still be the
+// reference's only open task, and held (OpenOfReference, which reads `open` only: the failed set
+// is not scanned again under the bucket); else errReferenceMoved, and the next round decides
+// with the bucket taken first (retryReferenceLocked).
+func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, h openTask, more bool) (exactlyonce.RetriedReference, error) {
+	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	q, args := mysql.ExpandIDs(queries.LockHeads, []int64{h.id})
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	rows, err := tx.QueryContext(ctx, retryQueries.OpenOfReference, hash, ref)
+	if err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	var open []openTask
+	for rows.Next() {
+		var t openTask
+		if err := rows.Scan(&t.id, &t.state, &t.pos, &t.held); err != nil {
+			rows.Close()
+			return exactlyonce.RetriedReference{}, err
+		}
+		open = append(open, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	if held := heldHead(open); held == nil || held.id != h.id {
+		return exactlyonce.RetriedReference{}, errReferenceMoved
+	}
+	return s.writeRetry(ctx, tx, ref, hash, failed, folded, &h, nil, true, more)
+}
+
+// continueRetry places the next part of a retry in parts whose first part made head h and holds it
+// (the reference delivered nothing since, and a create queued behind h): as the first part
+// decided. In place (h, the first failed task, stands before the failed tasks left): they keep
+// their places, queued. To the end (h stands after them, at the first of the positions the first
+// part took from the bucket for all of them): they take the next of those positions, after the
+// tasks earlier parts moved there, which hold h's position and the ones after it without a gap (a
+// create between parts took its positions after all of them), read from the reference's
+// directory.
+func continueRetry(ctx context.Context, tx *sql.Tx, ref string, failed []failedTask, h openTask) (retryPlaces, error) {
+	p := retryPlaces{placement: exactlyonce.RetryInPlace, states: make([]exactlyonce.State, len(failed)), positions: make([]int64, len(failed))}
+	for i, f := range failed {
+		p.states[i], p.positions[i] = exactlyonce.Queued, f.position
+	}
+	if h.pos < failed[0].position {
+		return p, nil
+	}
+	entries, err := referenceEntries(ctx, tx, ref)
+	if err != nil {
+		return retryPlaces{}, err
+	}
+	taken := map[int64]bool{}
+	for _, e := range entries {
+		taken[e.position] = true
+	}
+	last := h.pos
+	for taken[last+1] {
+		last++
+	}
+	p.placement = exactlyonce.RetryAtEnd
+	for i := range failed {
+		p.positions[i] = last + 1 + int64(i)
+	}
+	return p, nil
 }
 
 // failedTask is a failed task locked for a retry.
@@ -305,13 +552,27 @@ type retryPlaces struct {
 // to the queue (RequeueTask); the failed tasks keep their positions, the first pending, the others
 // queued. Else to the end: positions taken from the bucket's sequence as a create takes them, the
 // first pending if the reference has no open task, every other queued.
-func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []openTask) (retryPlaces, error) {
+//
+// In parts (parts: the directory is complete), the failed tasks after the first, of this part or a
+// later one, are left out of the question by their state; with more to come (more), a retry to the
+// end takes a position for every failed task of the reference (CountFailedOfReference), and one
+// behind an open task goes whole (errWhole, before it writes).
+func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []openTask, parts, more bool) (retryPlaces, error) {
 	first := failed[0].position
-	retried := map[int64]bool{} // the failed tasks after the first, retried with it
-	for _, f := range failed[1:] {
-		retried[f.id] = true
+	var started bool
+	var err error
+	if parts {
+		var entries []entry
+		if entries, err = referenceEntries(ctx, tx, ref); err == nil {
+			started, err = tasksStartedAfter(ctx, tx, entries, first, nil, true)
+		}
+	} else {
+		retried := map[int64]bool{} // the failed tasks after the first, retried with it
+		for _, f := range failed[1:] {
+			retried[f.id] = true
+		}
+		started, err = s.laterStarted(ctx, tx, ref, hash, first, retried)
 	}
-	started, err := s.laterStarted(ctx, tx, ref, hash, first, retried)
 	if err != nil {
 		return retryPlaces{}, err
 	}
@@ -344,8 +605,17 @@ func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash u
 		p.states[0] = exactlyonce.Pending
 		return p, nil
 	}
+	take := int64(len(failed))
+	if more {
+		if open {
+			return retryPlaces{}, errWhole
+		}
+		if err := tx.QueryRowContext(ctx, retryQueries.CountFailedOfReference, hash, ref).Scan(&take); err != nil {
+			return retryPlaces{}, err
+		}
+	}
 	b := taskBucket(hash)
-	before, _, err := advanceTaskBuckets(ctx, tx, map[int64]int64{b: int64(len(failed))}, map[string]uint32{ref: hash})
+	before, _, err := advanceTaskBuckets(ctx, tx, map[int64]int64{b: take}, map[string]uint32{ref: hash})
 	if err != nil {
 		return retryPlaces{}, err
 	}
@@ -364,7 +634,7 @@ var retryFiles embed.FS
 
 // retryTexts are the statements of retry.sql.
 type retryTexts struct {
-	RetryTasks, RetryStateOfReference, RetryInPlaceCheck string
+	RetryTasks, RetryStateOfReference, OpenOfReference, CountFailedOfReference, HoldRetried, ReleaseRetried, RetryInPlaceCheck string
 }
 
 var retryQueries = mysql.MustLoadQueries[retryTexts](retryFiles)
@@ -407,6 +677,7 @@ type openTask struct {
 	id    int64
 	state exactlyonce.State
 	pos   int64
+	held  bool // a bulk retry's held head (RetryStateOfReference)
 }
 
 // lockedRetryState locks the open tasks (heads) of reference ref, whose bucket tx holds, and
@@ -414,10 +685,10 @@ type openTask struct {
 // position order (RetryStateOfReference, read again after each LockHeads: a head settled while
 // LockHeads waited for it is not open any more, and the task its settlement promoted heads the
 // reference now, locked in turn; each round follows a settlement, so it ends).
-func lockedRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32) ([]openTask, []int64, error) {
+func lockedRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) ([]openTask, []int64, error) {
 	locked := map[int64]bool{}
 	for {
-		heads, failed, err := readRetryState(ctx, tx, ref, hash)
+		heads, failed, err := readRetryState(ctx, tx, ref, hash, limit)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -441,9 +712,14 @@ func lockedRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32) 
 	}
 }
 
-// readRetryState reads RetryStateOfReference: the reference's open tasks and its failed tasks' ids.
-func readRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32) ([]openTask, []int64, error) {
-	rows, err := tx.QueryContext(ctx, retryQueries.RetryStateOfReference, hash, ref, hash, ref)
+// readRetryState reads RetryStateOfReference: the reference's open tasks and its first limit+1
+// failed tasks' ids (0: all), in position order.
+func readRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) ([]openTask, []int64, error) {
+	n := int64(wholeLimit)
+	if limit > 0 {
+		n = int64(limit) + 1
+	}
+	rows, err := tx.QueryContext(ctx, retryQueries.RetryStateOfReference, hash, ref, hash, ref, n)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -453,7 +729,7 @@ func readRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32) ([
 	for rows.Next() {
 		var part int
 		var t openTask
-		if err := rows.Scan(&part, &t.id, &t.state, &t.pos); err != nil {
+		if err := rows.Scan(&part, &t.id, &t.state, &t.pos, &t.held); err != nil {
 			return nil, nil, err
 		}
 		if part == 0 {

@@ -1,0 +1,207 @@
+package taskstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// A reference's bulk retry goes in parts (retry_reference.go): these tests make a part 5 failed
+// tasks, so that a reference of 12 takes three, and act between them.
+
+// claimable tries to claim task id as a processor would and says whether it was leased (and then
+// releases nothing: the tests call it only where the answer must be no, or at the end).
+func claimable(ctx context.Context, t *testing.T, store *wire.Stores, id int64) bool {
+	t.Helper()
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute}
+	claimed, err := store.Events.ClaimIDs(ctx, c, []int64{id}, mysqltest.LeaseAll)
+	require.NoError(t, err)
+	return len(claimed.Leased) == 1
+}
+
+func TestARetryInPartsPutsEveryFailedTaskBackInItsPlaceAndLetsCreatesThrough(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts"
+	db, store, ids := failedReference(ctx, t, ref, 12)
+	other := taskstore.SameSlot(ref, 1)[0] // a reference of the same bucket
+	var mine, theirs exactlyonce.CreatedTask
+	parts := 0
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
+		parts = n
+		if n != 2 {
+			return nil
+		}
+		// Between the first part and the second: the bucket is free (each create returns at once:
+		// createWithin fails the test after 20 s), the head the first part made is held (no claim
+		// takes it, so nothing of the reference is delivered past the tasks not yet retried), and a
+		// create of the reference queues behind it, as behind the whole retry.
+		theirs = createWithin(ctx, t, store, other, 1)
+		mine = createWithin(ctx, t, store, ref, 12)
+		require.False(t, mine.Head, "a create between parts queues behind the retry's head")
+		require.False(t, claimable(ctx, t, store, ids[0]), "the head is held until the last part")
+		return nil
+	})
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, 3, parts)
+	require.True(t, theirs.Head)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got)
+	want := [][2]int64{{ids[0], pending}}
+	for _, id := range ids[1:] {
+		want = append(want, [2]int64{id, queued})
+	}
+	want = append(want, [2]int64{mine.ID, queued})
+	require.Equal(t, want, statesOf(ctx, t, db, ref), "every failed task in its place, in order, the new task after them")
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+	require.True(t, claimable(ctx, t, store, ids[0]), "the last part released the head")
+}
+
+func TestARetryInPartsToTheEndKeepsItsPositionsAheadOfACreateBetweenParts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-end"
+	db, store, ids := failedReference(ctx, t, ref, 12)
+	// A later task completed: the failed ones go to the end.
+	done := createOne(ctx, t, store, ref, 12)
+	_, err := db.ExecContext(ctx, "UPDATE events SET state = 10, attempts = 1, processed_at = NOW(6) WHERE id = ?", done)
+	require.NoError(t, err)
+	var mine exactlyonce.CreatedTask
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
+		if n == 2 {
+			mine = createWithin(ctx, t, store, ref, 13)
+			require.False(t, mine.Head)
+		}
+		return nil
+	})
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Placement: exactlyonce.RetryAtEnd, Head: ids[0]}, got)
+	want := [][2]int64{{done, int64(exactlyonce.Processed)}, {ids[0], pending}}
+	for _, id := range ids[1:] {
+		want = append(want, [2]int64{id, queued})
+	}
+	want = append(want, [2]int64{mine.ID, queued})
+	require.Equal(t, want, statesOf(ctx, t, db, ref), "the completed task, the retried ones in order, then the create between parts")
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+}
+
+func TestARetryStoppedBetweenPartsLosesNothingAndARepeatFinishesIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-stop"
+	db, store, ids := failedReference(ctx, t, ref, 12)
+	stop := errors.New("stopped between parts")
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
+		if n == 2 {
+			return stop // the process is gone before its second part
+		}
+		return nil
+	})
+	_, err := store.Tasks.RetryReference(ctx, ref)
+	require.Error(t, err)
+	want := [][2]int64{{ids[0], pending}}
+	for i, id := range ids[1:] {
+		state := queued
+		if i+1 >= 5 {
+			state = int64(exactlyonce.Failed)
+		}
+		want = append(want, [2]int64{id, state})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref), "the first part committed whole, the others still failed, each task once")
+	require.False(t, claimable(ctx, t, store, ids[0]), "the head stays held")
+
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, nil)
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids[5:], Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got,
+		"the repeat retries the rest, in their places")
+	want = [][2]int64{{ids[0], pending}}
+	for _, id := range ids[1:] {
+		want = append(want, [2]int64{id, queued})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref))
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+	require.True(t, claimable(ctx, t, store, ids[0]))
+}
+
+func TestARetryInPartsStopsAtItsBudgetAndSaysMore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-budget"
+	db, store, ids := failedReference(ctx, t, ref, 12)
+	taskstore.RetryInParts(store.Tasks, 5, time.Nanosecond, nil) // one part a call
+	var all []int64
+	for call := 1; ; call++ {
+		got, err := store.Tasks.RetryReference(ctx, ref)
+		require.NoError(t, err)
+		all = append(all, got.IDs...)
+		require.Equal(t, exactlyonce.RetryInPlace, got.Placement)
+		if !got.More {
+			require.Equal(t, 3, call)
+			require.Equal(t, ids[0], got.Head, "the last call releases the head and names it")
+			break
+		}
+		require.Zero(t, got.Head, "a held head has no queue message yet")
+		require.Len(t, got.IDs, 5)
+	}
+	require.Equal(t, ids, all)
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+}
+
+// The failed tasks a retry in parts has left retried one by one between its calls (each to the end,
+// behind the held head): the next call finds none and releases the head.
+func TestARetryInPartsWhoseRestWasRetriedTaskByTaskReleasesItsHead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-rest"
+	db, store, ids := failedReference(ctx, t, ref, 8)
+	taskstore.RetryInParts(store.Tasks, 5, time.Nanosecond, nil)
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.True(t, got.More)
+	for _, id := range ids[5:] {
+		placement, head, err := store.Tasks.RetryTask(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, exactlyonce.RetryAtEnd, placement)
+		require.False(t, head)
+	}
+	require.False(t, claimable(ctx, t, store, ids[0]))
+	got, err = store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: []int64{}, Head: ids[0]}, got)
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+	require.True(t, claimable(ctx, t, store, ids[0]), "released")
+}
+
+// A reference whose failed tasks are followed by a pending head that has not started: the first
+// part puts it back in the queue behind the held head, and it is delivered after every retried task.
+func TestARetryInPartsRequeuesAPendingHeadBehindThem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-head"
+	db, store, ids := failedReference(ctx, t, ref, 7)
+	head := createOne(ctx, t, store, ref, 7) // no open task: it heads the reference, pending
+	taskstore.RetryInParts(store.Tasks, 5, time.Nanosecond, nil)
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.True(t, got.More)
+	require.False(t, claimable(ctx, t, store, head), "requeued")
+	require.False(t, claimable(ctx, t, store, ids[0]), "held")
+	got, err = store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids[5:], Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got)
+	want := [][2]int64{{ids[0], pending}}
+	for _, id := range append(ids[1:], head) {
+		want = append(want, [2]int64{id, queued})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref))
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+}
