@@ -1,0 +1,103 @@
+package taskstore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/child"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMain runs the tests, or, started again by a test in the child role "retrier", a process that
+// retries reference RETRY_REFERENCE in parts of 5 and, before its second part, says so and waits to
+// be killed.
+func TestMain(m *testing.M) {
+	if role := os.Getenv(child.RoleEnv); role != "" {
+		os.Exit(runChild(role))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(role string) int {
+	if role != "retrier" {
+		fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
+		return 2
+	}
+	store, err := child.OpenStores()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
+		if n == 2 {
+			fmt.Println("between parts")
+			select {} // until killed
+		}
+		return nil
+	})
+	if _, err := store.Tasks.RetryReference(context.Background(), os.Getenv("RETRY_REFERENCE")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("done")
+	return 0
+}
+
+// Invariant: a process SIGKILLed between two parts of a reference's bulk retry loses nothing and
+// duplicates nothing: its first part is committed whole (the first five failed tasks back in their
+// places, the head held, so nothing of the reference is claimed), the rest are still failed, each
+// task is in events once, and a repeated retry from another process finishes the job in order.
+// TestARetryStoppedBetweenPartsLosesNothingAndARepeatFinishesIt fails the second part in the same
+// process; this one kills a real process there. With the hold taken out of the first part, the
+// head is claimable after the kill and the test fails.
+func TestARetryKilledBetweenPartsLosesNothingAndARepeatFinishesIt(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-kill"
+	db, dsn := testdb.DB(t, 8)
+	store := storesOn(t, db)
+	var ids []int64
+	for i := range 12 {
+		ids = append(ids, createOne(ctx, t, store, ref, i))
+	}
+	for _, id := range ids {
+		_, err := db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", id)
+		require.NoError(t, err)
+	}
+
+	retrier := child.Start(t, "retrier", "DB_DSN="+dsn, "RETRY_REFERENCE="+ref)
+	_, err := retrier.WaitLine("between parts", 30*time.Second)
+	require.NoError(t, err)
+	retrier.Kill()
+
+	want := [][2]int64{{ids[0], pending}}
+	for i, id := range ids[1:] {
+		state := queued
+		if i+1 >= 5 {
+			state = int64(exactlyonce.Failed)
+		}
+		want = append(want, [2]int64{id, state})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref), "the first part committed whole, the others still failed, each task once")
+	require.False(t, claimable(ctx, t, store, ids[0]), "the killed retry's head stays held")
+
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, nil)
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids[5:], Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got,
+		"the repeat retries the rest, in their places")
+	want = [][2]int64{{ids[0], pending}}
+	for _, id := range ids[1:] {
+		want = append(want, [2]int64{id, queued})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref))
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+	require.True(t, claimable(ctx, t, store, ids[0]))
+}
