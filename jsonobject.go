@@ -166,11 +166,12 @@ func checkNumbers(field string, raw json.RawMessage) error {
 	}
 }
 
-// outOfRange tells whether the JSON text raw (valid JSON) holds a number, outside its strings, that
-// strconv.ParseFloat cannot hold.
-func outOfRange(raw []byte) bool {
+// outsideStrings calls f with the index of each byte of the JSON text raw (valid JSON) that is
+// outside its strings (their quotes and contents skipped); f returns the index to go on from (i+1
+// for the next byte), so that it can take a token of several bytes at once.
+func outsideStrings(raw []byte, f func(i int) int) {
 	inString, escaped := false, false
-	for i := 0; i < len(raw); i++ {
+	for i := 0; i < len(raw); {
 		c := raw[i]
 		switch {
 		case inString && escaped:
@@ -181,18 +182,49 @@ func outOfRange(raw []byte) bool {
 			inString = c != '"'
 		case c == '"':
 			inString = true
-		case c == '-' || ('0' <= c && c <= '9'):
-			j := i + 1
-			for j < len(raw) && strings.IndexByte("0123456789.eE+-", raw[j]) >= 0 {
-				j++
-			}
-			if _, err := strconv.ParseFloat(string(raw[i:j]), 64); err != nil {
-				return true
-			}
-			i = j - 1
+		default:
+			i = f(i)
+			continue
 		}
+		i++
 	}
-	return false
+}
+
+// outOfRange tells whether the JSON text raw (valid JSON) holds a number, outside its strings, that
+// strconv.ParseFloat cannot hold.
+func outOfRange(raw []byte) bool {
+	out := false
+	outsideStrings(raw, func(i int) int {
+		if c := raw[i]; out || !(c == '-' || ('0' <= c && c <= '9')) {
+			return i + 1
+		}
+		j := i + 1
+		for j < len(raw) && strings.IndexByte("0123456789.eE+-", raw[j]) >= 0 {
+			j++
+		}
+		if _, err := strconv.ParseFloat(string(raw[i:j]), 64); err != nil {
+			out = true
+		}
+		return j
+	})
+	return out
+}
+
+// JSONDepth returns how deep the JSON text raw (valid JSON) nests arrays and objects: 0 for a
+// scalar, 1 for [] or {"a": 1}. Brackets inside strings do not count.
+func JSONDepth(raw []byte) int {
+	depth, most := 0, 0
+	outsideStrings(raw, func(i int) int {
+		switch raw[i] {
+		case '[', '{':
+			depth++
+			most = max(most, depth)
+		case ']', '}':
+			depth--
+		}
+		return i + 1
+	})
+	return most
 }
 
 // plainKey tells whether an object's key can follow a dot in a place (checkNumbers): letters,

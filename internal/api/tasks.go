@@ -114,7 +114,7 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload holds a lone UTF-16 surrogate escape (such as \\ud800): "+
 				"it is no character (RFC 7493), and most JSON readers, Go's among them, read it as U+FFFD")
 		}
-		if d := jsonDepth(p); d > exactlyonce.MaxTaskPayloadDepth {
+		if d := exactlyonce.JSONDepth(p); d > exactlyonce.MaxTaskPayloadDepth {
 			return nil, exactlyonce.Errorf(exactlyonce.EINVALID, "payload nests values %d deep; at most %d", d, exactlyonce.MaxTaskPayloadDepth)
 		}
 		t.Payload = append(json.RawMessage(nil), p...)
@@ -136,30 +136,6 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		t.MaxRetries = n
 	}
 	return t, nil
-}
-
-// jsonDepth returns how deep the JSON text raw (valid JSON) nests arrays and objects: 0 for a
-// scalar, 1 for [] or {"a": 1}. Brackets inside strings do not count.
-func jsonDepth(raw []byte) int {
-	depth, most, inString, escaped := 0, 0, false, false
-	for _, c := range raw {
-		switch {
-		case inString && escaped:
-			escaped = false
-		case inString && c == '\\':
-			escaped = true
-		case inString:
-			inString = c != '"'
-		case c == '"':
-			inString = true
-		case c == '[' || c == '{':
-			depth++
-			most = max(most, depth)
-		case c == ']' || c == '}':
-			depth--
-		}
-	}
-	return most
 }
 
 // jsonInteger reads a JSON number whose value is an integer, as JSON Schema's "integer" (the
