@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -77,27 +76,5 @@ func TestARetryKilledBetweenPartsLosesNothingAndARepeatFinishesIt(t *testing.T) 
 	require.NoError(t, err)
 	retrier.Kill()
 
-	want := [][2]int64{{ids[0], pending}}
-	for i, id := range ids[1:] {
-		state := queued
-		if i+1 >= 5 {
-			state = int64(exactlyonce.Failed)
-		}
-		want = append(want, [2]int64{id, state})
-	}
-	require.Equal(t, want, statesOf(ctx, t, db, ref), "the first part committed whole, the others still failed, each task once")
-	require.False(t, claimable(ctx, t, store, ids[0]), "the killed retry's head stays held")
-
-	taskstore.RetryInParts(store.Tasks, 5, time.Minute, nil)
-	got, err := store.Tasks.RetryReference(ctx, ref)
-	require.NoError(t, err)
-	require.Equal(t, exactlyonce.RetriedReference{IDs: ids[5:], Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got,
-		"the repeat retries the rest, in their places")
-	want = [][2]int64{{ids[0], pending}}
-	for _, id := range ids[1:] {
-		want = append(want, [2]int64{id, queued})
-	}
-	require.Equal(t, want, statesOf(ctx, t, db, ref))
-	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
-	require.True(t, claimable(ctx, t, store, ids[0]))
+	requireFirstPartHeldThenRepeatFinishes(ctx, t, db, store, ref, ids)
 }

@@ -2,6 +2,7 @@ package taskstore_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -107,29 +108,7 @@ func TestARetryStoppedBetweenPartsLosesNothingAndARepeatFinishesIt(t *testing.T)
 	})
 	_, err := store.Tasks.RetryReference(ctx, ref)
 	require.Error(t, err)
-	want := [][2]int64{{ids[0], pending}}
-	for i, id := range ids[1:] {
-		state := queued
-		if i+1 >= 5 {
-			state = int64(exactlyonce.Failed)
-		}
-		want = append(want, [2]int64{id, state})
-	}
-	require.Equal(t, want, statesOf(ctx, t, db, ref), "the first part committed whole, the others still failed, each task once")
-	require.False(t, claimable(ctx, t, store, ids[0]), "the head stays held")
-
-	taskstore.RetryInParts(store.Tasks, 5, time.Minute, nil)
-	got, err := store.Tasks.RetryReference(ctx, ref)
-	require.NoError(t, err)
-	require.Equal(t, exactlyonce.RetriedReference{IDs: ids[5:], Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got,
-		"the repeat retries the rest, in their places")
-	want = [][2]int64{{ids[0], pending}}
-	for _, id := range ids[1:] {
-		want = append(want, [2]int64{id, queued})
-	}
-	require.Equal(t, want, statesOf(ctx, t, db, ref))
-	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
-	require.True(t, claimable(ctx, t, store, ids[0]))
+	requireFirstPartHeldThenRepeatFinishes(ctx, t, db, store, ref, ids)
 }
 
 func TestARetryInPartsStopsAtItsBudgetAndSaysMore(t *testing.T) {
@@ -204,4 +183,35 @@ func TestARetryInPartsRequeuesAPendingHeadBehindThem(t *testing.T) {
 	}
 	require.Equal(t, want, statesOf(ctx, t, db, ref))
 	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+}
+
+// requireFirstPartHeldThenRepeatFinishes checks a reference of 12 failed tasks whose retry in parts
+// of 5 stopped before its second part: the first part committed whole, its head held (claimed by
+// nothing), the others still failed, each task once; then a repeated retry retries the rest in
+// their places and releases the head.
+func requireFirstPartHeldThenRepeatFinishes(ctx context.Context, t *testing.T, db *sql.DB, store *wire.Stores, ref string, ids []int64) {
+	t.Helper()
+	want := [][2]int64{{ids[0], pending}}
+	for i, id := range ids[1:] {
+		state := queued
+		if i+1 >= 5 {
+			state = int64(exactlyonce.Failed)
+		}
+		want = append(want, [2]int64{id, state})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref), "the first part committed whole, the others still failed, each task once")
+	require.False(t, claimable(ctx, t, store, ids[0]), "the head stays held")
+
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, nil)
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids[5:], Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got,
+		"the repeat retries the rest, in their places")
+	want = [][2]int64{{ids[0], pending}}
+	for _, id := range ids[1:] {
+		want = append(want, [2]int64{id, queued})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref))
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+	require.True(t, claimable(ctx, t, store, ids[0]))
 }
