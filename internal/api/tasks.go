@@ -412,6 +412,10 @@ func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
+	if err := noKey(r); err != nil {
+		s.error(w, r, err)
+		return
+	}
 	id, ts, ok := s.taskRequest(w, r)
 	if !ok {
 		return
@@ -431,6 +435,20 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		s.asyncGroups().queueCommitted(r.Context(), []int64{id})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": exactlyonce.TaskState(state), "placement": placement})
+}
+
+// noKey refuses an Idempotency-Key on a request that does not take one: a retry (POST
+// /events/{id}/retry, POST /references/{referenceId}/retry). A retry's answer is not stored, so a
+// key could not make its repeat replay it; ignored, as it used to be, it let a caller believe the
+// repeat safe, and a repeat sent after the task had failed again retried it again. A 400 names the
+// header, before anything is read or written (docs/api.md).
+func noKey(r *http.Request) error {
+	if _, sent := r.Header[KeyHeader]; !sent {
+		return nil
+	}
+	return exactlyonce.Errorf(exactlyonce.EINVALID,
+		"%s is taken by the creates only: a retry is not keyed, so a key would not make it safe to repeat; "+
+			"send it without one, and after an unknown outcome read the task (GET /events/{id}) before retrying again", KeyHeader)
 }
 
 // readRetryBody reads the body of a retry (POST /events/{id}/retry, POST
