@@ -20,7 +20,10 @@ const (
 // New returns a server for h with ReadHeaderTimeout and IdleTimeout. It sets no ReadTimeout and no
 // WriteTimeout: they count from a request's start, so they would bound how long a handler may take
 // (a long poll, a slow query) rather than how long a client may stall; the API bounds the reading of
-// a body itself (api.Server.BodyReadTimeout).
+// a body itself (api.Server.BodyReadTimeout). "OPTIONS *" goes to h like any request
+// (DisableGeneralOptionsHandler), where net/http would answer it itself, a bare 200 without h's
+// headers (the API's JSON and nosniff).
 func New(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, IdleTimeout: IdleTimeout}
+	return &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, IdleTimeout: IdleTimeout,
+		DisableGeneralOptionsHandler: true}
 }
