@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
@@ -47,7 +48,37 @@ func newServer(cfg config.Config, stores *wire.Stores, q queue.Sender, log *slog
 func handler(server *api.Server, h http.Handler, out io.Writer, log *slog.Logger) func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 	// Also the server's own: its keyed groups run on no request's context.
 	server.Metrics = metrics.NewRecorder(metrics.PartAPI, true, nil)
-	return wire.Invocation(server.Metrics, out, log, httpadapter.New(h).ProxyWithContext)
+	proxy := httpadapter.New(h).ProxyWithContext
+	return wire.Invocation(server.Metrics, out, log, func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+		req.Path = encodedPath(req.Path)
+		return proxy(ctx, req)
+	})
+}
+
+// encodedPath makes an event's path one the adapter can parse as a URL's path and decode, as
+// make run's server decodes a request's: it percent-encodes every byte that an encoded path never
+// holds as such (a '?', a '#', a space, a control character, a byte outside ASCII, a '%' not
+// followed by two hex digits), and leaves the rest, "%2F" and "%3F" included, as written. API
+// Gateway's REST API hands the path over encoded, which this leaves unchanged; a decoded one (an
+// HTTP API's, a test's event) was cut at a '?' or '#', so the name after it went to another route,
+// and one with a bare '%' failed the invocation ("invalid URL escape"), a 502 to the caller.
+func encodedPath(p string) string {
+	const hex = "0123456789ABCDEF"
+	isHex := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		keep := c > ' ' && c < 0x7f && c != '?' && c != '#' && c != '%' ||
+			c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2])
+		if keep {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
 }
 
 // callerScope is the caller's identity as API Gateway authenticated it (the REST API's IAM
