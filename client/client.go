@@ -52,7 +52,8 @@ import (
 
 // Options configures a Client. The zero value takes the defaults.
 type Options struct {
-	// HTTPClient sends the requests; default one with a 30 s timeout per attempt.
+	// HTTPClient sends the requests; default one with a 30 s timeout per attempt. The client uses a
+	// copy of it that follows no redirect (its CheckRedirect is replaced): a redirect is an *Error.
 	HTTPClient *http.Client
 	// Credentials and Region sign every request with SigV4 for API Gateway (service execute-api).
 	// Nil Credentials: requests are not signed (the local runner). NewAWS fills both from the AWS
@@ -127,10 +128,17 @@ func New(baseURL string, opt Options) (*Client, error) {
 	if opt.Credentials != nil && opt.Region == "" {
 		return nil, errors.New("client: Options.Region is required to sign requests")
 	}
-	c := &Client{base: u, http: opt.HTTPClient, opt: opt, retry: opt.Retry.withDefaults()}
-	if c.http == nil {
-		c.http = &http.Client{Timeout: 30 * time.Second}
+	hc := http.Client{Timeout: 30 * time.Second}
+	if opt.HTTPClient != nil {
+		hc = *opt.HTTPClient
 	}
+	// A redirect is the answer, an *Error naming where it points, never followed: net/http turns a
+	// POST redirected by a 301, 302 or 303 into a GET, so a create behind an http:// url that a
+	// proxy sends to https:// came back as GET /events's count, decoded as the event created (id 0,
+	// no error, nothing created); and a redirect elsewhere would take the call, and its SigV4
+	// session token, to another host.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c := &Client{base: u, http: &hc, opt: opt, retry: opt.Retry.withDefaults()}
 	return c, nil
 }
 

@@ -109,6 +109,10 @@ func newError(resp *response) *Error {
 	} else {
 		e.Message = strings.TrimSpace(string(resp.body))
 	}
+	if resp.status >= 300 && resp.status < 400 {
+		e.Message = fmt.Sprintf("the API answered a redirect to %q, which the client does not follow: check the base URL (an http:// url where the API is https://?)",
+			resp.header.Get("Location"))
+	}
 	e.Field = fieldOf(e.Message)
 	return e
 }
