@@ -249,6 +249,9 @@ type Webhook struct {
 	// addresses (receivers inside a VPC), never to a cloud metadata endpoint. The API checks a
 	// task's url at create with both settings (wire.WebhookPolicy).
 	AllowPrivate bool
+	// LambdaRuntimeAPI is AWS_LAMBDA_RUNTIME_API, which Lambda (and its emulator) sets: the
+	// Runtime API's address, which no delivery may connect to whatever the settings (webhook.Policy).
+	LambdaRuntimeAPI string
 	// WorkerMaxReferences is WORKER_MAX_REFERENCES: the references one event worker holds before it
 	// is willTerminate (processing.EventService; zero: its default, 100).
 	WorkerMaxReferences int
@@ -386,6 +389,8 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 			RetryMax:      p.positive("RETRY_MAX"),
 			AllowLoopback: p.flag("WEBHOOK_ALLOW_LOOPBACK"),
 			AllowPrivate:  p.flag("WEBHOOK_ALLOW_PRIVATE"),
+			// Lambda's own variable, not this system's: never refused as unknown.
+			LambdaRuntimeAPI: p.str("AWS_LAMBDA_RUNTIME_API"),
 
 			WorkerMaxReferences: p.integer("WORKER_MAX_REFERENCES", 1, MaxWorkerReferences),
 			WorkerRetention:     p.positive("WORKER_RETENTION"),

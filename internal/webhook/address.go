@@ -3,6 +3,7 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -161,6 +162,8 @@ func (e *RefusedError) Reason() string {
 type Policy struct {
 	AllowLoopback bool
 	AllowPrivate  bool
+	// LambdaRuntimeAPI is AWS_LAMBDA_RUNTIME_API ("127.0.0.1:9001"), empty outside Lambda.
+	LambdaRuntimeAPI string
 }
 
 // check returns nil if the policy allows connecting to a, or the reason it does not.
@@ -289,7 +292,49 @@ func (p Policy) CheckURL(raw string) error {
 	if e := p.CheckHost(u.Hostname()); e != nil {
 		return e
 	}
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		n, _ := strconv.ParseUint(port, 10, 16) // ValidateURL checked it
+		if e := p.checkPort(a, uint16(n)); e != nil {
+			e.Host = u.Hostname()
+			return e
+		}
+	}
 	return nil
+}
+
+// checkPort refuses the Lambda Runtime API (LambdaRuntimeAPI, AWS_LAMBDA_RUNTIME_API) whatever the
+// settings: the function's own control plane on loopback, where a POST reports an invocation's
+// result or an initialisation's failure, and whose answers would come back in a task's
+// exceptionMessage. WEBHOOK_ALLOW_LOOPBACK opens loopback, and make invoke runs its functions under
+// the emulator with it set. As the API listens on a loopback port, every loopback address (any of
+// 127.0.0.0/8, ::1, mapped or not) at that port is refused, other ports being left to the setting.
+// An address the Runtime API's value does not parse as is refused on every loopback address at
+// its port too.
+func (p Policy) checkPort(a netip.Addr, port uint16) *RefusedError {
+	if p.LambdaRuntimeAPI == "" {
+		return nil
+	}
+	host, ps, err := net.SplitHostPort(p.LambdaRuntimeAPI)
+	if err != nil {
+		return nil
+	}
+	rp, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || uint16(rp) != port {
+		return nil
+	}
+	a = a.Unmap().WithZone("")
+	same := a.IsLoopback()
+	if h, err := netip.ParseAddr(host); err == nil && !h.Unmap().IsLoopback() {
+		same = h.Unmap().WithZone("") == a
+	}
+	if !same {
+		return nil
+	}
+	return &RefusedError{Addr: a, What: fmt.Sprintf("the Lambda Runtime API's address (AWS_LAMBDA_RUNTIME_API, port %d)", port)}
 }
 
 func classify4(a netip.Addr) (addrRange, bool) {

@@ -129,7 +129,7 @@ func TestClassify(t *testing.T) {
 		}
 
 		// The policies: what each setting allows.
-		for _, p := range []Policy{{}, {AllowLoopback: true}, {AllowPrivate: true}, {true, true}} {
+		for _, p := range []Policy{{}, {AllowLoopback: true}, {AllowPrivate: true}, {AllowLoopback: true, AllowPrivate: true}} {
 			wantOK := tc.want == allowed || (tc.want == loopback && p.AllowLoopback) || (tc.want == private && p.AllowPrivate)
 			e := p.check(a)
 			if (e == nil) != wantOK {

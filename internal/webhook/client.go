@@ -40,6 +40,10 @@ type Config struct {
 	// AllowPrivate is WEBHOOK_ALLOW_PRIVATE: allow RFC 1918 and fc00::/7 (receivers inside a VPC),
 	// less the cloud metadata endpoints in fc00::/7, refused whatever the settings (address.go).
 	AllowPrivate bool
+	// LambdaRuntimeAPI is AWS_LAMBDA_RUNTIME_API, the address of the Lambda Runtime API of the
+	// environment the process runs in ("127.0.0.1:9001"), empty outside Lambda: refused whatever
+	// the settings (Policy.LambdaRuntimeAPI).
+	LambdaRuntimeAPI string
 	// UserAgent is the User-Agent header (DefaultUserAgent).
 	UserAgent string
 	// Resolver resolves the url's host (nil: net.DefaultResolver). Tests point it at a responder of
@@ -51,7 +55,7 @@ type Config struct {
 // Policy is the address rule cfg asks for: what its Client dials, and what the API accepts in a
 // task's url.
 func (cfg Config) Policy() Policy {
-	return Policy{AllowLoopback: cfg.AllowLoopback, AllowPrivate: cfg.AllowPrivate}
+	return Policy{AllowLoopback: cfg.AllowLoopback, AllowPrivate: cfg.AllowPrivate, LambdaRuntimeAPI: cfg.LambdaRuntimeAPI}
 }
 
 // Client delivers tasks. It is safe for concurrent use, and keeps connections to receivers open
@@ -118,6 +122,9 @@ func (c *Client) control(network, address string, _ syscall.RawConn) error {
 		return &RefusedError{What: fmt.Sprintf("an address that cannot be checked (%q)", address)}
 	}
 	if e := c.policy.check(ap.Addr()); e != nil {
+		return e
+	}
+	if e := c.policy.checkPort(ap.Addr(), ap.Port()); e != nil {
 		return e
 	}
 	return nil

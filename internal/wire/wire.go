@@ -179,12 +179,14 @@ func Tasks(ctx context.Context, c config.Config, log *slog.Logger) (*processing.
 	}
 	p := WebhookPolicy(c)
 	client := webhook.New(webhook.Config{Key: key, Timeout: w.Timeout, AllowLoopback: p.AllowLoopback,
-		AllowPrivate: p.AllowPrivate})
+		AllowPrivate: p.AllowPrivate, LambdaRuntimeAPI: p.LambdaRuntimeAPI})
 	return &processing.Tasks{Deliverer: client, RetryBase: w.RetryBase, RetryMax: w.RetryMax, Timeout: w.Timeout}, nil
 }
 
-// WebhookPolicy is the deliveries' address rule (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE): what
-// the deliverers Tasks builds dial, and what the API accepts in a task's url (api.Server.Webhook).
+// WebhookPolicy is the deliveries' address rule (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE, and
+// the Lambda Runtime API refused): what the deliverers Tasks builds dial, and what the API accepts
+// in a task's url (api.Server.Webhook).
 func WebhookPolicy(c config.Config) webhook.Policy {
-	return webhook.Policy{AllowLoopback: c.Webhook.AllowLoopback, AllowPrivate: c.Webhook.AllowPrivate}
+	return webhook.Policy{AllowLoopback: c.Webhook.AllowLoopback, AllowPrivate: c.Webhook.AllowPrivate,
+		LambdaRuntimeAPI: c.Webhook.LambdaRuntimeAPI}
 }
