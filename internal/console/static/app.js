@@ -53,7 +53,7 @@ async function api(path, opts = {}) {
   }
   const resp = await fetch('api' + path, init);
   let body = null;
-  try { body = await resp.json(); } catch (e) { body = null; }
+  try { body = parseAnswer(await resp.text()); } catch (e) { body = null; }
   if (asked !== nav && init.method === 'GET') throw new Stale('left');
   if (!resp.ok) {
     const msg = body && body.error ? body.error : 'HTTP ' + resp.status;
@@ -62,6 +62,37 @@ async function api(path, opts = {}) {
     throw err;
   }
   return body;
+}
+
+// Written is a number of an answer whose text is not the one JavaScript writes for its value: a
+// payload's 12345678901234567890 (past 2^53), 1.0, 1e2 or -0, which the API answers byte for byte
+// as the producer sent them. It is shown as written (toString, showJSON), and counts as its value
+// (valueOf), where JSON.parse alone made 12345678901234567000, 1, 100 and 0 of them.
+class Written {
+  constructor(source) { this.source = source; }
+  valueOf() { return Number(this.source); }
+  toString() { return this.source; }
+}
+
+// parseAnswer reads an answer's JSON, keeping each number whose text its value would not give back
+// as a Written (JSON.parse's source text: a browser without it reads numbers as values, as before).
+function parseAnswer(text) {
+  return JSON.parse(text, function (k, v, ctx) {
+    if (typeof v === 'number' && ctx && typeof ctx.source === 'string' && ctx.source !== String(v)) return new Written(ctx.source);
+    return v;
+  });
+}
+
+// showJSON is v as indented JSON, its Written numbers as they were written.
+function showJSON(v) {
+  const mark = 'written-' + Math.random().toString(36).slice(2) + '-' + Date.now() + ':';
+  const sources = [];
+  const text = JSON.stringify(v, (k, x) => {
+    if (x instanceof Written) { sources.push(x.source); return mark + (sources.length - 1); }
+    return x;
+  }, 2);
+  if (!sources.length) return text;
+  return text.replace(new RegExp('"' + mark + '(\\d+)"', 'g'), (m, i) => sources[Number(i)]);
 }
 
 function fmtTime(t) {
@@ -287,7 +318,7 @@ async function eventPage(main, id) {
   main.append(el('h1', null, 'Event ' + id), el('div', { id: 'event-body' }, el('p', null, 'Loading…')));
   const e = await api('/events/' + encodeURIComponent(id));
   const fields = el('dl', { class: 'fields', id: 'event-fields' }, Object.entries(e).map(([k, v]) => [
-    el('dt', null, k), el('dd', null, k === 'state' ? badge(v) : (v !== null && typeof v === 'object') ? el('pre', null, JSON.stringify(v, null, 2)) : (v === null ? '—' : String(v)))]));
+    el('dt', null, k), el('dd', null, k === 'state' ? badge(v) : (v !== null && typeof v === 'object') ? el('pre', null, showJSON(v)) : (v === null ? '—' : String(v)))]));
   const parts = [fields];
   if (e.kind === 'task') {
     if (e.isFailed) {
