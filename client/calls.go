@@ -84,11 +84,31 @@ func (c *Client) CreateAsyncEvent(ctx context.Context, opts ...CreateOption) (Cr
 // CreateTask is POST /events/async with a url: a task, its webhook delivered in order per
 // ReferenceID.
 func (c *Client) CreateTask(ctx context.Context, t NewTask, opts ...CreateOption) (Created, error) {
-	body, err := json.Marshal(t)
+	body, err := taskBody(t)
 	if err != nil {
-		return Created{}, fmt.Errorf("client: the task's payload: %w", err)
+		return Created{}, err
 	}
 	return c.createAsync(ctx, body, opts)
+}
+
+// taskBody is t as a request's body, its payload byte for byte as the caller gave it: the API stores
+// and delivers it so (a receiver checks the signature of those bytes), where json.Marshal compacts a
+// json.RawMessage and escapes <, > and & in it. A payload that is not JSON is the client's 400,
+// before anything is sent.
+func taskBody(t NewTask) ([]byte, error) {
+	payload := t.Payload
+	t.Payload = nil // omitempty: the rest of the task, marshalled as it always was
+	body, err := json.Marshal(t)
+	if err != nil || len(payload) == 0 {
+		return body, err
+	}
+	if !json.Valid(payload) {
+		return nil, refused("payload", "payload must be one JSON value (the client sends it as given)")
+	}
+	body = body[:len(body)-1] // the closing brace: url is always there, so a field precedes
+	body = append(body, `,"payload":`...)
+	body = append(body, payload...)
+	return append(body, '}'), nil
 }
 
 func (c *Client) createAsync(ctx context.Context, body []byte, opts []CreateOption) (Created, error) {
