@@ -160,7 +160,10 @@ func (c *Client) CountEvents(ctx context.Context) (int64, error) {
 	return out.Count, err
 }
 
-// ListEvents is GET /events?state=: a page of the events of one state, newest first.
+// ListEvents is GET /events?state=: a page of the events of one state, newest first. A page may
+// hold fewer events than Limit, even none, and still have a Next (the processed history is read at
+// most 20,000 ids a request; a page ends at 4 MiB or before the archive): the listing ends only
+// where Next is nil, so follow Next (as Before) until then, not until a page comes back short.
 func (c *Client) ListEvents(ctx context.Context, opt ListOptions) (EventPage, error) {
 	q := url.Values{"state": {opt.State}}
 	if opt.Kind != "" {
@@ -209,6 +212,7 @@ func (c *Client) RetryTask(ctx context.Context, id int64) (RetriedTask, error) {
 
 // ReferenceTasks is GET /references/{referenceId}/events: a page of a reference's tasks in
 // delivery order, after the task after (0: from the first), at most limit (0: the API's default).
+// As with ListEvents, the tasks end where Next is nil; a page may be short, or rarely empty, before.
 func (c *Client) ReferenceTasks(ctx context.Context, referenceID string, after int64, limit int) (ReferencePage, error) {
 	if err := pathName("referenceId", referenceID); err != nil {
 		return ReferencePage{}, err
