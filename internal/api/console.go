@@ -208,16 +208,16 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) retryReference(w http.ResponseWriter, r *http.Request) {
-	if err := noKey(r); err != nil {
-		s.error(w, r, err)
-		return
-	}
 	ref := r.PathValue("referenceId")
 	if err := exactlyonce.CheckPathName("referenceId", ref); err != nil {
 		s.error(w, r, err)
 		return
 	}
 	if err := s.readRetryBody(w, r); err != nil {
+		s.error(w, r, err)
+		return
+	}
+	if err := noKey(r); err != nil {
 		s.error(w, r, err)
 		return
 	}

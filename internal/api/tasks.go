@@ -412,15 +412,15 @@ func (s *Server) referenceEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
-	if err := noKey(r); err != nil {
-		s.error(w, r, err)
-		return
-	}
 	id, ts, ok := s.taskRequest(w, r)
 	if !ok {
 		return
 	}
 	if err := s.readRetryBody(w, r); err != nil {
+		s.error(w, r, err)
+		return
+	}
+	if err := noKey(r); err != nil {
 		s.error(w, r, err)
 		return
 	}
@@ -441,7 +441,7 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 // /events/{id}/retry, POST /references/{referenceId}/retry). A retry's answer is not stored, so a
 // key could not make its repeat replay it; ignored, as it used to be, it let a caller believe the
 // repeat safe, and a repeat sent after the task had failed again retried it again. A 400 names the
-// header, before anything is read or written (docs/api.md).
+// header, before anything is written (after the body, whose own faults are named first).
 func noKey(r *http.Request) error {
 	if _, sent := r.Header[KeyHeader]; !sent {
 		return nil
