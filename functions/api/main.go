@@ -83,8 +83,12 @@ func encodedPath(p string) string {
 
 // callerScope is the caller's identity as API Gateway authenticated it (the REST API's IAM
 // authorisation, SigV4): its IAM ARN, which is part of every idempotency key, so that one caller
-// never gets another's stored answer. A request with no identity (an API without authorisation)
-// has the empty scope, shared by all such callers.
+// never gets another's stored answer. A role's sessions are one caller: an assumed role's ARN
+// (arn:aws:sts::<account>:assumed-role/<role>/<session>) and caller id (<role id>:<session>) are
+// taken without the session's name, which differs from one ECS task, EC2 instance or process of a
+// producer to the next, so that a create retried from another of them with the same key replays the
+// first (it stored a second event). A request with no identity (an API without authorisation) has
+// the empty scope, shared by all such callers.
 func callerScope(r *http.Request) string {
 	rc, ok := core.GetAPIGatewayContextFromContext(r.Context())
 	if !ok {
@@ -92,9 +96,29 @@ func callerScope(r *http.Request) string {
 	}
 	switch id := rc.Identity; {
 	case id.UserArn != "":
-		return "arn:" + id.UserArn
+		return "arn:" + withoutSession(id.UserArn)
 	case id.Caller != "":
-		return "caller:" + rc.AccountID + ":" + id.Caller
+		caller := id.Caller
+		if i := strings.IndexByte(caller, ':'); i > 0 {
+			caller = caller[:i] // <role id>:<session>: the role's unique id
+		}
+		return "caller:" + rc.AccountID + ":" + caller
 	}
 	return ""
+}
+
+// withoutSession is an assumed role's ARN without its session name
+// (arn:aws:sts::<account>:assumed-role/<role>/<session> -> .../assumed-role/<role>); any other ARN
+// as it is.
+func withoutSession(arn string) string {
+	const marker = ":assumed-role/"
+	i := strings.Index(arn, marker)
+	if i < 0 || !strings.HasPrefix(arn, "arn:") {
+		return arn
+	}
+	rest := arn[i+len(marker):]
+	if j := strings.LastIndexByte(rest, '/'); j > 0 {
+		return arn[:i+len(marker)+j]
+	}
+	return arn
 }
