@@ -74,13 +74,24 @@ class Written {
   toString() { return this.source; }
 }
 
-// parseAnswer reads an answer's JSON, keeping each number whose text its value would not give back
-// as a Written (JSON.parse's source text: a browser without it reads numbers as values, as before).
+// parseAnswer reads an answer's JSON, keeping each number of a payload whose text its value would
+// not give back as a Written (JSON.parse's source text: a browser without it reads numbers as
+// values, as before). The API's own numbers (ids, counts, durations) stay numbers, as the pages
+// compute with them.
 function parseAnswer(text) {
-  return JSON.parse(text, function (k, v, ctx) {
+  const parsed = JSON.parse(text, function (k, v, ctx) {
     if (typeof v === 'number' && ctx && typeof ctx.source === 'string' && ctx.source !== String(v)) return new Written(ctx.source);
     return v;
   });
+  const outside = (v) => {
+    if (v instanceof Written) return Number(v.source);
+    if (Array.isArray(v)) return v.map(outside);
+    if (v !== null && typeof v === 'object') {
+      for (const k of Object.keys(v)) if (k !== 'payload') v[k] = outside(v[k]);
+    }
+    return v;
+  };
+  return outside(parsed);
 }
 
 // showJSON is v as indented JSON, its Written numbers as they were written.
