@@ -27,13 +27,30 @@ type ConsoleStore interface {
 	Overview(ctx context.Context) (exactlyonce.Overview, error)
 }
 
-// Listing limits. A page also ends early once its events' JSON passes MaxListPayloadBytes, so that
-// it fits in one Lambda response (6 MB) whatever the payloads (each up to 256 KiB).
+// Listing limits. A page also ends early once its events' JSON passes MaxListPayloadBytes, as
+// Lambda carries it (carried), so that it fits in one Lambda response (6 MB) whatever the payloads
+// (each up to 256 KiB).
 const (
 	DefaultListLimit    = 50
 	MaxListLimit        = 100
 	MaxListPayloadBytes = 4 << 20
 )
+
+// carried is how many bytes the JSON b takes in a Lambda response: the answer's body travels as a
+// JSON string inside the proxy response the runtime marshals, where each '\' and '"' of it takes
+// two bytes (the body's '<', '>' and '&' are escaped already, its control characters and U+2028 and
+// U+2029 too, each with a '\'). Counted as len(b), a page of payloads of backslashes or quotes, or of
+// JSON held in strings (mostly quotes), passed 4 MiB as sent but 6 MB in the response, which Lambda
+// refuses: a 502 for the listing of their state.
+func carried(b []byte) int {
+	n := len(b)
+	for _, c := range b {
+		if c == '\\' || c == '"' {
+			n++
+		}
+	}
+	return n
+}
 
 // listParams are the query parameters of the listing.
 var listParams = []string{"state", "kind", "before", "limit"}
@@ -130,7 +147,8 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	// The page: up to limit events, and fewer if their JSON would pass MaxListPayloadBytes (at least
 	// one, which is at most 256 KiB of payload, 1.5 MiB escaped, and its url and messages). Each
 	// counts as the answer carries it, JSON-escaped: the encoder writes '<', '>' and '&' in six bytes
-	// each, so that 4 MiB of payloads as stored could be 24 MiB sent, and a url of 2,048 bytes 12 KiB.
+	// each, so that 4 MiB of payloads as stored could be 24 MiB sent, and a url of 2,048 bytes 12 KiB;
+	// and as Lambda's response carries the answer (carried).
 	// next names the last event shown when more may follow.
 	var out []any
 	size := 0
@@ -144,10 +162,10 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 			s.error(w, r, err)
 			return
 		}
-		if len(out) > 0 && size+len(b) > MaxListPayloadBytes {
+		if len(out) > 0 && size+carried(b) > MaxListPayloadBytes {
 			break
 		}
-		size += len(b)
+		size += carried(b)
 		out = append(out, json.RawMessage(b))
 	}
 	n := len(out)

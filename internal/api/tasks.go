@@ -294,11 +294,11 @@ func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 			s.error(w, r, err)
 			return
 		}
-		if len(out) == limit || (len(out) > 0 && size+len(b) > MaxListPayloadBytes) {
+		if len(out) == limit || (len(out) > 0 && size+carried(b) > MaxListPayloadBytes) {
 			next = &last
 			break
 		}
-		size += len(b)
+		size += carried(b)
 		out = append(out, b)
 		last = a.Number
 	}

@@ -116,11 +116,11 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 			s.error(w, r, err)
 			return
 		}
-		if len(out.Workers) > 0 && size+len(b) > MaxListPayloadBytes {
+		if len(out.Workers) > 0 && size+carried(b) > MaxListPayloadBytes {
 			out.Truncated = true
 			break
 		}
-		size += len(b)
+		size += carried(b)
 		out.Workers = append(out.Workers, b)
 	}
 	writeJSON(w, http.StatusOK, out)
