@@ -127,6 +127,15 @@ func (s *Store) retryReferencePart(ctx context.Context, ref string, hash uint32,
 			limit = 0 // the same round again, in one transaction
 			continue
 		}
+		if errors.Is(err, errRetriedMeanwhile) {
+			// Someone else retried some of the tasks this part locked (another caller's part,
+			// or a task's retry): progress, not a change to decide against. The part ends with
+			// nothing of its own and More, and RetryReference's next part reads the reference
+			// again, within its time budget; two callers racing part for part did count it as
+			// a round, and the loser ran out of rounds and answered an error
+			// (TestTwoRetriesInPartsOfOneReferenceAtOnceBothFinish).
+			return exactlyonce.RetriedReference{IDs: []int64{}, More: true}, nil
+		}
 		if errors.Is(err, errReferenceMoved) && round < maxRetryRounds {
 			first = false // the next transaction takes the bucket before it decides
 			continue
@@ -151,6 +160,11 @@ var errReferenceMoved = errors.New("the reference changed while its retry was be
 // errWhole is a part giving up, before it wrote anything, because its case does not go in parts
 // (RetryReference): it runs again as one transaction.
 var errWhole = errors.New("the retry goes whole")
+
+// errRetriedMeanwhile is a bulk retry's transaction giving up because a failed task it read was
+// retried by someone else before it could lock it (lockFailedTasks): the reference's failed set
+// shrank, so it is not counted as a round (retryReferencePart).
+var errRetriedMeanwhile = errors.New("a failed task of the reference was retried meanwhile")
 
 const maxRetryRounds = 10
 

@@ -25,7 +25,8 @@ type failedTask struct {
 // lockFailedTasks locks the failed tasks ids (LockFailedTasks) and returns them in position order,
 // with how many of them were folded (state 40). A task of ids that is not failed any more was
 // retried since it was read (a fold moves a failed task from 20 to 40, which LockFailedTasks still
-// reads): errReferenceMoved, and the next round reads the reference again.
+// reads), by a task's retry or another caller's bulk retry of the reference: errRetriedMeanwhile,
+// and the retry reads the reference again (retryReferencePart).
 func lockFailedTasks(ctx context.Context, tx *sql.Tx, ids []int64) ([]failedTask, int64, error) {
 	q, args := mysql.ExpandIDs(queries.LockFailedTasks, ids)
 	rows, err := tx.QueryContext(ctx, q, args...)
@@ -50,7 +51,7 @@ func lockFailedTasks(ctx context.Context, tx *sql.Tx, ids []int64) ([]failedTask
 		return nil, 0, err
 	}
 	if len(out) != len(ids) {
-		return nil, 0, errReferenceMoved
+		return nil, 0, errRetriedMeanwhile
 	}
 	return out, folded, nil
 }
