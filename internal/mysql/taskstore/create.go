@@ -61,6 +61,9 @@ type Store struct {
 	retryPart              int
 	retryHold, retryBudget time.Duration
 	beforeRetryPart        func(part int) error
+	// onFailedSetRead, if set, runs each time a bulk retry reads the reference's failed set
+	// (RetryStateOfReference): tests count them. Nil in the product.
+	onFailedSetRead func()
 }
 
 // New returns the Store on db, reading the packed history in the database only.

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -120,4 +121,12 @@ func HoldRetriesBeforeBucket(s *Store, entered chan<- struct{}, hold <-chan stru
 func RetryInParts(s *Store, size int, budget time.Duration, before func(part int) error) {
 	s.RetryParts(size, budget)
 	s.beforeRetryPart = before
+}
+
+// CountFailedSetReads makes s count its bulk retries' reads of a reference's failed set
+// (RetryStateOfReference) and returns how many so far. Call it before the first RetryReference.
+func CountFailedSetReads(s *Store) func() int64 {
+	var n atomic.Int64
+	s.onFailedSetRead = func() { n.Add(1) }
+	return n.Load
 }

@@ -215,3 +215,78 @@ func requireFirstPartHeldThenRepeatFinishes(ctx context.Context, t *testing.T, d
 	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
 	require.True(t, claimable(ctx, t, store, ids[0]))
 }
+
+// A call reads the reference's failed set once, not once a part (each read scans the whole failed
+// set: with 60,000 failed tasks, 60,000 rows for each part of 500): its later parts take their
+// tasks from what it read, while the head its last part holds is still the reference's only open
+// task, held.
+func TestARetryInPartsReadsTheFailedSetOncePerCall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-once"
+	db, store, ids := failedReference(ctx, t, ref, 12)
+	reads := taskstore.CountFailedSetReads(store.Tasks)
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, nil)
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got)
+	require.Equal(t, int64(1), reads(), "three parts, one read of the failed set")
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+}
+
+// What a call read of the failed set is not used once it may be wrong: between its parts a task
+// of it is retried on its own (to the end), and the held head's hold ends, the head is claimed and
+// fails for good again (a task failed that the call's read did not see). The parts go on from a
+// fresh read: every task once, one open, the failed head retried again, in order.
+func TestARetryInPartsReadsTheFailedSetAgainWhenItMayHaveChanged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-stale"
+	db, store, ids := failedReference(ctx, t, ref, 12)
+	reads := taskstore.CountFailedSetReads(store.Tasks)
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
+		switch n {
+		case 2:
+			placement, _, err := store.Tasks.RetryTask(ctx, ids[7])
+			require.NoError(t, err)
+			require.Equal(t, exactlyonce.RetryAtEnd, placement)
+		case 3:
+			_, err := db.ExecContext(ctx, "UPDATE events SET next_attempt_at = NOW(6) WHERE id = ?", ids[0]) // the hold ends
+			require.NoError(t, err)
+			c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute}
+			claimed, err := store.Events.ClaimIDs(ctx, c, []int64{ids[0]}, mysqltest.LeaseAll)
+			require.NoError(t, err)
+			require.Len(t, claimed.Leased, 1)
+			e := claimed.Leased[0]
+			_, err = store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: e, Final: true,
+				Attempt: exactlyonce.Attempt{Number: e.Attempts + 1, Started: time.Now(), Status: 500, Error: "down"}}}, false)
+			require.NoError(t, err)
+		}
+		return nil
+	})
+	var all []int64
+	for {
+		got, err := store.Tasks.RetryReference(ctx, ref)
+		require.NoError(t, err)
+		all = append(all, got.IDs...)
+		if !got.More {
+			break
+		}
+	}
+	seen := map[int64]int{}
+	for _, id := range all {
+		seen[id]++
+	}
+	require.Equal(t, 2, seen[ids[0]], "the head, retried, failed again and retried again")
+	require.Zero(t, seen[ids[7]], "retried on its own")
+	require.Greater(t, reads(), int64(1), "read again")
+	// The head's failure came after tasks behind it had been attempted (the first part's, retried
+	// before): the fresh read decides as any retry would, to the end, behind the task its
+	// settlement promoted and the one retried on its own.
+	want := [][2]int64{{ids[1], pending}, {ids[2], queued}, {ids[3], queued}, {ids[4], queued}, {ids[7], queued}, {ids[0], queued}}
+	for _, id := range append(ids[5:7:7], ids[8:]...) {
+		want = append(want, [2]int64{id, queued})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref), "every task once, one open, in order")
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+}

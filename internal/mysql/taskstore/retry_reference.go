@@ -63,19 +63,25 @@ func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.Ret
 	size, budget := s.retryPartSize(), cmp.Or(s.retryBudget, defaultRetryBudget)
 	start := time.Now()
 	out := exactlyonce.RetriedReference{IDs: []int64{}}
+	var known knownFailed // the reference's failed tasks as this call read them once
 	for n := 1; ; n++ {
 		if s.beforeRetryPart != nil {
 			if err := s.beforeRetryPart(n); err != nil {
 				return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
 			}
 		}
-		p, err := s.retryReferencePart(ctx, ref, hash, size)
+		p, err := s.retryReferencePart(ctx, ref, hash, size, &known)
 		if err != nil {
 			return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
 		}
 		out.IDs = append(out.IDs, p.IDs...)
 		out.Placement = cmp.Or(out.Placement, p.Placement)
-		if p.Head != 0 {
+		// A part that leaves more names the head it holds (for the next part's check, known); the
+		// answer names a head only once released (its queue message goes then).
+		known.held = 0
+		if p.More {
+			known.held = p.Head
+		} else if p.Head != 0 {
 			out.Head = p.Head
 		}
 		out.More = p.More
@@ -112,17 +118,45 @@ func (s *Store) RetryParts(size int, budget time.Duration) {
 	s.retryPart, s.retryBudget = size, budget
 }
 
+// knownFailed is what one call of RetryReference knows of the reference's failed tasks between its
+// parts: ids, the failed tasks not retried yet, in position order, as its first read found them
+// (up to maxRetriedAnswer+1 of them: all the call can retry, and one to tell more; complete if
+// that was all of them), and held, the head its last part holds (0: none). A later part of the
+// call takes its tasks from ids rather than reading the failed set again, which is a scan of the
+// reference's whole failed set (60,000 failed tasks: 60,000 rows read for each part of 500).
+//
+// Why ids is still right at the next part: a task of the reference fails only from open, and
+// once a part leaves more its held head is the reference's only open task (continueRetryHeld
+// checks it under the bucket), which no claim starts; so while the head the part reads is that
+// one and still held, no task of the reference has failed since, and the earliest failed tasks
+// are ids' first. Tasks may have left the failed set (a task's retry, another caller's part of the
+// same retry: lockFailedTasks finds them not failed, errRetriedMeanwhile, and the call reads the
+// set again). Any other head, or none, or a head not held: the part reads the set again.
+type knownFailed struct {
+	ids      []int64
+	complete bool
+	held     int64
+}
+
 // retryReferencePart is one part of RetryReference: one transaction, run again (the bucket taken
 // first) if the reference changed while it decided, or whole if its case does not go in parts.
-func (s *Store) retryReferencePart(ctx context.Context, ref string, hash uint32, size int) (exactlyonce.RetriedReference, error) {
+// known is what the call knows of the failed set (knownFailed); the part updates it.
+func (s *Store) retryReferencePart(ctx context.Context, ref string, hash uint32, size int, known *knownFailed) (exactlyonce.RetriedReference, error) {
 	var out exactlyonce.RetriedReference
 	first, limit := true, size
 	for round := 1; ; round++ {
+		next := *known
 		err := s.core.InTx(ctx, func(tx *sql.Tx) error {
 			var err error
-			out, err = s.retryReference(ctx, tx, ref, hash, first, limit)
+			next = *known
+			out, err = s.retryReference(ctx, tx, ref, hash, first, limit, &next)
 			return err
 		})
+		if err == nil {
+			*known = next
+		} else {
+			*known = knownFailed{} // read the failed set again
+		}
 		if errors.Is(err, errWhole) && limit > 0 {
 			limit = 0 // the same round again, in one transaction
 			continue
@@ -171,7 +205,12 @@ const maxRetryRounds = 10
 // retryReference is one transaction of RetryReference: the reference's heads and (up to limit+1;
 // 0: all) failed tasks read (no lock), the failed tasks locked, then either retryInPlaceFirst
 // (optimistic, and the case allows it) or retryReferenceLocked.
-func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash uint32, optimistic bool, limit int) (exactlyonce.RetriedReference, error) {
+//
+// known is what the call knows of the failed set (knownFailed): a later part whose head is still
+// the one the last part held takes its failed tasks from it and reads only the reference's open
+// tasks; any other reads the failed set (up to maxRetriedAnswer+1 in parts) and keeps what it
+// does not retry in known.
+func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash uint32, optimistic bool, limit int, known *knownFailed) (exactlyonce.RetriedReference, error) {
 	done, err := s.directoryComplete(ctx, tx)
 	if err != nil {
 		return exactlyonce.RetriedReference{}, err
@@ -179,14 +218,39 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 	if !done && limit > 0 {
 		return exactlyonce.RetriedReference{}, errWhole
 	}
-	heads, ids, err := readRetryState(ctx, tx, ref, hash, limit)
-	if err != nil {
-		return exactlyonce.RetriedReference{}, err
+	var heads []openTask
+	var ids []int64
+	fromKnown := false
+	if optimistic && limit > 0 && known.held != 0 && (known.complete || len(known.ids) > limit) {
+		if heads, err = openOfReference(ctx, tx, ref, hash); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+		if h := heldHead(heads); h != nil && h.id == known.held {
+			ids, fromKnown = known.ids[:min(len(known.ids), limit+1)], true
+		}
+	}
+	if !fromKnown {
+		n := limit
+		if limit > 0 {
+			n = max(limit, maxRetriedAnswer)
+		}
+		if heads, ids, err = readRetryState(ctx, tx, ref, hash, n); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+		if s.onFailedSetRead != nil {
+			s.onFailedSetRead()
+		}
+		*known = knownFailed{ids: ids, complete: limit > 0 && len(ids) <= n}
+		ids = ids[:min(len(ids), limit+1)]
+		if limit == 0 {
+			ids = known.ids
+		}
 	}
 	more := limit > 0 && len(ids) > limit
 	if more {
 		ids = ids[:limit]
 	}
+	known.ids = known.ids[len(ids):] // those this part retries, if it commits
 	if len(ids) == 0 && heldHead(heads) == nil {
 		return exactlyonce.RetriedReference{}, nil
 	}
@@ -275,10 +339,8 @@ func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, h
 			return exactlyonce.RetriedReference{}, false, err
 		}
 	}
+	// With more, Head names the head held (RetryReference answers it only once released).
 	out := exactlyonce.RetriedReference{Placement: exactlyonce.RetryInPlace, Head: failed[0].id, More: more}
-	if more {
-		out.Head = 0 // held: its queue message goes when the last part releases it
-	}
 	for _, f := range failed {
 		out.IDs = append(out.IDs, f.id)
 	}
@@ -414,6 +476,7 @@ func (s *Store) writeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uin
 		if err := s.holdRetried(ctx, tx, holder); err != nil {
 			return exactlyonce.RetriedReference{}, err
 		}
+		out.Head = holder // held: RetryReference answers it only once released
 	case held != nil:
 		if _, err := tx.ExecContext(ctx, retryQueries.ReleaseRetried, holder); err != nil {
 			return exactlyonce.RetriedReference{}, err
@@ -454,21 +517,8 @@ func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, h
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
-	rows, err := tx.QueryContext(ctx, retryQueries.OpenOfReference, hash, ref)
+	open, err := openOfReference(ctx, tx, ref, hash)
 	if err != nil {
-		return exactlyonce.RetriedReference{}, err
-	}
-	var open []openTask
-	for rows.Next() {
-		var t openTask
-		if err := rows.Scan(&t.id, &t.state, &t.pos, &t.held); err != nil {
-			rows.Close()
-			return exactlyonce.RetriedReference{}, err
-		}
-		open = append(open, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
 	if held := heldHead(open); held == nil || held.id != h.id {
@@ -600,4 +650,23 @@ func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash u
 		p.states[0] = exactlyonce.Pending
 	}
 	return p, nil
+}
+
+// openOfReference reads OpenOfReference: the reference's open tasks, each with whether it is a
+// bulk retry's held head.
+func openOfReference(ctx context.Context, tx *sql.Tx, ref string, hash uint32) ([]openTask, error) {
+	rows, err := tx.QueryContext(ctx, retryQueries.OpenOfReference, hash, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var open []openTask
+	for rows.Next() {
+		var t openTask
+		if err := rows.Scan(&t.id, &t.state, &t.pos, &t.held); err != nil {
+			return nil, err
+		}
+		open = append(open, t)
+	}
+	return open, rows.Err()
 }
