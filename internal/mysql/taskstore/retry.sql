@@ -96,3 +96,16 @@ UNION ALL
 SELECT 1, NULL, entries FROM reference_directory_log WHERE slot = ? AND col = ?
 UNION ALL
 SELECT 2, NULL, /*column*/ FROM reference_directory WHERE slot = ?;
+
+-- name: LaterUnfailedTaskStarted
+-- A bulk retry's first part while the reference directory is not complete (the backfill,
+-- backfill.go): tasks.sql's LaterTaskStarted with the failed tasks (20, 40) left out by their state,
+-- as TasksStarted's third column does once the directory is complete: the bulk retry retries every
+-- failed task of the reference, in parts, and names none (they may be more than a part holds).
+-- Scans every partition of `events`, as LaterTaskStarted (a manual operation, rare, and only until
+-- the backfill is done; only the first part asks: a later one continues its held head); when it
+-- finds none, the store asks the packed history too.
+SELECT COUNT(*) FROM events
+WHERE routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ? AND position > ?
+  AND (state NOT IN (0, 2) OR attempts > 0) AND state NOT IN (20, 40)
+LIMIT 1;

@@ -290,3 +290,86 @@ func TestARetryInPartsReadsTheFailedSetAgainWhenItMayHaveChanged(t *testing.T) {
 	require.Equal(t, want, statesOf(ctx, t, db, ref), "every task once, one open, in order")
 	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
 }
+
+// forgottenDirectory is failedReference's database as migration 0016 leaves one that held tasks:
+// its directory empty and not complete (the backfill not begun), read by a new store.
+func forgottenDirectory(ctx context.Context, t *testing.T, db *sql.DB) *wire.Stores {
+	t.Helper()
+	require.NoError(t, mysqltest.ForgetReferenceDirectory(ctx, db))
+	return storesOn(t, db)
+}
+
+// While the directory of a database migrated with tasks in it is not complete, a bulk retry goes
+// in parts too (it went whole, in one transaction bounded by nothing but the reference's failed
+// tasks): the first part decides by the scan, which leaves the failed tasks out by their state,
+// and the others continue its held head. In place, then to the end with a create between parts.
+func TestARetryInPartsWhileTheDirectoryIsIncomplete(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-migrated"
+	db, _, ids := failedReference(ctx, t, ref, 12)
+	store := forgottenDirectory(ctx, t, db)
+	parts := 0
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
+		parts = n
+		if n == 2 {
+			require.False(t, claimable(ctx, t, store, ids[0]), "the head is held between parts")
+		}
+		return nil
+	})
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, 3, parts, "in parts")
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got)
+	want := [][2]int64{{ids[0], pending}}
+	for _, id := range ids[1:] {
+		want = append(want, [2]int64{id, queued})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref))
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+
+	// All delivered but the first two and the last, which failed: the last after a delivered
+	// task, so they all go to the end, in their order, and a create between parts after them.
+	_, err = db.ExecContext(ctx, "UPDATE events SET state = IF(id IN (?, ?, ?), 20, 10), attempts = attempts + 1, processed_at = NOW(6) WHERE kind = 'task' AND reference_id = ?",
+		ids[0], ids[1], ids[11], ref)
+	require.NoError(t, err)
+	extra := []int64{createOne(ctx, t, store, ref, 20)} // heads the reference: no open task
+	_, err = db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", extra[0])
+	require.NoError(t, err)
+	for i := range 4 { // more failed tasks after it, so that the retry takes two parts
+		id := createOne(ctx, t, store, ref, 30+i)
+		_, err = db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", id)
+		require.NoError(t, err)
+		extra = append(extra, id)
+	}
+	store = forgottenDirectory(ctx, t, db)
+	failed := append([]int64{ids[0], ids[1], ids[11]}, extra...)
+	var mine exactlyonce.CreatedTask
+	parts = 0
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
+		parts = n
+		if n == 2 {
+			mine = createWithin(ctx, t, store, ref, 40)
+			require.False(t, mine.Head)
+		}
+		return nil
+	})
+	got, err = store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, 2, parts, "in parts")
+	require.Equal(t, exactlyonce.RetriedReference{IDs: failed, Placement: exactlyonce.RetryAtEnd, Head: ids[0]}, got)
+	states := statesOf(ctx, t, db, ref)
+	var tail [][2]int64
+	for _, st := range states {
+		if st[1] != int64(exactlyonce.Processed) {
+			tail = append(tail, st)
+		}
+	}
+	want = [][2]int64{{ids[0], pending}}
+	for _, id := range append(failed[1:], mine.ID) {
+		want = append(want, [2]int64{id, queued})
+	}
+	require.Equal(t, want, tail, "the failed tasks at the end in their order, the create between parts after them")
+	require.Equal(t, int64(exactlyonce.Processed), states[0][1], "the delivered ones first")
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+}

@@ -215,9 +215,6 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 	if err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
-	if !done && limit > 0 {
-		return exactlyonce.RetriedReference{}, errWhole
-	}
 	var heads []openTask
 	var ids []int64
 	fromKnown := false
@@ -585,10 +582,7 @@ func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash u
 	var started bool
 	var err error
 	if parts {
-		var entries []entry
-		if entries, err = referenceEntries(ctx, tx, ref); err == nil {
-			started, err = tasksStartedAfter(ctx, tx, entries, first, nil, true)
-		}
+		started, err = s.laterUnfailedStarted(ctx, tx, ref, hash, first)
 	} else {
 		retried := map[int64]bool{} // the failed tasks after the first, retried with it
 		for _, f := range failed[1:] {
@@ -669,4 +663,32 @@ func openOfReference(ctx context.Context, tx *sql.Tx, ref string, hash uint32) (
 		open = append(open, t)
 	}
 	return open, rows.Err()
+}
+
+// laterUnfailedStarted is the question of a bulk retry in parts: has a task of reference ref after
+// position pos started, the failed ones left out by their state (all are retried, in this part or
+// a later one)? By the directory (tasksStartedAfter) once it is complete; before, by the scan
+// (LaterUnfailedTaskStarted, then the packed history), as laterStarted.
+func (s *Store) laterUnfailedStarted(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos int64) (bool, error) {
+	done, err := s.directoryComplete(ctx, tx)
+	if err != nil {
+		return false, err
+	}
+	if done {
+		entries, err := referenceEntries(ctx, tx, ref)
+		if err != nil {
+			return false, err
+		}
+		return tasksStartedAfter(ctx, tx, entries, pos, nil, true)
+	}
+	var started int64
+	if err := tx.QueryRowContext(ctx, retryQueries.LaterUnfailedTaskStarted, hash, ref, pos).Scan(&started); err != nil {
+		return false, err
+	}
+	if started == 0 { // nothing in `events`: a later task may have been delivered and packed
+		if started, err = packedLaterTasks(ctx, tx, ref, pos); err != nil {
+			return false, err
+		}
+	}
+	return started > 0, nil
 }

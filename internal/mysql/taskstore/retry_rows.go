@@ -62,6 +62,7 @@ var retryFiles embed.FS
 // retryTexts are the statements of retry.sql.
 type retryTexts struct {
 	RetryTasks, RetryStateOfReference, OpenOfReference, CountFailedOfReference, HoldRetried, ReleaseRetried, RetryInPlaceCheck string
+	LaterUnfailedTaskStarted                                                                                                   string
 }
 
 var retryQueries = mysql.MustLoadQueries[retryTexts](retryFiles)
