@@ -41,8 +41,10 @@ import (
 // failed, which a later retry decides afresh.
 //
 // Not in parts (one transaction, as before): a retry to the end behind an open task (a head that
-// may settle between parts and be promoted past), and a retry while the directory of a database
-// migrated with tasks in it is not complete.
+// may settle between parts and be promoted past). A retry while the directory of a database
+// migrated with tasks in it is not complete goes in parts too, its first part deciding by the scan
+// (laterUnfailedStarted). A call reads the failed set once (knownFailed); a part whose failed tasks
+// someone else retried first ends empty, with More (errRetriedMeanwhile).
 //
 // Locks are taken in the order every manual retry takes them (RetryTask too): the failed tasks
 // first, then the reference's bucket, then its head (so no claim starts it and no settlement
@@ -573,8 +575,9 @@ type retryPlaces struct {
 // queued. Else to the end: positions taken from the bucket's sequence as a create takes them, the
 // first pending if the reference has no open task, every other queued.
 //
-// In parts (parts: the directory is complete), the failed tasks after the first, of this part or a
-// later one, are left out of the question by their state; with more to come (more), a retry to the
+// In parts (parts), the failed tasks after the first, of this part or a later one, are left out of
+// the question by their state (laterUnfailedStarted: by the directory, or the scan while it is not
+// complete); with more to come (more), a retry to the
 // end takes a position for every failed task of the reference (CountFailedOfReference), and one
 // behind an open task goes whole (errWhole, before it writes).
 func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []openTask, parts, more bool) (retryPlaces, error) {
