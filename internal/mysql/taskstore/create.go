@@ -64,6 +64,9 @@ type Store struct {
 	// onFailedSetRead, if set, runs each time a bulk retry reads the reference's failed set
 	// (RetryStateOfReference): tests count them. Nil in the product.
 	onFailedSetRead func()
+	// onStartedAsked, if set, is told how many later tasks a bulk retry in place first asks
+	// "has it started?" about (retryInPlaceFirst): tests count them. Nil in the product.
+	onStartedAsked func(n int)
 }
 
 // New returns the Store on db, reading the packed history in the database only.

@@ -130,3 +130,11 @@ func CountFailedSetReads(s *Store) func() int64 {
 	s.onFailedSetRead = func() { n.Add(1) }
 	return n.Load
 }
+
+// CountStartedAsked makes s count the later tasks its bulk retries in place first ask "has it
+// started?" about, and returns how many so far. Call it before the first RetryReference.
+func CountStartedAsked(s *Store) func() int64 {
+	var n atomic.Int64
+	s.onStartedAsked = func(k int) { n.Add(int64(k)) }
+	return n.Load
+}

@@ -379,7 +379,7 @@ func (s *Store) retryAloneInPlaceFirst(ctx context.Context, tx *sql.Tx, ref stri
 	if err != nil || len(heads[ref]) > 0 {
 		return exactlyonce.RetriedReference{}, false, err
 	}
-	return s.retryInPlaceFirst(ctx, tx, ref, hash, []failedTask{f}, folded, false, false)
+	return s.retryInPlaceFirst(ctx, tx, ref, hash, []failedTask{f}, folded, nil, false)
 }
 
 func bucketsOf(ref sql.NullString, hash uint32) []int64 {

@@ -143,28 +143,36 @@ func lockedRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32, 
 // readRetryState reads RetryStateOfReference: the reference's open tasks and its first limit+1
 // failed tasks' ids (0: all), in position order.
 func readRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) ([]openTask, []int64, error) {
+	heads, failed, _, err := readRetryStateAt(ctx, tx, ref, hash, limit)
+	return heads, failed, err
+}
+
+// readRetryStateAt is readRetryState with the failed tasks' positions (at, by id).
+func readRetryStateAt(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) ([]openTask, []int64, map[int64]int64, error) {
 	n := int64(wholeLimit)
 	if limit > 0 {
 		n = int64(limit) + 1
 	}
 	rows, err := tx.QueryContext(ctx, retryQueries.RetryStateOfReference, hash, ref, hash, ref, n)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer rows.Close()
 	var heads []openTask
 	var failed []int64
+	at := map[int64]int64{}
 	for rows.Next() {
 		var part int
 		var t openTask
 		if err := rows.Scan(&part, &t.id, &t.state, &t.pos, &t.held); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if part == 0 {
 			heads = append(heads, t)
 		} else {
 			failed = append(failed, t.id)
+			at[t.id] = t.pos
 		}
 	}
-	return heads, failed, rows.Err()
+	return heads, failed, at, rows.Err()
 }
