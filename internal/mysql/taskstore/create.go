@@ -67,6 +67,9 @@ type Store struct {
 	// onStartedAsked, if set, is told how many later tasks a bulk retry in place first asks
 	// "has it started?" about (retryInPlaceFirst): tests count them. Nil in the product.
 	onStartedAsked func(n int)
+	// afterFailedSetRead, if set, runs right after a bulk retry's read of the failed set, before
+	// it locks anything: tests act there. Nil in the product.
+	afterFailedSetRead func()
 }
 
 // New returns the Store on db, reading the packed history in the database only.

@@ -138,3 +138,7 @@ func CountStartedAsked(s *Store) func() int64 {
 	s.onStartedAsked = func(k int) { n.Add(int64(k)) }
 	return n.Load
 }
+
+// AfterFailedSetRead makes s's bulk retries call f right after they read the reference's failed
+// set, before they lock anything. Call it before the first RetryReference.
+func AfterFailedSetRead(s *Store, f func()) { s.afterFailedSetRead = f }

@@ -1,6 +1,7 @@
 package taskstore_test
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -389,5 +390,49 @@ func TestARetryInPartsDoesNotAskAboutTheFailedTasksItRead(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got)
 	require.Zero(t, asked(), "the 11 later tasks are all failed, as read")
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+}
+
+// A failed task the first part read, retried to the end on its own before the part reads the
+// directory (after its read of the failed set): it has started (attempted, and no longer failed),
+// so the failed tasks go to the end, as they would behind that retry. Two things each make the
+// part see it, although its read found it failed: its directory entry has moved (the part asks
+// about it), and it heads the reference now (the check under the bucket finds it open and the
+// part decides again). With the position guard taken out the test still passes: in this case
+// (no open task when read) a task retried meanwhile is always open, so the check alone suffices;
+// the guard keeps the question right by itself.
+func TestARetryInPartsAsksAboutAFailedTaskItReadThatMovedSince(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-moved"
+	db, store, ids := failedReference(ctx, t, ref, 12)
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, nil)
+	once := false
+	taskstore.AfterFailedSetRead(store.Tasks, func() {
+		if once {
+			return
+		}
+		once = true
+		placement, _, err := store.Tasks.RetryTask(ctx, ids[7])
+		require.NoError(t, err)
+		require.Equal(t, exactlyonce.RetryAtEnd, placement)
+	})
+	var all []int64
+	placement := exactlyonce.RetryPlacement("")
+	for {
+		got, err := store.Tasks.RetryReference(ctx, ref)
+		require.NoError(t, err)
+		all = append(all, got.IDs...)
+		placement = cmp.Or(placement, got.Placement)
+		if !got.More {
+			break
+		}
+	}
+	require.Equal(t, exactlyonce.RetryAtEnd, placement)
+	want := [][2]int64{{ids[7], pending}}
+	for _, id := range append(ids[:7:7], ids[8:]...) {
+		want = append(want, [2]int64{id, queued})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref), "the task retried on its own first, the others behind it in order")
 	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
 }

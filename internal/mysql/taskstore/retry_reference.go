@@ -240,6 +240,9 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 		if s.onFailedSetRead != nil {
 			s.onFailedSetRead()
 		}
+		if s.afterFailedSetRead != nil {
+			s.afterFailedSetRead()
+		}
 		*known = knownFailed{ids: ids, complete: limit > 0 && len(ids) <= n}
 		ids = ids[:min(len(ids), limit+1)]
 		if limit == 0 {
