@@ -30,8 +30,9 @@ WHERE state IN (20, 40) AND id IN (/*ids*/) LIMIT ?;
 -- (20, 40)` the second to `fresh` and `failed`: the pending set, the failed set and what was
 -- settled since the last fold, never the processed history.
 -- The retry goes in parts (retry_reference.go): the failed tasks are the first LIMIT ? by position
--- (a part's and one more, to know whether more remain; the whole set, with a LIMIT no reference
--- reaches, when it goes whole). The last column says whether an open task is a bulk retry's held
+-- (50,001 when the call reads the set, once a call: what it can answer and one more, to know
+-- whether more remain; a part's and one more under the bucket; the whole set, with a LIMIT no
+-- reference reaches, when it goes whole). The last column says whether an open task is a bulk retry's held
 -- head (pending, not due before its hold ends, not attempted since its retry, no error: no other
 -- open task is all of these; a task waiting its backoff has an attempt since its retry and its
 -- error). Held, it is a retry's first part, whose later parts continue what the first decided.
