@@ -61,6 +61,15 @@ type Store struct {
 	retryPart              int
 	retryHold, retryBudget time.Duration
 	beforeRetryPart        func(part int) error
+	// onFailedSetRead, if set, runs each time a bulk retry reads the reference's failed set
+	// (RetryStateOfReference): tests count them. Nil in the product.
+	onFailedSetRead func()
+	// onStartedAsked, if set, is told how many later tasks a bulk retry in place first asks
+	// "has it started?" about (retryInPlaceFirst): tests count them. Nil in the product.
+	onStartedAsked func(n int)
+	// afterFailedSetRead, if set, runs right after a bulk retry's read of the failed set, before
+	// it locks anything: tests act there. Nil in the product.
+	afterFailedSetRead func()
 }
 
 // New returns the Store on db, reading the packed history in the database only.

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -121,3 +122,23 @@ func RetryInParts(s *Store, size int, budget time.Duration, before func(part int
 	s.RetryParts(size, budget)
 	s.beforeRetryPart = before
 }
+
+// CountFailedSetReads makes s count its bulk retries' reads of a reference's failed set
+// (RetryStateOfReference) and returns how many so far. Call it before the first RetryReference.
+func CountFailedSetReads(s *Store) func() int64 {
+	var n atomic.Int64
+	s.onFailedSetRead = func() { n.Add(1) }
+	return n.Load
+}
+
+// CountStartedAsked makes s count the later tasks its bulk retries in place first ask "has it
+// started?" about, and returns how many so far. Call it before the first RetryReference.
+func CountStartedAsked(s *Store) func() int64 {
+	var n atomic.Int64
+	s.onStartedAsked = func(k int) { n.Add(int64(k)) }
+	return n.Load
+}
+
+// AfterFailedSetRead makes s's bulk retries call f right after they read the reference's failed
+// set, before they lock anything. Call it before the first RetryReference.
+func AfterFailedSetRead(s *Store, f func()) { s.afterFailedSetRead = f }

@@ -299,6 +299,16 @@ func (s *Store) retryTask(ctx context.Context, id int64, optimistic bool) (exact
 		var refText string
 		err = tx.QueryRowContext(ctx, queries.LockFailedTask, id).Scan(&state, &refText, &hash, &pos)
 		if errors.Is(err, sql.ErrNoRows) {
+			// Not failed any more: retried since TaskOf read it (a bulk retry of its reference held
+			// it, or another caller's retry). The answer names its state now, read again (READ
+			// COMMITTED), not TaskOf's, which said "task 30 is failed, not failed"
+			// (TestARetryOfATaskWaitsForABulkRetryOfItsReferenceWithoutADeadlock).
+			if err := tx.QueryRowContext(ctx, queries.TaskOf, id).Scan(&kind, &state, &ref, &hash); err != nil {
+				if !errors.Is(err, sql.ErrNoRows) {
+					return err
+				}
+				state = exactlyonce.Processed // packed since: delivered
+			}
 			return exactlyonce.Errorf(exactlyonce.ESTATE, "task %d is %s, not failed: only a failed task can be retried",
 				id, exactlyonce.TaskState(eventstore.StoredState(state)))
 		}
@@ -369,7 +379,7 @@ func (s *Store) retryAloneInPlaceFirst(ctx context.Context, tx *sql.Tx, ref stri
 	if err != nil || len(heads[ref]) > 0 {
 		return exactlyonce.RetriedReference{}, false, err
 	}
-	return s.retryInPlaceFirst(ctx, tx, ref, hash, []failedTask{f}, folded, false, false)
+	return s.retryInPlaceFirst(ctx, tx, ref, hash, []failedTask{f}, folded, nil, false)
 }
 
 func bucketsOf(ref sql.NullString, hash uint32) []int64 {

@@ -30,8 +30,9 @@ WHERE state IN (20, 40) AND id IN (/*ids*/) LIMIT ?;
 -- (20, 40)` the second to `fresh` and `failed`: the pending set, the failed set and what was
 -- settled since the last fold, never the processed history.
 -- The retry goes in parts (retry_reference.go): the failed tasks are the first LIMIT ? by position
--- (a part's and one more, to know whether more remain; the whole set, with a LIMIT no reference
--- reaches, when it goes whole). The last column says whether an open task is a bulk retry's held
+-- (50,001 when the call reads the set, once a call: what it can answer and one more, to know
+-- whether more remain; a part's and one more under the bucket; the whole set, with a LIMIT no
+-- reference reaches, when it goes whole). The last column says whether an open task is a bulk retry's held
 -- head (pending, not due before its hold ends, not attempted since its retry, no error: no other
 -- open task is all of these; a task waiting its backoff has an attempt since its retry and its
 -- error). Held, it is a retry's first part, whose later parts continue what the first decided.
@@ -96,3 +97,16 @@ UNION ALL
 SELECT 1, NULL, entries FROM reference_directory_log WHERE slot = ? AND col = ?
 UNION ALL
 SELECT 2, NULL, /*column*/ FROM reference_directory WHERE slot = ?;
+
+-- name: LaterUnfailedTaskStarted
+-- A bulk retry's first part while the reference directory is not complete (the backfill,
+-- backfill.go): tasks.sql's LaterTaskStarted with the failed tasks (20, 40) left out by their state,
+-- as TasksStarted's third column does once the directory is complete: the bulk retry retries every
+-- failed task of the reference, in parts, and names none (they may be more than a part holds).
+-- Scans every partition of `events`, as LaterTaskStarted (a manual operation, rare, and only until
+-- the backfill is done; only the first part asks: a later one continues its held head); when it
+-- finds none, the store asks the packed history too.
+SELECT COUNT(*) FROM events
+WHERE routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ? AND position > ?
+  AND (state NOT IN (0, 2) OR attempts > 0) AND state NOT IN (20, 40)
+LIMIT 1;

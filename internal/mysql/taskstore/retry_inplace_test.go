@@ -3,6 +3,7 @@ package taskstore_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -265,6 +266,7 @@ func TestARetryOfATaskWaitsForABulkRetryOfItsReferenceWithoutADeadlock(t *testin
 	<-done
 	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Head: ids[0], Placement: exactlyonce.RetryInPlace}, got)
 	require.Equal(t, exactlyonce.ESTATE, exactlyonce.ErrorCode(retryErr), "%v", retryErr)
+	require.Contains(t, retryErr.Error(), fmt.Sprintf("task %d is pending, not failed", ids[0]), "the state it is in now")
 	require.Equal(t, before.Deadlocks, store.DB.Stats().Deadlocks, "no deadlock")
 	require.Equal(t, [][2]int64{{ids[0], pending}, {ids[1], queued}, {ids[2], queued}}, statesOf(ctx, t, db, ref))
 }

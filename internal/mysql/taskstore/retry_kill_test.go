@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -15,7 +16,7 @@ import (
 
 // TestMain runs the tests, or, started again by a test in the child role "retrier", a process that
 // retries reference RETRY_REFERENCE in parts of 5 and, before its second part, says so and waits to
-// be killed.
+// be killed ("retrier-inside": inside its first part, its writes done, before its commit).
 func TestMain(m *testing.M) {
 	if role := os.Getenv(child.RoleEnv); role != "" {
 		os.Exit(runChild(role))
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(role string) int {
-	if role != "retrier" {
+	if role != "retrier" && role != "retrier-inside" {
 		fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 		return 2
 	}
@@ -34,12 +35,21 @@ func runChild(role string) int {
 		return 1
 	}
 	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
-		if n == 2 {
+		if n == 2 && role == "retrier" {
 			fmt.Println("between parts")
 			select {} // until killed
 		}
 		return nil
 	})
+	if role == "retrier-inside" {
+		// Inside the first part: its tasks written (and its head held), not committed.
+		entered := make(chan struct{}, 1)
+		taskstore.HoldRetriesBeforeBucket(store.Tasks, entered, make(chan struct{}))
+		go func() {
+			<-entered
+			fmt.Println("inside a part")
+		}()
+	}
 	if _, err := store.Tasks.RetryReference(context.Background(), os.Getenv("RETRY_REFERENCE")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -77,4 +87,48 @@ func TestARetryKilledBetweenPartsLosesNothingAndARepeatFinishesIt(t *testing.T) 
 	retrier.Kill()
 
 	requireFirstPartHeldThenRepeatFinishes(ctx, t, db, store, ref, ids)
+}
+
+// Invariant: a process SIGKILLed inside a part of a reference's bulk retry (its first part, its
+// tasks written and its head held, before its commit) leaves nothing of that part: every task
+// still failed, none open (nothing held, nothing for a claim), each once; a repeat from another
+// process retries them all in their places.
+func TestARetryKilledInsideAPartLeavesNothingOfItAndARepeatFinishesIt(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "parts-kill-inside"
+	db, dsn := testdb.DB(t, 8)
+	store := storesOn(t, db)
+	var ids []int64
+	for i := range 12 {
+		ids = append(ids, createOne(ctx, t, store, ref, i))
+	}
+	for _, id := range ids {
+		_, err := db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", id)
+		require.NoError(t, err)
+	}
+
+	retrier := child.Start(t, "retrier-inside", "DB_DSN="+dsn, "RETRY_REFERENCE="+ref)
+	_, err := retrier.WaitLine("inside a part", 30*time.Second)
+	require.NoError(t, err)
+	retrier.Kill()
+
+	// What is committed: nothing of the killed part. (The repeat below waits for the killed
+	// transaction's row locks until the server has rolled it back.)
+	var failed [][2]int64
+	for _, id := range ids {
+		failed = append(failed, [2]int64{id, int64(exactlyonce.Failed)})
+	}
+	require.Equal(t, failed, statesOf(ctx, t, db, ref), "nothing of the killed part, each task once")
+	taskstore.RetryInParts(store.Tasks, 5, time.Minute, nil)
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Placement: exactlyonce.RetryInPlace, Head: ids[0]}, got)
+	want := [][2]int64{{ids[0], pending}}
+	for _, id := range ids[1:] {
+		want = append(want, [2]int64{id, queued})
+	}
+	require.Equal(t, want, statesOf(ctx, t, db, ref))
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
 }

@@ -41,8 +41,10 @@ import (
 // failed, which a later retry decides afresh.
 //
 // Not in parts (one transaction, as before): a retry to the end behind an open task (a head that
-// may settle between parts and be promoted past), and a retry while the directory of a database
-// migrated with tasks in it is not complete.
+// may settle between parts and be promoted past). A retry while the directory of a database
+// migrated with tasks in it is not complete goes in parts too, its first part deciding by the scan
+// (laterUnfailedStarted). A call reads the failed set once (knownFailed); a part whose failed tasks
+// someone else retried first ends empty, with More (errRetriedMeanwhile).
 //
 // Locks are taken in the order every manual retry takes them (RetryTask too): the failed tasks
 // first, then the reference's bucket, then its head (so no claim starts it and no settlement
@@ -63,19 +65,25 @@ func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.Ret
 	size, budget := s.retryPartSize(), cmp.Or(s.retryBudget, defaultRetryBudget)
 	start := time.Now()
 	out := exactlyonce.RetriedReference{IDs: []int64{}}
+	var known knownFailed // the reference's failed tasks as this call read them once
 	for n := 1; ; n++ {
 		if s.beforeRetryPart != nil {
 			if err := s.beforeRetryPart(n); err != nil {
 				return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
 			}
 		}
-		p, err := s.retryReferencePart(ctx, ref, hash, size)
+		p, err := s.retryReferencePart(ctx, ref, hash, size, &known)
 		if err != nil {
 			return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
 		}
 		out.IDs = append(out.IDs, p.IDs...)
 		out.Placement = cmp.Or(out.Placement, p.Placement)
-		if p.Head != 0 {
+		// A part that leaves more names the head it holds (for the next part's check, known); the
+		// answer names a head only once released (its queue message goes then).
+		known.held = 0
+		if p.More {
+			known.held = p.Head
+		} else if p.Head != 0 {
 			out.Head = p.Head
 		}
 		out.More = p.More
@@ -112,20 +120,57 @@ func (s *Store) RetryParts(size int, budget time.Duration) {
 	s.retryPart, s.retryBudget = size, budget
 }
 
+// knownFailed is what one call of RetryReference knows of the reference's failed tasks between its
+// parts: ids, the failed tasks not retried yet, in position order, as its first read found them
+// (up to maxRetriedAnswer+1 of them: all the call can retry, and one to tell more; complete if
+// that was all of them), and held, the head its last part holds (0: none). A later part of the
+// call takes its tasks from ids rather than reading the failed set again, which is a scan of the
+// reference's whole failed set (60,000 failed tasks: 60,000 rows read for each part of 500).
+//
+// Why ids is still right at the next part: a task of the reference fails only from open, and
+// once a part leaves more its held head is the reference's only open task (continueRetryHeld
+// checks it under the bucket), which no claim starts; so while the head the part reads is that
+// one and still held, no task of the reference has failed since, and the earliest failed tasks
+// are ids' first. Tasks may have left the failed set (a task's retry, another caller's part of the
+// same retry: lockFailedTasks finds them not failed, errRetriedMeanwhile, and the call reads the
+// set again). Any other head, or none, or a head not held: the part reads the set again.
+type knownFailed struct {
+	ids      []int64
+	complete bool
+	held     int64
+}
+
 // retryReferencePart is one part of RetryReference: one transaction, run again (the bucket taken
 // first) if the reference changed while it decided, or whole if its case does not go in parts.
-func (s *Store) retryReferencePart(ctx context.Context, ref string, hash uint32, size int) (exactlyonce.RetriedReference, error) {
+// known is what the call knows of the failed set (knownFailed); the part updates it.
+func (s *Store) retryReferencePart(ctx context.Context, ref string, hash uint32, size int, known *knownFailed) (exactlyonce.RetriedReference, error) {
 	var out exactlyonce.RetriedReference
 	first, limit := true, size
 	for round := 1; ; round++ {
+		next := *known
 		err := s.core.InTx(ctx, func(tx *sql.Tx) error {
 			var err error
-			out, err = s.retryReference(ctx, tx, ref, hash, first, limit)
+			next = *known
+			out, err = s.retryReference(ctx, tx, ref, hash, first, limit, &next)
 			return err
 		})
+		if err == nil {
+			*known = next
+		} else {
+			*known = knownFailed{} // read the failed set again
+		}
 		if errors.Is(err, errWhole) && limit > 0 {
 			limit = 0 // the same round again, in one transaction
 			continue
+		}
+		if errors.Is(err, errRetriedMeanwhile) {
+			// Someone else retried some of the tasks this part locked (another caller's part,
+			// or a task's retry): progress, not a change to decide against. The part ends with
+			// nothing of its own and More, and RetryReference's next part reads the reference
+			// again, within its time budget; two callers racing part for part did count it as
+			// a round, and the loser ran out of rounds and answered an error
+			// (TestTwoRetriesInPartsOfOneReferenceAtOnceBothFinish).
+			return exactlyonce.RetriedReference{IDs: []int64{}, More: true}, nil
 		}
 		if errors.Is(err, errReferenceMoved) && round < maxRetryRounds {
 			first = false // the next transaction takes the bucket before it decides
@@ -152,27 +197,63 @@ var errReferenceMoved = errors.New("the reference changed while its retry was be
 // (RetryReference): it runs again as one transaction.
 var errWhole = errors.New("the retry goes whole")
 
+// errRetriedMeanwhile is a bulk retry's transaction giving up because a failed task it read was
+// retried by someone else before it could lock it (lockFailedTasks): the reference's failed set
+// shrank, so it is not counted as a round (retryReferencePart).
+var errRetriedMeanwhile = errors.New("a failed task of the reference was retried meanwhile")
+
 const maxRetryRounds = 10
 
 // retryReference is one transaction of RetryReference: the reference's heads and (up to limit+1;
 // 0: all) failed tasks read (no lock), the failed tasks locked, then either retryInPlaceFirst
 // (optimistic, and the case allows it) or retryReferenceLocked.
-func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash uint32, optimistic bool, limit int) (exactlyonce.RetriedReference, error) {
+//
+// known is what the call knows of the failed set (knownFailed): a later part whose head is still
+// the one the last part held takes its failed tasks from it and reads only the reference's open
+// tasks; any other reads the failed set (up to maxRetriedAnswer+1 in parts) and keeps what it
+// does not retry in known.
+func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash uint32, optimistic bool, limit int, known *knownFailed) (exactlyonce.RetriedReference, error) {
 	done, err := s.directoryComplete(ctx, tx)
 	if err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
-	if !done && limit > 0 {
-		return exactlyonce.RetriedReference{}, errWhole
+	var heads []openTask
+	var ids []int64
+	var failedAt map[int64]int64 // the failed tasks read in this transaction, and their positions
+	fromKnown := false
+	if optimistic && limit > 0 && known.held != 0 && (known.complete || len(known.ids) > limit) {
+		if heads, err = openOfReference(ctx, tx, ref, hash); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+		if h := heldHead(heads); h != nil && h.id == known.held {
+			ids, fromKnown = known.ids[:min(len(known.ids), limit+1)], true
+		}
 	}
-	heads, ids, err := readRetryState(ctx, tx, ref, hash, limit)
-	if err != nil {
-		return exactlyonce.RetriedReference{}, err
+	if !fromKnown {
+		n := limit
+		if limit > 0 {
+			n = max(limit, maxRetriedAnswer)
+		}
+		if heads, ids, failedAt, err = readRetryStateAt(ctx, tx, ref, hash, n); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+		if s.onFailedSetRead != nil {
+			s.onFailedSetRead()
+		}
+		if s.afterFailedSetRead != nil {
+			s.afterFailedSetRead()
+		}
+		*known = knownFailed{ids: ids, complete: limit > 0 && len(ids) <= n}
+		ids = ids[:min(len(ids), limit+1)]
+		if limit == 0 {
+			ids = known.ids
+		}
 	}
 	more := limit > 0 && len(ids) > limit
 	if more {
 		ids = ids[:limit]
 	}
+	known.ids = known.ids[len(ids):] // those this part retries, if it commits
 	if len(ids) == 0 && heldHead(heads) == nil {
 		return exactlyonce.RetriedReference{}, nil
 	}
@@ -187,7 +268,7 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 		return s.continueRetryHeld(ctx, tx, ref, hash, failed, folded, *h, more)
 	}
 	if optimistic && len(heads) == 0 && done {
-		out, ok, err := s.retryInPlaceFirst(ctx, tx, ref, hash, failed, folded, true, more)
+		out, ok, err := s.retryInPlaceFirst(ctx, tx, ref, hash, failed, folded, failedAt, more)
 		if err != nil || ok {
 			return out, err
 		}
@@ -216,17 +297,44 @@ func heldHead(heads []openTask) *openTask {
 // (the check waits for the bucket), and one that comes after waits for the commit and finds the
 // retried head, as it finds any head. With more failed tasks to come (more), the head is held.
 //
-// bulk: a reference's retry, whose question "has a later task started?" leaves out every failed
-// task of the reference (all are retried, in this part or a later one); a task's retry (false)
-// counts them.
-func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, bulk, more bool) (exactlyonce.RetriedReference, bool, error) {
+// failedAt, not nil for a reference's retry, is its failed tasks as this transaction read them
+// (RetryStateOfReference: the first 50,001 by position), by id, with their positions. Its question
+// "has a later task started?" leaves out every failed task of the reference (all are retried, in
+// this part or a later one): by their state, and those of failedAt whose directory entry is still
+// at the position read are not asked about at all. Each TasksStarted statement of 500 ids reads
+// every subpartition those ids fall in, so asking about the later tasks of a reference whose last
+// 60,000 tasks failed took 120 statements and 2.4 s in the first part (on a loaded 2-core
+// machine), past the API's 10 s under more load, where the call gives nothing back. A task of
+// failedAt that is not failed any more was retried since the read: to the end (its entry has
+// moved, so it is asked about), or in place (it is open, which the check under the bucket sees:
+// the retry decides again). A task's retry (failedAt nil) counts the failed tasks.
+func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, failedAt map[int64]int64, more bool) (exactlyonce.RetriedReference, bool, error) {
 	c := cellOf(ref)
 	cellBytes, err := readEntryBytes(ctx, tx, c)
 	if err != nil {
 		return exactlyonce.RetriedReference{}, false, err
 	}
 	decided := cellEntries(cellBytes, c.tag)
-	started, err := tasksStartedAfter(ctx, tx, decided, failed[0].position, nil, bulk)
+	bulk := failedAt != nil
+	var known map[int64]bool
+	if bulk {
+		known = map[int64]bool{}
+		for _, e := range decided {
+			if p, ok := failedAt[e.id]; ok && p == e.position {
+				known[e.id] = true
+			}
+		}
+	}
+	if s.onStartedAsked != nil {
+		n := 0
+		for _, e := range decided {
+			if e.position > failed[0].position && !known[e.id] {
+				n++
+			}
+		}
+		s.onStartedAsked(n)
+	}
+	started, err := tasksStartedAfter(ctx, tx, decided, failed[0].position, known, bulk)
 	if err != nil || started {
 		return exactlyonce.RetriedReference{}, false, err
 	}
@@ -261,10 +369,8 @@ func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, h
 			return exactlyonce.RetriedReference{}, false, err
 		}
 	}
+	// With more, Head names the head held (RetryReference answers it only once released).
 	out := exactlyonce.RetriedReference{Placement: exactlyonce.RetryInPlace, Head: failed[0].id, More: more}
-	if more {
-		out.Head = 0 // held: its queue message goes when the last part releases it
-	}
 	for _, f := range failed {
 		out.IDs = append(out.IDs, f.id)
 	}
@@ -400,6 +506,7 @@ func (s *Store) writeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uin
 		if err := s.holdRetried(ctx, tx, holder); err != nil {
 			return exactlyonce.RetriedReference{}, err
 		}
+		out.Head = holder // held: RetryReference answers it only once released
 	case held != nil:
 		if _, err := tx.ExecContext(ctx, retryQueries.ReleaseRetried, holder); err != nil {
 			return exactlyonce.RetriedReference{}, err
@@ -440,21 +547,8 @@ func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, h
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
-	rows, err := tx.QueryContext(ctx, retryQueries.OpenOfReference, hash, ref)
+	open, err := openOfReference(ctx, tx, ref, hash)
 	if err != nil {
-		return exactlyonce.RetriedReference{}, err
-	}
-	var open []openTask
-	for rows.Next() {
-		var t openTask
-		if err := rows.Scan(&t.id, &t.state, &t.pos, &t.held); err != nil {
-			rows.Close()
-			return exactlyonce.RetriedReference{}, err
-		}
-		open = append(open, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
 	if held := heldHead(open); held == nil || held.id != h.id {
@@ -512,8 +606,9 @@ type retryPlaces struct {
 // queued. Else to the end: positions taken from the bucket's sequence as a create takes them, the
 // first pending if the reference has no open task, every other queued.
 //
-// In parts (parts: the directory is complete), the failed tasks after the first, of this part or a
-// later one, are left out of the question by their state; with more to come (more), a retry to the
+// In parts (parts), the failed tasks after the first, of this part or a later one, are left out of
+// the question by their state (laterUnfailedStarted: by the directory, or the scan while it is not
+// complete); with more to come (more), a retry to the
 // end takes a position for every failed task of the reference (CountFailedOfReference), and one
 // behind an open task goes whole (errWhole, before it writes).
 func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []openTask, parts, more bool) (retryPlaces, error) {
@@ -521,10 +616,7 @@ func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash u
 	var started bool
 	var err error
 	if parts {
-		var entries []entry
-		if entries, err = referenceEntries(ctx, tx, ref); err == nil {
-			started, err = tasksStartedAfter(ctx, tx, entries, first, nil, true)
-		}
+		started, err = s.laterUnfailedStarted(ctx, tx, ref, hash, first)
 	} else {
 		retried := map[int64]bool{} // the failed tasks after the first, retried with it
 		for _, f := range failed[1:] {
@@ -586,4 +678,51 @@ func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash u
 		p.states[0] = exactlyonce.Pending
 	}
 	return p, nil
+}
+
+// openOfReference reads OpenOfReference: the reference's open tasks, each with whether it is a
+// bulk retry's held head.
+func openOfReference(ctx context.Context, tx *sql.Tx, ref string, hash uint32) ([]openTask, error) {
+	rows, err := tx.QueryContext(ctx, retryQueries.OpenOfReference, hash, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var open []openTask
+	for rows.Next() {
+		var t openTask
+		if err := rows.Scan(&t.id, &t.state, &t.pos, &t.held); err != nil {
+			return nil, err
+		}
+		open = append(open, t)
+	}
+	return open, rows.Err()
+}
+
+// laterUnfailedStarted is the question of a bulk retry in parts: has a task of reference ref after
+// position pos started, the failed ones left out by their state (all are retried, in this part or
+// a later one)? By the directory (tasksStartedAfter) once it is complete; before, by the scan
+// (LaterUnfailedTaskStarted, then the packed history), as laterStarted.
+func (s *Store) laterUnfailedStarted(ctx context.Context, tx *sql.Tx, ref string, hash uint32, pos int64) (bool, error) {
+	done, err := s.directoryComplete(ctx, tx)
+	if err != nil {
+		return false, err
+	}
+	if done {
+		entries, err := referenceEntries(ctx, tx, ref)
+		if err != nil {
+			return false, err
+		}
+		return tasksStartedAfter(ctx, tx, entries, pos, nil, true)
+	}
+	var started int64
+	if err := tx.QueryRowContext(ctx, retryQueries.LaterUnfailedTaskStarted, hash, ref, pos).Scan(&started); err != nil {
+		return false, err
+	}
+	if started == 0 { // nothing in `events`: a later task may have been delivered and packed
+		if started, err = packedLaterTasks(ctx, tx, ref, pos); err != nil {
+			return false, err
+		}
+	}
+	return started > 0, nil
 }

@@ -25,7 +25,8 @@ type failedTask struct {
 // lockFailedTasks locks the failed tasks ids (LockFailedTasks) and returns them in position order,
 // with how many of them were folded (state 40). A task of ids that is not failed any more was
 // retried since it was read (a fold moves a failed task from 20 to 40, which LockFailedTasks still
-// reads): errReferenceMoved, and the next round reads the reference again.
+// reads), by a task's retry or another caller's bulk retry of the reference: errRetriedMeanwhile,
+// and the retry reads the reference again (retryReferencePart).
 func lockFailedTasks(ctx context.Context, tx *sql.Tx, ids []int64) ([]failedTask, int64, error) {
 	q, args := mysql.ExpandIDs(queries.LockFailedTasks, ids)
 	rows, err := tx.QueryContext(ctx, q, args...)
@@ -50,7 +51,7 @@ func lockFailedTasks(ctx context.Context, tx *sql.Tx, ids []int64) ([]failedTask
 		return nil, 0, err
 	}
 	if len(out) != len(ids) {
-		return nil, 0, errReferenceMoved
+		return nil, 0, errRetriedMeanwhile
 	}
 	return out, folded, nil
 }
@@ -61,6 +62,7 @@ var retryFiles embed.FS
 // retryTexts are the statements of retry.sql.
 type retryTexts struct {
 	RetryTasks, RetryStateOfReference, OpenOfReference, CountFailedOfReference, HoldRetried, ReleaseRetried, RetryInPlaceCheck string
+	LaterUnfailedTaskStarted                                                                                                   string
 }
 
 var retryQueries = mysql.MustLoadQueries[retryTexts](retryFiles)
@@ -141,28 +143,36 @@ func lockedRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32, 
 // readRetryState reads RetryStateOfReference: the reference's open tasks and its first limit+1
 // failed tasks' ids (0: all), in position order.
 func readRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) ([]openTask, []int64, error) {
+	heads, failed, _, err := readRetryStateAt(ctx, tx, ref, hash, limit)
+	return heads, failed, err
+}
+
+// readRetryStateAt is readRetryState with the failed tasks' positions (at, by id).
+func readRetryStateAt(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) ([]openTask, []int64, map[int64]int64, error) {
 	n := int64(wholeLimit)
 	if limit > 0 {
 		n = int64(limit) + 1
 	}
 	rows, err := tx.QueryContext(ctx, retryQueries.RetryStateOfReference, hash, ref, hash, ref, n)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer rows.Close()
 	var heads []openTask
 	var failed []int64
+	at := map[int64]int64{}
 	for rows.Next() {
 		var part int
 		var t openTask
 		if err := rows.Scan(&part, &t.id, &t.state, &t.pos, &t.held); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if part == 0 {
 			heads = append(heads, t)
 		} else {
 			failed = append(failed, t.id)
+			at[t.id] = t.pos
 		}
 	}
-	return heads, failed, rows.Err()
+	return heads, failed, at, rows.Err()
 }
