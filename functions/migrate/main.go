@@ -11,17 +11,17 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/migration"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
-	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/exactlyonce/exactlyonce/internal/wire/boot"
 )
 
 func main() {
-	cfg := wire.Must(config.LoadEnviron())
+	cfg := boot.Must(config.LoadEnviron())
 	cfg.DB.Migrate = new(false) // the handler migrates, so that a failure is the invocation's error
-	open := func(ctx context.Context) (*mysql.DB, error) { return wire.OpenDB(ctx, cfg) }
-	h := &migration.Handler{Open: open, Logger: wire.Logger(cfg)}
-	h.Users = wire.Must(mysql.ParseFunctionUsers(os.Getenv("DB_FUNCTION_USERS"))) // each function's own database user
+	open := func(ctx context.Context) (*mysql.DB, error) { return boot.OpenDB(ctx, cfg) }
+	h := &migration.Handler{Open: open, Logger: boot.Logger(cfg)}
+	h.Users = boot.Must(mysql.ParseFunctionUsers(os.Getenv("DB_FUNCTION_USERS"))) // each function's own database user
 	lambda.Start(func(ctx context.Context, ev json.RawMessage) (migration.Result, error) {
 		res, err := h.Handle(ctx, ev)
-		return res, wire.DatabaseError(cfg.DB, err) // a missing database: which, and what to do
+		return res, boot.DatabaseError(cfg.DB, err) // a missing database: which, and what to do
 	})
 }

@@ -12,8 +12,9 @@
 //     index, auto-increment, trigger, routine, view, scheduled event or sequence), with the one-row
 //     tables it keeps right (status, settled_count.sql).
 //   - The functions' database users (users.go, users.sql).
-//   - The query files (queries.go): MustLoadQueries fills a store's typed query set from the .sql
-//     files embedded beside it, and ExpandIDs and the like write what a statement's arguments decide.
+//   - The query files (queries.go): each store's typed query set is Go that querygen writes from the
+//     .sql files beside it (go generate), CheckQueries checks it against them, and ExpandIDs and the
+//     like write what a statement's arguments decide.
 //
 // A DB is the handle of one process: New builds it on a pool, with the process's id allocator and
 // retry policy, and every feature store is built on it (internal/mysql/eventstore, taskstore,
@@ -25,10 +26,15 @@
 //
 // Every statement lives in a .sql file beside the Go that runs it, one file per table, with the
 // reason for every lock it takes next to it. A `-- name: X` line names a statement, and each package
-// reads its files into a struct with one string field per name (MustLoadQueries): the Go code says
-// queries.ClaimDue, never a string, so a misspelt name does not compile, and a statement without a
-// field or a field without a statement stops the package at initialisation, failing every one of its
-// tests. A test of this package (TestEveryQueryIsUsed) fails for a field that no code reads.
+// holds its statements in a struct with one string field per name: the Go code says
+// queries.ClaimDue, never a string, so a misspelt name does not compile. The struct's value is
+// generated Go (`go generate ./internal/mysql/...` runs querygen, which writes queries_gen.go from
+// the .sql files), so that no process parses SQL when it starts: the functions' start-up is judged
+// against a hello world's, and parsing the files at every initialisation took about half a
+// millisecond. A statement without a field does not compile once generated; a field without a
+// statement, a name given twice, or a .sql file edited and not generated again fails the package's
+// generated test (queries_gen_test.go, CheckQueries against the embedded files). A test of this
+// package (TestEveryQueryIsUsed) fails for a field that no code reads.
 //
 // sqlc, which River uses to type its queries, was considered and not taken: it generates a Go
 // function per statement from a fixed text, and many of these texts are completed at run time: IN
@@ -43,12 +49,8 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"embed"
 	"fmt"
 )
-
-//go:embed *.sql
-var sqlFiles embed.FS
 
 // queryTexts are the core's statements: the id counter's (status.sql), settled_count's row's
 // (settled_count.sql) and the database users' (users.sql).
@@ -70,7 +72,7 @@ type queryTexts struct {
 	GrantReferenceBackfill string
 }
 
-var queries = MustLoadQueries[queryTexts](sqlFiles)
+//go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:*.sql
 
 // Config configures a DB.
 type Config struct {

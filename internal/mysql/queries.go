@@ -9,15 +9,21 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/exactlyonce/exactlyonce/internal/mysql/queryfile"
 )
 
 // LoadQueries fills dst, a pointer to a struct whose fields are all strings, with the statements
 // of the .sql files at the root of fsys: a line `-- name: X` starts statement X, which is every line
 // after it up to the next such line, less comment lines and blank lines, without its final
 // semicolon; field X gets it. It fails, naming them, when a field has no statement, a statement has
-// no field, or a name is given twice: so a statement is reached through its field (a wrong name is
-// a compile error), and an unused or missing one is an error at the package's initialisation
-// (MustLoadQueries), which fails every test of the package.
+// no field, or a name is given twice.
+//
+// The programs do not call it: a store's query set is Go that querygen writes from the same files
+// (go generate), so that starting a process parses nothing, and the package's generated test checks
+// that set against what LoadQueries makes of the files (CheckQueries). So a statement is reached
+// through its field (a wrong name is a compile error), and a statement with no field, a field with
+// no statement, a name given twice or a file edited and not generated again fails a test.
 func LoadQueries(fsys fs.FS, dst any) error {
 	v := reflect.ValueOf(dst)
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
@@ -55,15 +61,26 @@ func LoadQueries(fsys fs.FS, dst any) error {
 	return nil
 }
 
-// MustLoadQueries is LoadQueries into a new T; it panics if that fails. A package fills its query
-// set with it at initialisation, from files embedded in it: the files are fixed when the program is
-// built, so a failure is a mistake in the source, and every test of the package reports it.
-func MustLoadQueries[T any](fsys fs.FS) T {
-	var set T
-	if err := LoadQueries(fsys, &set); err != nil {
-		panic(err)
+// CheckQueries returns an error unless generated, a query set as querygen wrote it, holds what
+// LoadQueries makes of the .sql files at the root of fsys: every field the statement of its name,
+// as the files say it today. The error names the fields that differ and says to run go generate.
+func CheckQueries[T any](fsys fs.FS, generated T) error {
+	var want T
+	if err := LoadQueries(fsys, &want); err != nil {
+		return err
 	}
-	return set
+	g, w := reflect.ValueOf(generated), reflect.ValueOf(want)
+	var stale []string
+	for i := range w.NumField() {
+		if g.Field(i).String() != w.Field(i).String() {
+			stale = append(stale, w.Type().Field(i).Name)
+		}
+	}
+	if len(stale) > 0 {
+		return fmt.Errorf("the generated %s differs from its .sql files in %s: run go generate in its package",
+			w.Type(), strings.Join(stale, ", "))
+	}
+	return nil
 }
 
 // parseQueryFiles reads every .sql file at the root of fsys, by name, and returns its statements by
@@ -82,43 +99,14 @@ func parseQueryFiles(fsys fs.FS) (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, q := range parseQueries(string(b)) {
-			if _, ok := out[q.name]; ok {
-				return nil, fmt.Errorf("load queries: statement %s is named twice (%s)", q.name, file)
+		for _, q := range queryfile.Parse(string(b)) {
+			if _, ok := out[q.Name]; ok {
+				return nil, fmt.Errorf("load queries: statement %s is named twice (%s)", q.Name, file)
 			}
-			out[q.name] = q.text
+			out[q.Name] = q.Text
 		}
 	}
 	return out, nil
-}
-
-// namedQuery is one statement of a query file.
-type namedQuery struct{ name, text string }
-
-// parseQueries returns the named statements of one file, in its order.
-func parseQueries(file string) []namedQuery {
-	var out []namedQuery
-	name := ""
-	var body []string
-	flush := func() {
-		if name != "" {
-			out = append(out, namedQuery{name, strings.TrimSuffix(strings.TrimSpace(strings.Join(body, "\n")), ";")})
-		}
-	}
-	for _, line := range strings.Split(file, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if n, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
-			flush()
-			name, body = strings.TrimSpace(n), nil
-			continue
-		}
-		if strings.HasPrefix(trimmed, "--") || trimmed == "" {
-			continue
-		}
-		body = append(body, line)
-	}
-	flush()
-	return out
 }
 
 // queryName returns the name of the field of set (a query set LoadQueries filled) that field points

@@ -62,3 +62,22 @@ func TestQueryNameOfAGrant(t *testing.T) {
 		t.Fatalf("a string outside the set is named %q", got)
 	}
 }
+
+// CheckQueries passes a generated set that matches its files and names every field that does not:
+// a file edited after the set was generated.
+func TestCheckQueriesNamesAStaleField(t *testing.T) {
+	t.Parallel()
+	type set struct{ First, Second string }
+	files := fstest.MapFS{"a.sql": {Data: []byte("-- name: First\nSELECT 1;\n-- name: Second\nSELECT 2;\n")}}
+	if err := CheckQueries(files, set{"SELECT 1", "SELECT 2"}); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckQueries(files, set{"SELECT 1", "SELECT 3"})
+	if err == nil || !strings.Contains(err.Error(), "in Second: run go generate") {
+		t.Fatalf("got %v, want an error naming Second", err)
+	}
+	err = CheckQueries(fstest.MapFS{"a.sql": {Data: []byte("-- name: First\nSELECT 1;\n")}}, set{"SELECT 1", ""})
+	if err == nil || !strings.Contains(err.Error(), "no statement named Second") {
+		t.Fatalf("got %v, want an error naming the statement that is missing", err)
+	}
+}

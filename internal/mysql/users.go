@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Role is what a function does with the database. Each function connects as a database user of
@@ -59,13 +60,16 @@ type FunctionUser struct {
 }
 
 // userName is what a user name may be: what MySQL 8 accepts unquoted-safe, at most 32 characters.
-var userName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,31}$`)
+//
+// Compiled on first use (the migrate function's, when it reads DB_FUNCTION_USERS), not at every
+// function's initialisation.
+var userName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z_][a-z0-9_]{0,31}$`) })
 
 func (u FunctionUser) validate() error {
 	if _, ok := roleGrants[u.Role]; !ok {
 		return fmt.Errorf("database user %q: unknown role %q (want %s, %s or %s)", u.Name, u.Role, RoleAPI, RoleProcessor, RoleSweeper)
 	}
-	if !userName.MatchString(u.Name) {
+	if !userName().MatchString(u.Name) {
 		return fmt.Errorf("database user %q (role %s): a name is 1-32 lower-case letters, digits and _, not starting with a digit", u.Name, u.Role)
 	}
 	if !u.IAM && u.Password == "" {

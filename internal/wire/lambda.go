@@ -6,15 +6,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync/atomic"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"github.com/exactlyonce/exactlyonce/internal/wire/boot"
 )
 
 // Invocation wraps a Lambda handler of part: the invocation's context carries rec (what the code
 // under it records goes there: the store's retries and transaction durations, the engine's claims),
-// the process's log lines carry the invocation's request id (Logger), and when the handler returns
+// the process's log lines carry the invocation's request id (Logger, boot.RequestID), and when the handler returns
 // rec's EMF line, one per invocation, is written to out (the Lambda's stdout: its log group, where
 // CloudWatch extracts the metrics), under FunctionName = AWS_LAMBDA_FUNCTION_NAME (the part's name
 // when unset). Lambda runs one invocation at a time per environment, so what rec holds at the end is
@@ -24,8 +24,8 @@ func Invocation[In, Out any](rec *metrics.Recorder, out io.Writer, log *slog.Log
 	function := cmp.Or(os.Getenv("AWS_LAMBDA_FUNCTION_NAME"), string(rec.Part()))
 	return func(ctx context.Context, in In) (Out, error) {
 		if lc, ok := lambdacontext.FromContext(ctx); ok {
-			requestID.Store(&lc.AwsRequestID)
-			defer requestID.Store(nil)
+			boot.RequestID.Store(&lc.AwsRequestID)
+			defer boot.RequestID.Store(nil)
 		}
 		o, err := h(metrics.With(ctx, rec), in)
 		if ferr := rec.Flush(out, function); ferr != nil {
@@ -33,29 +33,4 @@ func Invocation[In, Out any](rec *metrics.Recorder, out io.Writer, log *slog.Log
 		}
 		return o, err
 	}
-}
-
-// requestID is the request id of the Lambda invocation under way, nil between invocations and
-// outside Lambda.
-var requestID atomic.Pointer[string]
-
-// requestIDHandler adds the Lambda invocation's request id (requestId) to every record: the one
-// the record's context carries (lambdacontext), else the one of the invocation under way.
-type requestIDHandler struct{ slog.Handler }
-
-func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
-	if lc, ok := lambdacontext.FromContext(ctx); ok {
-		r.AddAttrs(slog.String("requestId", lc.AwsRequestID))
-	} else if id := requestID.Load(); id != nil {
-		r.AddAttrs(slog.String("requestId", *id))
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return requestIDHandler{h.Handler.WithAttrs(as)}
-}
-
-func (h requestIDHandler) WithGroup(name string) slog.Handler {
-	return requestIDHandler{h.Handler.WithGroup(name)}
 }

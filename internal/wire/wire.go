@@ -13,11 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"sync"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/config"
@@ -28,24 +24,17 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/secrets"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
+	"github.com/exactlyonce/exactlyonce/internal/wire/boot"
 )
 
-// Logger returns the process's JSON logger on stdout at LOG_LEVEL (CloudWatch parses it as
-// structured logs). On Lambda each line carries the invocation's request id (requestId; see
-// Invocation).
-func Logger(c config.Config) *slog.Logger { return NewLogger(os.Stdout, c.LogLevel) }
+// Logger returns the process's JSON logger on stdout at LOG_LEVEL (boot.Logger).
+func Logger(c config.Config) *slog.Logger { return boot.Logger(c) }
 
-// NewLogger returns Logger's JSON logger writing to w at level.
-func NewLogger(w io.Writer, level slog.Level) *slog.Logger {
-	return slog.New(requestIDHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})})
-}
+// NewLogger returns Logger's JSON logger writing to w at level (boot.NewLogger).
+func NewLogger(w io.Writer, level slog.Level) *slog.Logger { return boot.NewLogger(w, level) }
 
-// AWS returns the SDK's configuration: region, credentials and the standard AWS_ENDPOINT_URL*
-// overrides. It is loaded once per process (the environment and shared files are read at the first
-// call) and shared by the database's IAM auth and the SQS client, which both need it at start-up.
-var AWS = sync.OnceValues(func() (aws.Config, error) {
-	return awsconfig.LoadDefaultConfig(context.Background())
-})
+// AWS returns the SDK's configuration, loaded once per process (boot.AWS).
+var AWS = boot.AWS
 
 // OpenStores opens the database, migrates it unless DB_MIGRATE is false (unset: it migrates), and
 // returns the process's stores, built on one core handle.
@@ -75,47 +64,15 @@ func Archive(c config.History) (pagestore.Archive, error) {
 	return archive.New(archive.NewClient(awsCfg), c.Bucket, 0), nil
 }
 
-// OpenDB opens the database, migrates it unless DB_MIGRATE is false (unset: it migrates), and returns
-// the core handle, with the configured allocator (OpenStores builds the stores on it).
-func OpenDB(ctx context.Context, c config.Config) (*mysql.DB, error) {
-	conn := Conn(c.DB)
-	if conn.IAMAuth {
-		awsCfg, err := AWS()
-		if err != nil {
-			return nil, fmt.Errorf("AWS configuration for IAM database auth: %w", err)
-		}
-		conn.Credentials = awsCfg.Credentials
-		conn.Region = cmp.Or(conn.Region, awsCfg.Region)
-	}
-	db, err := mysql.Open(conn)
-	if err != nil {
-		return nil, err
-	}
-	if c.DB.Migrate == nil || *c.DB.Migrate {
-		if err := mysql.Migrate(ctx, db); err != nil {
-			db.Close()
-			return nil, DatabaseError(c.DB, err)
-		}
-	}
-	core, err := mysql.New(db, StoreConfig(c.Store))
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return core, nil
-}
+// OpenDB opens the database, migrates it unless DB_MIGRATE is false, and returns the core handle
+// (boot.OpenDB).
+func OpenDB(ctx context.Context, c config.Config) (*mysql.DB, error) { return boot.OpenDB(ctx, c) }
 
-// Conn returns the mysql.ConnConfig of the configured database, without AWS credentials
-// (OpenDB adds them for IAM auth).
-func Conn(c config.DB) mysql.ConnConfig {
-	return mysql.ConnConfig{DSN: c.DSN, Host: c.Host, Port: c.Port, Name: c.Name, User: c.User,
-		Password: c.Password, IAMAuth: c.IAMAuth, TLS: c.TLS, Region: c.Region, MaxOpenConns: c.MaxOpenConns}
-}
+// Conn returns the mysql.ConnConfig of the configured database (boot.Conn).
+func Conn(c config.DB) mysql.ConnConfig { return boot.Conn(c) }
 
-// StoreConfig returns the core handle's configured mysql.Config (ALLOCATOR, ALLOCATOR_BLOCK_SIZE).
-func StoreConfig(c config.Store) mysql.Config {
-	return mysql.Config{Allocator: c.Allocator, BlockSize: c.BlockSize}
-}
+// StoreConfig returns the core handle's configured mysql.Config (boot.StoreConfig).
+func StoreConfig(c config.Store) mysql.Config { return boot.StoreConfig(c) }
 
 // SQS returns an SQS client from the AWS configuration (AWS_ENDPOINT_URL_SQS, credentials, region),
 // with the project's client options (queue.ClientOptions): retried attempts are logged to log.
@@ -141,17 +98,8 @@ func LocalQueue(name string) queue.QueueSpec {
 	return queue.QueueSpec{Name: cmp.Or(name, "events"), VisibilityTimeout: 30, MaxReceiveCount: 5}
 }
 
-// Must logs err as one JSON line on stdout, like every other log line (Logger; the configuration,
-// and so LOG_LEVEL, may be what failed), and exits with status 1. For entrypoints, before any
-// handler runs: a Lambda whose init fails is reported by the runtime as an init error and retried
-// on the next invocation.
-func Must[T any](v T, err error) T {
-	if err != nil {
-		slog.New(slog.NewJSONHandler(os.Stdout, nil)).Error("startup failed", "err", err)
-		os.Exit(1)
-	}
-	return v
-}
+// Must logs err and exits when err is not nil, else returns v (boot.Must).
+func Must[T any](v T, err error) T { return boot.Must(v, err) }
 
 // Tasks returns how this process delivers tasks: the webhook client, signed with WEBHOOK_SECRET or
 // with the secret WEBHOOK_SECRET_ARN names (read from Secrets Manager once), and the retry and

@@ -7,13 +7,9 @@ package agentstore
 
 import (
 	"database/sql"
-	"embed"
 
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
-
-//go:embed agents.sql workers.sql
-var sqlFiles embed.FS
 
 // queryTexts are the statements of agents.sql and workers.sql.
 type queryTexts struct {
@@ -22,7 +18,7 @@ type queryTexts struct {
 	InsertWorker, AssignTasks, GrowWorkers, WorkersOfAgent, SettleWorkers, WorkersWithRoom, ActiveWorkers, DoneWorkers, WorkerByID, AdoptWorker, StopWorkers, WorkerHeads, PruneWorkers string
 }
 
-var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
+//go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:agents.sql,workers.sql
 
 // Store reads and writes the agents and the event workers. Safe for concurrent use; build one per
 // process, on the process's core handle.

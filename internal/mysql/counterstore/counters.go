@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -23,15 +22,12 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql/bucket"
 )
 
-//go:embed counters.sql
-var sqlFiles embed.FS
-
 // queryTexts are the statements of counters.sql.
 type queryTexts struct {
 	LockCounterBuckets, ReadCounterBuckets, ReadCounterSums, InsertCounterSums, UpdateCounterSums, InsertCounterFacts, WriteCounterDirectories, InsertCounterNotifications, MarkCounterNotificationsPublished, UnpublishedCounterNotifications, PruneCounterNotifications, OldReadCounterEntities, DeleteCounterEntities, SampleCounterSums, ReconcileCounterSum, CounterSumsOfUser, CounterSumOf string
 }
 
-var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
+//go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:counters.sql
 
 // Store is the counter service's: it applies counter messages, records and publishes their
 // notifications, and reads, reconciles and prunes what they wrote. Safe for concurrent use; build

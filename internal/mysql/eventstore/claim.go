@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -107,7 +108,7 @@ func claimDueOver(lo, hi int) string {
 	}
 	names := make([]string, 0, hi-lo)
 	for i := lo; i < hi; i++ {
-		names = append(names, fmt.Sprintf("opensp%d", i))
+		names = append(names, "opensp"+strconv.Itoa(i))
 	}
 	return strings.Replace(queries.ClaimDue, "/*open*/", strings.Join(names, ", "), 1)
 }

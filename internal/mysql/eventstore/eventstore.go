@@ -12,15 +12,6 @@
 // settlement settles the event's row as these do.
 package eventstore
 
-import (
-	"embed"
-
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
-)
-
-//go:embed events.sql count.sql metrics.sql tiers.sql
-var sqlFiles embed.FS
-
 // queryTexts are the statements of events.sql, count.sql, metrics.sql and tiers.sql.
 type queryTexts struct {
 	InsertProcessed, InsertPendingRows, Get, ListEvents, ClaimIDs, ClaimableIDs, ClaimDue, ClaimedTasks, Lease, MarkProcessed, LockLeased, LeasedIDs, SettleLeased, Release, FailClaimed, FailLeased, OpenStates string
@@ -32,4 +23,4 @@ type queryTexts struct {
 	TierArchive, TierRows, PageRowsEstimate string
 }
 
-var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
+//go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:events.sql,count.sql,metrics.sql,tiers.sql

@@ -8,7 +8,6 @@ package keystore
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,15 +21,12 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/routing"
 )
 
-//go:embed idempotency.sql
-var sqlFiles embed.FS
-
 // queryTexts are the statements of idempotency.sql.
 type queryTexts struct {
 	FreshKeyBuckets, LockKeyBuckets, ReadKeyBuckets, FindKeys, InsertKeyedEvents, InsertKeys, WriteKeyDirectories, PruneKeys string
 }
 
-var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
+//go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:idempotency.sql
 
 // Store stores the keyed creates and prunes expired keys. Safe for concurrent use; build one per
 // process, on the process's core handle.

@@ -13,14 +13,8 @@
 package mysqltest
 
 import (
-	"embed"
 	"reflect"
-
-	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
-
-//go:embed *.sql
-var sqlFiles embed.FS
 
 // queryTexts are mysqltest's statements: the audit's (audit.sql) and the seeding's (seed.sql).
 type queryTexts struct {
@@ -30,7 +24,7 @@ type queryTexts struct {
 	FillDirectoryCell, LoadAttempts string
 }
 
-var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
+//go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:*.sql
 
 // Statement returns the text of mysqltest's statement name (audit.sql, seed.sql), for the stores'
 // tests that check a copy against their own; "" for an unknown name.

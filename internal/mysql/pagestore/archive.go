@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,14 +24,9 @@ import (
 // meanwhile), so nothing is lost to a race either. See archive.sql and
 // migrations/0017_history_archive.sql.
 
-//go:embed archive.sql
-var archiveFiles embed.FS
-
 type archiveTexts struct {
 	ArchiveCursor, ArchiveHighPage, ArchiveVersion, PageSize, PageRows, LockPageRows, DeletePage, AdvanceArchive, LowerArchiveCursor string
 }
-
-var archiveQueries = mysql.MustLoadQueries[archiveTexts](archiveFiles)
 
 // Archive is the bucket of archived pages (internal/archive's Bucket).
 type Archive interface {

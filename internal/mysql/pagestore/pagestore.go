@@ -15,9 +15,9 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"embed"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -25,15 +25,12 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
 
-//go:embed pages.sql
-var sqlFiles embed.FS
-
 // queryTexts are the statements of pages.sql.
 type queryTexts struct {
 	GetPacked, UnitRows, PagesOfReference, PackableUnits, TakePackTurn, PackTurnRows, PackedEvents, PackedAttemptSizes, PackedRows, PackedAttempts, LockUnit, MergeUnit, InsertPage, DeletePacked, DeletePackedAttempts string
 }
 
-var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
+//go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:pages.sql archiveQueries=archiveTexts:archive.sql
 
 // Store packs the history. Safe for concurrent use; build one per process, on the process's core
 // handle.
@@ -48,11 +45,14 @@ func New(db *mysql.DB) *Store { return &Store{core: db, db: db.Pool()} }
 
 // columnList is "cF, cF+1, ..." for n columns from first.
 func columnList(first, n int) string {
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("c%d", first+i)
+	b := make([]byte, 0, n*6)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendInt(append(b, 'c'), int64(first+i), 10)
 	}
-	return strings.Join(names, ", ")
+	return string(b)
 }
 
 // allColumns is every column of a page row.
@@ -131,14 +131,20 @@ func DecodeRows(rows *sql.Rows, err error) ([]pages.Row, error) {
 
 // referenceQuery is PagesOfReference with its column lists written.
 var referenceQuery = func() string {
-	found := make([]string, pages.Columns)
-	match := make([]string, pages.Columns)
-	for c := range found {
-		found[c] = fmt.Sprintf("IF(INSTR(c%d, q.r) > 0, c%d, NULL)", c, c)
-		match[c] = fmt.Sprintf("INSTR(c%d, q.r) > 0", c)
+	// Built with strconv, not fmt: this runs at every function's initialisation.
+	found, match := make([]byte, 0, 40*pages.Columns), make([]byte, 0, 24*pages.Columns)
+	for c := range pages.Columns {
+		var buf [8]byte
+		col := strconv.AppendInt(append(buf[:0], 'c'), int64(c), 10)
+		if c > 0 {
+			found, match = append(found, ", "...), append(match, " OR "...)
+		}
+		found = append(append(append(append(found, "IF(INSTR("...), col...), ", q.r) > 0, "...), col...)
+		found = append(found, ", NULL)"...)
+		match = append(append(append(match, "INSTR("...), col...), ", q.r) > 0"...)
 	}
-	q := strings.Replace(queries.PagesOfReference, "/*found*/", strings.Join(found, ", "), 1)
-	return strings.Replace(q, "/*any*/", strings.Join(match, " OR "), 1)
+	q := strings.Replace(queries.PagesOfReference, "/*found*/", string(found), 1)
+	return strings.Replace(q, "/*any*/", string(match), 1)
 }()
 
 // OfReference returns the packed tasks of reference ref, whose routing hash is hash (taskstore's

@@ -14,7 +14,6 @@ package taskstore
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"fmt"
 	"maps"
 	"slices"
@@ -30,15 +29,12 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/routing"
 )
 
-//go:embed tasks.sql
-var sqlFiles embed.FS
-
 // queryTexts are the statements of tasks.sql.
 type queryTexts struct {
 	LockTaskBuckets, AdvanceTaskBuckets, BucketsAndHeads, OpenHeads, LockHeads, InsertTaskRows, QueuedOfReferences, PromoteQueued, PromoteQueuedLeased, LeasedTasks, SettleLeasedTasks, InsertAttempts, Attempts, AttemptsAfter, ReferencePosition, ReferenceTasks, LockFailedTask, TaskOf, LaterTaskStarted, ReferenceHead, RequeueTask, RetryTask, UncountRetried, LockFailedTasks string
 }
 
-var queries = mysql.MustLoadQueries[queryTexts](sqlFiles)
+//go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:tasks.sql retryQueries=retryTexts:retry.sql dirQueries=directoryTexts:directory.sql
 
 // Store reads and writes tasks. Safe for concurrent use; build one per process, on the process's
 // core handle: its creates are grouped into shared transactions per Store.

@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
-	"embed"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -21,16 +20,11 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
-//go:embed directory.sql
-var directoryFiles embed.FS
-
 // directoryTexts are the statements of directory.sql.
 type directoryTexts struct {
 	ReadDirectoryEntries, LogDirectory, LoggedSlots, SlotLog, DeleteSlotLog, AppendDirectory, DirectoryComplete,
 	TakeBackfill, SetBackfill, BackfillTasks, TasksStarted string
 }
-
-var dirQueries = mysql.MustLoadQueries[directoryTexts](directoryFiles)
 
 const (
 	// directorySlots is the rows of reference_directory; directoryColumns its cells per row.

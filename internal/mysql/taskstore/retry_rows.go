@@ -7,7 +7,6 @@ package taskstore
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"fmt"
 	"slices"
 	"strings"
@@ -56,16 +55,11 @@ func lockFailedTasks(ctx context.Context, tx *sql.Tx, ids []int64) ([]failedTask
 	return out, folded, nil
 }
 
-//go:embed retry.sql
-var retryFiles embed.FS
-
 // retryTexts are the statements of retry.sql.
 type retryTexts struct {
 	RetryTasks, RetryStateOfReference, OpenOfReference, CountFailedOfReference, HoldRetried, ReleaseRetried, RetryInPlaceCheck string
 	LaterUnfailedTaskStarted                                                                                                   string
 }
-
-var retryQueries = mysql.MustLoadQueries[retryTexts](retryFiles)
 
 // maxRetryBatch is the most tasks one RetryTasks statement retries: five arguments each, the
 // statement's text about 6 KB.
