@@ -216,13 +216,19 @@ func (s *Server) keyGroups(store KeyStore) *keyGroups {
 			flights: map[[32]byte]*flight{}}
 		g.group = groupcommit.Group[*flight, exactlyonce.KeyedResult]{Run: g.run,
 			MaxRows: min(ag.max, exactlyonce.MaxKeyedGroup), MaxBytes: maxKeyedGroupBytes, Size: keyedSize,
-			Flushers: ag.slots, Inline: ag.inline,
+			Flushers: max(ag.slots, keyedGroupsInFlight), Staged: true, Inline: ag.inline,
 			Timeout: groupTimeout + g.opt.Wait,
 			Context: func() context.Context { return metrics.With(context.Background(), ag.rec) }}
 		s.keys = g
 	})
 	return s.keys
 }
+
+// keyedGroupsInFlight is the most keyed groups of a process at once: one running its statements
+// and the others waiting for their COMMITs (groupcommit.Group.Staged). A commit waits for the
+// database's log flush, which concurrent commits share: with one group at a time, the flush was
+// most of a group's time, and the requests that came meanwhile waited for it idle.
+const keyedGroupsInFlight = 4
 
 // maxKeyedGroupBytes bounds the bytes the creates of one keyed group carry (keyedSize): a keyed
 // task create carries up to exactlyonce.MaxTaskPayloadBytes, and a group of
@@ -242,9 +248,12 @@ func keyedSize(f *flight) (rows, bytes int) {
 // keyGroups stores keyed creates as the async groups store async ones (group.go, through
 // internal/groupcommit): the creates that arrive while a group is being stored wait for the next,
 // which is one transaction for all of them (a group of fresh keys is a transaction of four round
-// trips, its COMMIT included, which the group shares), at most AsyncGroup.Flushers groups at once
-// (default 1: measured, 2 and 4 were slower at 16 clients), each of at most exactlyonce.MaxKeyedGroup
-// creates and maxKeyedGroupBytes of values and tasks.
+// trips, its COMMIT included, which the group shares), each of at most exactlyonce.MaxKeyedGroup
+// creates and maxKeyedGroupBytes of values and tasks. One group at a time runs its statements; once
+// only its COMMIT is left (the store calls groupcommit.Release), the next group gathers what waits
+// and runs beside it, up to keyedGroupsInFlight groups at once (groupcommit.Group.Staged): the
+// commits then share the database's log flushes. Free-running flushers (2 and 4, measured) were
+// slower at 16 clients: they split the requests into smaller groups.
 // Inline (on Lambda), each create is its own group, in its request's goroutine.
 //
 // Two requests of this process with one key are never in one group: the second waits for the

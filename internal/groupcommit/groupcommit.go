@@ -41,6 +41,15 @@ type Group[Req, Res any] struct {
 	// batch runs joins the next one.
 	Flushers int
 
+	// Staged lets batches overlap in their last stage only: at most one batch at a time is before
+	// the point where its Run calls Release on its context (a transaction's statements, before its
+	// COMMIT), and up to Flushers batches run at once in all. A batch that never calls Release
+	// holds the first stage until its Run returns. So the next batch gathers and runs its
+	// statements while the one before waits for its commit (the database's log flush, which
+	// concurrent commits share), instead of after it; and batches stay as large as with one
+	// flusher, where free-running flushers would split the callers into smaller batches.
+	Staged bool
+
 	// Timeout, when positive, bounds each batch's Run.
 	Timeout time.Duration
 	// Context returns the context a flusher's batch runs on (Timeout is added to it). Nil:
@@ -55,6 +64,42 @@ type Group[Req, Res any] struct {
 	mu      sync.Mutex
 	waiting []*call[Req, Res]
 	active  int // flushers running
+	first   int // flushers taking a batch or running one that has not called Release
+}
+
+// stage is a batch's first stage, ended once by Release or by its Run's return.
+type stage[Req, Res any] struct {
+	g    *Group[Req, Res]
+	once sync.Once
+}
+
+// stageKey is the context key of a Staged batch's stage.
+type stageKey struct{}
+
+// releaser is what Release finds on a context.
+type releaser interface{ release() }
+
+// Release tells the Staged group whose batch runs on ctx that the batch is past its first stage:
+// the next batch may start. Safe to call more than once, and a no-op on any other context (a group
+// that is not Staged, an Inline request, no group at all).
+func Release(ctx context.Context) {
+	if r, ok := ctx.Value(stageKey{}).(releaser); ok {
+		r.release()
+	}
+}
+
+func (s *stage[Req, Res]) release() {
+	s.once.Do(func() {
+		g := s.g
+		g.mu.Lock()
+		g.first--
+		if g.Staged && len(g.waiting) > 0 && g.first == 0 && g.active < max(g.Flushers, 1) {
+			g.active++
+			g.first++
+			go g.flush()
+		}
+		g.mu.Unlock()
+	})
 }
 
 // call is one caller's request waiting for its batch; done is closed once res or err is set.
@@ -81,8 +126,9 @@ func (g *Group[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	c := &call[Req, Res]{req: req, done: make(chan struct{})}
 	g.mu.Lock()
 	g.waiting = append(g.waiting, c)
-	if g.active < max(g.Flushers, 1) {
+	if g.active < max(g.Flushers, 1) && (!g.Staged || g.first == 0) {
 		g.active++
+		g.first++
 		go g.flush()
 	}
 	g.mu.Unlock()
@@ -103,13 +149,16 @@ func (g *Group[Req, Res]) Waiting() int {
 }
 
 // flush runs what waits, a batch at a time, until nothing does. It ends when nothing waits, and the
-// callers it serves wait for it, so it never outlives them (unless they give up).
+// callers it serves wait for it, so it never outlives them (unless they give up). It starts counted
+// in active and first; Staged, it takes another batch only while no other flusher is in its first
+// stage (that one takes what waits).
 func (g *Group[Req, Res]) flush() {
 	for {
 		g.mu.Lock()
 		n := g.fits()
 		if n == 0 {
 			g.active--
+			g.first--
 			g.mu.Unlock()
 			return
 		}
@@ -124,8 +173,22 @@ func (g *Group[Req, Res]) flush() {
 		if g.Timeout > 0 {
 			ctx, cancel = context.WithTimeout(ctx, g.Timeout)
 		}
+		st := &stage[Req, Res]{g: g}
+		if g.Staged {
+			ctx = context.WithValue(ctx, stageKey{}, releaser(st))
+		}
 		g.run(ctx, batch)
 		cancel()
+		st.release()
+		g.mu.Lock()
+		if g.Staged && g.first > 0 {
+			// Another flusher is in its first stage: it takes what waits.
+			g.active--
+			g.mu.Unlock()
+			return
+		}
+		g.first++
+		g.mu.Unlock()
 	}
 }
 

@@ -270,3 +270,138 @@ func waitAll(t *testing.T, g *groupcommit.Group[int, int], wg *sync.WaitGroup) {
 		t.Fatalf("callers still wait a minute on (%d of them queued): a request was left with no flusher", g.Waiting())
 	}
 }
+
+// Staged: the next batch starts once the batch running calls Release, while that batch still
+// runs (its COMMIT), and not before: at most one batch is before its Release, and the callers that
+// came meanwhile form one batch.
+func TestStagedBatchStartsWhenTheOneBeforeReleases(t *testing.T) {
+	t.Parallel()
+	entered, released, finish := make(chan []int, 4), make(chan struct{}), make(chan struct{})
+	g := &groupcommit.Group[int, int]{Staged: true, Flushers: 4, Run: func(ctx context.Context, batch []int) ([]int, error) {
+		entered <- slices.Clone(batch)
+		if batch[0] == 1 {
+			<-released
+			groupcommit.Release(ctx)
+			groupcommit.Release(ctx) // a second call is a no-op
+			<-finish
+		}
+		return slices.Clone(batch), nil
+	}}
+	answers := make(chan answer, 3)
+	do := func(r int) {
+		go func() {
+			res, err := g.Do(context.Background(), r)
+			answers <- answer{r, res, err}
+		}()
+	}
+	do(1)
+	if b := <-entered; !slices.Equal(b, []int{1}) {
+		t.Fatalf("first batch %v", b)
+	}
+	do(2)
+	do(3)
+	testutil.Eventually(t, 10*time.Second, "two requests wait", func() bool { return g.Waiting() == 2 })
+	select {
+	case b := <-entered:
+		t.Fatalf("batch %v started before the first released", b)
+	default:
+	}
+	close(released)
+	// The first batch is still running (it waits for finish): the second starts beside it.
+	var b []int
+	select {
+	case b = <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no second batch while the first, released, still runs")
+	}
+	slices.Sort(b)
+	if !slices.Equal(b, []int{2, 3}) {
+		t.Fatalf("second batch %v, want [2 3]", b)
+	}
+	for range 2 {
+		if a := <-answers; a.err != nil || a.res != a.req {
+			t.Errorf("answer %+v", a)
+		}
+	}
+	close(finish)
+	if a := <-answers; a.req != 1 || a.err != nil || a.res != 1 {
+		t.Errorf("answer %+v", a)
+	}
+}
+
+// Staged, a batch that never calls Release holds its stage until its Run returns, as with one
+// flusher; and Release on a context no Staged batch runs on does nothing.
+func TestStagedBatchWithoutReleaseHoldsItsStage(t *testing.T) {
+	t.Parallel()
+	groupcommit.Release(context.Background())
+	gt := newGate()
+	g := &groupcommit.Group[int, int]{Staged: true, Flushers: 4, Run: gt.run}
+	answers := lineUp(t, g, gt, context.Background(), 1, 2, 3)
+	if got := gt.seen(); len(got) != 1 {
+		t.Fatalf("batches %v while the first runs without a Release", got)
+	}
+	close(gt.release)
+	for range 3 {
+		if a := <-answers; a.err != nil || a.res != 2*a.req {
+			t.Errorf("answer %+v", a)
+		}
+	}
+	if got := gt.seen(); len(got) != 2 || !slices.Equal(got[1], []int{2, 3}) {
+		t.Fatalf("batches %v", got)
+	}
+}
+
+// Staged, under many callers: each gets its own result once, at most one batch is before its
+// Release at any time, at most Flushers run at once, and none is left waiting.
+func TestStagedConcurrentCallers(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	running, first, most, mostFirst := 0, 0, 0, 0
+	ran := map[int]int{}
+	g := &groupcommit.Group[int, int]{MaxRows: 7, Flushers: 3, Staged: true}
+	g.Run = func(ctx context.Context, batch []int) ([]int, error) {
+		mu.Lock()
+		running, first = running+1, first+1
+		most, mostFirst = max(most, running), max(mostFirst, first)
+		for _, r := range batch {
+			ran[r]++
+		}
+		mu.Unlock()
+		time.Sleep(200 * time.Microsecond) // let callers pile up behind the batch
+		mu.Lock()
+		first--
+		mu.Unlock()
+		if len(batch)%2 == 0 {
+			groupcommit.Release(ctx) // some batches hold their stage to the end
+		}
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return slices.Clone(batch), nil
+	}
+	const callers = 400
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for r := range callers {
+		wg.Go(func() {
+			<-start
+			if res, err := g.Do(context.Background(), r); err != nil || res != r {
+				t.Errorf("request %d: got %d, %v", r, res, err)
+			}
+		})
+	}
+	close(start)
+	waitAll(t, g, &wg)
+	for r := range callers {
+		if ran[r] != 1 {
+			t.Errorf("request %d ran %d times", r, ran[r])
+		}
+	}
+	if most > 3 || mostFirst > 1 {
+		t.Errorf("%d batches at once, %d before their Release; want at most 3 and 1", most, mostFirst)
+	}
+	if g.Waiting() != 0 {
+		t.Errorf("%d requests left waiting", g.Waiting())
+	}
+}

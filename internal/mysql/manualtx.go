@@ -41,9 +41,9 @@ type manualConn struct {
 }
 
 const (
-	// maxManualIdle bounds the connections kept: one per keyed group in flight (one flusher by
-	// default, internal/api).
-	maxManualIdle = 2
+	// maxManualIdle bounds the connections kept: one per keyed group in flight (internal/api's
+	// keyedGroupsInFlight: one running its statements, the others their COMMITs).
+	maxManualIdle = 4
 	// manualIdle is how long a connection is kept unused before it goes back to the pool: long
 	// beside the few milliseconds between two groups of a busy process.
 	manualIdle = time.Second

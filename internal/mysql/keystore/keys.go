@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/groupcommit"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/bucket"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
@@ -79,6 +80,8 @@ var errCarefully = errors.New("some keys may be stored: start again carefully")
 // One transaction for the lot (a group of concurrent requests, internal/api): its statements (four
 // round trips for a group of fresh keys, the COMMIT's included; a few more for one with a stored
 // key) are shared by every create in it. A group whose fast path changed some buckets and not all runs again carefully.
+// Once only its COMMIT is left, it calls groupcommit.Release(ctx): on a Staged group's context
+// the next group starts its statements while this one commits (a no-op on any other context).
 func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, creates []exactlyonce.KeyedCreate) ([]exactlyonce.KeyedResult, error) {
 	if len(creates) == 0 {
 		return nil, nil
@@ -115,6 +118,11 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 		return s.core.InManualTx(ctx, func(tx mysql.Conn) error {
 			var err error
 			results, err = s.createKeyed(ctx, tx, waitUntil, opt.TTL, creates, ids, careful)
+			if err == nil {
+				// Only the COMMIT is left: the next group may run its statements meanwhile, and
+				// the two commits share the log's flush (groupcommit.Group.Staged, internal/api).
+				groupcommit.Release(ctx)
+			}
 			return err
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/groupcommit"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/keystore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
@@ -323,4 +324,55 @@ func TestKeyDirectoriesHoldOneEntryPerStoredKey(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, replay[0].Created)
 	require.Equal(t, again[0].Record.EventID, replay[0].Record.EventID, "the row that expires last answers")
+}
+
+// A keyed group lets the next one start (groupcommit.Release) once only its COMMIT is left, so that
+// a process's groups overlap in their commits: here a second group runs, and stores its key, while
+// the first group's Run has not returned; both keys are stored once, each with its event.
+func TestKeyedGroupLetsTheNextStartBeforeItsCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	first, second := keyed("", "first", false, "x"), keyed("", "second", false, "x")
+	firstIn, secondRan := make(chan struct{}), make(chan struct{})
+	g := &groupcommit.Group[exactlyonce.KeyedCreate, exactlyonce.KeyedResult]{Staged: true, Flushers: 2,
+		Run: func(ctx context.Context, batch []exactlyonce.KeyedCreate) ([]exactlyonce.KeyedResult, error) {
+			if batch[0].Key == first.Key {
+				close(firstIn)
+			}
+			res, err := store.Keys.CreateKeyed(ctx, keyOpts, batch)
+			if batch[0].Key == first.Key {
+				select {
+				case <-secondRan:
+				case <-time.After(30 * time.Second):
+					t.Error("the second group did not run while the first's had not returned: CreateKeyed never released it")
+				}
+			} else {
+				close(secondRan)
+			}
+			return res, err
+		}}
+	results := make(chan exactlyonce.KeyedResult, 2)
+	var wg sync.WaitGroup
+	for _, c := range []exactlyonce.KeyedCreate{first, second} {
+		wg.Go(func() {
+			r, err := g.Do(ctx, c)
+			require.NoError(t, err)
+			results <- r
+		})
+		if c.Key == first.Key {
+			<-firstIn // the second request comes while the first group runs
+		}
+	}
+	wg.Wait()
+	close(results)
+	for r := range results {
+		require.True(t, r.Created)
+	}
+	n, err := store.Events.Count(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	again, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{first, second})
+	require.NoError(t, err)
+	require.False(t, again[0].Created || again[1].Created, "both keys stored")
 }
