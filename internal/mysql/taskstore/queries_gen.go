@@ -88,6 +88,10 @@ UNION ALL
 SELECT 1, NULL, entries FROM reference_directory_log WHERE slot = ? AND col = ?
 UNION ALL
 SELECT 2, NULL, /*column*/ FROM reference_directory WHERE slot = ?`,
+	LaterUnfailedTaskStarted: `SELECT COUNT(*) FROM events
+WHERE routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ? AND position > ?
+  AND (state NOT IN (0, 2) OR attempts > 0) AND state NOT IN (20, 40)
+LIMIT 1`,
 }
 
 // dirQueries holds the statements of directory.sql.
