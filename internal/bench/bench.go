@@ -22,6 +22,8 @@
 //	        references failing (tasks.go)
 //	reads   GET /events/{id} with 10,000,000 processed events beside 10,000, and each store
 //	        operation's mean time at both sizes (reads.go)
+//	archive GET /events/{id} in the window with Config.Archived archived events behind it beside
+//	        none, archived reads beside the local S3's own GET, the database under the move (archive.go)
 //	console the operators' console's reads through its server beside the API alone (console.go)
 //
 // Every database the benchmark creates is a scratch database (bench_...) that it drops when done.
