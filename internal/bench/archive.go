@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -104,6 +106,12 @@ func runArchive(ctx context.Context, r *run, group string) error {
 				}
 				r.add(Row{Group: group, Name: fmt.Sprintf("reads_archive_load_%d_s", behind), Value: time.Since(t0).Seconds(), Unit: "s",
 					Note: fmt.Sprintf("%d processed events written to the local S3 as %d page objects", behind, behind/10_000)})
+				used, files, err := diskUsage(dir)
+				if err != nil {
+					return err
+				}
+				r.add(Row{Group: group, Name: fmt.Sprintf("reads_archive_disk_%d_gb", behind), Value: float64(used) / 1e9, Unit: "GB",
+					Note: fmt.Sprintf("the local S3's files (objects and their metadata) for %d archived events: %d files, the blocks they take", behind, files)})
 			}
 			d.first, err = mysqltest.LoadPackedHistory(ctx, pool, window, nil)
 			return err
@@ -333,4 +341,25 @@ func archiveDiskNeed(dir string, n int64) (need, free int64, err error) {
 	pageObjects := (n+pages.Size-1)/pages.Size + 1
 	need = objects + pageObjects*metadata
 	return need + need/10 + 1<<30, int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+// diskUsage returns the bytes of the blocks the files under dir take, and how many files there are.
+func diskUsage(dir string) (used, files int64, err error) {
+	err = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		files++
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			used += st.Blocks * 512
+		} else {
+			used += info.Size()
+		}
+		return nil
+	})
+	return used, files, err
 }
