@@ -5,8 +5,9 @@
 #   make bench-smoke           the same as BENCH=smoke
 #
 # BENCH_OUT names the JSON file (default bench-results.json, git-ignored); BENCH_GROUPS=alloc,claim
-# runs only some groups. Needs MariaDB (`make db`), goaws (`make sqslocal`) and gofakes3 (`make s3local`),
-# which it builds.
+# runs only some groups; BENCH_ARCHIVED=<events> sizes the archive group's archived history (default
+# 20000000; about 62 bytes of disk each under TMPDIR, checked before it writes: docs/performance.md).
+# Needs MariaDB (`make db`), goaws (`make sqslocal`) and gofakes3 (`make s3local`), which it builds.
 BENCH ?= full
 BENCH_OUT ?= bench-results.json
 

@@ -3,7 +3,9 @@
 //
 //	BENCH=full|smoke     how long (default full; smoke takes seconds and judges no targets)
 //	BENCH_OUT=file.json  where the JSON goes (default bench-results.json)
-//	BENCH_GROUPS=a,b     run only these groups (alloc, claim, count, drain, agents, async, idem, api, lambda, counters, tasks, reads)
+//	BENCH_GROUPS=a,b     run only these groups (alloc, claim, count, drain, agents, async, idem, api, lambda, counters, tasks, reads, archive, console)
+//	BENCH_ARCHIVED=n     the archive group's archived events behind its window (default 20000000;
+//	                     about 60 bytes of disk each under TMPDIR, checked before it starts)
 //	BENCH_DB_DSN=dsn     the server to create scratch databases on (default: the `make db` server)
 //	SQSLOCAL_BIN=path    the goaws binary (default bin/sqslocal)
 //	BENCH_CPUPROFILE=f   write this process's CPU profile (the API, processor and load generator) to f
@@ -21,6 +23,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -53,6 +56,13 @@ func run(ctx context.Context) error {
 		ServerDSN: cmp.Or(os.Getenv("BENCH_DB_DSN"), config.LocalServerDSN), // its scratch databases are made and dropped there
 		SQSLocal:  cmp.Or(os.Getenv("SQSLOCAL_BIN"), filepath.Join(root, "bin", "sqslocal")),
 		RepoRoot:  root,
+	}
+	if a := os.Getenv("BENCH_ARCHIVED"); a != "" {
+		n, err := strconv.ParseInt(strings.ReplaceAll(a, "_", ""), 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("BENCH_ARCHIVED=%q: want a positive number of events", a)
+		}
+		cfg.Archived = n
 	}
 	if g := os.Getenv("BENCH_GROUPS"); g != "" {
 		cfg.Groups = strings.Split(g, ",")

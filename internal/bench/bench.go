@@ -22,6 +22,8 @@
 //	        references failing (tasks.go)
 //	reads   GET /events/{id} with 10,000,000 processed events beside 10,000, and each store
 //	        operation's mean time at both sizes (reads.go)
+//	archive GET /events/{id} in the window with Config.Archived archived events behind it beside
+//	        none, archived reads beside the local S3's own GET, the database under the move (archive.go)
 //	console the operators' console's reads through its server beside the API alone (console.go)
 //
 // Every database the benchmark creates is a scratch database (bench_...) that it drops when done.
@@ -69,12 +71,15 @@ type Config struct {
 	RepoRoot string
 	// Groups restricts the run to these groups (default: all, in the order of AllGroups).
 	Groups []string
+	// Archived is how many archived events the archive group writes behind its window (default:
+	// 20,000,000 in full mode, 200,000 in smoke; about 60 bytes of disk each, checked before).
+	Archived int64
 	// Progress receives progress lines while the run goes (default os.Stderr).
 	Progress io.Writer
 }
 
 // AllGroups lists the groups in the order they run.
-var AllGroups = []string{"alloc", "claim", "count", "drain", "agents", "async", "idem", "api", "lambda", "counters", "tasks", "reads", "console"}
+var AllGroups = []string{"alloc", "claim", "count", "drain", "agents", "async", "idem", "api", "lambda", "counters", "tasks", "reads", "archive", "console"}
 
 // Row is one figure. Ratios name the row they were divided by in Reference.
 type Row struct {
@@ -205,10 +210,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	funcs := map[string]func(context.Context, *run) error{
 		"alloc": runAlloc, "claim": runClaim, "count": runCount, "drain": runDrain, "agents": runAgents, "async": runAsync,
 		"idem": runIdem, "api": runAPI, "lambda": runLambda,
-		"counters": runCounters, // counters.go
-		"tasks":    runTasks,    // tasks.go
-		"reads":    runReads,    // reads.go
-		"console":  runConsole,  // console.go
+		"counters": runCounters,                                                                      // counters.go
+		"tasks":    runTasks,                                                                         // tasks.go
+		"reads":    runReads,                                                                         // reads.go
+		"archive":  func(ctx context.Context, r *run) error { return runArchive(ctx, r, "archive") }, // archive.go
+		"console":  runConsole,                                                                       // console.go
 	}
 	for _, g := range AllGroups {
 		if !slices.Contains(groups, g) {

@@ -222,10 +222,7 @@ func runReads(ctx context.Context, r *run) error {
 	}
 	smallDB.stop()
 	bigDB.stop()
-	if err := packBacklog(ctx, r, group, pick[int64](r, 1_000_000, 50_000)); err != nil {
-		return err
-	}
-	return runArchive(ctx, r, group)
+	return packBacklog(ctx, r, group, pick[int64](r, 1_000_000, 50_000))
 }
 
 // packBacklog measures how long the sweeper's pack takes to pack a history of n folded events that
