@@ -52,9 +52,12 @@ type Store interface {
 // TaskStore is what the delivery of tasks needs of the tasks' store (internal/mysql/taskstore
 // implements it).
 type TaskStore interface {
-	// SettleTasks records the outcomes of delivery attempts of tasks leased to claim c, and hands
-	// each reference whose task settled on to its next task (leased to c when chain is set).
-	SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error)
+	// SettleTasksDrafting records the outcomes of delivery attempts of tasks leased to claim c, and
+	// hands each reference whose task settled on to its next task (leased to c when chain is set);
+	// with draft, it gives the tasks it hands on behind an event worker with no room the workers
+	// draft drafts, in the same transaction (exactlyonce.DraftWorkers).
+	SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool,
+		draft *exactlyonce.DraftWorkers) (exactlyonce.TaskSettlement, error)
 }
 
 // Reporter hears, from the process itself, of every settlement its engine makes: the exactly-once

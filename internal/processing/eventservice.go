@@ -117,6 +117,82 @@ func (s *EventService) assign(ctx context.Context, claimID string, tasks []exact
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.init()
+	d := s.draftLocked(tasks)
+	if len(d.named) == 0 {
+		return tasks, nil
+	}
+	if err := s.Store.AssignWorkers(ctx, claimID, s.agent(), d.a); err != nil {
+		var conflict *exactlyonce.WorkerConflictError
+		if errors.As(err, &conflict) {
+			// Adopted by another agent (this one was ejected), or done: no longer this service's.
+			s.forget(conflict.WorkerID)
+		}
+		return nil, err
+	}
+	s.applyLocked(d)
+	out := make([]exactlyonce.Event, len(tasks))
+	for i, t := range tasks {
+		if w, ok := d.named[t.ID]; ok {
+			task := *t.Task
+			task.WorkerID = w
+			t.Task = &task
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// maxDraftConflicts is how many times settleDrafting runs a settlement again after its drafted
+// growth met a worker that is no longer this service's, before it runs it with no draft (its tasks
+// are then handed on with no worker, and assigned as a claim's are).
+const maxDraftConflicts = 3
+
+// settleDrafting runs settle, a chaining settlement of a claim's tasks, with a DraftWorkers of this
+// service's (exactlyonce.DraftWorkers): the tasks it hands on behind a worker with no room get
+// theirs in the settlement's own transaction, drafted as assign drafts a claim's. The service's lock
+// is held across the settlement, taken before its transaction begins (as assign's), so that its
+// drafts are decided one at a time with its assignments, and no transaction that holds rows ever
+// waits for the lock. The draft is remembered once the settlement committed. A conflict (a worker
+// adopted by another agent, or done) forgets the worker and runs the settlement again.
+func (s *EventService) settleDrafting(settle func(*exactlyonce.DraftWorkers) (exactlyonce.TaskSettlement, error)) (exactlyonce.TaskSettlement, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	for attempt := 0; ; attempt++ {
+		var last *assignment
+		dw := &exactlyonce.DraftWorkers{Agent: s.agent(), Draft: func(tasks []exactlyonce.Event) exactlyonce.WorkerAssignment {
+			last = s.draftLocked(tasks) // called once in every run of the transaction: the last is the one committed
+			return last.a
+		}}
+		if attempt >= maxDraftConflicts {
+			dw = nil
+		}
+		res, err := settle(dw)
+		var conflict *exactlyonce.WorkerConflictError
+		if dw != nil && errors.As(err, &conflict) {
+			s.forget(conflict.WorkerID)
+			continue
+		}
+		if err == nil && last != nil {
+			s.applyLocked(last)
+		}
+		return res, err
+	}
+}
+
+// assignment is an assignment as draftLocked decided it, to be written, then remembered
+// (applyLocked).
+type assignment struct {
+	drafts   map[string]*draft
+	refDraft map[string]*draft
+	named    map[int64]string
+	a        exactlyonce.WorkerAssignment
+}
+
+// draftLocked decides the event worker of each task that has a reference and no worker: its
+// reference's, if that one has room, else one with room, else a new one. It writes and remembers
+// nothing; s.mu is held.
+func (s *EventService) draftLocked(tasks []exactlyonce.Event) *assignment {
 	drafts := map[string]*draft{}
 	var fresh []*draft
 	draftOf := func(w *eventWorker) *draft {
@@ -167,8 +243,10 @@ func (s *EventService) assign(ctx context.Context, claimID string, tasks []exact
 		a.Tasks[d.id] = append(a.Tasks[d.id], t.ID)
 		named[t.ID] = d.id
 	}
+	out := &assignment{drafts: drafts, refDraft: refDraft, named: named}
 	if len(named) == 0 {
-		return tasks, nil
+		out.a = exactlyonce.WorkerAssignment{}
+		return out
 	}
 	for _, d := range drafts {
 		if d.isNew {
@@ -179,36 +257,27 @@ func (s *EventService) assign(ctx context.Context, claimID string, tasks []exact
 			a.Grow = append(a.Grow, exactlyonce.WorkerGrowth{ID: d.id, AddTasks: d.add, References: d.refs, WillTerminate: d.will})
 		}
 	}
-	if err := s.Store.AssignWorkers(ctx, claimID, s.agent(), a); err != nil {
-		var conflict *exactlyonce.WorkerConflictError
-		if errors.As(err, &conflict) {
-			// Adopted by another agent (this one was ejected), or done: no longer this service's.
-			s.forget(conflict.WorkerID)
-		}
-		return nil, err
+	out.a = a
+	return out
+}
+
+// applyLocked remembers an assignment once it is written; s.mu is held.
+func (s *EventService) applyLocked(d *assignment) {
+	if len(d.named) == 0 {
+		return
 	}
-	for _, d := range drafts {
-		w, ok := s.workers[d.id]
+	for _, dr := range d.drafts {
+		w, ok := s.workers[dr.id]
 		if !ok {
-			w = &eventWorker{id: d.id}
-			s.workers[d.id] = w
+			w = &eventWorker{id: dr.id}
+			s.workers[dr.id] = w
 			s.order = append(s.order, w)
 		}
-		w.refs, w.willTerminate = d.refs, d.will
+		w.refs, w.willTerminate = dr.refs, dr.will
 	}
-	for ref, d := range refDraft {
-		s.byRef[ref] = s.workers[d.id]
+	for ref, dr := range d.refDraft {
+		s.byRef[ref] = s.workers[dr.id]
 	}
-	out := make([]exactlyonce.Event, len(tasks))
-	for i, t := range tasks {
-		if w, ok := named[t.ID]; ok {
-			task := *t.Task
-			task.WorkerID = w
-			t.Task = &task
-		}
-		out[i] = t
-	}
-	return out, nil
 }
 
 func (s *EventService) forget(id string) {

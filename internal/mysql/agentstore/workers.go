@@ -159,33 +159,15 @@ func expandStrings(q string, ss []string) (string, []any) {
 // it with a *exactlyonce.WorkerConflictError naming the worker.
 func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
 	var conflict string
-	// GrowWorkers grows no full worker, and a new worker is grown in the assignment that makes it:
-	// it is inserted with room, and full (willTerminate) only by its growth, which comes after.
-	grown := map[string]bool{}
-	for _, g := range a.Grow {
-		grown[g.ID] = true
-	}
-	newFull := map[string]bool{}
 	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
-		for _, w := range a.New {
-			refs, err := json.Marshal(nonNil(w.References))
-			if err != nil {
-				return err
-			}
-			will := w.WillTerminate
-			if grown[w.ID] {
-				newFull[w.ID], will = will, false
-			}
-			if _, err := tx.ExecContext(ctx, queries.InsertWorker, w.ID, w.AgentID, will, w.MaxReferenceCount,
-				len(w.References), string(refs), w.FirstHash); err != nil {
-				return err
-			}
+		if err := insertWorkers(ctx, tx, a); err != nil {
+			return err
 		}
 		if err := assignTasks(ctx, tx, claimID, a.Tasks); err != nil {
 			return err
 		}
 		var err error
-		conflict, err = growWorkers(ctx, tx, agent, a.Grow, newFull)
+		conflict, err = growWorkers(ctx, tx, agent, a.Grow, newFull(a))
 		if err == nil && conflict != "" {
 			err = errWorkerConflict
 		}
@@ -195,6 +177,60 @@ func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, 
 		return &exactlyonce.WorkerConflictError{WorkerID: conflict}
 	}
 	return mysql.Interpret("assign event workers", err)
+}
+
+// WriteDraft writes, in tx (a chaining settlement's, taskstore's SettleTasks), an assignment that
+// an EventService drafted for the tasks the settlement promotes (exactlyonce.DraftWorkers): the new
+// workers and the workers' growth, as AssignWorkers writes them; the tasks' worker is the
+// settlement's to name, in the statement that promotes them. A grown worker that is done, unknown
+// or run by another agent returns a *exactlyonce.WorkerConflictError naming it, and the caller
+// rolls tx back: the growth of the others is written already.
+func WriteDraft(ctx context.Context, tx *sql.Tx, agent int64, a exactlyonce.WorkerAssignment) error {
+	if err := insertWorkers(ctx, tx, a); err != nil {
+		return err
+	}
+	conflict, err := growWorkers(ctx, tx, agent, a.Grow, newFull(a))
+	if err == nil && conflict != "" {
+		return &exactlyonce.WorkerConflictError{WorkerID: conflict}
+	}
+	return err
+}
+
+// newFull names the new workers of a that a's growth makes full: GrowWorkers grows no full worker,
+// and a new worker is grown in the assignment that makes it, so it is inserted with room
+// (insertWorkers) and made full by its growth, which comes after.
+func newFull(a exactlyonce.WorkerAssignment) map[string]bool {
+	grown := map[string]bool{}
+	for _, g := range a.Grow {
+		grown[g.ID] = true
+	}
+	full := map[string]bool{}
+	for _, w := range a.New {
+		if grown[w.ID] {
+			full[w.ID] = w.WillTerminate
+		}
+	}
+	return full
+}
+
+// insertWorkers inserts a's new workers (InsertWorker), each with room if a grows it (newFull).
+func insertWorkers(ctx context.Context, tx *sql.Tx, a exactlyonce.WorkerAssignment) error {
+	grown := map[string]bool{}
+	for _, g := range a.Grow {
+		grown[g.ID] = true
+	}
+	for _, w := range a.New {
+		refs, err := json.Marshal(nonNil(w.References))
+		if err != nil {
+			return err
+		}
+		will := w.WillTerminate && !grown[w.ID]
+		if _, err := tx.ExecContext(ctx, queries.InsertWorker, w.ID, w.AgentID, will, w.MaxReferenceCount,
+			len(w.References), string(refs), w.FirstHash); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 var errWorkerConflict = errors.New("event worker conflict")
