@@ -26,6 +26,18 @@ type WorkerStore interface {
 	AgentsAt(ctx context.Context) ([]exactlyonce.Agent, time.Time, error)
 }
 
+// DraftingStore is a WorkerStore whose registry is the one the event and task stores write in their
+// own transactions (agentstore's): over one, an EventService gives the tasks a claim leases and the
+// tasks a settlement hands on their event workers in that claim's or settlement's transaction
+// (exactlyonce.DraftWorkers), with no assignment's transaction of their own. Over any other
+// WorkerStore (a registry of its own, a test's wrapper) it writes every assignment through
+// AssignWorkers, in a transaction of its own.
+type DraftingStore interface {
+	WorkerStore
+	// DraftsInTransactions says that the drafts the event and task stores write are this registry's.
+	DraftsInTransactions() bool
+}
+
 // DefaultMaxReferences is an event worker's default maxReferenceCount (WORKER_MAX_REFERENCES).
 const DefaultMaxReferences = 100
 
@@ -142,19 +154,23 @@ func (s *EventService) assign(ctx context.Context, claimID string, tasks []exact
 	return out, nil
 }
 
-// maxDraftConflicts is how many times settleDrafting runs a settlement again after its drafted
-// growth met a worker that is no longer this service's, before it runs it with no draft (its tasks
-// are then handed on with no worker, and assigned as a claim's are).
+// maxDraftConflicts is how many times drafting runs a transaction again after its drafted growth
+// met a worker that is no longer this service's, before it runs it with no draft (its tasks then
+// have no worker, and get theirs in an assignment of their own, as before the drafts).
 const maxDraftConflicts = 3
 
-// settleDrafting runs settle, a chaining settlement of a claim's tasks, with a DraftWorkers of this
-// service's (exactlyonce.DraftWorkers): the tasks it hands on behind a worker with no room get
-// theirs in the settlement's own transaction, drafted as assign drafts a claim's. The service's lock
-// is held across the settlement, taken before its transaction begins (as assign's), so that its
-// drafts are decided one at a time with its assignments, and no transaction that holds rows ever
-// waits for the lock. The draft is remembered once the settlement committed. A conflict (a worker
-// adopted by another agent, or done) forgets the worker and runs the settlement again.
-func (s *EventService) settleDrafting(settle func(*exactlyonce.DraftWorkers) (exactlyonce.TaskSettlement, error)) (exactlyonce.TaskSettlement, error) {
+// drafting runs write, a transaction that gives tasks their event workers as it writes them (a
+// claim's, which leases them; a chaining settlement's, which hands them on behind a worker with no
+// room), with a DraftWorkers of s's (exactlyonce.DraftWorkers): the drafts are decided as assign
+// decides a claim's, and written in that transaction, with no assignment's transaction of their
+// own. s's lock is held across it, taken before the transaction begins (as assign takes it), so
+// that s's drafts and assignments are decided one at a time, and no transaction that holds rows
+// ever waits for the lock. The draft of the run that committed is remembered. A conflict (a worker
+// another agent adopted, or done) forgets the worker and runs write again.
+func drafting[T any](s *EventService, write func(*exactlyonce.DraftWorkers) (T, error)) (T, error) {
+	if !s.drafts() {
+		return write(nil)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.init()
@@ -167,7 +183,7 @@ func (s *EventService) settleDrafting(settle func(*exactlyonce.DraftWorkers) (ex
 		if attempt >= maxDraftConflicts {
 			dw = nil
 		}
-		res, err := settle(dw)
+		res, err := write(dw)
 		var conflict *exactlyonce.WorkerConflictError
 		if dw != nil && errors.As(err, &conflict) {
 			s.forget(conflict.WorkerID)
@@ -178,6 +194,13 @@ func (s *EventService) settleDrafting(settle func(*exactlyonce.DraftWorkers) (ex
 		}
 		return res, err
 	}
+}
+
+// drafts tells whether s drafts its tasks' event workers in the transactions of the event and task
+// stores (DraftingStore).
+func (s *EventService) drafts() bool {
+	d, ok := s.Store.(DraftingStore)
+	return ok && d.DraftsInTransactions()
 }
 
 // assignment is an assignment as draftLocked decided it, to be written, then remembered

@@ -14,6 +14,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/agentstore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -437,6 +438,8 @@ func TestAFailedAssignmentSettlesNothingWithoutAWorker(t *testing.T) {
 	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks))
 }
 
+var _ processing.DraftingStore = (*agentstore.Store)(nil)
+
 // countingAssignments is the registry's store counting the assignments written through it
 // (AssignWorkers: each a transaction of its own).
 type countingAssignments struct {
@@ -444,19 +447,26 @@ type countingAssignments struct {
 	n atomic.Int64
 }
 
+// DraftsInTransactions is the store's: the drafts written in the claims' and settlements'
+// transactions are its registry's, and are not counted.
+func (c *countingAssignments) DraftsInTransactions() bool {
+	return c.WorkerStore.(processing.DraftingStore).DraftsInTransactions()
+}
+
 func (c *countingAssignments) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
 	c.n.Add(1)
 	return c.WorkerStore.AssignWorkers(ctx, claimID, agent, a)
 }
 
-// The tasks a settlement hands on to its claim behind a full event worker get their event worker in
-// the settlement's own transaction, not in an assignment of their own after it: one claim of 6
-// heads (WORKER_MAX_REFERENCES=2, so its three workers are full at once) delivers all 24 tasks
-// through one assignment, the claim's, every task handed on joins a worker with room or a new one
-// (never a full one), every full worker is done, and the books are exact. Before, every settlement
-// that handed tasks on behind a full worker wrote an assignment of its own after it commits (here 3
-// more: 4 assignments).
-func TestTasksHandedOnBehindAFullWorkerJoinOneInTheSettlement(t *testing.T) {
+// A claim's tasks get their event workers in the claim's own transaction, and the tasks a
+// settlement hands on to the claim behind a full event worker in the settlement's, not in
+// assignments of their own: one claim of 6 heads (WORKER_MAX_REFERENCES=2, so its three workers are
+// full at once) delivers all 24 tasks with no assignment written apart, every task handed on joins
+// a worker with room or a new one (never a full one), every full worker is done, and the books are
+// exact. Before, the claim's tasks had an assignment of their own after the claim, and so had the
+// tasks handed on by every settlement that handed some on behind a full worker (here 4
+// assignments; 1 with the settlements' drafts alone).
+func TestTasksGetTheirEventWorkersInTheClaimAndTheSettlements(t *testing.T) {
 	t.Parallel()
 	const refs, perRef = 6, 4
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
@@ -471,7 +481,7 @@ func TestTasksHandedOnBehindAFullWorkerJoinOneInTheSettlement(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, refs, b.Claimed, "the heads")
 	require.Equal(t, refs*perRef, b.Settled, "every task, handed on from head to head within the claim")
-	require.Equal(t, int64(1), registry.n.Load(), "one assignment, the claim's: the tasks handed on got theirs in the settlements")
+	require.Zero(t, registry.n.Load(), "no assignment apart: the heads got their workers in the claim, the tasks handed on in the settlements")
 	rec.mu.Lock()
 	require.Empty(t, rec.early)
 	for r := 0; r < refs; r++ {
@@ -501,7 +511,9 @@ func TestTasksHandedOnBehindAFullWorkerJoinOneInTheSettlement(t *testing.T) {
 // rolled back and runs again, the service forgets the worker, and the task joins a new one. The
 // delivery is settled once, the adopted worker is left as its adopter has it, the books are exact.
 // WORKER_MAX_REFERENCES=3: a, b and c fill the first worker, d starts a second with room; a/0 is
-// held until d/0 has settled and the second worker is adopted.
+// held until d/0 has settled and the second worker is adopted. Then the same for a claim: the
+// worker a/1 joined is adopted too, and the next claim, of e/0, drafts e into it, is refused, runs
+// again and gives e a new worker.
 func TestADraftIntoAnAdoptedWorkerRunsTheSettlementAgain(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
@@ -573,6 +585,25 @@ func TestADraftIntoAnAdoptedWorkerRunsTheSettlementAgain(t *testing.T) {
 	require.Equal(t, []string{"d"}, after.References, "the adopted worker is as its adopter has it")
 	require.Equal(t, int64(1), after.TasksCompleted)
 	require.NotContains(t, e.Workers.Workers(), roomy.ID, "the service forgot the worker it lost")
+
+	adopted, err = store.Agents.AdoptWorker(ctx, worker, 1, 2)
+	require.NoError(t, err)
+	require.True(t, adopted)
+	payload, _ := json.Marshal(orderPayload{Ref: "e", Seq: 0})
+	got, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{{URL: srv.URL + "/hook", Payload: payload, ReferenceID: "e"}})
+	require.NoError(t, err)
+	ids = append(ids, got[0].ID)
+	b, err := e.ProcessDue(ctx, 0, 50)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.Settled)
+	var eWorker string
+	require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT worker_id FROM events WHERE id = ?", got[0].ID).Scan(&eWorker))
+	require.NotContains(t, []string{full.ID, roomy.ID, worker}, eWorker, "e/0 joins a new worker")
+	after, ok, err = store.Agents.Worker(ctx, worker)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []string{"a"}, after.References, "the worker adopted before the claim is as its adopter has it")
+	require.NotContains(t, e.Workers.Workers(), worker, "the service forgot the worker it lost")
 	for _, id := range ids {
 		ev, err := store.Events.Get(ctx, id)
 		require.NoError(t, err)

@@ -321,7 +321,7 @@ func (st *taskSettler) flush(ctx context.Context, group []settleRequest) {
 		// The tasks handed on behind a full event worker get theirs in the settlement's transaction,
 		// not in an assignment's of their own after it (assignNext is left for a settlement that
 		// could not draft them).
-		res, err = w.settleDrafting(func(d *exactlyonce.DraftWorkers) (exactlyonce.TaskSettlement, error) {
+		res, err = drafting(w, func(d *exactlyonce.DraftWorkers) (exactlyonce.TaskSettlement, error) {
 			return st.e.TaskStore.SettleTasksDrafting(sctx, st.c, outcomes, chain, d)
 		})
 	} else {

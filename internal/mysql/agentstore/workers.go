@@ -153,31 +153,41 @@ func expandStrings(q string, ss []string) (string, []any) {
 	return strings.Replace(q, "/*ids*/", mysql.Placeholders(len(ss)), 1), args
 }
 
-// AssignWorkers writes an assignment of agent's in one transaction: the new workers, the tasks'
-// worker (only those still leased to claimID: the number assigned must match, or nothing is
-// written), the workers' growth. A grown worker that is done, unknown or run by another agent fails
-// it with a *exactlyonce.WorkerConflictError naming the worker.
+// AssignWorkers writes an assignment of agent's in one transaction (WriteAssignment). A grown worker
+// that is done, unknown or run by another agent fails it with a *exactlyonce.WorkerConflictError
+// naming the worker.
 func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
-	var conflict string
-	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
-		if err := insertWorkers(ctx, tx, a); err != nil {
-			return err
-		}
-		if err := assignTasks(ctx, tx, claimID, a.Tasks); err != nil {
-			return err
-		}
-		var err error
-		conflict, err = growWorkers(ctx, tx, agent, a.Grow, newFull(a))
-		if err == nil && conflict != "" {
-			err = errWorkerConflict
-		}
-		return err
-	})
-	if errors.Is(err, errWorkerConflict) {
-		return &exactlyonce.WorkerConflictError{WorkerID: conflict}
+	var conflict *exactlyonce.WorkerConflictError
+	err := s.core.InTx(ctx, func(tx *sql.Tx) error { return WriteAssignment(ctx, tx, claimID, agent, a) })
+	if errors.As(err, &conflict) {
+		return conflict
 	}
 	return mysql.Interpret("assign event workers", err)
 }
+
+// WriteAssignment writes an assignment of agent's in tx (AssignWorkers', or the claim's that leased
+// the tasks, eventstore's): the new workers, the tasks' worker (only those still leased to claimID:
+// the number assigned must match, or it fails), the workers' growth. A grown worker that is done,
+// unknown or run by another agent returns a *exactlyonce.WorkerConflictError naming it, and the
+// caller rolls tx back: the rest is written already.
+func WriteAssignment(ctx context.Context, tx *sql.Tx, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
+	if err := insertWorkers(ctx, tx, a); err != nil {
+		return err
+	}
+	if err := assignTasks(ctx, tx, claimID, a.Tasks); err != nil {
+		return err
+	}
+	conflict, err := growWorkers(ctx, tx, agent, a.Grow, newFull(a))
+	if err == nil && conflict != "" {
+		return &exactlyonce.WorkerConflictError{WorkerID: conflict}
+	}
+	return err
+}
+
+// DraftsInTransactions says that this store's registry is the one the event and task stores write
+// an EventService's drafts to (WriteAssignment in a claim's transaction, WriteDraft in a
+// settlement's): processing.DraftingStore.
+func (s *Store) DraftsInTransactions() bool { return true }
 
 // WriteDraft writes, in tx (a chaining settlement's, taskstore's SettleTasks), an assignment that
 // an EventService drafted for the tasks the settlement promotes (exactlyonce.DraftWorkers): the new
@@ -232,8 +242,6 @@ func insertWorkers(ctx context.Context, tx *sql.Tx, a exactlyonce.WorkerAssignme
 	}
 	return nil
 }
-
-var errWorkerConflict = errors.New("event worker conflict")
 
 // maxAssignIDs bounds the tasks of one AssignTasks statement: about 8 bytes of text each, twice
 // (in its worker's case and in the guard), under the 16 KB past which RDS Proxy pins a session.
