@@ -514,7 +514,7 @@ func TestTasksGetTheirEventWorkersInTheClaimAndTheSettlements(t *testing.T) {
 // held until d/0 has settled and the second worker is adopted. Then the same for a claim: the
 // worker a/1 joined is adopted too, and the next claim, of e/0, drafts e into it, is refused, runs
 // again and gives e a new worker.
-func TestADraftIntoAnAdoptedWorkerRunsTheSettlementAgain(t *testing.T) {
+func TestADraftIntoAnAdoptedWorkerRunsItsTransactionAgain(t *testing.T) {
 	t.Parallel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a delivery held at the gate has 2 minutes, and the claim takes a task only with that much left
