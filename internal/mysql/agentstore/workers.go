@@ -223,24 +223,46 @@ func newFull(a exactlyonce.WorkerAssignment) map[string]bool {
 	return full
 }
 
-// insertWorkers inserts a's new workers (InsertWorker), each with room if a grows it (newFull).
+// maxInsertWorkerBytes bounds the references' text one InsertWorker carries (a worker's is up to
+// WORKER_MAX_REFERENCES ids), under the 16 KB past which RDS Proxy pins a session.
+const maxInsertWorkerBytes = 8 << 10
+
+// insertWorkers inserts a's new workers, each with room if a grows it (newFull), in one statement
+// (InsertWorker) per maxInsertWorkerBytes of references: an assignment makes one new worker per
+// WORKER_MAX_REFERENCES references it places, and a claim of a processor's batch of 500 heads made
+// five, each its own round trip.
 func insertWorkers(ctx context.Context, tx *sql.Tx, a exactlyonce.WorkerAssignment) error {
 	grown := map[string]bool{}
 	for _, g := range a.Grow {
 		grown[g.ID] = true
+	}
+	var args []any
+	rows, size := 0, 0
+	flush := func() error {
+		if rows == 0 {
+			return nil
+		}
+		q := strings.Replace(queries.InsertWorker, "/*rows*/",
+			strings.TrimSuffix(strings.Repeat("(?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL), ", rows), ", "), 1)
+		_, err := tx.ExecContext(ctx, q, args...)
+		args, rows, size = args[:0], 0, 0
+		return err
 	}
 	for _, w := range a.New {
 		refs, err := json.Marshal(nonNil(w.References))
 		if err != nil {
 			return err
 		}
-		will := w.WillTerminate && !grown[w.ID]
-		if _, err := tx.ExecContext(ctx, queries.InsertWorker, w.ID, w.AgentID, will, w.MaxReferenceCount,
-			len(w.References), string(refs), w.FirstHash); err != nil {
-			return err
+		if rows > 0 && size+len(refs) > maxInsertWorkerBytes {
+			if err := flush(); err != nil {
+				return err
+			}
 		}
+		will := w.WillTerminate && !grown[w.ID]
+		args = append(args, w.ID, w.AgentID, will, w.MaxReferenceCount, len(w.References), string(refs), w.FirstHash)
+		rows, size = rows+1, size+len(refs)
 	}
-	return nil
+	return flush()
 }
 
 // maxAssignIDs bounds the tasks of one AssignTasks statement: about 8 bytes of text each, twice

@@ -27,13 +27,15 @@
 -- (TestLiveEventWorkerStatementsReadOnlyTheActivePartition checks it with EXPLAIN).
 
 -- name: InsertWorker
--- A new event worker, in the assignment's transaction (the claim's, or the settlement's) (no lock beyond the new row's): id, agent,
--- will_terminate, max references, reference count, references (JSON), first reference's hash. A new
--- worker the same assignment grows is inserted with room (will_terminate 0), and GrowWorkers, which
--- grows no full worker, makes it full.
+-- New event workers, in the assignment's transaction (the claim's, or the settlement's), one
+-- statement for all of them (no lock beyond the new rows'): /*rows*/ is one
+-- (?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL) per worker (id, agent, will_terminate, max
+-- references, reference count, references as JSON, first reference's hash). A new worker the same
+-- assignment grows is inserted with room (will_terminate 0), and GrowWorkers, which grows no full
+-- worker, makes it full.
 INSERT INTO event_workers (worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate,
   tasks_completed, tasks_failed, max_reference_count, is_done, reference_count, reference_ids, first_hash, done_at)
-VALUES (?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL);
+VALUES /*rows*/;
 
 -- name: AssignTasks
 -- Names the event worker of each task leased to a claim, in the claim's transaction (or an
