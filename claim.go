@@ -26,6 +26,12 @@ type Claim struct {
 	// delivers none, or its deadline leaves no time for one), and tasks locked only to be left would
 	// fill the claim's limit ahead of the events it can take. A claim of named events ignores it.
 	SkipTasks bool
+	// Workers, when set, gives the tasks the claim leases that have a reference and no event worker
+	// theirs in the claim's own transaction, as the EventService drafts them (DraftWorkers: Draft is
+	// called once in every run of the transaction, with no task when it leases none); a drafted
+	// growth of a worker that is not Workers.Agent's live worker with room rolls the claim back with
+	// a *WorkerConflictError. Nil: the tasks are leased with the worker they have.
+	Workers *DraftWorkers
 }
 
 // Decide is what a store calls inside a claim's transaction, with the rows it locked as events

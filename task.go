@@ -181,6 +181,18 @@ type WorkerAssignment struct {
 	Tasks map[string][]int64 // worker id: task ids leased to the claim
 }
 
+// DraftWorkers lets a chaining settlement give an event worker to the tasks it promotes behind
+// event workers with no room for them, in its own transaction: Draft is the EventService's
+// assignment of those tasks (each has its ID and its Task's ReferenceID and Hash), drafted once the
+// settlement knows which they are; the settlement writes the drafted workers (New, Grow, guarded by
+// Agent as an assignment's) and names each task's worker (Tasks) in the statement that promotes it.
+// So the tasks handed on to the claim have their event worker with no transaction of their own.
+// Draft may be called again if the transaction is run again; only the last call's draft commits.
+type DraftWorkers struct {
+	Agent int64
+	Draft func(tasks []Event) WorkerAssignment
+}
+
 // WorkerGrowth is a live worker's change in an assignment.
 type WorkerGrowth struct {
 	ID            string

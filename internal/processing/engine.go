@@ -52,9 +52,12 @@ type Store interface {
 // TaskStore is what the delivery of tasks needs of the tasks' store (internal/mysql/taskstore
 // implements it).
 type TaskStore interface {
-	// SettleTasks records the outcomes of delivery attempts of tasks leased to claim c, and hands
-	// each reference whose task settled on to its next task (leased to c when chain is set).
-	SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error)
+	// SettleTasksDrafting records the outcomes of delivery attempts of tasks leased to claim c, and
+	// hands each reference whose task settled on to its next task (leased to c when chain is set);
+	// with draft, it gives the tasks it hands on behind an event worker with no room the workers
+	// draft drafts, in the same transaction (exactlyonce.DraftWorkers).
+	SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool,
+		draft *exactlyonce.DraftWorkers) (exactlyonce.TaskSettlement, error)
 }
 
 // Reporter hears, from the process itself, of every settlement its engine makes: the exactly-once
@@ -114,6 +117,21 @@ func (e *Engine) claim() claimRun {
 	return r
 }
 
+// claimDrafting runs claim, c's transaction: with event workers, when it leases tasks, it gives
+// them their event workers in that transaction (Claim.Workers, drafted by e.Workers), so that their
+// delivery starts with no assignment's transaction of its own (workTasks assigns only what it could
+// not draft).
+func (e *Engine) claimDrafting(c claimRun, claim func(exactlyonce.Claim) (exactlyonce.Claimed, error)) (exactlyonce.Claimed, error) {
+	if e.Workers == nil || !c.tasks {
+		return claim(c.Claim)
+	}
+	return drafting(e.Workers, func(d *exactlyonce.DraftWorkers) (exactlyonce.Claimed, error) {
+		cl := c.Claim
+		cl.Workers = d
+		return claim(cl)
+	})
+}
+
 func (e *Engine) logger() *slog.Logger { return cmp.Or(e.Logger, slog.Default()) }
 
 // delivers tells whether the engine delivers tasks.
@@ -136,7 +154,9 @@ func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactly
 		return out, nil
 	}
 	c := e.claim()
-	claimed, err := e.Store.ClaimIDs(ctx, c.Claim, ids, c.decide)
+	claimed, err := e.claimDrafting(c, func(cl exactlyonce.Claim) (exactlyonce.Claimed, error) {
+		return e.Store.ClaimIDs(ctx, cl, ids, c.decide)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +271,9 @@ func (e *Engine) ProcessDueIn(ctx context.Context, grace time.Duration, limit in
 	c.Range = r
 	c.tasks = c.delivers && e.Tasks.timeFor(ctx)
 	c.SkipTasks = !c.tasks
-	claimed, err := e.Store.ClaimDue(ctx, c.Claim, grace, limit, c.decide)
+	claimed, err := e.claimDrafting(c, func(cl exactlyonce.Claim) (exactlyonce.Claimed, error) {
+		return e.Store.ClaimDue(ctx, cl, grace, limit, c.decide)
+	})
 	if err != nil {
 		return Batch{}, err
 	}

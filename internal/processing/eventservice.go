@@ -26,6 +26,18 @@ type WorkerStore interface {
 	AgentsAt(ctx context.Context) ([]exactlyonce.Agent, time.Time, error)
 }
 
+// DraftingStore is a WorkerStore whose registry is the one the event and task stores write in their
+// own transactions (agentstore's): over one, an EventService gives the tasks a claim leases and the
+// tasks a settlement hands on their event workers in that claim's or settlement's transaction
+// (exactlyonce.DraftWorkers), with no assignment's transaction of their own. Over any other
+// WorkerStore (a registry of its own, a test's wrapper) it writes every assignment through
+// AssignWorkers, in a transaction of its own.
+type DraftingStore interface {
+	WorkerStore
+	// DraftsInTransactions says that the drafts the event and task stores write are this registry's.
+	DraftsInTransactions() bool
+}
+
 // DefaultMaxReferences is an event worker's default maxReferenceCount (WORKER_MAX_REFERENCES).
 const DefaultMaxReferences = 100
 
@@ -117,6 +129,93 @@ func (s *EventService) assign(ctx context.Context, claimID string, tasks []exact
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.init()
+	d := s.draftLocked(tasks)
+	if len(d.named) == 0 {
+		return tasks, nil
+	}
+	if err := s.Store.AssignWorkers(ctx, claimID, s.agent(), d.a); err != nil {
+		var conflict *exactlyonce.WorkerConflictError
+		if errors.As(err, &conflict) {
+			// Adopted by another agent (this one was ejected), or done: no longer this service's.
+			s.forget(conflict.WorkerID)
+		}
+		return nil, err
+	}
+	s.applyLocked(d)
+	out := make([]exactlyonce.Event, len(tasks))
+	for i, t := range tasks {
+		if w, ok := d.named[t.ID]; ok {
+			task := *t.Task
+			task.WorkerID = w
+			t.Task = &task
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// maxDraftConflicts is how many times drafting runs a transaction again after its drafted growth
+// met a worker that is no longer this service's, before it runs it with no draft (its tasks then
+// have no worker, and get theirs in an assignment of their own, as before the drafts).
+const maxDraftConflicts = 3
+
+// drafting runs write, a transaction that gives tasks their event workers as it writes them (a
+// claim's, which leases them; a chaining settlement's, which hands them on behind a worker with no
+// room), with a DraftWorkers of s's (exactlyonce.DraftWorkers): the drafts are decided as assign
+// decides a claim's, and written in that transaction, with no assignment's transaction of their
+// own. s's lock is held across it, taken before the transaction begins (as assign takes it), so
+// that s's drafts and assignments are decided one at a time, and no transaction that holds rows
+// ever waits for the lock. The draft of the run that committed is remembered. A conflict (a worker
+// another agent adopted, or done) forgets the worker and runs write again.
+func drafting[T any](s *EventService, write func(*exactlyonce.DraftWorkers) (T, error)) (T, error) {
+	if !s.drafts() {
+		return write(nil)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	for attempt := 0; ; attempt++ {
+		var last *assignment
+		dw := &exactlyonce.DraftWorkers{Agent: s.agent(), Draft: func(tasks []exactlyonce.Event) exactlyonce.WorkerAssignment {
+			last = s.draftLocked(tasks) // called once in every run of the transaction: the last is the one committed
+			return last.a
+		}}
+		if attempt >= maxDraftConflicts {
+			dw = nil
+		}
+		res, err := write(dw)
+		var conflict *exactlyonce.WorkerConflictError
+		if dw != nil && errors.As(err, &conflict) {
+			s.forget(conflict.WorkerID)
+			continue
+		}
+		if err == nil && last != nil {
+			s.applyLocked(last)
+		}
+		return res, err
+	}
+}
+
+// drafts tells whether s drafts its tasks' event workers in the transactions of the event and task
+// stores (DraftingStore).
+func (s *EventService) drafts() bool {
+	d, ok := s.Store.(DraftingStore)
+	return ok && d.DraftsInTransactions()
+}
+
+// assignment is an assignment as draftLocked decided it, to be written, then remembered
+// (applyLocked).
+type assignment struct {
+	drafts   map[string]*draft
+	refDraft map[string]*draft
+	named    map[int64]string
+	a        exactlyonce.WorkerAssignment
+}
+
+// draftLocked decides the event worker of each task that has a reference and no worker: its
+// reference's, if that one has room, else one with room, else a new one. It writes and remembers
+// nothing; s.mu is held.
+func (s *EventService) draftLocked(tasks []exactlyonce.Event) *assignment {
 	drafts := map[string]*draft{}
 	var fresh []*draft
 	draftOf := func(w *eventWorker) *draft {
@@ -167,8 +266,10 @@ func (s *EventService) assign(ctx context.Context, claimID string, tasks []exact
 		a.Tasks[d.id] = append(a.Tasks[d.id], t.ID)
 		named[t.ID] = d.id
 	}
+	out := &assignment{drafts: drafts, refDraft: refDraft, named: named}
 	if len(named) == 0 {
-		return tasks, nil
+		out.a = exactlyonce.WorkerAssignment{}
+		return out
 	}
 	for _, d := range drafts {
 		if d.isNew {
@@ -179,36 +280,27 @@ func (s *EventService) assign(ctx context.Context, claimID string, tasks []exact
 			a.Grow = append(a.Grow, exactlyonce.WorkerGrowth{ID: d.id, AddTasks: d.add, References: d.refs, WillTerminate: d.will})
 		}
 	}
-	if err := s.Store.AssignWorkers(ctx, claimID, s.agent(), a); err != nil {
-		var conflict *exactlyonce.WorkerConflictError
-		if errors.As(err, &conflict) {
-			// Adopted by another agent (this one was ejected), or done: no longer this service's.
-			s.forget(conflict.WorkerID)
-		}
-		return nil, err
+	out.a = a
+	return out
+}
+
+// applyLocked remembers an assignment once it is written; s.mu is held.
+func (s *EventService) applyLocked(d *assignment) {
+	if len(d.named) == 0 {
+		return
 	}
-	for _, d := range drafts {
-		w, ok := s.workers[d.id]
+	for _, dr := range d.drafts {
+		w, ok := s.workers[dr.id]
 		if !ok {
-			w = &eventWorker{id: d.id}
-			s.workers[d.id] = w
+			w = &eventWorker{id: dr.id}
+			s.workers[dr.id] = w
 			s.order = append(s.order, w)
 		}
-		w.refs, w.willTerminate = d.refs, d.will
+		w.refs, w.willTerminate = dr.refs, dr.will
 	}
-	for ref, d := range refDraft {
-		s.byRef[ref] = s.workers[d.id]
+	for ref, dr := range d.refDraft {
+		s.byRef[ref] = s.workers[dr.id]
 	}
-	out := make([]exactlyonce.Event, len(tasks))
-	for i, t := range tasks {
-		if w, ok := named[t.ID]; ok {
-			task := *t.Task
-			task.WorkerID = w
-			t.Task = &task
-		}
-		out[i] = t
-	}
-	return out, nil
 }
 
 func (s *EventService) forget(id string) {

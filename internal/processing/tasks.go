@@ -315,7 +315,18 @@ func (st *taskSettler) flush(ctx context.Context, group []settleRequest) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterWorkTimeout)
 	defer cancel()
 	chain := st.cfg.timeFor(ctx)
-	res, err := st.e.TaskStore.SettleTasks(sctx, st.c, outcomes, chain)
+	var res exactlyonce.TaskSettlement
+	var err error
+	if w := st.e.Workers; w != nil && chain {
+		// The tasks handed on behind a full event worker get theirs in the settlement's transaction,
+		// not in an assignment's of their own after it (assignNext is left for a settlement that
+		// could not draft them).
+		res, err = drafting(w, func(d *exactlyonce.DraftWorkers) (exactlyonce.TaskSettlement, error) {
+			return st.e.TaskStore.SettleTasksDrafting(sctx, st.c, outcomes, chain, d)
+		})
+	} else {
+		res, err = st.e.TaskStore.SettleTasksDrafting(sctx, st.c, outcomes, chain, nil)
+	}
 	if err != nil {
 		// The tasks stay leased until their lease expires; then they are delivered again.
 		st.e.logger().Error(st.e.By+": task settlement failed; the tasks are delivered again after their lease",

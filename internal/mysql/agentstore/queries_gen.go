@@ -24,7 +24,7 @@ LIMIT 1`,
 	AgentExists: `SELECT COUNT(*) FROM agents WHERE id = ?`,
 	InsertWorker: `INSERT INTO event_workers (worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate,
   tasks_completed, tasks_failed, max_reference_count, is_done, reference_count, reference_ids, first_hash, done_at)
-VALUES (?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL)`,
+VALUES /*rows*/`,
 	AssignTasks: `UPDATE events SET worker_id = CASE /*cases*/ END WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?`,
 	GrowWorkers: `UPDATE event_workers SET tasks_remaining = tasks_remaining + CASE worker_id /*add*/ END,
   reference_ids = CASE worker_id /*refs*/ END, reference_count = CASE worker_id /*count*/ END,

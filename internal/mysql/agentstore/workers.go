@@ -153,51 +153,117 @@ func expandStrings(q string, ss []string) (string, []any) {
 	return strings.Replace(q, "/*ids*/", mysql.Placeholders(len(ss)), 1), args
 }
 
-// AssignWorkers writes an assignment of agent's in one transaction: the new workers, the tasks'
-// worker (only those still leased to claimID: the number assigned must match, or nothing is
-// written), the workers' growth. A grown worker that is done, unknown or run by another agent fails
-// it with a *exactlyonce.WorkerConflictError naming the worker.
+// AssignWorkers writes an assignment of agent's in one transaction (WriteAssignment). A grown worker
+// that is done, unknown or run by another agent fails it with a *exactlyonce.WorkerConflictError
+// naming the worker.
 func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
-	var conflict string
-	// GrowWorkers grows no full worker, and a new worker is grown in the assignment that makes it:
-	// it is inserted with room, and full (willTerminate) only by its growth, which comes after.
-	grown := map[string]bool{}
-	for _, g := range a.Grow {
-		grown[g.ID] = true
-	}
-	newFull := map[string]bool{}
-	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
-		for _, w := range a.New {
-			refs, err := json.Marshal(nonNil(w.References))
-			if err != nil {
-				return err
-			}
-			will := w.WillTerminate
-			if grown[w.ID] {
-				newFull[w.ID], will = will, false
-			}
-			if _, err := tx.ExecContext(ctx, queries.InsertWorker, w.ID, w.AgentID, will, w.MaxReferenceCount,
-				len(w.References), string(refs), w.FirstHash); err != nil {
-				return err
-			}
-		}
-		if err := assignTasks(ctx, tx, claimID, a.Tasks); err != nil {
-			return err
-		}
-		var err error
-		conflict, err = growWorkers(ctx, tx, agent, a.Grow, newFull)
-		if err == nil && conflict != "" {
-			err = errWorkerConflict
-		}
-		return err
-	})
-	if errors.Is(err, errWorkerConflict) {
-		return &exactlyonce.WorkerConflictError{WorkerID: conflict}
+	var conflict *exactlyonce.WorkerConflictError
+	err := s.core.InTx(ctx, func(tx *sql.Tx) error { return WriteAssignment(ctx, tx, claimID, agent, a) })
+	if errors.As(err, &conflict) {
+		return conflict
 	}
 	return mysql.Interpret("assign event workers", err)
 }
 
-var errWorkerConflict = errors.New("event worker conflict")
+// WriteAssignment writes an assignment of agent's in tx (AssignWorkers', or the claim's that leased
+// the tasks, eventstore's): the new workers, the tasks' worker (only those still leased to claimID:
+// the number assigned must match, or it fails), the workers' growth. A grown worker that is done,
+// unknown or run by another agent returns a *exactlyonce.WorkerConflictError naming it, and the
+// caller rolls tx back: the rest is written already.
+func WriteAssignment(ctx context.Context, tx *sql.Tx, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
+	if err := insertWorkers(ctx, tx, a); err != nil {
+		return err
+	}
+	if err := assignTasks(ctx, tx, claimID, a.Tasks); err != nil {
+		return err
+	}
+	conflict, err := growWorkers(ctx, tx, agent, a.Grow, newFull(a))
+	if err == nil && conflict != "" {
+		return &exactlyonce.WorkerConflictError{WorkerID: conflict}
+	}
+	return err
+}
+
+// DraftsInTransactions says that this store's registry is the one the event and task stores write
+// an EventService's drafts to (WriteAssignment in a claim's transaction, WriteDraft in a
+// settlement's): processing.DraftingStore.
+func (s *Store) DraftsInTransactions() bool { return true }
+
+// WriteDraft writes, in tx (a chaining settlement's, taskstore's SettleTasks), an assignment that
+// an EventService drafted for the tasks the settlement promotes (exactlyonce.DraftWorkers): the new
+// workers and the workers' growth, as AssignWorkers writes them; the tasks' worker is the
+// settlement's to name, in the statement that promotes them. A grown worker that is done, unknown
+// or run by another agent returns a *exactlyonce.WorkerConflictError naming it, and the caller
+// rolls tx back: the growth of the others is written already.
+func WriteDraft(ctx context.Context, tx *sql.Tx, agent int64, a exactlyonce.WorkerAssignment) error {
+	if err := insertWorkers(ctx, tx, a); err != nil {
+		return err
+	}
+	conflict, err := growWorkers(ctx, tx, agent, a.Grow, newFull(a))
+	if err == nil && conflict != "" {
+		return &exactlyonce.WorkerConflictError{WorkerID: conflict}
+	}
+	return err
+}
+
+// newFull names the new workers of a that a's growth makes full: GrowWorkers grows no full worker,
+// and a new worker is grown in the assignment that makes it, so it is inserted with room
+// (insertWorkers) and made full by its growth, which comes after.
+func newFull(a exactlyonce.WorkerAssignment) map[string]bool {
+	grown := map[string]bool{}
+	for _, g := range a.Grow {
+		grown[g.ID] = true
+	}
+	full := map[string]bool{}
+	for _, w := range a.New {
+		if grown[w.ID] {
+			full[w.ID] = w.WillTerminate
+		}
+	}
+	return full
+}
+
+// maxInsertWorkerBytes bounds the references' text one InsertWorker carries (a worker's is up to
+// WORKER_MAX_REFERENCES ids), under the 16 KB past which RDS Proxy pins a session.
+const maxInsertWorkerBytes = 8 << 10
+
+// insertWorkers inserts a's new workers, each with room if a grows it (newFull), in one statement
+// (InsertWorker) per maxInsertWorkerBytes of references: an assignment makes one new worker per
+// WORKER_MAX_REFERENCES references it places, and a claim of a processor's batch of 500 heads made
+// five, each its own round trip.
+func insertWorkers(ctx context.Context, tx *sql.Tx, a exactlyonce.WorkerAssignment) error {
+	grown := map[string]bool{}
+	for _, g := range a.Grow {
+		grown[g.ID] = true
+	}
+	var args []any
+	rows, size := 0, 0
+	flush := func() error {
+		if rows == 0 {
+			return nil
+		}
+		q := strings.Replace(queries.InsertWorker, "/*rows*/",
+			strings.TrimSuffix(strings.Repeat("(?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL), ", rows), ", "), 1)
+		_, err := tx.ExecContext(ctx, q, args...)
+		args, rows, size = args[:0], 0, 0
+		return err
+	}
+	for _, w := range a.New {
+		refs, err := json.Marshal(nonNil(w.References))
+		if err != nil {
+			return err
+		}
+		if rows > 0 && size+len(refs) > maxInsertWorkerBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		will := w.WillTerminate && !grown[w.ID]
+		args = append(args, w.ID, w.AgentID, will, w.MaxReferenceCount, len(w.References), string(refs), w.FirstHash)
+		rows, size = rows+1, size+len(refs)
+	}
+	return flush()
+}
 
 // maxAssignIDs bounds the tasks of one AssignTasks statement: about 8 bytes of text each, twice
 // (in its worker's case and in the guard), under the 16 KB past which RDS Proxy pins a session.

@@ -5,6 +5,17 @@
 -- workers (PromoteQueued, sql/tasks.sql), and no transaction holding a queued task's row ever
 -- waits for an event worker's.
 --
+-- An assignment (InsertWorker, AssignTasks, GrowWorkers) is written in the transaction of the claim
+-- that leased its tasks, after the leases; the assignment of the tasks a settlement hands on to its
+-- claim behind a full worker (InsertWorker, GrowWorkers; the promotion names their worker) in the
+-- settlement's, after its SettleWorkers: the EventService drafts both under its lock, which it takes
+-- before the transaction begins. Such a settlement locks workers in two statements, its heads'
+-- then the drafted ones (all live workers of its own agent with room); two settlements of
+-- different agents, each settling a task of a worker of the other's that the other's drafts grow,
+-- can deadlock: InnoDB detects it and the loser runs again (inTx), as for any deadlock. A registry
+-- of its own (a WorkerStore the stores do not write) writes each assignment in a transaction of
+-- its own (AssignWorkers).
+--
 -- A full worker (will_terminate, set once it holds max_reference_count references, or when its
 -- agent leaves) takes no new task: once full it no longer accepts new events and completes those it
 -- holds. GrowWorkers refuses to grow one, and a settlement promotes the next task of a reference
@@ -16,16 +27,19 @@
 -- (TestLiveEventWorkerStatementsReadOnlyTheActivePartition checks it with EXPLAIN).
 
 -- name: InsertWorker
--- A new event worker, in the assignment's transaction (no lock beyond the new row's): id, agent,
--- will_terminate, max references, reference count, references (JSON), first reference's hash. A new
--- worker the same assignment grows is inserted with room (will_terminate 0), and GrowWorkers, which
--- grows no full worker, makes it full.
+-- New event workers, in the assignment's transaction (the claim's, or the settlement's), one
+-- statement for all of them (no lock beyond the new rows'): /*rows*/ is one
+-- (?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL) per worker (id, agent, will_terminate, max
+-- references, reference count, references as JSON, first reference's hash). A new worker the same
+-- assignment grows is inserted with room (will_terminate 0), and GrowWorkers, which grows no full
+-- worker, makes it full.
 INSERT INTO event_workers (worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate,
   tasks_completed, tasks_failed, max_reference_count, is_done, reference_count, reference_ids, first_hash, done_at)
-VALUES (?, ?, NOW(6), NULL, 0, ?, 0, 0, ?, 0, ?, ?, ?, NULL);
+VALUES /*rows*/;
 
 -- name: AssignTasks
--- Names the event worker of each task leased to a claim, in the assignment's transaction, one
+-- Names the event worker of each task leased to a claim, in the claim's transaction (or an
+-- assignment's of its own), one
 -- statement for all its workers: /*cases*/ is `WHEN id IN (...) THEN ?` per worker (its tasks' ids,
 -- its id). Guarded by the lease (`state = 1 AND claim_id = ?`, which prunes to `open`): a task whose
 -- lease was taken over is not assigned. Locks the tasks, which the claim holds anyway.

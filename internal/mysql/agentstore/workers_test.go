@@ -135,3 +135,52 @@ func TestLiveEventWorkerStatementsReadOnlyTheActivePartition(t *testing.T) {
 	require.ElementsMatch(t, []string{"active", "done"}, explainPartitions(t, store.DB.Pool(), literal(agentstore.QueryText("WorkerByID"))))
 	require.Equal(t, []string{"done"}, explainPartitions(t, store.DB.Pool(), literal(agentstore.QueryText("PruneWorkers"))))
 }
+
+// An assignment inserts its new workers in one statement: five new workers, each with a task,
+// cost five statements in all (begin, the insert, the tasks' workers, the growth, commit), where
+// an insert per worker made nine; each worker is as its growth left it.
+func TestAnAssignmentInsertsItsNewWorkersInOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, dsn := testdb.DB(t, 4)
+	inner, err := mysql.Connector(mysql.ConnConfig{DSN: dsn})
+	require.NoError(t, err)
+	tally := &mysqltest.StatementTally{Connector: inner}
+	db := mysql.OpenConnector(tally, mysql.ConnConfig{MaxOpenConns: 4})
+	t.Cleanup(func() { db.Close() })
+	store, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	var tasks []exactlyonce.NewTask
+	for _, ref := range []string{"a", "b", "c", "d", "e"} {
+		tasks = append(tasks, exactlyonce.NewTask{URL: "http://127.0.0.1:1/" + ref, Payload: json.RawMessage(`{}`), ReferenceID: ref})
+	}
+	created, err := store.Tasks.CreateTasks(ctx, tasks)
+	require.NoError(t, err)
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: exactlyonce.BySweeper, Lease: time.Minute}
+	var ids []int64
+	for _, ct := range created {
+		ids = append(ids, ct.ID)
+	}
+	claimed, err := store.Events.ClaimIDs(ctx, c, ids, mysqltest.LeaseAll)
+	require.NoError(t, err)
+	require.Len(t, claimed.Leased, 5)
+	a := exactlyonce.WorkerAssignment{Tasks: map[string][]int64{}}
+	for i, ref := range []string{"a", "b", "c", "d", "e"} {
+		w := "w_" + ref
+		a.New = append(a.New, exactlyonce.EventWorker{ID: w, AgentID: 1, MaxReferenceCount: 1, FirstHash: uint32(i)})
+		a.Grow = append(a.Grow, exactlyonce.WorkerGrowth{ID: w, AddTasks: 1, References: []string{ref}, WillTerminate: true})
+		a.Tasks[w] = []int64{ids[i]}
+	}
+	before := tally.Statements()
+	require.NoError(t, store.Agents.AssignWorkers(ctx, c.ID, 1, a))
+	require.Equal(t, int64(5), tally.Statements()-before, "begin, one insert, the tasks' workers, the growth, commit")
+	ws, err := store.Agents.ActiveWorkers(ctx)
+	require.NoError(t, err)
+	require.Len(t, ws, 5)
+	for _, w := range ws {
+		require.Equal(t, []string{strings.TrimPrefix(w.ID, "w_")}, w.References)
+		require.Equal(t, int64(1), w.TasksRemaining)
+		require.True(t, w.WillTerminate, "full once grown")
+		require.Equal(t, int64(1), w.AgentID)
+	}
+}

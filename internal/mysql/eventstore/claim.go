@@ -10,6 +10,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/agentstore"
 )
 
 // ClaimIDs claims those of the named events that are claimable and that nobody else holds, in one
@@ -141,6 +142,9 @@ func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, decide exactlyon
 			return err
 		}
 		if len(rows) == 0 {
+			if c.Workers != nil {
+				c.Workers.Draft(nil) // once in every run: this run's draft is none
+			}
 			return nil
 		}
 		decided := decide(ctx, rows)
@@ -168,12 +172,52 @@ func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, decide exactlyon
 		if err := markProcessed(ctx, tx, out.Settled, values, c.By, c.ID); err != nil {
 			return err
 		}
-		return lease(ctx, tx, leased, c.ID, c.Lease)
+		if err := lease(ctx, tx, leased, c.ID, c.Lease); err != nil {
+			return err
+		}
+		return assignLeased(ctx, tx, c, out.Leased)
 	})
 	if err != nil {
 		return exactlyonce.Claimed{}, err
 	}
 	return out, nil
+}
+
+// assignLeased gives the tasks of leased that have a reference and no event worker the workers
+// c.Workers drafts for them, in the claim's transaction (agentstore.WriteAssignment, after the
+// leases: the task rows first, then the workers' rows, the order of every transaction that writes
+// both), and names each one's worker in leased.
+func assignLeased(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, leased []exactlyonce.Event) error {
+	if c.Workers == nil {
+		return nil
+	}
+	var tasks []exactlyonce.Event
+	for _, ev := range leased {
+		if ev.Task != nil && ev.Task.ReferenceID != "" && ev.Task.WorkerID == "" {
+			tasks = append(tasks, ev)
+		}
+	}
+	a := c.Workers.Draft(tasks) // once in every run, even with no task
+	if len(a.Tasks) == 0 {
+		return nil
+	}
+	if err := agentstore.WriteAssignment(ctx, tx, c.ID, c.Workers.Agent, a); err != nil {
+		return err
+	}
+	worker := map[int64]string{}
+	for w, ids := range a.Tasks {
+		for _, id := range ids {
+			worker[id] = w
+		}
+	}
+	for i, ev := range leased {
+		if w, ok := worker[ev.ID]; ok {
+			task := *ev.Task
+			task.WorkerID = w
+			leased[i].Task = &task
+		}
+	}
+	return nil
 }
 
 // maxErrorText bounds the error kept on an event: last_error is TEXT since migration 0015, and every

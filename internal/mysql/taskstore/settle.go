@@ -1,8 +1,10 @@
 package taskstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -24,6 +26,17 @@ import (
 // with room (a task in Next has no WorkerID then), so that a full worker takes no new task and is
 // done once its own have settled.
 func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool) (exactlyonce.TaskSettlement, error) {
+	return s.SettleTasksDrafting(ctx, c, outcomes, chain, nil)
+}
+
+// SettleTasksDrafting is SettleTasks, and, when it chains with draft set, gives the tasks it hands on
+// to c behind an event worker with no room (or none) the event workers that draft's EventService
+// drafts for them, in the settlement's transaction (agentstore.WriteDraft, and the promotion names
+// each task's worker): a task in Next then has its WorkerID, and the claim needs no assignment's
+// transaction of its own for it. A drafted growth of a worker that is not draft.Agent's live worker
+// with room rolls the whole settlement back with a *exactlyonce.WorkerConflictError naming it.
+func (s *Store) SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, outcomes []exactlyonce.TaskOutcome, chain bool,
+	draft *exactlyonce.DraftWorkers) (exactlyonce.TaskSettlement, error) {
 	var out exactlyonce.TaskSettlement
 	if len(outcomes) == 0 {
 		return out, nil
@@ -134,13 +147,51 @@ func (s *Store) SettleTasks(ctx context.Context, c exactlyonce.Claim, outcomes [
 				workerOf[h.id] = w
 			}
 		}
+		if chain && draft != nil {
+			// The tasks handed on behind a worker with no room join the workers drafted for them,
+			// written here, after the heads' workers (SettleWorkers): see WriteDraft's lock order.
+			if err := writeDraft(ctx, tx, draft, first, settledRefs, workerOf); err != nil {
+				return err
+			}
+		}
 		out.Next, err = promote(ctx, tx, c, first, workerOf, chain)
 		return err
 	})
+	var conflict *exactlyonce.WorkerConflictError
+	if errors.As(err, &conflict) {
+		return exactlyonce.TaskSettlement{}, conflict
+	}
 	if err != nil {
 		return exactlyonce.TaskSettlement{}, mysql.Interpret("settle tasks", err)
 	}
 	return out, nil
+}
+
+// writeDraft has draft's EventService draft the event workers of the promoted tasks (first) that
+// join none of their heads' (workerOf), writes the draft in tx, and adds the drafted workers to
+// workerOf for the promotion.
+func writeDraft(ctx context.Context, tx *sql.Tx, draft *exactlyonce.DraftWorkers, first map[string]queuedTask,
+	hashes map[string]uint32, workerOf map[int64]string) error {
+	var bare []exactlyonce.Event
+	for ref, h := range first {
+		if _, ok := workerOf[h.id]; !ok {
+			bare = append(bare, exactlyonce.Event{ID: h.id, Kind: exactlyonce.KindTask,
+				Task: &exactlyonce.Task{ReferenceID: ref, Hash: hashes[ref]}})
+		}
+	}
+	// Drafted even when there is none: the draft is called once in every run of the transaction,
+	// so that the last call is the one that commits.
+	slices.SortFunc(bare, func(x, y exactlyonce.Event) int { return cmp.Compare(x.ID, y.ID) })
+	a := draft.Draft(bare)
+	if err := agentstore.WriteDraft(ctx, tx, draft.Agent, a); err != nil {
+		return err
+	}
+	for w, ids := range a.Tasks {
+		for _, id := range ids {
+			workerOf[id] = w
+		}
+	}
+	return nil
 }
 
 func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []exactlyonce.TaskOutcome) error {

@@ -95,7 +95,9 @@ WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY
 -- promoted task's event worker: its reference's (the settled head's) if that event worker has room
 -- (WorkersWithRoom), `CASE id WHEN ? THEN ? ... ELSE worker_id END`, or `worker_id` (NULL: a queued
 -- task has none) when none has; a task promoted behind a full event worker joins none, and the EventService
--- of whoever delivers it gives it one with room.
+-- of whoever delivers it gives it one with room: when the settlement hands it on to its own claim
+-- (PromoteQueuedLeased), the settling EventService's draft, written in this transaction
+-- (agentstore's WriteDraft), and named here in the same CASE.
 UPDATE events SET state = 0, next_attempt_at = NOW(6), worker_id = /*worker*/ WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 
 -- name: PromoteQueuedLeased
