@@ -2,6 +2,7 @@ package taskstore_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
+	"github.com/exactlyonce/exactlyonce/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,6 +24,27 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild(role))
 	}
 	os.Exit(m.Run())
+}
+
+// retrierKilledAt makes 12 failed tasks of reference ref, starts a child process in role to retry
+// them, SIGKILLs it once it prints line, and returns the database, its stores and the tasks' ids.
+func retrierKilledAt(ctx context.Context, t *testing.T, ref, role, line string) (*sql.DB, *wire.Stores, []int64) {
+	t.Helper()
+	db, dsn := testdb.DB(t, 8)
+	store := storesOn(t, db)
+	var ids []int64
+	for i := range 12 {
+		ids = append(ids, createOne(ctx, t, store, ref, i))
+	}
+	for _, id := range ids {
+		_, err := db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", id)
+		require.NoError(t, err)
+	}
+	retrier := child.Start(t, role, "DB_DSN="+dsn, "RETRY_REFERENCE="+ref)
+	_, err := retrier.WaitLine(line, 30*time.Second)
+	require.NoError(t, err)
+	retrier.Kill()
+	return db, store, ids
 }
 
 func runChild(role string) int {
@@ -70,22 +93,7 @@ func TestARetryKilledBetweenPartsLosesNothingAndARepeatFinishesIt(t *testing.T) 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-kill"
-	db, dsn := testdb.DB(t, 8)
-	store := storesOn(t, db)
-	var ids []int64
-	for i := range 12 {
-		ids = append(ids, createOne(ctx, t, store, ref, i))
-	}
-	for _, id := range ids {
-		_, err := db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", id)
-		require.NoError(t, err)
-	}
-
-	retrier := child.Start(t, "retrier", "DB_DSN="+dsn, "RETRY_REFERENCE="+ref)
-	_, err := retrier.WaitLine("between parts", 30*time.Second)
-	require.NoError(t, err)
-	retrier.Kill()
-
+	db, store, ids := retrierKilledAt(ctx, t, ref, "retrier", "between parts")
 	requireFirstPartHeldThenRepeatFinishes(ctx, t, db, store, ref, ids)
 }
 
@@ -98,22 +106,7 @@ func TestARetryKilledInsideAPartLeavesNothingOfItAndARepeatFinishesIt(t *testing
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-kill-inside"
-	db, dsn := testdb.DB(t, 8)
-	store := storesOn(t, db)
-	var ids []int64
-	for i := range 12 {
-		ids = append(ids, createOne(ctx, t, store, ref, i))
-	}
-	for _, id := range ids {
-		_, err := db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = 1, processed_at = NOW(6) WHERE id = ?", id)
-		require.NoError(t, err)
-	}
-
-	retrier := child.Start(t, "retrier-inside", "DB_DSN="+dsn, "RETRY_REFERENCE="+ref)
-	_, err := retrier.WaitLine("inside a part", 30*time.Second)
-	require.NoError(t, err)
-	retrier.Kill()
-
+	db, store, ids := retrierKilledAt(ctx, t, ref, "retrier-inside", "inside a part")
 	// What is committed: nothing of the killed part. (The repeat below waits for the killed
 	// transaction's row locks until the server has rolled it back.)
 	var failed [][2]int64
