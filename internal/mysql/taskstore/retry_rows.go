@@ -2,7 +2,7 @@ package taskstore
 
 // The rows a reference's bulk retry (retry_reference.go) locks, reads and writes: its failed tasks,
 // locked first; the reference's open tasks (heads) and failed ids, read under its bucket; the
-// batched RetryTasks. retry_reference.go decides; these statements are in retry.sql.
+// batched RetryTasks. retry_reference.go and retry_places.go decide; these statements are in retry.sql.
 
 import (
 	"context"
