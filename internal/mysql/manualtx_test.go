@@ -24,11 +24,7 @@ func TestFreshKeyedGroupIsFourStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, dsn := testdb.DB(t, 2)
-	inner, err := mysql.Connector(mysql.ConnConfig{DSN: dsn})
-	require.NoError(t, err)
-	tally := &mysqltest.StatementTally{Connector: inner}
-	db := mysql.OpenConnector(tally, mysql.ConnConfig{MaxOpenConns: 4})
-	t.Cleanup(func() { db.Close() })
+	db, tally := mysqltest.TalliedDB(t, dsn, 4, "")
 	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 

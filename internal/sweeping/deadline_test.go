@@ -56,11 +56,7 @@ func TestASweeperNearItsDeadlineClaimsNoTask(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, dsn := testdb.DB(t, 8)
-	inner, err := mysql.Connector(mysql.ConnConfig{DSN: dsn})
-	require.NoError(t, err)
-	tally := &mysqltest.StatementTally{Connector: inner}
-	db := mysql.OpenConnector(tally, mysql.ConnConfig{MaxOpenConns: 8})
-	t.Cleanup(func() { db.Close() })
+	db, tally := mysqltest.TalliedDB(t, dsn, 8, "")
 	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 

@@ -90,11 +90,7 @@ func TestCounterBatchReadsOnlyItsCounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, dsn := testdb.DB(t, 2)
-	inner, err := mysql.Connector(mysql.ConnConfig{DSN: dsn})
-	require.NoError(t, err)
-	tally := &mysqltest.StatementTally{Connector: inner, RowsOf: "FROM t_counter_sum"}
-	db := mysql.OpenConnector(tally, mysql.ConnConfig{MaxOpenConns: 2})
-	t.Cleanup(func() { db.Close() })
+	db, tally := mysqltest.TalliedDB(t, dsn, 2, "FROM t_counter_sum")
 	s, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 

@@ -6,6 +6,9 @@ import (
 	"database/sql/driver"
 	"strings"
 	"sync/atomic"
+	"testing"
+
+	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
 
 // StatementTally counts the statements its connections send, each a round trip
@@ -118,3 +121,18 @@ func (c *StatementTally) Statements() int64 { return c.statements.Load() }
 
 // Rows returns how many rows the queries whose text holds RowsOf have returned so far.
 func (c *StatementTally) Rows() int64 { return c.rows.Load() }
+
+// TalliedDB opens a pool of at most conns connections to dsn whose statements the returned tally
+// counts (and, with rowsOf set, the rows of the queries whose text holds it: StatementTally.RowsOf),
+// closed when t ends: for the tests that count a path's round trips.
+func TalliedDB(t testing.TB, dsn string, conns int, rowsOf string) (*sql.DB, *StatementTally) {
+	t.Helper()
+	inner, err := mysql.Connector(mysql.ConnConfig{DSN: dsn})
+	if err != nil {
+		t.Fatalf("connector for %s: %v", dsn, err)
+	}
+	tally := &StatementTally{Connector: inner, RowsOf: rowsOf}
+	db := mysql.OpenConnector(tally, mysql.ConnConfig{MaxOpenConns: conns})
+	t.Cleanup(func() { db.Close() })
+	return db, tally
+}
