@@ -188,9 +188,16 @@ type WorkerAssignment struct {
 // Agent as an assignment's) and names each task's worker (Tasks) in the statement that promotes it.
 // So the tasks handed on to the claim have their event worker with no transaction of their own.
 // Draft may be called again if the transaction is run again; only the last call's draft commits.
+//
+// Full, if set, tells whether an event worker is one the EventService knows to be full: it made
+// it full, or read it so, in a transaction that committed, and a full worker stays full (nothing
+// clears will_terminate). The settlement promotes nothing into such a worker without asking the
+// database whether it has room. False says only that it is not known full (the settlement then
+// decides on the worker's locked row). Called in the settlement's transaction, as Draft.
 type DraftWorkers struct {
 	Agent int64
 	Draft func(tasks []Event) WorkerAssignment
+	Full  func(workerID string) bool
 }
 
 // WorkerGrowth is a live worker's change in an assignment.

@@ -179,7 +179,7 @@ func drafting[T any](s *EventService, write func(*exactlyonce.DraftWorkers) (T, 
 		dw := &exactlyonce.DraftWorkers{Agent: s.agent(), Draft: func(tasks []exactlyonce.Event) exactlyonce.WorkerAssignment {
 			last = s.draftLocked(tasks) // called once in every run of the transaction: the last is the one committed
 			return last.a
-		}}
+		}, Full: s.fullLocked}
 		if attempt >= maxDraftConflicts {
 			dw = nil
 		}
@@ -194,6 +194,15 @@ func drafting[T any](s *EventService, write func(*exactlyonce.DraftWorkers) (T, 
 		}
 		return res, err
 	}
+}
+
+// fullLocked tells whether worker id is one of s's that s knows to be full: s remembers a worker
+// as willTerminate only from a transaction that committed (applyLocked) or from the registry
+// (Recover), and will_terminate, once set, is never cleared (GrowWorkers keeps the greater, StopWorkers
+// sets it). So a worker known full here is full in the registry, whoever runs it now. s.mu is held.
+func (s *EventService) fullLocked(id string) bool {
+	w, ok := s.workers[id]
+	return ok && w.willTerminate
 }
 
 // drafts tells whether s drafts its tasks' event workers in the transactions of the event and task

@@ -260,3 +260,62 @@ func TestADraftIntoAnAdoptedWorkerRunsItsTransactionAgain(t *testing.T) {
 	}
 	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks))
 }
+
+// roomRead is a fragment of the text of WorkersWithRoom (agentstore's workers.sql), the settlement's
+// read of which of its heads' workers have room, and of no other statement.
+const roomRead = "will_terminate = 0 AND worker_id IN ("
+
+// A settlement does not read the room of a worker its EventService knows to be full: with
+// WORKER_MAX_REFERENCES=1 every worker is full as soon as it is made, so a drain of 6 references of
+// 4 tasks sends no WorkersWithRoom at all, where it sent one in every settlement that handed a task
+// on (here 3 or more, one per settlement group); every task still joins a worker with room or a new
+// one, in order, once, with exact books. With room left in the workers (WORKER_MAX_REFERENCES=100),
+// the same drain still reads it: the room of a worker not known full is decided on its row.
+func TestASettlementReadsNoRoomOfAWorkerKnownFull(t *testing.T) {
+	t.Parallel()
+	const refs, perRef = 6, 4
+	for _, c := range []struct {
+		max     int
+		readsIt bool
+	}{{1, false}, {100, true}} {
+		_, dsn := testdb.DB(t, 8)
+		db, tally := mysqltest.TalliedDB(t, dsn, 8, "")
+		tally.Of = roomRead
+		store, err := wire.StoresOn(db, mysql.Config{})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rec, srv := newOrderReceiver(t, func(string, int, int) int { return http.StatusOK })
+		ids := createReferenceTasks(t, ctx, store, srv.URL+"/hook", refs, perRef)
+		e := taskEngine(store, exactlyonce.BySweeper)
+		e.Workers = &processing.EventService{Store: store.Agents, AgentID: func() int64 { return 1 }, MaxReferences: c.max}
+		before := tally.Matching()
+		settleAll(t, ctx, e, refs*perRef)
+		if c.readsIt {
+			require.Positive(t, tally.Matching()-before, "max %d: the room of workers not known full is read", c.max)
+		} else {
+			require.Zero(t, tally.Matching()-before, "max %d: no room read of a worker known full", c.max)
+		}
+		rec.mu.Lock()
+		require.Empty(t, rec.early)
+		for r := 0; r < refs; r++ {
+			require.Equal(t, []int{0, 1, 2, 3}, rec.delivered[fmt.Sprintf("ref-%d", r)], "max %d: ref-%d", c.max, r)
+		}
+		rec.mu.Unlock()
+		for _, id := range ids {
+			ev, err := store.Events.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, 1, ev.ProcessCount, "max %d: task %d settled once", c.max, id)
+			var worker sql.NullString
+			require.NoError(t, db.QueryRowContext(ctx, "SELECT worker_id FROM events WHERE id = ?", id).Scan(&worker))
+			require.True(t, worker.Valid && worker.String != "", "max %d: task %d delivered under an event worker", c.max, id)
+		}
+		for _, w := range allWorkers(t, ctx, store) {
+			require.LessOrEqual(t, len(w.References), c.max, "worker %s", w.ID)
+			if w.WillTerminate {
+				require.True(t, w.IsDone, "full worker %s done once its tasks are", w.ID)
+			}
+		}
+		require.NoError(t, verify.WorkerBooks(ctx, db, mysqltest.PackedTasks))
+	}
+}

@@ -97,7 +97,10 @@ WHERE is_done = 0 AND worker_id IN (/*ids*/);
 -- A settlement, after SettleWorkers: which of its heads' workers take the tasks promoted behind
 -- those heads, the live ones that are not full. A consistent read of the `active` partition, of
 -- rows SettleWorkers has just locked: no other transaction can have changed them since, so it reads
--- what SettleWorkers decided on. No lock of its own.
+-- what SettleWorkers decided on. No lock of its own. Not asked about a worker the settling
+-- EventService knows to be full (exactlyonce.DraftWorkers.Full: it made it full, or read it so, in
+-- a transaction that committed, and nothing clears will_terminate): that one has no room, and the
+-- settlement counts no promoted task for it.
 SELECT worker_id FROM event_workers WHERE is_done = 0 AND will_terminate = 0 AND worker_id IN (/*ids*/);
 
 -- name: ActiveWorkers
