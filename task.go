@@ -189,15 +189,18 @@ type WorkerAssignment struct {
 // So the tasks handed on to the claim have their event worker with no transaction of their own.
 // Draft may be called again if the transaction is run again; only the last call's draft commits.
 //
-// Full, if set, tells whether an event worker is one the EventService knows to be full: it made
-// it full, or read it so, in a transaction that committed, and a full worker stays full (nothing
-// clears will_terminate). The settlement promotes nothing into such a worker without asking the
-// database whether it has room. False says only that it is not known full (the settlement then
-// decides on the worker's locked row). Called in the settlement's transaction, as Draft.
+// Room, if set, tells what the EventService knows of an event worker's room: known is false for a
+// worker that is not one of its own; room false for one it knows to be full (it made it full, or read
+// it so, in a transaction that committed, and nothing clears will_terminate: certain), true for one
+// it last knew with room (a guess: another agent may have adopted it and filled it since). The
+// settlement promotes nothing into a worker known full, and checks a guessed room in the statement
+// that promotes (a wrong guess rolls the settlement back with a *WorkerConflictError naming the
+// worker, which the EventService forgets); it reads the room of the others before its draft.
+// Called in the settlement's transaction, as Draft.
 type DraftWorkers struct {
 	Agent int64
 	Draft func(tasks []Event) WorkerAssignment
-	Full  func(workerID string) bool
+	Room  func(workerID string) (room, known bool)
 }
 
 // WorkerGrowth is a live worker's change in an assignment.

@@ -116,12 +116,16 @@ func (b WorkerBooks) ids() []string {
 	return ids
 }
 
-// WithRoom reads which of the workers to which queued tasks are promoting have room for them
-// (WorkersWithRoom), after Write locked their rows.
-func (b WorkerBooks) WithRoom(ctx context.Context, tx *sql.Tx) (map[string]bool, error) {
+// WorkerIfRoom is the subquery a settlement's promotion names a promoted task's worker with: the
+// worker (its one argument) if it is live and not full, else NULL (workers.sql).
+var WorkerIfRoom = strings.TrimSuffix(strings.TrimSpace(queries.WorkerIfRoom), ";")
+
+// WithRoom reads which of the workers to which queued tasks are promoting, of those read says to,
+// have room for them (WorkersWithRoom), after Write locked their rows; none asked, no statement.
+func (b WorkerBooks) WithRoom(ctx context.Context, tx *sql.Tx, read func(w string) bool) (map[string]bool, error) {
 	var ids []string
 	for _, w := range b.ids() {
-		if b[w].promoted > 0 {
+		if b[w].promoted > 0 && read(w) {
 			ids = append(ids, w)
 		}
 	}
