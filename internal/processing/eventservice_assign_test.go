@@ -320,3 +320,40 @@ func TestADraftingSettlementReadsNoRoomOfItsOwnWorkers(t *testing.T) {
 		require.NoError(t, verify.WorkerBooks(ctx, db, mysqltest.PackedTasks))
 	}
 }
+
+// A claim names its tasks' event workers in the statement that leases them (eventstore's Lease), not
+// in an AssignTasks of their own after it: a drain of 6 references of 2 tasks (WORKER_MAX_REFERENCES=2)
+// sends no AssignTasks (before: one in every claim that leased tasks with no worker, here 1), and
+// every task is delivered under an event worker, in order, once, with exact books.
+func TestAClaimNamesItsTasksWorkersInItsLease(t *testing.T) {
+	t.Parallel()
+	const refs, perRef = 6, 2
+	_, dsn := testdb.DB(t, 8)
+	db, tally := mysqltest.TalliedDB(t, dsn, 8, "")
+	tally.Of = "UPDATE events SET worker_id = CASE" // AssignTasks (agentstore's workers.sql)
+	store, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec, srv := newOrderReceiver(t, func(string, int, int) int { return http.StatusOK })
+	ids := createReferenceTasks(t, ctx, store, srv.URL+"/hook", refs, perRef)
+	e := taskEngine(store, exactlyonce.BySweeper)
+	e.Workers = &processing.EventService{Store: store.Agents, AgentID: func() int64 { return 1 }, MaxReferences: 2}
+	settleAll(t, ctx, e, refs*perRef)
+	require.Zero(t, tally.Matching(), "no AssignTasks: the leases named the workers")
+	rec.mu.Lock()
+	require.Empty(t, rec.early)
+	for r := 0; r < refs; r++ {
+		require.Equal(t, []int{0, 1}, rec.delivered[fmt.Sprintf("ref-%d", r)], "ref-%d", r)
+	}
+	rec.mu.Unlock()
+	for _, id := range ids {
+		ev, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, 1, ev.ProcessCount, "task %d settled once", id)
+		var worker sql.NullString
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT worker_id FROM events WHERE id = ?", id).Scan(&worker))
+		require.True(t, worker.Valid && worker.String != "", "task %d delivered under an event worker", id)
+	}
+	require.NoError(t, verify.WorkerBooks(ctx, db, mysqltest.PackedTasks))
+}

@@ -6,7 +6,8 @@
 -- waits for an event worker's.
 --
 -- An assignment (InsertWorker, AssignTasks, GrowWorkers) is written in the transaction of the claim
--- that leased its tasks, after the leases; the assignment of the tasks a settlement hands on to its
+-- that leased its tasks, after the leases, which name the tasks' workers themselves (eventstore's
+-- Lease: no AssignTasks); the assignment of the tasks a settlement hands on to its
 -- claim behind a full worker (InsertWorker, GrowWorkers; the promotion names their worker) in the
 -- settlement's, after its SettleWorkers: the EventService drafts both under its lock, which it takes
 -- before the transaction begins. Such a settlement locks workers in two statements, its heads'
