@@ -5,9 +5,9 @@
 -- workers (PromoteQueued, sql/tasks.sql), and no transaction holding a queued task's row ever
 -- waits for an event worker's.
 --
--- An assignment (InsertWorker, AssignTasks, GrowWorkers) is written in the transaction of the claim
--- that leased its tasks, after the leases, which name the tasks' workers themselves (eventstore's
--- Lease: no AssignTasks); the assignment of the tasks a settlement hands on to its
+-- An assignment (InsertWorker, GrowWorkers) is written in the transaction of the claim that leased
+-- its tasks, after the leases, which name the tasks' workers themselves (eventstore's Lease); the
+-- assignment of the tasks a settlement hands on to its
 -- claim behind a full worker (InsertWorker, GrowWorkers; the promotion names their worker) in the
 -- settlement's, after its SettleWorkers: the EventService drafts both under its lock, which it takes
 -- before the transaction begins. Such a settlement locks workers in two statements, its heads'
@@ -39,9 +39,9 @@ INSERT INTO event_workers (worker_id, agent_id, created_at, last_completed_task,
 VALUES /*rows*/;
 
 -- name: AssignTasks
--- Names the event worker of each task leased to a claim, in the claim's transaction (or an
--- assignment's of its own), one
--- statement for all its workers: /*cases*/ is `WHEN id IN (...) THEN ?` per worker (its tasks' ids,
+-- Names the event worker of each task leased to a claim, in an assignment's own transaction
+-- (AssignWorkers: a claim's lease names its drafted tasks' workers itself), one statement for all
+-- its workers: /*cases*/ is `WHEN id IN (...) THEN ?` per worker (its tasks' ids,
 -- its id). Guarded by the lease (`state = 1 AND claim_id = ?`, which prunes to `open`): a task whose
 -- lease was taken over is not assigned. Locks the tasks, which the claim holds anyway.
 UPDATE events SET worker_id = CASE /*cases*/ END WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?;
