@@ -123,7 +123,7 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		if t.ReferenceID, err = exactlyonce.DecodeString("referenceId", r); err != nil {
 			return nil, err
 		}
-		if err := exactlyonce.CheckPathName("referenceId", t.ReferenceID); err != nil {
+		if err := exactlyonce.CheckNewName("referenceId", t.ReferenceID); err != nil {
 			return nil, err
 		}
 	}
