@@ -180,6 +180,13 @@ type Policy struct {
 	AllowPrivate  bool
 	// LambdaRuntimeAPI is AWS_LAMBDA_RUNTIME_API ("127.0.0.1:9001"), empty outside Lambda.
 	LambdaRuntimeAPI string
+	// OwnHosts are the host names of the system's own API (API_HOSTS, which the CDK stack sets to
+	// the REST API's execute-api domain; the API adds the domain a request came in by): a task
+	// whose url points there would POST its payload to the API, and a payload that is a task's
+	// body would create a task per delivery, without end, where the API takes unsigned requests
+	// (-c publicApi=true). Refused whatever the settings, by name (CheckHost), at create and before
+	// every dial.
+	OwnHosts []string
 }
 
 // check returns nil if the policy allows connecting to a, or the reason it does not.
@@ -242,8 +249,8 @@ func classify(a netip.Addr) (addrRange, bool) {
 
 // CheckHost refuses, before any resolution, a url's host (as url.URL.Hostname gives it) that is an
 // IP address the policy forbids, a numeric form that resolvers disagree on ("127.1",
-// "2130706433", "0x7f.1"), whatever address it would mean, or a metadata endpoint's name
-// (metadataNames). Another name returns nil: its addresses are checked as each is dialled, as
+// "2130706433", "0x7f.1"), whatever address it would mean, a metadata endpoint's name
+// (metadataNames) or one of the system's own API (OwnHosts). Another name returns nil: its addresses are checked as each is dialled, as
 // they may change.
 //
 // A host that is not ASCII is checked as net/http dials it: mapped by IDNA (UTS #46, the profile
@@ -264,8 +271,14 @@ func (p Policy) CheckHost(host string) *RefusedError {
 		}
 		return nil
 	}
-	if what, ok := metadataNames[strings.ToLower(strings.TrimSuffix(host, "."))]; ok {
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if what, ok := metadataNames[name]; ok {
 		return &RefusedError{Host: host, What: what}
+	}
+	for _, own := range p.OwnHosts {
+		if own = strings.ToLower(strings.TrimSuffix(own, ".")); own != "" && name == own {
+			return &RefusedError{Host: host, What: "this system's own API (API_HOSTS): a task there would make tasks of its deliveries"}
+		}
 	}
 	a, parsed, numeric := legacyIPv4(host)
 	if !numeric {
