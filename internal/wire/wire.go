@@ -127,14 +127,14 @@ func Tasks(ctx context.Context, c config.Config, log *slog.Logger) (*processing.
 	}
 	p := WebhookPolicy(c)
 	client := webhook.New(webhook.Config{Key: key, Timeout: w.Timeout, AllowLoopback: p.AllowLoopback,
-		AllowPrivate: p.AllowPrivate, LambdaRuntimeAPI: p.LambdaRuntimeAPI})
+		AllowPrivate: p.AllowPrivate, LambdaRuntimeAPI: p.LambdaRuntimeAPI, OwnHosts: p.OwnHosts})
 	return &processing.Tasks{Deliverer: client, RetryBase: w.RetryBase, RetryMax: w.RetryMax, Timeout: w.Timeout}, nil
 }
 
 // WebhookPolicy is the deliveries' address rule (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE, and
-// the Lambda Runtime API refused): what the deliverers Tasks builds dial, and what the API accepts
-// in a task's url (api.Server.Webhook).
+// the Lambda Runtime API and the system's own API, WEBHOOK_API_HOSTS, refused): what the deliverers
+// Tasks builds dial, and what the API accepts in a task's url (api.Server.Webhook).
 func WebhookPolicy(c config.Config) webhook.Policy {
 	return webhook.Policy{AllowLoopback: c.Webhook.AllowLoopback, AllowPrivate: c.Webhook.AllowPrivate,
-		LambdaRuntimeAPI: c.Webhook.LambdaRuntimeAPI}
+		LambdaRuntimeAPI: c.Webhook.LambdaRuntimeAPI, OwnHosts: c.Webhook.APIHosts}
 }
