@@ -180,7 +180,7 @@ type Policy struct {
 	AllowPrivate  bool
 	// LambdaRuntimeAPI is AWS_LAMBDA_RUNTIME_API ("127.0.0.1:9001"), empty outside Lambda.
 	LambdaRuntimeAPI string
-	// OwnHosts are the host names of the system's own API (API_HOSTS, which the CDK stack sets to
+	// OwnHosts are the host names of the system's own API (WEBHOOK_API_HOSTS, which the CDK stack sets to
 	// the REST API's execute-api domain; the API adds the domain a request came in by): a task
 	// whose url points there would POST its payload to the API, and a payload that is a task's
 	// body would create a task per delivery, without end, where the API takes unsigned requests
@@ -277,7 +277,7 @@ func (p Policy) CheckHost(host string) *RefusedError {
 	}
 	for _, own := range p.OwnHosts {
 		if own = strings.ToLower(strings.TrimSuffix(own, ".")); own != "" && name == own {
-			return &RefusedError{Host: host, What: "this system's own API (API_HOSTS): a task there would make tasks of its deliveries"}
+			return &RefusedError{Host: host, What: "this system's own API (WEBHOOK_API_HOSTS): a task there would make tasks of its deliveries"}
 		}
 	}
 	a, parsed, numeric := legacyIPv4(host)

@@ -44,7 +44,7 @@ type Config struct {
 	// environment the process runs in ("127.0.0.1:9001"), empty outside Lambda: refused whatever
 	// the settings (Policy.LambdaRuntimeAPI).
 	LambdaRuntimeAPI string
-	// OwnHosts are API_HOSTS: the host names of the system's own API, which no delivery may reach
+	// OwnHosts are WEBHOOK_API_HOSTS: the host names of the system's own API, which no delivery may reach
 	// whatever the settings (Policy.OwnHosts).
 	OwnHosts []string
 	// UserAgent is the User-Agent header (DefaultUserAgent).

@@ -9,7 +9,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 )
 
-// The system's own API (OwnHosts, API_HOSTS: on AWS the REST API's execute-api domain) is refused
+// The system's own API (OwnHosts, WEBHOOK_API_HOSTS: on AWS the REST API's execute-api domain) is refused
 // as a task's host whatever the settings: with the API open (-c publicApi=true), a task whose url
 // is the API's POST /events/async and whose payload is a task's body made a new task at every
 // delivery, without end. The host is refused by name in any case, with a trailing dot or written
