@@ -352,3 +352,76 @@ func mustJSON(t *testing.T, v any) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// The reconciliation reads the facts of its sample once, not once per count: a count's facts are
+// found only by scanning the subpartition of t_counter that holds its user's bucket (one of 8 per
+// kind, migration 0008), so reading them count by count scanned that subpartition twice per count,
+// 100 times for a sweep's 50 counts: 12.5 times the whole fact table, every sweep. 40 counts of
+// one user beside 4,000 facts of other buckets in the same subpartition: the rows the server reads
+// stay within a few scans of that subpartition (before: about 320,000), and every count checks.
+func TestReconcileReadsTheFactsOfItsSampleOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, dsn := testdb.DB(t, 2)
+	db, _ := mysqltest.TalliedDB(t, dsn, 1, "") // one connection: the session's counters are the store's
+	s, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+
+	const types = 40
+	var ms []exactlyonce.CounterMessage
+	for i := range types {
+		typ := fmt.Sprintf("dialog-%02d", i)
+		ms = append(ms, cmsg("a", typ, "u", "added"), cmsg("b", typ, "u", "added"), cmsg("a", typ, "u", "readed"))
+	}
+	_, err = s.Counters.ApplyCounterMessages(ctx, ms)
+	require.NoError(t, err)
+	b := counterstore.UserBucket("u")
+	const others = 4000
+	var rows []string
+	var args []any
+	for i := range others {
+		rows = append(rows, "(?, 1, ?, 't', 'other', ?, NOW(6))")
+		args = append(args, (b+8*int64(1+i%1000))%counterstore.CounterBuckets, fmt.Sprintf("%032d", i), fmt.Sprint(i))
+	}
+	_, err = db.ExecContext(ctx, "INSERT INTO t_counter (bucket, kind, entity_hash, entity_type, user_id, entity_id, at) VALUES "+
+		strings.Join(rows, ", "), args...)
+	require.NoError(t, err)
+
+	scanned := func() int64 {
+		var name string
+		var n int64
+		require.NoError(t, db.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Handler_read_rnd_next'").Scan(&name, &n))
+		return n
+	}
+	before := scanned()
+	checked, bad, err := s.Counters.ReconcileCounters(ctx, []int64{b}, 50)
+	read := scanned() - before
+	require.NoError(t, err)
+	require.Equal(t, types, checked)
+	require.Empty(t, bad)
+	facts := int64(others + 3*types)
+	require.Less(t, read, 4*facts, "rows read by the reconciliation of %d counts beside %d facts", types, facts)
+	t.Logf("the reconciliation of %d counts read %d rows (%d facts in the subpartitions)", types, read, facts)
+}
+
+// The sweeper's sample is of one subpartition of the facts while it fits in one, so that its
+// reconciliation reads an eighth of them; a sample of every bucket has every bucket once.
+func TestRandomCounterBucketsShareASubpartition(t *testing.T) {
+	t.Parallel()
+	var s *counterstore.Store // the sample reads nothing
+	for range 20 {
+		b := s.RandomCounterBuckets(4)
+		require.Len(t, b, 4)
+		for _, x := range b {
+			require.Equal(t, b[0]%counterstore.CounterFactSubpartitions, x%counterstore.CounterFactSubpartitions, "%v", b)
+		}
+	}
+	all := s.RandomCounterBuckets(counterstore.CounterBuckets)
+	seen := map[int64]bool{}
+	for _, x := range all {
+		require.False(t, seen[x], "bucket %d twice", x)
+		require.True(t, x >= 0 && x < counterstore.CounterBuckets)
+		seen[x] = true
+	}
+	require.Len(t, seen, counterstore.CounterBuckets)
+}
