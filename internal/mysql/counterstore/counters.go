@@ -15,6 +15,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -35,6 +36,8 @@ type queryTexts struct {
 type Store struct {
 	core *mysql.DB
 	db   *sql.DB
+	// pruneTurn is the subpartition of t_counter the next PruneReadCounterEntities looks at first.
+	pruneTurn atomic.Int64
 }
 
 // New returns the Store on db.

@@ -111,15 +111,19 @@ DELETE FROM counter_notifications WHERE state = 1 AND published_at < NOW(6) - IN
 -- name: OldReadCounterEntities
 -- The sweeper's: entities read more than ? seconds ago (the retention, longer than the queue's
 -- 14 days), whose facts may go: no message for them can still be delivered. A consistent read
--- of the read partition, no lock. At most ?.
-SELECT bucket, entity_hash FROM t_counter WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT ?;
+-- of one subpartition of the read partition (/*subpartition*/ is was_readsp0 to was_readsp7, the
+-- names MariaDB and MySQL give HASH subpartitions), no lock. At most ?. One subpartition, so that
+-- DeleteCounterEntities, whose buckets are then all of it, scans one eighth of the facts: entities
+-- of every bucket made it scan all of them, the counted entities' too, on every sweep that pruned.
+SELECT bucket, entity_hash FROM t_counter PARTITION (/*subpartition*/) WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT ?;
 
 -- name: DeleteCounterEntities
 -- The facts of the entities found above (autocommit): their read row and their added row, if any,
 -- both older than the retention. An entity's directory entry expires at the same time, so a
 -- message that somehow came after would find the entity new; `at <` keeps such a message's new
--- fact. Locks the rows it deletes, which no consumer reads or writes (it only inserts).
--- /*hashes*/ is one ? per entity hash.
+-- fact. Locks the rows it deletes, which no consumer reads or writes (it only inserts). Its
+-- buckets are of one subpartition (OldReadCounterEntities), so it scans that subpartition of each
+-- kind. /*hashes*/ is one ? per entity hash.
 DELETE FROM t_counter WHERE bucket IN (/*ids*/) AND entity_hash IN (/*hashes*/) AND at < NOW(6) - INTERVAL ? SECOND;
 
 -- name: ReconcileCounterSums

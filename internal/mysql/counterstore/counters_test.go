@@ -425,3 +425,62 @@ func TestRandomCounterBucketsShareASubpartition(t *testing.T) {
 	}
 	require.Len(t, seen, counterstore.CounterBuckets)
 }
+
+// The pruning of read entities takes one subpartition of t_counter a call: the delete finds an
+// entity's facts only by scanning the subpartitions of its bucket, so a batch of entities of every
+// subpartition (what a sweep finds when few are old, a sweep's trickle spread by the hash) scanned
+// the whole fact table, every counted entity's facts included. 40 entities read long ago, in every
+// subpartition, beside 16,000 counted facts: each call reads at most about an eighth of the table
+// (before: the whole table, 16,144 rows, in the first call), and 8 calls prune every one of them.
+func TestPruneReadsASubpartitionACall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, dsn := testdb.DB(t, 2)
+	db, _ := mysqltest.TalliedDB(t, dsn, 1, "") // one connection: the session's counters are the store's
+	s, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+
+	const read, counted = 40, 16000
+	var ms []exactlyonce.CounterMessage
+	subs := map[int64]bool{}
+	for i := range read {
+		user := fmt.Sprint("user-", i)
+		subs[counterstore.UserBucket(user)%counterstore.CounterFactSubpartitions] = true
+		ms = append(ms, cmsg(fmt.Sprint("r", i), "t", user, "added"), cmsg(fmt.Sprint("r", i), "t", user, "readed"))
+	}
+	require.Len(t, subs, counterstore.CounterFactSubpartitions, "the read entities are in every subpartition")
+	_, err = s.Counters.ApplyCounterMessages(ctx, ms)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, "UPDATE t_counter SET at = at - INTERVAL 16 DAY")
+	require.NoError(t, err)
+	var rows []string
+	var args []any
+	for i := range counted {
+		rows = append(rows, "(?, 1, ?, 't', 'other', ?, NOW(6))")
+		args = append(args, int64(i%counterstore.CounterBuckets), fmt.Sprintf("%032d", i), fmt.Sprint(i))
+	}
+	_, err = db.ExecContext(ctx, "INSERT INTO t_counter (bucket, kind, entity_hash, entity_type, user_id, entity_id, at) VALUES "+
+		strings.Join(rows, ", "), args...)
+	require.NoError(t, err)
+
+	scanned := func() int64 {
+		var name string
+		var n int64
+		require.NoError(t, db.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Handler_read_rnd_next'").Scan(&name, &n))
+		return n
+	}
+	table := int64(counted + 2*read)
+	pruned := 0
+	for call := range counterstore.CounterFactSubpartitions {
+		before := scanned()
+		n, err := s.Counters.PruneReadCounterEntities(ctx, 500, 5000)
+		got := scanned() - before
+		require.NoError(t, err)
+		pruned += n
+		require.Less(t, got, table/4, "rows read by prune call %d beside %d facts", call, table)
+	}
+	require.Equal(t, read, pruned)
+	var facts int
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM t_counter").Scan(&facts))
+	require.Equal(t, counted, facts, "the read entities' facts are gone, the counted ones' stay")
+}

@@ -70,10 +70,28 @@ func (s *Store) PruneCounterNotifications(ctx context.Context, age time.Duration
 
 // PruneReadCounterEntities deletes the facts of up to limit entities read more than
 // CounterReadRetention ago, in batches of at most batch entities, and returns how many entities.
+// It takes the entities of one subpartition of t_counter, so that each delete scans an eighth of
+// the facts: the first, from the store's turn on, that has any (the others cost a read of their
+// part of the read partition each); the next call starts after it, so calls go round them all.
 func (s *Store) PruneReadCounterEntities(ctx context.Context, batch, limit int) (int, error) {
+	start := s.pruneTurn.Load()
+	for i := range int64(CounterFactSubpartitions) {
+		sub := (start + i) % CounterFactSubpartitions
+		n, err := s.pruneReadCounterEntities(ctx, sub, batch, limit)
+		if err != nil || n > 0 || i == CounterFactSubpartitions-1 {
+			s.pruneTurn.Store(sub + 1)
+			return n, err
+		}
+	}
+	return 0, nil
+}
+
+// pruneReadCounterEntities is PruneReadCounterEntities in subpartition sub.
+func (s *Store) pruneReadCounterEntities(ctx context.Context, sub int64, batch, limit int) (int, error) {
 	retention := int64(CounterReadRetention.Seconds())
+	old := strings.Replace(queries.OldReadCounterEntities, "/*subpartition*/", fmt.Sprintf("was_readsp%d", sub), 1)
 	return pruneLoop(batch, limit, func(n int) (int64, error) {
-		rows, err := s.db.QueryContext(ctx, queries.OldReadCounterEntities, retention, n)
+		rows, err := s.db.QueryContext(ctx, old, retention, n)
 		if err != nil {
 			return 0, mysql.Interpret("prune read counter entities", err)
 		}
