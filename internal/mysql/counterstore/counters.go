@@ -15,7 +15,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -25,7 +24,7 @@ import (
 
 // queryTexts are the statements of counters.sql.
 type queryTexts struct {
-	LockCounterBuckets, ReadCounterBuckets, ReadCounterSums, InsertCounterSums, UpdateCounterSums, InsertCounterFacts, WriteCounterDirectories, InsertCounterNotifications, MarkCounterNotificationsPublished, UnpublishedCounterNotifications, PruneCounterNotifications, OldReadCounterEntities, DeleteCounterEntities, ReconcileCounterSums, CounterSumsOfUser, CounterSumOf string
+	LockCounterBuckets, ReadCounterBuckets, ReadCounterSums, InsertCounterSums, UpdateCounterSums, InsertCounterFacts, WriteCounterDirectories, InsertCounterNotifications, MarkCounterNotificationsPublished, UnpublishedCounterNotifications, PruneCounterNotifications, FirstOldReadCounterEntity, OldReadCounterEntities, DeleteCounterEntities, ReconcileCounterSums, CounterSumsOfUser, CounterSumOf string
 }
 
 //go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:counters.sql
@@ -36,8 +35,6 @@ type queryTexts struct {
 type Store struct {
 	core *mysql.DB
 	db   *sql.DB
-	// pruneTurn is the subpartition of t_counter the next PruneReadCounterEntities looks at first.
-	pruneTurn atomic.Int64
 }
 
 // New returns the Store on db.

@@ -108,6 +108,12 @@ WHERE state = 0 AND created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?;
 -- found ? of them. It locks the rows it deletes, which nothing else reads with a lock.
 DELETE FROM counter_notifications WHERE state = 1 AND published_at < NOW(6) - INTERVAL ? SECOND LIMIT ?;
 
+-- name: FirstOldReadCounterEntity
+-- The sweeper's: the bucket of one entity read more than ? seconds ago, which says the
+-- subpartition OldReadCounterEntities reads next; none, nothing to prune. A consistent read of the
+-- read partition until the first such row, no lock.
+SELECT bucket FROM t_counter WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT 1;
+
 -- name: OldReadCounterEntities
 -- The sweeper's: entities read more than ? seconds ago (the retention, longer than the queue's
 -- 14 days), whose facts may go: no message for them can still be delivered. A consistent read

@@ -20,6 +20,7 @@ WHERE bucket IN (/*ids*/) AND (CAST(user_id AS BINARY), CAST(entity_type AS BINA
 	UnpublishedCounterNotifications: `SELECT id, body FROM counter_notifications
 WHERE state = 0 AND created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?`,
 	PruneCounterNotifications: `DELETE FROM counter_notifications WHERE state = 1 AND published_at < NOW(6) - INTERVAL ? SECOND LIMIT ?`,
+	FirstOldReadCounterEntity: `SELECT bucket FROM t_counter WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT 1`,
 	OldReadCounterEntities:    `SELECT bucket, entity_hash FROM t_counter PARTITION (/*subpartition*/) WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT ?`,
 	DeleteCounterEntities:     `DELETE FROM t_counter WHERE bucket IN (/*ids*/) AND entity_hash IN (/*hashes*/) AND at < NOW(6) - INTERVAL ? SECOND`,
 	ReconcileCounterSums: `SELECT s.entity_type, s.user_id, s.sum, COALESCE(f.counted, 0), COALESCE(f.duplicated, 0)

@@ -70,20 +70,20 @@ func (s *Store) PruneCounterNotifications(ctx context.Context, age time.Duration
 
 // PruneReadCounterEntities deletes the facts of up to limit entities read more than
 // CounterReadRetention ago, in batches of at most batch entities, and returns how many entities.
-// It takes the entities of one subpartition of t_counter, so that each delete scans an eighth of
-// the facts: the first, from the store's turn on, that has any (the others cost a read of their
-// part of the read partition each); the next call starts after it, so calls go round them all.
+// It takes the entities of one subpartition of t_counter, that of the first old entity it finds, so
+// that each delete scans an eighth of the facts; the next call takes the next that has any. With
+// nothing to prune it is one statement, as it always was.
 func (s *Store) PruneReadCounterEntities(ctx context.Context, batch, limit int) (int, error) {
-	start := s.pruneTurn.Load()
-	for i := range int64(CounterFactSubpartitions) {
-		sub := (start + i) % CounterFactSubpartitions
-		n, err := s.pruneReadCounterEntities(ctx, sub, batch, limit)
-		if err != nil || n > 0 || i == CounterFactSubpartitions-1 {
-			s.pruneTurn.Store(sub + 1)
-			return n, err
-		}
+	retention := int64(CounterReadRetention.Seconds())
+	var first int64
+	err := s.db.QueryRowContext(ctx, queries.FirstOldReadCounterEntity, retention).Scan(&first)
+	if err == sql.ErrNoRows {
+		return 0, nil
 	}
-	return 0, nil
+	if err != nil {
+		return 0, mysql.Interpret("prune read counter entities", err)
+	}
+	return s.pruneReadCounterEntities(ctx, first%CounterFactSubpartitions, batch, limit)
 }
 
 // pruneReadCounterEntities is PruneReadCounterEntities in subpartition sub.
