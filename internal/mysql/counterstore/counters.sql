@@ -143,13 +143,23 @@ DELETE FROM t_counter WHERE bucket IN (/*ids*/) AND entity_hash IN (/*hashes*/) 
 -- per count (a sweep's 50 counts: 100 scans, 12.5 times the fact table). The caller names buckets
 -- of one subpartition (the same remainder modulo 8), so the statement reads one eighth of the facts.
 -- The texts are grouped and joined as bytes, as everywhere here (a type "t " is not "t").
+--
+-- The facts are read as the pruning will leave them (? and ? are the retention, in seconds): an
+-- entity with a read fact older than the retention is forgotten (its directory entry has expired),
+-- and DeleteCounterEntities will delete its facts older than the retention; an "added" after the
+-- expiry counts it again with a new fact. Until a sweep prunes it, that entity has an old added
+-- fact, an old read fact and a new added fact, and read as they are they made a mismatch (counted
+-- 0 against a sum of 1, an added fact twice): an error line and an alarm for nothing.
 SELECT s.entity_type, s.user_id, s.sum, COALESCE(f.counted, 0), COALESCE(f.duplicated, 0)
 FROM (SELECT bucket, entity_type, user_id, sum FROM t_counter_sum WHERE bucket IN (/*ids*/) LIMIT ?) s
 LEFT JOIN (
   SELECT bucket, bt, bu, SUM(a = 1 AND r = 0) AS counted, SUM(a > 1 OR r > 1) AS duplicated
-  FROM (SELECT bucket, CAST(entity_type AS BINARY) AS bt, CAST(user_id AS BINARY) AS bu,
-               SUM(kind = 1) AS a, SUM(kind = 2) AS r
-        FROM t_counter WHERE bucket IN (/*ids*/) GROUP BY bucket, bt, bu, entity_hash) e
+  FROM (SELECT bucket, bt, bu, a - IF(ro > 0, ao, 0) AS a, r - IF(ro > 0, ro, 0) AS r
+        FROM (SELECT bucket, CAST(entity_type AS BINARY) AS bt, CAST(user_id AS BINARY) AS bu,
+                     SUM(kind = 1) AS a, SUM(kind = 2) AS r,
+                     SUM(kind = 1 AND at < NOW(6) - INTERVAL ? SECOND) AS ao,
+                     SUM(kind = 2 AND at < NOW(6) - INTERVAL ? SECOND) AS ro
+              FROM t_counter WHERE bucket IN (/*ids*/) GROUP BY bucket, bt, bu, entity_hash) g) e
   GROUP BY bucket, bt, bu) f
 ON f.bucket = s.bucket AND f.bt = CAST(s.entity_type AS BINARY) AND f.bu = CAST(s.user_id AS BINARY);
 

@@ -27,9 +27,12 @@ WHERE state = 0 AND created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?`,
 FROM (SELECT bucket, entity_type, user_id, sum FROM t_counter_sum WHERE bucket IN (/*ids*/) LIMIT ?) s
 LEFT JOIN (
   SELECT bucket, bt, bu, SUM(a = 1 AND r = 0) AS counted, SUM(a > 1 OR r > 1) AS duplicated
-  FROM (SELECT bucket, CAST(entity_type AS BINARY) AS bt, CAST(user_id AS BINARY) AS bu,
-               SUM(kind = 1) AS a, SUM(kind = 2) AS r
-        FROM t_counter WHERE bucket IN (/*ids*/) GROUP BY bucket, bt, bu, entity_hash) e
+  FROM (SELECT bucket, bt, bu, a - IF(ro > 0, ao, 0) AS a, r - IF(ro > 0, ro, 0) AS r
+        FROM (SELECT bucket, CAST(entity_type AS BINARY) AS bt, CAST(user_id AS BINARY) AS bu,
+                     SUM(kind = 1) AS a, SUM(kind = 2) AS r,
+                     SUM(kind = 1 AND at < NOW(6) - INTERVAL ? SECOND) AS ao,
+                     SUM(kind = 2 AND at < NOW(6) - INTERVAL ? SECOND) AS ro
+              FROM t_counter WHERE bucket IN (/*ids*/) GROUP BY bucket, bt, bu, entity_hash) g) e
   GROUP BY bucket, bt, bu) f
 ON f.bucket = s.bucket AND f.bt = CAST(s.entity_type AS BINARY) AND f.bu = CAST(s.user_id AS BINARY)`,
 	CounterSumsOfUser: `SELECT entity_type, sum, version FROM t_counter_sum

@@ -178,8 +178,9 @@ func (s *Store) ReconcileCounters(ctx context.Context, buckets []int64, limit in
 
 // reconcile is ReconcileCounters for buckets of one subpartition: one statement.
 func (s *Store) reconcile(ctx context.Context, buckets []int64, limit int) (int, []exactlyonce.CounterMismatch, error) {
+	retention := int64(CounterReadRetention.Seconds())
 	q, args := mysql.ExpandIDs(queries.ReconcileCounterSums, buckets)
-	args = append(args, limit)
+	args = append(args, limit, retention, retention)
 	q, more := mysql.ExpandIDs(q, buckets)
 	rows, err := s.db.QueryContext(ctx, q, append(args, more...)...)
 	if err != nil {
