@@ -424,6 +424,7 @@ func TestRandomCounterBucketsShareASubpartition(t *testing.T) {
 		seen[x] = true
 	}
 	require.Len(t, seen, counterstore.CounterBuckets)
+	require.Empty(t, s.RandomCounterBuckets(-1))
 }
 
 // The pruning of read entities takes one subpartition of t_counter a call: the delete finds an

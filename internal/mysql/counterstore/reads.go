@@ -264,7 +264,7 @@ const CounterFactSubpartitions = 8
 // subpartitions whole, in a random order.
 func (s *Store) RandomCounterBuckets(n int) []int64 {
 	per := CounterBuckets / CounterFactSubpartitions
-	n = min(n, CounterBuckets)
+	n = max(0, min(n, CounterBuckets))
 	out := make([]int64, 0, n)
 	for _, sub := range mrand.Perm(CounterFactSubpartitions) {
 		if len(out) == n {
