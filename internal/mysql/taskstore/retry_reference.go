@@ -159,10 +159,6 @@ func (s *Store) retryReferencePart(ctx context.Context, ref string, hash uint32,
 		} else {
 			*known = knownFailed{} // read the failed set again
 		}
-		if errors.Is(err, errWhole) && limit > 0 {
-			limit = 0 // the same round again, in one transaction
-			continue
-		}
 		if errors.Is(err, errRetriedMeanwhile) {
 			// Someone else retried some of the tasks this part locked (another caller's part,
 			// or a task's retry): progress, not a change to decide against. The part ends with
@@ -193,10 +189,6 @@ func (s *Store) retryReferencePart(ctx context.Context, ref string, hash uint32,
 // changing.
 var errReferenceMoved = errors.New("the reference changed while its retry was being decided")
 
-// errWhole is a part giving up, before it wrote anything, because its case does not go in parts
-// (RetryReference): it runs again as one transaction.
-var errWhole = errors.New("the retry goes whole")
-
 // errRetriedMeanwhile is a bulk retry's transaction giving up because a failed task it read was
 // retried by someone else before it could lock it (lockFailedTasks): the reference's failed set
 // shrank, so it is not counted as a round (retryReferencePart).
@@ -220,6 +212,7 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 	var heads []openTask
 	var ids []int64
 	var failedAt map[int64]int64 // the failed tasks read in this transaction, and their positions
+	var frontier *openTask       // the queued frontier of a retry to the end behind an open task
 	fromKnown := false
 	if optimistic && limit > 0 && known.held != 0 && (known.complete || len(known.ids) > limit) {
 		if heads, err = openOfReference(ctx, tx, ref, hash); err != nil {
@@ -227,6 +220,14 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 		}
 		if h := heldHead(heads); h != nil && h.id == known.held {
 			ids, fromKnown = known.ids[:min(len(known.ids), limit+1)], true
+		} else if f, err := frontierOf(ctx, tx, known.held); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		} else if f != nil && f.state == exactlyonce.Queued {
+			// The frontier the last part held, still queued and held: nothing behind it was
+			// promoted, so the failed tasks the call read and has not retried are still the ones
+			// this retry places after it (tasks that failed since, the open task among them, are
+			// not in ids: a later call's read finds them; knownFailed).
+			ids, fromKnown, frontier = known.ids[:min(len(known.ids), limit+1)], true, f
 		}
 	}
 	if !fromKnown {
@@ -234,9 +235,11 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 		if limit > 0 {
 			n = max(limit, maxRetriedAnswer)
 		}
-		if heads, ids, failedAt, err = readRetryStateAt(ctx, tx, ref, hash, n); err != nil {
+		st, err := readRetryStateAt(ctx, tx, ref, hash, n)
+		if err != nil {
 			return exactlyonce.RetriedReference{}, err
 		}
+		heads, ids, failedAt, frontier = st.heads, st.failed, st.at, st.frontier
 		if s.onFailedSetRead != nil {
 			s.onFailedSetRead()
 		}
@@ -254,7 +257,7 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 		ids = ids[:limit]
 	}
 	known.ids = known.ids[len(ids):] // those this part retries, if it commits
-	if len(ids) == 0 && heldHead(heads) == nil {
+	if len(ids) == 0 && heldHead(heads) == nil && frontier == nil {
 		return exactlyonce.RetriedReference{}, nil
 	}
 	var failed []failedTask
@@ -266,6 +269,9 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 	}
 	if h := heldHead(heads); h != nil && optimistic {
 		return s.continueRetryHeld(ctx, tx, ref, hash, failed, folded, *h, more)
+	}
+	if frontier != nil && optimistic {
+		return s.continueRetryFrontier(ctx, tx, ref, hash, failed, folded, frontier.id, more)
 	}
 	if optimistic && len(heads) == 0 && done {
 		out, ok, err := s.retryInPlaceFirst(ctx, tx, ref, hash, failed, folded, failedAt, more)
@@ -377,6 +383,15 @@ func (s *Store) retryInPlaceFirst(ctx context.Context, tx *sql.Tx, ref string, h
 	return out, true, nil
 }
 
+// pendingID is h's id if it is pending (a head whose queue message the API sends once it is
+// released), else 0 (a frontier still queued: promoted in its turn).
+func pendingID(h *openTask) int64 {
+	if h.state == exactlyonce.Pending {
+		return h.id
+	}
+	return 0
+}
+
 // holdRetried holds head id until a later part (HoldRetried).
 func (s *Store) holdRetried(ctx context.Context, tx *sql.Tx, id int64) error {
 	res, err := tx.ExecContext(ctx, retryQueries.HoldRetried, cmp.Or(s.retryHold, defaultRetryHold).Microseconds(), id)
@@ -438,10 +453,11 @@ func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string
 	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
-	heads, ids, err := lockedRetryState(ctx, tx, ref, hash, limit)
+	st, err := lockedRetryState(ctx, tx, ref, hash, limit)
 	if err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
+	heads, ids := st.heads, st.failed
 	more := limit > 0 && len(ids) > limit
 	if more {
 		ids = ids[:limit]
@@ -458,7 +474,19 @@ func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string
 			return exactlyonce.RetriedReference{}, errReferenceMoved
 		}
 	}
-	return s.writeRetry(ctx, tx, ref, hash, failed, folded, heldHead(heads), heads, limit > 0, more)
+	held := heldHead(heads)
+	if held == nil && st.frontier != nil {
+		// A retry to the end behind an open task under way: its frontier, locked and read again,
+		// must still be held, else the reference moved on (its hold ended) and the next round
+		// decides afresh.
+		if held, err = lockFrontier(ctx, tx, st.frontier.id); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+		if held == nil {
+			return exactlyonce.RetriedReference{}, errReferenceMoved
+		}
+	}
+	return s.writeRetry(ctx, tx, ref, hash, failed, folded, held, heads, limit > 0, more)
 }
 
 // writeRetry places the locked failed tasks (continueRetry, after the held head of a retry in
@@ -474,20 +502,38 @@ func (s *Store) writeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uin
 		if _, err := tx.ExecContext(ctx, retryQueries.ReleaseRetried, held.id); err != nil {
 			return exactlyonce.RetriedReference{}, err
 		}
-		return exactlyonce.RetriedReference{Head: held.id}, nil
+		return exactlyonce.RetriedReference{Head: pendingID(held)}, nil
 	}
 	var place retryPlaces
 	var err error
+	ends := false // the retry ends with this part, failed tasks left (they failed since it began)
 	if held != nil {
-		place, err = continueRetry(ctx, tx, ref, failed, *held)
+		var fit int
+		place, fit, err = continueRetry(ctx, tx, ref, failed, *held)
+		if err == nil && fit < len(failed) {
+			// Tasks that failed after the retry began do not fit in the places its first part
+			// took for the tasks it began with: those that fit (the first by position, which
+			// are the latter's) are placed, and the retry ends here, its frontier released; the
+			// next part decides afresh for the rest, to the end behind every task of the
+			// reference.
+			failed, ends, more = failed[:fit], true, true
+			folded = 0
+			for _, f := range failed {
+				if f.folded {
+					folded++
+				}
+			}
+		}
 	} else {
 		place, err = s.placeRetries(ctx, tx, ref, hash, failed, heads, parts, more)
 	}
 	if err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
-	if err := retryTasks(ctx, tx, failed, place); err != nil {
-		return exactlyonce.RetriedReference{}, err
+	if len(failed) > 0 {
+		if err := retryTasks(ctx, tx, failed, place); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
 	}
 	out := exactlyonce.RetriedReference{More: more}
 	var holder int64 // the head this retry made, held until its last part
@@ -501,8 +547,17 @@ func (s *Store) writeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uin
 		}
 	}
 	switch {
+	case ends:
+		if _, err := tx.ExecContext(ctx, retryQueries.ReleaseRetried, holder); err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
 	case more:
-		// placeRetries goes whole rather than in parts when the retry makes no head (errWhole).
+		if holder == 0 {
+			// A first part to the end behind an open task, which it cannot hold: it holds its
+			// frontier, its last task (queued), which no promotion passes while held
+			// (HoldRetried), and its later parts place theirs after it.
+			holder = failed[len(failed)-1].id
+		}
 		if err := s.holdRetried(ctx, tx, holder); err != nil {
 			return exactlyonce.RetriedReference{}, err
 		}
@@ -511,7 +566,7 @@ func (s *Store) writeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uin
 		if _, err := tx.ExecContext(ctx, retryQueries.ReleaseRetried, holder); err != nil {
 			return exactlyonce.RetriedReference{}, err
 		}
-		out.Head = holder
+		out.Head = pendingID(held) // a frontier still queued has no queue message to send
 	default:
 		out.Head = holder
 	}
