@@ -251,9 +251,10 @@ func openOf(ctx context.Context, t *testing.T, db *sql.DB, ref string) [][2]int6
 // task failed for good. The next calls read the failed set again (the open task among it, after the
 // others by position): the tasks the retry began with fill the places its first part took, up to
 // the create, and the open task, which does not fit there, is left failed, the retry ends (its
-// frontier released) and a fresh decision sends it to the end, behind the create. Each task has a
-// position of its own; every task delivered once, in order. Placed with the others, the open task
-// took the create's position.
+// frontier released: pending by then, as the tasks before it were delivered, and named as the
+// call's head, whose queue message goes) and a fresh decision sends it to the end, behind the
+// create. Each task has a position of its own; every task delivered once, in order. Placed with
+// the others, the open task took the create's position.
 func TestTasksThatFailedSinceARetryBeganTakeNoPlaceOfTheOthers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -266,20 +267,28 @@ func TestTasksThatFailedSinceARetryBeganTakeNoPlaceOfTheOthers(t *testing.T) {
 	mine := createWithin(ctx, t, store, ref, 99)
 	_, err = settleTask(ctx, store, c, open, false, false)
 	require.NoError(t, err)
+	delivered := deliverAll(ctx, t, db, store, ref)
+	require.Equal(t, ids[:4], delivered, "up to the frontier")
 	var all []int64
+	var heads []int64
 	for {
 		got, err := store.Tasks.RetryReference(ctx, ref)
 		require.NoError(t, err)
 		all = append(all, got.IDs...)
+		if got.Head != 0 {
+			heads = append(heads, got.Head)
+		}
 		if !got.More {
 			break
 		}
 	}
 	require.Equal(t, append(ids[5:], open.ID), all)
+	require.Equal(t, []int64{ids[4]}, heads, "the frontier, released when the retry ended, named once")
 	tasks := truth(ctx, t, db, ref)
 	for i := 1; i < len(tasks); i++ {
 		require.Greater(t, tasks[i][1], tasks[i-1][1], "task %d has a position of its own", tasks[i][0])
 	}
 	require.Equal(t, tasks, listed(ctx, t, store, ref))
-	require.Equal(t, append(append(ids, mine.ID), open.ID), deliverAll(ctx, t, db, store, ref))
+	delivered = append(delivered, deliverAll(ctx, t, db, store, ref)...)
+	require.Equal(t, append(append(ids, mine.ID), open.ID), delivered)
 }

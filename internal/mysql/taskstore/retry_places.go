@@ -17,7 +17,7 @@ import (
 // reference's only open task, and held (OpenOfReference, which reads `open` only: the failed set
 // is not scanned again under the bucket); else errReferenceMoved, and the next round decides
 // with the bucket taken first (retryReferenceLocked).
-func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, h openTask, more bool) (exactlyonce.RetriedReference, error) {
+func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, h openTask, more bool, known *knownFailed) (exactlyonce.RetriedReference, error) {
 	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
@@ -32,7 +32,7 @@ func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, h
 	if held := heldHead(open); held == nil || held.id != h.id {
 		return exactlyonce.RetriedReference{}, errReferenceMoved
 	}
-	return s.writeRetry(ctx, tx, ref, hash, failed, folded, &h, nil, true, more)
+	return s.writeRetry(ctx, tx, ref, hash, failed, folded, &h, nil, true, more, known)
 }
 
 // continueRetryFrontier is a later part of a retry to the end behind an open task, whose frontier
@@ -41,7 +41,7 @@ func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, h
 // still be held; pending by now (the tasks before it were delivered), it must be the reference's
 // only open task, as a held head. Else errReferenceMoved, and the next round decides with the
 // bucket taken first (retryReferenceLocked).
-func (s *Store) continueRetryFrontier(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, id int64, more bool) (exactlyonce.RetriedReference, error) {
+func (s *Store) continueRetryFrontier(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, id int64, more bool, known *knownFailed) (exactlyonce.RetriedReference, error) {
 	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
@@ -61,7 +61,7 @@ func (s *Store) continueRetryFrontier(ctx context.Context, tx *sql.Tx, ref strin
 			return exactlyonce.RetriedReference{}, errReferenceMoved
 		}
 	}
-	return s.writeRetry(ctx, tx, ref, hash, failed, folded, f, nil, true, more)
+	return s.writeRetry(ctx, tx, ref, hash, failed, folded, f, nil, true, more, known)
 }
 
 // continueRetry places the next part of a retry in parts whose first part made head h and holds it

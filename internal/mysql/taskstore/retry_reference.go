@@ -66,6 +66,7 @@ func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.Ret
 	start := time.Now()
 	out := exactlyonce.RetriedReference{IDs: []int64{}}
 	var known knownFailed // the reference's failed tasks as this call read them once
+	var released int64    // a pending frontier a part released, ending its retry (knownFailed)
 	for n := 1; ; n++ {
 		if s.beforeRetryPart != nil {
 			if err := s.beforeRetryPart(n); err != nil {
@@ -75,6 +76,9 @@ func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.Ret
 		p, err := s.retryReferencePart(ctx, ref, hash, size, &known)
 		if err != nil {
 			return exactlyonce.RetriedReference{}, mysql.Interpret("retry reference", err)
+		}
+		if known.released != 0 {
+			released, known.released = known.released, 0
 		}
 		out.IDs = append(out.IDs, p.IDs...)
 		out.Placement = cmp.Or(out.Placement, p.Placement)
@@ -88,6 +92,9 @@ func (s *Store) RetryReference(ctx context.Context, ref string) (exactlyonce.Ret
 		}
 		out.More = p.More
 		if !p.More || time.Since(start) >= budget || len(out.IDs)+size > maxRetriedAnswer || ctx.Err() != nil {
+			if out.Head == 0 {
+				out.Head = released
+			}
 			return out, nil
 		}
 	}
@@ -134,10 +141,15 @@ func (s *Store) RetryParts(size int, budget time.Duration) {
 // are ids' first. Tasks may have left the failed set (a task's retry, another caller's part of the
 // same retry: lockFailedTasks finds them not failed, errRetriedMeanwhile, and the call reads the
 // set again). Any other head, or none, or a head not held: the part reads the set again.
+//
+// released is a pending frontier a part released before the retry's last part, ending it
+// (writeRetry: tasks that failed since it began are decided afresh): due now, its queue message is
+// sent with the call's answer, which names it as its head if no later part made one.
 type knownFailed struct {
 	ids      []int64
 	complete bool
 	held     int64
+	released int64
 }
 
 // retryReferencePart is one part of RetryReference: one transaction, run again (the bucket taken
@@ -268,10 +280,10 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 		}
 	}
 	if h := heldHead(heads); h != nil && optimistic {
-		return s.continueRetryHeld(ctx, tx, ref, hash, failed, folded, *h, more)
+		return s.continueRetryHeld(ctx, tx, ref, hash, failed, folded, *h, more, known)
 	}
 	if frontier != nil && optimistic {
-		return s.continueRetryFrontier(ctx, tx, ref, hash, failed, folded, frontier.id, more)
+		return s.continueRetryFrontier(ctx, tx, ref, hash, failed, folded, frontier.id, more, known)
 	}
 	if optimistic && len(heads) == 0 && done {
 		out, ok, err := s.retryInPlaceFirst(ctx, tx, ref, hash, failed, folded, failedAt, more)
@@ -279,7 +291,7 @@ func (s *Store) retryReference(ctx context.Context, tx *sql.Tx, ref string, hash
 			return out, err
 		}
 	}
-	return s.retryReferenceLocked(ctx, tx, ref, hash, failed, folded, limit)
+	return s.retryReferenceLocked(ctx, tx, ref, hash, failed, folded, limit, known)
 }
 
 // heldHead is the reference's open task if it is its only one and a bulk retry's held head (a
@@ -449,7 +461,7 @@ func readInPlaceCheck(ctx context.Context, tx *sql.Tx, ref string, hash uint32, 
 // locked (a task of the reference that failed since the first read was not locked first:
 // errReferenceMoved, and the next round locks it with the others). A held head (a retry in parts
 // under way) continues its decision (continueRetry); else placeRetries decides afresh.
-func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, limit int) (exactlyonce.RetriedReference, error) {
+func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, limit int, known *knownFailed) (exactlyonce.RetriedReference, error) {
 	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
@@ -486,13 +498,13 @@ func (s *Store) retryReferenceLocked(ctx context.Context, tx *sql.Tx, ref string
 			return exactlyonce.RetriedReference{}, errReferenceMoved
 		}
 	}
-	return s.writeRetry(ctx, tx, ref, hash, failed, folded, held, heads, limit > 0, more)
+	return s.writeRetry(ctx, tx, ref, hash, failed, folded, held, heads, limit > 0, more, known)
 }
 
 // writeRetry places the locked failed tasks (continueRetry, after the held head of a retry in
 // parts, else placeRetries) and writes them, holding the head the retry made while more remain,
 // releasing it at the last part, with their directory entries (to the end) and settled_count.
-func (s *Store) writeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, held *openTask, heads []openTask, parts, more bool) (exactlyonce.RetriedReference, error) {
+func (s *Store) writeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, held *openTask, heads []openTask, parts, more bool, known *knownFailed) (exactlyonce.RetriedReference, error) {
 	if len(failed) == 0 {
 		// No failed task left, and a held head: its retry's last tasks were retried one by one
 		// meanwhile. It is released, as its last part would have.
@@ -551,6 +563,7 @@ func (s *Store) writeRetry(ctx context.Context, tx *sql.Tx, ref string, hash uin
 		if _, err := tx.ExecContext(ctx, retryQueries.ReleaseRetried, holder); err != nil {
 			return exactlyonce.RetriedReference{}, err
 		}
+		known.released = pendingID(held) // the call's answer names it: its queue message goes
 	case more:
 		if holder == 0 {
 			// A first part to the end behind an open task, which it cannot hold: it holds its
