@@ -40,8 +40,15 @@ import (
 // none comes, the hold ends by itself (retryHold) and the reference goes on with the rest still
 // failed, which a later retry decides afresh.
 //
-// Not in parts (one transaction, as before): a retry to the end behind an open task (a head that
-// may settle between parts and be promoted past). A retry while the directory of a database
+// A retry to the end behind a task open now goes in parts too: that task cannot be held (it is
+// processing, or waits a backoff), so the first part holds its frontier instead, the last task it
+// placed, queued (HoldRetried), which a settlement promotes pending with its hold kept and never
+// leases (QueuedOfReferences, PromoteQueued): the reference delivers up to it, nothing behind it,
+// until the last part releases it. Later parts find it (RetryStateOfReference, or by id: FrontierOf)
+// and place theirs after it (continueRetryFrontier, continueRetry); tasks that failed after the
+// retry began take no place of the others (continueRetry's fit: the retry ends and they are decided
+// afresh). Before, this case was one transaction of every failed task (20,000 took 7.8 s under the
+// bucket). A retry while the directory of a database
 // migrated with tasks in it is not complete goes in parts too, its first part deciding by the scan
 // (laterUnfailedStarted). A call reads the failed set once (knownFailed); a part whose failed tasks
 // someone else retried first ends empty, with More (errRetriedMeanwhile).
