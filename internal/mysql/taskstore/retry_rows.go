@@ -174,6 +174,9 @@ func readRetryStateAt(ctx context.Context, tx *sql.Tx, ref string, hash uint32, 
 			st.failed = append(st.failed, t.id)
 			st.at[t.id] = t.pos
 		default:
+			// One retry at a time holds a frontier (its parts run under the bucket, and a later
+			// one continues the frontier it finds); two would be a bug, answered as an error
+			// rather than guessed at, and gone within the hold (30 s) if it ever happened.
 			if st.frontier != nil {
 				return retryState{}, fmt.Errorf("reference %q has two held frontiers, %d and %d", ref, st.frontier.id, t.id)
 			}
