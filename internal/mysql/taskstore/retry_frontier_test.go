@@ -292,3 +292,61 @@ func TestTasksThatFailedSinceARetryBeganTakeNoPlaceOfTheOthers(t *testing.T) {
 	delivered = append(delivered, deliverAll(ctx, t, db, store, ref)...)
 	require.Equal(t, append(append(ids, mine.ID), open.ID), delivered)
 }
+
+// A later part and the settlement that promotes the frontier, forced to meet at the frontier's
+// row: the test holds the row, the settlement of the task before the frontier waits for it in its
+// promotion and the next part waits for it after the bucket (LockFrontier); then the test lets go.
+// Whichever gets the row first, the frontier ends pending and held, handed on to no claim, the
+// part's tasks placed after it, and the rest delivered in order once the last part releases it.
+func TestAPartAndASettlementMeetingAtTheFrontierKeepOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ref = "frontier-meet"
+	db, store, ids, c, open := openBehindFailed(ctx, t, ref, 12)
+	taskstore.RetryInParts(store.Tasks, 5, time.Nanosecond, nil) // one part a call
+	got, err := store.Tasks.RetryReference(ctx, ref)
+	require.NoError(t, err)
+	require.Equal(t, ids[:5], got.IDs)
+	s, err := settleTask(ctx, store, c, open, true, true)
+	require.NoError(t, err)
+	e := s.Next[0]
+	for range 3 {
+		s, err := settleTask(ctx, store, c, e, true, true)
+		require.NoError(t, err)
+		e = s.Next[0]
+	}
+	require.Equal(t, ids[3], e.ID)
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.ExecContext(ctx, "UPDATE events SET position = position WHERE id = ?", ids[4])
+	require.NoError(t, err)
+	settled, parted := make(chan struct{}), make(chan struct{})
+	var settlement exactlyonce.TaskSettlement
+	var part exactlyonce.RetriedReference
+	var settleErr, partErr error
+	go func() {
+		defer close(settled)
+		settlement, settleErr = settleTask(ctx, store, c, e, true, true)
+	}()
+	awaitStatement(t, db, "UPDATE events SET state = 0, worker_id", settled)
+	go func() {
+		defer close(parted)
+		part, partErr = store.Tasks.RetryReference(ctx, ref)
+	}()
+	awaitStatement(t, db, "UPDATE events SET position = position WHERE state IN (0, 2)", parted)
+	require.NoError(t, tx.Commit())
+	<-settled
+	<-parted
+	require.NoError(t, settleErr)
+	require.NoError(t, partErr)
+	require.Empty(t, settlement.Next, "the frontier is not handed on")
+	require.Equal(t, ids[5:10], part.IDs)
+	require.Equal(t, [][2]int64{{ids[4], pending}}, openOf(ctx, t, db, ref))
+	require.False(t, claimable(ctx, t, store, ids[4]), "held")
+	all, err := retryUntilDone(ctx, store, ref)
+	require.NoError(t, err)
+	require.Equal(t, ids[10:], all)
+	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
+	require.Equal(t, ids[4:], deliverAll(ctx, t, db, store, ref))
+}
