@@ -90,6 +90,7 @@ func TestARetryToTheEndBehindAnOpenTaskGoesInParts(t *testing.T) {
 	defer cancel()
 	const ref = "frontier"
 	db, store, ids, c, open := openBehindFailed(ctx, t, ref, 12)
+	reads := taskstore.CountFailedSetReads(store.Tasks)
 	var mine exactlyonce.CreatedTask
 	var delivered []int64
 	parts := 0
@@ -113,6 +114,7 @@ func TestARetryToTheEndBehindAnOpenTaskGoesInParts(t *testing.T) {
 	got, err := store.Tasks.RetryReference(ctx, ref)
 	require.NoError(t, err)
 	require.Equal(t, 3, parts, "in parts")
+	require.Equal(t, int64(1), reads(), "one read of the failed set for the call's three parts")
 	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Placement: exactlyonce.RetryAtEnd, Head: ids[4]}, got,
 		"the last part releases the frontier, pending by then, and names it")
 	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
@@ -128,6 +130,7 @@ func TestARetryToTheEndBehindAnOpenTaskReleasesAQueuedFrontier(t *testing.T) {
 	defer cancel()
 	const ref = "frontier-queued"
 	db, store, ids, c, open := openBehindFailed(ctx, t, ref, 12)
+	reads := taskstore.CountFailedSetReads(store.Tasks)
 	var mine exactlyonce.CreatedTask
 	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
 		if n == 2 {
@@ -138,6 +141,7 @@ func TestARetryToTheEndBehindAnOpenTaskReleasesAQueuedFrontier(t *testing.T) {
 	got, err := store.Tasks.RetryReference(ctx, ref)
 	require.NoError(t, err)
 	require.Equal(t, exactlyonce.RetriedReference{IDs: ids, Placement: exactlyonce.RetryAtEnd}, got)
+	require.Equal(t, int64(1), reads(), "one read of the failed set for the call's three parts (the frontier read by id)")
 	want := [][2]int64{{open.ID, processing}}
 	for _, id := range ids {
 		want = append(want, [2]int64{id, queued})
