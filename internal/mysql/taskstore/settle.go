@@ -147,14 +147,28 @@ func (s *Store) SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, ou
 				workerOf[h.id] = w
 			}
 		}
+		// A bulk retry's held frontier is promoted pending, keeping its hold, and not handed on to
+		// this claim (QueuedOfReferences): the reference delivers nothing past it until the retry's
+		// next part moves on or the hold ends.
+		heldFirst, handed := map[string]queuedTask{}, map[string]queuedTask{}
+		for ref, h := range first {
+			if h.held {
+				heldFirst[ref] = h
+			} else {
+				handed[ref] = h
+			}
+		}
 		if chain && draft != nil {
 			// The tasks handed on behind a worker with no room join the workers drafted for them,
 			// written here, after the heads' workers (SettleWorkers): see WriteDraft's lock order.
-			if err := writeDraft(ctx, tx, draft, first, settledRefs, workerOf); err != nil {
+			if err := writeDraft(ctx, tx, draft, handed, settledRefs, workerOf); err != nil {
 				return err
 			}
 		}
-		out.Next, err = promote(ctx, tx, c, first, workerOf, chain)
+		if _, err := promote(ctx, tx, c, heldFirst, workerOf, false); err != nil {
+			return err
+		}
+		out.Next, err = promote(ctx, tx, c, handed, workerOf, chain)
 		return err
 	})
 	var conflict *exactlyonce.WorkerConflictError
@@ -216,8 +230,12 @@ func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []
 	return nil
 }
 
-// queuedTask is a reference's first queued task: the one its settlement promotes.
-type queuedTask struct{ id, pos int64 }
+// queuedTask is a reference's first queued task: the one its settlement promotes; held if it is a
+// bulk retry's held frontier (promoted pending, keeping its hold, never leased: QueuedOfReferences).
+type queuedTask struct {
+	id, pos int64
+	held    bool
+}
 
 // queuedFirst reads the first queued task (the lowest position) of each of the references, in the
 // transaction that settled the references' heads, with those heads locked (so every create that
@@ -236,7 +254,7 @@ func queuedFirst(ctx context.Context, tx *sql.Tx, refs map[string]uint32) (map[s
 	for rows.Next() {
 		var h queuedTask
 		var ref string
-		if err := rows.Scan(&h.id, &ref, &h.pos); err != nil {
+		if err := rows.Scan(&h.id, &ref, &h.pos, &h.held); err != nil {
 			return nil, err
 		}
 		if cur, ok := first[ref]; !ok || h.pos < cur.pos {
@@ -280,9 +298,25 @@ func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, first map[str
 	if err != nil {
 		return nil, err
 	}
-	if n, err := res.RowsAffected(); err != nil {
+	n, err := res.RowsAffected()
+	if err != nil {
 		return nil, err
-	} else if n != int64(len(ids)) {
+	}
+	if chain && n < int64(len(ids)) {
+		// A task a bulk retry's part held again after queuedFirst read it (PromoteQueuedLeased's
+		// guard left it queued): promoted pending, its hold kept, not handed on.
+		q, idArgs := mysql.ExpandIDs(strings.Replace(queries.PromoteQueued, "/*worker*/", worker, 1), ids)
+		res, err := tx.ExecContext(ctx, q, append(append(pre[2:len(pre):len(pre)], idArgs...), len(ids))...)
+		if err != nil {
+			return nil, err
+		}
+		more, err := res.RowsAffected()
+		if err != nil {
+			return nil, err
+		}
+		n += more
+	}
+	if n != int64(len(ids)) {
 		return nil, fmt.Errorf("promoted %d rows for %d queued tasks", n, len(ids))
 	}
 	if !chain {
