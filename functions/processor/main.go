@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/exactlyonce/exactlyonce/internal/wire/delivery"
 )
 
 func main() {
@@ -22,7 +23,7 @@ func main() {
 	stores := wire.Must(wire.OpenStores(context.Background(), cfg))
 	p := wire.Must(wire.Processor(stores,
 		// Tasks are delivered with the signing secret of WEBHOOK_SECRET_ARN, read once here.
-		processing.Engine{Logger: log, Tasks: wire.Must(wire.Tasks(context.Background(), cfg, log))},
+		processing.Engine{Logger: log, Tasks: wire.Must(delivery.Tasks(context.Background(), cfg, log))},
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
 		wire.Visibility(cfg, wire.Must(wire.SQS(log))),

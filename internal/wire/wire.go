@@ -4,7 +4,9 @@
 // commands, the local runner, the chaos run and the benchmark use. It passes every setting as
 // internal/config reads it (config's package doc states the one convention), and states no default
 // of its own beyond what an unset variable means here (DB_MIGRATE, QUEUE_NAME, ASYNC_LINGER for a
-// long-running API); every other default is the configured component's.
+// long-running API); every other default is the configured component's. What delivers tasks (the
+// webhook client and its signing secret, the sweeper's configuration, the standalone agents) is in
+// internal/wire/delivery, so that the processes that deliver none do not link Secrets Manager.
 package wire
 
 import (
@@ -19,9 +21,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
-	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/secrets"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/exactlyonce/exactlyonce/internal/wire/boot"
@@ -101,38 +101,8 @@ func LocalQueue(name string) queue.QueueSpec {
 // Must logs err and exits when err is not nil, else returns v (boot.Must).
 func Must[T any](v T, err error) T { return boot.Must(v, err) }
 
-// Tasks returns how this process delivers tasks: the webhook client, signed with WEBHOOK_SECRET or
-// with the secret WEBHOOK_SECRET_ARN names (read from Secrets Manager once), and the retry and
-// timeout settings. With neither variable set it returns nil and logs a warning: the process then
-// claims no task, and tasks wait for a process that can sign them.
-func Tasks(ctx context.Context, c config.Config, log *slog.Logger) (*processing.Tasks, error) {
-	w := c.Webhook
-	secret := w.Secret
-	if w.SecretARN != "" {
-		var err error
-		if secret, err = secrets.Resolve(ctx, w.SecretARN); err != nil {
-			return nil, fmt.Errorf("WEBHOOK_SECRET_ARN: %w", err)
-		}
-	}
-	if secret == "" {
-		log.Warn("neither WEBHOOK_SECRET nor WEBHOOK_SECRET_ARN is set: this process delivers no task")
-		return nil, nil
-	}
-	key, err := webhook.ParseSecret(secret)
-	if err != nil {
-		return nil, fmt.Errorf("webhook signing secret: %w", err)
-	}
-	if w.AllowLoopback {
-		log.Warn("WEBHOOK_ALLOW_LOOPBACK=true: tasks may be delivered to 127.0.0.0/8 and ::1 (local runs only)")
-	}
-	p := WebhookPolicy(c)
-	client := webhook.New(webhook.Config{Key: key, Timeout: w.Timeout, AllowLoopback: p.AllowLoopback,
-		AllowPrivate: p.AllowPrivate, LambdaRuntimeAPI: p.LambdaRuntimeAPI})
-	return &processing.Tasks{Deliverer: client, RetryBase: w.RetryBase, RetryMax: w.RetryMax, Timeout: w.Timeout}, nil
-}
-
 // WebhookPolicy is the deliveries' address rule (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE, and
-// the Lambda Runtime API refused): what the deliverers Tasks builds dial, and what the API accepts
+// the Lambda Runtime API refused): what the deliverers delivery.Tasks builds dial, and what the API accepts
 // in a task's url (api.Server.Webhook).
 func WebhookPolicy(c config.Config) webhook.Policy {
 	return webhook.Policy{AllowLoopback: c.Webhook.AllowLoopback, AllowPrivate: c.Webhook.AllowPrivate,
