@@ -26,7 +26,7 @@ func main() {
 		processing.Engine{Logger: log, Tasks: wire.Must(delivery.Tasks(context.Background(), cfg, log))},
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		wire.Visibility(cfg, wire.Must(wire.SQS(log))),
+		wire.Visibility(cfg, wire.SQSOnFirstUse(log)), // its client built at the first extension
 		// The tasks it delivers join event workers of its own: the container registers as an agent
 		// without a range at its first batch, pulses while a batch runs, and expires once frozen
 		// for good, when the sweepers adopt what its workers still hold.

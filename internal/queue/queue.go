@@ -201,7 +201,7 @@ type Sender interface {
 
 // SQSSender sends to one SQS queue.
 type SQSSender struct {
-	Client   *sqs.Client
+	Client   MessageSender // an *sqs.Client, or a LazyClient
 	QueueURL string
 }
 

@@ -84,9 +84,16 @@ func SQS(log *slog.Logger) (*sqs.Client, error) {
 	return queue.NewClient(awsCfg, log), nil
 }
 
+// SQSOnFirstUse is SQS's client built at its first call (queue.LazyClient), for a function whose
+// first invocation seldom calls SQS: its cold start does not load the AWS configuration for it or
+// build the client. A configuration that cannot be loaded is then the calls' error, not init's.
+func SQSOnFirstUse(log *slog.Logger) *queue.LazyClient {
+	return queue.OnFirstUse(func() (*sqs.Client, error) { return SQS(log) })
+}
+
 // Visibility returns the processor's visibility extension on client, for QUEUE_URL (empty: each
 // record's eventSourceARN names the queue), with the configured heartbeat and extension.
-func Visibility(c config.Config, client *sqs.Client) *sqsbatch.Visibility {
+func Visibility(c config.Config, client sqsbatch.VisibilityClient) *sqsbatch.Visibility {
 	return &sqsbatch.Visibility{Client: client, QueueURL: c.QueueURL,
 		Heartbeat: c.Processor.VisibilityHeartbeat, Extension: c.Processor.VisibilityExtension}
 }
