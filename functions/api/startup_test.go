@@ -18,12 +18,13 @@ import (
 
 // The api function's init builds no SQS client: a create that is not async, a read, never sends,
 // and the cold start paid for the AWS configuration and the client (docs/performance.md, "Lambda
-// start-up"). The client is built at the first send. Shown with an AWS configuration that cannot be
+// start-up"). The client is built at the first send. Nor the archive's S3 client (HISTORY_BUCKET),
+// built at the first read of an archived page. Shown with an AWS configuration that cannot be
 // loaded (AWS_MAX_ATTEMPTS=x, which config.LoadDefaultConfig refuses): the bootstrap, run as Lambda
 // runs it, answers a read, then an async create, whose message is not sent, for that reason, and
 // whose event is left to the sweeper as for any failed send. Before, init loaded the configuration
 // and failed, and with it every invocation.
-func TestTheAPIBuildsItsSQSClientAtTheFirstSend(t *testing.T) {
+func TestTheAPIBuildsItsClientsAtTheirFirstCall(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the api function's bootstrap")
@@ -35,7 +36,9 @@ func TestTheAPIBuildsItsSQSClientAtTheFirstSend(t *testing.T) {
 	f, err := rie.Start(rie.Config{Bootstrap: bootstrap, Function: "api", Timeout: 30 * time.Second,
 		Env: []string{"DB_DSN=" + dsn, "DB_MIGRATE=false", "LOG_LEVEL=info",
 			"QUEUE_URL=http://127.0.0.1:9/000000000000/events", "AWS_ENDPOINT_URL_SQS=http://127.0.0.1:9",
-			"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_MAX_ATTEMPTS=x"}})
+			"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_MAX_ATTEMPTS=x",
+			// The archive's S3 client too is built at its first call (wire.Archive), not at init.
+			"HISTORY_BUCKET=history", "AWS_ENDPOINT_URL_S3=http://127.0.0.1:9"}})
 	require.NoError(t, err)
 	t.Cleanup(f.Stop)
 	call := func(sample string, status int) rie.Result {

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/config"
@@ -52,16 +53,21 @@ func OpenStores(ctx context.Context, c config.Config) (*Stores, error) {
 }
 
 // Archive returns the packed history's archive in HISTORY_BUCKET, through the AWS SDK's S3 client
-// (AWS_ENDPOINT_URL_S3 locally), or nil when no bucket is set.
+// (AWS_ENDPOINT_URL_S3 locally), or nil when no bucket is set. The client is built at the archive's
+// first call to S3 (archive.OnFirstUse), not at start-up: a function's cold start does not pay for
+// it, as most of its invocations read no archived page, and an AWS configuration that cannot be
+// loaded is then that call's error (a 503 for a read), not start-up's.
 func Archive(c config.History) (pagestore.Archive, error) {
 	if c.Bucket == "" {
 		return nil, nil
 	}
-	awsCfg, err := AWS()
-	if err != nil {
-		return nil, fmt.Errorf("AWS configuration for HISTORY_BUCKET: %w", err)
-	}
-	return archive.New(archive.NewClient(awsCfg), c.Bucket, 0), nil
+	return archive.OnFirstUse(func() (*s3.Client, error) {
+		awsCfg, err := AWS()
+		if err != nil {
+			return nil, fmt.Errorf("AWS configuration for HISTORY_BUCKET: %w", err)
+		}
+		return archive.NewClient(awsCfg), nil
+	}, c.Bucket, 0), nil
 }
 
 // OpenDB opens the database, migrates it unless DB_MIGRATE is false, and returns the core handle
