@@ -22,6 +22,10 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
+// webhookSecrets reads WEBHOOK_SECRET_ARN's secret once per process, with a client built from the
+// process's AWS configuration (wire.AWS), the one every other client of the process shares.
+var webhookSecrets = secrets.Cache{Config: wire.AWS}
+
 // Tasks returns how this process delivers tasks: the webhook client, signed with WEBHOOK_SECRET or
 // with the secret WEBHOOK_SECRET_ARN names (read from Secrets Manager once), and the retry and
 // timeout settings. With neither variable set it returns nil and logs a warning: the process then
@@ -31,7 +35,7 @@ func Tasks(ctx context.Context, c config.Config, log *slog.Logger) (*processing.
 	secret := w.Secret
 	if w.SecretARN != "" {
 		var err error
-		if secret, err = secrets.Resolve(ctx, w.SecretARN); err != nil {
+		if secret, err = webhookSecrets.Resolve(ctx, w.SecretARN); err != nil {
 			return nil, fmt.Errorf("WEBHOOK_SECRET_ARN: %w", err)
 		}
 	}
