@@ -25,7 +25,7 @@ func main() {
 	log := wire.Logger(cfg)
 	var q queue.Sender
 	if cfg.QueueURL != "" {
-		q = &queue.SQSSender{Client: wire.Must(wire.SQS(log)), QueueURL: cfg.QueueURL}
+		q = &queue.SQSSender{Client: wire.SQSOnFirstUse(log), QueueURL: cfg.QueueURL} // built at the first send
 	}
 	server := newServer(cfg, wire.Must(wire.OpenStores(context.Background(), cfg)), q, log)
 	lambda.Start(handler(server, server, os.Stdout, log))

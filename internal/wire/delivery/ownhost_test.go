@@ -1,4 +1,4 @@
-package wire_test
+package delivery_test
 
 import (
 	"io"
@@ -12,10 +12,11 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/exactlyonce/exactlyonce/internal/wire/delivery"
 )
 
 // WEBHOOK_API_HOSTS, which the stack sets to its REST API's domain, reaches the address rule of the
-// API (a task's url at create) and of the deliverers wire.Tasks builds (every delivery): a task to
+// API (a task's url at create) and of the deliverers delivery.Tasks builds (every delivery): a task to
 // the system's own API is refused by both, and the receiver standing for it (at localhost, which
 // WEBHOOK_ALLOW_LOOPBACK lets through otherwise) gets no request; another host is delivered to.
 func TestTheAPIsOwnHostsReachTheAddressRule(t *testing.T) {
@@ -32,7 +33,7 @@ func TestTheAPIsOwnHostsReachTheAddressRule(t *testing.T) {
 	if err := wire.WebhookPolicy(c).CheckURL("http://localhost" + port + "/events/async"); err == nil {
 		t.Fatal("a task's url at the API's own host was accepted at create")
 	}
-	tasks, err := wire.Tasks(t.Context(), c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tasks, err := delivery.Tasks(t.Context(), c, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
