@@ -61,7 +61,8 @@ func hashTexts(texts ...string) [32]byte {
 // DecodeCounterMessage parses a message body. It accepts only a JSON object with exactly the
 // fields entityId, entityType, userId and action, each once (DecodeObject), and nothing after it.
 // The three texts are names (name.go): entityId one of CheckName, userId and entityType, which are
-// segments of the path GET /counters/{userId}/{entityType}, of CheckPathName; all read back as
+// segments of the path GET /counters/{userId}/{entityType} that the console shows, of CheckNewName
+// (CheckPathName's rules, and no invisible character); all read back as
 // sent (DecodeString). action is "added", "readed" or "read". Anything else is an error that says
 // what is wrong: such a message fails on every delivery and ends in the dead-letter queue, alone.
 func DecodeCounterMessage(body string) (CounterMessage, error) {
@@ -85,8 +86,8 @@ func DecodeCounterMessage(body string) (CounterMessage, error) {
 			return CounterMessage{}, fmt.Errorf("counter message: %w", err)
 		}
 	}
-	for _, err := range []error{CheckName("entityId", m.EntityID), CheckPathName("entityType", m.EntityType),
-		CheckPathName("userId", m.UserID)} {
+	for _, err := range []error{CheckName("entityId", m.EntityID), CheckNewName("entityType", m.EntityType),
+		CheckNewName("userId", m.UserID)} {
 		if err != nil {
 			return CounterMessage{}, fmt.Errorf("counter message: %w", err)
 		}

@@ -57,3 +57,32 @@ func CheckPathName(field, s string) error {
 // name that is a URL path segment must not (CheckPathName; the console's proxy applies the same
 // rule to the paths it forwards).
 func HasControl(s string) bool { return strings.ContainsFunc(s, unicode.IsControl) }
+
+// CheckNewName checks a name a caller gives to what it creates (a task's referenceId, a counter
+// message's userId and entityType): CheckPathName's rules, and no invisible character (Invisible),
+// which would let two different names look alike wherever they are shown (the console, a log, a
+// terminal), "order-\u202E24" as "order-42". Only the writes check this: a read or a retry by name
+// takes CheckPathName's rules, so that a name stored before this rule is still read back.
+func CheckNewName(field, s string) error {
+	if err := CheckPathName(field, s); err != nil {
+		return err
+	}
+	if i := strings.IndexFunc(s, Invisible); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return Errorf(EINVALID, "%s must not contain invisible or formatting characters (U+%04X at character %d): "+
+			"two names that differ by one look alike", field, r, utf8.RuneCountInString(s[:i])+1)
+	}
+	return nil
+}
+
+// Invisible tells whether r shows nothing of itself: a format character (Unicode's Cf: the bidi
+// marks, embeddings, overrides and isolates U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069,
+// which also reorder the text around them; the zero-width space and joiners U+200B-U+200D, the word
+// joiner U+2060, the BOM U+FEFF, the soft hyphen U+00AD, the tags U+E0001-U+E007F), a line or
+// paragraph separator (U+2028, U+2029), or one of Unicode's other default-ignorable code points
+// (U+034F, U+115F, U+1160, U+17B4, U+17B5, U+3164, U+FFA0, ...). The console marks the same
+// characters in what it shows (app.js, shownName), names stored before CheckNewName included.
+// Letters, marks, emoji, their variation selectors and spaces other than U+0020 are visible.
+func Invisible(r rune) bool {
+	return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Other_Default_Ignorable_Code_Point)
+}

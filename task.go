@@ -126,7 +126,9 @@ type RetriedReference struct {
 	Head      int64 // 0: the reference's head is a task that was open before, or is held (More)
 	// More: failed tasks of the reference remain, which the retry puts back in later parts (it
 	// retries a bounded part per transaction and stops at a time budget): call it again. Until its
-	// last part, the head it made is held (not due), so the reference delivers nothing meanwhile.
+	// last part, the head it made is held (not due), so the reference delivers nothing meanwhile;
+	// behind a task open now, the last task its first part placed is held, and the reference
+	// delivers nothing past it.
 	More bool
 }
 

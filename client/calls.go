@@ -40,7 +40,7 @@ func (c *Client) create(ctx context.Context, path string, body []byte, opts []Cr
 }
 
 // pathName checks a caller's value that is a segment of a request's path (a user id, an entity
-// type, a referenceId) as the API does (exactlyonce.CheckPathName, which the client, importing
+// type, a referenceId, a worker id) as the API does (exactlyonce.CheckPathName, which the client, importing
 // none of the service's packages, repeats; a test holds the two together), before anything is
 // sent: escaped, a '/' would still split the segment, since the API decodes a path before it
 // routes it. The error is the API's 400, with its message.
@@ -306,9 +306,14 @@ func (c *Client) Workers(ctx context.Context, active *bool) (WorkerList, error) 
 	return out, err
 }
 
-// Worker is GET /workers/{workerId}: one event worker, live or done.
+// Worker is GET /workers/{workerId}: one event worker, live or done. A workerId a path cannot
+// carry (pathName: empty, a '/', ...) is refused before anything is sent, as the other calls'
+// names are: sent, "" was GET /workers/ and "a/b" GET /workers/a/b, other routes.
 func (c *Client) Worker(ctx context.Context, workerID string) (Worker, error) {
 	var out Worker
+	if err := pathName("workerId", workerID); err != nil {
+		return out, err
+	}
 	err := c.get(ctx, "/workers/"+seg(workerID), nil, &out)
 	return out, err
 }

@@ -187,6 +187,10 @@ func TestNamesAPathCannotCarryAreRefusedBeforeSending(t *testing.T) {
 		requireInvalid(t, err, "referenceId")
 		_, err = c.RetryReference(ctx, bad)
 		requireInvalid(t, err, "referenceId")
+		// Worker sent "" as GET /workers/ and "a/b" as GET /workers/a%2Fb, which the API decodes
+		// to /workers/a/b: requests to other routes, answered as whatever those are.
+		_, err = c.Worker(ctx, bad)
+		requireInvalid(t, err, "workerId")
 	}
 	require.Empty(t, api.requests(), "nothing is sent")
 }

@@ -223,6 +223,16 @@ func NewExactlyOnce(scope constructs.Construct, id string, props ExactlyOnceProp
 		Architecture: lambdaArchitecture(p.LambdaArch), Access: dbAccess}, Sweeper: s.Functions.Sweeper, Trigger: trigger, CapConcurrency: p.External == nil})
 	NewSweepSchedule(c, "SweepSchedule", s.Functions.Sweeper, max(p.SweeperShards, 1))
 	s.API = NewEventsAPI(c, "Api", s.Functions.API, p.PublicAPI)
+	// The API's own domain is no task's host (WEBHOOK_API_HOSTS): the api function refuses such a
+	// url at create, the processor and the sweeper refuse to deliver there. With PublicAPI, a task
+	// whose url is the API's POST /events/async made a task per delivery, without end. The RestApi
+	// by id only: its URL names the stage, which waits for the methods, which wait for the function.
+	stack := awscdk.Stack_Of(c)
+	apiDomain := awscdk.Fn_Join(jsii.String(""), &[]*string{s.API.RestApiId(), jsii.String(".execute-api."), stack.Region(),
+		jsii.String("."), stack.UrlSuffix()})
+	for _, fn := range []awslambda.Function{s.Functions.API, s.Functions.Processor, s.Functions.Sweeper} {
+		fn.AddEnvironment(jsii.String("WEBHOOK_API_HOSTS"), apiDomain, nil)
+	}
 	s.Alarms = NewAlarms(c, "Alarms", AlarmsProps{
 		Queues:    s.Queues,
 		Processor: s.Functions.Processor,

@@ -24,6 +24,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/metrics/prom"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/exactlyonce/exactlyonce/internal/wire/delivery"
 )
 
 func main() {
@@ -106,7 +107,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stdo
 	// One agent per shard SHARDS_ASSIGNED lists (else one dynamic agent), each its own member, each
 	// doing the sweeper's maintenance between its batches (the count's fold, pruning), each settling
 	// its events as processed by "agent" (exactlyonce.ByAgent).
-	all, err := wire.StandaloneAgents(ctx, cfg, stores, log)
+	all, err := delivery.StandaloneAgents(ctx, cfg, stores, log)
 	if err != nil {
 		return failed(err)
 	}

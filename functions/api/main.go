@@ -25,7 +25,7 @@ func main() {
 	log := wire.Logger(cfg)
 	var q queue.Sender
 	if cfg.QueueURL != "" {
-		q = &queue.SQSSender{Client: wire.Must(wire.SQS(log)), QueueURL: cfg.QueueURL}
+		q = &queue.SQSSender{Client: wire.SQSOnFirstUse(log), QueueURL: cfg.QueueURL} // built at the first send
 	}
 	server := newServer(cfg, wire.Must(wire.OpenStores(context.Background(), cfg)), q, log)
 	lambda.Start(handler(server, server, os.Stdout, log))
@@ -39,7 +39,20 @@ func main() {
 func newServer(cfg config.Config, stores *wire.Stores, q queue.Sender, log *slog.Logger) *api.Server {
 	server := wire.API(cfg, stores, q, api.AsyncGroup{Inline: true}, log)
 	server.Idempotency.Scope = callerScope
+	server.OwnHost = requestDomain
 	return server
+}
+
+// requestDomain is the domain the request came in by, as API Gateway says it (requestContext's
+// domainName: the REST API's execute-api domain, or a custom domain mapped to it): a task's url
+// may not name it (api.Server.OwnHost), beside the stack's WEBHOOK_API_HOSTS, so that a task is
+// never delivered to this API, which with -c publicApi=true would make a task of each delivery.
+func requestDomain(r *http.Request) string {
+	rc, ok := core.GetAPIGatewayContextFromContext(r.Context())
+	if !ok {
+		return ""
+	}
+	return rc.DomainName
 }
 
 // handler is the Lambda's handler: server behind API Gateway's proxy adapter, its metrics recorded

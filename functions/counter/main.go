@@ -20,7 +20,7 @@ func main() {
 	c := wire.CounterConsumer(wire.Must(wire.OpenStores(context.Background(), cfg)), wire.Must(wire.CounterPublisher(log)),
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		wire.Visibility(cfg, wire.Must(wire.SQS(log))), log)
+		wire.Visibility(cfg, wire.SQSOnFirstUse(log)), log) // its client built at the first extension
 	// One EMF line per invocation on stdout (wire.Invocation).
 	lambda.Start(wire.Invocation(metrics.NewRecorder(metrics.PartCounter, true, nil), os.Stdout, log, c.Handle))
 }

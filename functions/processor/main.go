@@ -14,6 +14,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/exactlyonce/exactlyonce/internal/wire/delivery"
 )
 
 func main() {
@@ -22,10 +23,10 @@ func main() {
 	stores := wire.Must(wire.OpenStores(context.Background(), cfg))
 	p := wire.Must(wire.Processor(stores,
 		// Tasks are delivered with the signing secret of WEBHOOK_SECRET_ARN, read once here.
-		processing.Engine{Logger: log, Tasks: wire.Must(wire.Tasks(context.Background(), cfg, log))},
+		processing.Engine{Logger: log, Tasks: wire.Must(delivery.Tasks(context.Background(), cfg, log))},
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
-		wire.Visibility(cfg, wire.Must(wire.SQS(log))),
+		wire.Visibility(cfg, wire.SQSOnFirstUse(log)), // its client built at the first extension
 		// The tasks it delivers join event workers of its own: the container registers as an agent
 		// without a range at its first batch, pulses while a batch runs, and expires once frozen
 		// for good, when the sweepers adopt what its workers still hold.

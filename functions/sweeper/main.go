@@ -15,13 +15,14 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/exactlyonce/exactlyonce/internal/wire/delivery"
 )
 
 func main() {
 	cfg := wire.Must(config.LoadEnviron())
 	log := wire.Logger(cfg)
 	// With its task deliveries and the counter service's sweep (its outbox, reconciliation, pruning).
-	sc := wire.Must(wire.SweeperConfig(context.Background(), cfg, log))
+	sc := wire.Must(delivery.SweeperConfig(context.Background(), cfg, log))
 	stores := wire.Must(wire.OpenStores(context.Background(), cfg))
 	lambda.Start(handler(stores, sc, os.Stdout, log))
 }

@@ -139,6 +139,11 @@ type Server struct {
 	// resolvers disagree on, is refused at create (tasks.go). The zero Policy allows only global
 	// addresses, as a deliverer's does. Names are checked where they are dialled.
 	Webhook webhook.Policy
+	// OwnHost, when set, names the host a request came in by (the API function: API Gateway's
+	// requestContext.domainName, the execute-api domain or a custom one), which a task's url may not
+	// name either (webhook.Policy.OwnHosts): with the API open to unsigned requests, a task there
+	// would make a task of each of its deliveries, without end.
+	OwnHost func(r *http.Request) string
 
 	routesOnce sync.Once
 	router     *router
@@ -326,6 +331,18 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, toJSON(e))
 }
 
+// addresses is the address rule a task's url is checked by at create: Webhook's, and the host r
+// came in by (OwnHost) refused with the system's own API hosts.
+func (s *Server) addresses(r *http.Request) webhook.Policy {
+	p := s.Webhook
+	if s.OwnHost != nil {
+		if h := s.OwnHost(r); h != "" {
+			p.OwnHosts = append(slices.Clip(p.OwnHosts), h)
+		}
+	}
+	return p
+}
+
 func (s *Server) createAsync(w http.ResponseWriter, r *http.Request) {
 	key, keyed, err := s.idempotencyKey(r)
 	if err != nil {
@@ -337,7 +354,7 @@ func (s *Server) createAsync(w http.ResponseWriter, r *http.Request) {
 		s.error(w, r, err)
 		return
 	}
-	task, err := parseTask(body, s.Webhook)
+	task, err := parseTask(body, s.addresses(r))
 	if err != nil {
 		s.error(w, r, err)
 		return

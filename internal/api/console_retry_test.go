@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -206,4 +207,68 @@ func TestRetryReferenceInParts(t *testing.T) {
 	require.Contains(t, b.queue.ids[sent:], ids[0], "the last part's head is queued")
 	deliverAll(t, b.store)
 	require.Equal(t, want, hook.taken(), "delivered in their order")
+}
+
+// A reference's retry to the end behind a task that is open now (claimed) goes in parts over HTTP
+// too: each call answers `more` until the last; between calls the open task settles, a create of
+// the reference comes, and the deliveries stop at the frontier the first part holds (the last of
+// its tasks), the create not delivered before the failed tasks not retried yet; the last call
+// names the frontier, pending by then, as its head, and queues its message; then every task is
+// delivered in order, the create last. Before, the first call retried them all in one transaction.
+func TestRetryReferenceInPartsBehindAnOpenTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := taskServer(t)
+	b.store.Tasks.RetryParts(3, time.Nanosecond) // one part of 3 a call
+	hook := &switchHook{}
+	recv := httptest.NewServer(hook)
+	t.Cleanup(recv.Close)
+	hook.fail.Store(true)
+	var ids []int64
+	var want []string
+	for i := range 7 {
+		p := string(rune('a' + i))
+		ids = append(ids, createTask(t, b, `{"url": "`+recv.URL+`", "payload": "`+p+`", "referenceId": "open"}`))
+		want = append(want, `"`+p+`"`)
+	}
+	deliverAll(t, b.store)
+	hook.fail.Store(false)
+	open := createTask(t, b, `{"url": "`+recv.URL+`", "payload": "open", "referenceId": "open"}`)
+	c := exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: "worker", Lease: time.Minute}
+	claimed, err := b.store.Events.ClaimIDs(ctx, c, []int64{open}, mysqltest.LeaseAll)
+	require.NoError(t, err)
+	require.Len(t, claimed.Leased, 1)
+
+	sent := len(b.queue.ids)
+	var all []int64
+	for call := 1; ; call++ {
+		status, got, _ := b.do(t, "POST", "/references/open/retry", "")
+		require.Equal(t, http.StatusOK, status, "%v", got)
+		require.Equal(t, "end", got["placement"])
+		all = append(all, retried(got)...)
+		if got["more"] == false {
+			require.Equal(t, 3, call)
+			break
+		}
+		require.Equal(t, true, got["more"], "call %d", call)
+		if call == 1 {
+			createTask(t, b, `{"url": "`+recv.URL+`", "payload": "created", "referenceId": "open"}`)
+			e := claimed.Leased[0]
+			_, err := b.store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: e, Delivered: true,
+				Attempt: exactlyonce.Attempt{Number: e.Attempts + 1, Started: time.Now(), Status: 200}}}, false)
+			require.NoError(t, err)
+			for { // what is due, until nothing is: the frontier, promoted, stays held
+				due, err := deliverer(b.store).ProcessDue(ctx, 0, 50)
+				require.NoError(t, err)
+				if due.Claimed == 0 {
+					break
+				}
+			}
+			require.Equal(t, want[:2], hook.taken(), "delivered up to the frontier, not past it")
+		}
+	}
+	require.Equal(t, ids, all, "every failed task once, in order")
+	require.Contains(t, b.queue.ids[sent:], ids[2], "the frontier, released, is queued")
+	deliverAll(t, b.store)
+	require.Equal(t, append(want, `"created"`), hook.taken(), "delivered in their order, the create last")
 }

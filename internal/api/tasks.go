@@ -123,7 +123,7 @@ func parseTask(body []byte, addresses webhook.Policy) (*exactlyonce.NewTask, err
 		if t.ReferenceID, err = exactlyonce.DecodeString("referenceId", r); err != nil {
 			return nil, err
 		}
-		if err := exactlyonce.CheckPathName("referenceId", t.ReferenceID); err != nil {
+		if err := exactlyonce.CheckNewName("referenceId", t.ReferenceID); err != nil {
 			return nil, err
 		}
 	}
@@ -256,6 +256,13 @@ func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// The query before the event: a malformed parameter is the caller's mistake whatever the id
+	// names, a 400 before any 404 (as on every route with an id in its path).
+	after, limit, err := attemptsPage(r)
+	if err != nil {
+		s.error(w, r, err)
+		return
+	}
 	e, err := s.Events.Get(r.Context(), id)
 	if err != nil {
 		s.error(w, r, err)
@@ -263,11 +270,6 @@ func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 	}
 	if e.Task == nil {
 		s.error(w, r, exactlyonce.Errorf(exactlyonce.ENOTFOUND, "event %d is not a task: it has no delivery attempts", id))
-		return
-	}
-	after, limit, err := attemptsPage(r)
-	if err != nil {
-		s.error(w, r, err)
 		return
 	}
 	as, err := ts.AttemptsAfter(r.Context(), id, after, limit+1)

@@ -78,6 +78,20 @@ var taskURLHosts = []struct{ host, allowedBy string }{
 	{"①②⑦.0.0.1", "loopback"},
 	{"127。0。0。1", "loopback"},
 	{"１０.0.0.1", "private"},
+	// Azure's wireserver (a public address) and the metadata endpoints' names, in their forms.
+	{"168.63.129.16", "nothing"},
+	{"168.63.129.16.", "nothing"},
+	{"[::ffff:168.63.129.16]", "nothing"},
+	{"[64:ff9b::a83f:8110]", "nothing"},
+	{"2822734096", "nothing"},
+	{"0xa83f8110", "nothing"},
+	{"metadata.google.internal", "nothing"}, // was allowed at create, refused at the dial only
+	{"metadata.google.internal.", "nothing"},
+	{"Metadata.Google.Internal", "nothing"},
+	{"metadata", "nothing"},
+	{"instance-data", "nothing"},
+	{"1684301000", "nothing"},         // 100.100.100.200
+	{"[64:ff9b::c000:c0]", "nothing"}, // 192.0.0.192
 	// Allowed at create: global addresses, and names (checked on the address dialled, at every
 	// delivery).
 	{"example.com", "everything"},
@@ -85,7 +99,7 @@ var taskURLHosts = []struct{ host, allowedBy string }{
 	{"[2606:4700::1]", "everything"},
 	{"[::ffff:8.8.8.8]", "everything"},
 	{"localhost", "everything"},
-	{"metadata.google.internal", "everything"},
+	{"metadata.google.internal.example.com", "everything"},
 	{"10.0.0.1.nip.io", "everything"},
 	{"bücher.example", "everything"},
 }
@@ -141,6 +155,8 @@ func TestTaskURLToAForbiddenAddressIsRefusedAtCreate(t *testing.T) {
 		"[fe80::1]":                "url: fe80::1 is a link-local address",
 		"0xa9fe.0xa9fe":            "url: 0xa9fe.0xa9fe is a numeric host in a non-standard form",
 		"169。254。169。254":          "url: 169。254。169。254 is 169.254.169.254, the cloud metadata endpoint",
+		"168.63.129.16":            "url: 168.63.129.16 is Azure's wireserver",
+		"metadata.google.internal": "url: metadata.google.internal is Google Cloud's metadata server, which deliveries must not connect to",
 	} {
 		status, body, _ := b.do(t, "POST", "/events/async", `{"url": "https://`+host+`/"}`)
 		require.Equal(t, http.StatusBadRequest, status)

@@ -284,11 +284,15 @@ func slowProxy(t *testing.T, target string, delay time.Duration) string {
 func TestAReadIsBoundedWhileS3IsSlow(t *testing.T) {
 	t.Parallel()
 	tr := newTiered(t)
-	const delay = 900 * time.Millisecond
+	// The margins are seconds, not milliseconds, so that a loaded machine's slower database reads
+	// change no outcome: a read of one page has 1.5 s beside its S3 call before the ReadTimeout, and
+	// the bounded read 2.5 s beside the ReadTimeout before it would take three calls' time.
+	const delay = 2 * time.Second
+	const readTimeout = 3500 * time.Millisecond
 	slow := archive.New(locals3.NewClient(slowProxy(t, tr.s3.URL, delay)), "history", -1)
-	slow.Timeout = 2 * time.Second // each call answers inside its own bound
+	slow.Timeout = 5 * time.Second // each call answers inside its own bound
 	store := wire.NewStores(tr.b.store.DB).WithArchive(slow)
-	b := &testBundle{store: store, srv: openapitest.NewServer(t, &api.Server{Stores: store.API(), ReadTimeout: 1200 * time.Millisecond})}
+	b := &testBundle{store: store, srv: openapitest.NewServer(t, &api.Server{Stores: store.API(), ReadTimeout: readTimeout})}
 
 	_, want, _ := tr.b.do(t, "GET", "/events/4", "")
 	start := time.Now()
@@ -297,14 +301,14 @@ func TestAReadIsBoundedWhileS3IsSlow(t *testing.T) {
 	require.Equal(t, want, got)
 	require.GreaterOrEqual(t, time.Since(start), delay, "through the slow endpoint")
 
-	// ref-a's first three tasks are on three archived pages: three calls of 0.9 s.
+	// ref-a's first three tasks are on three archived pages: three calls of 2 s.
 	start = time.Now()
 	status, got, hdr := b.do(t, "GET", "/references/ref-a/events", "")
 	took := time.Since(start)
 	require.Equal(t, http.StatusServiceUnavailable, status, "after %s: %v", took, got)
 	require.Equal(t, "the history's archive is unavailable; try again", got["error"])
 	require.Equal(t, "1", hdr.Get("Retry-After"))
-	require.Less(t, took, 2500*time.Millisecond, "bounded by the ReadTimeout (1.2 s), not by three calls of 0.9 s")
+	require.Less(t, took, 3*delay-500*time.Millisecond, "bounded by the ReadTimeout (3.5 s), not by three calls of 2 s")
 }
 
 // Paging with the Go client over a listing that spans the database and the archive gives every

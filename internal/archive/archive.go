@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -60,7 +61,7 @@ type Bucket struct {
 	// included; zero: DefaultTimeout. Set it before the Bucket is used.
 	Timeout time.Duration
 
-	client *s3.Client
+	client func() (*s3.Client, error)
 	name   string
 	cache  *cache
 }
@@ -68,10 +69,27 @@ type Bucket struct {
 // New returns the archive in bucket name, caching up to cacheBytes of pages (0: DefaultCacheBytes;
 // negative: none).
 func New(client *s3.Client, name string, cacheBytes int64) *Bucket {
+	return OnFirstUse(func() (*s3.Client, error) { return client, nil }, name, cacheBytes)
+}
+
+// OnFirstUse is New with the S3 client that build makes at the bucket's first call to S3 (a read
+// of a page the cache does not hold, or a write), once, whether it succeeds or fails: a function
+// whose first invocations read no archived page (most of them) does not build it at its cold
+// start. An error of build is each call's, an unavailable archive (503 for an API read).
+func OnFirstUse(build func() (*s3.Client, error), name string, cacheBytes int64) *Bucket {
 	if cacheBytes == 0 {
 		cacheBytes = DefaultCacheBytes
 	}
-	return &Bucket{client: client, name: name, cache: newCache(max(cacheBytes, 0))}
+	return &Bucket{client: sync.OnceValues(build), name: name, cache: newCache(max(cacheBytes, 0))}
+}
+
+// s3 returns the bucket's client, built at the first call.
+func (b *Bucket) s3() (*s3.Client, error) {
+	c, err := b.client()
+	if err != nil {
+		return nil, unavailable(fmt.Errorf("archive: S3 client: %w", err))
+	}
+	return c, nil
 }
 
 // Name is the bucket's name.
@@ -90,9 +108,13 @@ func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, b
 			return obj, true, nil
 		}
 	}
+	client, err := b.s3()
+	if err != nil {
+		return nil, false, err
+	}
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
+	out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
 	if isNotFound(err) {
 		return nil, false, nil
 	}
@@ -119,9 +141,13 @@ func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, b
 // ReadPage returns page's object as the bucket holds it now (never the cache) with its version
 // (its ETag), for a writer that replaces it (PutPage); ok is false when there is none.
 func (b *Bucket) ReadPage(ctx context.Context, page int64) (obj []byte, version string, ok bool, err error) {
+	client, err := b.s3()
+	if err != nil {
+		return nil, "", false, err
+	}
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
+	out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
 	if isNotFound(err) {
 		return nil, "", false, nil
 	}
@@ -159,9 +185,13 @@ func (b *Bucket) PutPage(ctx context.Context, page int64, obj []byte, version st
 	} else {
 		in.IfMatch = aws.String(version)
 	}
+	client, err := b.s3()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	_, err := b.client.PutObject(ctx, in)
+	_, err = client.PutObject(ctx, in)
 	b.cache.drop(page)
 	var api smithy.APIError
 	if errors.As(err, &api) && (api.ErrorCode() == "PreconditionFailed" || api.ErrorCode() == "ConditionalRequestConflict") {

@@ -3,9 +3,12 @@ package archive_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/locals3"
@@ -142,4 +145,40 @@ func TestAStalledEndpointIsUnavailableWithinTheTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, []byte("page 3"), got, "the endpoint resumed: read again")
+}
+
+// A bucket made OnFirstUse builds its S3 client at its first call to S3, once, and not for a page
+// its cache holds; a client that cannot be built (an AWS configuration that does not load) is each
+// call's error, an unavailable archive (503), never "no page". The functions' cold starts build
+// none (wire.Archive): most of their invocations read no archived page.
+func TestTheClientIsBuiltAtTheFirstCallToS3(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := locals3.Client(t)
+	bucket := locals3.Bucket(t, client)
+	var builds atomic.Int32
+	b := archive.OnFirstUse(func() (*s3.Client, error) { builds.Add(1); return client, nil }, bucket, 0)
+	require.Zero(t, builds.Load(), "nothing built before a call")
+	require.NoError(t, b.PutPage(ctx, 7, []byte("page 7"), ""))
+	_, ok, err := b.GetPage(ctx, 7, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, _, ok, err = b.ReadPage(ctx, 7)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, int32(1), builds.Load(), "built once")
+
+	var failed atomic.Int32
+	bad := archive.OnFirstUse(func() (*s3.Client, error) {
+		failed.Add(1)
+		return nil, errors.New("AWS configuration for HISTORY_BUCKET: invalid value AWS_MAX_ATTEMPTS=x")
+	}, bucket, 0)
+	for range 2 {
+		_, ok, err := bad.GetPage(ctx, 7, false)
+		require.False(t, ok)
+		require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(err), "%v", err)
+		require.ErrorContains(t, err, "AWS_MAX_ATTEMPTS")
+	}
+	require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(bad.PutPage(ctx, 8, []byte("x"), "")))
+	require.Equal(t, int32(1), failed.Load(), "tried once")
 }

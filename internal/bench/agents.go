@@ -52,7 +52,7 @@ func RunAgent() int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// As cmd/agent's (wire.StandaloneAgents), with the reports: its engine, its maintenance between
+	// As cmd/agent's (delivery.StandaloneAgents), with the reports: its engine, its maintenance between
 	// batches, its path (exactlyonce.ByAgent).
 	sc := wire.Sweeping(cfg, log)
 	sc.Engine.Report = rep

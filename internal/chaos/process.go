@@ -29,6 +29,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/verify"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/exactlyonce/exactlyonce/internal/wire/delivery"
 	drv "github.com/go-sql-driver/mysql"
 )
 
@@ -153,7 +154,7 @@ func RunProcess(role string) int {
 	case RoleProcessor:
 		client := localsqs.NewClient(os.Getenv("AWS_ENDPOINT_URL_SQS"))
 		vis := wire.Visibility(cfg, client)
-		tasks, err := wire.Tasks(ctx, cfg, log)
+		tasks, err := delivery.Tasks(ctx, cfg, log)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
@@ -183,7 +184,7 @@ func RunProcess(role string) int {
 		ac := wire.AgentConfigs(cfg, "chaos", log)[0]
 		ac.BatchSize, ac.PollInterval, ac.PollJitter = 20, 200*time.Millisecond, 200*time.Millisecond
 		ac.Member.PulseInterval, ac.Member.Expiration = 200*time.Millisecond, time.Second
-		tasks, err := wire.Tasks(ctx, cfg, log)
+		tasks, err := delivery.Tasks(ctx, cfg, log)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2

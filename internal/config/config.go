@@ -252,6 +252,11 @@ type Webhook struct {
 	// LambdaRuntimeAPI is AWS_LAMBDA_RUNTIME_API, which Lambda (and its emulator) sets: the
 	// Runtime API's address, which no delivery may connect to whatever the settings (webhook.Policy).
 	LambdaRuntimeAPI string
+	// APIHosts is WEBHOOK_API_HOSTS: the host names of this system's own API (the CDK stack sets
+	// the REST API's execute-api domain on the API and on what delivers), which no task's url may
+	// name whatever the settings (webhook.Policy.OwnHosts): with the API open to unsigned requests,
+	// a task there would make a task of each of its deliveries, without end.
+	APIHosts []string
 	// WorkerMaxReferences is WORKER_MAX_REFERENCES: the references one event worker holds before it
 	// is willTerminate (processing.EventService; zero: its default, 100).
 	WorkerMaxReferences int
@@ -266,8 +271,8 @@ func (w Webhook) String() string {
 	if w.Secret != "" {
 		secret = "[redacted]"
 	}
-	return fmt.Sprintf("{Secret:%s SecretARN:%s Timeout:%s RetryBase:%s RetryMax:%s AllowLoopback:%t AllowPrivate:%t WorkerMaxReferences:%d WorkerRetention:%s}",
-		secret, w.SecretARN, w.Timeout, w.RetryBase, w.RetryMax, w.AllowLoopback, w.AllowPrivate, w.WorkerMaxReferences, w.WorkerRetention)
+	return fmt.Sprintf("{Secret:%s SecretARN:%s Timeout:%s RetryBase:%s RetryMax:%s AllowLoopback:%t AllowPrivate:%t APIHosts:%v WorkerMaxReferences:%d WorkerRetention:%s}",
+		secret, w.SecretARN, w.Timeout, w.RetryBase, w.RetryMax, w.AllowLoopback, w.AllowPrivate, w.APIHosts, w.WorkerMaxReferences, w.WorkerRetention)
 }
 
 // GoString is String, for %#v.
@@ -391,6 +396,7 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 			AllowPrivate:  p.flag("WEBHOOK_ALLOW_PRIVATE"),
 			// Lambda's own variable, not this system's: never refused as unknown.
 			LambdaRuntimeAPI: p.str("AWS_LAMBDA_RUNTIME_API"),
+			APIHosts:         p.hostList("WEBHOOK_API_HOSTS"),
 
 			WorkerMaxReferences: p.integer("WORKER_MAX_REFERENCES", 1, MaxWorkerReferences),
 			WorkerRetention:     p.positive("WORKER_RETENTION"),

@@ -353,6 +353,10 @@ func TestWebhook(t *testing.T) {
 		require.NotContains(t, s, "MfKQ9r8G", "the secret is not printed")
 	}
 	require.Contains(t, fmt.Sprint(c.Webhook), "Secret:[redacted]")
+	// The API's own hosts, as the stack sets them: lower case, without a trailing dot.
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "WEBHOOK_API_HOSTS": "A1B2.execute-api.eu-west-1.amazonaws.com., api.example.com"}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1b2.execute-api.eu-west-1.amazonaws.com", "api.example.com"}, c.Webhook.APIHosts)
 
 	const arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:exactlyonce/webhook-AbCdEf"
 	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "WEBHOOK_SECRET_ARN": arn, "RETRY_BASE": "1s", "RETRY_MAX": "1s"}))
@@ -377,6 +381,9 @@ func TestWebhook(t *testing.T) {
 		{map[string]string{"RETRY_BASE": "2s", "RETRY_MAX": "1s"}, "RETRY_MAX (1s) must be at least RETRY_BASE (2s)"},
 		{map[string]string{"WEBHOOK_ALLOW_LOOPBACK": "yes"}, `WEBHOOK_ALLOW_LOOPBACK must be true or false, got "yes"`},
 		{map[string]string{"WEBHOOK_ALLOW_PRIVATE": "2"}, `WEBHOOK_ALLOW_PRIVATE must be true or false, got "2"`},
+		{map[string]string{"WEBHOOK_API_HOSTS": "https://a.example.com"}, `WEBHOOK_API_HOSTS must be a comma-separated list of host names`},
+		{map[string]string{"WEBHOOK_API_HOSTS": "a.example.com:443"}, `WEBHOOK_API_HOSTS must be a comma-separated list of host names`},
+		{map[string]string{"WEBHOOK_API_HOSTS": "a.example.com,,b"}, `WEBHOOK_API_HOSTS must be a comma-separated list of host names`},
 		{map[string]string{"WEBHOOK_SECRET_ARN": "exactlyonce/webhook"}, `WEBHOOK_SECRET_ARN must be a Secrets Manager secret ARN (arn:aws:secretsmanager:…), got "exactlyonce/webhook"`},
 		{map[string]string{"WEBHOOK_SECRET_ARN": "arn:aws:s3:::bucket"}, `WEBHOOK_SECRET_ARN must be a Secrets Manager secret ARN`},
 		{map[string]string{"WEBHOOK_SECRET": secret, "WEBHOOK_SECRET_ARN": arn}, "set WEBHOOK_SECRET or WEBHOOK_SECRET_ARN, not both"},
@@ -490,7 +497,7 @@ func TestUnknownVariablesOfOwnedPrefixesAreRefused(t *testing.T) {
 		"SWEEP_BATCH_SIZE", "SWEEP_GRACE", "SWEEP_INTERVAL", "SWEEPER_SHARDS", "WEBHOOK_TIMEOUT", "WEBHOOK_ALLOW_LOOPBACK",
 		"WEBHOOK_ALLOW_PRIVATE", "VISIBILITY_HEARTBEAT", "IDEMPOTENCY_TTL", "IDEMPOTENCY_WAIT", "IDEMPOTENCY_REQUIRED",
 		"HISTORY_BUCKET", "MAPPING_CONCURRENCY", "MAPPING_BATCH_SIZE", "RETRY_BASE", "RETRY_MAX", "WORKER_MAX_REFERENCES",
-		"WORKER_RETENTION", "ALLOCATOR_BLOCK_SIZE", "PROCESSOR_TIMEOUT", "ASYNC_LINGER"} {
+		"WORKER_RETENTION", "ALLOCATOR_BLOCK_SIZE", "PROCESSOR_TIMEOUT", "ASYNC_LINGER", "WEBHOOK_API_HOSTS"} {
 		known = append(known, k+"=")
 	}
 	_, err = config.LoadEnvironOf(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d"}), known)

@@ -131,6 +131,29 @@ func (p *parser) intList(k string) []int {
 	return out
 }
 
+// hostList parses a comma-separated list of host names ("a.example.com" or "a.example.com,b.example.com"),
+// each of letters, digits, '-' and '.' only (no scheme, port or path); nil when unset.
+func (p *parser) hostList(k string) []string {
+	v := p.typed(k)
+	if v == "" {
+		return nil
+	}
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		h := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(f), "."))
+		ok := h != ""
+		for _, c := range h {
+			ok = ok && ('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.')
+		}
+		if !ok {
+			p.fail(fmt.Sprintf("%s must be a comma-separated list of host names (such as abc123.execute-api.eu-west-1.amazonaws.com: no scheme, port or path), got %q", k, v))
+			return nil
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
 func (p *parser) boolean(k string) *bool {
 	v := p.typed(k)
 	if v == "" {

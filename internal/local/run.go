@@ -16,6 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/exactlyonce/exactlyonce/internal/wire/delivery"
 	drv "github.com/go-sql-driver/mysql"
 )
 
@@ -87,7 +88,7 @@ func run(ctx context.Context, getenv func(string) string, environ []string, stdo
 	if err != nil {
 		return abort(err)
 	}
-	if opt.Engine.Tasks, err = wire.Tasks(ctx, cfg, log); err != nil { // the processor and the sweeper agent deliver tasks
+	if opt.Engine.Tasks, err = delivery.Tasks(ctx, cfg, log); err != nil { // the processor and the sweeper agent deliver tasks
 		return abort(err)
 	}
 	if opt.Queues, err = queue.Ensure(ctx, client, wire.LocalQueue(cfg.Local.QueueName)); err != nil {

@@ -26,6 +26,24 @@ type migration struct {
 }
 
 func loadMigrations() ([]migration, error) {
+	out, err := migrationNames()
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range out {
+		b, err := migrationFiles.ReadFile("migrations/" + m.name)
+		if err != nil {
+			return nil, err
+		}
+		out[i].statements = splitStatements(string(b))
+	}
+	return out, nil
+}
+
+// migrationNames returns the embedded migrations in order, with their versions and names and
+// without their statements: all that Migrate needs to see that a schema is current, which every
+// process does at start-up (DB_MIGRATE), where reading and splitting every file took 0.2-0.4 ms.
+func migrationNames() ([]migration, error) {
 	entries, err := fs.ReadDir(migrationFiles, "migrations")
 	if err != nil {
 		return nil, err
@@ -40,11 +58,7 @@ func loadMigrations() ([]migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("migration %s: %w", e.Name(), err)
 		}
-		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: e.Name(), statements: splitStatements(string(b))})
+		out = append(out, migration{version: v, name: e.Name()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	return out, nil
@@ -72,7 +86,7 @@ func splitStatements(s string) []string {
 
 // LatestVersion is the version of the newest embedded migration.
 func LatestVersion() int {
-	ms, err := loadMigrations()
+	ms, err := migrationNames()
 	if err != nil || len(ms) == 0 {
 		return 0
 	}
@@ -89,17 +103,16 @@ func LatestVersion() int {
 // largest id in use, and a counter with more than one row is an error; and the same of
 // settled_count's row (checkSettledCount).
 func Migrate(ctx context.Context, db *sql.DB) error {
-	ms, err := loadMigrations()
+	names, err := migrationNames()
 	if err != nil {
 		return err
 	}
-	if n, err := appliedCount(ctx, db, ms); err == nil && n == len(ms) {
-		var rows int
-		var counts int
-		if err := db.QueryRowContext(ctx, queries.CounterRows).Scan(&rows); err == nil && rows == 1 &&
-			db.QueryRowContext(ctx, queries.SettledCountRows).Scan(&counts) == nil && counts == 1 {
-			return nil
-		}
+	if current(ctx, db, names) {
+		return nil
+	}
+	ms, err := loadMigrations()
+	if err != nil {
+		return err
 	}
 
 	conn, err := db.Conn(ctx)
@@ -229,14 +242,17 @@ func alreadyApplied(err error) bool {
 	return errors.As(err, &me) && (me.Number == errDuplicateColumn || me.Number == errSamePartitionName)
 }
 
-// appliedCount is how many of the embedded migrations schema_migrations records as applied. Not
-// the newest version recorded: a database migrated by code whose migrations skipped a number (a
-// branch) must still get the one it skipped.
-func appliedCount(ctx context.Context, db *sql.DB, ms []migration) (int, error) {
-	var n int
-	err := db.QueryRowContext(ctx, "SELECT COUNT(DISTINCT version) FROM schema_migrations WHERE version <= ?",
-		ms[len(ms)-1].version).Scan(&n)
-	return n, err
+// current says, in one statement, that the schema needs nothing: schema_migrations records every
+// embedded migration as applied (their count, not the newest version recorded: a database migrated
+// by code whose migrations skipped a number, a branch, must still get the one it skipped), and the
+// id counter and settled_count each hold their one row. Any error (a table missing) is a no: Migrate
+// then takes its lock and looks again. One round trip, not three: every process makes it at
+// start-up (DB_MIGRATE), a Lambda's cold start among them.
+func current(ctx context.Context, db *sql.DB, ms []migration) bool {
+	var applied, counters, counts int
+	err := db.QueryRowContext(ctx, "SELECT (SELECT COUNT(DISTINCT version) FROM schema_migrations WHERE version <= ?), ("+
+		queries.CounterRows+"), ("+queries.SettledCountRows+")", ms[len(ms)-1].version).Scan(&applied, &counters, &counts)
+	return err == nil && applied == len(ms) && counters == 1 && counts == 1
 }
 
 // ruleChecks are the reads of information_schema behind CheckRules, each naming what it finds. Each

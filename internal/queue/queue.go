@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"io"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 )
 
 // Message bodies. A message names one pending event, {"id": N}, or several, {"ids": [N, ...]}: a
@@ -201,7 +201,7 @@ type Sender interface {
 
 // SQSSender sends to one SQS queue.
 type SQSSender struct {
-	Client   *sqs.Client
+	Client   MessageSender // an *sqs.Client, or a LazyClient
 	QueueURL string
 }
 

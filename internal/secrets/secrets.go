@@ -33,6 +33,11 @@ var ErrNoString = errors.New("the secret holds no string value")
 type Cache struct {
 	// Client, if set, is used instead of one configured from the environment.
 	Client *secretsmanager.Client
+	// Config, if set (and Client is not), is the AWS configuration the client is built from: the
+	// process's own, loaded once and shared by all its clients (internal/wire's AWS), rather than a
+	// second config.LoadDefaultConfig, which reads the environment and shared files again, and parses
+	// AWS_CA_BUNDLE again where it is set (4 ms).
+	Config func() (aws.Config, error)
 
 	mu     sync.Mutex
 	values map[string]string
@@ -60,7 +65,11 @@ func (c *Cache) Resolve(ctx context.Context, arn string) (string, error) {
 		return v, nil
 	}
 	if client == nil {
-		cfg, err := awsconfig.LoadDefaultConfig(ctx)
+		load := c.Config
+		if load == nil {
+			load = func() (aws.Config, error) { return awsconfig.LoadDefaultConfig(ctx) }
+		}
+		cfg, err := load()
 		if err != nil {
 			return "", fmt.Errorf("secrets: AWS configuration: %w", err)
 		}

@@ -13,6 +13,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/exactlyonce/exactlyonce/internal/secrets"
 )
 
@@ -29,6 +32,7 @@ type fakeSecretsManager struct {
 	t      *testing.T
 	mu     sync.Mutex
 	calls  int
+	auth   string // the last call's Authorization
 	answer func(w http.ResponseWriter, secretID string)
 }
 
@@ -55,6 +59,7 @@ func (f *fakeSecretsManager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.calls++
+	f.auth = r.Header.Get("Authorization")
 	f.mu.Unlock()
 	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 	f.answer(w, in.SecretId)
@@ -223,5 +228,29 @@ func TestResolveWithoutARN(t *testing.T) {
 	var c secrets.Cache
 	if _, err := c.Resolve(context.Background(), ""); err == nil {
 		t.Error("no error for an empty ARN")
+	}
+}
+
+// A Cache given the process's AWS configuration builds its client from it, not from a second
+// config.LoadDefaultConfig: here the given configuration's credentials are not the environment's,
+// and the call is signed with them.
+func TestResolveBuildsItsClientFromTheGivenConfiguration(t *testing.T) {
+	f := serve(t, "AWS_ENDPOINT_URL_SECRETS_MANAGER", answerValue(t))
+	cfg, err := awsconfig.LoadDefaultConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Credentials = credentials.NewStaticCredentialsProvider("AKIDGIVEN", "given", "")
+	loads := 0
+	c := secrets.Cache{Config: func() (aws.Config, error) { loads++; return cfg, nil }}
+	got, err := c.Resolve(context.Background(), testARN)
+	if err != nil || got != testValue {
+		t.Fatalf("Resolve = %q, %v; want %q", got, err, testValue)
+	}
+	if loads != 1 || f.count() != 1 {
+		t.Errorf("%d loads of the configuration and %d calls, want 1 and 1", loads, f.count())
+	}
+	if !strings.Contains(f.auth, "Credential=AKIDGIVEN/") {
+		t.Errorf("signed with %q, not the given configuration's credentials", f.auth)
 	}
 }

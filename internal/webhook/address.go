@@ -26,9 +26,16 @@ import (
 // The cloud metadata endpoints are refused whatever the settings, in every form (mapped, NAT64,
 // 6to4, numeric): 169.254.169.254 (AWS, Google Cloud, Azure and others) and the rest of the
 // link-local ranges, Alibaba Cloud's 100.100.100.200 (in carrier-grade NAT) and Oracle Cloud's
-// 192.0.0.192 (in the IETF protocol assignments), and, inside the unique local fc00::/7 that
+// 192.0.0.192 (in the IETF protocol assignments), Azure's wireserver 168.63.129.16 (a public
+// address, the platform's DNS, DHCP and VM agent endpoint, whose answers include the VM's extension
+// settings), and, inside the unique local fc00::/7 that
 // WEBHOOK_ALLOW_PRIVATE opens, AWS's IPv6 services fd00:ec2::/64 (metadata fd00:ec2::254, DNS
 // ::253, time ::123) and Google Cloud's IPv6 metadata endpoint fd20:ce::254.
+//
+// The metadata endpoints' names are refused too, before any resolution, whatever the case and with
+// or without a trailing dot (metadataNames): Google Cloud's metadata.google.internal and its short
+// form metadata, and AWS's instance-data. Inside those clouds they resolve to 169.254.169.254, which
+// the dial refuses anyway; by name the url is refused at create, and says what it is.
 //
 // IPv6: an address that embeds an IPv4 one is judged by it: the IPv4-mapped ::ffff:0:0/96 and
 // the well-known NAT64 prefix 64:ff9b::/96 (RFC 6052: an IPv6-only VPC reaches IPv4 receivers
@@ -72,6 +79,7 @@ var v4Ranges = []addrRange{
 	r("127.0.0.0/8", kindLoopback, "a loopback address"),
 	r("169.254.169.254/32", kindForbidden, "the cloud metadata endpoint (169.254.169.254: AWS, Google Cloud, Azure and others)"),
 	r("169.254.0.0/16", kindForbidden, "a link-local address (169.254.0.0/16, which holds the cloud metadata endpoint)"),
+	r("168.63.129.16/32", kindForbidden, "Azure's wireserver (168.63.129.16: the platform's DNS, DHCP and VM agent endpoint)"),
 	r("172.16.0.0/12", kindPrivate, "a private address (RFC 1918)"),
 	r("192.0.0.192/32", kindForbidden, "Oracle Cloud's metadata endpoint (192.0.0.192)"),
 	r("192.0.0.0/24", kindForbidden, "an IETF protocol assignment address (192.0.0.0/24)"),
@@ -104,6 +112,14 @@ var v6Ranges = []addrRange{
 	r("fe80::/10", kindForbidden, "a link-local address (fe80::/10)"),
 	r("fec0::/10", kindForbidden, "a site-local address (fec0::/10, deprecated)"),
 	r("ff00::/8", kindForbidden, "a multicast address"),
+}
+
+// metadataNames are the host names of cloud metadata endpoints, lower case, without a trailing
+// dot: refused whatever the settings (CheckHost).
+var metadataNames = map[string]string{
+	"metadata.google.internal": "Google Cloud's metadata server",
+	"metadata":                 "Google Cloud's metadata server (the short name its search domain completes)",
+	"instance-data":            "AWS's metadata endpoint (the name EC2's resolver gives 169.254.169.254)",
 }
 
 var (
@@ -164,6 +180,13 @@ type Policy struct {
 	AllowPrivate  bool
 	// LambdaRuntimeAPI is AWS_LAMBDA_RUNTIME_API ("127.0.0.1:9001"), empty outside Lambda.
 	LambdaRuntimeAPI string
+	// OwnHosts are the host names of the system's own API (WEBHOOK_API_HOSTS, which the CDK stack sets to
+	// the REST API's execute-api domain; the API adds the domain a request came in by): a task
+	// whose url points there would POST its payload to the API, and a payload that is a task's
+	// body would create a task per delivery, without end, where the API takes unsigned requests
+	// (-c publicApi=true). Refused whatever the settings, by name (CheckHost), at create and before
+	// every dial.
+	OwnHosts []string
 }
 
 // check returns nil if the policy allows connecting to a, or the reason it does not.
@@ -225,9 +248,10 @@ func classify(a netip.Addr) (addrRange, bool) {
 }
 
 // CheckHost refuses, before any resolution, a url's host (as url.URL.Hostname gives it) that is an
-// IP address the policy forbids, or a numeric form that resolvers disagree on ("127.1",
-// "2130706433", "0x7f.1"), whatever address it would mean. A name returns nil: its addresses are
-// checked as each is dialled, as they may change.
+// IP address the policy forbids, a numeric form that resolvers disagree on ("127.1",
+// "2130706433", "0x7f.1"), whatever address it would mean, a metadata endpoint's name
+// (metadataNames) or one of the system's own API (OwnHosts). Another name returns nil: its addresses are checked as each is dialled, as
+// they may change.
 //
 // A host that is not ASCII is checked as net/http dials it: mapped by IDNA (UTS #46, the profile
 // net/http uses), which turns "169。254。169。254" or full-width digits into 169.254.169.254. The
@@ -246,6 +270,15 @@ func (p Policy) CheckHost(host string) *RefusedError {
 			return e
 		}
 		return nil
+	}
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if what, ok := metadataNames[name]; ok {
+		return &RefusedError{Host: host, What: what}
+	}
+	for _, own := range p.OwnHosts {
+		if own = strings.ToLower(strings.TrimSuffix(own, ".")); own != "" && name == own {
+			return &RefusedError{Host: host, What: "this system's own API (WEBHOOK_API_HOSTS): a task there would make tasks of its deliveries"}
+		}
 	}
 	a, parsed, numeric := legacyIPv4(host)
 	if !numeric {

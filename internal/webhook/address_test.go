@@ -221,6 +221,42 @@ var metadataHosts = []string{
 	"64:ff9b::6464:64c8",
 	"192.0.0.192",
 	"::ffff:192.0.0.192",
+	// Their other forms: decimal, hex, NAT64 dotted, trailing dot.
+	"1684301000",
+	"0x646464c8",
+	"100.100.100.200.",
+	"64:ff9b::100.100.100.200",
+	"3221225664",
+	"0xc00000c0",
+	"192.0.0.192.",
+	"64:ff9b::c000:c0",
+	// Azure's wireserver, 168.63.129.16 (the platform's DNS, DHCP, health probes and the VM
+	// agent's endpoint, which hands out the VM's extension settings): a public address, in every
+	// form.
+	"168.63.129.16",
+	"168.63.129.16.",
+	"::ffff:168.63.129.16",
+	"::ffff:a83f:8110",
+	"::a83f:8110",
+	"64:ff9b::a83f:8110",
+	"64:ff9b::168.63.129.16",
+	"2002:a83f:8110::",
+	"2822734096",
+	"0xa83f8110",
+	"0250.077.0201.020",
+	"168.63.33040",
+	// Google Cloud's metadata server by name (it resolves to 169.254.169.254 inside GCP; refused
+	// at the dial there, and by name before any resolution), in any case, with a trailing dot,
+	// short (the search domain completes it), or written in full-width letters (IDNA maps them).
+	"metadata.google.internal",
+	"metadata.google.internal.",
+	"METADATA.Google.Internal",
+	"metadata",
+	"metadata.",
+	"ｍｅｔａｄａｔａ.google.internal",
+	// AWS's name for its metadata endpoint.
+	"instance-data",
+	"instance-data.",
 	// The link-local ranges as a whole (AWS's time service 169.254.169.123, its DNS 169.254.169.253,
 	// OpenStack's IPv6 metadata fe80::a9fe:a9fe).
 	"169.254.0.1",
@@ -257,14 +293,18 @@ func TestMetadataRefusedWhateverTheSettings(t *testing.T) {
 	}
 	// The refusal says what the address is.
 	for host, what := range map[string]string{
-		"169.254.169.254":        "cloud metadata endpoint",
-		"::ffff:169.254.169.254": "IPv4-mapped form of the cloud metadata endpoint",
-		"64:ff9b::a9fe:a9fe":     "NAT64 form (64:ff9b::/96) of the cloud metadata endpoint",
-		"fd00:ec2::254":          "AWS",
-		"fd20:ce::254":           "Google Cloud's metadata endpoint",
-		"100.100.100.200":        "Alibaba Cloud's metadata endpoint",
-		"192.0.0.192":            "Oracle Cloud's metadata endpoint",
-		"2852039166":             "2852039166 is 169.254.169.254, a non-standard numeric form of the cloud metadata endpoint",
+		"169.254.169.254":           "cloud metadata endpoint",
+		"::ffff:169.254.169.254":    "IPv4-mapped form of the cloud metadata endpoint",
+		"64:ff9b::a9fe:a9fe":        "NAT64 form (64:ff9b::/96) of the cloud metadata endpoint",
+		"fd00:ec2::254":             "AWS",
+		"fd20:ce::254":              "Google Cloud's metadata endpoint",
+		"100.100.100.200":           "Alibaba Cloud's metadata endpoint",
+		"192.0.0.192":               "Oracle Cloud's metadata endpoint",
+		"168.63.129.16":             "Azure's wireserver",
+		"::ffff:168.63.129.16":      "IPv4-mapped form of Azure's wireserver",
+		"metadata.google.internal.": "metadata.google.internal. is Google Cloud's metadata server",
+		"instance-data":             "instance-data is AWS's metadata endpoint",
+		"2852039166":                "2852039166 is 169.254.169.254, a non-standard numeric form of the cloud metadata endpoint",
 	} {
 		if e := everything.CheckHost(host); e == nil || !strings.Contains(e.Error(), what) {
 			t.Errorf("the refusal of %s, %v, does not say %q", host, e, what)

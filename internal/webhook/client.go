@@ -44,6 +44,9 @@ type Config struct {
 	// environment the process runs in ("127.0.0.1:9001"), empty outside Lambda: refused whatever
 	// the settings (Policy.LambdaRuntimeAPI).
 	LambdaRuntimeAPI string
+	// OwnHosts are WEBHOOK_API_HOSTS: the host names of the system's own API, which no delivery may reach
+	// whatever the settings (Policy.OwnHosts).
+	OwnHosts []string
 	// UserAgent is the User-Agent header (DefaultUserAgent).
 	UserAgent string
 	// Resolver resolves the url's host (nil: net.DefaultResolver). Tests point it at a responder of
@@ -55,7 +58,8 @@ type Config struct {
 // Policy is the address rule cfg asks for: what its Client dials, and what the API accepts in a
 // task's url.
 func (cfg Config) Policy() Policy {
-	return Policy{AllowLoopback: cfg.AllowLoopback, AllowPrivate: cfg.AllowPrivate, LambdaRuntimeAPI: cfg.LambdaRuntimeAPI}
+	return Policy{AllowLoopback: cfg.AllowLoopback, AllowPrivate: cfg.AllowPrivate, LambdaRuntimeAPI: cfg.LambdaRuntimeAPI,
+		OwnHosts: cfg.OwnHosts}
 }
 
 // Client delivers tasks. It is safe for concurrent use, and keeps connections to receivers open

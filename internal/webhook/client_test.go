@@ -284,6 +284,7 @@ func TestMetadataRefusedAtTheDial(t *testing.T) {
 		"fd00:ec2::254", "fd00:ec2::253", "fd00:ec2::123", "fd20:ce::254",
 		"100.100.100.200", "::ffff:100.100.100.200", "192.0.0.192", "169.254.169.123", "169.254.0.1",
 		"fe80::a9fe:a9fe", "fe80::1",
+		"168.63.129.16", "::ffff:168.63.129.16", "64:ff9b::a83f:8110", "64:ff9b::6464:64c8", "64:ff9b::c000:c0",
 	}
 	answers := map[string][]string{"receiver.test": {"127.0.0.1"}}
 	for i, a := range addrs {

@@ -15,6 +15,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/exactlyonce/exactlyonce/internal/wire/delivery"
 	"github.com/stretchr/testify/require"
 )
 
@@ -66,7 +67,7 @@ func TestTheStandaloneAgentRecordsItsOwnPath(t *testing.T) {
 	require.NoError(t, err)
 	c := load(t, map[string]string{"SWEEP_GRACE": "0", "AGENT_PULSE_INTERVAL": "100ms", "AGENT_EXPIRATION": "1s",
 		"AGENT_POLL_INTERVAL": "20ms"})
-	as, err := wire.StandaloneAgents(ctx, c, store, slog.New(slog.DiscardHandler))
+	as, err := delivery.StandaloneAgents(ctx, c, store, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.Len(t, as, 1)
 	actx, stop := context.WithCancel(ctx)
@@ -111,7 +112,7 @@ func TestAStandaloneAgentWithALongWebhookTimeoutDeliversItsTasks(t *testing.T) {
 	c := load(t, map[string]string{"SWEEP_GRACE": "0", "AGENT_PULSE_INTERVAL": "100ms", "AGENT_EXPIRATION": "1s",
 		"AGENT_POLL_INTERVAL": "100ms", "WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "WEBHOOK_TIMEOUT": "29s",
 		"WEBHOOK_ALLOW_LOOPBACK": "true"})
-	as, err := wire.StandaloneAgents(ctx, c, store, slog.New(slog.DiscardHandler))
+	as, err := delivery.StandaloneAgents(ctx, c, store, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.Len(t, as, 1)
 	actx, stop := context.WithCancel(ctx)

@@ -2,13 +2,11 @@ package wire
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/agents"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/config"
@@ -98,25 +96,11 @@ func Processor(stores *Stores, e processing.Engine, vis *sqsbatch.Visibility, wo
 // Sweeping returns the configured sweeping.Config, logging to log (nil: sweeping's default):
 // SWEEP_BATCH_SIZE, SWEEP_GRACE (passed as config reads it: nil unset, zero no grace),
 // SWEEPER_SHARDS, AGENT_* and SHARDS_* for the scheduled sweeper's agent, WORKER_* for its event
-// workers, HISTORY_RETENTION (passed as config reads it) for the archive. Its engine's Tasks and its Counters are SweeperConfig's.
+// workers, HISTORY_RETENTION (passed as config reads it) for the archive. Its engine's Tasks and its Counters are delivery.SweeperConfig's.
 func Sweeping(c config.Config, log *slog.Logger) sweeping.Config {
 	return sweeping.Config{BatchSize: c.Sweep.BatchSize, Grace: c.Sweep.Grace, Logger: log, Shards: c.Sweep.Shards,
 		Agent: AgentVars(c.Agent), WorkerMaxReferences: c.Webhook.WorkerMaxReferences, WorkerRetention: c.Webhook.WorkerRetention,
 		Retention: c.History.Retention}
-}
-
-// SweeperConfig is Sweeping with what a sweeper reads at start-up besides: its task deliveries
-// (Tasks: the signing secret) and the counter service's sweep, publishing with CounterPublisher.
-func SweeperConfig(ctx context.Context, c config.Config, log *slog.Logger) (sweeping.Config, error) {
-	sc := Sweeping(c, log)
-	var err error
-	if sc.Engine.Tasks, err = Tasks(ctx, c, log); err != nil {
-		return sc, err
-	}
-	if sc.Counters, err = CounterSweep(log); err != nil {
-		return sc, err
-	}
-	return sc, nil
 }
 
 // Agent returns an agent that processes due events on stores under path by (exactlyonce.BySweeper
@@ -125,29 +109,6 @@ func SweeperConfig(ctx context.Context, c config.Config, log *slog.Logger) (swee
 // one assembly of such an agent, which the scheduled sweeper's invocations use too).
 func Agent(stores *Stores, sc sweeping.Config, ac agents.Config, by string) (*agents.Agent, error) {
 	return sweeping.New(stores.Sweeping(), sc).Agent(ac, by)
-}
-
-// StandaloneAgents returns the standalone agent process's agents (cmd/agent): one per shard
-// SHARDS_ASSIGNED lists, or the one dynamic agent (AgentConfigs, kind "standalone"), processing as
-// ByAgent, each with the sweeper's maintenance between its batches (one sweeper for the process: the
-// maintenance runs at most once per MaintainEvery in it), delivering tasks when a signing secret is
-// set (SweeperConfig).
-func StandaloneAgents(ctx context.Context, c config.Config, stores *Stores, log *slog.Logger) ([]*agents.Agent, error) {
-	sc := Sweeping(c, log)
-	var err error
-	if sc.Engine.Tasks, err = Tasks(ctx, c, log); err != nil {
-		return nil, err
-	}
-	s := sweeping.New(stores.Sweeping(), sc)
-	var out []*agents.Agent
-	for _, ac := range AgentConfigs(c, "standalone", log) {
-		a, err := s.Agent(ac, exactlyonce.ByAgent)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, nil
 }
 
 // AgentConfigs returns the agents a process runs: one per shard SHARDS_ASSIGNED lists, as a

@@ -4,7 +4,9 @@
 // commands, the local runner, the chaos run and the benchmark use. It passes every setting as
 // internal/config reads it (config's package doc states the one convention), and states no default
 // of its own beyond what an unset variable means here (DB_MIGRATE, QUEUE_NAME, ASYNC_LINGER for a
-// long-running API); every other default is the configured component's.
+// long-running API); every other default is the configured component's. What delivers tasks (the
+// webhook client and its signing secret, the sweeper's configuration, the standalone agents) is in
+// internal/wire/delivery, so that the processes that deliver none do not link Secrets Manager.
 package wire
 
 import (
@@ -14,14 +16,13 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
-	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/queue"
-	"github.com/exactlyonce/exactlyonce/internal/secrets"
 	"github.com/exactlyonce/exactlyonce/internal/sqsbatch"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 	"github.com/exactlyonce/exactlyonce/internal/wire/boot"
@@ -52,16 +53,21 @@ func OpenStores(ctx context.Context, c config.Config) (*Stores, error) {
 }
 
 // Archive returns the packed history's archive in HISTORY_BUCKET, through the AWS SDK's S3 client
-// (AWS_ENDPOINT_URL_S3 locally), or nil when no bucket is set.
+// (AWS_ENDPOINT_URL_S3 locally), or nil when no bucket is set. The client is built at the archive's
+// first call to S3 (archive.OnFirstUse), not at start-up: a function's cold start does not pay for
+// it, as most of its invocations read no archived page, and an AWS configuration that cannot be
+// loaded is then that call's error (a 503 for a read), not start-up's.
 func Archive(c config.History) (pagestore.Archive, error) {
 	if c.Bucket == "" {
 		return nil, nil
 	}
-	awsCfg, err := AWS()
-	if err != nil {
-		return nil, fmt.Errorf("AWS configuration for HISTORY_BUCKET: %w", err)
-	}
-	return archive.New(archive.NewClient(awsCfg), c.Bucket, 0), nil
+	return archive.OnFirstUse(func() (*s3.Client, error) {
+		awsCfg, err := AWS()
+		if err != nil {
+			return nil, fmt.Errorf("AWS configuration for HISTORY_BUCKET: %w", err)
+		}
+		return archive.NewClient(awsCfg), nil
+	}, c.Bucket, 0), nil
 }
 
 // OpenDB opens the database, migrates it unless DB_MIGRATE is false, and returns the core handle
@@ -84,9 +90,16 @@ func SQS(log *slog.Logger) (*sqs.Client, error) {
 	return queue.NewClient(awsCfg, log), nil
 }
 
+// SQSOnFirstUse is SQS's client built at its first call (queue.LazyClient), for a function whose
+// first invocation seldom calls SQS: its cold start does not load the AWS configuration for it or
+// build the client. A configuration that cannot be loaded is then the calls' error, not init's.
+func SQSOnFirstUse(log *slog.Logger) *queue.LazyClient {
+	return queue.OnFirstUse(func() (*sqs.Client, error) { return SQS(log) })
+}
+
 // Visibility returns the processor's visibility extension on client, for QUEUE_URL (empty: each
 // record's eventSourceARN names the queue), with the configured heartbeat and extension.
-func Visibility(c config.Config, client *sqs.Client) *sqsbatch.Visibility {
+func Visibility(c config.Config, client sqsbatch.VisibilityClient) *sqsbatch.Visibility {
 	return &sqsbatch.Visibility{Client: client, QueueURL: c.QueueURL,
 		Heartbeat: c.Processor.VisibilityHeartbeat, Extension: c.Processor.VisibilityExtension}
 }
@@ -101,40 +114,10 @@ func LocalQueue(name string) queue.QueueSpec {
 // Must logs err and exits when err is not nil, else returns v (boot.Must).
 func Must[T any](v T, err error) T { return boot.Must(v, err) }
 
-// Tasks returns how this process delivers tasks: the webhook client, signed with WEBHOOK_SECRET or
-// with the secret WEBHOOK_SECRET_ARN names (read from Secrets Manager once), and the retry and
-// timeout settings. With neither variable set it returns nil and logs a warning: the process then
-// claims no task, and tasks wait for a process that can sign them.
-func Tasks(ctx context.Context, c config.Config, log *slog.Logger) (*processing.Tasks, error) {
-	w := c.Webhook
-	secret := w.Secret
-	if w.SecretARN != "" {
-		var err error
-		if secret, err = secrets.Resolve(ctx, w.SecretARN); err != nil {
-			return nil, fmt.Errorf("WEBHOOK_SECRET_ARN: %w", err)
-		}
-	}
-	if secret == "" {
-		log.Warn("neither WEBHOOK_SECRET nor WEBHOOK_SECRET_ARN is set: this process delivers no task")
-		return nil, nil
-	}
-	key, err := webhook.ParseSecret(secret)
-	if err != nil {
-		return nil, fmt.Errorf("webhook signing secret: %w", err)
-	}
-	if w.AllowLoopback {
-		log.Warn("WEBHOOK_ALLOW_LOOPBACK=true: tasks may be delivered to 127.0.0.0/8 and ::1 (local runs only)")
-	}
-	p := WebhookPolicy(c)
-	client := webhook.New(webhook.Config{Key: key, Timeout: w.Timeout, AllowLoopback: p.AllowLoopback,
-		AllowPrivate: p.AllowPrivate, LambdaRuntimeAPI: p.LambdaRuntimeAPI})
-	return &processing.Tasks{Deliverer: client, RetryBase: w.RetryBase, RetryMax: w.RetryMax, Timeout: w.Timeout}, nil
-}
-
 // WebhookPolicy is the deliveries' address rule (WEBHOOK_ALLOW_LOOPBACK, WEBHOOK_ALLOW_PRIVATE, and
-// the Lambda Runtime API refused): what the deliverers Tasks builds dial, and what the API accepts
-// in a task's url (api.Server.Webhook).
+// the Lambda Runtime API and the system's own API, WEBHOOK_API_HOSTS, refused): what the deliverers
+// delivery.Tasks builds dial, and what the API accepts in a task's url (api.Server.Webhook).
 func WebhookPolicy(c config.Config) webhook.Policy {
 	return webhook.Policy{AllowLoopback: c.Webhook.AllowLoopback, AllowPrivate: c.Webhook.AllowPrivate,
-		LambdaRuntimeAPI: c.Webhook.LambdaRuntimeAPI}
+		LambdaRuntimeAPI: c.Webhook.LambdaRuntimeAPI, OwnHosts: c.Webhook.APIHosts}
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/config"
-	"github.com/exactlyonce/exactlyonce/internal/wire"
+	"github.com/exactlyonce/exactlyonce/internal/wire/delivery"
 )
 
 // TestMain runs the test binary as a standalone agent when started in the "agent" role: the agent
@@ -48,7 +48,7 @@ func runAgent(role string) int {
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	as, err := wire.StandaloneAgents(context.Background(), cfg, store, log)
+	as, err := delivery.StandaloneAgents(context.Background(), cfg, store, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -36,10 +36,56 @@ function el(tag, attrs, ...children) {
 // answer never draws into the page that replaced it.
 class Stale extends Error {}
 
+// status says text on the status line: a string, or an array of strings and nodes (a name, nameNode).
 function status(text, isError) {
   const s = document.getElementById('status');
-  s.textContent = text || '';
+  fill(s, text || '');
   s.classList.toggle('error', !!isError);
+}
+
+// fill replaces node's children with content: a string, a node, or an array of them (as text, never
+// markup).
+function fill(node, content) {
+  node.replaceChildren(...[].concat(content).map((c) => c instanceof Node ? c : document.createTextNode(String(c))));
+}
+
+// Names (a referenceId, a user id, an entity type, a worker id) are shown so that two different
+// names never look alike. The API refuses new names with an invisible or formatting character
+// (exactlyonce.Invisible: Unicode's Cf, such as the bidi overrides and isolates U+202A-U+202E and
+// U+2066-U+2069, zero-width characters, U+2028, U+2029 and the other default-ignorable code
+// points), but a name stored before that rule may hold one: shown as it is, "order-\u202E24" read
+// "order-42". So each such character, a control character, a space other than U+0020 and a
+// U+0020 at either end is shown as its code point, \u{202E}, marked, and a backslash as \\ (no name
+// the API takes holds one), so that the shown text tells the name back; and the name is shown
+// left to right in its characters' order, isolated from the text around it (<bdo dir="ltr">),
+// so that no right-to-left letter or digit run reorders it: "א1" and "1א" read as they are stored.
+const unseenChars = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Zs}\u034F\u115F\u1160\u17B4\u17B5\u2065\u3164\uFFA0\uFFF0-\uFFF8\u{E0000}-\u{E00FF}\u{E01F0}-\u{E0FFF}]/u;
+
+// nameParts splits a name into runs of plain text and marks ({mark, what}).
+function nameParts(name) {
+  const chars = Array.from(String(name));
+  const parts = [];
+  chars.forEach((c, i) => {
+    let mark = null;
+    if (c === '\\') mark = '\\\\';
+    else if (unseenChars.test(c) && !(c === ' ' && i > 0 && i < chars.length - 1)) {
+      mark = '\\u{' + c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0') + '}';
+    }
+    if (mark) parts.push({ mark, what: c === '\\' ? 'a backslash' : 'U+' + mark.slice(3, -1) + ', a character that shows nothing of itself' });
+    else if (parts.length && typeof parts[parts.length - 1] === 'string') parts[parts.length - 1] += c;
+    else parts.push(c);
+  });
+  return parts;
+}
+
+// shownName is a name as text, its unseen characters written as their code points (for a title or
+// an attribute; in the page, nameNode).
+function shownName(name) { return nameParts(name).map((p) => typeof p === 'string' ? p : p.mark).join(''); }
+
+// nameNode is a name as the page shows it: left to right in its characters' order, isolated, its
+// unseen characters marked.
+function nameNode(name) {
+  return el('bdo', { dir: 'ltr', class: 'name' }, nameParts(name).map((p) => typeof p === 'string' ? p : el('span', { class: 'unseen', title: p.what }, p.mark)));
 }
 
 // api calls the console's server: path is the API's own path ("/agents").
@@ -133,7 +179,7 @@ function badge(state) {
   return el('span', { class: 'badge ' + cls }, state);
 }
 function eventLink(id) { return el('a', { href: '#/events/' + encodeURIComponent(id) }, String(id)); }
-function refLink(ref) { return ref ? el('a', { href: '#/references/' + encodeURIComponent(ref) }, ref) : '—'; }
+function refLink(ref) { return ref ? el('a', { href: '#/references/' + encodeURIComponent(ref) }, nameNode(ref)) : '—'; }
 
 function table(caption, headers, rows, opts = {}) {
   return el('table', { id: opts.id || null },
@@ -148,8 +194,8 @@ function num(v) { return el('td', { class: 'num' }, fmtNum(v)); }
 // Cancel so that Enter alone never confirms).
 function confirmAction(title, text) {
   const d = document.getElementById('confirm');
-  document.getElementById('confirm-title').textContent = title;
-  document.getElementById('confirm-text').textContent = text;
+  fill(document.getElementById('confirm-title'), title);
+  fill(document.getElementById('confirm-text'), text);
   return new Promise((resolve) => {
     d.addEventListener('close', () => resolve(d.returnValue === 'ok'), { once: true });
     d.returnValue = '';
@@ -329,7 +375,8 @@ async function eventPage(main, id) {
   main.append(el('h1', null, 'Event ' + id), el('div', { id: 'event-body' }, el('p', null, 'Loading…')));
   const e = await api('/events/' + encodeURIComponent(id));
   const fields = el('dl', { class: 'fields', id: 'event-fields' }, Object.entries(e).map(([k, v]) => [
-    el('dt', null, k), el('dd', null, k === 'state' ? badge(v) : (v !== null && typeof v === 'object') ? el('pre', null, showJSON(v)) : (v === null ? '—' : String(v)))]));
+    el('dt', null, k), el('dd', null, k === 'state' ? badge(v) : k === 'referenceId' && typeof v === 'string' ? nameNode(v)
+      : (v !== null && typeof v === 'object') ? el('pre', null, showJSON(v)) : (v === null ? '—' : String(v)))]));
   const parts = [fields];
   if (e.kind === 'task') {
     if (e.isFailed) {
@@ -366,10 +413,10 @@ async function referenceAround(ref, id) {
   const i = all.findIndex((t) => t.id === id);
   const shown = i < 0 ? all.slice(0, 11) : all.slice(Math.max(0, i - 5), i + 6);
   return el('div', null,
-    table('Tasks of reference ' + ref + ' in delivery order, around this one', ['#', 'state', 'attempts', 'created', 'settled'],
+    table(['Tasks of reference ', nameNode(ref), ' in delivery order, around this one'], ['#', 'state', 'attempts', 'created', 'settled'],
       shown.map((t) => row([eventLink(t.id), badge(t.state), el('td', { class: 'num' }, t.attempts), fmtTime(t.createdAt), fmtTime(t.settledAt)],
         t.id === id ? { class: 'current', 'aria-current': 'true' } : null)), { id: 'reference-around' }),
-    el('p', null, el('a', { href: '#/references/' + encodeURIComponent(ref) }, 'All tasks of ' + ref)));
+    el('p', null, el('a', { href: '#/references/' + encodeURIComponent(ref) }, 'All tasks of ', nameNode(ref))));
 }
 
 // focusHeading puts the focus on the page's heading after the page was drawn again, so that the
@@ -399,7 +446,7 @@ function retryButton(id, after) {
 
 function retryReferenceButton(ref, after) {
   return el('button', { type: 'button', class: 'primary', 'data-retry-reference': ref, onclick: async () => {
-    const ok = await confirmAction('Retry every failed task of ' + ref + '?', 'The failed tasks of reference ' + ref + ' are delivered again, in their order.');
+    const ok = await confirmAction(['Retry every failed task of ', nameNode(ref), '?'], ['The failed tasks of reference ', nameNode(ref), ' are delivered again, in their order.']);
     if (!ok) return;
     // The API retries a reference's failed tasks in parts and answers more while some remain:
     // call it again until none does (the first answer's placement is the retry's).
@@ -410,16 +457,16 @@ function retryReferenceButton(ref, after) {
         count += res.retried.length;
         placement = placement || res.placement;
         if (!res.more) break;
-        status(count + ' task(s) of ' + ref + ' retried so far; going on.');
+        status([count + ' task(s) of ', nameNode(ref), ' retried so far; going on.']);
       }
       await after();
-      status(count + ' task(s) of ' + ref + ' retried' +
-        (placement === 'end' ? ', at the end of the reference (later tasks had started).' : ', in place.'));
+      status([count + ' task(s) of ', nameNode(ref), ' retried' +
+        (placement === 'end' ? ', at the end of the reference (later tasks had started).' : ', in place.')]);
       focusHeading();
     } catch (e) {
-      status('Retry of ' + ref + ' refused' + (count ? ' after ' + count + ' task(s) (retry again to go on)' : '') + ': ' + e.message, true);
+      status(['Retry of ', nameNode(ref), ' refused' + (count ? ' after ' + count + ' task(s) (retry again to go on)' : '') + ': ' + e.message], true);
     }
-  } }, 'Retry all failed of ' + ref);
+  } }, 'Retry all failed of ', nameNode(ref));
 }
 
 // ---- Failed tasks
@@ -441,7 +488,7 @@ async function failed(main, params) {
 
 async function references(main, ref) {
   const input = el('input', { id: 'reference', name: 'reference', required: true, value: ref || '', size: 30 });
-  main.append(el('h1', null, ref ? 'Reference ' + ref : 'References'),
+  main.append(el('h1', null, ref ? ['Reference ', nameNode(ref)] : 'References'),
     el('form', { class: 'inline', role: 'search', onsubmit: (ev) => { ev.preventDefault(); location.hash = '#/references/' + encodeURIComponent(input.value.trim()); } },
       el('label', { for: 'reference' }, 'Reference id', input), el('button', { type: 'submit' }, 'Show')));
   if (!ref) return;
@@ -455,7 +502,7 @@ async function references(main, ref) {
     const anyFailed = tasks.some((t) => t.state === 'failed');
     replace('ref-body', el('div', { id: 'ref-body' },
       anyFailed ? el('p', null, retryReferenceButton(ref, () => route())) : null,
-      table('Tasks of ' + ref + ' in delivery order', ['#', 'state', 'attempts', 'created', 'settled'],
+      table(['Tasks of ', nameNode(ref), ' in delivery order'], ['#', 'state', 'attempts', 'created', 'settled'],
         tasks.map((t) => row([eventLink(t.id), badge(t.state), el('td', { class: 'num' }, t.attempts), fmtTime(t.createdAt), fmtTime(t.settledAt)])),
         { id: 'reference-table', empty: 'This reference has no task.' }),
       after ? el('button', { type: 'button', onclick: async () => {
@@ -548,7 +595,7 @@ async function workersPage(main, params) {
     const res = await api('/workers' + q);
     replace('workers-body', el('div', { id: 'workers-body' }, table('The EventService registry: live workers oldest first, then done ones',
       ['worker', 'agent', 'created', 'last completed', 'remaining', 'completed', 'failed', 'max references', 'will terminate', 'done', 'references'],
-      res.workers.map((w) => row([w.workerId, String(w.agentId), fmtTime(w.createdAt), w.lastCompletedTask === null ? '—' : eventLink(w.lastCompletedTask),
+      res.workers.map((w) => row([nameNode(w.workerId), String(w.agentId), fmtTime(w.createdAt), w.lastCompletedTask === null ? '—' : eventLink(w.lastCompletedTask),
         num(w.tasksRemaining), num(w.tasksCompleted), num(w.tasksFailed), num(w.maxReferenceCount), w.willTerminate ? 'yes' : 'no',
         w.isDone ? badge('done') : badge('active'), el('td', { class: 'wrap' }, w.references.length ? w.references.map((r, i) => [i ? ', ' : '', refLink(r)]) : '—')])),
       { id: 'workers-table', empty: 'No event worker.' })));
@@ -576,8 +623,8 @@ async function countersPage(main, params) {
   const path = '/counters/' + encodeURIComponent(user) + (type ? '/' + encodeURIComponent(type) : (paging ? '?' + paging : ''));
   const res = await api(path);
   const entries = type ? [[res.entityType, res]] : Object.entries(res.counters);
-  main.append(table('Counts of ' + user, ['entity type', 'sum', 'version'],
-    entries.map(([k, v]) => row([k, num(v.sum), num(v.version)])), { id: 'counters-table', empty: 'No count for this user.' }));
+  main.append(table(['Counts of ', nameNode(user)], ['entity type', 'sum', 'version'],
+    entries.map(([k, v]) => row([nameNode(k), num(v.sum), num(v.version)])), { id: 'counters-table', empty: 'No count for this user.' }));
   if (!type && res.next) {
     const more = new URLSearchParams({ user, after: res.next });
     if (params.get('limit')) more.set('limit', params.get('limit'));

@@ -24,7 +24,7 @@ import (
 
 // queryTexts are the statements of counters.sql.
 type queryTexts struct {
-	LockCounterBuckets, ReadCounterBuckets, ReadCounterSums, InsertCounterSums, UpdateCounterSums, InsertCounterFacts, WriteCounterDirectories, InsertCounterNotifications, MarkCounterNotificationsPublished, UnpublishedCounterNotifications, PruneCounterNotifications, OldReadCounterEntities, DeleteCounterEntities, SampleCounterSums, ReconcileCounterSum, CounterSumsOfUser, CounterSumOf string
+	LockCounterBuckets, ReadCounterBuckets, ReadCounterSums, InsertCounterSums, UpdateCounterSums, InsertCounterFacts, WriteCounterDirectories, InsertCounterNotifications, MarkCounterNotificationsPublished, UnpublishedCounterNotifications, PruneCounterNotifications, FirstOldReadCounterEntity, OldReadCounterEntities, DeleteCounterEntities, ReconcileCounterSums, CounterSumsOfUser, CounterSumOf string
 }
 
 //go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:counters.sql

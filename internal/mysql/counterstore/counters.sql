@@ -108,38 +108,60 @@ WHERE state = 0 AND created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?;
 -- found ? of them. It locks the rows it deletes, which nothing else reads with a lock.
 DELETE FROM counter_notifications WHERE state = 1 AND published_at < NOW(6) - INTERVAL ? SECOND LIMIT ?;
 
+-- name: FirstOldReadCounterEntity
+-- The sweeper's: the bucket of one entity read more than ? seconds ago, which says the
+-- subpartition OldReadCounterEntities reads next; none, nothing to prune. A consistent read of the
+-- read partition until the first such row, no lock.
+SELECT bucket FROM t_counter WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT 1;
+
 -- name: OldReadCounterEntities
 -- The sweeper's: entities read more than ? seconds ago (the retention, longer than the queue's
 -- 14 days), whose facts may go: no message for them can still be delivered. A consistent read
--- of the read partition, no lock. At most ?.
-SELECT bucket, entity_hash FROM t_counter WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT ?;
+-- of one subpartition of the read partition (/*subpartition*/ is was_readsp0 to was_readsp7, the
+-- names MariaDB and MySQL give HASH subpartitions), no lock. At most ?. One subpartition, so that
+-- DeleteCounterEntities, whose buckets are then all of it, scans one eighth of the facts: entities
+-- of every bucket made it scan all of them, the counted entities' too, on every sweep that pruned.
+SELECT bucket, entity_hash FROM t_counter PARTITION (/*subpartition*/) WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT ?;
 
 -- name: DeleteCounterEntities
 -- The facts of the entities found above (autocommit): their read row and their added row, if any,
 -- both older than the retention. An entity's directory entry expires at the same time, so a
 -- message that somehow came after would find the entity new; `at <` keeps such a message's new
--- fact. Locks the rows it deletes, which no consumer reads or writes (it only inserts).
--- /*hashes*/ is one ? per entity hash.
+-- fact. Locks the rows it deletes, which no consumer reads or writes (it only inserts). Its
+-- buckets are of one subpartition (OldReadCounterEntities), so it scans that subpartition of each
+-- kind. /*hashes*/ is one ? per entity hash.
 DELETE FROM t_counter WHERE bucket IN (/*ids*/) AND entity_hash IN (/*hashes*/) AND at < NOW(6) - INTERVAL ? SECOND;
 
--- name: SampleCounterSums
--- The sweeper's reconciliation: the counts of the users of a few buckets chosen at random, at most
--- ?. A consistent read, no lock.
-SELECT bucket, entity_type, user_id FROM t_counter_sum WHERE bucket IN (/*ids*/) LIMIT ?;
-
--- name: ReconcileCounterSum
--- One count's stored sum beside the number of its entities counted by their facts (an added row
--- and no read row), and the number of entities with a fact twice (which the directories should
--- make impossible), in one statement and so one consistent snapshot: a consumer's commit is seen
--- whole or not at all. No lock. Scans one subpartition of each kind of t_counter.
-SELECT s.sum,
-       (SELECT COUNT(*) FROM (SELECT SUM(kind = 1) AS a, SUM(kind = 2) AS r FROM t_counter
-          WHERE bucket = ? AND CAST(entity_type AS BINARY) = ? AND CAST(user_id AS BINARY) = ? GROUP BY entity_hash) f
-          WHERE f.a = 1 AND f.r = 0),
-       (SELECT COUNT(*) FROM (SELECT SUM(kind = 1) AS a, SUM(kind = 2) AS r FROM t_counter
-          WHERE bucket = ? AND CAST(entity_type AS BINARY) = ? AND CAST(user_id AS BINARY) = ? GROUP BY entity_hash) f
-          WHERE f.a > 1 OR f.r > 1)
-FROM t_counter_sum s WHERE s.bucket = ? AND CAST(s.entity_type AS BINARY) = ? AND CAST(s.user_id AS BINARY) = ?;
+-- name: ReconcileCounterSums
+-- The sweeper's reconciliation: the counts of the users of a few buckets (at most ?), each stored
+-- sum beside the number of its entities counted by their facts (an added row and no read row), and
+-- the number of entities with a fact twice (which the directories should make impossible), in one
+-- statement and so one consistent snapshot: a consumer's commit is seen whole or not at all. No
+-- lock. t_counter has no way to a count's facts but a scan of the subpartition of each kind that
+-- holds its user's bucket (HASH(bucket), 8 subpartitions): the facts of every bucket named are read
+-- in that one scan and grouped, where reading them count by count scanned the subpartitions twice
+-- per count (a sweep's 50 counts: 100 scans, 12.5 times the fact table). The caller names buckets
+-- of one subpartition (the same remainder modulo 8), so the statement reads one eighth of the facts.
+-- The texts are grouped and joined as bytes, as everywhere here (a type "t " is not "t").
+--
+-- The facts are read as the pruning will leave them (? and ? are the retention, in seconds): an
+-- entity with a read fact older than the retention is forgotten (its directory entry has expired),
+-- and DeleteCounterEntities will delete its facts older than the retention; an "added" after the
+-- expiry counts it again with a new fact. Until a sweep prunes it, that entity has an old added
+-- fact, an old read fact and a new added fact, and read as they are they made a mismatch (counted
+-- 0 against a sum of 1, an added fact twice): an error line and an alarm for nothing.
+SELECT s.entity_type, s.user_id, s.sum, COALESCE(f.counted, 0), COALESCE(f.duplicated, 0)
+FROM (SELECT bucket, entity_type, user_id, sum FROM t_counter_sum WHERE bucket IN (/*ids*/) LIMIT ?) s
+LEFT JOIN (
+  SELECT bucket, bt, bu, SUM(a = 1 AND r = 0) AS counted, SUM(a > 1 OR r > 1) AS duplicated
+  FROM (SELECT bucket, bt, bu, a - IF(ro > 0, ao, 0) AS a, r - IF(ro > 0, ro, 0) AS r
+        FROM (SELECT bucket, CAST(entity_type AS BINARY) AS bt, CAST(user_id AS BINARY) AS bu,
+                     SUM(kind = 1) AS a, SUM(kind = 2) AS r,
+                     SUM(kind = 1 AND at < NOW(6) - INTERVAL ? SECOND) AS ao,
+                     SUM(kind = 2 AND at < NOW(6) - INTERVAL ? SECOND) AS ro
+              FROM t_counter WHERE bucket IN (/*ids*/) GROUP BY bucket, bt, bu, entity_hash) g) e
+  GROUP BY bucket, bt, bu) f
+ON f.bucket = s.bucket AND f.bt = CAST(s.entity_type AS BINARY) AND f.bu = CAST(s.user_id AS BINARY);
 
 -- name: CounterSumsOfUser
 -- GET /counters/{userId}: a page of a user's counts, the types after a cursor in byte order, at

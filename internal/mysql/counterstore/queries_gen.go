@@ -20,17 +20,21 @@ WHERE bucket IN (/*ids*/) AND (CAST(user_id AS BINARY), CAST(entity_type AS BINA
 	UnpublishedCounterNotifications: `SELECT id, body FROM counter_notifications
 WHERE state = 0 AND created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?`,
 	PruneCounterNotifications: `DELETE FROM counter_notifications WHERE state = 1 AND published_at < NOW(6) - INTERVAL ? SECOND LIMIT ?`,
-	OldReadCounterEntities:    `SELECT bucket, entity_hash FROM t_counter WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT ?`,
+	FirstOldReadCounterEntity: `SELECT bucket FROM t_counter WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT 1`,
+	OldReadCounterEntities:    `SELECT bucket, entity_hash FROM t_counter PARTITION (/*subpartition*/) WHERE kind = 2 AND at < NOW(6) - INTERVAL ? SECOND LIMIT ?`,
 	DeleteCounterEntities:     `DELETE FROM t_counter WHERE bucket IN (/*ids*/) AND entity_hash IN (/*hashes*/) AND at < NOW(6) - INTERVAL ? SECOND`,
-	SampleCounterSums:         `SELECT bucket, entity_type, user_id FROM t_counter_sum WHERE bucket IN (/*ids*/) LIMIT ?`,
-	ReconcileCounterSum: `SELECT s.sum,
-       (SELECT COUNT(*) FROM (SELECT SUM(kind = 1) AS a, SUM(kind = 2) AS r FROM t_counter
-          WHERE bucket = ? AND CAST(entity_type AS BINARY) = ? AND CAST(user_id AS BINARY) = ? GROUP BY entity_hash) f
-          WHERE f.a = 1 AND f.r = 0),
-       (SELECT COUNT(*) FROM (SELECT SUM(kind = 1) AS a, SUM(kind = 2) AS r FROM t_counter
-          WHERE bucket = ? AND CAST(entity_type AS BINARY) = ? AND CAST(user_id AS BINARY) = ? GROUP BY entity_hash) f
-          WHERE f.a > 1 OR f.r > 1)
-FROM t_counter_sum s WHERE s.bucket = ? AND CAST(s.entity_type AS BINARY) = ? AND CAST(s.user_id AS BINARY) = ?`,
+	ReconcileCounterSums: `SELECT s.entity_type, s.user_id, s.sum, COALESCE(f.counted, 0), COALESCE(f.duplicated, 0)
+FROM (SELECT bucket, entity_type, user_id, sum FROM t_counter_sum WHERE bucket IN (/*ids*/) LIMIT ?) s
+LEFT JOIN (
+  SELECT bucket, bt, bu, SUM(a = 1 AND r = 0) AS counted, SUM(a > 1 OR r > 1) AS duplicated
+  FROM (SELECT bucket, bt, bu, a - IF(ro > 0, ao, 0) AS a, r - IF(ro > 0, ro, 0) AS r
+        FROM (SELECT bucket, CAST(entity_type AS BINARY) AS bt, CAST(user_id AS BINARY) AS bu,
+                     SUM(kind = 1) AS a, SUM(kind = 2) AS r,
+                     SUM(kind = 1 AND at < NOW(6) - INTERVAL ? SECOND) AS ao,
+                     SUM(kind = 2 AND at < NOW(6) - INTERVAL ? SECOND) AS ro
+              FROM t_counter WHERE bucket IN (/*ids*/) GROUP BY bucket, bt, bu, entity_hash) g) e
+  GROUP BY bucket, bt, bu) f
+ON f.bucket = s.bucket AND f.bt = CAST(s.entity_type AS BINARY) AND f.bu = CAST(s.user_id AS BINARY)`,
 	CounterSumsOfUser: `SELECT entity_type, sum, version FROM t_counter_sum
 WHERE bucket = ? AND CAST(user_id AS BINARY) = ? AND CAST(entity_type AS BINARY) > ?
 ORDER BY CAST(entity_type AS BINARY) LIMIT ?`,

@@ -70,10 +70,28 @@ func (s *Store) PruneCounterNotifications(ctx context.Context, age time.Duration
 
 // PruneReadCounterEntities deletes the facts of up to limit entities read more than
 // CounterReadRetention ago, in batches of at most batch entities, and returns how many entities.
+// It takes the entities of one subpartition of t_counter, that of the first old entity it finds, so
+// that each delete scans an eighth of the facts; the next call takes the next that has any. With
+// nothing to prune it is one statement, as it always was.
 func (s *Store) PruneReadCounterEntities(ctx context.Context, batch, limit int) (int, error) {
 	retention := int64(CounterReadRetention.Seconds())
+	var first int64
+	err := s.db.QueryRowContext(ctx, queries.FirstOldReadCounterEntity, retention).Scan(&first)
+	if err == sql.ErrNoRows {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, mysql.Interpret("prune read counter entities", err)
+	}
+	return s.pruneReadCounterEntities(ctx, first%CounterFactSubpartitions, batch, limit)
+}
+
+// pruneReadCounterEntities is PruneReadCounterEntities in subpartition sub.
+func (s *Store) pruneReadCounterEntities(ctx context.Context, sub int64, batch, limit int) (int, error) {
+	retention := int64(CounterReadRetention.Seconds())
+	old := strings.Replace(queries.OldReadCounterEntities, "/*subpartition*/", fmt.Sprintf("was_readsp%d", sub), 1)
 	return pruneLoop(batch, limit, func(n int) (int64, error) {
-		rows, err := s.db.QueryContext(ctx, queries.OldReadCounterEntities, retention, n)
+		rows, err := s.db.QueryContext(ctx, old, retention, n)
 		if err != nil {
 			return 0, mysql.Interpret("prune read counter entities", err)
 		}
@@ -126,52 +144,62 @@ func pruneLoop(batch, limit int, step func(n int) (int64, error)) (int, error) {
 	return total, nil
 }
 
-// ReconcileCounters checks the counts of the users of `buckets` user buckets chosen at random, at
-// most limit counts, and returns how many it checked and those that are wrong.
+// ReconcileCounters checks the counts of the users of buckets, at most limit counts, and returns
+// how many it checked and those that are wrong. It reads the facts of the buckets of one
+// subpartition of t_counter (the same remainder modulo CounterFactSubpartitions) in one statement,
+// so a sample drawn by RandomCounterBuckets costs one scan of an eighth of the facts; buckets of
+// several subpartitions cost one statement each.
 func (s *Store) ReconcileCounters(ctx context.Context, buckets []int64, limit int) (int, []exactlyonce.CounterMismatch, error) {
-	if len(buckets) == 0 {
-		return 0, nil, nil
-	}
-	q, args := mysql.ExpandIDs(queries.SampleCounterSums, buckets)
-	rows, err := s.db.QueryContext(ctx, q, append(args, limit)...)
-	if err != nil {
-		return 0, nil, mysql.Interpret("reconcile counters", err)
-	}
-	type sample struct {
-		bucket int64
-		key    exactlyonce.CounterKey
-	}
-	var samples []sample
-	for rows.Next() {
-		var sm sample
-		if err := rows.Scan(&sm.bucket, &sm.key.EntityType, &sm.key.UserID); err != nil {
-			rows.Close()
-			return 0, nil, mysql.Interpret("reconcile counters", err)
+	bySub := map[int64][]int64{}
+	var subs []int64
+	for _, b := range buckets {
+		sub := b % CounterFactSubpartitions
+		if bySub[sub] == nil {
+			subs = append(subs, sub)
 		}
-		samples = append(samples, sm)
+		bySub[sub] = append(bySub[sub], b)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, nil, mysql.Interpret("reconcile counters", err)
-	}
+	slices.Sort(subs)
+	checked := 0
 	var bad []exactlyonce.CounterMismatch
-	for _, sm := range samples {
-		var m exactlyonce.CounterMismatch
-		m.Key = sm.key
-		k := []any{sm.bucket, sm.key.EntityType, sm.key.UserID}
-		err := s.db.QueryRowContext(ctx, queries.ReconcileCounterSum, append(append(append([]any{}, k...), k...), k...)...).
-			Scan(&m.Sum, &m.Counted, &m.Duplicated)
-		if err == sql.ErrNoRows {
-			continue // pruned meanwhile? sums are never deleted; a race with nothing
+	for _, sub := range subs {
+		if checked >= limit {
+			break
 		}
+		n, wrong, err := s.reconcile(ctx, bySub[sub], limit-checked)
 		if err != nil {
-			return 0, nil, mysql.Interpret("reconcile counters", err)
+			return checked, bad, mysql.Interpret("reconcile counters", err)
 		}
+		checked += n
+		bad = append(bad, wrong...)
+	}
+	return checked, bad, nil
+}
+
+// reconcile is ReconcileCounters for buckets of one subpartition: one statement.
+func (s *Store) reconcile(ctx context.Context, buckets []int64, limit int) (int, []exactlyonce.CounterMismatch, error) {
+	retention := int64(CounterReadRetention.Seconds())
+	q, args := mysql.ExpandIDs(queries.ReconcileCounterSums, buckets)
+	args = append(args, limit, retention, retention)
+	q, more := mysql.ExpandIDs(q, buckets)
+	rows, err := s.db.QueryContext(ctx, q, append(args, more...)...)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer rows.Close()
+	n := 0
+	var bad []exactlyonce.CounterMismatch
+	for rows.Next() {
+		var m exactlyonce.CounterMismatch
+		if err := rows.Scan(&m.Key.EntityType, &m.Key.UserID, &m.Sum, &m.Counted, &m.Duplicated); err != nil {
+			return n, bad, err
+		}
+		n++
 		if m.Sum != m.Counted || m.Duplicated != 0 {
 			bad = append(bad, m)
 		}
 	}
-	return len(samples), bad, nil
+	return n, bad, rows.Err()
 }
 
 // CounterSums returns every count of a user by entity type (none: an empty map), a page at a time
@@ -226,16 +254,24 @@ func (s *Store) CounterSum(ctx context.Context, k exactlyonce.CounterKey) (exact
 	return v, nil
 }
 
-// RandomCounterBuckets returns n distinct user buckets chosen at random (the sweeper's sample).
+// CounterFactSubpartitions is the number of subpartitions of each kind of t_counter (HASH(bucket),
+// migration 0008): a bucket's facts are in subpartition bucket % 8 of its kind.
+const CounterFactSubpartitions = 8
+
+// RandomCounterBuckets returns n distinct user buckets chosen at random (the sweeper's sample), all
+// of one subpartition of t_counter chosen at random while n fits in one (1,024 buckets), so that
+// their reconciliation reads one eighth of the facts (ReconcileCounters); more take the next
+// subpartitions whole, in a random order.
 func (s *Store) RandomCounterBuckets(n int) []int64 {
-	n = min(n, CounterBuckets)
+	per := CounterBuckets / CounterFactSubpartitions
+	n = max(0, min(n, CounterBuckets))
 	out := make([]int64, 0, n)
-	seen := map[int64]bool{}
-	for len(out) < n {
-		b := mrand.Int64N(CounterBuckets)
-		if !seen[b] {
-			seen[b] = true
-			out = append(out, b)
+	for _, sub := range mrand.Perm(CounterFactSubpartitions) {
+		if len(out) == n {
+			break
+		}
+		for _, j := range mrand.Perm(per)[:min(per, n-len(out))] {
+			out = append(out, int64(sub+CounterFactSubpartitions*j))
 		}
 	}
 	return out

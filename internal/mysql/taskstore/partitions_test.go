@@ -27,7 +27,13 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 	}{
 		{taskstore.Queries.LockFailedTask, []string{"failed", "fresh"}},
 		{taskstore.Queries.RetryTask, []string{"failed", "fresh"}},
-		{taskstore.RetryQueries.RetryStateOfReference, []string{"failed", "fresh", "open"}},
+		// And `queued`, for the frontier a retry to the end behind an open task holds.
+		{taskstore.RetryQueries.RetryStateOfReference, []string{"failed", "fresh", "open", "queued"}},
+		// A frontier by id: `open` and `queued` only, never the history.
+		{taskstore.RetryQueries.LockFrontier, []string{"open", "queued"}},
+		{taskstore.RetryQueries.FrontierOf, []string{"open", "queued"}},
+		{taskstore.RetryQueries.HoldRetried, []string{"open", "queued"}},
+		{taskstore.RetryQueries.ReleaseRetried, []string{"open", "queued"}},
 		{taskstore.Queries.LockFailedTasks, []string{"failed", "fresh"}},
 		// The in-place retry's check under the bucket: `open` and one row of the directory.
 		{strings.Replace(taskstore.RetryQueries.RetryInPlaceCheck, "/*column*/", "d0", 1), []string{"open", "p1"}},

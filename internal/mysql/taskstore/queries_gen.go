@@ -16,12 +16,15 @@ WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND CAST(refe
 	LockHeads: `UPDATE events SET position = position WHERE state < 2 AND id IN (/*ids*/)`,
 	InsertTaskRows: `INSERT INTO events (id, kind, routing_hash, state, created_at, url, payload, reference_id, max_retries, position)
 VALUES /*rows*/`,
-	QueuedOfReferences: `SELECT id, reference_id, position FROM events
+	QueuedOfReferences: `SELECT id, reference_id, position, COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
 WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/)`,
-	PromoteQueued: `UPDATE events SET state = 0, next_attempt_at = NOW(6), worker_id = /*worker*/ WHERE state = 2 AND id IN (/*ids*/) LIMIT ?`,
+	PromoteQueued: `UPDATE events SET state = 0, worker_id = /*worker*/,
+  next_attempt_at = IF(COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0), next_attempt_at, NOW(6))
+WHERE state = 2 AND id IN (/*ids*/) LIMIT ?`,
 	PromoteQueuedLeased: `UPDATE events SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND, next_attempt_at = NULL,
   worker_id = /*worker*/
-WHERE state = 2 AND id IN (/*ids*/) LIMIT ?`,
+WHERE state = 2 AND id IN (/*ids*/)
+  AND NOT COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) LIMIT ?`,
 	LeasedTasks: `SELECT id, kind, attempts, url, payload, reference_id, max_retries, routing_hash, position, worker_id, retry_base FROM events
 WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/)`,
 	SettleLeasedTasks: `UPDATE events
@@ -74,14 +77,22 @@ UNION ALL
 (SELECT 1, id, state, position, 0 FROM events
 WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
 ORDER BY position LIMIT ?)
+UNION ALL
+SELECT 2, id, state, position, 1 FROM events
+WHERE state = 2 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
+  AND next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL
 ORDER BY 1, 4`,
 	OpenOfReference: `SELECT id, state, position,
        COALESCE(state = 0 AND next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
 WHERE state < 2 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?`,
 	CountFailedOfReference: `SELECT COUNT(*) FROM events
 WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?`,
-	HoldRetried:    `UPDATE events SET next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND WHERE state = 0 AND id = ? LIMIT 1`,
-	ReleaseRetried: `UPDATE events SET next_attempt_at = NULL WHERE state = 0 AND id = ? LIMIT 1`,
+	HoldRetried:    `UPDATE events SET next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND WHERE state IN (0, 2) AND id = ? LIMIT 1`,
+	ReleaseRetried: `UPDATE events SET next_attempt_at = NULL WHERE state IN (0, 2) AND id = ? LIMIT 1`,
+	LockFrontier:   `UPDATE events SET position = position WHERE state IN (0, 2) AND id = ?`,
+	FrontierOf: `SELECT id, state, position,
+       COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
+WHERE state IN (0, 2) AND id = ?`,
 	RetryInPlaceCheck: `SELECT 0, id, NULL FROM events
 WHERE state < 2 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
 UNION ALL

@@ -36,6 +36,10 @@ WHERE state IN (20, 40) AND id IN (/*ids*/) LIMIT ?;
 -- head (pending, not due before its hold ends, not attempted since its retry, no error: no other
 -- open task is all of these; a task waiting its backoff has an attempt since its retry and its
 -- error). Held, it is a retry's first part, whose later parts continue what the first decided.
+-- Rows `2, id, state, position, 1` are a queued task held the same way: the frontier of a retry to
+-- the end behind an open task (the last task its parts have retried; HoldRetried), which no
+-- promotion passes while held. A scan of `queued` (`state = 2`), as a settlement's
+-- QueuedOfReferences; never the history.
 SELECT 0, id, state, position,
        COALESCE(state = 0 AND next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
 WHERE state < 2 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
@@ -43,6 +47,10 @@ UNION ALL
 (SELECT 1, id, state, position, 0 FROM events
 WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
 ORDER BY position LIMIT ?)
+UNION ALL
+SELECT 2, id, state, position, 1 FROM events
+WHERE state = 2 AND routing_hash = ? AND kind = 'task' AND CAST(reference_id AS BINARY) = ?
+  AND next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL
 ORDER BY 1, 4;
 
 -- name: OpenOfReference
@@ -73,12 +81,37 @@ WHERE state IN (20, 40) AND routing_hash = ? AND kind = 'task' AND CAST(referenc
 -- it would behind the whole retry. Each part sets it again; a retry that stops (its process
 -- killed, its caller gone) lets the hold end by itself, and the reference goes on. `state = 0`
 -- prunes to `open`; the row is locked by the part (LockFailedTasks or LockHeads).
-UPDATE events SET next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND WHERE state = 0 AND id = ? LIMIT 1;
+-- A retry to the end behind a task open now cannot hold that task (it is processing, or waits a
+-- backoff): it holds its frontier instead, the last task its first part retried, queued (`state =
+-- 2`), which a settlement promotes pending with its hold kept and never leases (tasks.sql's
+-- QueuedOfReferences, PromoteQueued), so nothing behind it (the failed tasks not retried yet, whose
+-- places follow it, then a create between parts) is promoted before the last part releases it.
+-- `state IN (0, 2)` prunes to `open` and `queued`; the row is locked by the part (LockFailedTasks
+-- or LockFrontier).
+UPDATE events SET next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND WHERE state IN (0, 2) AND id = ? LIMIT 1;
 
 -- name: ReleaseRetried
 -- The last part of a bulk retry in parts releases its held head: due at once (as any task a retry
--- makes pending, next_attempt_at NULL), and the API sends its queue message after the commit.
-UPDATE events SET next_attempt_at = NULL WHERE state = 0 AND id = ? LIMIT 1;
+-- makes pending, next_attempt_at NULL), and the API sends its queue message after the commit; a
+-- frontier still queued (HoldRetried) is promoted in its turn as any queued task.
+UPDATE events SET next_attempt_at = NULL WHERE state IN (0, 2) AND id = ? LIMIT 1;
+
+-- name: LockFrontier
+-- A later part of a retry to the end behind an open task locks the frontier its parts hold
+-- (HoldRetried), queued or, once the tasks before it were delivered, pending, after the bucket: so
+-- that no settlement promotes it while the part decides (a settlement that promotes it holds it
+-- until it commits: the part then reads it pending, still held). An UPDATE that changes nothing,
+-- as tasks.sql's LockHeads; `state IN (0, 2)` prunes to `open` and `queued`, `id = ?` to its
+-- subpartitions.
+UPDATE events SET position = position WHERE state IN (0, 2) AND id = ?;
+
+-- name: FrontierOf
+-- The frontier a retry in parts holds, by id (LockFrontier, or a later part of one call, which
+-- knows it): its state, position, and whether it is still held (RetryStateOfReference's last
+-- column). No row: it was delivered, or retried, since.
+SELECT id, state, position,
+       COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
+WHERE state IN (0, 2) AND id = ?;
 
 -- name: RetryInPlaceCheck
 -- A bulk retry in place of a reference that had no open task (retry_reference.go,

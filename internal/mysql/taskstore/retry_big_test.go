@@ -2,10 +2,12 @@ package taskstore_test
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/stretchr/testify/require"
@@ -91,4 +93,69 @@ func TestARetryOfSixtyThousandFailedTasksWhileTheDirectoryIsIncompleteGoesInPart
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT SUM(state = 0), SUM(state = 2) FROM events
 		WHERE kind = 'task' AND reference_id = 'huge'`).Scan(&pendingN, &queuedN))
 	require.Equal(t, []int64{1, 59999}, []int64{pendingN, queuedN})
+}
+
+// 20,000 failed tasks behind a task that is open now (claimed: processing), retried with the API's
+// defaults (parts of 500, 5 s a call): before, this case went whole, one transaction of every
+// failed task (some 50,000 passed the API's 10 s and were rolled back every time); now every part
+// holds at most 500, the first holds its frontier, and the calls, each ending with more until the
+// last, retry every task once, to the end, in order, behind the open task. Each call's time is
+// logged and checked against the API's 10 s. Minutes under -race: it runs with RETRY_BIG set
+// (`RETRY_BIG=1 go test -run TwentyThousand ./internal/mysql/taskstore/`);
+// TestARetryToTheEndBehindAnOpenTaskGoesInParts covers the case in every run.
+func TestARetryOfTwentyThousandFailedTasksBehindAnOpenTaskGoesInBoundedCalls(t *testing.T) {
+	if os.Getenv("RETRY_BIG") == "" {
+		t.Skip("20,000 tasks: set RETRY_BIG to run it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	const ref = "huge-open"
+	db, store := dbWithStores(t, 8)
+	ids, err := mysqltest.FailedReferenceTasks(ctx, db, store.Tasks, "https://example.com/hook", ref, 20000)
+	require.NoError(t, err)
+	_, open := claimTask(ctx, t, store, createOne(ctx, t, store, ref, 0))
+	parts := 0
+	taskstore.RetryInParts(store.Tasks, 0, 0, func(int) error { parts++; return nil })
+	var all []int64
+	calls := 0
+	start := time.Now()
+	for {
+		calls++
+		began, before := time.Now(), len(all)
+		got, err := store.Tasks.RetryReference(ctx, ref)
+		require.NoError(t, err)
+		took := time.Since(began)
+		all = append(all, got.IDs...)
+		t.Logf("call %d: %d retried in %v, more %v", calls, len(all)-before, took, got.More)
+		require.Less(t, took, 10*time.Second, "within the API's timeout")
+		require.Equal(t, exactlyonce.RetryAtEnd, got.Placement)
+		if !got.More {
+			require.Zero(t, got.Head, "the frontier is released queued: the open task heads the reference")
+			break
+		}
+	}
+	t.Logf("%d calls, %d parts, %v in all", calls, parts, time.Since(start))
+	require.GreaterOrEqual(t, parts, 40, "parts of at most 500")
+	require.Equal(t, ids, all, "every failed task once, in order")
+	var processingN, queuedN, last int64
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT SUM(state = 1), SUM(state = 2), SUM(id = ? AND state = 1) FROM events
+		WHERE kind = 'task' AND reference_id = ?`, open.ID, ref).Scan(&processingN, &queuedN, &last))
+	require.Equal(t, []int64{1, 20000, 1}, []int64{processingN, queuedN, last}, "the open task, the retried ones queued behind it")
+	require.Equal(t, ids, queuedInOrder(ctx, t, db, ref), "in their order")
+}
+
+// queuedInOrder is the ids of ref's queued tasks, in position order.
+func queuedInOrder(ctx context.Context, t *testing.T, db *sql.DB, ref string) []int64 {
+	t.Helper()
+	rows, err := db.QueryContext(ctx, "SELECT id FROM events WHERE kind = 'task' AND reference_id = ? AND state = 2 ORDER BY position", ref)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		out = append(out, id)
+	}
+	require.NoError(t, rows.Err())
+	return out
 }

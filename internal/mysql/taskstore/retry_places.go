@@ -17,7 +17,7 @@ import (
 // reference's only open task, and held (OpenOfReference, which reads `open` only: the failed set
 // is not scanned again under the bucket); else errReferenceMoved, and the next round decides
 // with the bucket taken first (retryReferenceLocked).
-func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, h openTask, more bool) (exactlyonce.RetriedReference, error) {
+func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, h openTask, more bool, known *knownFailed) (exactlyonce.RetriedReference, error) {
 	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
 		return exactlyonce.RetriedReference{}, err
 	}
@@ -32,7 +32,36 @@ func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, h
 	if held := heldHead(open); held == nil || held.id != h.id {
 		return exactlyonce.RetriedReference{}, errReferenceMoved
 	}
-	return s.writeRetry(ctx, tx, ref, hash, failed, folded, &h, nil, true, more)
+	return s.writeRetry(ctx, tx, ref, hash, failed, folded, &h, nil, true, more, known)
+}
+
+// continueRetryFrontier is a later part of a retry to the end behind an open task, whose frontier
+// (id, the last task its parts have retried, held: HoldRetried) the first read found queued: the
+// failed tasks of the part locked, then the bucket, then the frontier (LockFrontier), which must
+// still be held; pending by now (the tasks before it were delivered), it must be the reference's
+// only open task, as a held head. Else errReferenceMoved, and the next round decides with the
+// bucket taken first (retryReferenceLocked).
+func (s *Store) continueRetryFrontier(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, folded int64, id int64, more bool, known *knownFailed) (exactlyonce.RetriedReference, error) {
+	if err := lockTaskBucketsOnly(ctx, tx, []int64{taskBucket(hash)}); err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	f, err := lockFrontier(ctx, tx, id)
+	if err != nil {
+		return exactlyonce.RetriedReference{}, err
+	}
+	if f == nil {
+		return exactlyonce.RetriedReference{}, errReferenceMoved
+	}
+	if f.state == exactlyonce.Pending {
+		open, err := openOfReference(ctx, tx, ref, hash)
+		if err != nil {
+			return exactlyonce.RetriedReference{}, err
+		}
+		if h := heldHead(open); h == nil || h.id != f.id {
+			return exactlyonce.RetriedReference{}, errReferenceMoved
+		}
+	}
+	return s.writeRetry(ctx, tx, ref, hash, failed, folded, f, nil, true, more, known)
 }
 
 // continueRetry places the next part of a retry in parts whose first part made head h and holds it
@@ -42,18 +71,23 @@ func (s *Store) continueRetryHeld(ctx context.Context, tx *sql.Tx, ref string, h
 // part took from the bucket for all of them): they take the next of those positions, after the
 // tasks earlier parts moved there, which hold h's position and the ones after it without a gap (a
 // create between parts took its positions after all of them), read from the reference's
-// directory.
-func continueRetry(ctx context.Context, tx *sql.Tx, ref string, failed []failedTask, h openTask) (retryPlaces, error) {
-	p := retryPlaces{placement: exactlyonce.RetryInPlace, states: make([]exactlyonce.State, len(failed)), positions: make([]int64, len(failed))}
+// directory. The same for a retry to the end behind an open task, whose frontier h is the last task
+// its parts placed. They must fit before the reference's next task after them (a create between
+// parts): the failed tasks the retry began with do, the places were taken for them; a task that
+// failed since (the task open then, or one delivered after its retry) may not: fit says how many
+// of failed (the first, by position, so those the retry began with before any that failed since)
+// have a place; the others are left failed, and the retry ends (writeRetry).
+func continueRetry(ctx context.Context, tx *sql.Tx, ref string, failed []failedTask, h openTask) (p retryPlaces, fit int, err error) {
+	p = retryPlaces{placement: exactlyonce.RetryInPlace, states: make([]exactlyonce.State, len(failed)), positions: make([]int64, len(failed))}
 	for i, f := range failed {
 		p.states[i], p.positions[i] = exactlyonce.Queued, f.position
 	}
 	if h.pos < failed[0].position {
-		return p, nil
+		return p, len(failed), nil
 	}
 	entries, err := referenceEntries(ctx, tx, ref)
 	if err != nil {
-		return retryPlaces{}, err
+		return retryPlaces{}, 0, err
 	}
 	taken := map[int64]bool{}
 	for _, e := range entries {
@@ -63,11 +97,17 @@ func continueRetry(ctx context.Context, tx *sql.Tx, ref string, failed []failedT
 	for taken[last+1] {
 		last++
 	}
+	fit = len(failed)
+	for _, e := range entries {
+		if e.position > last && e.position <= last+int64(fit) {
+			fit = int(e.position - last - 1)
+		}
+	}
 	p.placement = exactlyonce.RetryAtEnd
 	for i := range failed {
 		p.positions[i] = last + 1 + int64(i)
 	}
-	return p, nil
+	return p, fit, nil
 }
 
 type retryPlaces struct {
@@ -87,8 +127,8 @@ type retryPlaces struct {
 // In parts (parts), the failed tasks after the first, of this part or a later one, are left out of
 // the question by their state (laterUnfailedStarted: by the directory, or the scan while it is not
 // complete); with more to come (more), a retry to the
-// end takes a position for every failed task of the reference (CountFailedOfReference), and one
-// behind an open task goes whole (errWhole, before it writes).
+// end takes a position for every failed task of the reference (CountFailedOfReference). One behind
+// an open task makes no head: writeRetry holds its frontier, the last task it places.
 func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash uint32, failed []failedTask, heads []openTask, parts, more bool) (retryPlaces, error) {
 	first := failed[0].position
 	var started bool
@@ -136,9 +176,6 @@ func (s *Store) placeRetries(ctx context.Context, tx *sql.Tx, ref string, hash u
 	}
 	take := int64(len(failed))
 	if more {
-		if open {
-			return retryPlaces{}, errWhole
-		}
 		if err := tx.QueryRowContext(ctx, retryQueries.CountFailedOfReference, hash, ref).Scan(&take); err != nil {
 			return retryPlaces{}, err
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,15 +84,62 @@ func TestTwoRetriesInPartsOfOneReferenceAtOnceBothFinish(t *testing.T) {
 // task was delivered once, one task open at a time, and the deliveries went in position order:
 // a task delivered after another stands after it.
 func TestRetriesInPartsRacingDeliveriesCreatesAndTaskRetriesKeepOrder(t *testing.T) {
+	raceRetriesInParts(t, "parts-race", false)
+}
+
+// The same race, but the reference has a task open (claimed, processing) when the retries begin:
+// their first parts go to the end behind it and hold their frontier; the processor settles the
+// open task once a first part has committed, then delivers, each settlement handing the next task
+// on to its claim (chain), and no delivery fails; before each later part a create of the reference
+// and two passes of the processor, so that the deliveries catch up with the parts. Besides the
+// checks above, the failed tasks (but those retried on their own) are delivered together, in
+// order: no create between them. Before, this case went whole.
+func TestRetriesToTheEndBehindAnOpenTaskRacingDeliveriesKeepOrder(t *testing.T) {
+	raceRetriesInParts(t, "parts-race-open", true)
+}
+
+// raceRetriesInParts runs the race of TestRetriesInPartsRacingDeliveriesCreatesAndTaskRetriesKeepOrder
+// on reference ref, with a task of it open before the retries begin if behindOpen.
+func raceRetriesInParts(t *testing.T, ref string, behindOpen bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const ref = "parts-race"
-	db, store, _ := failedReference(ctx, t, ref, 40)
-	taskstore.RetryInParts(store.Tasks, 3, time.Minute, nil)
+	db, store, failedIDs := failedReference(ctx, t, ref, 40)
+	firstPart, stop := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var passes atomic.Int64 // the processor's passes over the reference's due tasks
+	taskstore.RetryInParts(store.Tasks, 3, time.Minute, func(n int) error {
+		if n < 2 || !behindOpen {
+			return nil
+		}
+		once.Do(func() { close(firstPart) })
+		// Behind an open task, the deliveries race the parts: before each part after the first,
+		// a create of the reference (it queues behind every place the retry took), and the
+		// processor makes two more passes (it delivers what is due meanwhile, up to the
+		// frontier), so that the deliveries catch up with the parts, the case that kept this
+		// retry whole.
+		if _, err := store.Tasks.CreateTasks(ctx, []exactlyonce.NewTask{refTask(ref, 1000+n)}); err != nil {
+			return err
+		}
+		for p := passes.Load(); passes.Load() < p+2; {
+			select {
+			case <-stop:
+				return nil
+			case <-time.After(time.Millisecond):
+			}
+		}
+		return nil
+	})
+	var openClaim exactlyonce.Claim
+	var openTask exactlyonce.Event
+	if behindOpen {
+		openClaim, openTask = claimTask(ctx, t, store, createOne(ctx, t, store, ref, 40))
+	}
 
 	var mu sync.Mutex
 	var delivered [][2]int64 // id, position at its claim
 	attempts := 0
+	var settleChain func(exactlyonce.Claim, exactlyonce.Event) error
+	alone := map[int64]bool{} // the failed tasks retried on their own
 	deliver := func() (bool, error) {
 		var id int64
 		err := db.QueryRowContext(ctx, "SELECT id FROM events WHERE kind = 'task' AND reference_id = ? AND state = 0 AND (next_attempt_at IS NULL OR next_attempt_at <= NOW(6))", ref).Scan(&id)
@@ -105,23 +154,34 @@ func TestRetriesInPartsRacingDeliveriesCreatesAndTaskRetriesKeepOrder(t *testing
 		if err != nil || len(claimed.Leased) == 0 {
 			return false, err
 		}
-		e := claimed.Leased[0]
-		mu.Lock()
-		attempts++
-		ok := attempts%3 != 0
-		mu.Unlock()
-		_, err = store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: e, Delivered: ok, Final: !ok,
-			Attempt: exactlyonce.Attempt{Number: e.Attempts + 1, Started: time.Now(), Status: 200}}}, false)
-		if err == nil && ok {
+		return true, settleChain(c, claimed.Leased[0])
+	}
+	// settleChain settles e (every third attempt fails for good), and, behind an open task, the
+	// tasks each settlement hands on to c, in turn.
+	settleChain = func(c exactlyonce.Claim, e exactlyonce.Event) error {
+		for {
 			mu.Lock()
-			delivered = append(delivered, [2]int64{e.ID, e.Task.Position})
+			attempts++
+			ok := attempts%3 != 0 || behindOpen
 			mu.Unlock()
+			s, err := store.Tasks.SettleTasks(ctx, c, []exactlyonce.TaskOutcome{{Event: e, Delivered: ok, Final: !ok,
+				Attempt: exactlyonce.Attempt{Number: e.Attempts + 1, Started: time.Now(), Status: 200}}}, behindOpen)
+			if err != nil {
+				return err
+			}
+			if ok {
+				mu.Lock()
+				delivered = append(delivered, [2]int64{e.ID, e.Task.Position})
+				mu.Unlock()
+			}
+			if len(s.Next) == 0 {
+				return nil
+			}
+			e = s.Next[0]
 		}
-		return true, err
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
-	stop := make(chan struct{})
 	run := func(f func() error) {
 		wg.Add(1)
 		go func() {
@@ -142,6 +202,16 @@ func TestRetriesInPartsRacingDeliveriesCreatesAndTaskRetriesKeepOrder(t *testing
 		})
 	}
 	run(func() error { // the processor
+		if behindOpen {
+			select {
+			case <-firstPart:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if err := settleChain(openClaim, openTask); err != nil {
+				return err
+			}
+		}
 		for {
 			select {
 			case <-stop:
@@ -151,6 +221,7 @@ func TestRetriesInPartsRacingDeliveriesCreatesAndTaskRetriesKeepOrder(t *testing
 			if _, err := deliver(); err != nil {
 				return err
 			}
+			passes.Add(1)
 		}
 	})
 	run(func() error { // creates
@@ -168,8 +239,14 @@ func TestRetriesInPartsRacingDeliveriesCreatesAndTaskRetriesKeepOrder(t *testing
 			if err != nil || id == 0 {
 				continue
 			}
-			if _, _, err := store.Tasks.RetryTask(ctx, id); err != nil && exactlyonce.ErrorCode(err) != exactlyonce.ESTATE {
+			_, _, err = store.Tasks.RetryTask(ctx, id)
+			if err != nil && exactlyonce.ErrorCode(err) != exactlyonce.ESTATE {
 				return err
+			}
+			if err == nil {
+				mu.Lock()
+				alone[id] = true
+				mu.Unlock()
 			}
 		}
 		return nil
@@ -211,5 +288,25 @@ func TestRetriesInPartsRacingDeliveriesCreatesAndTaskRetriesKeepOrder(t *testing
 	var all int64
 	require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE kind = 'task' AND reference_id = ?", ref).Scan(&all))
 	require.Len(t, delivered, int(all))
+	if behindOpen && len(alone) < len(failedIDs) {
+		// No delivery fails in this run, so one bulk retry placed the failed tasks (but those
+		// retried on their own, which went to the end): they are delivered one after the other,
+		// in their order, no task created meanwhile between them. With the settlement promoting
+		// the frontier as any queued task, a create between parts came between them.
+		var mine []int64
+		for _, id := range failedIDs {
+			if !alone[id] {
+				mine = append(mine, id)
+			}
+		}
+		at := slices.IndexFunc(delivered, func(d [2]int64) bool { return d[0] == mine[0] })
+		require.GreaterOrEqual(t, at, 0)
+		require.GreaterOrEqual(t, len(delivered), at+len(mine))
+		var got []int64
+		for _, d := range delivered[at : at+len(mine)] {
+			got = append(got, d[0])
+		}
+		require.Equal(t, mine, got, "the retried tasks delivered together, in order")
+	}
 	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
 }

@@ -7,6 +7,7 @@ package taskstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 // failedTask is a failed task locked for a retry.
 type failedTask struct {
 	id, position int64
+	folded       bool // state 40: counted in settled_count, which its retry takes back (UncountRetried)
 }
 
 // lockFailedTasks locks the failed tasks ids (LockFailedTasks) and returns them in position order,
@@ -43,6 +45,7 @@ func lockFailedTasks(ctx context.Context, tx *sql.Tx, ids []int64) ([]failedTask
 		}
 		if state == exactlyonce.Failed+eventstore.CountedShift {
 			folded++
+			f.folded = true
 		}
 		out = append(out, f)
 	}
@@ -58,7 +61,7 @@ func lockFailedTasks(ctx context.Context, tx *sql.Tx, ids []int64) ([]failedTask
 // retryTexts are the statements of retry.sql.
 type retryTexts struct {
 	RetryTasks, RetryStateOfReference, OpenOfReference, CountFailedOfReference, HoldRetried, ReleaseRetried, RetryInPlaceCheck string
-	LaterUnfailedTaskStarted                                                                                                   string
+	LaterUnfailedTaskStarted, LockFrontier, FrontierOf                                                                         string
 }
 
 // maxRetryBatch is the most tasks one RetryTasks statement retries: five arguments each, the
@@ -102,31 +105,42 @@ type openTask struct {
 	held  bool // a bulk retry's held head (RetryStateOfReference)
 }
 
+// retryState is what RetryStateOfReference reads of a reference: its open tasks (heads), the ids
+// of its first failed tasks in position order, their positions (by id), and the queued frontier a
+// retry to the end behind an open task holds (HoldRetried), if any.
+type retryState struct {
+	heads    []openTask
+	failed   []int64
+	at       map[int64]int64
+	frontier *openTask
+}
+
 // lockedRetryState locks the open tasks (heads) of reference ref, whose bucket tx holds, and
 // returns them as they are once locked, with the ids of the reference's failed tasks read then, in
 // position order (RetryStateOfReference, read again after each LockHeads: a head settled while
 // LockHeads waited for it is not open any more, and the task its settlement promoted heads the
-// reference now, locked in turn; each round follows a settlement, so it ends).
-func lockedRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) ([]openTask, []int64, error) {
+// reference now, locked in turn; each round follows a settlement, so it ends), and its held
+// frontier (not locked: the caller locks it, LockFrontier, and reads it again).
+func lockedRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) (retryState, error) {
 	locked := map[int64]bool{}
 	for {
-		heads, failed, err := readRetryState(ctx, tx, ref, hash, limit)
+		st, err := readRetryStateAt(ctx, tx, ref, hash, limit)
 		if err != nil {
-			return nil, nil, err
+			return retryState{}, err
 		}
 		var ids []int64
-		for _, h := range heads {
+		for _, h := range st.heads {
 			if !locked[h.id] {
 				ids = append(ids, h.id)
 			}
 		}
 		if len(ids) == 0 {
-			return heads, failed, nil
+			return st, nil
 		}
 		slices.Sort(ids)
 		q, args := mysql.ExpandIDs(queries.LockHeads, ids)
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return nil, nil, err
+			return retryState{}, err
 		}
 		for _, id := range ids {
 			locked[id] = true
@@ -134,39 +148,63 @@ func lockedRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32, 
 	}
 }
 
-// readRetryState reads RetryStateOfReference: the reference's open tasks and its first limit+1
-// failed tasks' ids (0: all), in position order.
-func readRetryState(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) ([]openTask, []int64, error) {
-	heads, failed, _, err := readRetryStateAt(ctx, tx, ref, hash, limit)
-	return heads, failed, err
-}
-
-// readRetryStateAt is readRetryState with the failed tasks' positions (at, by id).
-func readRetryStateAt(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) ([]openTask, []int64, map[int64]int64, error) {
+// readRetryStateAt reads RetryStateOfReference: the reference's open tasks, its first limit+1
+// failed tasks (0: all), in position order, with their positions, and its held frontier.
+func readRetryStateAt(ctx context.Context, tx *sql.Tx, ref string, hash uint32, limit int) (retryState, error) {
 	n := int64(wholeLimit)
 	if limit > 0 {
 		n = int64(limit) + 1
 	}
-	rows, err := tx.QueryContext(ctx, retryQueries.RetryStateOfReference, hash, ref, hash, ref, n)
+	rows, err := tx.QueryContext(ctx, retryQueries.RetryStateOfReference, hash, ref, hash, ref, n, hash, ref)
 	if err != nil {
-		return nil, nil, nil, err
+		return retryState{}, err
 	}
 	defer rows.Close()
-	var heads []openTask
-	var failed []int64
-	at := map[int64]int64{}
+	st := retryState{at: map[int64]int64{}}
 	for rows.Next() {
 		var part int
 		var t openTask
 		if err := rows.Scan(&part, &t.id, &t.state, &t.pos, &t.held); err != nil {
-			return nil, nil, nil, err
+			return retryState{}, err
 		}
-		if part == 0 {
-			heads = append(heads, t)
-		} else {
-			failed = append(failed, t.id)
-			at[t.id] = t.pos
+		switch part {
+		case 0:
+			st.heads = append(st.heads, t)
+		case 1:
+			st.failed = append(st.failed, t.id)
+			st.at[t.id] = t.pos
+		default:
+			// One retry at a time holds a frontier (its parts run under the bucket, and a later
+			// one continues the frontier it finds); two would be a bug, answered as an error
+			// rather than guessed at, and gone within the hold (30 s) if it ever happened.
+			if st.frontier != nil {
+				return retryState{}, fmt.Errorf("reference %q has two held frontiers, %d and %d", ref, st.frontier.id, t.id)
+			}
+			st.frontier = &t
 		}
 	}
-	return heads, failed, at, rows.Err()
+	return st, rows.Err()
+}
+
+// lockFrontier locks task id, a frontier a retry to the end behind an open task held
+// (LockFrontier), and reads it again (FrontierOf): nil if it is not open or queued any more, or
+// not held.
+func lockFrontier(ctx context.Context, tx *sql.Tx, id int64) (*openTask, error) {
+	if _, err := tx.ExecContext(ctx, retryQueries.LockFrontier, id); err != nil {
+		return nil, err
+	}
+	return frontierOf(ctx, tx, id)
+}
+
+// frontierOf reads FrontierOf: task id if it is open or queued and held, else nil.
+func frontierOf(ctx context.Context, tx *sql.Tx, id int64) (*openTask, error) {
+	var t openTask
+	err := tx.QueryRowContext(ctx, retryQueries.FrontierOf, id).Scan(&t.id, &t.state, &t.pos, &t.held)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !t.held) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
 }

@@ -179,10 +179,21 @@ func (s *Store) SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, ou
 				guarded[h.id] = w
 			}
 		}
+		// A bulk retry's held frontier is promoted pending, keeping its hold, and not handed on to
+		// this claim (QueuedOfReferences): the reference delivers nothing past it until the retry's
+		// next part moves on or the hold ends.
+		heldFirst, handed := map[string]queuedTask{}, map[string]queuedTask{}
+		for ref, h := range first {
+			if h.held {
+				heldFirst[ref] = h
+			} else {
+				handed[ref] = h
+			}
+		}
 		if chain && draft != nil {
 			// The tasks handed on behind a worker with no room join the workers drafted for them,
 			// written here, after the heads' workers (SettleWorkers): see WriteDraft's lock order.
-			grown, err := writeDraft(ctx, tx, draft, first, settledRefs, workerOf)
+			grown, err := writeDraft(ctx, tx, draft, handed, settledRefs, workerOf)
 			if err != nil {
 				return err
 			}
@@ -196,13 +207,18 @@ func (s *Store) SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, ou
 				}
 			}
 		}
-		out.Next, err = promote(ctx, tx, c, first, workerOf, guarded, chain)
+		if _, err := promote(ctx, tx, c, heldFirst, workerOf, guarded, false); err != nil {
+			return err
+		}
+		out.Next, err = promote(ctx, tx, c, handed, workerOf, guarded, chain)
 		if err != nil || !chain || draft == nil {
 			return err
 		}
 		// A guessed room the promotion found gone (the worker was adopted, and filled, by another
 		// agent): its task joined none. Rolled back and run again without the guess, so that the
-		// task is drafted in this transaction, as behind any worker with no room.
+		// task is drafted in this transaction, as behind any worker with no room. (A held frontier,
+		// promoted pending, that found it gone joins none, as behind any full worker, and is given
+		// one by the claim that delivers it.)
 		for _, n := range out.Next {
 			if w, ok := guarded[n.ID]; ok && (n.Task == nil || n.Task.WorkerID == "") {
 				return &exactlyonce.WorkerConflictError{WorkerID: w}
@@ -281,8 +297,12 @@ func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []
 	return nil
 }
 
-// queuedTask is a reference's first queued task: the one its settlement promotes.
-type queuedTask struct{ id, pos int64 }
+// queuedTask is a reference's first queued task: the one its settlement promotes; held if it is a
+// bulk retry's held frontier (promoted pending, keeping its hold, never leased: QueuedOfReferences).
+type queuedTask struct {
+	id, pos int64
+	held    bool
+}
 
 // queuedFirst reads the first queued task (the lowest position) of each of the references, in the
 // transaction that settled the references' heads, with those heads locked (so every create that
@@ -301,7 +321,7 @@ func queuedFirst(ctx context.Context, tx *sql.Tx, refs map[string]uint32) (map[s
 	for rows.Next() {
 		var h queuedTask
 		var ref string
-		if err := rows.Scan(&h.id, &ref, &h.pos); err != nil {
+		if err := rows.Scan(&h.id, &ref, &h.pos, &h.held); err != nil {
 			return nil, err
 		}
 		if cur, ok := first[ref]; !ok || h.pos < cur.pos {
@@ -359,9 +379,25 @@ func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, first map[str
 	if err != nil {
 		return nil, err
 	}
-	if n, err := res.RowsAffected(); err != nil {
+	n, err := res.RowsAffected()
+	if err != nil {
 		return nil, err
-	} else if n != int64(len(ids)) {
+	}
+	if chain && n < int64(len(ids)) {
+		// A task a bulk retry's part held again after queuedFirst read it (PromoteQueuedLeased's
+		// guard left it queued): promoted pending, its hold kept, not handed on.
+		q, idArgs := mysql.ExpandIDs(strings.Replace(queries.PromoteQueued, "/*worker*/", worker, 1), ids)
+		res, err := tx.ExecContext(ctx, q, append(append(pre[2:len(pre):len(pre)], idArgs...), len(ids))...)
+		if err != nil {
+			return nil, err
+		}
+		more, err := res.RowsAffected()
+		if err != nil {
+			return nil, err
+		}
+		n += more
+	}
+	if n != int64(len(ids)) {
 		return nil, fmt.Errorf("promoted %d rows for %d queued tasks", n, len(ids))
 	}
 	if !chain {

@@ -81,8 +81,12 @@ VALUES /*rows*/;
 -- The queued tasks of the named references, to promote the first of each (the lowest position) when
 -- the task before it settles. A consistent read of the `queued` partition only (`state = 2`), run
 -- with the references' heads locked (LockLeased), so every create that queued a task behind one of
--- them has committed, and any other waits for this settlement.
-SELECT id, reference_id, position FROM events
+-- them has committed, and any other waits for this settlement. The last column says whether the
+-- task is the frontier a bulk retry in parts holds (retry.sql's HoldRetried: not due before its hold
+-- ends, not attempted since its retry, no error; no other queued task is all of these, a requeued
+-- head that waited a backoff has an attempt since its retry and its error): it is promoted pending
+-- and keeps its hold (PromoteQueued), never leased to the settling claim.
+SELECT id, reference_id, position, COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
 WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/);
 
 -- name: PromoteQueued
@@ -100,17 +104,26 @@ WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY
 -- has; a task promoted behind a full event worker joins none, and the EventService
 -- of whoever delivers it gives it one with room: when the settlement hands it on to its own claim
 -- (PromoteQueuedLeased), the settling EventService's draft, written in this transaction
--- (agentstore's WriteDraft), and named here in the same CASE.
-UPDATE events SET state = 0, next_attempt_at = NOW(6), worker_id = /*worker*/ WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
+-- (agentstore's WriteDraft), and named here in the same CASE. A bulk retry's held frontier
+-- (QueuedOfReferences) keeps its hold: pending but not due, so that no claim starts it and nothing
+-- behind it is promoted until the retry's next part moves on or the hold ends (retry.sql's
+-- HoldRetried); next_attempt_at is the only column assigned from itself, and assigned last.
+UPDATE events SET state = 0, worker_id = /*worker*/,
+  next_attempt_at = IF(COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0), next_attempt_at, NOW(6))
+WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
 
 -- name: PromoteQueuedLeased
 -- Like PromoteQueued, but leases the promoted tasks to the settling claim at once (state 1), so
 -- that the process that delivered a reference's task goes on with the next one without claiming
 -- again: the lease, as every lease, lets another claim take them over if this process dies.
--- /*worker*/ as PromoteQueued's.
+-- /*worker*/ as PromoteQueued's. Never a bulk retry's held frontier: the settlement promotes the
+-- ones it read held with PromoteQueued, and this guard, evaluated on the row once locked, leaves
+-- queued one whose hold a retry's part renewed after the settlement read it (the settlement then
+-- promotes it with PromoteQueued too).
 UPDATE events SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND, next_attempt_at = NULL,
   worker_id = /*worker*/
-WHERE state = 2 AND id IN (/*ids*/) LIMIT ?;
+WHERE state = 2 AND id IN (/*ids*/)
+  AND NOT COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) LIMIT ?;
 
 -- name: LeasedTasks
 -- The tasks just leased by PromoteQueuedLeased, to work them: `state = 1 AND claim_id = ?` prunes

@@ -2,36 +2,72 @@ package boot_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// The migrate function's bootstrap links none of the SDK clients and components it never runs:
-// every package a bootstrap links is initialised at each cold start, and the SQS, S3 and Secrets
-// Manager clients alone took more than a millisecond of it (docs/performance.md, "Lambda
-// start-up"). It imports boot, not internal/wire.
-func TestMigrateFunctionLinksNoClientItDoesNotUse(t *testing.T) {
+// sdkService is the prefix of the AWS SDK's service clients' packages.
+const sdkService = "github.com/aws/aws-sdk-go-v2/service/"
+
+// credentialChain are the service clients config.LoadDefaultConfig links for its credential chain
+// (web identity and assumed roles: STS; SSO: SSO and SSO OIDC; console sign-in: Signin), which every
+// function that reads the AWS configuration has.
+var credentialChain = []string{"signin", "sso", "ssooidc", "sts"}
+
+// Each function's bootstrap links the AWS SDK service clients it calls and no other: every package
+// a bootstrap links is initialised at each cold start (each client's endpoint rules compile their
+// regular expressions, each client's schemas are built), 0.1-0.25 ms per client, and the bootstraps'
+// start-up is judged against a hello world's (docs/performance.md, "Lambda start-up"). The migrate
+// function imports boot, not internal/wire; the api and counter functions deliver no task, so they
+// do not link Secrets Manager (internal/wire/delivery holds what reads the webhook's secret).
+func TestFunctionsLinkOnlyTheClientsTheyCall(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", "github.com/exactlyonce/exactlyonce/functions/migrate").CombinedOutput()
+	for fn, want := range map[string][]string{
+		"api":       {"s3", "sqs"},
+		"counter":   {"s3", "sqs"},
+		"migrate":   nil,
+		"processor": {"s3", "secretsmanager", "sqs"},
+		"sweeper":   {"s3", "secretsmanager", "sqs"},
+	} {
+		t.Run(fn, func(t *testing.T) {
+			t.Parallel()
+			deps := linked(t, fn)
+			var got []string
+			for _, p := range deps {
+				if s, ok := strings.CutPrefix(p, sdkService); ok && !strings.Contains(s, "/") && s != "internal" {
+					got = append(got, s)
+				}
+			}
+			want = append(slices.Clone(want), credentialChain...)
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("the %s function links the service clients %v, want %v", fn, got, want)
+			}
+			if fn == "migrate" {
+				for _, p := range []string{"github.com/exactlyonce/exactlyonce/internal/wire",
+					"github.com/exactlyonce/exactlyonce/internal/processing"} {
+					if slices.Contains(deps, p) {
+						t.Errorf("the migrate function links %s", p)
+					}
+				}
+			}
+		})
+	}
+}
+
+// linked lists the packages the function's bootstrap links, as the deployment builds it.
+func linked(t *testing.T, fn string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-tags", "lambda.norpc", "-deps",
+		"github.com/exactlyonce/exactlyonce/functions/"+fn).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	deps := map[string]bool{}
-	for _, p := range strings.Fields(string(out)) {
-		deps[p] = true
-	}
-	if !deps["github.com/exactlyonce/exactlyonce/internal/wire/boot"] {
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/exactlyonce/exactlyonce/internal/wire/boot") {
 		t.Fatalf("the dependency list does not hold boot: it is not read right:\n%s", out)
 	}
-	for _, p := range []string{
-		"github.com/aws/aws-sdk-go-v2/service/sqs",
-		"github.com/aws/aws-sdk-go-v2/service/s3",
-		"github.com/aws/aws-sdk-go-v2/service/secretsmanager",
-		"github.com/exactlyonce/exactlyonce/internal/wire",
-		"github.com/exactlyonce/exactlyonce/internal/processing",
-	} {
-		if deps[p] {
-			t.Errorf("the migrate function links %s", p)
-		}
-	}
+	return deps
 }
