@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"time"
@@ -15,13 +16,20 @@ import (
 // implements it). A Server without one answers GET /workers with an empty list and
 // GET /workers/{id} with 404.
 type WorkerLister interface {
-	ActiveWorkers(ctx context.Context) ([]exactlyonce.EventWorker, error)
-	DoneWorkers(ctx context.Context, limit int) ([]exactlyonce.EventWorker, error)
+	// WorkersPage reads the live workers (done false, oldest first) or the done ones (most recently
+	// done first) after a cursor: at most rows, and of those as many as fit in bytes of references
+	// (at least one); the cursor after the last, and whether more may follow.
+	WorkersPage(ctx context.Context, done bool, after exactlyonce.WorkerCursor, rows, bytes int) ([]exactlyonce.EventWorker, exactlyonce.WorkerCursor, bool, error)
 	Worker(ctx context.Context, id string) (exactlyonce.EventWorker, bool, error)
 }
 
 // doneWorkersLimit bounds the done event workers one GET /workers lists (the most recent first).
 const doneWorkersLimit = 1000
+
+// workersBatch bounds the workers one read of GET /workers' listing returns: the listing reads
+// batches until its answer is full (MaxListPayloadBytes), so it holds at most its answer and one
+// batch, however many workers there are.
+const workersBatch = 200
 
 // WorkerJSON is an event worker as GET /workers shows it: its fields (docs/api.md), its agent and
 // its references. Times are the database's clock.
@@ -88,40 +96,50 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	var ws []exactlyonce.EventWorker
-	if active {
-		got, err := l.ActiveWorkers(r.Context())
-		if err != nil {
-			s.error(w, r, err)
-			return
-		}
-		ws = append(ws, got...)
-	}
-	if done {
-		got, err := l.DoneWorkers(r.Context(), doneWorkersLimit)
-		if err != nil {
-			s.error(w, r, err)
-			return
-		}
-		ws = append(ws, got...)
-	}
 	// The list ends once the next worker would take it past MaxListPayloadBytes (a worker holds up
 	// to its maxReferenceCount references of up to 255 characters each, and a Lambda answers at most
-	// 6 MB): the live workers come first, and any worker is GET /workers/{workerId}.
+	// 6 MB): the live workers come first, and any worker is GET /workers/{workerId}. It is read a
+	// batch at a time, each bounded by rows and by the bytes the answer has left, so that what it
+	// holds is the answer and one batch, not every live worker.
 	size := 0
-	for _, x := range ws {
-		j := workerJSON(x)
-		b, err := json.Marshal(j)
-		if err != nil {
+	fill := func(done bool, limit int) error {
+		var after exactlyonce.WorkerCursor
+		for limit > 0 && !out.Truncated {
+			ws, next, more, err := l.WorkersPage(r.Context(), done, after, min(workersBatch, limit), max(0, MaxListPayloadBytes-size))
+			if err != nil {
+				return err
+			}
+			for _, x := range ws {
+				b, err := json.Marshal(workerJSON(x))
+				if err != nil {
+					return err
+				}
+				if len(out.Workers) > 0 && size+carried(b) > MaxListPayloadBytes {
+					out.Truncated = true
+					return nil
+				}
+				size += carried(b)
+				out.Workers = append(out.Workers, b)
+			}
+			limit -= len(ws)
+			if !more {
+				return nil
+			}
+			after = next
+		}
+		return nil
+	}
+	if active {
+		if err := fill(false, math.MaxInt); err != nil {
 			s.error(w, r, err)
 			return
 		}
-		if len(out.Workers) > 0 && size+carried(b) > MaxListPayloadBytes {
-			out.Truncated = true
-			break
+	}
+	if done && !out.Truncated {
+		if err := fill(true, doneWorkersLimit); err != nil {
+			s.error(w, r, err)
+			return
 		}
-		size += carried(b)
-		out.Workers = append(out.Workers, b)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -162,3 +162,98 @@ func TestGetWorkersIsBoundedInBytes(t *testing.T) {
 	getJSON(t, s, fmt.Sprintf("/workers/w_%03d", workers-1), http.StatusOK, &one)
 	require.Len(t, one.References, refs)
 }
+
+// GET /workers reads a page, not every worker: with 600 live workers of 25 KB of references each
+// (15 MB), the answer ends at 4 MiB, and the rows the listing reads with their references are the
+// answer's and the few more that fill 4 MiB as the database holds them (the answer counts the
+// references' quotes and escapes too), where it read all 600 before cutting the answer.
+func TestGetWorkersReadsAPageNotEveryWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, dsn := testdb.DB(t, 4)
+	db, tally := mysqltest.TalliedDB(t, dsn, 4, "reference_ids, first_hash")
+	store, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	const workers, refs = 600, 100
+	var ws []exactlyonce.EventWorker
+	for i := range workers {
+		w := exactlyonce.EventWorker{ID: fmt.Sprintf("w_%03d", i), AgentID: 7, MaxReferenceCount: refs, WillTerminate: true}
+		for j := range refs {
+			w.References = append(w.References, fmt.Sprintf("%03d-%03d-", i, j)+strings.Repeat("r", 247))
+		}
+		ws = append(ws, w)
+	}
+	for lo := 0; lo < workers; lo += 50 {
+		require.NoError(t, store.Agents.AssignWorkers(ctx, exactlyonce.NewClaimID(), 7, exactlyonce.WorkerAssignment{New: ws[lo : lo+50]}))
+	}
+	s := &api.Server{Stores: store.API()}
+	before := tally.Rows()
+	rec := httptest.NewRecorder()
+	openapitest.Handler(t, s).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/workers", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	read := tally.Rows() - before
+	var list struct {
+		Workers   []api.WorkerJSON `json:"workers"`
+		Truncated bool             `json:"truncated"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &list))
+	require.True(t, list.Truncated)
+	require.Greater(t, len(list.Workers), 100)
+	require.LessOrEqual(t, read, int64(len(list.Workers)+5), "the rows read with their references: the answer's, and a few more")
+}
+
+// GET /workers pages through its reads in order: 450 live workers and 250 done ones, written 50 at
+// a time (so that many share a createdAt, and the done ones a done time), are listed whole, the
+// live ones oldest first and then the done ones most recently done first, each once.
+func TestGetWorkersListsEveryWorkerAcrossItsReads(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	ctx := context.Background()
+	const live, done = 450, 250
+	var ws []exactlyonce.EventWorker
+	for i := range live + done {
+		ws = append(ws, exactlyonce.EventWorker{ID: fmt.Sprintf("w_%04d", i), AgentID: 7, MaxReferenceCount: 1,
+			References: []string{fmt.Sprintf("ref-%d", i)}})
+	}
+	for lo := 0; lo < live+done; lo += 50 {
+		require.NoError(t, store.Agents.AssignWorkers(ctx, exactlyonce.NewClaimID(), 7, exactlyonce.WorkerAssignment{New: ws[lo : lo+50]}))
+	}
+	for lo := live; lo < live+done; lo += 50 {
+		var ids []string
+		for _, w := range ws[lo : lo+50] {
+			ids = append(ids, w.ID)
+		}
+		require.NoError(t, store.Agents.StopWorkers(ctx, ids)) // nothing left: done at once
+	}
+	wantLive, err := store.Agents.ActiveWorkers(ctx)
+	require.NoError(t, err)
+	wantDone, err := store.Agents.DoneWorkers(ctx, 1000)
+	require.NoError(t, err)
+	require.Len(t, wantLive, live)
+	require.Len(t, wantDone, done)
+	ids := func(ws []exactlyonce.EventWorker) []string {
+		var out []string
+		for _, w := range ws {
+			out = append(out, w.ID)
+		}
+		return out
+	}
+	s := &api.Server{Stores: store.API()}
+	for path, want := range map[string][]string{
+		"/workers":              append(ids(wantLive), ids(wantDone)...),
+		"/workers?active=true":  ids(wantLive),
+		"/workers?active=false": ids(wantDone),
+	} {
+		var list struct {
+			Workers   []api.WorkerJSON `json:"workers"`
+			Truncated bool             `json:"truncated"`
+		}
+		getJSON(t, s, path, http.StatusOK, &list)
+		require.False(t, list.Truncated, path)
+		var got []string
+		for _, w := range list.Workers {
+			got = append(got, w.WorkerID)
+		}
+		require.Equal(t, want, got, path)
+	}
+}

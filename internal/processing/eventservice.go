@@ -18,7 +18,13 @@ import (
 // (internal/mysql/agentstore implements it).
 type WorkerStore interface {
 	AssignWorkers(ctx context.Context, claimID string, agent int64, a exactlyonce.WorkerAssignment) error
-	ActiveWorkers(ctx context.Context) ([]exactlyonce.EventWorker, error)
+	// OrphanWorkers lists up to limit live workers whose agent is neither agent nor one of live and
+	// whose first reference's hash is in r, oldest first (their ID and AgentID).
+	OrphanWorkers(ctx context.Context, agent int64, live []int64, r exactlyonce.HashRange, limit int) ([]exactlyonce.EventWorker, error)
+	// AdoptedWorker reads live worker id's References and WillTerminate if agent runs it.
+	AdoptedWorker(ctx context.Context, id string, agent int64) (exactlyonce.EventWorker, bool, error)
+	// LiveWorkers says which of ids are live workers.
+	LiveWorkers(ctx context.Context, ids []string) (map[string]bool, error)
 	AdoptWorker(ctx context.Context, id string, from, agent int64) (bool, error)
 	StopWorkers(ctx context.Context, ids []string) error
 	WorkerHeads(ctx context.Context, id string) ([]int64, error)
@@ -358,8 +364,13 @@ func (s *EventService) Reset() {
 // Recover adopts the live event workers whose agent is gone (expired, or no longer registered)
 // and whose first reference falls in r, the agent's range: each becomes this service's, and the
 // open heads of its references are queued for delivery (TakeRefill), in their order; the tasks
-// queued behind them follow as the heads settle. It also prunes done workers past the retention,
-// at most once a minute. It returns the workers adopted.
+// queued behind them follow as the heads settle. It also forgets this service's done workers
+// (ForgetDone) and prunes done workers past the retention, at most once a minute. It returns the
+// workers adopted.
+//
+// A pulse reads only what recovery needs: the ids and agents of at most recoverBatch orphaned
+// workers (not every live worker's references), and the references of those it adopts, until
+// they pass recoverBytes; the rest are the next pulse's (an adopted worker is no longer an orphan).
 func (s *EventService) Recover(ctx context.Context, r exactlyonce.HashRange) ([]string, error) {
 	me := s.agent()
 	if me == 0 {
@@ -369,35 +380,49 @@ func (s *EventService) Recover(ctx context.Context, r exactlyonce.HashRange) ([]
 	if err != nil {
 		return nil, err
 	}
-	live := map[int64]bool{}
+	var live []int64
 	for _, a := range agents {
-		if a.Expiration.After(now) {
-			live[a.ID] = true
+		if a.Expiration.After(now) && a.ID != me {
+			live = append(live, a.ID)
 		}
-	}
-	ws, err := s.Store.ActiveWorkers(ctx)
-	if err != nil {
-		return nil, err
 	}
 	// This service's willTerminate workers that are no longer live are done (the settlement of
 	// their last task made them so): forgotten. A live one stays, and is marked again at Stop.
-	s.forgetDone(ws)
+	if err := s.ForgetDone(ctx); err != nil {
+		return nil, err
+	}
+	orphans, err := s.Store.OrphanWorkers(ctx, me, live, r, recoverBatch)
+	if err != nil {
+		return nil, err
+	}
 	var adopted []string
-	for _, w := range ws {
-		if w.AgentID == me || live[w.AgentID] || !r.Contains(w.FirstHash) {
-			continue
+	read := 0
+	for _, o := range orphans {
+		if read >= recoverBytes {
+			break // the next pulse adopts the rest
 		}
-		ok, err := s.Store.AdoptWorker(ctx, w.ID, w.AgentID, me)
+		ok, err := s.Store.AdoptWorker(ctx, o.ID, o.AgentID, me)
 		if err != nil {
 			return adopted, err
 		}
 		if !ok {
 			continue // another agent adopted it first
 		}
+		w, ok, err := s.Store.AdoptedWorker(ctx, o.ID, me)
+		if err != nil {
+			return adopted, err
+		}
+		if !ok {
+			continue // done since (its last task settled), or adopted from this agent in turn
+		}
 		heads, err := s.Store.WorkerHeads(ctx, w.ID)
 		if err != nil {
 			return adopted, err
 		}
+		for _, ref := range w.References {
+			read += len(ref)
+		}
+		read += 8 * len(heads)
 		s.mu.Lock()
 		s.init()
 		s.forget(w.ID)
@@ -412,7 +437,7 @@ func (s *EventService) Recover(ctx context.Context, r exactlyonce.HashRange) ([]
 		s.refill = append(s.refill, heads...)
 		s.mu.Unlock()
 		adopted = append(adopted, w.ID)
-		s.logger().Info("event workers: adopted a worker whose agent is gone", "worker", w.ID, "from", w.AgentID,
+		s.logger().Info("event workers: adopted a worker whose agent is gone", "worker", w.ID, "from", o.AgentID,
 			"agent", me, "heads", len(heads))
 	}
 	if time.Since(s.lastPrune) > pruneEvery {
@@ -424,29 +449,38 @@ func (s *EventService) Recover(ctx context.Context, r exactlyonce.HashRange) ([]
 	return adopted, nil
 }
 
-// forgetDone forgets this service's willTerminate workers that are not among the live ones ws.
-func (s *EventService) forgetDone(ws []exactlyonce.EventWorker) {
-	live := make(map[string]bool, len(ws))
-	for _, w := range ws {
-		live[w.ID] = true
-	}
+// recoverBatch bounds the orphaned workers one pulse considers, recoverBytes the references (and
+// heads) its adoptions read: a pulse's cost is a batch however many workers are live.
+const (
+	recoverBatch = 100
+	recoverBytes = 1 << 20
+)
+
+// ForgetDone forgets this service's willTerminate workers that are no longer live (Recover does it
+// at every pulse): it reads only whether each of those is live, not the live workers.
+func (s *EventService) ForgetDone(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, w := range slices.Clone(s.order) {
-		if w.willTerminate && !live[w.id] {
-			s.forget(w.id)
+	var ids []string
+	for _, w := range s.order {
+		if w.willTerminate {
+			ids = append(ids, w.id)
 		}
 	}
-}
-
-// ForgetDone reads the live workers and forgets this service's done ones (Recover does it at every
-// pulse).
-func (s *EventService) ForgetDone(ctx context.Context) error {
-	ws, err := s.Store.ActiveWorkers(ctx)
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	live, err := s.Store.LiveWorkers(ctx, ids)
 	if err != nil {
 		return err
 	}
-	s.forgetDone(ws)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if w := s.workers[id]; w != nil && w.willTerminate && !live[id] {
+			s.forget(id)
+		}
+	}
 	return nil
 }
 

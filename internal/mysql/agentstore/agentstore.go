@@ -18,7 +18,7 @@ type queryTexts struct {
 	InsertWorker, AssignTasks, GrowWorkers, WorkersOfAgent, SettleWorkers, WorkersWithRoom, WorkerIfRoom, ActiveWorkers, DoneWorkers, WorkerByID, AdoptWorker, StopWorkers, WorkerHeads, PruneWorkers string
 }
 
-//go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:agents.sql,workers.sql
+//go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:agents.sql,workers.sql recoveryQueries=recoveryTexts:recovery.sql
 
 // Store reads and writes the agents and the event workers. Safe for concurrent use; build one per
 // process, on the process's core handle.

@@ -58,3 +58,21 @@ WHERE is_done = 0 AND worker_id IN (/*ids*/)`,
 	WorkerHeads:  `SELECT id FROM events WHERE state < 2 AND worker_id = ? ORDER BY position, id`,
 	PruneWorkers: `DELETE FROM event_workers WHERE is_done = 1 AND done_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?`,
 }
+
+// recoveryQueries holds the statements of recovery.sql.
+var recoveryQueries = recoveryTexts{
+	OrphanWorkers: `SELECT worker_id, agent_id FROM event_workers
+WHERE is_done = 0 AND agent_id NOT IN (/*live*/) AND first_hash BETWEEN ? AND ?
+ORDER BY created_at, worker_id LIMIT ?`,
+	AdoptedWorker: `SELECT reference_ids, will_terminate FROM event_workers WHERE is_done = 0 AND worker_id = ? AND agent_id = ? LIMIT 1`,
+	LiveWorkerIDs: `SELECT worker_id FROM event_workers WHERE is_done = 0 AND worker_id IN (/*ids*/)`,
+	ActiveWorkerSizes: `SELECT worker_id, created_at, LENGTH(reference_ids) FROM event_workers
+WHERE is_done = 0 AND (created_at > ? OR (created_at = ? AND worker_id > ?))
+ORDER BY created_at, worker_id LIMIT ?`,
+	DoneWorkerSizes: `SELECT worker_id, done_at, LENGTH(reference_ids) FROM event_workers
+WHERE is_done = 1 AND (done_at < ? OR (done_at = ? AND worker_id > ?))
+ORDER BY done_at DESC, worker_id LIMIT ?`,
+	WorkersByID: `SELECT worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate, tasks_completed,
+  tasks_failed, max_reference_count, is_done, reference_ids, first_hash
+FROM event_workers WHERE is_done = ? AND worker_id IN (/*ids*/)`,
+}

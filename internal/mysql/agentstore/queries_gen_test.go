@@ -13,10 +13,16 @@ import (
 //go:embed agents.sql workers.sql
 var queriesFiles embed.FS
 
+//go:embed recovery.sql
+var recoveryQueriesFiles embed.FS
+
 // The generated query sets are what the .sql files say today, one field per statement.
 func TestQueriesAreGenerated(t *testing.T) {
 	t.Parallel()
 	if err := mysql.CheckQueries(queriesFiles, queries); err != nil {
+		t.Error(err)
+	}
+	if err := mysql.CheckQueries(recoveryQueriesFiles, recoveryQueries); err != nil {
 		t.Error(err)
 	}
 }
