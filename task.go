@@ -190,9 +190,19 @@ type WorkerAssignment struct {
 // Agent as an assignment's) and names each task's worker (Tasks) in the statement that promotes it.
 // So the tasks handed on to the claim have their event worker with no transaction of their own.
 // Draft may be called again if the transaction is run again; only the last call's draft commits.
+//
+// Room, if set, tells what the EventService knows of an event worker's room: known is false for a
+// worker that is not one of its own; room false for one it knows to be full (it made it full, or read
+// it so, in a transaction that committed, and nothing clears will_terminate: certain), true for one
+// it last knew with room (a guess: another agent may have adopted it and filled it since). The
+// settlement promotes nothing into a worker known full, and checks a guessed room in the statement
+// that promotes (a wrong guess rolls the settlement back with a *WorkerConflictError naming the
+// worker, which the EventService forgets); it reads the room of the others before its draft.
+// Called in the settlement's transaction, as Draft.
 type DraftWorkers struct {
 	Agent int64
 	Draft func(tasks []Event) WorkerAssignment
+	Room  func(workerID string) (room, known bool)
 }
 
 // WorkerGrowth is a live worker's change in an assignment.

@@ -185,7 +185,7 @@ func drafting[T any](s *EventService, write func(*exactlyonce.DraftWorkers) (T, 
 		dw := &exactlyonce.DraftWorkers{Agent: s.agent(), Draft: func(tasks []exactlyonce.Event) exactlyonce.WorkerAssignment {
 			last = s.draftLocked(tasks) // called once in every run of the transaction: the last is the one committed
 			return last.a
-		}}
+		}, Room: s.roomLocked}
 		if attempt >= maxDraftConflicts {
 			dw = nil
 		}
@@ -200,6 +200,19 @@ func drafting[T any](s *EventService, write func(*exactlyonce.DraftWorkers) (T, 
 		}
 		return res, err
 	}
+}
+
+// roomLocked tells what s knows of worker id's room (exactlyonce.DraftWorkers.Room): known if it
+// is one of s's; then full for certain if s remembers it willTerminate (s remembers that only from
+// a transaction that committed, applyLocked, or from the registry, Recover, and will_terminate, once
+// set, is never cleared: GrowWorkers keeps the greater, StopWorkers sets it), else with room as far
+// as s knows. s.mu is held.
+func (s *EventService) roomLocked(id string) (room, known bool) {
+	w, ok := s.workers[id]
+	if !ok {
+		return false, false
+	}
+	return !w.willTerminate, true
 }
 
 // drafts tells whether s drafts its tasks' event workers in the transactions of the event and task

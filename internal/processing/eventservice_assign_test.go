@@ -260,3 +260,100 @@ func TestADraftIntoAnAdoptedWorkerRunsItsTransactionAgain(t *testing.T) {
 	}
 	require.NoError(t, verify.WorkerBooks(ctx, store.DB.Pool(), mysqltest.PackedTasks))
 }
+
+// roomRead is a fragment of the text of WorkersWithRoom (agentstore's workers.sql), the settlement's
+// read of which of its heads' workers have room, and of no other statement.
+const roomRead = "will_terminate = 0 AND worker_id IN ("
+
+// A drafting settlement reads the room of none of its EventService's own workers: one it knows to
+// be full has none (WORKER_MAX_REFERENCES=1: every worker is full as soon as it is made), and the
+// room of one it last knew with room (WORKER_MAX_REFERENCES=100: one worker holds every reference)
+// is checked in the statement that promotes. A drain of 6 references of 4 tasks sends no
+// WorkersWithRoom, where it sent one in every settlement that handed a task on (3 with every worker
+// full, 3 or more with room); every task joins its head's worker if that has room, else a new one,
+// in order, once, with exact books.
+func TestADraftingSettlementReadsNoRoomOfItsOwnWorkers(t *testing.T) {
+	t.Parallel()
+	const refs, perRef = 6, 4
+	for _, max := range []int{1, 100} {
+		_, dsn := testdb.DB(t, 8)
+		db, tally := mysqltest.TalliedDB(t, dsn, 8, "")
+		tally.Of = roomRead
+		store, err := wire.StoresOn(db, mysql.Config{})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rec, srv := newOrderReceiver(t, func(string, int, int) int { return http.StatusOK })
+		ids := createReferenceTasks(t, ctx, store, srv.URL+"/hook", refs, perRef)
+		e := taskEngine(store, exactlyonce.BySweeper)
+		e.Workers = &processing.EventService{Store: store.Agents, AgentID: func() int64 { return 1 }, MaxReferences: max}
+		before := tally.Matching()
+		settleAll(t, ctx, e, refs*perRef)
+		require.Zero(t, tally.Matching()-before, "max %d: no room read of the service's own workers", max)
+		rec.mu.Lock()
+		require.Empty(t, rec.early)
+		for r := 0; r < refs; r++ {
+			require.Equal(t, []int{0, 1, 2, 3}, rec.delivered[fmt.Sprintf("ref-%d", r)], "max %d: ref-%d", max, r)
+		}
+		rec.mu.Unlock()
+		workers := map[string]bool{}
+		for _, id := range ids {
+			ev, err := store.Events.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, 1, ev.ProcessCount, "max %d: task %d settled once", max, id)
+			var worker sql.NullString
+			require.NoError(t, db.QueryRowContext(ctx, "SELECT worker_id FROM events WHERE id = ?", id).Scan(&worker))
+			require.True(t, worker.Valid && worker.String != "", "max %d: task %d delivered under an event worker", max, id)
+			workers[worker.String] = true
+		}
+		if max == 100 {
+			require.Len(t, workers, 1, "every task joined its head's worker, which had room")
+		} else {
+			require.Len(t, workers, refs*perRef, "every task joined a new worker, its head's being full")
+		}
+		for _, w := range allWorkers(t, ctx, store) {
+			require.LessOrEqual(t, len(w.References), max, "worker %s", w.ID)
+			if w.WillTerminate {
+				require.True(t, w.IsDone, "full worker %s done once its tasks are", w.ID)
+			}
+		}
+		require.NoError(t, verify.WorkerBooks(ctx, db, mysqltest.PackedTasks))
+	}
+}
+
+// A claim names its tasks' event workers in the statement that leases them (eventstore's Lease), not
+// in an AssignTasks of their own after it: a drain of 6 references of 2 tasks (WORKER_MAX_REFERENCES=2)
+// sends no AssignTasks (before: one in every claim that leased tasks with no worker, here 1), and
+// every task is delivered under an event worker, in order, once, with exact books.
+func TestAClaimNamesItsTasksWorkersInItsLease(t *testing.T) {
+	t.Parallel()
+	const refs, perRef = 6, 2
+	_, dsn := testdb.DB(t, 8)
+	db, tally := mysqltest.TalliedDB(t, dsn, 8, "")
+	tally.Of = "UPDATE events SET worker_id = CASE" // AssignTasks (agentstore's workers.sql)
+	store, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec, srv := newOrderReceiver(t, func(string, int, int) int { return http.StatusOK })
+	ids := createReferenceTasks(t, ctx, store, srv.URL+"/hook", refs, perRef)
+	e := taskEngine(store, exactlyonce.BySweeper)
+	e.Workers = &processing.EventService{Store: store.Agents, AgentID: func() int64 { return 1 }, MaxReferences: 2}
+	settleAll(t, ctx, e, refs*perRef)
+	require.Zero(t, tally.Matching(), "no AssignTasks: the leases named the workers")
+	rec.mu.Lock()
+	require.Empty(t, rec.early)
+	for r := 0; r < refs; r++ {
+		require.Equal(t, []int{0, 1}, rec.delivered[fmt.Sprintf("ref-%d", r)], "ref-%d", r)
+	}
+	rec.mu.Unlock()
+	for _, id := range ids {
+		ev, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, 1, ev.ProcessCount, "task %d settled once", id)
+		var worker sql.NullString
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT worker_id FROM events WHERE id = ?", id).Scan(&worker))
+		require.True(t, worker.Valid && worker.String != "", "task %d delivered under an event worker", id)
+	}
+	require.NoError(t, verify.WorkerBooks(ctx, db, mysqltest.PackedTasks))
+}

@@ -15,7 +15,7 @@ import (
 type queryTexts struct {
 	InsertAgent, PulseAgent, ExpiredAgents, EjectAgents, ListAgents, AssignAgent, RemoveAgent, AgentExists string
 
-	InsertWorker, AssignTasks, GrowWorkers, WorkersOfAgent, SettleWorkers, WorkersWithRoom, ActiveWorkers, DoneWorkers, WorkerByID, AdoptWorker, StopWorkers, WorkerHeads, PruneWorkers string
+	InsertWorker, AssignTasks, GrowWorkers, WorkersOfAgent, SettleWorkers, WorkersWithRoom, WorkerIfRoom, ActiveWorkers, DoneWorkers, WorkerByID, AdoptWorker, StopWorkers, WorkerHeads, PruneWorkers string
 }
 
 //go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:agents.sql,workers.sql recoveryQueries=recoveryTexts:recovery.sql

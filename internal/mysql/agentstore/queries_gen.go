@@ -41,6 +41,7 @@ SET is_done = IF(will_terminate = 1 AND tasks_remaining + CASE worker_id /*remai
     last_completed_task = COALESCE(CASE worker_id /*last*/ ELSE NULL END, last_completed_task)
 WHERE is_done = 0 AND worker_id IN (/*ids*/)`,
 	WorkersWithRoom: `SELECT worker_id FROM event_workers WHERE is_done = 0 AND will_terminate = 0 AND worker_id IN (/*ids*/)`,
+	WorkerIfRoom:    `SELECT worker_id FROM event_workers WHERE is_done = 0 AND will_terminate = 0 AND worker_id = ?`,
 	ActiveWorkers: `SELECT worker_id, agent_id, created_at, last_completed_task, tasks_remaining, will_terminate, tasks_completed,
   tasks_failed, max_reference_count, is_done, reference_ids, first_hash
 FROM event_workers WHERE is_done = 0 ORDER BY created_at, worker_id`,

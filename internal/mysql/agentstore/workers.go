@@ -116,12 +116,16 @@ func (b WorkerBooks) ids() []string {
 	return ids
 }
 
-// WithRoom reads which of the workers to which queued tasks are promoting have room for them
-// (WorkersWithRoom), after Write locked their rows.
-func (b WorkerBooks) WithRoom(ctx context.Context, tx *sql.Tx) (map[string]bool, error) {
+// WorkerIfRoom is the subquery a settlement's promotion names a promoted task's worker with: the
+// worker (its one argument) if it is live and not full, else NULL (workers.sql).
+var WorkerIfRoom = strings.TrimSuffix(strings.TrimSpace(queries.WorkerIfRoom), ";")
+
+// WithRoom reads which of the workers to which queued tasks are promoting, of those read says to,
+// have room for them (WorkersWithRoom), after Write locked their rows; none asked, no statement.
+func (b WorkerBooks) WithRoom(ctx context.Context, tx *sql.Tx, read func(w string) bool) (map[string]bool, error) {
 	var ids []string
 	for _, w := range b.ids() {
-		if b[w].promoted > 0 {
+		if b[w].promoted > 0 && read(w) {
 			ids = append(ids, w)
 		}
 	}
@@ -165,9 +169,9 @@ func (s *Store) AssignWorkers(ctx context.Context, claimID string, agent int64, 
 	return mysql.Interpret("assign event workers", err)
 }
 
-// WriteAssignment writes an assignment of agent's in tx (AssignWorkers', or the claim's that leased
-// the tasks, eventstore's): the new workers, the tasks' worker (only those still leased to claimID:
-// the number assigned must match, or it fails), the workers' growth. A grown worker that is done,
+// WriteAssignment writes an assignment of agent's in tx (AssignWorkers'): the new workers, the
+// tasks' worker (only those still leased to claimID: the number assigned must match, or it fails),
+// the workers' growth. A grown worker that is done,
 // unknown or run by another agent returns a *exactlyonce.WorkerConflictError naming it, and the
 // caller rolls tx back: the rest is written already.
 func WriteAssignment(ctx context.Context, tx *sql.Tx, claimID string, agent int64, a exactlyonce.WorkerAssignment) error {
@@ -185,14 +189,15 @@ func WriteAssignment(ctx context.Context, tx *sql.Tx, claimID string, agent int6
 }
 
 // DraftsInTransactions says that this store's registry is the one the event and task stores write
-// an EventService's drafts to (WriteAssignment in a claim's transaction, WriteDraft in a
-// settlement's): processing.DraftingStore.
+// an EventService's drafts to (WriteDraft in a claim's transaction and in a settlement's):
+// processing.DraftingStore.
 func (s *Store) DraftsInTransactions() bool { return true }
 
-// WriteDraft writes, in tx (a chaining settlement's, taskstore's SettleTasks), an assignment that
-// an EventService drafted for the tasks the settlement promotes (exactlyonce.DraftWorkers): the new
-// workers and the workers' growth, as AssignWorkers writes them; the tasks' worker is the
-// settlement's to name, in the statement that promotes them. A grown worker that is done, unknown
+// WriteDraft writes, in tx (a chaining settlement's, taskstore's SettleTasks, or a claim's,
+// eventstore's), an assignment that an EventService drafted for the tasks the settlement promotes or
+// the claim leases (exactlyonce.DraftWorkers): the new workers and the workers' growth, as
+// AssignWorkers writes them; the tasks' worker is the settlement's or the claim's to name, in the
+// statement that promotes or leases them. A grown worker that is done, unknown
 // or run by another agent returns a *exactlyonce.WorkerConflictError naming it, and the caller
 // rolls tx back: the growth of the others is written already.
 func WriteDraft(ctx context.Context, tx *sql.Tx, agent int64, a exactlyonce.WorkerAssignment) error {

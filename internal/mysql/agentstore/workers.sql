@@ -5,8 +5,9 @@
 -- workers (PromoteQueued, sql/tasks.sql), and no transaction holding a queued task's row ever
 -- waits for an event worker's.
 --
--- An assignment (InsertWorker, AssignTasks, GrowWorkers) is written in the transaction of the claim
--- that leased its tasks, after the leases; the assignment of the tasks a settlement hands on to its
+-- An assignment (InsertWorker, GrowWorkers) is written in the transaction of the claim that leased
+-- its tasks, after the leases, which name the tasks' workers themselves (eventstore's Lease); the
+-- assignment of the tasks a settlement hands on to its
 -- claim behind a full worker (InsertWorker, GrowWorkers; the promotion names their worker) in the
 -- settlement's, after its SettleWorkers: the EventService drafts both under its lock, which it takes
 -- before the transaction begins. Such a settlement locks workers in two statements, its heads'
@@ -38,9 +39,9 @@ INSERT INTO event_workers (worker_id, agent_id, created_at, last_completed_task,
 VALUES /*rows*/;
 
 -- name: AssignTasks
--- Names the event worker of each task leased to a claim, in the claim's transaction (or an
--- assignment's of its own), one
--- statement for all its workers: /*cases*/ is `WHEN id IN (...) THEN ?` per worker (its tasks' ids,
+-- Names the event worker of each task leased to a claim, in an assignment's own transaction
+-- (AssignWorkers: a claim's lease names its drafted tasks' workers itself), one statement for all
+-- its workers: /*cases*/ is `WHEN id IN (...) THEN ?` per worker (its tasks' ids,
 -- its id). Guarded by the lease (`state = 1 AND claim_id = ?`, which prunes to `open`): a task whose
 -- lease was taken over is not assigned. Locks the tasks, which the claim holds anyway.
 UPDATE events SET worker_id = CASE /*cases*/ END WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?;
@@ -94,11 +95,26 @@ SET is_done = IF(will_terminate = 1 AND tasks_remaining + CASE worker_id /*remai
 WHERE is_done = 0 AND worker_id IN (/*ids*/);
 
 -- name: WorkersWithRoom
--- A settlement, after SettleWorkers: which of its heads' workers take the tasks promoted behind
--- those heads, the live ones that are not full. A consistent read of the `active` partition, of
--- rows SettleWorkers has just locked: no other transaction can have changed them since, so it reads
--- what SettleWorkers decided on. No lock of its own.
+-- A drafting settlement, after SettleWorkers: which of its heads' workers that are not its
+-- EventService's own take the tasks promoted behind those heads (the draft must know which tasks
+-- join none before the promotion), the live ones that are not full. A consistent read of the
+-- `active` partition, of rows SettleWorkers has just locked: no other transaction can have changed
+-- them since, so it reads what SettleWorkers decided on. No lock of its own. The room of the
+-- settling EventService's own workers is its guess, checked in the promotion (WorkerIfRoom); a
+-- worker it knows to be full (exactlyonce.DraftWorkers.Room: it made it full, or read it so, in a
+-- transaction that committed, and nothing clears will_terminate) has none, and the settlement
+-- counts no promoted task for it.
 SELECT worker_id FROM event_workers WHERE is_done = 0 AND will_terminate = 0 AND worker_id IN (/*ids*/);
+
+-- name: WorkerIfRoom
+-- Not a statement: the scalar subquery by which a settlement's promotion (taskstore's PromoteQueued,
+-- /*worker*/) names a promoted task's worker only if that worker has room: the worker, if it is
+-- live and not full, else NULL (the task joins none). The row was locked by SettleWorkers earlier in
+-- the same transaction, so it is read as SettleWorkers decided on it, and the promoted count
+-- SettleWorkers gave it (if it has room) matches. A subquery of an UPDATE at READ COMMITTED is a
+-- consistent read (InnoDB takes no lock for it), so it waits for no other worker's row. Uncorrelated:
+-- evaluated once per worker named, not per task.
+SELECT worker_id FROM event_workers WHERE is_done = 0 AND will_terminate = 0 AND worker_id = ?;
 
 -- name: ActiveWorkers
 -- The live event workers (recovery at every pulse; GET /workers?active=true): a consistent read of

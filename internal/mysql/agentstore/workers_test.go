@@ -127,7 +127,7 @@ func TestLiveEventWorkerStatementsReadOnlyTheActivePartition(t *testing.T) {
 		q = strings.ReplaceAll(q, "/*ids*/", "'w'")
 		return strings.ReplaceAll(q, "?", "1")
 	}
-	for _, name := range []string{"GrowWorkers", "WorkersOfAgent", "SettleWorkers", "WorkersWithRoom", "ActiveWorkers", "AdoptWorker", "StopWorkers"} {
+	for _, name := range []string{"GrowWorkers", "WorkersOfAgent", "SettleWorkers", "WorkersWithRoom", "WorkerIfRoom", "ActiveWorkers", "AdoptWorker", "StopWorkers"} {
 		parts := explainPartitions(t, store.DB.Pool(), literal(agentstore.QueryText(name)))
 		require.Equal(t, []string{"active"}, parts, name)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -172,10 +174,11 @@ func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, decide exactlyon
 		if err := markProcessed(ctx, tx, out.Settled, values, c.By, c.ID); err != nil {
 			return err
 		}
-		if err := lease(ctx, tx, leased, c.ID, c.Lease); err != nil {
+		a, worker := draftLeased(c, out.Leased)
+		if err := lease(ctx, tx, leased, c.ID, c.Lease, worker); err != nil {
 			return err
 		}
-		return assignLeased(ctx, tx, c, out.Leased)
+		return writeLeasedDraft(ctx, tx, c, a, worker, out.Leased)
 	})
 	if err != nil {
 		return exactlyonce.Claimed{}, err
@@ -183,13 +186,13 @@ func (s *Store) claim(ctx context.Context, c exactlyonce.Claim, decide exactlyon
 	return out, nil
 }
 
-// assignLeased gives the tasks of leased that have a reference and no event worker the workers
-// c.Workers drafts for them, in the claim's transaction (agentstore.WriteAssignment, after the
-// leases: the task rows first, then the workers' rows, the order of every transaction that writes
-// both), and names each one's worker in leased.
-func assignLeased(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, leased []exactlyonce.Event) error {
+// draftLeased has c.Workers draft the event workers of the tasks of leased that have a reference
+// and no event worker (nothing without c.Workers), and returns the draft and each drafted task's
+// worker: the lease names them (Lease's /*worker*/), and writeLeasedDraft writes the workers' rows
+// after it, in the claim's transaction.
+func draftLeased(c exactlyonce.Claim, leased []exactlyonce.Event) (exactlyonce.WorkerAssignment, map[int64]string) {
 	if c.Workers == nil {
-		return nil
+		return exactlyonce.WorkerAssignment{}, nil
 	}
 	var tasks []exactlyonce.Event
 	for _, ev := range leased {
@@ -198,17 +201,26 @@ func assignLeased(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, leased [
 		}
 	}
 	a := c.Workers.Draft(tasks) // once in every run, even with no task
-	if len(a.Tasks) == 0 {
-		return nil
-	}
-	if err := agentstore.WriteAssignment(ctx, tx, c.ID, c.Workers.Agent, a); err != nil {
-		return err
-	}
 	worker := map[int64]string{}
 	for w, ids := range a.Tasks {
 		for _, id := range ids {
 			worker[id] = w
 		}
+	}
+	return a, worker
+}
+
+// writeLeasedDraft writes the event workers of a claim's draft a (agentstore.WriteDraft: the new
+// workers and the growth, after the leases that named the tasks' workers: the task rows first, then
+// the workers' rows, the order of every transaction that writes both), and names each task's worker
+// in leased.
+func writeLeasedDraft(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, a exactlyonce.WorkerAssignment, worker map[int64]string,
+	leased []exactlyonce.Event) error {
+	if len(worker) == 0 {
+		return nil
+	}
+	if err := agentstore.WriteDraft(ctx, tx, c.Workers.Agent, a); err != nil {
+		return err
 	}
 	for i, ev := range leased {
 		if w, ok := worker[ev.ID]; ok {
@@ -543,12 +555,32 @@ func SetValues(ctx context.Context, tx *sql.Tx, q string, ids []int64, value fun
 
 // lease leases the events claimed in tx to claimID for d, in statements of at most MarkChunk
 // events, and fails if an update does not touch exactly the claimed rows it names.
-func lease(ctx context.Context, tx *sql.Tx, ids []int64, claimID string, d time.Duration) error {
+func lease(ctx context.Context, tx *sql.Tx, ids []int64, claimID string, d time.Duration, worker map[int64]string) error {
 	for rest := ids; len(rest) > 0; {
 		chunk := rest[:min(len(rest), MarkChunk)]
 		rest = rest[len(chunk):]
-		q, args := mysql.ExpandIDs(queries.Lease, chunk)
-		res, err := tx.ExecContext(ctx, q, append(append([]any{claimID, d.Microseconds()}, args...), len(chunk))...)
+		pre := []any{claimID, d.Microseconds()}
+		named := "worker_id"
+		if len(worker) > 0 {
+			byWorker := map[string][]int64{}
+			for _, id := range chunk {
+				if w, ok := worker[id]; ok {
+					byWorker[w] = append(byWorker[w], id)
+				}
+			}
+			if len(byWorker) > 0 {
+				var b strings.Builder
+				b.WriteString("CASE")
+				for _, w := range slices.Sorted(maps.Keys(byWorker)) {
+					b.WriteString(" WHEN id IN (" + mysql.Placeholders(len(byWorker[w])) + ") THEN ?")
+					pre = append(append(pre, mysql.IDArgs(byWorker[w])...), w)
+				}
+				b.WriteString(" ELSE worker_id END")
+				named = b.String()
+			}
+		}
+		q, args := mysql.ExpandIDs(strings.Replace(queries.Lease, "/*worker*/", named, 1), chunk)
+		res, err := tx.ExecContext(ctx, q, append(append(pre, args...), len(chunk))...)
 		if err != nil {
 			return err
 		}

@@ -140,9 +140,14 @@ LIMIT ?;
 -- `processing`, held by claim_id until lease_expires_at (the database's clock, so that the processes'
 -- clocks do not matter). The transaction then commits, releasing the row locks: the work runs
 -- outside any transaction, and the lease, not a lock, keeps other claims off. `state < 2` with our
--- row locks held is the guard. The IN list is expanded to one ? per id.
+-- row locks held is the guard. The IN list is expanded to one ? per id. /*worker*/ names the event
+-- worker of each task an EventService drafted one for in this claim (`CASE WHEN id IN (...) THEN ?
+-- ... ELSE worker_id END`, a worker per branch), or is `worker_id`: the assignment's worker_id is
+-- written by the lease itself, not by an AssignTasks after it (agentstore's WriteDraft writes the
+-- workers' rows next: the task rows first, then the workers', the order of every transaction that
+-- writes both).
 UPDATE events
-SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND
+SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND, worker_id = /*worker*/
 WHERE state < 2 AND id IN (/*ids*/)
 LIMIT ?;
 

@@ -35,7 +35,7 @@ LIMIT ? FOR UPDATE SKIP LOCKED`,
 WHERE state < 2 AND id IN (/*ids*/)
 LIMIT ?`,
 	Lease: `UPDATE events
-SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND
+SET state = 1, claim_id = ?, lease_expires_at = NOW(6) + INTERVAL ? MICROSECOND, worker_id = /*worker*/
 WHERE state < 2 AND id IN (/*ids*/)
 LIMIT ?`,
 	MarkProcessed: `UPDATE events

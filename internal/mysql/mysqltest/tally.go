@@ -17,11 +17,16 @@ import (
 // measurements (the agents bench's idle statements) and the tests that count a path's round trips.
 // With RowsOf set, it also counts the rows returned by the queries whose text holds RowsOf (Rows):
 // for the tests that bound what a statement reads back.
+//
+// With Of set, it also counts the statements whose text holds Of (Matching): for the tests that
+// check a statement is no longer sent on a path.
 type StatementTally struct {
 	driver.Connector
 	RowsOf     string
+	Of         string
 	statements atomic.Int64
 	rows       atomic.Int64
+	matching   atomic.Int64
 }
 
 func (c *StatementTally) Connect(ctx context.Context) (driver.Conn, error) {
@@ -29,18 +34,28 @@ func (c *StatementTally) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tallyConn{Conn: conn, n: &c.statements, rowsOf: c.RowsOf, rows: &c.rows}, nil
+	return &tallyConn{Conn: conn, n: &c.statements, rowsOf: c.RowsOf, rows: &c.rows, of: c.Of, matching: &c.matching}, nil
 }
 
 type tallyConn struct {
 	driver.Conn
-	n      *atomic.Int64
-	rowsOf string
-	rows   *atomic.Int64
+	n        *atomic.Int64
+	rowsOf   string
+	rows     *atomic.Int64
+	of       string
+	matching *atomic.Int64
+}
+
+// count counts statement q.
+func (c *tallyConn) count(q string) {
+	c.n.Add(1)
+	if c.of != "" && strings.Contains(q, c.of) {
+		c.matching.Add(1)
+	}
 }
 
 func (c *tallyConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	c.n.Add(1)
+	c.count(q)
 	rows, err := c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
 	if err != nil || c.rowsOf == "" || !strings.Contains(q, c.rowsOf) {
 		return rows, err
@@ -63,7 +78,7 @@ func (r tallyRows) Next(dest []driver.Value) error {
 }
 
 func (c *tallyConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	c.n.Add(1)
+	c.count(q)
 	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
 }
 
@@ -118,6 +133,9 @@ func (t tallyTx) Rollback() error { t.n.Add(1); return t.Tx.Rollback() }
 
 // Statements returns how many statements the connections have sent so far.
 func (c *StatementTally) Statements() int64 { return c.statements.Load() }
+
+// Matching returns how many statements whose text holds Of the connections have sent so far.
+func (c *StatementTally) Matching() int64 { return c.matching.Load() }
 
 // Rows returns how many rows the queries whose text holds RowsOf have returned so far.
 func (c *StatementTally) Rows() int64 { return c.rows.Load() }

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,9 +110,27 @@ func (s *Store) SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, ou
 		if err != nil {
 			return err
 		}
+		// Which of the heads' workers have room for the tasks promoted behind them is decided on
+		// their rows under SettleWorkers' lock. A worker the settling EventService knows to be full
+		// takes none of them (DraftWorkers.Room): it is not counted as promoting, and the tasks behind
+		// it are drafted as behind any worker with no room. The promotion itself checks the room of
+		// the others (guarded), unless a draft must know it first: then only the guess of the
+		// EventService's own workers is checked there, and the room of workers not its own is read
+		// before the draft (WorkersWithRoom). In the tasks benchmark's drains that read was a
+		// statement in every settlement.
+		mustRead := map[string]bool{}
 		for ref := range first {
-			if w := refWorker[ref]; w != "" {
-				books.Promoting(w)
+			w := refWorker[ref]
+			if w == "" {
+				continue
+			}
+			room, known := draftRoom(draft, w)
+			if known && !room {
+				continue
+			}
+			books.Promoting(w)
+			if chain && draft != nil && !known {
+				mustRead[w] = true
 			}
 		}
 		// The event workers' counts change here, in the transaction that settles their tasks, and
@@ -137,14 +156,27 @@ func (s *Store) SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, ou
 			}
 		}
 		out.Completed = completed
-		room, err := books.WithRoom(ctx, tx)
+		room, err := books.WithRoom(ctx, tx, func(w string) bool { return mustRead[w] })
 		if err != nil {
 			return err
 		}
-		workerOf := map[int64]string{}
+		// workerOf names each promoted task's worker as it is known now; guarded those whose worker's
+		// room the promotion checks (PromoteQueued's /*worker*/).
+		workerOf, guarded := map[int64]string{}, map[int64]string{}
 		for ref, h := range first {
-			if w := refWorker[ref]; room[w] {
+			w := refWorker[ref]
+			if w == "" {
+				continue
+			}
+			if r, known := draftRoom(draft, w); known && !r {
+				continue
+			}
+			switch {
+			case room[w]:
 				workerOf[h.id] = w
+			case !mustRead[w]:
+				workerOf[h.id] = w
+				guarded[h.id] = w
 			}
 		}
 		// A bulk retry's held frontier is promoted pending, keeping its hold, and not handed on to
@@ -161,15 +193,38 @@ func (s *Store) SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, ou
 		if chain && draft != nil {
 			// The tasks handed on behind a worker with no room join the workers drafted for them,
 			// written here, after the heads' workers (SettleWorkers): see WriteDraft's lock order.
-			if err := writeDraft(ctx, tx, draft, handed, settledRefs, workerOf); err != nil {
+			grown, err := writeDraft(ctx, tx, draft, handed, settledRefs, workerOf)
+			if err != nil {
 				return err
 			}
+			// A guessed room the draft grew is certain: GrowWorkers grows only a live worker of this
+			// agent with room, and this transaction has held the worker's row since SettleWorkers, so
+			// it had room there. Checked in the promotion it would be read after its growth, which may
+			// have filled it.
+			for id, w := range guarded {
+				if grown[w] {
+					delete(guarded, id)
+				}
+			}
 		}
-		if _, err := promote(ctx, tx, c, heldFirst, workerOf, false); err != nil {
+		if _, err := promote(ctx, tx, c, heldFirst, workerOf, guarded, false); err != nil {
 			return err
 		}
-		out.Next, err = promote(ctx, tx, c, handed, workerOf, chain)
-		return err
+		out.Next, err = promote(ctx, tx, c, handed, workerOf, guarded, chain)
+		if err != nil || !chain || draft == nil {
+			return err
+		}
+		// A guessed room the promotion found gone (the worker was adopted, and filled, by another
+		// agent): its task joined none. Rolled back and run again without the guess, so that the
+		// task is drafted in this transaction, as behind any worker with no room. (A held frontier,
+		// promoted pending, that found it gone joins none, as behind any full worker, and is given
+		// one by the claim that delivers it.)
+		for _, n := range out.Next {
+			if w, ok := guarded[n.ID]; ok && (n.Task == nil || n.Task.WorkerID == "") {
+				return &exactlyonce.WorkerConflictError{WorkerID: w}
+			}
+		}
+		return nil
 	})
 	var conflict *exactlyonce.WorkerConflictError
 	if errors.As(err, &conflict) {
@@ -181,11 +236,19 @@ func (s *Store) SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, ou
 	return out, nil
 }
 
+// draftRoom is what draft's EventService knows of worker w's room (DraftWorkers.Room).
+func draftRoom(draft *exactlyonce.DraftWorkers, w string) (room, known bool) {
+	if draft == nil || draft.Room == nil {
+		return false, false
+	}
+	return draft.Room(w)
+}
+
 // writeDraft has draft's EventService draft the event workers of the promoted tasks (first) that
 // join none of their heads' (workerOf), writes the draft in tx, and adds the drafted workers to
-// workerOf for the promotion.
+// workerOf for the promotion. It returns the workers the draft grew.
 func writeDraft(ctx context.Context, tx *sql.Tx, draft *exactlyonce.DraftWorkers, first map[string]queuedTask,
-	hashes map[string]uint32, workerOf map[int64]string) error {
+	hashes map[string]uint32, workerOf map[int64]string) (map[string]bool, error) {
 	var bare []exactlyonce.Event
 	for ref, h := range first {
 		if _, ok := workerOf[h.id]; !ok {
@@ -198,14 +261,18 @@ func writeDraft(ctx context.Context, tx *sql.Tx, draft *exactlyonce.DraftWorkers
 	slices.SortFunc(bare, func(x, y exactlyonce.Event) int { return cmp.Compare(x.ID, y.ID) })
 	a := draft.Draft(bare)
 	if err := agentstore.WriteDraft(ctx, tx, draft.Agent, a); err != nil {
-		return err
+		return nil, err
 	}
 	for w, ids := range a.Tasks {
 		for _, id := range ids {
 			workerOf[id] = w
 		}
 	}
-	return nil
+	grown := map[string]bool{}
+	for _, g := range a.Grow {
+		grown[g.ID] = true
+	}
+	return grown, nil
 }
 
 func insertAttempts(ctx context.Context, tx *sql.Tx, claimID string, outcomes []exactlyonce.TaskOutcome) error {
@@ -266,8 +333,10 @@ func queuedFirst(ctx context.Context, tx *sql.Tx, refs map[string]uint32) (map[s
 
 // promote hands each reference on to its first queued task (first): pending, or, with chain,
 // leased to c and returned. A promoted task joins the event worker workerOf names (its head's, when
-// that worker has room), else none.
-func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, first map[string]queuedTask, workerOf map[int64]string, chain bool) ([]exactlyonce.Event, error) {
+// that worker has room, or a drafted one), else none; a task in guarded joins it only if the worker
+// still has room (a live worker that is not full, read in the statement), else none.
+func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, first map[string]queuedTask, workerOf, guarded map[int64]string,
+	chain bool) ([]exactlyonce.Event, error) {
 	if len(first) == 0 {
 		return nil, nil
 	}
@@ -283,12 +352,24 @@ func promote(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, first map[str
 	worker := "worker_id"
 	if len(workerOf) > 0 {
 		var b strings.Builder
-		b.WriteString("CASE id")
+		b.WriteString("CASE")
 		for _, id := range ids {
-			if w, ok := workerOf[id]; ok {
-				b.WriteString(" WHEN ? THEN ?")
+			if w, ok := workerOf[id]; ok && guarded[id] == "" {
+				b.WriteString(" WHEN id = ? THEN ?")
 				pre = append(pre, id, w)
 			}
+		}
+		// The guarded tasks, one branch per worker: its tasks, and the worker if it has room
+		// (WorkerIfRoom), else NULL.
+		byWorker := map[string][]int64{}
+		for _, id := range ids {
+			if w := guarded[id]; w != "" {
+				byWorker[w] = append(byWorker[w], id)
+			}
+		}
+		for _, w := range slices.Sorted(maps.Keys(byWorker)) {
+			b.WriteString(" WHEN id IN (" + mysql.Placeholders(len(byWorker[w])) + ") THEN (" + agentstore.WorkerIfRoom + ")")
+			pre = append(append(pre, mysql.IDArgs(byWorker[w])...), w)
 		}
 		b.WriteString(" ELSE worker_id END")
 		worker = b.String()

@@ -96,9 +96,12 @@ WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY
 -- references in flight. Locks the promoted rows, after the event workers' rows the settlement
 -- locked (SettleWorkers): no transaction that holds a queued task's row waits for an event worker's
 -- (creates and retries touch no event worker), so the order cannot deadlock. /*worker*/ names each
--- promoted task's event worker: its reference's (the settled head's) if that event worker has room
--- (WorkersWithRoom), `CASE id WHEN ? THEN ? ... ELSE worker_id END`, or `worker_id` (NULL: a queued
--- task has none) when none has; a task promoted behind a full event worker joins none, and the EventService
+-- promoted task's event worker: its reference's (the settled head's) if that event worker has room,
+-- `CASE WHEN id = ? THEN ? ... ELSE worker_id END`, where the room is known (WorkersWithRoom read it, or
+-- a drafted growth proved it), or `WHEN id IN (...) THEN (agentstore's WorkerIfRoom)` per worker, the
+-- worker if it has room, else NULL, where the statement decides it (a consistent read of rows
+-- SettleWorkers locked: no lock, no wait); or `worker_id` (NULL: a queued task has none) when none
+-- has; a task promoted behind a full event worker joins none, and the EventService
 -- of whoever delivers it gives it one with room: when the settlement hands it on to its own claim
 -- (PromoteQueuedLeased), the settling EventService's draft, written in this transaction
 -- (agentstore's WriteDraft), and named here in the same CASE. A bulk retry's held frontier
