@@ -100,7 +100,7 @@ func (s *stage[Req, Res]) release() {
 		g := s.g
 		g.mu.Lock()
 		g.first--
-		if g.canStart() {
+		if g.Staged && g.canStart() {
 			g.active++
 			g.first++
 			go g.flush()
