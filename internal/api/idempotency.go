@@ -216,7 +216,7 @@ func (s *Server) keyGroups(store KeyStore) *keyGroups {
 			flights: map[[32]byte]*flight{}}
 		g.group = groupcommit.Group[*flight, exactlyonce.KeyedResult]{Run: g.run,
 			MaxRows: min(ag.max, exactlyonce.MaxKeyedGroup), MaxBytes: maxKeyedGroupBytes, Size: keyedSize,
-			Flushers: max(ag.slots, keyedGroupsInFlight), Staged: true, Inline: ag.inline,
+			Flushers: max(ag.slots, keyedGroupsInFlight), Staged: true, ShareAt: keyedShareAt, Inline: ag.inline,
 			Timeout: groupTimeout + g.opt.Wait,
 			Context: func() context.Context { return metrics.With(context.Background(), ag.rec) }}
 		s.keys = g
@@ -224,11 +224,20 @@ func (s *Server) keyGroups(store KeyStore) *keyGroups {
 	return s.keys
 }
 
-// keyedGroupsInFlight is the most keyed groups of a process at once: one running its statements
-// and the others waiting for their COMMITs (groupcommit.Group.Staged). A commit waits for the
-// database's log flush, which concurrent commits share: with one group at a time, the flush was
-// most of a group's time, and the requests that came meanwhile waited for it idle.
+// keyedGroupsInFlight is the most keyed groups of a process at once: one or two running their
+// statements (keyedShareAt) and the others waiting for their COMMITs (groupcommit.Group.Staged). A
+// commit waits for the database's log flush, which concurrent commits share: with one group at a
+// time, the flush was most of a group's time, and the requests that came meanwhile waited for it
+// idle.
 const keyedGroupsInFlight = 4
+
+// keyedShareAt is how many keyed creates must wait before a second group runs its statements beside
+// the one running them (groupcommit.Group.ShareAt). With one group at a time, each request waited
+// for the statements of the group before its own, and at 64 clients the statements of one group
+// were the bound; a second group of at least 8 pays for its statements about as well as the first
+// (a group of fresh keys is four round trips however many it holds), where free-running flushers
+// made groups of one or two.
+const keyedShareAt = 8
 
 // maxKeyedGroupBytes bounds the bytes the creates of one keyed group carry (keyedSize): a keyed
 // task create carries up to exactlyonce.MaxTaskPayloadBytes, and a group of
@@ -249,11 +258,12 @@ func keyedSize(f *flight) (rows, bytes int) {
 // internal/groupcommit): the creates that arrive while a group is being stored wait for the next,
 // which is one transaction for all of them (a group of fresh keys is a transaction of four round
 // trips, its COMMIT included, which the group shares), each of at most exactlyonce.MaxKeyedGroup
-// creates and maxKeyedGroupBytes of values and tasks. One group at a time runs its statements; once
-// only its COMMIT is left (the store calls groupcommit.Release), the next group gathers what waits
-// and runs beside it, up to keyedGroupsInFlight groups at once (groupcommit.Group.Staged): the
-// commits then share the database's log flushes. Free-running flushers (2 and 4, measured) were
-// slower at 16 clients: they split the requests into smaller groups.
+// creates and maxKeyedGroupBytes of values and tasks. One group at a time runs its statements, or
+// two once keyedShareAt creates wait; once only its COMMIT is left (the store calls
+// groupcommit.Release), the next group gathers what waits and runs beside it, up to
+// keyedGroupsInFlight groups at once (groupcommit.Group.Staged): the commits then share the
+// database's log flushes. Free-running flushers (2 and 4, measured) were slower at 16 clients:
+// they split the requests into smaller groups.
 // Inline (on Lambda), each create is its own group, in its request's goroutine.
 //
 // Two requests of this process with one key are never in one group: the second waits for the

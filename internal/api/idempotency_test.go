@@ -2,7 +2,9 @@ package api_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/keystore"
 	"github.com/exactlyonce/exactlyonce/internal/openapitest"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -106,6 +110,56 @@ func TestConcurrentRequestsWithOneKeyStoreOneEvent(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Invariant: many concurrent clients, each key sent by three of them and every key in one of three
+// buckets, store one event per key and get one answer per key (one original, the others replays),
+// while the process's keyed groups run their statements two at a time (keyedShareAt: 64 clients
+// keep more than 8 creates waiting), so that two groups lock the same buckets at once.
+func TestConcurrentGroupsWithKeysOfSharedBucketsStoreOneEventPerKey(t *testing.T) {
+	t.Parallel()
+	b, _ := keyedServer(t, api.Idempotency{Wait: time.Minute}, api.AsyncGroup{})
+	const perKey, clients = 3, 64
+	var keys []string
+	for i := 0; len(keys) < 3*(clients/perKey/3+1); i++ {
+		k := fmt.Sprint("shared-", i)
+		h := exactlyonce.KeyHash("", k)
+		if binary.BigEndian.Uint32(h[:4])%keystore.KeyBuckets < 3 {
+			keys = append(keys, k)
+		}
+	}
+	total := 0
+	for round := range 3 {
+		answers := map[string][]keyedAnswer{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range clients {
+			key := fmt.Sprintf("%s-r%d", keys[(i/perKey)%len(keys)], round)
+			wg.Go(func() {
+				<-start
+				a := postKeyed(t, b.srv.URL, "/events", key, "")
+				mu.Lock()
+				answers[key] = append(answers[key], a)
+				mu.Unlock()
+			})
+		}
+		close(start)
+		wg.Wait()
+		for key, as := range answers {
+			originals := 0
+			for _, a := range as {
+				require.Equal(t, http.StatusCreated, a.status, a.body)
+				require.Equal(t, as[0].body, a.body, "%s: every answer the same, byte for byte", key)
+				if a.replayed == "" {
+					originals++
+				}
+			}
+			require.Equal(t, 1, originals, "%s: one original", key)
+		}
+		total += len(answers)
+		require.EqualValues(t, total, count(t, b), "one event per key")
 	}
 }
 

@@ -50,6 +50,13 @@ type Group[Req, Res any] struct {
 	// flusher, where free-running flushers would split the callers into smaller batches.
 	Staged bool
 
+	// ShareAt, when positive with Staged, lets a second batch into the first stage beside the one
+	// there once at least ShareAt requests wait (and Flushers allows): a batch of that many pays
+	// for its statements as well as one taken when the stage frees, and its callers no longer wait
+	// for the statements of a batch they are not in. At most two batches are in the first stage.
+	// Zero: one at a time.
+	ShareAt int
+
 	// Timeout, when positive, bounds each batch's Run.
 	Timeout time.Duration
 	// Context returns the context a flusher's batch runs on (Timeout is added to it). Nil:
@@ -93,7 +100,7 @@ func (s *stage[Req, Res]) release() {
 		g := s.g
 		g.mu.Lock()
 		g.first--
-		if g.Staged && len(g.waiting) > 0 && g.first == 0 && g.active < max(g.Flushers, 1) {
+		if g.Staged && g.canStart() {
 			g.active++
 			g.first++
 			go g.flush()
@@ -126,7 +133,7 @@ func (g *Group[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	c := &call[Req, Res]{req: req, done: make(chan struct{})}
 	g.mu.Lock()
 	g.waiting = append(g.waiting, c)
-	if g.active < max(g.Flushers, 1) && (!g.Staged || g.first == 0) {
+	if g.canStart() {
 		g.active++
 		g.first++
 		go g.flush()
@@ -181,7 +188,7 @@ func (g *Group[Req, Res]) flush() {
 		cancel()
 		st.release()
 		g.mu.Lock()
-		if g.Staged && g.first > 0 {
+		if g.Staged && !g.mayEnterFirst() {
 			// Another flusher is in its first stage: it takes what waits.
 			g.active--
 			g.mu.Unlock()
@@ -190,6 +197,18 @@ func (g *Group[Req, Res]) flush() {
 		g.first++
 		g.mu.Unlock()
 	}
+}
+
+// canStart says whether a new flusher may start: something waits, Flushers allows one more, and,
+// Staged, the first stage takes another batch. g.mu is held.
+func (g *Group[Req, Res]) canStart() bool {
+	return len(g.waiting) > 0 && g.active < max(g.Flushers, 1) && (!g.Staged || g.mayEnterFirst())
+}
+
+// mayEnterFirst says whether a Staged batch may enter the first stage now: none is there, or one
+// is and ShareAt requests wait. g.mu is held.
+func (g *Group[Req, Res]) mayEnterFirst() bool {
+	return g.first == 0 || g.ShareAt > 0 && g.first < 2 && len(g.waiting) >= g.ShareAt
 }
 
 // fits returns how many of the waiting requests the next batch takes: the first, and those after

@@ -405,3 +405,115 @@ func TestStagedConcurrentCallers(t *testing.T) {
 		t.Errorf("%d requests left waiting", g.Waiting())
 	}
 }
+
+// Staged with ShareAt, a second batch enters the first stage beside the one there once ShareAt
+// requests wait, not before; and no third batch enters while two are there, however many wait.
+func TestStagedSecondBatchSharesTheFirstStageOnceShareAtWait(t *testing.T) {
+	t.Parallel()
+	entered, finish := make(chan []int, 8), make(chan struct{})
+	g := &groupcommit.Group[int, int]{Staged: true, Flushers: 4, ShareAt: 3, Run: func(ctx context.Context, batch []int) ([]int, error) {
+		entered <- slices.Clone(batch)
+		<-finish // no Release: every batch holds the first stage until it returns
+		return slices.Clone(batch), nil
+	}}
+	answers := make(chan answer, 10)
+	do := func(r int) {
+		go func() {
+			res, err := g.Do(context.Background(), r)
+			answers <- answer{r, res, err}
+		}()
+	}
+	nothingEntered := func(why string) {
+		t.Helper()
+		select {
+		case b := <-entered:
+			t.Fatalf("batch %v entered %s", b, why)
+		default:
+		}
+	}
+	do(1)
+	if b := <-entered; !slices.Equal(b, []int{1}) {
+		t.Fatalf("first batch %v", b)
+	}
+	do(2)
+	do(3)
+	testutil.Eventually(t, 10*time.Second, "two requests wait", func() bool { return g.Waiting() == 2 })
+	nothingEntered("with two waiting, fewer than ShareAt")
+	do(4)
+	var b []int
+	select {
+	case b = <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no second batch in the first stage with ShareAt requests waiting")
+	}
+	slices.Sort(b)
+	if !slices.Equal(b, []int{2, 3, 4}) {
+		t.Fatalf("second batch %v, want [2 3 4]", b)
+	}
+	for r := 5; r <= 8; r++ {
+		do(r)
+	}
+	testutil.Eventually(t, 10*time.Second, "four requests wait", func() bool { return g.Waiting() == 4 })
+	nothingEntered("while two batches are in the first stage")
+	close(finish)
+	for range 8 {
+		if a := <-answers; a.err != nil || a.res != a.req {
+			t.Errorf("answer %+v", a)
+		}
+	}
+}
+
+// Staged with ShareAt, under many callers: each gets its own result once, at most two batches are
+// before their Release at any time, at most Flushers run at once, and none is left waiting.
+func TestStagedSharedConcurrentCallers(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	running, first, most, mostFirst := 0, 0, 0, 0
+	ran := map[int]int{}
+	g := &groupcommit.Group[int, int]{MaxRows: 7, Flushers: 3, Staged: true, ShareAt: 4}
+	g.Run = func(ctx context.Context, batch []int) ([]int, error) {
+		mu.Lock()
+		running, first = running+1, first+1
+		most, mostFirst = max(most, running), max(mostFirst, first)
+		for _, r := range batch {
+			ran[r]++
+		}
+		mu.Unlock()
+		time.Sleep(200 * time.Microsecond)
+		mu.Lock()
+		first--
+		mu.Unlock()
+		if len(batch)%2 == 0 {
+			groupcommit.Release(ctx)
+		}
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return slices.Clone(batch), nil
+	}
+	const callers = 400
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for r := range callers {
+		wg.Go(func() {
+			<-start
+			if res, err := g.Do(context.Background(), r); err != nil || res != r {
+				t.Errorf("request %d: got %d, %v", r, res, err)
+			}
+		})
+	}
+	close(start)
+	waitAll(t, g, &wg)
+	for r := range callers {
+		if ran[r] != 1 {
+			t.Errorf("request %d ran %d times", r, ran[r])
+		}
+	}
+	if most > 3 || mostFirst > 2 {
+		t.Errorf("%d batches at once, %d before their Release; want at most 3 and 2", most, mostFirst)
+	}
+	if g.Waiting() != 0 {
+		t.Errorf("%d requests left waiting", g.Waiting())
+	}
+}

@@ -9,9 +9,8 @@
 
 -- name: FreshKeyBuckets
 -- The fast path of a group whose keys are all fresh, the common case: it locks and appends to the
--- buckets whose directories show none of the group's keys (/*fresh*/: one WHEN ? THEN
--- LOCATE(?, directory) = 0 AND ... AND <the oldest entry expired less than a quarter of the TTL
--- ago> per bucket) and leaves the others unlocked and unchanged: at READ COMMITTED an UPDATE
+-- buckets whose directories show none of the group's keys and whose oldest entry expired less than
+-- a quarter of the TTL ago, and leaves the others unlocked and unchanged: at READ COMMITTED an UPDATE
 -- evaluates its WHERE on the last committed version of a row another transaction holds, waits
 -- only if that version matches, and evaluates it again, on what that transaction committed, once
 -- it has the lock; a row that does not match is released. So a duplicate in flight elsewhere
@@ -19,9 +18,12 @@
 -- bucket changed (the affected rows), no key was stored, and the group goes on to insert its
 -- events and keys without reading a directory; when none changed, the careful path (below) runs
 -- in the same transaction; when some did, the transaction is rolled back and run again carefully.
--- /*cases*/ as in LockKeyBuckets.
-UPDATE idempotency_buckets SET directory = CONCAT(directory, CASE bucket /*cases*/ END)
-WHERE bucket IN (/*ids*/) AND CASE bucket /*fresh*/ END;
+-- /*cases*/ as in LockKeyBuckets; /*fresh*/ is one WHEN ? THEN LOCATE(?, directory) = 0 [AND ...]
+-- per bucket; the test of the oldest entry, the same for every bucket, is written once.
+UPDATE idempotency_buckets
+SET directory = CONCAT(directory, CASE bucket /*cases*/ END, UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))+?),8,0)))
+WHERE bucket IN (/*ids*/) AND (directory = '' OR SUBSTRING(directory, 5, 4) >= UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))-?),8,0)))
+  AND CASE bucket /*fresh*/ END;
 
 -- name: LockKeyBuckets
 -- The careful path's lock, which makes a key unique without a unique index: every transaction that
@@ -35,10 +37,16 @@ WHERE bucket IN (/*ids*/) AND CASE bucket /*fresh*/ END;
 -- scans. The same statement appends each key's directory entry (4 bytes of its hash, its expiry
 -- from the database's clock: NOW(6) plus the TTL's seconds, rounded up), optimistically: if the
 -- directory already held the key, the transaction reads the stored answer and, for a group with
--- nothing fresh, rolls back, taking the entry out again. /*cases*/ is one WHEN ? THEN CONCAT(...)
--- per bucket. Rows are locked in the order of the scan (partition, then row), the same for every
+-- nothing fresh, rolls back, taking the entry out again. Every entry a statement appends has the
+-- same expiry (NOW(6) is one instant for the whole statement), written once, at the end: /*cases*/
+-- is one WHEN ? THEN ? per bucket, its key's 4 bytes, or, for a bucket with several new keys,
+-- WHEN ? THEN CONCAT(?, <expiry>, ?) (every entry but the last with its expiry), so that the
+-- statement's text, which the server parses for every group, grows by about 20 bytes a key and
+-- not 300. Rows are locked in the order of the scan (partition, then row), the same for every
 -- transaction, so lockers of several buckets cannot deadlock each other.
-UPDATE idempotency_buckets SET directory = CONCAT(directory, CASE bucket /*cases*/ END) WHERE bucket IN (/*ids*/);
+UPDATE idempotency_buckets
+SET directory = CONCAT(directory, CASE bucket /*cases*/ END, UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))+?),8,0)))
+WHERE bucket IN (/*ids*/);
 
 -- name: ReadKeyBuckets
 -- The locked buckets' directories as this transaction left them (what was committed, then its own

@@ -326,6 +326,63 @@ func TestKeyDirectoriesHoldOneEntryPerStoredKey(t *testing.T) {
 	require.Equal(t, again[0].Record.EventID, replay[0].Record.EventID, "the row that expires last answers")
 }
 
+// Invariant: every entry a group appends to a directory is its key's 4 bytes and the group's one
+// expiry, by either path, however many of the group's keys share a bucket: three keys of one
+// bucket and one of another, fresh (FreshKeyBuckets), then one more of the first bucket beside a
+// repeat (the careful path, LockKeyBuckets), each found stored afterwards.
+func TestKeyEntriesOfOneGroupShareItsExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	b := bucketOf("shared")
+	keys := keysInBucket(t, b, 4)
+	lone := keysInBucket(t, (b+7)%keystore.KeyBuckets, 1)[0]
+	name := func(k string) []byte { h := exactlyonce.KeyHash("", k); return h[8:12] }
+	check := func(d []byte, want []string) {
+		t.Helper()
+		require.Len(t, d, 8*len(want))
+		for i, k := range want {
+			require.Equal(t, name(k), d[8*i:8*i+4], "entry %d is %s's", i, k)
+			require.Equal(t, d[4:8], d[8*i+4:8*i+8], "entry %d has the group's expiry", i)
+		}
+		var exp time.Time
+		require.NoError(t, store.DB.Pool().QueryRowContext(ctx, "SELECT MAX(expires_at) FROM idempotency_keys WHERE bucket = ?", b).Scan(&exp))
+		entry := int64(binary.BigEndian.Uint32(d[len(d)-4:]))
+		require.GreaterOrEqual(t, exp.Unix(), entry, "a key's row never expires before its entry")
+		require.LessOrEqual(t, exp.Unix(), entry+2, "nor long after it")
+	}
+
+	first, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", keys[0], false, "x"),
+		keyed("", lone, false, "x"), keyed("", keys[1], true, "x"), keyed("", keys[2], false, "x")})
+	require.NoError(t, err)
+	for _, r := range first {
+		require.True(t, r.Created)
+	}
+	check(directory(t, store, b), keys[:3])
+	d := directory(t, store, (b+7)%keystore.KeyBuckets)
+	require.Equal(t, name(lone), d[:4])
+	require.Len(t, d, 8)
+
+	// A repeat beside a fresh key of the bucket: the careful path, which appends the same way
+	// and then takes the repeat's entry out again.
+	mixed, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", keys[3], false, "x"), keyed("", keys[0], false, "x")})
+	require.NoError(t, err)
+	require.True(t, mixed[0].Created)
+	require.False(t, mixed[1].Created)
+	require.Equal(t, first[0].Record.EventID, mixed[1].Record.EventID)
+	d = directory(t, store, b)
+	require.Len(t, d, 32)
+	require.Equal(t, name(keys[3]), d[24:28])
+	for _, k := range append(keys, lone) {
+		again, err := store.Keys.CreateKeyed(ctx, keyOpts, []exactlyonce.KeyedCreate{keyed("", k, false, "x")})
+		require.NoError(t, err)
+		require.False(t, again[0].Created, "%s is stored", k)
+	}
+	n, err := store.Events.Count(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n, "one event per key")
+}
+
 // A keyed group lets the next one start (groupcommit.Release) once only its COMMIT is left, so that
 // a process's groups overlap in their commits: here a second group runs, and stores its key, while
 // the first group's Run has not returned; both keys are stored once, each with its event.

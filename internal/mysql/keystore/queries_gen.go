@@ -5,9 +5,13 @@ package keystore
 
 // queries holds the statements of idempotency.sql.
 var queries = queryTexts{
-	FreshKeyBuckets: `UPDATE idempotency_buckets SET directory = CONCAT(directory, CASE bucket /*cases*/ END)
-WHERE bucket IN (/*ids*/) AND CASE bucket /*fresh*/ END`,
-	LockKeyBuckets: `UPDATE idempotency_buckets SET directory = CONCAT(directory, CASE bucket /*cases*/ END) WHERE bucket IN (/*ids*/)`,
+	FreshKeyBuckets: `UPDATE idempotency_buckets
+SET directory = CONCAT(directory, CASE bucket /*cases*/ END, UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))+?),8,0)))
+WHERE bucket IN (/*ids*/) AND (directory = '' OR SUBSTRING(directory, 5, 4) >= UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))-?),8,0)))
+  AND CASE bucket /*fresh*/ END`,
+	LockKeyBuckets: `UPDATE idempotency_buckets
+SET directory = CONCAT(directory, CASE bucket /*cases*/ END, UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))+?),8,0)))
+WHERE bucket IN (/*ids*/)`,
 	ReadKeyBuckets: `SELECT bucket, directory, NOW(6) FROM idempotency_buckets WHERE bucket IN (/*ids*/)`,
 	FindKeys: `SELECT key_hash, fingerprint, status, body, event_id, expires_at FROM idempotency_keys
 WHERE bucket IN (/*ids*/) AND key_hash IN (/*hashes*/) AND expires_at > ?`,

@@ -27,51 +27,65 @@ func keyCount(appended map[int64][]exactlyonce.KeyedCreate) int {
 // expired for more than a quarter of the TTL (else the careful path rewrites it). ok is false when
 // the statement would pass maxKeyStatement: the careful path's statements are smaller.
 func freshStatement(buckets []int64, appended map[int64][]exactlyonce.KeyedCreate, ttlSeconds int64) (string, []any, bool) {
-	var cases, checks []string
-	var args, checkArgs []any
+	cases, args := appendCases(buckets, appended, ttlSeconds)
+	checks := make([]string, 0, len(buckets))
+	var checkArgs []any
 	for _, b := range buckets {
-		parts := make([]string, 0, 2*len(appended[b]))
-		absent := make([]string, 0, len(appended[b])+1)
-		args = append(args, b)
+		absent := make([]string, 0, len(appended[b]))
 		checkArgs = append(checkArgs, b)
 		for _, c := range appended[b] {
-			parts = append(parts, "?", entryExpiry)
-			args = append(args, keyBuckets.Entry.Name(c.Key), ttlSeconds)
 			absent = append(absent, "LOCATE(?, directory) = 0")
 			checkArgs = append(checkArgs, keyBuckets.Entry.Name(c.Key))
 		}
-		absent = append(absent, "(directory = '' OR SUBSTRING(directory, 5, 4) >= "+entryStale+")")
-		checkArgs = append(checkArgs, ttlSeconds/4)
-		cases = append(cases, "WHEN ? THEN CONCAT("+strings.Join(parts, ", ")+")")
 		checks = append(checks, "WHEN ? THEN "+strings.Join(absent, " AND "))
 	}
-	q := strings.Replace(queries.FreshKeyBuckets, "/*cases*/", strings.Join(cases, " "), 1)
+	q := strings.Replace(queries.FreshKeyBuckets, "/*cases*/", cases, 1)
 	q = strings.Replace(q, "/*fresh*/", strings.Join(checks, " "), 1)
 	q, bucketArgs := mysql.ExpandIDs(q, buckets)
-	all := append(append(args, bucketArgs...), checkArgs...)
+	// In the order of the text: the cases and the expiry, the bucket ids, the oldest entry's
+	// bound, the checks.
+	all := append(append(append(args, bucketArgs...), ttlSeconds/4), checkArgs...)
 	return q, all, len(q)+interpolatedSize(all) <= maxKeyStatement
 }
 
-// entryStale is the SQL of the expiry, as a directory holds it, a quarter of the TTL ago (the one
-// ? it holds: the TTL's seconds / 4).
-const entryStale = "UNHEX(LPAD(HEX(CEIL(UNIX_TIMESTAMP(NOW(6)))-?),8,0))"
+// appendCases is the /*cases*/ of FreshKeyBuckets and LockKeyBuckets, with their arguments and the
+// TTL's seconds for the expiry the statement ends the appended bytes with: each bucket's new keys'
+// 4 bytes, every one but the last followed by its expiry (entryExpiry), the same for every entry
+// of the statement.
+func appendCases(buckets []int64, appended map[int64][]exactlyonce.KeyedCreate, ttlSeconds int64) (string, []any) {
+	var b strings.Builder
+	var args []any
+	for _, bk := range buckets {
+		args = append(args, bk)
+		cs := appended[bk]
+		if len(cs) == 1 {
+			b.WriteString(" WHEN ? THEN ?")
+			args = append(args, keyBuckets.Entry.Name(cs[0].Key))
+			continue
+		}
+		b.WriteString(" WHEN ? THEN CONCAT(")
+		for i, c := range cs {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("?")
+			args = append(args, keyBuckets.Entry.Name(c.Key))
+			if i < len(cs)-1 {
+				b.WriteString(", " + entryExpiry)
+				args = append(args, ttlSeconds)
+			}
+		}
+		b.WriteString(")")
+	}
+	return b.String(), append(args, ttlSeconds)
+}
 
 // lockStatement is LockKeyBuckets for buckets, appending each bucket's new entries: one statement,
 // so that every transaction locks the rows in the order of one scan. A group of
 // exactlyonce.MaxKeyedGroup keys keeps it under 12 KB (TestKeyedStatementsStayUnder16KB).
 func lockStatement(buckets []int64, appended map[int64][]exactlyonce.KeyedCreate, ttlSeconds int64) (string, []any) {
-	var cases []string
-	var args []any
-	for _, b := range buckets {
-		parts := make([]string, 0, 2*len(appended[b]))
-		args = append(args, b)
-		for _, c := range appended[b] {
-			parts = append(parts, "?", entryExpiry)
-			args = append(args, keyBuckets.Entry.Name(c.Key), ttlSeconds)
-		}
-		cases = append(cases, "WHEN ? THEN CONCAT("+strings.Join(parts, ", ")+")")
-	}
-	q, bucketArgs := mysql.ExpandIDs(strings.Replace(queries.LockKeyBuckets, "/*cases*/", strings.Join(cases, " "), 1), buckets)
+	cases, args := appendCases(buckets, appended, ttlSeconds)
+	q, bucketArgs := mysql.ExpandIDs(strings.Replace(queries.LockKeyBuckets, "/*cases*/", cases, 1), buckets)
 	return q, append(args, bucketArgs...)
 }
 

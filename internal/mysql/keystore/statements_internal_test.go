@@ -58,3 +58,30 @@ func TestKeyedStatementsStayUnder16KB(t *testing.T) {
 		t.Fatalf("answers of 4 KB: one row a statement, got %d statements for %d rows", statements, exactlyonce.MaxKeyedGroup)
 	}
 }
+
+// The server parses a group's bucket statement for every group, in the stage that one group at a
+// time runs (internal/api): its text grows by a few dozen bytes a key, not by an expiry expression
+// or two per key and an expiry test per bucket (about 290 bytes a key before, 2.3 KB for 8 keys).
+func TestBucketStatementsGrowByLittleAKey(t *testing.T) {
+	for _, size := range []int{1, 8, 32} {
+		appended := map[int64][]exactlyonce.KeyedCreate{}
+		var buckets []int64
+		for i := range size {
+			b := int64(i) * 40 // distinct buckets: the most cases
+			buckets = append(buckets, b)
+			appended[b] = append(appended[b], exactlyonce.KeyedCreate{Key: sha256.Sum256(fmt.Append(nil, i))})
+		}
+		fresh, freshArgs, ok := freshStatement(buckets, appended, 86400)
+		if !ok {
+			t.Fatalf("%d keys: the fresh path refused its own statement", size)
+		}
+		lock, lockArgs := lockStatement(buckets, appended, 86400)
+		for name, n := range map[string]int{"FreshKeyBuckets": statementSize(fresh, freshArgs) - len(queries.FreshKeyBuckets),
+			"LockKeyBuckets": statementSize(lock, lockArgs) - len(queries.LockKeyBuckets)} {
+			t.Logf("%s, %d keys: %d bytes beyond its text", name, size, n)
+			if n > 120*size {
+				t.Errorf("%s of %d keys in distinct buckets: %d bytes beyond its text, more than 120 a key", name, size, n)
+			}
+		}
+	}
+}
