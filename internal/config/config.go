@@ -59,6 +59,11 @@ const (
 	// a BIGINT (a block near its range made every create fail); a million ids a block is a thousand
 	// times the default, and still 9 * 10^12 blocks.
 	MaxBlockSize = 1_000_000
+	// MaxBlockMaxAge bounds ALLOCATOR_BLOCK_MAX_AGE: a block's ids come later than the ids after
+	// them by up to this much, and a late event holds its page of the packed history out of the
+	// archive for a retention window after it (docs/history.md); a day is the longest the default
+	// window (2h) makes sense with, and twelve times the largest window the docs suggest.
+	MaxBlockMaxAge = 24 * time.Hour
 	// MaxBatchSize bounds SWEEP_BATCH_SIZE and AGENT_BATCH_SIZE: a claim holds its events in memory
 	// and their rows locked in one transaction (the claim's slice is made at its size: larger sizes
 	// panicked or claimed for longer than a transaction may take). 20 times the sweeper's 500.
@@ -156,6 +161,9 @@ type Store struct {
 	// BlockSize is ALLOCATOR_BLOCK_SIZE: the ids the block allocator reserves per status-row
 	// transaction.
 	BlockSize int
+	// BlockMaxAge is ALLOCATOR_BLOCK_MAX_AGE: how long after it reserved a block the block
+	// allocator hands out its ids; the next create after that takes a fresh block.
+	BlockMaxAge time.Duration
 }
 
 // Processor configures the processor's visibility extension for slow batches
@@ -359,8 +367,9 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 			Migrate:      p.boolean("DB_MIGRATE"),
 		},
 		Store: Store{
-			Allocator: p.str("ALLOCATOR"),
-			BlockSize: p.integer("ALLOCATOR_BLOCK_SIZE", 1, MaxBlockSize),
+			Allocator:   p.str("ALLOCATOR"),
+			BlockSize:   p.integer("ALLOCATOR_BLOCK_SIZE", 1, MaxBlockSize),
+			BlockMaxAge: p.positiveUpTo("ALLOCATOR_BLOCK_MAX_AGE", MaxBlockMaxAge),
 		},
 		QueueURL: p.str("QUEUE_URL"),
 		Processor: Processor{

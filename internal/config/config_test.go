@@ -30,7 +30,8 @@ func TestAWSStyleConfiguration(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load(env(map[string]string{"DB_HOST": "proxy.example", "DB_USER": "admin", "DB_IAM_AUTH": "true",
 		"AWS_REGION": "eu-west-1", "QUEUE_URL": "https://sqs/123456789012/q", "ALLOCATOR": "literal", "LOG_LEVEL": "debug",
-		"DB_MIGRATE": "false", "DB_PORT": "3307", "DB_MAX_OPEN_CONNS": "8", "ALLOCATOR_BLOCK_SIZE": "64"}))
+		"DB_MIGRATE": "false", "DB_PORT": "3307", "DB_MAX_OPEN_CONNS": "8", "ALLOCATOR_BLOCK_SIZE": "64",
+		"ALLOCATOR_BLOCK_MAX_AGE": "90s"}))
 	require.NoError(t, err)
 	require.True(t, c.DB.IAMAuth)
 	require.False(t, c.DB.TLS)
@@ -40,7 +41,7 @@ func TestAWSStyleConfiguration(t *testing.T) {
 	require.Equal(t, 8, c.DB.MaxOpenConns)
 	require.Equal(t, new(false), c.DB.Migrate)
 	require.Equal(t, "https://sqs/123456789012/q", c.QueueURL)
-	require.Equal(t, config.Store{Allocator: "literal", BlockSize: 64}, c.Store)
+	require.Equal(t, config.Store{Allocator: "literal", BlockSize: 64, BlockMaxAge: 90 * time.Second}, c.Store)
 	require.Equal(t, slog.LevelDebug, c.LogLevel)
 
 	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "AWS_DEFAULT_REGION": "us-west-2"}))
@@ -203,6 +204,7 @@ func TestDurationsPastTheirComponentsAreRefused(t *testing.T) {
 		{"AGENT_PULSE_INTERVAL", 24 * time.Hour, []string{"25h", "1111111h"}},
 		{"AGENT_EXPIRATION", 24 * time.Hour, []string{"25h", "2562047h"}},
 		{"AGENT_POLL_INTERVAL", 24 * time.Hour, []string{"25h", "2562047h"}},
+		{"ALLOCATOR_BLOCK_MAX_AGE", 24 * time.Hour, []string{"24h0m1s", "2562047h"}},
 	} {
 		for _, v := range tc.tooLarge {
 			_, err := config.Load(env(map[string]string{"DB_DSN": "d", tc.k: v}))
@@ -497,7 +499,7 @@ func TestUnknownVariablesOfOwnedPrefixesAreRefused(t *testing.T) {
 		"SWEEP_BATCH_SIZE", "SWEEP_GRACE", "SWEEP_INTERVAL", "SWEEPER_SHARDS", "WEBHOOK_TIMEOUT", "WEBHOOK_ALLOW_LOOPBACK",
 		"WEBHOOK_ALLOW_PRIVATE", "VISIBILITY_HEARTBEAT", "IDEMPOTENCY_TTL", "IDEMPOTENCY_WAIT", "IDEMPOTENCY_REQUIRED",
 		"HISTORY_BUCKET", "MAPPING_CONCURRENCY", "MAPPING_BATCH_SIZE", "RETRY_BASE", "RETRY_MAX", "WORKER_MAX_REFERENCES",
-		"WORKER_RETENTION", "ALLOCATOR_BLOCK_SIZE", "PROCESSOR_TIMEOUT", "ASYNC_LINGER", "WEBHOOK_API_HOSTS"} {
+		"WORKER_RETENTION", "ALLOCATOR_BLOCK_SIZE", "ALLOCATOR_BLOCK_MAX_AGE", "PROCESSOR_TIMEOUT", "ASYNC_LINGER", "WEBHOOK_API_HOSTS"} {
 		known = append(known, k+"=")
 	}
 	_, err = config.LoadEnvironOf(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d"}), known)

@@ -41,7 +41,8 @@ func TestEveryTypedVariableReadsOddValuesOneWay(t *testing.T) {
 	durations := kind{
 		names: []string{"VISIBILITY_HEARTBEAT", "VISIBILITY_EXTENSION", "SWEEP_GRACE", "AGENT_PULSE_INTERVAL", "AGENT_EXPIRATION",
 			"AGENT_POLL_INTERVAL", "IDEMPOTENCY_TTL", "IDEMPOTENCY_WAIT", "WEBHOOK_TIMEOUT", "RETRY_BASE", "RETRY_MAX",
-			"WORKER_RETENTION", "HISTORY_RETENTION", "PROCESSOR_TIMEOUT", "ASYNC_LINGER", "SWEEP_INTERVAL"},
+			"WORKER_RETENTION", "HISTORY_RETENTION", "PROCESSOR_TIMEOUT", "ASYNC_LINGER", "SWEEP_INTERVAL",
+			"ALLOCATOR_BLOCK_MAX_AGE"},
 		good: []string{"5s", " 5s", "5s ", "1m30s", "1.5s", "+5s", "500ms"},
 		bad:  []string{"5", "10", "-5s", "-1ns", "5 s", "5S", "5sec", "five seconds", "1e3s", "P5S", "5s5", "0x5s", "\"5s\""},
 	}

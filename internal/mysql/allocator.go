@@ -14,8 +14,10 @@ const (
 	// AllocatorBlock reserves BlockSize ids per status-row transaction and hands them out from memory,
 	// reserving the next block when half of the current one is used, so that no writer waits for
 	// the counter. The counter's lock is held for one short transaction per block instead of one per
-	// event. Trade-off: ids reserved by a process that stops are never used (gaps of up to one and a
-	// half blocks per process), and ids are not in creation order across processes.
+	// event. A block reserved more than BlockMaxAge ago is dropped at the next create, which
+	// reserves a fresh one. Trade-off: ids reserved by a process that stops, or dropped for their
+	// age, are never used (gaps of up to one and a half blocks per process, and per drop), and ids
+	// are not in creation order across processes.
 	AllocatorBlock = "block"
 	// AllocatorLiteral is the seed's shape: one transaction locks the status row, advances it by one
 	// and inserts the event, so the counter's lock is held through the insert and the commit. Dense,
@@ -29,6 +31,20 @@ const (
 // 10,000-20,000 inserts/s per process, a reservation every 50-100 ms, with the other half block
 // (25-50 ms of inserts) as headroom while the next one is reserved (docs/performance.md).
 const DefaultBlockSize = 1024
+
+// DefaultBlockMaxAge is how long AllocatorBlock hands out the ids of a block after it reserved it:
+// at the first create after that, the block (and the one reserved ahead) is dropped, its unused ids
+// become gaps, and a fresh block is reserved. Without it, a process that creates rarely (an API's
+// Lambda execution environment serving a request every few minutes) used one block for hours, each
+// of its events a late event of a page packed, and moved to the archive, long before: every one
+// made the page young again and stopped the archive's move there for a retention window
+// (docs/history.md, "Late events"). Ten minutes is a twelfth of the default retention window
+// (HISTORY_RETENTION, 2h): a late event comes at most ten minutes after its block, so a page is
+// held at most that much past its window. It is long enough that a process creating at least once a
+// block's ids per ten minutes (1,024 ids: under 2 events/s) never drops one, and one creating less
+// pays one short counter transaction per create after ten idle minutes, and at most one and a half
+// blocks of gaps (about 220,000 ids a day at most, a few empty pages).
+const DefaultBlockMaxAge = 10 * time.Minute
 
 // allocator hands out ids from the status row; it inserts nothing. The caller inserts the rows that
 // use them, in its own transaction (with whatever else must commit atomically with them: an
@@ -118,12 +134,16 @@ func (a *literalAllocator) inTx() bool { return true }
 // used up before its successor arrives do callers wait, on the reservation in flight, not on the lock.
 //
 // Ids reserved and not used when the process ends are never used (at most one and a half blocks per
-// process): gaps, never duplicates.
+// process): gaps, never duplicates. So are those of a block older than maxAge, which the first
+// take after that drops (with the spare, reserved after it but aged on its own clock): a process's
+// ids are never more than maxAge older than the counter it could read.
 type blockAllocator struct {
-	db    *sql.DB
-	stats *Stats
-	retry RetryPolicy
-	size  int64
+	db     *sql.DB
+	stats  *Stats
+	retry  RetryPolicy
+	size   int64
+	maxAge time.Duration
+	now    func() time.Time // time.Now; the tests' clock
 
 	mu       sync.Mutex
 	cur      idRange      // ids being handed out
@@ -131,8 +151,11 @@ type blockAllocator struct {
 	inflight *reservation // the reservation being made, if any
 }
 
-// idRange is the ids [next, stop).
-type idRange struct{ next, stop int64 }
+// idRange is the ids [next, stop), reserved at at.
+type idRange struct {
+	next, stop int64
+	at         time.Time
+}
 
 func (r idRange) left() int64 { return r.stop - r.next }
 
@@ -193,8 +216,13 @@ const maxTakeRounds = 2000
 // fromBlocks hands out the next n ids. They are consecutive unless they straddle two blocks.
 func (a *blockAllocator) fromBlocks(ctx context.Context, n int) ([]int64, error) {
 	ids := make([]int64, 0, n)
-	for range maxTakeRounds {
+	for round := range maxTakeRounds {
 		a.mu.Lock()
+		if round == 0 {
+			// Only before the first id: a block reserved while this caller waited is fresh enough,
+			// and checking again could drop it under a tiny maxAge, round after round.
+			a.dropOld()
+		}
 		for len(ids) < n {
 			if a.cur.left() <= 0 && a.spare.left() > 0 {
 				a.cur, a.spare = a.spare, idRange{}
@@ -245,6 +273,21 @@ func (a *blockAllocator) fromBlocks(ctx context.Context, n int) ([]int64, error)
 	return nil, fmt.Errorf("reserve ids: the counter's blocks ran out %d times while waiting", maxTakeRounds)
 }
 
+// dropOld drops the blocks reserved more than maxAge ago; a.mu is held. Their unused ids are
+// gaps. A reservation in flight is left alone: its block is fresh.
+func (a *blockAllocator) dropOld() {
+	if a.maxAge <= 0 {
+		return
+	}
+	now := a.now()
+	if a.cur.left() > 0 && now.Sub(a.cur.at) > a.maxAge {
+		a.cur = idRange{}
+	}
+	if a.spare.left() > 0 && now.Sub(a.spare.at) > a.maxAge {
+		a.spare = idRange{}
+	}
+}
+
 // reserveTimeout bounds one reservation, which runs on behalf of every caller waiting for it.
 const reserveTimeout = 10 * time.Second
 
@@ -256,7 +299,8 @@ func (a *blockAllocator) reserve(ctx context.Context, res *reservation) {
 	first, err := a.advance(ctx, a.size)
 	a.mu.Lock()
 	if err == nil {
-		a.spare = idRange{next: first, stop: first + a.size}
+		// Aged from the commit: the ids are above every id handed out before it.
+		a.spare = idRange{next: first, stop: first + a.size, at: a.now()}
 	}
 	res.err = err
 	a.inflight = nil

@@ -76,3 +76,58 @@ func TestBlockAllocatorRefillsRaceAcrossProcesses(t *testing.T) {
 		"counter %d, rows %d: too many ids reserved and never used", counter, rows)
 	t.Logf("%d ids, %d cancelled requests, counter %d", len(ids), cancelled, counter)
 }
+
+// A process that creates rarely does not hand out ids from a block reserved long ago: a create
+// after BlockMaxAge takes an id above every id the other processes took meanwhile. Before, the
+// block was used for as long as the process lived (an API's Lambda execution environment: hours),
+// each of its events a late event of a page the others had filled, packed and archived long before
+// (docs/history.md, "Late events"). The block's unused ids are gaps, never duplicates.
+func TestABlockOlderThanItsMaxAgeIsDroppedForAFreshOne(t *testing.T) {
+	t.Parallel()
+	const maxAge = time.Minute
+	db, _ := testdb.DB(t, 8)
+	ctx := context.Background()
+	var (
+		mu    sync.Mutex
+		clock = time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	pass := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+
+	// Two processes: a rare creator, whose blocks age on the test's clock, and a busy one.
+	rare, err := wire.StoresOn(db, mysql.Config{BlockMaxAge: maxAge})
+	require.NoError(t, err)
+	mysql.SetAllocatorClock(rare.DB, now)
+	busy, err := wire.StoresOn(db, mysql.Config{})
+	require.NoError(t, err)
+
+	first, err := rare.Events.CreatePending(ctx) // reserves a block
+	require.NoError(t, err)
+	var others int64
+	for range 3 * mysql.DefaultBlockSize / 2 { // the busy process takes blocks above it, and uses them
+		id, err := busy.Events.CreatePending(ctx)
+		require.NoError(t, err)
+		others = max(others, id)
+	}
+	require.Greater(t, others, first+mysql.DefaultBlockSize)
+
+	pass(maxAge - time.Second)
+	young, err := rare.Events.CreatePending(ctx)
+	require.NoError(t, err)
+	require.Equal(t, first+1, young, "a block younger than its max age is used")
+
+	pass(2 * time.Second) // the block is now older than maxAge
+	fresh, err := rare.Events.CreatePending(ctx)
+	require.NoError(t, err)
+	require.Greater(t, fresh, others, "a create after the block's max age takes an id above the other processes' (it took %d, after %d)", fresh, young)
+
+	// And the fresh block is used in turn: the drop is of old blocks, not of every block.
+	next, err := rare.Events.CreatePending(ctx)
+	require.NoError(t, err)
+	require.Equal(t, fresh+1, next)
+
+	var rows, distinct int64
+	require.NoError(t, db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT id) FROM events").Scan(&rows, &distinct))
+	require.Equal(t, rows, distinct, "no id stored twice")
+	require.Equal(t, int64(3*mysql.DefaultBlockSize/2+4), rows)
+}

@@ -50,6 +50,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 )
 
 // queryTexts are the core's statements: the id counter's (status.sql), settled_count's row's
@@ -81,6 +82,9 @@ type Config struct {
 	// BlockSize is the number of ids AllocatorBlock reserves per status-row transaction. Default
 	// DefaultBlockSize.
 	BlockSize int
+	// BlockMaxAge is how long AllocatorBlock hands out a block's ids after it reserved it; the next
+	// create after that drops it and reserves a fresh one. Default DefaultBlockMaxAge.
+	BlockMaxAge time.Duration
 	// Retry bounds the retries of deadlocked or timed-out transactions.
 	Retry RetryPolicy
 }
@@ -107,7 +111,11 @@ func New(pool *sql.DB, cfg Config) (*DB, error) {
 		if size < 1 {
 			return nil, fmt.Errorf("allocator block size must be positive, got %d", size)
 		}
-		d.alloc = &blockAllocator{db: pool, stats: d.stats, retry: d.retry, size: int64(size)}
+		maxAge := cmp.Or(cfg.BlockMaxAge, DefaultBlockMaxAge)
+		if maxAge < 0 {
+			return nil, fmt.Errorf("allocator block max age must be positive, got %s", maxAge)
+		}
+		d.alloc = &blockAllocator{db: pool, stats: d.stats, retry: d.retry, size: int64(size), maxAge: maxAge, now: time.Now}
 	case AllocatorLiteral:
 		d.alloc = &literalAllocator{}
 	default:

@@ -58,6 +58,7 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, mysql.Config{}, wire.StoreConfig(c.Store), "the store's defaults apply")
 	require.Equal(t, "block", mysql.DefaultAllocator)
 	require.Equal(t, 1024, mysql.DefaultBlockSize)
+	require.Equal(t, 10*time.Minute, mysql.DefaultBlockMaxAge)
 
 	db, err := mysql.Open(wire.Conn(c.DB))
 	require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
+	"github.com/exactlyonce/exactlyonce/internal/pages"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
@@ -555,4 +556,45 @@ func TestAPageBeingMovedReadsWithoutS3(t *testing.T) {
 			require.Len(t, audit, 600)
 		})
 	}
+}
+
+// A process that creates rarely does not make late events of a page moved long ago: its create
+// after its block's max age takes a fresh id, above the moved pages, so the pack writes no row
+// there and the move's start stays where it was. Before ALLOCATOR_BLOCK_MAX_AGE, the create took
+// the next id of the block it reserved before the page filled, was packed into the moved page and
+// lowered the move's start to it, which then stopped the move there for a window
+// (docs/history.md, "Late events").
+func TestARareCreatorMakesNoLateEventOfAMovedPage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newArchived(t)
+	// Any block is older than a nanosecond at its next create, which comes after the pack and the
+	// move below, many round trips later.
+	rare, err := wire.StoresOn(h.db, mysql.Config{BlockMaxAge: time.Nanosecond})
+	require.NoError(t, err)
+	first, err := rare.Events.CreateProcessed(ctx, "rare")
+	require.NoError(t, err)
+	require.Zero(t, pages.PageOf(first.ID))
+	createProcessed(t, h.store, 700)
+	foldAll(t, h.store)
+	packAll(t, h.store)
+	moveAll(t, ctx, h.store, 0)
+	require.Zero(t, pageRows(t, h.db, 0), "page 0 moved")
+	var before int64
+	require.NoError(t, h.db.QueryRow("SELECT next_page FROM history_archive").Scan(&before))
+	require.Positive(t, before)
+
+	later, err := rare.Events.CreateProcessed(ctx, "rare")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, pages.PageOf(later.ID), before, "the rare create's id %d is of a page the move has not passed", later.ID)
+	foldAll(t, h.store)
+	_, _, err = h.store.Pages.PackPages(ctx, 100, time.Hour)
+	require.NoError(t, err)
+	require.Zero(t, pageRows(t, h.db, 0), "no late row on the moved page")
+	var after int64
+	require.NoError(t, h.db.QueryRow("SELECT next_page FROM history_archive").Scan(&after))
+	require.Equal(t, before, after, "the move's start is not lowered")
+	e, err := h.store.Events.Get(ctx, later.ID)
+	require.NoError(t, err)
+	require.Equal(t, "rare", *e.Value)
 }

@@ -77,9 +77,10 @@ func Conn(c config.DB) mysql.ConnConfig {
 		Password: c.Password, IAMAuth: c.IAMAuth, TLS: c.TLS, Region: c.Region, MaxOpenConns: c.MaxOpenConns}
 }
 
-// StoreConfig returns the core handle's configured mysql.Config (ALLOCATOR, ALLOCATOR_BLOCK_SIZE).
+// StoreConfig returns the core handle's configured mysql.Config (ALLOCATOR, ALLOCATOR_BLOCK_SIZE,
+// ALLOCATOR_BLOCK_MAX_AGE).
 func StoreConfig(c config.Store) mysql.Config {
-	return mysql.Config{Allocator: c.Allocator, BlockSize: c.BlockSize}
+	return mysql.Config{Allocator: c.Allocator, BlockSize: c.BlockSize, BlockMaxAge: c.BlockMaxAge}
 }
 
 // Must logs err as one JSON line on stdout, like every other log line (Logger; the configuration,
