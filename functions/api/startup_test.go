@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,4 +64,50 @@ func TestTheAPIRefusesAnAWSSettingItDoesNotRead(t *testing.T) {
 	out := strings.Join(f.Output(), "\n")
 	require.Contains(t, out, "startup failed")
 	require.Contains(t, out, "AWS_PROFILE, AWS_USE_FIPS_ENDPOINT", out)
+}
+
+// With SnapStart or on managed instances Lambda gives a function no keys but a container credentials
+// endpoint (AWS_CONTAINER_CREDENTIALS_FULL_URI, AWS_CONTAINER_AUTHORIZATION_TOKEN), which the
+// functions' AWS configuration reads (internal/awsenv) as config.LoadDefaultConfig does. The
+// bootstrap, run as Lambda runs it with only those, signs its SQS send with the endpoint's
+// credentials: the queue (a stand-in that records the signature) sees their key id, and the
+// endpoint was asked with the token.
+func TestTheAPISignsWithTheContainerCredentials(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var tokens, signatures []string
+	creds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		tokens = append(tokens, r.Header.Get("Authorization"))
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(map[string]string{"AccessKeyId": "ASIACONTAINER", "SecretAccessKey": "secret",
+			"Token": "session", "Expiration": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)})
+	}))
+	t.Cleanup(creds.Close)
+	queue := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		signatures = append(signatures, r.Header.Get("Authorization"))
+		mu.Unlock()
+		var in struct{ MessageBody string }
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		sum := md5.Sum([]byte(in.MessageBody))
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		_ = json.NewEncoder(w).Encode(map[string]string{"MessageId": "m-1", "MD5OfMessageBody": hex.EncodeToString(sum[:])})
+	}))
+	t.Cleanup(queue.Close)
+	_, dsn := testdb.DB(t, 2)
+	f := rie.StartTest(t, "api", "DB_DSN="+dsn, "DB_MIGRATE=false", "LOG_LEVEL=info", "AWS_REGION=us-east-1",
+		"QUEUE_URL="+queue.URL+"/000000000000/events", "AWS_ENDPOINT_URL_SQS="+queue.URL,
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI="+creds.URL+"/creds", "AWS_CONTAINER_AUTHORIZATION_TOKEN=container-token")
+	res := f.InvokeSample(t, "api-post-events-async.json")
+	var resp events.APIGatewayProxyResponse
+	require.NoError(t, json.Unmarshal(res.Payload, &resp), string(res.Payload))
+	require.Equal(t, 202, resp.StatusCode, resp.Body)
+	logs := strings.Join(f.Logs(res.RequestID), "\n")
+	require.NotContains(t, logs, "queue send failed", logs)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"container-token"}, tokens, "the endpoint asked once, with the token")
+	require.Len(t, signatures, 1, "one send")
+	require.Contains(t, signatures[0], "Credential=ASIACONTAINER/", "signed with the container's credentials")
 }
