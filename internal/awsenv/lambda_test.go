@@ -30,7 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// settings is every variable either loader reads, cleared before each case so that the machine's
+// clearAWS clears every AWS_ variable before a case, so that the machine's
 // environment (an AWS_CA_BUNDLE, a profile) does not enter the comparison.
 func clearAWS(t *testing.T) {
 	t.Helper()
