@@ -21,6 +21,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/credentials/endpointcreds"
+	"github.com/aws/smithy-go/logging"
 )
 
 // Refused are the settings config.LoadDefaultConfig acts on that Lambda's configuration does not
@@ -83,6 +84,12 @@ func Lambda(getenv func(string) string) (aws.Config, error) {
 		Region:        cmp.Or(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION")),
 		AppID:         getenv("AWS_SDK_UA_APP_ID"),
 		ConfigSources: []any{sources{getenv}},
+		// config's defaults, as it sets them when nothing configures them.
+		Logger:                      logging.NewStandardLogger(os.Stderr),
+		DefaultsMode:                aws.DefaultsModeLegacy,
+		RequestMinCompressSizeBytes: 10240,
+		AccountIDEndpointMode:       aws.AccountIDEndpointModePreferred,
+		RestrictFilePermissions:     aws.RestrictFilePermissionsUserReadWrite,
 	}
 	var err error
 	if cfg.Credentials, err = lambdaCredentials(getenv); err != nil {

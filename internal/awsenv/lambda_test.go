@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -156,6 +158,36 @@ func TestLambdaLoadsWhatLoadDefaultConfigLoads(t *testing.T) {
 			}
 			require.Equal(t, describe(t, want), describe(t, got))
 		})
+	}
+}
+
+// Every field of the configuration that the settings do not make is config.LoadDefaultConfig's (its
+// defaults: the logger, the defaults mode, the compression threshold, ...): an SDK upgrade that gives
+// config a new default fails here. The credentials, the HTTP client and the config sources are
+// compared by what they do (TestLambdaLoadsWhatLoadDefaultConfigLoads, TestCABundle); an empty
+// interceptor registry is a nil one.
+func TestLambdaHasLoadDefaultConfigsDefaults(t *testing.T) {
+	clearAWS(t)
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "k")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	want, err := awsconfig.LoadDefaultConfig(context.Background())
+	require.NoError(t, err)
+	got, err := Lambda(os.Getenv)
+	require.NoError(t, err)
+	w, g := reflect.ValueOf(want), reflect.ValueOf(got)
+	for i := range w.NumField() {
+		name := w.Type().Field(i).Name
+		a, b := w.Field(i).Interface(), g.Field(i).Interface()
+		switch name {
+		case "Credentials", "HTTPClient", "ConfigSources", "Interceptors":
+			continue
+		case "Logger":
+			a, b = fmt.Sprintf("%T", a), fmt.Sprintf("%T", b)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: config.LoadDefaultConfig %#v, Lambda %#v", name, a, b)
+		}
 	}
 }
 
