@@ -28,6 +28,7 @@ import (
 // it every invocation.
 func TestTheAPIBuildsItsClientsAtTheirFirstCall(t *testing.T) {
 	t.Parallel()
+	rie.SkipShort(t, "api")
 	_, dsn := testdb.DB(t, 2)
 	f := rie.StartTest(t, "api", append([]string{"DB_DSN=" + dsn, "DB_MIGRATE=false", "LOG_LEVEL=info",
 		"QUEUE_URL=http://127.0.0.1:9/000000000000/events"}, rie.UnloadableAWS...)...)
@@ -53,6 +54,7 @@ func TestTheAPIBuildsItsClientsAtTheirFirstCall(t *testing.T) {
 // failure with the variables' names in the function's output.
 func TestTheAPIRefusesAnAWSSettingItDoesNotRead(t *testing.T) {
 	t.Parallel()
+	rie.SkipShort(t, "api")
 	_, dsn := testdb.DB(t, 2)
 	f := rie.StartTest(t, "api", "DB_DSN="+dsn, "DB_MIGRATE=false", "AWS_REGION=us-east-1",
 		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_PROFILE=deploy", "AWS_USE_FIPS_ENDPOINT=true")
@@ -74,6 +76,7 @@ func TestTheAPIRefusesAnAWSSettingItDoesNotRead(t *testing.T) {
 // endpoint was asked with the token.
 func TestTheAPISignsWithTheContainerCredentials(t *testing.T) {
 	t.Parallel()
+	rie.SkipShort(t, "api")
 	var mu sync.Mutex
 	var tokens, signatures []string
 	creds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

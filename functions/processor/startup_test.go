@@ -17,6 +17,7 @@ import (
 // every invocation.
 func TestTheProcessorBuildsNoClientAtInit(t *testing.T) {
 	t.Parallel()
+	rie.SkipShort(t, "processor")
 	_, dsn := testdb.DB(t, 2)
 	f := rie.StartTest(t, "processor", append([]string{"DB_DSN=" + dsn, "DB_MIGRATE=false", "LOG_LEVEL=info"}, rie.UnloadableAWS...)...)
 	res := f.InvokeSample(t, "processor-batch.json")

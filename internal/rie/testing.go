@@ -22,14 +22,21 @@ var UnloadableAWS = []string{
 	"HISTORY_BUCKET=history", "AWS_ENDPOINT_URL_S3=http://127.0.0.1:9",
 }
 
-// StartTest builds functions/<function> of this repository as the deployment does (BuildBootstrap)
-// and starts it under the emulator with env and a 30 s timeout, stopped at the test's end. It skips
-// the test with -short.
-func StartTest(t testing.TB, function string, env ...string) *Function {
+// SkipShort skips a test that builds the function's bootstrap with -short: call it before what the
+// test sets up for StartTest (a database).
+func SkipShort(t testing.TB, function string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skipf("builds the %s function's bootstrap", function)
 	}
+}
+
+// StartTest builds functions/<function> of this repository as the deployment does (BuildBootstrap)
+// and starts it under the emulator with env and a 30 s timeout, stopped at the test's end. It skips
+// the test with -short (SkipShort).
+func StartTest(t testing.TB, function string, env ...string) *Function {
+	t.Helper()
+	SkipShort(t, function)
 	bootstrap, err := BuildBootstrap(context.Background(), repo.Root(), function, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
