@@ -259,6 +259,31 @@ func TestCABundle(t *testing.T) {
 	require.ErrorContains(t, err, "AWS_CA_BUNDLE")
 }
 
+// AWS_CONTAINER_CREDENTIALS_RELATIVE_URI is a path on the ECS container host (config's
+// ecsContainerEndpoint, which a test cannot move, so Lambda's alone here): asked with the token.
+func TestContainerCredentialsByRelativeURI(t *testing.T) {
+	var paths, tokens []string
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths, tokens = append(paths, r.URL.Path), append(tokens, r.Header.Get("Authorization"))
+		_ = json.NewEncoder(w).Encode(map[string]string{"AccessKeyId": "relative-key", "SecretAccessKey": "s",
+			"Token": "t", "Expiration": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)})
+	}))
+	defer server.Close()
+	defer func(old string) { ecsContainerEndpoint = old }(ecsContainerEndpoint)
+	ecsContainerEndpoint = server.URL
+	clearAWS(t)
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/abc")
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:1/not-this-one")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "tok")
+	cfg, err := Lambda(os.Getenv)
+	require.NoError(t, err)
+	c, err := cfg.Credentials.Retrieve(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, "relative-key", c.AccessKeyID)
+	require.Equal(t, []string{"/v2/credentials/abc"}, paths)
+	require.Equal(t, []string{"tok"}, tokens)
+}
+
 // Without keys or a container endpoint there are no credentials: the load says so.
 func TestNoCredentials(t *testing.T) {
 	clearAWS(t)
