@@ -21,7 +21,7 @@ import (
 )
 
 func main() {
-	cfg := wire.Must(config.LoadEnviron())
+	cfg := wire.Must(wire.Environment())
 	log := wire.Logger(cfg)
 	var q queue.Sender
 	if cfg.QueueURL != "" {

@@ -9,13 +9,12 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
 )
 
 func main() {
-	cfg := wire.Must(config.LoadEnviron())
+	cfg := wire.Must(wire.Environment())
 	log := wire.Logger(cfg)
 	c := wire.CounterConsumer(wire.Must(wire.OpenStores(context.Background(), cfg)), wire.Must(wire.CounterPublisher(log)),
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from

@@ -8,14 +8,13 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/migration"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/wire/boot"
 )
 
 func main() {
-	cfg := boot.Must(config.LoadEnviron())
+	cfg := boot.Must(boot.Environment())
 	cfg.DB.Migrate = new(false) // the handler migrates, so that a failure is the invocation's error
 	open := func(ctx context.Context) (*mysql.DB, error) { return boot.OpenDB(ctx, cfg) }
 	h := &migration.Handler{Open: open, Logger: boot.Logger(cfg)}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -18,7 +17,7 @@ import (
 )
 
 func main() {
-	cfg := wire.Must(config.LoadEnviron())
+	cfg := wire.Must(wire.Environment())
 	log := wire.Logger(cfg)
 	stores := wire.Must(wire.OpenStores(context.Background(), cfg))
 	p := wire.Must(wire.Processor(stores,

@@ -11,7 +11,6 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -19,7 +18,7 @@ import (
 )
 
 func main() {
-	cfg := wire.Must(config.LoadEnviron())
+	cfg := wire.Must(wire.Environment())
 	log := wire.Logger(cfg)
 	// With its task deliveries and the counter service's sweep (its outbox, reconciliation, pruning).
 	sc := wire.Must(delivery.SweeperConfig(context.Background(), cfg, log))

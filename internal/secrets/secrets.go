@@ -19,9 +19,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/smithy-go"
+	"github.com/exactlyonce/exactlyonce/internal/awsenv"
 )
 
 // ErrNoString is returned for a secret that holds binary data (SecretBinary) and no string.
@@ -67,7 +67,7 @@ func (c *Cache) Resolve(ctx context.Context, arn string) (string, error) {
 	if client == nil {
 		load := c.Config
 		if load == nil {
-			load = func() (aws.Config, error) { return awsconfig.LoadDefaultConfig(ctx) }
+			load = func() (aws.Config, error) { return awsenv.Load(ctx) }
 		}
 		cfg, err := load()
 		if err != nil {

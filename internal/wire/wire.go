@@ -37,6 +37,9 @@ func NewLogger(w io.Writer, level slog.Level) *slog.Logger { return boot.NewLogg
 // AWS returns the SDK's configuration, loaded once per process (boot.AWS).
 var AWS = boot.AWS
 
+// Environment is a function's configuration, its AWS settings checked in a Lambda build (boot.Environment).
+func Environment() (config.Config, error) { return boot.Environment() }
+
 // OpenStores opens the database, migrates it unless DB_MIGRATE is false (unset: it migrates), and
 // returns the process's stores, built on one core handle.
 func OpenStores(ctx context.Context, c config.Config) (*Stores, error) {

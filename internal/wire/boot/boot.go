@@ -18,7 +18,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/exactlyonce/exactlyonce/internal/awsenv"
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 )
@@ -34,11 +34,23 @@ func NewLogger(w io.Writer, level slog.Level) *slog.Logger {
 }
 
 // AWS returns the SDK's configuration: region, credentials and the standard AWS_ENDPOINT_URL*
-// overrides. It is loaded once per process (the environment and shared files are read at the first
-// call) and shared by the database's IAM auth and the SQS client, which both need it at start-up.
+// overrides. It is loaded once per process (awsenv.Load: config.LoadDefaultConfig, or in a Lambda
+// bootstrap Lambda's own, which does not link the credential chain's STS, SSO and sign-in clients),
+// at the first call, and shared by every client of the process and the database's IAM auth.
 var AWS = sync.OnceValues(func() (aws.Config, error) {
-	return awsconfig.LoadDefaultConfig(context.Background())
+	return awsenv.Load(context.Background())
 })
+
+// Environment is the process's configuration (config.LoadEnviron) for a function's bootstrap: in a
+// Lambda build its AWS settings are checked too (awsenv.Check), so that a setting Lambda's AWS
+// configuration does not read fails the init, named, rather than being ignored.
+func Environment() (config.Config, error) {
+	c, err := config.LoadEnviron()
+	if err != nil {
+		return c, err
+	}
+	return c, awsenv.Check()
+}
 
 // OpenDB opens the database, migrates it unless DB_MIGRATE is false (unset: it migrates), and returns
 // the core handle, with the configured allocator (OpenStores builds the stores on it).

@@ -10,17 +10,18 @@ import (
 // sdkService is the prefix of the AWS SDK's service clients' packages.
 const sdkService = "github.com/aws/aws-sdk-go-v2/service/"
 
-// credentialChain are the service clients config.LoadDefaultConfig links for its credential chain
-// (web identity and assumed roles: STS; SSO: SSO and SSO OIDC; console sign-in: Signin), which every
-// function that reads the AWS configuration has.
-var credentialChain = []string{"signin", "sso", "ssooidc", "sts"}
+// fullLoader is config.LoadDefaultConfig's package: with it, a bootstrap links the service clients
+// of its credential chain (web identity and assumed roles: STS; SSO: SSO and SSO OIDC; console
+// sign-in: Signin). A bootstrap loads Lambda's configuration instead (internal/awsenv).
+const fullLoader = "github.com/aws/aws-sdk-go-v2/config"
 
 // Each function's bootstrap links the AWS SDK service clients it calls and no other: every package
 // a bootstrap links is initialised at each cold start (each client's endpoint rules compile their
 // regular expressions, each client's schemas are built), 0.1-0.25 ms per client, and the bootstraps'
 // start-up is judged against a hello world's (docs/performance.md, "Lambda start-up"). The migrate
 // function imports boot, not internal/wire; the api and counter functions deliver no task, so they
-// do not link Secrets Manager (internal/wire/delivery holds what reads the webhook's secret).
+// do not link Secrets Manager (internal/wire/delivery holds what reads the webhook's secret); none
+// links config.LoadDefaultConfig's credential chain (internal/awsenv).
 func TestFunctionsLinkOnlyTheClientsTheyCall(t *testing.T) {
 	t.Parallel()
 	for fn, want := range map[string][]string{
@@ -39,7 +40,9 @@ func TestFunctionsLinkOnlyTheClientsTheyCall(t *testing.T) {
 					got = append(got, s)
 				}
 			}
-			want = append(slices.Clone(want), credentialChain...)
+			if slices.Contains(deps, fullLoader) {
+				t.Errorf("the %s function links %s", fn, fullLoader)
+			}
 			slices.Sort(got)
 			slices.Sort(want)
 			if !slices.Equal(got, want) {

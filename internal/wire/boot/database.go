@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/exactlyonce/exactlyonce/internal/config"
 	drv "github.com/go-sql-driver/mysql"
@@ -48,14 +49,15 @@ func Database(c config.DB, me *drv.MySQLError) (name, user, setting string) {
 	}
 	if name == "" {
 		// "Unknown database 'x'", "Access denied for user 'u'@'h' to database 'x'".
-		if q := quotedInMessage.FindAllStringSubmatch(me.Message, -1); len(q) > 0 {
+		if q := quotedInMessage().FindAllStringSubmatch(me.Message, -1); len(q) > 0 {
 			name = q[len(q)-1][1]
 		}
 	}
 	return name, user, setting
 }
 
-var quotedInMessage = regexp.MustCompile(`'([^']*)'`)
+// quotedInMessage is compiled at its first use, an error's, not at every cold start.
+var quotedInMessage = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`'([^']*)'`) })
 
 // Ident quotes a database name for a statement.
 func Ident(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
