@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
@@ -326,6 +327,9 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 		if oldCols, err = pages.ObjectColumns(old, page); err != nil {
 			return false, err
 		}
+		if err := s.checkOwnObject(ctx, page, &oldCols); err != nil {
+			return false, err
+		}
 	}
 	var merged [pages.Columns][]byte
 	var events int64
@@ -371,6 +375,66 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 	res.Events += events
 	res.Bytes += int64(len(obj))
 	return true, nil
+}
+
+// checkOwnObject fails when page's object, found in the bucket by a move, is not this database's:
+// the bucket shared with another database (HISTORY_BUCKET set alike on two stacks, `make run` under
+// another DB_NAME with the same S3LOCAL_DIR), or this database restored from a backup older than
+// the bucket. The move would merge such an object with its rows, as it merges its own: this
+// database would then read and list the other's events whose ids it never had, and the other's
+// events whose ids it has would be replaced in the object by its own. An object of a page this
+// database's move has passed (page < high_page) is its own. One of a page it never passed can only
+// be its own if a move of it was killed after its PUT, and then every event of the object is in the
+// page's rows: they only grow until a move deletes them, which raises high_page in the same
+// transaction. So the rows are read again after the object, and high_page after them: an event of
+// the object in neither makes it another database's, and the page stays in the database, with the
+// error logged by every maintenance, until an operator moves the bucket's object away (or points
+// HISTORY_BUCKET at this database's own bucket).
+func (s *Store) checkOwnObject(ctx context.Context, page int64, obj *[pages.Columns][]byte) error {
+	rows, err := readPageRows(ctx, s.db, archiveQueries.PageRows, page)
+	if err != nil {
+		return err
+	}
+	var high int64
+	if err := s.db.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high); err != nil {
+		return err
+	}
+	if page < high {
+		return nil
+	}
+	held := map[int64]bool{}
+	for _, r := range rows {
+		for _, col := range r {
+			if len(col) == 0 {
+				continue
+			}
+			ids, err := pages.IDs(col)
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				held[id] = true
+			}
+		}
+	}
+	for _, col := range obj {
+		if len(col) == 0 {
+			continue
+		}
+		ids, err := pages.IDs(col)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if !held[id] {
+				return fmt.Errorf("archive: the bucket's object of page %d (%s) holds event %d, which this database "+
+					"never had: it is another database's (HISTORY_BUCKET shared with another database, or this database "+
+					"restored from a backup older than the bucket); the page stays in the database until the object is "+
+					"moved away", page, archive.Key(page), id)
+			}
+		}
+	}
+	return nil
 }
 
 // advance deletes page's rows, which must be rows (none: the page must still have none), counts
