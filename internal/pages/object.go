@@ -137,13 +137,6 @@ func MergeColumns(cols ...[]byte) ([]byte, error) {
 	return out, nil
 }
 
-// IDs returns the ids of a column's records, ascending, without decoding the records.
-func IDs(col []byte) ([]int64, error) {
-	var ids []int64
-	err := walk(col, func(id int64, _ []byte) (bool, error) { ids = append(ids, id); return true, nil })
-	return ids, err
-}
-
 // Count returns how many records a column holds.
 func Count(col []byte) (int, error) {
 	n := 0

@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
@@ -385,11 +386,13 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 // events whose ids it has would be replaced in the object by its own. An object of a page this
 // database's move has passed (page < high_page) is its own. One of a page it never passed can only
 // be its own if a move of it was killed after its PUT, and then every event of the object is in the
-// page's rows: they only grow until a move deletes them, which raises high_page in the same
-// transaction. So the rows are read again after the object, and high_page after them: an event of
-// the object in neither makes it another database's, and the page stays in the database, with the
+// page's rows as the object holds it: the rows only gain events (a settled event's record does not
+// change) until a move deletes them, which raises high_page in the same transaction. So the rows
+// are read again after the object, and high_page after them: an event of the object that the rows
+// lack or hold otherwise makes it another database's, and the page stays in the database, with the
 // error logged by every maintenance, until an operator moves the bucket's object away (or points
-// HISTORY_BUCKET at this database's own bucket).
+// HISTORY_BUCKET at this database's own bucket). It decodes one column at a time, and only for an
+// object of a page the move never passed, which only a killed move leaves.
 func (s *Store) checkOwnObject(ctx context.Context, page int64, obj *[pages.Columns][]byte) error {
 	rows, err := readPageRows(ctx, s.db, archiveQueries.PageRows, page)
 	if err != nil {
@@ -402,35 +405,36 @@ func (s *Store) checkOwnObject(ctx context.Context, page int64, obj *[pages.Colu
 	if page < high {
 		return nil
 	}
-	held := map[int64]bool{}
-	for _, r := range rows {
-		for _, col := range r {
-			if len(col) == 0 {
-				continue
-			}
-			ids, err := pages.IDs(col)
-			if err != nil {
-				return err
-			}
-			for _, id := range ids {
-				held[id] = true
-			}
-		}
-	}
-	for _, col := range obj {
+	for c, col := range obj {
 		if len(col) == 0 {
 			continue
 		}
-		ids, err := pages.IDs(col)
+		archived, err := pages.Decode(col)
 		if err != nil {
 			return err
 		}
-		for _, id := range ids {
-			if !held[id] {
-				return fmt.Errorf("archive: the bucket's object of page %d (%s) holds event %d, which this database "+
-					"never had: it is another database's (HISTORY_BUCKET shared with another database, or this database "+
-					"restored from a backup older than the bucket); the page stays in the database until the object is "+
-					"moved away", page, archive.Key(page), id)
+		held := map[int64]pages.Row{}
+		for _, r := range rows {
+			if len(r[c]) == 0 {
+				continue
+			}
+			decoded, err := pages.Decode(r[c])
+			if err != nil {
+				return err
+			}
+			for _, e := range decoded {
+				held[e.ID] = e
+			}
+		}
+		for _, e := range archived {
+			if mine, ok := held[e.ID]; !ok || !reflect.DeepEqual(mine, e) {
+				how := "which this database never had"
+				if ok {
+					how = "as this database does not hold it"
+				}
+				return fmt.Errorf("archive: the bucket's object of page %d (%s) holds event %d %s: the object is another "+
+					"database's (HISTORY_BUCKET shared with another database, or this database restored from a backup older "+
+					"than the bucket); the page stays in the database until the object is moved away", page, archive.Key(page), e.ID, how)
 			}
 		}
 	}
