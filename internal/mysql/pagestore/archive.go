@@ -391,19 +391,24 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 // are read again after the object, and high_page after them: an event of the object that the rows
 // lack or hold otherwise makes it another database's, and the page stays in the database, with the
 // error logged by every maintenance, until an operator moves the bucket's object away (or points
-// HISTORY_BUCKET at this database's own bucket). It decodes one column at a time, and only for an
-// object of a page the move never passed, which only a killed move leaves.
+// HISTORY_BUCKET at this database's own bucket). It reads the rows again and decodes them and the
+// object, one column at a time, only for an object of a page the move never passed, which only a
+// killed move leaves; for a late event's page it reads high_page alone.
 func (s *Store) checkOwnObject(ctx context.Context, page int64, obj *[pages.Columns][]byte) error {
+	passed := func() (bool, error) { // high_page only grows
+		var high int64
+		err := s.db.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high)
+		return page < high, err
+	}
+	if ok, err := passed(); ok || err != nil {
+		return err // a late event's page: no second read of its rows
+	}
 	rows, err := readPageRows(ctx, s.db, archiveQueries.PageRows, page)
 	if err != nil {
 		return err
 	}
-	var high int64
-	if err := s.db.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high); err != nil {
+	if ok, err := passed(); ok || err != nil {
 		return err
-	}
-	if page < high {
-		return nil
 	}
 	for c, col := range obj {
 		if len(col) == 0 {
