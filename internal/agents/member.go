@@ -29,6 +29,13 @@ import (
 const (
 	DefaultPulseInterval = 2 * time.Second
 	DefaultExpiration    = 30 * time.Second
+	// MinExpiration is the shortest expiration Validate accepts. The others eject an agent whose
+	// expiration has passed when they look, so an expiration of a few milliseconds (a typo of ms for
+	// s) is passed whenever they look: each of their pulses ejected it, it registered again, and
+	// every change of the membership put every dynamic agent WAITING, so that none claimed while it
+	// ran (seen 2026-11-28 with 3 ms beside 4 agents; 300 ms ejected a live agent once in 30 s at a
+	// load of 10). A second leaves a pulse, and a stall of a few hundred milliseconds, inside it.
+	MinExpiration = time.Second
 )
 
 // Store is what an agent needs of the agents table (internal/mysql/agentstore implements it).
@@ -59,7 +66,7 @@ type MemberConfig struct {
 	// PulseInterval is how often a running agent pulses. Default 2 s.
 	PulseInterval time.Duration
 	// Expiration is how long after its last pulse an agent is ejected by the others. Default 30 s;
-	// at least 3 PulseIntervals (Validate).
+	// at least 3 PulseIntervals and MinExpiration (Validate).
 	Expiration time.Duration
 	// Static, when set, is the agent's static shard; nil: dynamic sharding (the shard count is the
 	// number of live agents, the index the agent's position among them ordered by id).
@@ -89,6 +96,10 @@ func (c MemberConfig) Validate() error {
 	if c.PulseInterval <= 0 || c.Expiration < 3*c.PulseInterval {
 		errs = append(errs, fmt.Errorf("the agent expiration (%s) must be at least 3 pulse intervals (%s): "+
 			"a live agent must be able to miss a pulse without being ejected", c.Expiration, c.PulseInterval))
+	}
+	if c.Expiration < MinExpiration {
+		errs = append(errs, fmt.Errorf("the agent expiration (%s) must be at least %s: a shorter one has passed "+
+			"whenever the other agents look, and they eject the agent at every pulse", c.Expiration, MinExpiration))
 	}
 	if s := c.Static; s != nil {
 		if _, err := exactlyonce.ShardRange(s.Index, s.Total); err != nil {

@@ -92,6 +92,7 @@ func TestStaticShardingConfigIsValidated(t *testing.T) {
 		{agents.MemberConfig{Static: &agents.Shard{Total: 2, Index: 2}}, "index must be from 0 to total-1"},
 		{agents.MemberConfig{Static: &agents.Shard{Total: 0, Index: 0}}, "index must be from 0 to total-1"},
 		{agents.MemberConfig{PulseInterval: 2e9, Expiration: 5e9}, "at least 3 pulse intervals"},
+		{agents.MemberConfig{PulseInterval: 1e6, Expiration: 3e6}, "at least 1s"},
 	} {
 		err := c.cfg.Validate()
 		require.Error(t, err)

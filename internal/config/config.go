@@ -94,6 +94,10 @@ const (
 	// day an agent that died holds its range for that long, or pulses or polls as rarely, which no
 	// deployment means; and three pulse intervals must not overflow a duration.
 	MaxAgentInterval = 24 * time.Hour
+	// MinAgentExpiration bounds AGENT_EXPIRATION from below (agents.MinExpiration, which says why):
+	// AGENT_EXPIRATION=3ms with AGENT_PULSE_INTERVAL=1ms passed the 3-pulses rule, and the agent,
+	// ejected at every look, kept every other dynamic agent WAITING for as long as it ran.
+	MinAgentExpiration = time.Second
 )
 
 // Config is the configuration of one process. A zero field is a variable the environment does not
@@ -475,6 +479,10 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 	}
 	if a := c.Agent; a.PulseInterval > 0 && a.Expiration > 0 && a.Expiration < 3*a.PulseInterval {
 		p.fail(fmt.Sprintf("AGENT_EXPIRATION (%s) must be at least 3 times AGENT_PULSE_INTERVAL (%s)", a.Expiration, a.PulseInterval))
+	}
+	if e := c.Agent.Expiration; e > 0 && e < MinAgentExpiration {
+		p.fail(fmt.Sprintf("AGENT_EXPIRATION (%s) must be at least %s: the other agents eject an agent whose expiration "+
+			"has passed when they look, and a shorter one has passed at every look (ms for s?)", e, MinAgentExpiration))
 	}
 	if h, e := c.Processor.VisibilityHeartbeat, c.Processor.VisibilityExtension; h > 0 && e > 0 && e <= h {
 		p.fail(fmt.Sprintf("VISIBILITY_EXTENSION (%s) must be longer than VISIBILITY_HEARTBEAT (%s)", e, h))

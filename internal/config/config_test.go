@@ -335,6 +335,12 @@ func TestAgent(t *testing.T) {
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "1,-2"}, "SHARDS_ASSIGNED must be a comma-separated list of integers >= 0"},
 		{map[string]string{"SHARDS_TOTAL": "4", "SHARDS_ASSIGNED": "one"}, "SHARDS_ASSIGNED must be a comma-separated list"},
 		{map[string]string{"AGENT_PULSE_INTERVAL": "2s", "AGENT_EXPIRATION": "5s"}, "AGENT_EXPIRATION (5s) must be at least 3 times"},
+		// A typo of ms for s: an agent expiring 3 ms after its pulse is expired whenever another
+		// agent looks, so every pulse of the others ejected it, it registered again, and each change
+		// put every dynamic agent WAITING: the whole fleet claimed nothing while it ran (make run and
+		// agents, 2026-11-28). 3 pulse intervals of 1 ms passed the rule above.
+		{map[string]string{"AGENT_PULSE_INTERVAL": "1ms", "AGENT_EXPIRATION": "3ms"}, "AGENT_EXPIRATION (3ms) must be at least 1s"},
+		{map[string]string{"AGENT_EXPIRATION": "999ms"}, "AGENT_EXPIRATION (999ms) must be at least 1s"},
 	} {
 		_, err := config.Load(env(bad.vars))
 		require.ErrorContains(t, err, bad.want)

@@ -7,10 +7,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
@@ -326,6 +328,9 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 		if oldCols, err = pages.ObjectColumns(old, page); err != nil {
 			return false, err
 		}
+		if err := s.checkOwnObject(ctx, page, &oldCols); err != nil {
+			return false, err
+		}
 	}
 	var merged [pages.Columns][]byte
 	var events int64
@@ -371,6 +376,74 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 	res.Events += events
 	res.Bytes += int64(len(obj))
 	return true, nil
+}
+
+// checkOwnObject fails when page's object, found in the bucket by a move, is not this database's:
+// the bucket shared with another database (HISTORY_BUCKET set alike on two stacks, `make run` under
+// another DB_NAME with the same S3LOCAL_DIR), or this database restored from a backup older than
+// the bucket. The move would merge such an object with its rows, as it merges its own: this
+// database would then read and list the other's events whose ids it never had, and the other's
+// events whose ids it has would be replaced in the object by its own. An object of a page this
+// database's move has passed (page < high_page) is its own. One of a page it never passed can only
+// be its own if a move of it was killed after its PUT, and then every event of the object is in the
+// page's rows as the object holds it: the rows only gain events (a settled event's record does not
+// change) until a move deletes them, which raises high_page in the same transaction. So the rows
+// are read again after the object, and high_page after them: an event of the object that the rows
+// lack or hold otherwise makes it another database's, and the page stays in the database, with the
+// error logged by every maintenance, until an operator moves the bucket's object away (or points
+// HISTORY_BUCKET at this database's own bucket). It reads the rows again and decodes them and the
+// object, one column at a time, only for an object of a page the move never passed, which only a
+// killed move leaves; for a late event's page it reads high_page alone.
+func (s *Store) checkOwnObject(ctx context.Context, page int64, obj *[pages.Columns][]byte) error {
+	passed := func() (bool, error) { // high_page only grows
+		var high int64
+		err := s.db.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high)
+		return page < high, err
+	}
+	if ok, err := passed(); ok || err != nil {
+		return err // a late event's page: no second read of its rows
+	}
+	rows, err := readPageRows(ctx, s.db, archiveQueries.PageRows, page)
+	if err != nil {
+		return err
+	}
+	if ok, err := passed(); ok || err != nil {
+		return err
+	}
+	for c, col := range obj {
+		if len(col) == 0 {
+			continue
+		}
+		archived, err := pages.Decode(col)
+		if err != nil {
+			return err
+		}
+		held := map[int64]pages.Row{}
+		for _, r := range rows {
+			if len(r[c]) == 0 {
+				continue
+			}
+			decoded, err := pages.Decode(r[c])
+			if err != nil {
+				return err
+			}
+			for _, e := range decoded {
+				held[e.ID] = e
+			}
+		}
+		for _, e := range archived {
+			if mine, ok := held[e.ID]; !ok || !reflect.DeepEqual(mine, e) {
+				how := "which this database never had"
+				if ok {
+					how = "as this database does not hold it"
+				}
+				return fmt.Errorf("archive: the bucket's object of page %d (%s) holds event %d %s: the object is another "+
+					"database's (HISTORY_BUCKET shared with another database, or this database restored from a backup older "+
+					"than the bucket); the page stays in the database until the object is moved away", page, archive.Key(page), e.ID, how)
+			}
+		}
+	}
+	return nil
 }
 
 // advance deletes page's rows, which must be rows (none: the page must still have none), counts
