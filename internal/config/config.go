@@ -31,6 +31,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/exactlyonce/exactlyonce"
 )
 
 // LocalServerDSN is the database server of local runs and tests: the MariaDB that
@@ -452,12 +454,13 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 	if u := c.QueueURL; u != "" && !queueURL(u) {
 		p.fail(fmt.Sprintf("QUEUE_URL must be a queue's URL, https://<host>/<account>/<name> (the stack's queue; http only for a local endpoint), got %q", u))
 	}
-	if n := c.Agent.Name; n != "" && (!utf8.ValidString(n) || utf8.RuneCountInString(n) > MaxAgentName || strings.ContainsFunc(n, unicode.IsControl)) {
+	if n := c.Agent.Name; n != "" && (!utf8.ValidString(n) || utf8.RuneCountInString(n) > MaxAgentName || strings.ContainsFunc(n, unicode.IsControl) || strings.ContainsFunc(n, exactlyonce.Invisible)) {
 		shown := n
 		if r := []rune(n); len(r) > 80 {
 			shown = string(r[:80]) + "..."
 		}
-		p.fail(fmt.Sprintf("AGENT_NAME must be text of at most %d characters, without control characters (the agents table's column), got %q", MaxAgentName, shown))
+		p.fail(fmt.Sprintf("AGENT_NAME must be text of at most %d characters, without control, invisible or formatting characters "+
+			"(the agents table's column; two names that differ by an invisible character look alike), got %q", MaxAgentName, shown))
 	}
 	if c.History.Retention != nil && c.History.Bucket == "" {
 		p.fail("HISTORY_RETENTION is set but HISTORY_BUCKET is not: without a bucket nothing is archived, so the retention would be ignored")

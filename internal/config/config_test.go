@@ -267,7 +267,12 @@ func TestAgentName(t *testing.T) {
 	}
 	for _, bad := range []string{strings.Repeat("n", 65), "a" + strings.Repeat("é", 64), "a\xffb", "a\x01b", "a\u0085b"} {
 		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "AGENT_NAME": bad}))
-		require.ErrorContains(t, err, "AGENT_NAME must be text of at most 64 characters, without control characters", "%q", bad)
+		require.ErrorContains(t, err, "AGENT_NAME must be text of at most 64 characters, without control, invisible or formatting characters", "%q", bad)
+	}
+	// Two agents whose names differ by an invisible character look alike in the console and the logs.
+	for _, bad := range []string{"agent-\u202e7", "agent\u200b1", "a\u2028b", "\ufeffagent"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "AGENT_NAME": bad}))
+		require.ErrorContains(t, err, "without control, invisible or formatting characters", "%q", bad)
 	}
 }
 
