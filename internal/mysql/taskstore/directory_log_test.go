@@ -301,3 +301,47 @@ func TestACreatesCompactionOfABucketIsThreeStatements(t *testing.T) {
 		require.Equal(t, want, listed(ctx, t, store, ref), ref)
 	}
 }
+
+// A compaction rewrites each slot's row once when the slot's cells fit in one statement: InnoDB
+// rewrites the whole row (its hundred cells) for every statement that changes it. The four slots
+// of a bucket with 40 cells logged each, 160 cells, take two statements (128 cells at most each);
+// taken column by column, each statement named the four rows, eight rewrites where four will do.
+// The session's Handler_update counts a row of a partitioned table twice (the partitioning handler
+// and InnoDB's).
+func TestACompactionRewritesEachSlotsRowOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, dsn := testdb.DB(t, 1)
+	db, tally := mysqltest.TalliedDB(t, dsn, 1, "") // one connection: the session's counters are the store's
+	tally.Of = "UPDATE reference_directory SET"
+	store := storesOn(t, db)
+	var batch []exactlyonce.NewTask
+	var refs []string
+	for _, slot := range taskstore.InEachSlotOfBucket("rewritten", 40) {
+		for _, ref := range slot {
+			batch = append(batch, refTask(ref, 0))
+			refs = append(refs, ref)
+		}
+	}
+	_, err := store.Tasks.CreateTasks(ctx, batch)
+	require.NoError(t, err)
+	require.Equal(t, 160, logRows(ctx, t, db))
+	updated := func() int64 {
+		var name string
+		var n int64
+		require.NoError(t, db.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Handler_update'").Scan(&name, &n))
+		return n
+	}
+	before, appends := updated(), tally.Matching()
+	moved, err := store.Tasks.CompactDirectory(ctx, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, 160, moved)
+	require.Equal(t, int64(2), tally.Matching()-appends, "160 cells in statements of at most 128")
+	require.Equal(t, int64(2*4), updated()-before, "each of the four slots' rows rewritten once")
+	require.Zero(t, logRows(ctx, t, db))
+	for _, ref := range refs {
+		want := requireDirectory(ctx, t, db, ref, 0)
+		require.Equal(t, want, listed(ctx, t, store, ref), ref)
+	}
+}
