@@ -44,9 +44,11 @@ const (
 	// maxLogRows bounds one LogDirectory statement (rows of about 60 bytes in the text each).
 	maxLogRows = 128
 	// compactRows is the most log rows one SlotLog read returns: a row holds what one create
-	// transaction added to one cell (at most its batch's tasks, 24 bytes each), so a read holds at
-	// most a few MB.
-	compactRows = 200
+	// transaction added to one cell (at most its batch's tasks, eventstore.MaxPendingBatch of 24
+	// bytes each, 4.8 KB), so a read holds at most 2.5 MB. A bucket's four slots hold about
+	// compactEvery rows when its create compacts them (a row a task when creates add one task to a
+	// cell), which one read takes.
+	compactRows = 512
 	// compactEvery is how many positions of a task bucket a create passes before it compacts the
 	// bucket's log (InsertTasks): a bucket's log holds the entries of at most that many tasks plus
 	// one create's, so that what a read of a cell's log scans (a retry's, under the bucket) is
@@ -164,10 +166,14 @@ func appendDirectory(ctx context.Context, tx mysql.Conn, entries []refEntry) err
 }
 
 // writeCells appends cb's bytes to their cells, in tx, which holds the cells' task buckets: a
-// statement per maxAppendEntries cells or maxAppendBytes bytes (AppendDirectory).
+// statement per maxAppendEntries cells or maxAppendBytes bytes (AppendDirectory). The cells are
+// taken slot by slot, and a slot whose cells would not all fit in a statement begins the next, so
+// that a slot's row, which each statement that names it rewrites whole (its hundred cells), is
+// rewritten once unless its cells' bytes need more: a compaction of four slots' cells in two
+// statements taken column by column rewrote each row twice.
 func writeCells(ctx context.Context, tx mysql.Conn, cb *cellBytes) error {
 	keys := slices.Clone(cb.keys)
-	slices.SortFunc(keys, func(a, b cellKey) int { return cmp.Or(cmp.Compare(a.col, b.col), cmp.Compare(a.slot, b.slot)) })
+	slices.SortFunc(keys, func(a, b cellKey) int { return cmp.Or(cmp.Compare(a.slot, b.slot), cmp.Compare(a.col, b.col)) })
 	rest := map[cellKey][]byte{}
 	for _, k := range keys {
 		rest[k] = cb.bytes[k]
@@ -179,6 +185,16 @@ func writeCells(ctx context.Context, tx mysql.Conn, cb *cellBytes) error {
 		size := 0
 		for len(keys) > 0 && len(chunk) < maxAppendEntries && size < maxAppendBytes {
 			k := keys[0]
+			if len(chunk) > 0 && k.slot != chunk[len(chunk)-1].slot {
+				// A slot's cells that would not all fit in this statement start the next one.
+				n := 0
+				for n < len(keys) && keys[n].slot == k.slot {
+					n++
+				}
+				if len(chunk)+n > maxAppendEntries {
+					break
+				}
+			}
 			b := rest[k]
 			take := min(len(b), maxAppendBytes-size)
 			chunk, part[k], size = append(chunk, k), b[:take], size+take
@@ -186,6 +202,8 @@ func writeCells(ctx context.Context, tx mysql.Conn, cb *cellBytes) error {
 				keys = keys[1:]
 			}
 		}
+		// In the statement, a CASE per column: its cells column by column.
+		slices.SortFunc(chunk, func(a, b cellKey) int { return cmp.Or(cmp.Compare(a.col, b.col), cmp.Compare(a.slot, b.slot)) })
 		var sets []string
 		var args []any
 		var slots []int64
@@ -225,45 +243,51 @@ func slotsOfBucket(b int64) []int64 {
 }
 
 // compactSlots moves the log rows of slots into their cells and deletes them, in tx, which holds
-// the slots' task buckets: the rows read, appended (writeCells) and deleted compactRows at a time.
-// It returns how many rows it moved.
+// the slots' task buckets: the rows of all the slots read, appended (writeCells) and deleted
+// compactRows at a time, a statement each, whatever the number of slots (a create's compaction of a
+// bucket's four slots was a read, an append and a delete per slot: twelve round trips under the
+// buckets every create of those references waits for). It returns how many rows it moved.
 func compactSlots(ctx context.Context, tx mysql.Conn, slots []int64) (int, error) {
+	slots = mysql.Unique(slices.Clone(slots))
+	slices.Sort(slots)
 	moved := 0
-	for _, slot := range mysql.Unique(slices.Clone(slots)) {
-		for {
-			cb, firsts, err := readSlotLog(ctx, tx, slot)
-			if err != nil || len(firsts) == 0 {
-				if err != nil {
-					return moved, err
-				}
-				break
-			}
-			if err := writeCells(ctx, tx, cb); err != nil {
-				return moved, err
-			}
-			q, args := mysql.ExpandIDs(dirQueries.DeleteSlotLog, firsts)
-			res, err := tx.ExecContext(ctx, q, append([]any{slot}, args...)...)
-			if err != nil {
-				return moved, err
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return moved, err
-			} else if n != int64(len(firsts)) {
-				return moved, fmt.Errorf("reference_directory_log: deleted %d of the %d rows of slot %d just compacted", n, len(firsts), slot)
-			}
-			moved += len(firsts)
-			if len(firsts) < compactRows {
-				break
-			}
+	for len(slots) > 0 {
+		cb, firsts, err := readSlotLog(ctx, tx, slots)
+		if err != nil || len(firsts) == 0 {
+			return moved, err
+		}
+		if err := writeCells(ctx, tx, cb); err != nil {
+			return moved, err
+		}
+		var read []int64
+		for _, k := range cb.keys {
+			read = append(read, k.slot)
+		}
+		read = mysql.Unique(read)
+		q := strings.Replace(dirQueries.DeleteSlotLog, "/*slots*/", mysql.Placeholders(len(read)), 1)
+		q, args := mysql.ExpandIDs(q, firsts)
+		res, err := tx.ExecContext(ctx, q, append(mysql.IDArgs(read), args...)...)
+		if err != nil {
+			return moved, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return moved, err
+		} else if n != int64(len(firsts)) {
+			return moved, fmt.Errorf("reference_directory_log: deleted %d of the %d rows of slots %v just compacted", n, len(firsts), read)
+		}
+		moved += len(firsts)
+		if len(firsts) < compactRows {
+			break
 		}
 	}
 	return moved, nil
 }
 
-// readSlotLog reads up to compactRows log rows of slot (SlotLog): their bytes by cell, and their
-// first ids.
-func readSlotLog(ctx context.Context, tx mysql.Conn, slot int64) (*cellBytes, []int64, error) {
-	rows, err := tx.QueryContext(ctx, dirQueries.SlotLog, slot, compactRows)
+// readSlotLog reads up to compactRows log rows of slots (SlotLog): their bytes by cell, in the
+// order logged, and their first ids.
+func readSlotLog(ctx context.Context, tx mysql.Conn, slots []int64) (*cellBytes, []int64, error) {
+	q := strings.Replace(dirQueries.SlotLog, "/*slots*/", mysql.Placeholders(len(slots)), 1)
+	rows, err := tx.QueryContext(ctx, q, append(mysql.IDArgs(slots), compactRows)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -271,13 +295,14 @@ func readSlotLog(ctx context.Context, tx mysql.Conn, slot int64) (*cellBytes, []
 	cb := &cellBytes{}
 	var firsts []int64
 	for rows.Next() {
+		var slot int64
 		var col int
 		var first int64
 		var b []byte
-		if err := rows.Scan(&col, &first, &b); err != nil {
+		if err := rows.Scan(&slot, &col, &first, &b); err != nil {
 			return nil, nil, err
 		}
-		if col < 0 || col >= directoryColumns || len(b)%entrySize != 0 {
+		if !slices.Contains(slots, slot) || col < 0 || col >= directoryColumns || len(b)%entrySize != 0 {
 			return nil, nil, fmt.Errorf("reference_directory_log: a row of slot %d names column %d with %d bytes: the table was changed by hand", slot, col, len(b))
 		}
 		cb.add(cellKey{col, slot}, b, first)

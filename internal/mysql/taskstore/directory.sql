@@ -33,15 +33,20 @@ INSERT INTO reference_directory_log (slot, col, first_id, entries) VALUES /*rows
 SELECT DISTINCT slot FROM reference_directory_log;
 
 -- name: SlotLog
--- The compaction of one slot (compactSlots), with the slot's task bucket held: up to ? of its log
--- rows. A consistent read: only the bucket's holder writes the slot's rows, and that is the caller.
-SELECT col, first_id, entries FROM reference_directory_log WHERE slot = ? LIMIT ?;
+-- The compaction of slots (compactSlots: a bucket's four, or the slots of every bucket a create or a
+-- retry holds), with their task buckets held: up to ? of their log rows, in one statement. Pruned to
+-- the slots' partitions, each scanned in the order its rows were inserted, so that the rows of one
+-- cell (one slot) come in the order they were logged, and a LIMIT leaves a later part of a slot's
+-- rows, never an earlier one, for the next read. A consistent read: only the buckets' holder writes
+-- the slots' rows, and that is the caller.
+SELECT slot, col, first_id, entries FROM reference_directory_log WHERE slot IN (/*slots*/) LIMIT ?;
 
 -- name: DeleteSlotLog
--- The compaction: the rows of a slot it has just appended to their cells (/*ids*/: their first_id),
--- in the same transaction, with the slot's task bucket held. Pruned to the slot's partition; the
--- caller checks that it deleted each one.
-DELETE FROM reference_directory_log WHERE slot = ? AND first_id IN (/*ids*/);
+-- The compaction: the rows of the slots it has just appended to their cells (/*slots*/, and
+-- /*ids*/: their first_id, which no two log rows share, being the id of a task whose entry only
+-- its create logs), in the same transaction, with the slots' task buckets held. Pruned to the
+-- slots' partitions; the caller checks that it deleted each one, and no other.
+DELETE FROM reference_directory_log WHERE slot IN (/*slots*/) AND first_id IN (/*ids*/);
 
 -- name: AppendDirectory
 -- The compaction, a retry to the end and the backfill: appends entries to cells, in the

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
+	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -252,6 +254,94 @@ func TestABucketsLogIsCompactedByItsCreatesEvery256Tasks(t *testing.T) {
 	for _, ref := range refs {
 		want := requireDirectory(ctx, t, db, ref, 0)
 		require.Len(t, want, 100)
+		require.Equal(t, want, listed(ctx, t, store, ref), ref)
+	}
+}
+
+// The create that takes a bucket's positions past a multiple of 256 compacts the bucket's four
+// slots in three statements more than the create before it (one read of the four slots' log, one
+// append to their cells, one delete), where a read, an append and a delete per slot made twelve:
+// round trips under the buckets that every create of their references waits for. Each reference's
+// directory then reads as `events` holds it, and the log is empty.
+func TestACreatesCompactionOfABucketIsThreeStatements(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, dsn := testdb.DB(t, 4)
+	db, tally := mysqltest.TalliedDB(t, dsn, 4, "")
+	store := storesOn(t, db)
+	var refs []string
+	for _, slot := range taskstore.InEachSlotOfBucket("compacted", 2) {
+		refs = append(refs, slot...)
+	}
+	// Positions 1 to 254 of the bucket: every reference's tasks logged in each of its slots.
+	var batch []exactlyonce.NewTask
+	for i := range 254 {
+		batch = append(batch, refTask(refs[i%len(refs)], i))
+		if len(batch) == 127 {
+			_, err := store.Tasks.CreateTasks(ctx, batch)
+			require.NoError(t, err)
+			batch = nil
+		}
+	}
+	logged := logRows(ctx, t, db)
+	require.GreaterOrEqual(t, logged, 8, "log rows in each of the bucket's four slots")
+	statementsOf := func(i int) int64 {
+		before := tally.Statements()
+		createOne(ctx, t, store, refs[i%len(refs)], i)
+		return tally.Statements() - before
+	}
+	plain := statementsOf(254) // position 255
+	require.Equal(t, logged+1, logRows(ctx, t, db), "no compaction before the mark")
+	compacting := statementsOf(255) // position 256: the mark
+	require.Zero(t, logRows(ctx, t, db), "the bucket's log compacted by the create that passed the mark")
+	require.Equal(t, plain+3, compacting, "the compaction of the bucket's %d log rows in its four slots", logged+2)
+	for _, ref := range refs {
+		want := requireDirectory(ctx, t, db, ref, 0)
+		require.Equal(t, want, listed(ctx, t, store, ref), ref)
+	}
+}
+
+// A compaction rewrites each slot's row once when the slot's cells fit in one statement: InnoDB
+// rewrites the whole row (its hundred cells) for every statement that changes it. The four slots
+// of a bucket with 40 cells logged each, 160 cells, take two statements (128 cells at most each);
+// taken column by column, each statement named the four rows, eight rewrites where four will do.
+// The session's Handler_update counts a row of a partitioned table twice (the partitioning handler
+// and InnoDB's).
+func TestACompactionRewritesEachSlotsRowOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, dsn := testdb.DB(t, 1)
+	db, tally := mysqltest.TalliedDB(t, dsn, 1, "") // one connection: the session's counters are the store's
+	tally.Of = "UPDATE reference_directory SET"
+	store := storesOn(t, db)
+	var batch []exactlyonce.NewTask
+	var refs []string
+	for _, slot := range taskstore.InEachSlotOfBucket("rewritten", 40) {
+		for _, ref := range slot {
+			batch = append(batch, refTask(ref, 0))
+			refs = append(refs, ref)
+		}
+	}
+	_, err := store.Tasks.CreateTasks(ctx, batch)
+	require.NoError(t, err)
+	require.Equal(t, 160, logRows(ctx, t, db))
+	updated := func() int64 {
+		var name string
+		var n int64
+		require.NoError(t, db.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Handler_update'").Scan(&name, &n))
+		return n
+	}
+	before, appends := updated(), tally.Matching()
+	moved, err := store.Tasks.CompactDirectory(ctx, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, 160, moved)
+	require.Equal(t, int64(2), tally.Matching()-appends, "160 cells in statements of at most 128")
+	require.Equal(t, int64(2*4), updated()-before, "each of the four slots' rows rewritten once")
+	require.Zero(t, logRows(ctx, t, db))
+	for _, ref := range refs {
+		want := requireDirectory(ctx, t, db, ref, 0)
 		require.Equal(t, want, listed(ctx, t, store, ref), ref)
 	}
 }

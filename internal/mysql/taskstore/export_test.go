@@ -91,6 +91,25 @@ func DirectoryEntries(ctx context.Context, db *sql.DB, ref string) ([][2]int64, 
 	return out, raw, nil
 }
 
+// InEachSlotOfBucket returns n references for each of the directory slots of ref's task bucket
+// (slotsOfBucket), slot by slot, each in a cell of its own (n is at most directoryColumns).
+func InEachSlotOfBucket(ref string, n int) [][]string {
+	var out [][]string
+	for _, slot := range slotsOfBucket(cellOf(ref).slot % taskBuckets) {
+		var refs []string
+		cols := map[int]bool{}
+		for i := 0; len(refs) < n; i++ {
+			r := fmt.Sprintf("%s-%d", ref, i)
+			if c := cellOf(r); c.slot == slot && !cols[c.col] {
+				cols[c.col] = true
+				refs = append(refs, r)
+			}
+		}
+		out = append(out, refs)
+	}
+	return out
+}
+
 // SameSlot returns n references that share ref's directory slot (and so its task bucket).
 func SameSlot(ref string, n int) []string {
 	want := cellOf(ref).slot

@@ -19,6 +19,7 @@ func TestStatementsNamingFoldedStatesArePruned(t *testing.T) {
 	db := testdb.Core(t, mysql.Config{}, 2)
 	literal := func(q string) string {
 		q = strings.ReplaceAll(q, "/*ids*/", "1, 2, 3")
+		q = strings.ReplaceAll(q, "/*slots*/", "1")
 		return strings.ReplaceAll(q, "?", "1")
 	}
 	for _, c := range []struct {
