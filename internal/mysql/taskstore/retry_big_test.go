@@ -20,6 +20,7 @@ import (
 // docs/tasks.md; before parts, the one transaction passed the API's 10 s timeout and was rolled
 // back every time.) The calls' times are logged, not asserted.
 func TestARetryOfManyFailedTasksGoesInCallsOfABoundedTime(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	db, store := dbWithStores(t, 8)

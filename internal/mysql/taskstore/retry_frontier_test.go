@@ -32,6 +32,65 @@ func openBehindFailed(ctx context.Context, t *testing.T, ref string, n int) (*sq
 	return db, store, ids, c, e
 }
 
+// frontierCase is one test's reference of 12 failed tasks behind an open task (openBehindFailed)
+// and the context it runs in (a minute).
+type frontierCase struct {
+	ref   string
+	ctx   context.Context
+	db    *sql.DB
+	store *wire.Stores
+	ids   []int64           // the failed tasks, in position order
+	claim exactlyonce.Claim // the open task's claim
+	open  exactlyonce.Event // the open task
+}
+
+func newFrontierCase(t *testing.T, ref string) frontierCase {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	db, store, ids, c, open := openBehindFailed(ctx, t, ref, 12)
+	return frontierCase{ref: ref, ctx: ctx, db: db, store: store, ids: ids, claim: c, open: open}
+}
+
+// firstPartAlone makes the store's retries go one part of 5 a call and makes the first call, which
+// holds its frontier (ids[4]); it returns the call's answer for the test to check.
+func (f frontierCase) firstPartAlone(t *testing.T) exactlyonce.RetriedReference {
+	t.Helper()
+	taskstore.RetryInParts(f.store.Tasks, 5, time.Nanosecond, nil) // one part a call
+	got, err := f.store.Tasks.RetryReference(f.ctx, f.ref)
+	require.NoError(t, err)
+	return got
+}
+
+// deliverToTheFrontier delivers the open task and the first three retried tasks, each settlement
+// handing the next on to the open task's claim (chain), and returns the fourth, leased to it: the
+// task before the frontier.
+func (f frontierCase) deliverToTheFrontier(t *testing.T) exactlyonce.Event {
+	t.Helper()
+	s, err := settleTask(f.ctx, f.store, f.claim, f.open, true, true)
+	require.NoError(t, err)
+	e := s.Next[0]
+	for range 3 {
+		s, err := settleTask(f.ctx, f.store, f.claim, e, true, true)
+		require.NoError(t, err)
+		e = s.Next[0]
+	}
+	require.Equal(t, f.ids[3], e.ID)
+	return e
+}
+
+// holdFrontierRow locks the frontier's row (ids[4]) in a transaction of the test's, which the test
+// commits to let go (rolled back at the test's end if it did not).
+func (f frontierCase) holdFrontierRow(t *testing.T) *sql.Tx {
+	t.Helper()
+	tx, err := f.db.BeginTx(f.ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	_, err = tx.ExecContext(f.ctx, "UPDATE events SET position = position WHERE id = ?", f.ids[4])
+	require.NoError(t, err)
+	return tx
+}
+
 // claimTask claims task id as a processor would (it must be due) and returns the claim and the task.
 func claimTask(ctx context.Context, t *testing.T, store *wire.Stores, id int64) (exactlyonce.Claim, exactlyonce.Event) {
 	t.Helper()
@@ -86,10 +145,10 @@ func deliverAll(ctx context.Context, t *testing.T, db *sql.DB, store *wire.Store
 // frontier as any queued task, the deliveries pass it and the test fails; before, the retry went
 // whole (one part).
 func TestARetryToTheEndBehindAnOpenTaskGoesInParts(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Parallel()
 	const ref = "frontier"
-	db, store, ids, c, open := openBehindFailed(ctx, t, ref, 12)
+	f := newFrontierCase(t, ref)
+	ctx, db, store, ids, c, open := f.ctx, f.db, f.store, f.ids, f.claim, f.open
 	reads := taskstore.CountFailedSetReads(store.Tasks)
 	var mine exactlyonce.CreatedTask
 	var delivered []int64
@@ -126,10 +185,10 @@ func TestARetryToTheEndBehindAnOpenTaskGoesInParts(t *testing.T) {
 // between parts): the last part releases it queued and names no head (a queued task has no queue
 // message); the open task's settlement then promotes the retried tasks in order, the create last.
 func TestARetryToTheEndBehindAnOpenTaskReleasesAQueuedFrontier(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Parallel()
 	const ref = "frontier-queued"
-	db, store, ids, c, open := openBehindFailed(ctx, t, ref, 12)
+	f := newFrontierCase(t, ref)
+	ctx, db, store, ids, c, open := f.ctx, f.db, f.store, f.ids, f.claim, f.open
 	reads := taskstore.CountFailedSetReads(store.Tasks)
 	var mine exactlyonce.CreatedTask
 	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
@@ -159,10 +218,10 @@ func TestARetryToTheEndBehindAnOpenTaskReleasesAQueuedFrontier(t *testing.T) {
 // is not among them, and a later call retries it to the end, behind the create that came between
 // parts. Every task delivered once, in position order.
 func TestARetryToTheEndBehindAnOpenTaskThatFailsBetweenParts(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Parallel()
 	const ref = "frontier-fails"
-	db, store, ids, c, open := openBehindFailed(ctx, t, ref, 12)
+	f := newFrontierCase(t, ref)
+	ctx, db, store, ids, c, open := f.ctx, f.db, f.store, f.ids, f.claim, f.open
 	var mine exactlyonce.CreatedTask
 	taskstore.RetryInParts(store.Tasks, 5, time.Minute, func(n int) error {
 		if n == 2 {
@@ -191,31 +250,17 @@ func TestARetryToTheEndBehindAnOpenTaskThatFailsBetweenParts(t *testing.T) {
 // call continues it. Without that check the frontier is leased to the settling claim and the
 // test fails.
 func TestAHoldRenewedWhileASettlementPromotesKeepsTheFrontierFromItsClaim(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Parallel()
 	const ref = "frontier-renewed"
-	db, store, ids, c, open := openBehindFailed(ctx, t, ref, 12)
-	taskstore.RetryInParts(store.Tasks, 5, time.Nanosecond, nil) // one part a call
-	got, err := store.Tasks.RetryReference(ctx, ref)
-	require.NoError(t, err)
+	f := newFrontierCase(t, ref)
+	ctx, db, store, ids, c := f.ctx, f.db, f.store, f.ids, f.claim
+	got := f.firstPartAlone(t)
 	require.Equal(t, exactlyonce.RetriedReference{IDs: ids[:5], Placement: exactlyonce.RetryAtEnd, Head: 0, More: true}, got)
 	// The open task and the first three retried tasks delivered; the fourth is leased to c.
-	s, err := settleTask(ctx, store, c, open, true, true)
+	e := f.deliverToTheFrontier(t)
+	_, err := db.ExecContext(ctx, "UPDATE events SET next_attempt_at = NOW(6) - INTERVAL 1 SECOND WHERE id = ?", ids[4]) // the hold ends
 	require.NoError(t, err)
-	e := s.Next[0]
-	for range 3 {
-		s, err := settleTask(ctx, store, c, e, true, true)
-		require.NoError(t, err)
-		e = s.Next[0]
-	}
-	require.Equal(t, ids[3], e.ID)
-	_, err = db.ExecContext(ctx, "UPDATE events SET next_attempt_at = NOW(6) - INTERVAL 1 SECOND WHERE id = ?", ids[4]) // the hold ends
-	require.NoError(t, err)
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback() }()
-	_, err = tx.ExecContext(ctx, "UPDATE events SET position = position WHERE id = ?", ids[4])
-	require.NoError(t, err)
+	tx := f.holdFrontierRow(t)
 	done := make(chan struct{})
 	var settled exactlyonce.TaskSettlement
 	var settleErr error
@@ -260,16 +305,13 @@ func openOf(ctx context.Context, t *testing.T, db *sql.DB, ref string) [][2]int6
 // create. Each task has a position of its own; every task delivered once, in order. Placed with
 // the others, the open task took the create's position.
 func TestTasksThatFailedSinceARetryBeganTakeNoPlaceOfTheOthers(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Parallel()
 	const ref = "frontier-room"
-	db, store, ids, c, open := openBehindFailed(ctx, t, ref, 12)
-	taskstore.RetryInParts(store.Tasks, 5, time.Nanosecond, nil) // one part a call
-	got, err := store.Tasks.RetryReference(ctx, ref)
-	require.NoError(t, err)
-	require.Equal(t, ids[:5], got.IDs)
+	f := newFrontierCase(t, ref)
+	ctx, db, store, ids, c, open := f.ctx, f.db, f.store, f.ids, f.claim, f.open
+	require.Equal(t, ids[:5], f.firstPartAlone(t).IDs)
 	mine := createWithin(ctx, t, store, ref, 99)
-	_, err = settleTask(ctx, store, c, open, false, false)
+	_, err := settleTask(ctx, store, c, open, false, false)
 	require.NoError(t, err)
 	delivered := deliverAll(ctx, t, db, store, ref)
 	require.Equal(t, ids[:4], delivered, "up to the frontier")
@@ -303,28 +345,13 @@ func TestTasksThatFailedSinceARetryBeganTakeNoPlaceOfTheOthers(t *testing.T) {
 // Whichever gets the row first, the frontier ends pending and held, handed on to no claim, the
 // part's tasks placed after it, and the rest delivered in order once the last part releases it.
 func TestAPartAndASettlementMeetingAtTheFrontierKeepOrder(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Parallel()
 	const ref = "frontier-meet"
-	db, store, ids, c, open := openBehindFailed(ctx, t, ref, 12)
-	taskstore.RetryInParts(store.Tasks, 5, time.Nanosecond, nil) // one part a call
-	got, err := store.Tasks.RetryReference(ctx, ref)
-	require.NoError(t, err)
-	require.Equal(t, ids[:5], got.IDs)
-	s, err := settleTask(ctx, store, c, open, true, true)
-	require.NoError(t, err)
-	e := s.Next[0]
-	for range 3 {
-		s, err := settleTask(ctx, store, c, e, true, true)
-		require.NoError(t, err)
-		e = s.Next[0]
-	}
-	require.Equal(t, ids[3], e.ID)
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback() }()
-	_, err = tx.ExecContext(ctx, "UPDATE events SET position = position WHERE id = ?", ids[4])
-	require.NoError(t, err)
+	f := newFrontierCase(t, ref)
+	ctx, db, store, ids, c := f.ctx, f.db, f.store, f.ids, f.claim
+	require.Equal(t, ids[:5], f.firstPartAlone(t).IDs)
+	e := f.deliverToTheFrontier(t)
+	tx := f.holdFrontierRow(t)
 	settled, parted := make(chan struct{}), make(chan struct{})
 	var settlement exactlyonce.TaskSettlement
 	var part exactlyonce.RetriedReference

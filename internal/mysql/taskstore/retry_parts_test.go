@@ -29,6 +29,7 @@ func claimable(ctx context.Context, t *testing.T, store *wire.Stores, id int64) 
 }
 
 func TestARetryInPartsPutsEveryFailedTaskBackInItsPlaceAndLetsCreatesThrough(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts"
@@ -67,6 +68,7 @@ func TestARetryInPartsPutsEveryFailedTaskBackInItsPlaceAndLetsCreatesThrough(t *
 }
 
 func TestARetryInPartsToTheEndKeepsItsPositionsAheadOfACreateBetweenParts(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-end"
@@ -96,6 +98,7 @@ func TestARetryInPartsToTheEndKeepsItsPositionsAheadOfACreateBetweenParts(t *tes
 }
 
 func TestARetryStoppedBetweenPartsLosesNothingAndARepeatFinishesIt(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-stop"
@@ -113,6 +116,7 @@ func TestARetryStoppedBetweenPartsLosesNothingAndARepeatFinishesIt(t *testing.T)
 }
 
 func TestARetryInPartsStopsAtItsBudgetAndSaysMore(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-budget"
@@ -139,6 +143,7 @@ func TestARetryInPartsStopsAtItsBudgetAndSaysMore(t *testing.T) {
 // The failed tasks a retry in parts has left retried one by one between its calls (each to the end,
 // behind the held head): the next call finds none and releases the head.
 func TestARetryInPartsWhoseRestWasRetriedTaskByTaskReleasesItsHead(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-rest"
@@ -164,6 +169,7 @@ func TestARetryInPartsWhoseRestWasRetriedTaskByTaskReleasesItsHead(t *testing.T)
 // A reference whose failed tasks are followed by a pending head that has not started: the first
 // part puts it back in the queue behind the held head, and it is delivered after every retried task.
 func TestARetryInPartsRequeuesAPendingHeadBehindThem(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-head"
@@ -222,6 +228,7 @@ func requireFirstPartHeldThenRepeatFinishes(ctx context.Context, t *testing.T, d
 // tasks from what it read, while the head its last part holds is still the reference's only open
 // task, held.
 func TestARetryInPartsReadsTheFailedSetOncePerCall(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-once"
@@ -240,6 +247,7 @@ func TestARetryInPartsReadsTheFailedSetOncePerCall(t *testing.T) {
 // fails for good again (a task failed that the call's read did not see). The parts go on from a
 // fresh read: every task once, one open, the failed head retried again, in order.
 func TestARetryInPartsReadsTheFailedSetAgainWhenItMayHaveChanged(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-stale"
@@ -305,6 +313,7 @@ func forgottenDirectory(ctx context.Context, t *testing.T, db *sql.DB) *wire.Sto
 // tasks): the first part decides by the scan, which leaves the failed tasks out by their state,
 // and the others continue its held head. In place, then to the end with a create between parts.
 func TestARetryInPartsWhileTheDirectoryIsIncomplete(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-migrated"
@@ -380,6 +389,7 @@ func TestARetryInPartsWhileTheDirectoryIsIncomplete(t *testing.T) {
 // whose last 60,000 tasks failed took 120 statements, 2.4 s, in the first part), only about the
 // later tasks it did not read failed, or whose directory entry has moved since (none here).
 func TestARetryInPartsDoesNotAskAboutTheFailedTasksItRead(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-asked"
@@ -402,6 +412,7 @@ func TestARetryInPartsDoesNotAskAboutTheFailedTasksItRead(t *testing.T) {
 // (no open task when read) a task retried meanwhile is always open, so the check alone suffices;
 // the guard keeps the question right by itself.
 func TestARetryInPartsAsksAboutAFailedTaskItReadThatMovedSince(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ref = "parts-moved"

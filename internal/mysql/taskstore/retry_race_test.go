@@ -40,6 +40,7 @@ func retryUntilDone(ctx context.Context, store *wire.Stores, ref string) ([]int6
 // Two callers retry one reference at once, both in parts (of 1, so that they race at every part):
 // each part's tasks are retried by one of them, neither fails, and the tasks end in their places.
 func TestTwoRetriesInPartsOfOneReferenceAtOnceBothFinish(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ref = "parts-two"
@@ -84,6 +85,7 @@ func TestTwoRetriesInPartsOfOneReferenceAtOnceBothFinish(t *testing.T) {
 // task was delivered once, one task open at a time, and the deliveries went in position order:
 // a task delivered after another stands after it.
 func TestRetriesInPartsRacingDeliveriesCreatesAndTaskRetriesKeepOrder(t *testing.T) {
+	t.Parallel()
 	raceRetriesInParts(t, "parts-race", false)
 }
 
@@ -95,6 +97,7 @@ func TestRetriesInPartsRacingDeliveriesCreatesAndTaskRetriesKeepOrder(t *testing
 // checks above, the failed tasks (but those retried on their own) are delivered together, in
 // order: no create between them. Before, this case went whole.
 func TestRetriesToTheEndBehindAnOpenTaskRacingDeliveriesKeepOrder(t *testing.T) {
+	t.Parallel()
 	raceRetriesInParts(t, "parts-race-open", true)
 }
 
