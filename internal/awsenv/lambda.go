@@ -156,7 +156,8 @@ func lambdaCredentials(getenv func(string) string) (aws.CredentialsProvider, err
 		endpoint = full
 	} else {
 		return nil, errors.New("no AWS credentials: Lambda sets AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, " +
-			"or AWS_CONTAINER_CREDENTIALS_FULL_URI (SnapStart, managed instances), and neither is set")
+			"or AWS_CONTAINER_CREDENTIALS_FULL_URI or AWS_CONTAINER_CREDENTIALS_RELATIVE_URI (SnapStart, managed instances), " +
+			"and none is set")
 	}
 	token, tokenFile := getenv("AWS_CONTAINER_AUTHORIZATION_TOKEN"), getenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")
 	provider := endpointcreds.New(endpoint, func(o *endpointcreds.Options) {

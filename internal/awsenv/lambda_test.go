@@ -289,6 +289,7 @@ func TestNoCredentials(t *testing.T) {
 	clearAWS(t)
 	_, err := Lambda(os.Getenv)
 	require.ErrorContains(t, err, "no AWS credentials")
+	require.ErrorContains(t, err, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "the message names every source it reads")
 }
 
 // Every variable config.LoadDefaultConfig reads is read by Lambda's configuration or refused by its
