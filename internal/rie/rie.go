@@ -385,13 +385,20 @@ func (f *Function) Invoke(ctx context.Context, payload []byte, requestID string)
 	// The emulator prints the REPORT line before it answers (none when the runtime exited), but its
 	// output is read through a pipe: wait for it, so that Logs and Report have the whole invocation.
 	if res.Status == http.StatusOK {
-		f.waitLine("REPORT RequestId: "+requestID, 10*time.Second)
+		f.waitLine(func(l string) bool { return strings.HasPrefix(l, "REPORT RequestId: "+requestID) }, 10*time.Second)
 	}
 	return res, nil
 }
 
-// waitLine waits up to timeout until a line starting with prefix has been printed.
-func (f *Function) waitLine(prefix string, timeout time.Duration) bool {
+// WaitOutput waits up to timeout until a line containing s has been printed, and tells whether one
+// was. The output is read through a pipe: a runtime that exited at init (Runtime.ExitError) may
+// have its last lines delivered after the invocation answered.
+func (f *Function) WaitOutput(s string, timeout time.Duration) bool {
+	return f.waitLine(func(l string) bool { return strings.Contains(l, s) }, timeout)
+}
+
+// waitLine waits up to timeout until a line for which match is true has been printed.
+func (f *Function) waitLine(match func(string) bool, timeout time.Duration) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	seen, exited := 0, false
@@ -401,7 +408,7 @@ func (f *Function) waitLine(prefix string, timeout time.Duration) bool {
 		seen = len(f.lines)
 		f.mu.Unlock()
 		for _, l := range lines {
-			if strings.HasPrefix(l, prefix) {
+			if match(l) {
 				return true
 			}
 		}
