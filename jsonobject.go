@@ -75,7 +75,7 @@ func DecodeObject(body []byte) (map[string]json.RawMessage, error) {
 		if _, twice := fields[name]; twice {
 			return nil, Errorf(EINVALID, "field %q given twice: give each field once", boundText(name))
 		}
-		if err := checkNumbers(name, v); err != nil {
+		if err := checkValue(name, v); err != nil {
 			return nil, err
 		}
 		fields[name] = v
@@ -89,7 +89,7 @@ func DecodeObject(body []byte) (map[string]json.RawMessage, error) {
 	return fields, nil
 }
 
-// checkNumbers refuses a JSON value (valid JSON, the raw value of field) that holds a number whose
+// checkValue refuses a JSON value (valid JSON, the raw value of field) that holds a number whose
 // magnitude is past float64's range (about 1.8e308): 1e400, -1e400, an integer of 400 digits. JSON's
 // grammar allows them, but RFC 7493 (I-JSON) says not to send them, and most readers cannot read
 // them back: Go's encoding/json into float64 or any fails, JavaScript's JSON.parse makes them
@@ -98,16 +98,23 @@ func DecodeObject(body []byte) (map[string]json.RawMessage, error) {
 // (1e-400) reads back as 0 everywhere, and a long integer past 2^53 reads back rounded, as RFC
 // 7493 warns; both are taken as sent. The error is EINVALID and names the number's place:
 // payload.items[2].n.
-func checkNumbers(field string, raw json.RawMessage) error {
-	if !outOfRange(raw) { // the common case, without building a path
+//
+// It also refuses a name given twice in one object at any depth ({"a": 1, "a": 2}, or "a" and
+// "\u0061"), as DecodeObject does a body's fields: RFC 7493 (I-JSON) says names must be unique,
+// and readers disagree on which value they read (Go's and JavaScript's the last, others the first
+// or an error), so a payload stored and delivered byte for byte would say different things to
+// different receivers. The error names the place of the second: payload.order.id.
+func checkValue(field string, raw json.RawMessage) error {
+	if !outOfRange(raw) && !duplicateName(raw) { // the common case, without building a path
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	type level struct {
 		object bool
-		key    string // an object's current key
-		index  int    // an array's next index
+		key    string          // an object's current key
+		seen   map[string]bool // an object's keys so far
+		index  int             // an array's next index
 	}
 	var stack []level
 	place := func() string {
@@ -133,7 +140,13 @@ func checkNumbers(field string, raw json.RawMessage) error {
 		}
 		if expectKey { // inside an object, a key or its closing brace
 			if k, ok := tok.(string); ok {
-				stack[len(stack)-1].key = k
+				top := &stack[len(stack)-1]
+				top.key = k
+				if top.seen[k] {
+					return Errorf(EINVALID, "%s: the name is given twice in one object, and JSON readers disagree on which value "+
+						"they read (RFC 7493, I-JSON): give each name once", place())
+				}
+				top.seen[k] = true
 				expectKey = false
 				continue
 			}
@@ -149,7 +162,11 @@ func checkNumbers(field string, raw json.RawMessage) error {
 		}
 		switch v := tok.(type) {
 		case json.Delim:
-			stack = append(stack, level{object: v == '{'})
+			l := level{object: v == '{'}
+			if l.object {
+				l.seen = map[string]bool{}
+			}
+			stack = append(stack, l)
 			expectKey = v == '{'
 			continue
 		case json.Number:
@@ -210,6 +227,57 @@ func outOfRange(raw []byte) bool {
 	return out
 }
 
+// duplicateName tells whether the JSON text raw (valid JSON) has an object, at any depth, that
+// gives one name twice. Names are compared as read: an escaped name is decoded first ("\u0061"
+// is "a").
+func duplicateName(raw []byte) bool {
+	type level struct {
+		object bool
+		seen   map[string]struct{}
+	}
+	var stack []level
+	expectKey := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; c {
+		case '"':
+			j, escaped := i+1, false
+			for ; j < len(raw) && raw[j] != '"'; j++ {
+				if raw[j] == '\\' {
+					escaped = true
+					j++
+				}
+			}
+			if expectKey {
+				top := &stack[len(stack)-1]
+				name := string(raw[i : j+1])
+				if escaped {
+					var s string
+					if json.Unmarshal(raw[i:j+1], &s) == nil {
+						name = `"` + s + `"`
+					}
+				}
+				if top.seen == nil {
+					top.seen = map[string]struct{}{}
+				}
+				if _, twice := top.seen[name]; twice {
+					return true
+				}
+				top.seen[name] = struct{}{}
+				expectKey = false
+			}
+			i = j
+		case '{', '[':
+			stack = append(stack, level{object: c == '{'})
+			expectKey = c == '{'
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+		case ',':
+			expectKey = stack[len(stack)-1].object
+		}
+	}
+	return false
+}
+
 // JSONDepth returns how deep the JSON text raw (valid JSON) nests arrays and objects: 0 for a
 // scalar, 1 for [] or {"a": 1}. Brackets inside strings do not count.
 func JSONDepth(raw []byte) int {
@@ -227,7 +295,7 @@ func JSONDepth(raw []byte) int {
 	return most
 }
 
-// plainKey tells whether an object's key can follow a dot in a place (checkNumbers): letters,
+// plainKey tells whether an object's key can follow a dot in a place (checkValue): letters,
 // digits, _ and -, not empty.
 func plainKey(k string) bool {
 	if k == "" {

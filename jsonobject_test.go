@@ -41,3 +41,33 @@ func TestDecodeObjectRefusesNumbersPastFloat64(t *testing.T) {
 		require.NoError(t, err, body)
 	}
 }
+
+// A name given twice in one object, at any depth of a body's values, is refused with an EINVALID
+// error naming its place: readers disagree on which value they read. Names are compared as read
+// ("\u0061" is "a"); the same name in two objects, or as a string value, is no duplicate.
+func TestDecodeObjectRefusesANameGivenTwiceInANestedObject(t *testing.T) {
+	t.Parallel()
+	for body, place := range map[string]string{
+		`{"payload": {"a": 1, "a": 2}}`:                             "payload.a: the name is given twice",
+		`{"payload": {"a": 1, "\u0061": 2}}`:                        "payload.a: the name is given twice",
+		`{"payload": [0, {"o": {"x": [], "y": {}, "x": 3}}]}`:       "payload[1].o.x: the name is given twice",
+		`{"payload": {"odd key": 1, "b": "odd key", "odd key": 2}}`: `payload["odd key"]: the name is given twice`,
+		`{"payload": {"": 1, "": 1}}`:                               `payload[""]: the name is given twice`,
+		`{"payload": {"q\"": 1, "q\u0022": 1}}`:                     `payload["q\""]: the name is given twice`,
+	} {
+		_, err := DecodeObject([]byte(body))
+		var e *Error
+		require.True(t, errors.As(err, &e), "%s: %v", body, err)
+		require.Equal(t, EINVALID, e.Code)
+		require.True(t, strings.HasPrefix(e.Message, place), "%s: %s", body, e.Message)
+	}
+	for _, body := range []string{
+		`{"payload": {"a": {"a": {"a": 1}}, "b": [{"a": 1}, {"a": 2}]}}`,
+		`{"payload": {"a": "a", "b": "\"a\", \"a\""}}`,
+		`{"payload": {"a": 1, "A": 2, "\u00e9": 3, "e\u0301": 4}}`, // other names (no normalisation)
+		`{"payload": [{"x": 1}, {"x": 1}]}`,
+	} {
+		_, err := DecodeObject([]byte(body))
+		require.NoError(t, err, body)
+	}
+}

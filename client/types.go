@@ -37,7 +37,8 @@ type NewTask struct {
 	URL string `json:"url"`
 	// Payload is any JSON value, at most 256 KiB, nesting at most 64 deep, whose numbers are within
 	// float64's range (1e400 is refused: most JSON readers cannot read it back; send it as a string)
-	// and whose strings hold no lone surrogate escape ("\ud800", which Go reads as U+FFFD).
+	// whose strings hold no lone surrogate escape ("\ud800", which Go reads as U+FFFD), and none
+	// of whose objects gives a name twice (readers disagree on which value they read).
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	ReferenceID string          `json:"referenceId,omitempty"`
 	MaxRetries  *int            `json:"maxRetries,omitempty"` // nil: the API's default, 3

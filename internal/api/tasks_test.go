@@ -367,3 +367,27 @@ func TestNumbersPastFloat64Refused(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"n": 1e308}`, string(e.Task.Payload))
 }
+
+// A name given twice in one object of a task's payload is a 400 naming its place, and writes
+// nothing: the payload is delivered byte for byte, and receivers disagree on which of the two values
+// they read (Go and JavaScript the last, others the first or an error). A keyed create refused for
+// it does not spend its key.
+func TestAPayloadNameGivenTwiceIsRefused(t *testing.T) {
+	t.Parallel()
+	b, _ := keyedServer(t, api.Idempotency{}, api.AsyncGroup{})
+	for _, path := range []string{"/events/async", "/events"} {
+		for _, key := range []string{"", "k-" + path} {
+			a := postKeyed(t, b.srv.URL, path, key, `{"url": "https://example.com/x", "payload": {"order": {"id": 1, "id": 2}}}`)
+			require.Equal(t, http.StatusBadRequest, a.status, "%s %s", path, a.body)
+			var m map[string]string
+			require.NoError(t, json.Unmarshal([]byte(a.body), &m), a.body)
+			require.Contains(t, m["error"], "payload.order.id: the name is given twice", a.body)
+		}
+	}
+	require.Zero(t, count(t, b), "no request above may write")
+	require.Empty(t, b.queue.ids)
+
+	a := postKeyed(t, b.srv.URL, "/events/async", "k-/events/async", `{"url": "https://example.com/x", "payload": {"order": {"id": 1}, "id": 2}}`)
+	require.Equal(t, http.StatusAccepted, a.status, a.body)
+	require.Empty(t, a.replayed, "the refused body did not take the key")
+}
