@@ -21,9 +21,10 @@ package processing
 import (
 	"cmp"
 	"context"
-	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 
 	"github.com/exactlyonce/exactlyonce"
 )
@@ -106,7 +107,7 @@ type Engine struct {
 // and the backoff its decisions use.
 func (e *Engine) claim() claimRun {
 	r := claimRun{Claim: exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: e.By, Lease: cmp.Or(e.Lease, DefaultLease)},
-		works: e.Works, backoff: e.Backoff.WithDefaults(), delivers: e.delivers()}
+		works: e.Works, backoff: e.Backoff.WithDefaults(), delivers: e.delivers(), leasedAt: time.Now()}
 	r.tasks = r.delivers
 	if r.works == nil {
 		r.works = exactlyonce.DefaultWorks()
@@ -320,7 +321,7 @@ func (e *Engine) work(ctx context.Context, c claimRun, claimed exactlyonce.Claim
 		}
 	}
 	if len(tasks) > 0 {
-		tw := e.workTasks(ctx, c.Claim, tasks)
+		tw := e.workTasks(ctx, c.Claim, c.leasedAt, tasks)
 		out.settled = append(out.settled, tw.completed...)
 		out.gaveUp = append(out.gaveUp, tw.gaveUp...)
 		out.failed = len(tw.gaveUp) + len(tw.retrying)
