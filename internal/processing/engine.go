@@ -183,6 +183,12 @@ func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactly
 	for _, id := range done.deferred {
 		out[id] = exactlyonce.OutcomeDeferred
 	}
+	// A task the claim left out (it held as many tasks as one claim may) is pending: the next claim
+	// that names it, or a claim of due events, takes it. Its message is not failed for it, which
+	// would bring it back after the visibility timeout and count it towards the DLQ.
+	for _, id := range claimed.LeftOut {
+		out[id] = exactlyonce.OutcomeDeferred
+	}
 	for _, ev := range claimed.Leased {
 		if _, ok := out[ev.ID]; !ok {
 			out[ev.ID] = exactlyonce.OutcomeBusy

@@ -13,6 +13,7 @@ import (
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
 	"github.com/exactlyonce/exactlyonce/internal/processing"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
@@ -101,4 +102,45 @@ func TestNoDeliveryRunsUnderAnExpiredLease(t *testing.T) {
 	}
 }
 
-var _ = processing.DefaultLease
+// A batch whose messages name more tasks than one claim holds (eventstore.MaxClaimTasks) delivers
+// the first MaxClaimTasks and leaves the others pending, deferred: their messages are acknowledged
+// (the next claim that names them, or a sweeper's claim of due events, takes them), not failed,
+// which would bring them back after the visibility timeout and count them towards the DLQ. Before,
+// the claim took every task named, its payloads whole in memory.
+func TestProcessIDsDefersTheTasksBeyondOneClaim(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 8))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(srv.Close)
+	const n = eventstore.MaxClaimTasks + 40
+	var ids []int64
+	for len(ids) < n {
+		batch := make([]exactlyonce.NewTask, min(100, n-len(ids)))
+		for i := range batch {
+			batch[i] = exactlyonce.NewTask{URL: srv.URL + "/hook", Payload: []byte(`{"n":1}`), MaxRetries: 3}
+		}
+		created, err := store.Tasks.CreateTasks(ctx, batch)
+		require.NoError(t, err)
+		for _, c := range created {
+			ids = append(ids, c.ID)
+		}
+	}
+	e := taskEngine(store, exactlyonce.ByProcessor)
+	out, err := e.ProcessIDs(ctx, ids)
+	require.NoError(t, err)
+	count := map[exactlyonce.Outcome]int{}
+	for _, o := range out {
+		count[o]++
+	}
+	require.Equal(t, map[exactlyonce.Outcome]int{exactlyonce.OutcomeSettled: eventstore.MaxClaimTasks, exactlyonce.OutcomeDeferred: 40}, count)
+	out, err = e.ProcessIDs(ctx, ids)
+	require.NoError(t, err)
+	count = map[exactlyonce.Outcome]int{}
+	for _, o := range out {
+		count[o]++
+	}
+	require.Equal(t, map[exactlyonce.Outcome]int{exactlyonce.OutcomeAlreadySettled: eventstore.MaxClaimTasks, exactlyonce.OutcomeSettled: 40}, count,
+		"the messages again: the tasks left out are delivered")
+}
