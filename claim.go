@@ -112,6 +112,10 @@ type Claimed struct {
 	Failed map[int64]error
 	// GaveUp are the events of Failed marked failed for good.
 	GaveUp []int64
+	// LeftOut are the tasks a claim of named events (ClaimIDs) found claimable and left as they
+	// are, pending, beyond the most tasks one claim holds in memory (eventstore.MaxClaimTasks): the
+	// next claim that names them, or a claim of due events, takes them.
+	LeftOut []int64
 }
 
 // Failure is what a failed attempt of an event's work comes to, as the engine decided it under its

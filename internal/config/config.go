@@ -96,6 +96,12 @@ const (
 	// day an agent that died holds its range for that long, or pulses or polls as rarely, which no
 	// deployment means; and three pulse intervals must not overflow a duration.
 	MaxAgentInterval = 24 * time.Hour
+	// MaxWebhookTimeout bounds WEBHOOK_TIMEOUT: a delivery must end within its task's lease
+	// (processing.DefaultLease, 2 minutes), less the 2 s its settlement is given, or another claim
+	// may take the task and deliver it at the same moment; the engine cuts a delivery at its lease,
+	// so a longer timeout would be silently taken as about two minutes. A minute and a half is nine
+	// times the default.
+	MaxWebhookTimeout = 90 * time.Second
 	// MinAgentExpiration bounds AGENT_EXPIRATION from below (agents.MinExpiration, which says why):
 	// AGENT_EXPIRATION=3ms with AGENT_PULSE_INTERVAL=1ms passed the 3-pulses rule, and the agent,
 	// ejected at every look, kept every other dynamic agent WAITING for as long as it ran.
@@ -495,6 +501,10 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 	}
 	if a := c.Webhook.SecretARN; a != "" && (!strings.HasPrefix(a, "arn:") || !strings.Contains(a, ":secretsmanager:") || !strings.Contains(a, ":secret:")) {
 		p.fail(fmt.Sprintf("WEBHOOK_SECRET_ARN must be a Secrets Manager secret ARN (arn:aws:secretsmanager:…), got %q", a))
+	}
+	if t := c.Webhook.Timeout; t > MaxWebhookTimeout {
+		p.fail(fmt.Sprintf("WEBHOOK_TIMEOUT (%s) must be at most %s: a delivery must end within its task's lease "+
+			"(2 minutes, less 2 s for its settlement), which the engine cuts it at", t, MaxWebhookTimeout))
 	}
 	if w := c.Webhook; w.RetryBase > 0 && w.RetryMax > 0 && w.RetryMax < w.RetryBase {
 		p.fail(fmt.Sprintf("RETRY_MAX (%s) must be at least RETRY_BASE (%s)", w.RetryMax, w.RetryBase))

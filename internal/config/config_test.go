@@ -216,6 +216,22 @@ func TestDurationsPastTheirComponentsAreRefused(t *testing.T) {
 	}
 }
 
+// WEBHOOK_TIMEOUT past what a task's lease holds is refused: a delivery must end within its task's
+// lease (processing.DefaultLease, 2 minutes, less the settlement's 2 s), which the engine cuts it
+// at (TestNoDeliveryRunsUnderAnExpiredLease). WEBHOOK_TIMEOUT=5m was accepted, and would have been
+// taken as about two minutes.
+func TestAWebhookTimeoutPastTheLeaseIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"1m31s", "5m", "2562047h"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "WEBHOOK_TIMEOUT": v}))
+		d, _ := time.ParseDuration(v)
+		require.ErrorContains(t, err, "WEBHOOK_TIMEOUT ("+d.String()+") must be at most 1m30s", v)
+	}
+	c, err := config.Load(env(map[string]string{"DB_DSN": "d", "WEBHOOK_TIMEOUT": "90s"}))
+	require.NoError(t, err, "the largest")
+	require.Equal(t, config.MaxWebhookTimeout, c.Webhook.Timeout)
+}
+
 // A bad SHARDS_TOTAL or SHARDS_ASSIGNED beside the other is one message, its own, not also "set
 // them together" as if the bad one were unset.
 func TestABadShardIsOneMessage(t *testing.T) {

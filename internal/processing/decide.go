@@ -3,6 +3,7 @@ package processing
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/exactlyonce/exactlyonce"
 )
@@ -18,6 +19,9 @@ type claimRun struct {
 	// events, its deadline leaves the time for one (Engine.TimeForTask). A claim that does not take
 	// them leaves them as they are.
 	tasks bool
+	// leasedAt is a moment before the claim's transaction, so before the lease it writes begins: a
+	// delivery of a task it leased ends by leasedAt + Lease (leaseEnd).
+	leasedAt time.Time
 }
 
 // decide is the engine's Decide: what becomes of each event the claim locked, in the claim's

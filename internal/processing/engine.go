@@ -21,9 +21,10 @@ package processing
 import (
 	"cmp"
 	"context"
-	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"log/slog"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 
 	"github.com/exactlyonce/exactlyonce"
 )
@@ -106,7 +107,7 @@ type Engine struct {
 // and the backoff its decisions use.
 func (e *Engine) claim() claimRun {
 	r := claimRun{Claim: exactlyonce.Claim{ID: exactlyonce.NewClaimID(), By: e.By, Lease: cmp.Or(e.Lease, DefaultLease)},
-		works: e.Works, backoff: e.Backoff.WithDefaults(), delivers: e.delivers()}
+		works: e.Works, backoff: e.Backoff.WithDefaults(), delivers: e.delivers(), leasedAt: time.Now()}
 	r.tasks = r.delivers
 	if r.works == nil {
 		r.works = exactlyonce.DefaultWorks()
@@ -180,6 +181,12 @@ func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactly
 	// A task whose delivery failed this time, or that this engine could not start before its
 	// deadline, is the database's to bring back (its backoff, or at once): deferred.
 	for _, id := range done.deferred {
+		out[id] = exactlyonce.OutcomeDeferred
+	}
+	// A task the claim left out (it held as many tasks as one claim may) is pending: the next claim
+	// that names it, or a claim of due events, takes it. Its message is not failed for it, which
+	// would bring it back after the visibility timeout and count it towards the DLQ.
+	for _, id := range claimed.LeftOut {
 		out[id] = exactlyonce.OutcomeDeferred
 	}
 	for _, ev := range claimed.Leased {
@@ -320,7 +327,7 @@ func (e *Engine) work(ctx context.Context, c claimRun, claimed exactlyonce.Claim
 		}
 	}
 	if len(tasks) > 0 {
-		tw := e.workTasks(ctx, c.Claim, tasks)
+		tw := e.workTasks(ctx, c.Claim, c.leasedAt, tasks)
 		out.settled = append(out.settled, tw.completed...)
 		out.gaveUp = append(out.gaveUp, tw.gaveUp...)
 		out.failed = len(tw.gaveUp) + len(tw.retrying)

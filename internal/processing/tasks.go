@@ -3,11 +3,13 @@ package processing
 import (
 	"cmp"
 	"context"
-	"github.com/exactlyonce/exactlyonce/internal/metrics"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 
 	"github.com/exactlyonce/exactlyonce"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
@@ -98,7 +100,7 @@ type taskWorked struct {
 // in flight), and, as each task settles, the next task of its reference, handed on to this claim by
 // the settlement, while the deadline allows. No row lock is held across a delivery: the lease keeps
 // other claims off, the settlement is a short transaction guarded by it.
-func (e *Engine) workTasks(ctx context.Context, c exactlyonce.Claim, tasks []exactlyonce.Event) taskWorked {
+func (e *Engine) workTasks(ctx context.Context, c exactlyonce.Claim, leasedAt time.Time, tasks []exactlyonce.Event) taskWorked {
 	cfg := e.Tasks
 	st := &taskSettler{e: e, c: c, cfg: cfg, in: make(chan settleRequest), fin: make(chan struct{})}
 	go st.run(ctx)
@@ -121,7 +123,7 @@ func (e *Engine) workTasks(ctx context.Context, c exactlyonce.Claim, tasks []exa
 		wg.Add(1)
 		go func(t exactlyonce.Event) {
 			defer wg.Done()
-			e.deliverChain(ctx, c, t, st, sem)
+			e.deliverChain(ctx, c, leasedAt, t, st, sem)
 		}(t)
 	}
 	wg.Wait()
@@ -131,7 +133,14 @@ func (e *Engine) workTasks(ctx context.Context, c exactlyonce.Claim, tasks []exa
 }
 
 // deliverChain delivers t, then each next task of its reference that the settlements hand on.
-func (e *Engine) deliverChain(ctx context.Context, c exactlyonce.Claim, t exactlyonce.Event, st *taskSettler, sem chan struct{}) {
+// leasedAt is a moment before t's lease began (the claim's, or the settlement's that handed it on).
+// Every delivery ends by its task's lease (leaseEnd): one whose lease has run out by the time it
+// may start (it waited for a slot of Concurrency behind other deliveries) is released without
+// starting, and one that would outlive it is cut there, a temporary failure. A lease that expired
+// while its delivery went on let another claim take the task and deliver it at the same moment,
+// and settle it and promote the next task of its reference while the first delivery of the old
+// one still ran (TestNoDeliveryRunsUnderAnExpiredLease).
+func (e *Engine) deliverChain(ctx context.Context, c exactlyonce.Claim, leasedAt time.Time, t exactlyonce.Event, st *taskSettler, sem chan struct{}) {
 	cfg := e.Tasks
 	rec := metrics.From(ctx)
 	for first := true; ; first = false {
@@ -140,7 +149,15 @@ func (e *Engine) deliverChain(ctx context.Context, c exactlyonce.Claim, t exactl
 			return
 		}
 		sem <- struct{}{}
-		res := cfg.Deliverer.Deliver(ctx, webhook.Request{ID: WebhookID(t.ID), URL: t.Task.URL, Payload: t.Task.Payload})
+		end := leaseEnd(leasedAt, c.Lease)
+		if !time.Now().Before(end) {
+			<-sem
+			st.release(t) // its lease ran out while it waited for a slot: another claim's now
+			return
+		}
+		dctx, cancel := context.WithDeadlineCause(ctx, end, errLeaseEnds)
+		res := cfg.Deliverer.Deliver(dctx, webhook.Request{ID: WebhookID(t.ID), URL: t.Task.URL, Payload: t.Task.Payload})
+		cancel()
 		<-sem
 		if res.Outcome == webhook.Temporary && ctx.Err() != nil {
 			st.release(t) // cut short by the deadline: not the receiver's failure
@@ -155,12 +172,24 @@ func (e *Engine) deliverChain(ctx context.Context, c exactlyonce.Claim, t exactl
 		if !first {
 			st.chained()
 		}
+		leasedAt = time.Now() // before the settlement, which leases the next task it hands on
 		next, ok := st.settle(e.outcome(t, res))
 		if !ok {
 			return
 		}
 		t = next
 	}
+}
+
+// errLeaseEnds is why a delivery was cut at its task's lease (its exceptionMessage, after "stopped
+// before an answer: ").
+var errLeaseEnds = errors.New("the task's lease ended: no answer within the time its claim holds the task")
+
+// leaseEnd is when a delivery of a task leased for lease at leasedAt must have ended: the lease's end
+// less a margin for the settlement that follows (deadlineMargin, or a quarter of a lease shorter
+// than four of them), so that no other claim can take the task before it is settled.
+func leaseEnd(leasedAt time.Time, lease time.Duration) time.Time {
+	return leasedAt.Add(lease - min(deadlineMargin, lease/4))
 }
 
 // outcome is the settlement's view of one attempt. Attempts are numbered across the task's life

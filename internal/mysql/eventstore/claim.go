@@ -25,7 +25,14 @@ func (s *Store) ClaimIDs(ctx context.Context, c exactlyonce.Claim, ids []int64, 
 	if len(ids) == 0 {
 		return exactlyonce.Claimed{}, nil
 	}
-	out, err := s.claim(ctx, c, decide, func(tx *sql.Tx) ([]exactlyonce.Event, error) { return claimIDs(ctx, tx, ids) })
+	var tasks *taskRoom
+	out, err := s.claim(ctx, c, decide, func(tx *sql.Tx) ([]exactlyonce.Event, error) {
+		tasks = &taskRoom{room: MaxClaimTasks} // afresh in every run of the transaction
+		return claimIDs(ctx, tx, ids, tasks)
+	})
+	if err == nil {
+		out.LeftOut = tasks.left
+	}
 	return out, mysql.Interpret("claim events", err)
 }
 
@@ -457,23 +464,32 @@ var claimAgain = []time.Duration{0, time.Millisecond, 2 * time.Millisecond, 4 * 
 // whole visibility timeout on the queue (and count towards its dead-letter limit). So the ids the
 // claim skipped that a consistent read still finds claimable are claimed again, a bounded number
 // of times; a row another claim really holds stays locked through them and is reported busy.
-func claimIDs(ctx context.Context, tx *sql.Tx, ids []int64) ([]exactlyonce.Event, error) {
+//
+// It holds at most tasks.room tasks (MaxClaimTasks, as a claim of due events: their payloads are
+// read into memory whole); the tasks it locks beyond them are left out (tasks.left), pending, and
+// not claimed again by the retries below.
+func claimIDs(ctx context.Context, tx *sql.Tx, ids []int64, tasks *taskRoom) ([]exactlyonce.Event, error) {
 	var out []exactlyonce.Event
 	want := ids
 	for try := 0; ; try++ {
 		q, args := mysql.ExpandIDs(queries.ClaimIDs, want)
 		rows, err := tx.QueryContext(ctx, q, append(args, len(want))...)
-		got, err := scanClaimed(rows, err, len(want))
+		left := len(tasks.left)
+		got, err := scanClaimedColumns(make([]exactlyonce.Event, 0, len(want)), rows, err, 3+8, tasks)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, got...)
-		if len(got) == len(want) || try == len(claimAgain) {
+		if len(got)+len(tasks.left)-left == len(want) || try == len(claimAgain) {
 			return out, nil
 		}
 		// Of the rest, only those still claimable can be claimed: the others are settled, leased or
-		// unknown.
-		q, args = mysql.ExpandIDs(queries.ClaimableIDs, without(want, got))
+		// unknown (or left out: not claimed again).
+		rest := without(want, got)
+		if len(tasks.left) > left {
+			rest = slices.DeleteFunc(rest, func(id int64) bool { return slices.Contains(tasks.left[left:], id) })
+		}
+		q, args = mysql.ExpandIDs(queries.ClaimableIDs, rest)
 		if want, err = mysql.ScanIDs(tx.QueryContext(ctx, q, args...)); err != nil {
 			return nil, err
 		}

@@ -27,20 +27,28 @@ func ScanLeasedEvents(rows *sql.Rows, err error) ([]exactlyonce.Event, error) {
 // eight task columns are NULL or unused, and typed scans of them (sql.Null*, a conversion and often
 // an allocation each) were about a third of the claim's Go time per event.
 func scanClaimed(rows *sql.Rows, err error, most int) ([]exactlyonce.Event, error) {
-	return scanClaimedColumns(make([]exactlyonce.Event, 0, most), rows, err, 3+8)
+	return scanClaimedColumns(make([]exactlyonce.Event, 0, most), rows, err, 3+8, nil)
+}
+
+// taskRoom is how many more tasks a claim of named events may hold (MaxClaimTasks in all), and the
+// tasks its statements locked beyond that, left out: not decoded (their payloads are not copied),
+// not leased, and unlocked when the claim's transaction ends.
+type taskRoom struct {
+	room int
+	left []int64
 }
 
 // scanClaimedHeads reads the rows ClaimDue locked (id, kind, attempts) as events, processing,
 // appended to out (whose capacity should be the claim's limit: ClaimDue's two statements fill one
 // slice); a task's own columns are read next (readClaimedTasks).
 func scanClaimedHeads(out []exactlyonce.Event, rows *sql.Rows, err error) ([]exactlyonce.Event, error) {
-	return scanClaimedColumns(out, rows, err, 3)
+	return scanClaimedColumns(out, rows, err, 3, nil)
 }
 
 // scanClaimedColumns reads rows of cols columns: id, kind, attempts, and, when there are more, a
 // task's eight (decoded only for a task), appended to out, which is allocated at the statement's
-// LIMIT when it is known.
-func scanClaimedColumns(out []exactlyonce.Event, rows *sql.Rows, err error, cols int) ([]exactlyonce.Event, error) {
+// LIMIT when it is known. With tasks, a task beyond tasks.room is left out (tasks.left).
+func scanClaimedColumns(out []exactlyonce.Event, rows *sql.Rows, err error, cols int, tasks *taskRoom) ([]exactlyonce.Event, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +67,13 @@ func scanClaimedColumns(out []exactlyonce.Event, rows *sql.Rows, err error, cols
 		}
 		if c.Attempts, err = strconv.Atoi(string(raw[2])); err != nil {
 			return nil, fmt.Errorf("claimed event %d's attempts %q: %w", c.ID, raw[2], err)
+		}
+		if tasks != nil && c.Kind == exactlyonce.KindTask {
+			if tasks.room == 0 {
+				tasks.left = append(tasks.left, c.ID)
+				continue
+			}
+			tasks.room--
 		}
 		if cols > 3 && c.Kind == exactlyonce.KindTask {
 			if c.Task, err = scanTask(raw[3:]); err != nil {

@@ -316,3 +316,57 @@ func TestAClaimHoldsAtMostMaxClaimTasksTasks(t *testing.T) {
 	require.Equal(t, 40, gotTasks, "the tasks the first claim left out")
 	require.Zero(t, gotPlain)
 }
+
+// A claim of named events (the processor's, for its messages' ids) holds at most MaxClaimTasks
+// tasks too. A message names up to 100 events and a batch holds 10 messages, and the local runner's
+// outbox names up to 100 heads in a message, so a batch could name 1,000 tasks, whose payloads of
+// up to 256 KiB the claim read whole into memory (250 MiB, in each of the local runner's four
+// pollers): ClaimIDs took every one. Now it leases the first MaxClaimTasks and leaves the others
+// pending (LeftOut), for the next claim, whatever names them; the plain events are all claimed.
+func TestAClaimOfNamedEventsHoldsAtMostMaxClaimTasksTasks(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	const tasks = eventstore.MaxClaimTasks + 40
+	batch := make([]exactlyonce.NewTask, tasks)
+	for i := range batch {
+		batch[i] = exactlyonce.NewTask{URL: "https://example.com/hook", Payload: []byte(`{"n":1}`), MaxRetries: 3}
+	}
+	var ids []int64
+	for len(batch) > 0 {
+		n := min(len(batch), 100)
+		created, err := store.Tasks.CreateTasks(ctx, batch[:n])
+		require.NoError(t, err)
+		for _, c := range created {
+			ids = append(ids, c.ID)
+		}
+		batch = batch[n:]
+	}
+	plain, err := store.Events.CreatePendingBatch(ctx, 30)
+	require.NoError(t, err)
+	ids = append(ids, plain...)
+
+	got, err := store.Events.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, time.Minute), ids, mysqltest.LeaseAll)
+	require.NoError(t, err)
+	gotTasks, gotPlain := 0, 0
+	for _, ev := range got.Leased {
+		if ev.Kind == exactlyonce.KindTask {
+			gotTasks++
+		} else {
+			gotPlain++
+		}
+	}
+	require.Equal(t, eventstore.MaxClaimTasks, gotTasks, "tasks in one claim")
+	require.Equal(t, 30, gotPlain, "the plain events named beside them")
+	require.Len(t, got.LeftOut, 40, "the tasks left out, pending")
+	for _, id := range got.LeftOut {
+		e, err := store.Events.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, exactlyonce.Pending, e.State, "task %d left out, not leased", id)
+	}
+	next, err := store.Events.ClaimIDs(ctx, claimFor(exactlyonce.ByProcessor, time.Minute), got.LeftOut, mysqltest.LeaseAll)
+	require.NoError(t, err)
+	require.Len(t, next.Leased, 40, "the next claim takes the tasks the first left out")
+	require.Empty(t, next.LeftOut)
+}
