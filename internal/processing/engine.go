@@ -24,9 +24,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/metrics"
-
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 )
 
 // Store is what processing needs of the events (internal/mysql/eventstore implements it): claims,

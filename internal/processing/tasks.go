@@ -9,9 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/exactlyonce/exactlyonce/internal/metrics"
-
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/metrics"
 	"github.com/exactlyonce/exactlyonce/internal/webhook"
 )
 
