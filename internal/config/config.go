@@ -92,9 +92,10 @@ const (
 	// MaxVisibility bounds VISIBILITY_HEARTBEAT and VISIBILITY_EXTENSION: SQS's visibility timeout
 	// is at most 12 hours.
 	MaxVisibility = 12 * time.Hour
-	// MaxAgentInterval bounds AGENT_PULSE_INTERVAL, AGENT_EXPIRATION and AGENT_POLL_INTERVAL: past a
-	// day an agent that died holds its range for that long, or pulses or polls as rarely, which no
-	// deployment means; and three pulse intervals must not overflow a duration.
+	// MaxAgentInterval bounds AGENT_PULSE_INTERVAL, AGENT_EXPIRATION and AGENT_POLL_INTERVAL (and
+	// SWEEP_INTERVAL, make run's name for its sweeper's poll interval): past a day an agent that died
+	// holds its range for that long, or pulses or polls as rarely, which no deployment means; and
+	// three pulse intervals must not overflow a duration.
 	MaxAgentInterval = 24 * time.Hour
 	// MaxWebhookTimeout bounds WEBHOOK_TIMEOUT: a delivery must end within its task's lease
 	// (processing.DefaultLease, 2 minutes), less the 2 s its settlement is given, or another claim
@@ -320,7 +321,9 @@ type Local struct {
 	// message names the events committed within this long. Nil: unset; zero: answer after the
 	// message is sent, as a Lambda does.
 	AsyncLinger *time.Duration
-	// SweepInterval is SWEEP_INTERVAL: the local sweeper agent's pause when nothing is due.
+	// SweepInterval is SWEEP_INTERVAL: the local sweeper agent's pause when nothing is due, at most
+	// MaxAgentInterval as AGENT_POLL_INTERVAL's (an agent starts WAITING and pauses this long before
+	// its first claim: SWEEP_INTERVAL=1000h ran a sweeper that never claimed).
 	SweepInterval time.Duration
 }
 
@@ -435,7 +438,7 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, MaxMappingBatchSize),
 			ProcessorTimeout:   p.positive("PROCESSOR_TIMEOUT"),
 			AsyncLinger:        p.nonNegative("ASYNC_LINGER", "a duration such as 5ms, or 0 to answer after sending"),
-			SweepInterval:      p.positive("SWEEP_INTERVAL"),
+			SweepInterval:      p.positiveUpTo("SWEEP_INTERVAL", MaxAgentInterval),
 		},
 	}
 	if c.DB.DSN == "" && (c.DB.Host == "" || c.DB.User == "") {

@@ -204,6 +204,10 @@ func TestDurationsPastTheirComponentsAreRefused(t *testing.T) {
 		{"AGENT_PULSE_INTERVAL", 24 * time.Hour, []string{"25h", "1111111h"}},
 		{"AGENT_EXPIRATION", 24 * time.Hour, []string{"25h", "2562047h"}},
 		{"AGENT_POLL_INTERVAL", 24 * time.Hour, []string{"25h", "2562047h"}},
+		// make run's name for the local sweeper's AGENT_POLL_INTERVAL: unbounded, 1000h started a
+		// runner whose sweeper, WAITING at start, paused that long before its first claim, so that
+		// no event the queue missed was ever processed and no maintenance ran.
+		{"SWEEP_INTERVAL", 24 * time.Hour, []string{"25h", "1000h", "2562047h"}},
 		{"ALLOCATOR_BLOCK_MAX_AGE", 24 * time.Hour, []string{"24h0m1s", "2562047h"}},
 	} {
 		for _, v := range tc.tooLarge {
