@@ -109,6 +109,17 @@ const (
 	MinAgentExpiration = time.Second
 )
 
+// Counter is where the counter service's notifications are published (wire.CounterPublisher): the
+// SNS topic COUNTER_TOPIC_ARN (the stack sets it on the counter function and the sweeper), else the
+// SQS queue COUNTER_RESULTS_URL, else nowhere (they wait, recorded, for a sweeper that publishes).
+type Counter struct {
+	TopicARN   string
+	ResultsURL string
+	// LocalTopic is COUNTER_TOPIC_LOCAL set to anything: the topic is goaws's, which publishes
+	// one message a call (counters.LocalSNSBatch).
+	LocalTopic bool
+}
+
 // Config is the configuration of one process. A zero field is a variable the environment does not
 // set; the component the field configures gives it its default.
 type Config struct {
@@ -125,6 +136,8 @@ type Config struct {
 	Agent       Agent
 	// Webhook configures the delivery of tasks (internal/webhook).
 	Webhook Webhook
+	// Counter is where the counter service's notifications go (wire.CounterPublisher).
+	Counter Counter
 	// History configures the archive of the packed history in S3 (docs/design.md, "The
 	// archive").
 	History History
@@ -429,6 +442,8 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 			Bucket:    p.str("HISTORY_BUCKET"),
 			Retention: p.nonNegative("HISTORY_RETENTION", "a duration such as 2h, or 0 to archive pages as soon as they are packed"),
 		},
+		Counter: Counter{TopicARN: p.str("COUNTER_TOPIC_ARN"), ResultsURL: p.str("COUNTER_RESULTS_URL"),
+			LocalTopic: p.str("COUNTER_TOPIC_LOCAL") != ""},
 		MetricsAddr: p.str("METRICS_ADDR"),
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
@@ -501,6 +516,12 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 	}
 	if w := c.Webhook; w.Secret != "" && w.SecretARN != "" {
 		p.fail("set WEBHOOK_SECRET or WEBHOOK_SECRET_ARN, not both")
+	}
+	if a := c.Counter.TopicARN; a != "" && !topicARN(a) {
+		p.fail(fmt.Sprintf("COUNTER_TOPIC_ARN must be an SNS topic's ARN (arn:aws:sns:<region>:<account>:<name>), got %q", a))
+	}
+	if u := c.Counter.ResultsURL; u != "" && !queueURL(u) {
+		p.fail(fmt.Sprintf("COUNTER_RESULTS_URL must be a queue's URL, https://<host>/<account>/<name> (http only for a local endpoint), got %q", u))
 	}
 	if a := c.Webhook.SecretARN; a != "" && (!strings.HasPrefix(a, "arn:") || !strings.Contains(a, ":secretsmanager:") || !strings.Contains(a, ":secret:")) {
 		p.fail(fmt.Sprintf("WEBHOOK_SECRET_ARN must be a Secrets Manager secret ARN (arn:aws:secretsmanager:…), got %q", a))

@@ -537,3 +537,30 @@ func TestUnknownVariablesOfOwnedPrefixesAreRefused(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "not a variable of this system")
 }
+
+// The counter service's publisher, which wire.CounterPublisher reads: COUNTER_TOPIC_ARN (the stack
+// sets it on the counter function and the sweeper) must be an SNS topic's ARN and
+// COUNTER_RESULTS_URL a queue's URL, and a COUNTER_ variable no component reads is refused like the
+// other prefixes'. They were read outside this parser: COUNTER_TOPIC_ARN=counter-results was
+// accepted, leaving every publish of the counter function, and the sweeper's republish, to fail;
+// COUNTER_TOPIC_ARM=... was ignored.
+func TestCounterPublisherVariables(t *testing.T) {
+	t.Parallel()
+	const arn = "arn:aws:sns:eu-west-1:123456789012:ExactlyOnce-counter-results"
+	c, err := config.Load(env(map[string]string{"DB_DSN": "d", "COUNTER_TOPIC_ARN": arn}))
+	require.NoError(t, err)
+	require.Equal(t, arn, c.Counter.TopicARN)
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "COUNTER_RESULTS_URL": "http://127.0.0.1:4100/000000000000/counter-results"}))
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:4100/000000000000/counter-results", c.Counter.ResultsURL)
+	for k, v := range map[string]string{"COUNTER_TOPIC_ARN": "counter-results", "COUNTER_RESULTS_URL": "counter-results"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", k: v}))
+		require.ErrorContains(t, err, k+" must be", "%s=%s", k, v)
+	}
+	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "COUNTER_TOPIC_ARN": "arn:aws:sqs:eu-west-1:123456789012:counters"}))
+	require.ErrorContains(t, err, "COUNTER_TOPIC_ARN must be", "a queue's ARN is not a topic's")
+	environ := []string{"DB_DSN=d", "COUNTER_TOPIC_ARM=" + arn}
+	_, err = config.LoadEnvironOf(env(map[string]string{"DB_DSN": "d", "COUNTER_TOPIC_ARM": arn}), environ)
+	require.ErrorContains(t, err, "COUNTER_TOPIC_ARM is not a variable of this system")
+	require.ErrorContains(t, err, "COUNTER_RESULTS_URL, COUNTER_TOPIC_ARN")
+}
