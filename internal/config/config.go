@@ -47,6 +47,12 @@ const LocalDSN = LocalServerDSN + "exactlyonce"
 // (mysql.AllocatorBlock and mysql.AllocatorLiteral; internal/wire's tests check that they agree).
 func Allocators() []string { return []string{"block", "literal"} }
 
+// LocalCounterQueues are the queues the local runner creates for the counter service
+// (internal/local's counters.go), which QUEUE_NAME must not name.
+func LocalCounterQueues() []string {
+	return []string{"counters", "counters-dlq", "counter-results", "counter-results-dlq"}
+}
+
 // dbParts are the variables that name the database piece by piece, instead of DB_DSN.
 var dbParts = []string{"DB_HOST", "DB_PORT", "DB_NAME", "DB_USER", "DB_PASSWORD"}
 
@@ -516,6 +522,11 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 	}
 	if w := c.Webhook; w.Secret != "" && w.SecretARN != "" {
 		p.fail("set WEBHOOK_SECRET or WEBHOOK_SECRET_ARN, not both")
+	}
+	if q := c.Local.QueueName; q != "" && (!queueName(q) || slices.Contains(LocalCounterQueues(), q)) {
+		p.fail(fmt.Sprintf("QUEUE_NAME must be a queue's name, 1 to 76 letters, digits, '-' and '_' (SQS's rule, with room for "+
+			"its \"-dlq\"), and none of the counter service's queues the local runner creates beside it (%s), got %q",
+			strings.Join(LocalCounterQueues(), ", "), q))
 	}
 	if a := c.Counter.TopicARN; a != "" && !topicARN(a) {
 		p.fail(fmt.Sprintf("COUNTER_TOPIC_ARN must be an SNS topic's ARN (arn:aws:sns:<region>:<account>:<name>), got %q", a))

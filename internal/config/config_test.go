@@ -87,6 +87,20 @@ func TestLocal(t *testing.T) {
 		_, err = config.Load(env(map[string]string{"DB_DSN": "d", "ASYNC_LINGER": bad}))
 		require.ErrorContains(t, err, "ASYNC_LINGER must be", "ASYNC_LINGER=%s", bad)
 	}
+
+	// QUEUE_NAME is a name SQS takes, with room for its "-dlq", and none of the counter service's
+	// queues, which the local runner creates beside it: QUEUE_NAME=counters-dlq made the counter
+	// service's dead letters the events queue's messages (the processor failed them into a
+	// counters-dlq-dlq, where no redrive of the counters looks), counter-results mixed the counter
+	// notifications into it; a/b stopped the runner with an SQS error that did not name QUEUE_NAME.
+	for _, bad := range []string{"a/b", "events.fifo", "x y", strings.Repeat("q", 77), "counters", "counters-dlq", "counter-results", "counter-results-dlq"} {
+		_, err = config.Load(env(map[string]string{"DB_DSN": "d", "QUEUE_NAME": bad}))
+		require.ErrorContains(t, err, "QUEUE_NAME must be", "QUEUE_NAME=%s", bad)
+	}
+	for _, good := range []string{"events", "Events_2", strings.Repeat("q", 76)} {
+		_, err = config.Load(env(map[string]string{"DB_DSN": "d", "QUEUE_NAME": good}))
+		require.NoError(t, err, "QUEUE_NAME=%s", good)
+	}
 }
 
 // METRICS_ADDR is host:port or off, for the long-running processes.

@@ -228,6 +228,20 @@ func queueURL(s string) bool {
 	return len(parts) == 2 && parts[0] != "" && parts[1] != ""
 }
 
+// queueName says whether s is a standard queue's name SQS takes with "-dlq" after it: 1 to 76
+// letters, digits, '-' and '_' (SQS allows 80).
+func queueName(s string) bool {
+	if len(s) < 1 || len(s) > 76 {
+		return false
+	}
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // topicARN says whether s is an SNS topic's ARN: arn:<partition>:sns:<region>:<account>:<name>.
 func topicARN(s string) bool {
 	parts := strings.Split(s, ":")
