@@ -103,6 +103,10 @@ const (
 	// holds its range for that long, or pulses or polls as rarely, which no deployment means; and
 	// three pulse intervals must not overflow a duration.
 	MaxAgentInterval = 24 * time.Hour
+	// MaxSweepGrace bounds SWEEP_GRACE: the grace leaves a pending event to its queue message, and
+	// SQS keeps a message at most 14 days, so a longer grace (SWEEP_GRACE=1000000h) left an event
+	// whose message was lost pending for ever, the sweeper processing nothing.
+	MaxSweepGrace = 14 * 24 * time.Hour
 	// MaxWebhookTimeout bounds WEBHOOK_TIMEOUT: a delivery must end within its task's lease
 	// (processing.DefaultLease, 2 minutes), less the 2 s its settlement is given, or another claim
 	// may take the task and deliver it at the same moment; the engine cuts a delivery at its lease,
@@ -536,6 +540,10 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 	}
 	if a := c.Webhook.SecretARN; a != "" && (!strings.HasPrefix(a, "arn:") || !strings.Contains(a, ":secretsmanager:") || !strings.Contains(a, ":secret:")) {
 		p.fail(fmt.Sprintf("WEBHOOK_SECRET_ARN must be a Secrets Manager secret ARN (arn:aws:secretsmanager:…), got %q", a))
+	}
+	if g := c.Sweep.Grace; g != nil && *g > MaxSweepGrace {
+		p.fail(fmt.Sprintf("SWEEP_GRACE must be at most %s (SQS keeps a message at most 14 days: past it no message can come, "+
+			"and an event whose message was lost would wait for ever), got %q", MaxSweepGrace, p.str("SWEEP_GRACE")))
 	}
 	if t := c.Webhook.Timeout; t > MaxWebhookTimeout {
 		p.fail(fmt.Sprintf("WEBHOOK_TIMEOUT (%s) must be at most %s: a delivery must end within its task's lease "+

@@ -67,6 +67,15 @@ func TestZeroSweepGraceIsZero(t *testing.T) {
 		require.NotNil(t, c.Sweep.Grace, "SWEEP_GRACE=%q is set", v)
 		require.Zero(t, *c.Sweep.Grace, v)
 	}
+	// Past 14 days, the longest SQS keeps a message, no queue can still bring a pending event's
+	// message, so such a grace leaves an event whose message was lost pending for ever:
+	// SWEEP_GRACE=1000000h started a make run whose sweeper never processed an event.
+	for _, v := range []string{"336h0m1s", "1000000h", "2562047h"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "SWEEP_GRACE": v}))
+		require.ErrorContains(t, err, "SWEEP_GRACE must be at most 336h0m0s", v)
+	}
+	_, err := config.Load(env(map[string]string{"DB_DSN": "d", "SWEEP_GRACE": "336h"}))
+	require.NoError(t, err, "SWEEP_GRACE at its largest")
 }
 
 // The local runner's variables are read by the same parser as every other.
