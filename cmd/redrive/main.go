@@ -21,6 +21,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +40,10 @@ import (
 )
 
 func main() {
+	if err := setButEmpty(os.LookupEnv); err != nil {
+		fmt.Fprintln(os.Stderr, "redrive:", err)
+		os.Exit(2)
+	}
 	queueName := flag.String("queue", os.Getenv("QUEUE"), "the source queue, a name or URL (default $QUEUE)")
 	dlqName := flag.String("dlq", os.Getenv("DLQ"), "its dead-letter queue, a name or URL, checked: it must be the one the source queue's RedrivePolicy names (default $DLQ; empty: that one)")
 	dryRun := flag.Bool("dry-run", envBool("DRY_RUN"), "list the messages that would move; move and delete nothing (default $DRY_RUN)")
@@ -99,4 +105,17 @@ func envBool(name string) bool {
 	}
 	b, err := strconv.ParseBool(v)
 	return err != nil || b // anything else that is set (DRY_RUN=yes) means yes: the careful reading
+}
+
+// setButEmpty refuses DRY_RUN or LOCAL set to nothing (only spaces included), as the system's
+// configuration refuses every true/false set to nothing: read as no, `DRY_RUN=` (a dry run meant,
+// its value left out) moved every message of the DLQ.
+func setButEmpty(lookup func(string) (string, bool)) error {
+	var errs []error
+	for _, k := range []string{"DRY_RUN", "LOCAL"} {
+		if v, ok := lookup(k); ok && strings.TrimSpace(v) == "" {
+			errs = append(errs, fmt.Errorf("%s is set but empty: set it to 1 (or true), or unset it", k))
+		}
+	}
+	return errors.Join(errs...)
 }

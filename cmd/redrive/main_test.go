@@ -107,3 +107,16 @@ func TestRunRefusesEveryBelowOneSecond(t *testing.T) {
 		requireDepth(t, client, qs.URL, 0)
 	}
 }
+
+// DRY_RUN and LOCAL set to nothing are refused before anything is read or moved, as every
+// true/false of the system's configuration is: `make redrive QUEUE=events LOCAL=1 DRY_RUN=` (a dry
+// run meant, its value left out) read DRY_RUN as no and moved every message of the DLQ.
+func TestAFlagSetToNothingIsRefused(t *testing.T) {
+	env := map[string]string{"DRY_RUN": "", "LOCAL": " "}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	err := setButEmpty(lookup)
+	require.ErrorContains(t, err, "DRY_RUN is set but empty")
+	require.ErrorContains(t, err, "LOCAL is set but empty")
+	env = map[string]string{"DRY_RUN": "1"}
+	require.NoError(t, setButEmpty(lookup), "set to something, or unset")
+}

@@ -16,7 +16,7 @@ import (
 func main() {
 	cfg := wire.Must(wire.Environment())
 	log := wire.Logger(cfg)
-	c := wire.CounterConsumer(wire.Must(wire.OpenStores(context.Background(), cfg)), wire.Must(wire.CounterPublisher(log)),
+	c := wire.CounterConsumer(wire.Must(wire.OpenStores(context.Background(), cfg)), wire.Must(wire.CounterPublisher(cfg.Counter, log)),
 		// Slow batches keep their messages invisible; the queue URL comes from QUEUE_URL or from
 		// each record's eventSourceARN.
 		wire.Visibility(cfg, wire.SQSOnFirstUse(log)), log) // its client built at the first extension

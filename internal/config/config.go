@@ -47,6 +47,12 @@ const LocalDSN = LocalServerDSN + "exactlyonce"
 // (mysql.AllocatorBlock and mysql.AllocatorLiteral; internal/wire's tests check that they agree).
 func Allocators() []string { return []string{"block", "literal"} }
 
+// LocalCounterQueues are the queues the local runner creates for the counter service
+// (internal/local's counters.go), which QUEUE_NAME must not name.
+func LocalCounterQueues() []string {
+	return []string{"counters", "counters-dlq", "counter-results", "counter-results-dlq"}
+}
+
 // dbParts are the variables that name the database piece by piece, instead of DB_DSN.
 var dbParts = []string{"DB_HOST", "DB_PORT", "DB_NAME", "DB_USER", "DB_PASSWORD"}
 
@@ -92,10 +98,15 @@ const (
 	// MaxVisibility bounds VISIBILITY_HEARTBEAT and VISIBILITY_EXTENSION: SQS's visibility timeout
 	// is at most 12 hours.
 	MaxVisibility = 12 * time.Hour
-	// MaxAgentInterval bounds AGENT_PULSE_INTERVAL, AGENT_EXPIRATION and AGENT_POLL_INTERVAL: past a
-	// day an agent that died holds its range for that long, or pulses or polls as rarely, which no
-	// deployment means; and three pulse intervals must not overflow a duration.
+	// MaxAgentInterval bounds AGENT_PULSE_INTERVAL, AGENT_EXPIRATION and AGENT_POLL_INTERVAL (and
+	// SWEEP_INTERVAL, make run's name for its sweeper's poll interval): past a day an agent that died
+	// holds its range for that long, or pulses or polls as rarely, which no deployment means; and
+	// three pulse intervals must not overflow a duration.
 	MaxAgentInterval = 24 * time.Hour
+	// MaxSweepGrace bounds SWEEP_GRACE: the grace leaves a pending event to its queue message, and
+	// SQS keeps a message at most 14 days, so a longer grace (SWEEP_GRACE=1000000h) left an event
+	// whose message was lost pending for ever, the sweeper processing nothing.
+	MaxSweepGrace = 14 * 24 * time.Hour
 	// MaxWebhookTimeout bounds WEBHOOK_TIMEOUT: a delivery must end within its task's lease
 	// (processing.DefaultLease, 2 minutes), less the 2 s its settlement is given, or another claim
 	// may take the task and deliver it at the same moment; the engine cuts a delivery at its lease,
@@ -107,6 +118,17 @@ const (
 	// ejected at every look, kept every other dynamic agent WAITING for as long as it ran.
 	MinAgentExpiration = time.Second
 )
+
+// Counter is where the counter service's notifications are published (wire.CounterPublisher): the
+// SNS topic COUNTER_TOPIC_ARN (the stack sets it on the counter function and the sweeper), else the
+// SQS queue COUNTER_RESULTS_URL, else nowhere (they wait, recorded, for a sweeper that publishes).
+type Counter struct {
+	TopicARN   string
+	ResultsURL string
+	// LocalTopic is COUNTER_TOPIC_LOCAL set to anything: the topic is goaws's, which publishes
+	// one message a call (counters.LocalSNSBatch).
+	LocalTopic bool
+}
 
 // Config is the configuration of one process. A zero field is a variable the environment does not
 // set; the component the field configures gives it its default.
@@ -124,6 +146,8 @@ type Config struct {
 	Agent       Agent
 	// Webhook configures the delivery of tasks (internal/webhook).
 	Webhook Webhook
+	// Counter is where the counter service's notifications go (wire.CounterPublisher).
+	Counter Counter
 	// History configures the archive of the packed history in S3 (docs/design.md, "The
 	// archive").
 	History History
@@ -320,7 +344,9 @@ type Local struct {
 	// message names the events committed within this long. Nil: unset; zero: answer after the
 	// message is sent, as a Lambda does.
 	AsyncLinger *time.Duration
-	// SweepInterval is SWEEP_INTERVAL: the local sweeper agent's pause when nothing is due.
+	// SweepInterval is SWEEP_INTERVAL: the local sweeper agent's pause when nothing is due, at most
+	// MaxAgentInterval as AGENT_POLL_INTERVAL's (an agent starts WAITING and pauses this long before
+	// its first claim: SWEEP_INTERVAL=1000h ran a sweeper that never claimed).
 	SweepInterval time.Duration
 }
 
@@ -426,6 +452,8 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 			Bucket:    p.str("HISTORY_BUCKET"),
 			Retention: p.nonNegative("HISTORY_RETENTION", "a duration such as 2h, or 0 to archive pages as soon as they are packed"),
 		},
+		Counter: Counter{TopicARN: p.str("COUNTER_TOPIC_ARN"), ResultsURL: p.str("COUNTER_RESULTS_URL"),
+			LocalTopic: p.str("COUNTER_TOPIC_LOCAL") != ""},
 		MetricsAddr: p.str("METRICS_ADDR"),
 		Local: Local{
 			HTTPAddr:           p.str("HTTP_ADDR"),
@@ -435,7 +463,7 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 			MappingBatchSize:   p.integer("MAPPING_BATCH_SIZE", 1, MaxMappingBatchSize),
 			ProcessorTimeout:   p.positive("PROCESSOR_TIMEOUT"),
 			AsyncLinger:        p.nonNegative("ASYNC_LINGER", "a duration such as 5ms, or 0 to answer after sending"),
-			SweepInterval:      p.positive("SWEEP_INTERVAL"),
+			SweepInterval:      p.positiveUpTo("SWEEP_INTERVAL", MaxAgentInterval),
 		},
 	}
 	if c.DB.DSN == "" && (c.DB.Host == "" || c.DB.User == "") {
@@ -499,8 +527,23 @@ func load(getenv func(string) string, isSet func(string) bool, names []string) (
 	if w := c.Webhook; w.Secret != "" && w.SecretARN != "" {
 		p.fail("set WEBHOOK_SECRET or WEBHOOK_SECRET_ARN, not both")
 	}
+	if q := c.Local.QueueName; q != "" && (!queueName(q) || slices.Contains(LocalCounterQueues(), q)) {
+		p.fail(fmt.Sprintf("QUEUE_NAME must be a queue's name, 1 to 76 letters, digits, '-' and '_' (SQS's rule, with room for "+
+			"its \"-dlq\"), and none of the counter service's queues the local runner creates beside it (%s), got %q",
+			strings.Join(LocalCounterQueues(), ", "), q))
+	}
+	if a := c.Counter.TopicARN; a != "" && !topicARN(a) {
+		p.fail(fmt.Sprintf("COUNTER_TOPIC_ARN must be an SNS topic's ARN (arn:aws:sns:<region>:<account>:<name>), got %q", a))
+	}
+	if u := c.Counter.ResultsURL; u != "" && !queueURL(u) {
+		p.fail(fmt.Sprintf("COUNTER_RESULTS_URL must be a queue's URL, https://<host>/<account>/<name> (http only for a local endpoint), got %q", u))
+	}
 	if a := c.Webhook.SecretARN; a != "" && (!strings.HasPrefix(a, "arn:") || !strings.Contains(a, ":secretsmanager:") || !strings.Contains(a, ":secret:")) {
 		p.fail(fmt.Sprintf("WEBHOOK_SECRET_ARN must be a Secrets Manager secret ARN (arn:aws:secretsmanager:…), got %q", a))
+	}
+	if g := c.Sweep.Grace; g != nil && *g > MaxSweepGrace {
+		p.fail(fmt.Sprintf("SWEEP_GRACE must be at most %s (SQS keeps a message at most 14 days: past it no message can come, "+
+			"and an event whose message was lost would wait for ever), got %q", MaxSweepGrace, p.str("SWEEP_GRACE")))
 	}
 	if t := c.Webhook.Timeout; t > MaxWebhookTimeout {
 		p.fail(fmt.Sprintf("WEBHOOK_TIMEOUT (%s) must be at most %s: a delivery must end within its task's lease "+

@@ -67,6 +67,15 @@ func TestZeroSweepGraceIsZero(t *testing.T) {
 		require.NotNil(t, c.Sweep.Grace, "SWEEP_GRACE=%q is set", v)
 		require.Zero(t, *c.Sweep.Grace, v)
 	}
+	// Past 14 days, the longest SQS keeps a message, no queue can still bring a pending event's
+	// message, so such a grace leaves an event whose message was lost pending for ever:
+	// SWEEP_GRACE=1000000h started a make run whose sweeper never processed an event.
+	for _, v := range []string{"336h0m1s", "1000000h", "2562047h"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", "SWEEP_GRACE": v}))
+		require.ErrorContains(t, err, "SWEEP_GRACE must be at most 336h0m0s", v)
+	}
+	_, err := config.Load(env(map[string]string{"DB_DSN": "d", "SWEEP_GRACE": "336h"}))
+	require.NoError(t, err, "SWEEP_GRACE at its largest")
 }
 
 // The local runner's variables are read by the same parser as every other.
@@ -86,6 +95,20 @@ func TestLocal(t *testing.T) {
 	for _, bad := range []string{"-1s", "5", "soon"} {
 		_, err = config.Load(env(map[string]string{"DB_DSN": "d", "ASYNC_LINGER": bad}))
 		require.ErrorContains(t, err, "ASYNC_LINGER must be", "ASYNC_LINGER=%s", bad)
+	}
+
+	// QUEUE_NAME is a name SQS takes, with room for its "-dlq", and none of the counter service's
+	// queues, which the local runner creates beside it: QUEUE_NAME=counters-dlq made the counter
+	// service's dead letters the events queue's messages (the processor failed them into a
+	// counters-dlq-dlq, where no redrive of the counters looks), counter-results mixed the counter
+	// notifications into it; a/b stopped the runner with an SQS error that did not name QUEUE_NAME.
+	for _, bad := range []string{"a/b", "events.fifo", "x y", strings.Repeat("q", 77), "counters", "counters-dlq", "counter-results", "counter-results-dlq"} {
+		_, err = config.Load(env(map[string]string{"DB_DSN": "d", "QUEUE_NAME": bad}))
+		require.ErrorContains(t, err, "QUEUE_NAME must be", "QUEUE_NAME=%s", bad)
+	}
+	for _, good := range []string{"events", "Events_2", strings.Repeat("q", 76)} {
+		_, err = config.Load(env(map[string]string{"DB_DSN": "d", "QUEUE_NAME": good}))
+		require.NoError(t, err, "QUEUE_NAME=%s", good)
 	}
 }
 
@@ -204,6 +227,10 @@ func TestDurationsPastTheirComponentsAreRefused(t *testing.T) {
 		{"AGENT_PULSE_INTERVAL", 24 * time.Hour, []string{"25h", "1111111h"}},
 		{"AGENT_EXPIRATION", 24 * time.Hour, []string{"25h", "2562047h"}},
 		{"AGENT_POLL_INTERVAL", 24 * time.Hour, []string{"25h", "2562047h"}},
+		// make run's name for the local sweeper's AGENT_POLL_INTERVAL: unbounded, 1000h started a
+		// runner whose sweeper, WAITING at start, paused that long before its first claim, so that
+		// no event the queue missed was ever processed and no maintenance ran.
+		{"SWEEP_INTERVAL", 24 * time.Hour, []string{"25h", "1000h", "2562047h"}},
 		{"ALLOCATOR_BLOCK_MAX_AGE", 24 * time.Hour, []string{"24h0m1s", "2562047h"}},
 	} {
 		for _, v := range tc.tooLarge {
@@ -532,4 +559,31 @@ func TestUnknownVariablesOfOwnedPrefixesAreRefused(t *testing.T) {
 	_, err = config.LoadEnvironOf(env(map[string]string{"DB_DSN": "u:p@tcp(h:3306)/d"}), known)
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "not a variable of this system")
+}
+
+// The counter service's publisher, which wire.CounterPublisher reads: COUNTER_TOPIC_ARN (the stack
+// sets it on the counter function and the sweeper) must be an SNS topic's ARN and
+// COUNTER_RESULTS_URL a queue's URL, and a COUNTER_ variable no component reads is refused like the
+// other prefixes'. They were read outside this parser: COUNTER_TOPIC_ARN=counter-results was
+// accepted, leaving every publish of the counter function, and the sweeper's republish, to fail;
+// COUNTER_TOPIC_ARM=... was ignored.
+func TestCounterPublisherVariables(t *testing.T) {
+	t.Parallel()
+	const arn = "arn:aws:sns:eu-west-1:123456789012:ExactlyOnce-counter-results"
+	c, err := config.Load(env(map[string]string{"DB_DSN": "d", "COUNTER_TOPIC_ARN": arn}))
+	require.NoError(t, err)
+	require.Equal(t, arn, c.Counter.TopicARN)
+	c, err = config.Load(env(map[string]string{"DB_DSN": "d", "COUNTER_RESULTS_URL": "http://127.0.0.1:4100/000000000000/counter-results"}))
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:4100/000000000000/counter-results", c.Counter.ResultsURL)
+	for k, v := range map[string]string{"COUNTER_TOPIC_ARN": "counter-results", "COUNTER_RESULTS_URL": "counter-results"} {
+		_, err := config.Load(env(map[string]string{"DB_DSN": "d", k: v}))
+		require.ErrorContains(t, err, k+" must be", "%s=%s", k, v)
+	}
+	_, err = config.Load(env(map[string]string{"DB_DSN": "d", "COUNTER_TOPIC_ARN": "arn:aws:sqs:eu-west-1:123456789012:counters"}))
+	require.ErrorContains(t, err, "COUNTER_TOPIC_ARN must be", "a queue's ARN is not a topic's")
+	environ := []string{"DB_DSN=d", "COUNTER_TOPIC_ARM=" + arn}
+	_, err = config.LoadEnvironOf(env(map[string]string{"DB_DSN": "d", "COUNTER_TOPIC_ARM": arn}), environ)
+	require.ErrorContains(t, err, "COUNTER_TOPIC_ARM is not a variable of this system")
+	require.ErrorContains(t, err, "COUNTER_RESULTS_URL, COUNTER_TOPIC_ARN")
 }

@@ -37,7 +37,7 @@ func (p *parser) str(k string) string {
 // them: a machine may set DB_ variables of its own.
 func OwnedPrefixes() []string {
 	return []string{"AGENT_", "SWEEP_", "SWEEPER_", "SHARDS_", "WEBHOOK_", "VISIBILITY_", "IDEMPOTENCY_",
-		"HISTORY_", "MAPPING_", "RETRY_", "WORKER_", "ALLOCATOR_", "PROCESSOR_", "ASYNC_"}
+		"HISTORY_", "MAPPING_", "RETRY_", "WORKER_", "ALLOCATOR_", "PROCESSOR_", "ASYNC_", "COUNTER_"}
 }
 
 // unknownNames says, for each of names (the variables set in the environment) that has an owned
@@ -226,6 +226,26 @@ func queueURL(s string) bool {
 	}
 	parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
 	return len(parts) == 2 && parts[0] != "" && parts[1] != ""
+}
+
+// queueName says whether s is a standard queue's name SQS takes with "-dlq" after it: 1 to 76
+// letters, digits, '-' and '_' (SQS allows 80).
+func queueName(s string) bool {
+	if len(s) < 1 || len(s) > 76 {
+		return false
+	}
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// topicARN says whether s is an SNS topic's ARN: arn:<partition>:sns:<region>:<account>:<name>.
+func topicARN(s string) bool {
+	parts := strings.Split(s, ":")
+	return len(parts) == 6 && parts[0] == "arn" && parts[1] != "" && parts[2] == "sns" && parts[3] != "" && parts[4] != "" && parts[5] != ""
 }
 
 // bucketName says whether s follows S3's rules for a general purpose bucket's name: 3 to 63

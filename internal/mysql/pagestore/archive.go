@@ -76,9 +76,13 @@ type History struct {
 // 404 costs no GET, and is still a 404 while S3 is down. high_page is read after the rows, as in
 // ReadColumns: the move deletes a page's rows and raises high_page past it in one transaction, so
 // a read that missed the rows because they were just deleted finds high_page past the page.
+//
+// Without an archive (no HISTORY_BUCKET), an id of a page the move has passed is not known to be
+// unknown: its event, if any, is in a bucket this process cannot read, and the read fails
+// (noArchive) rather than answer that the event does not exist.
 func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bool, error) {
 	r, ok, err := GetPacked(ctx, q, id)
-	if err != nil || ok || h.Archive == nil {
+	if err != nil || ok {
 		return r, ok, err
 	}
 	var high int64
@@ -87,6 +91,9 @@ func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bo
 	}
 	if pages.PageOf(id) >= high {
 		return pages.Row{}, false, nil
+	}
+	if h.Archive == nil {
+		return pages.Row{}, false, noArchive(pages.PageOf(id), high)
 	}
 	for _, fresh := range []bool{false, true} {
 		obj, found, err := h.Archive.GetPage(ctx, pages.PageOf(id), fresh)
@@ -98,6 +105,25 @@ func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bo
 		}
 	}
 	return pages.Row{}, false, nil
+}
+
+// noArchiveError is a read, by a process without an archive, of a page the move has passed: the
+// page's events are in the bucket the sweeper moved them to, which this process does not read
+// (HISTORY_BUCKET unset on it, `HISTORY_BUCKET= make run` on a database another run archived). It
+// is the archive's unavailability (a 503 for the API, as an S3 failure is), never a 404: before, such
+// a process answered 404 for every archived event and listed none of them, while GET /events
+// counted them.
+type noArchiveError struct{ page, high int64 }
+
+func noArchive(page, high int64) error { return &noArchiveError{page, high} }
+
+func (e *noArchiveError) Error() string {
+	return fmt.Sprintf("page %d of the history was moved to the archive (history_archive.high_page is %d), and this process "+
+		"has no archive: set HISTORY_BUCKET (and its endpoint) to the bucket the sweeper moves pages to", e.page, e.high)
+}
+
+func (e *noArchiveError) Unwrap() error {
+	return exactlyonce.Errorf(exactlyonce.EUNAVAILABLE, "the history's archive is unavailable; try again")
 }
 
 // Passed says whether the move has ever passed page (page < high_page), so that a read of it may
@@ -160,7 +186,7 @@ type pageObject struct {
 // object is read again (it holds the event: the move writes it before it deletes the rows).
 func (h History) ReadColumnsOnce(ctx context.Context, q mysql.Conn, page int64, first, n int, objs *PageObjects) ([]pages.Row, error) {
 	rows, err := ReadColumns(ctx, q, page, first, n)
-	if err != nil || h.Archive == nil {
+	if err != nil {
 		return rows, err
 	}
 	var high, version int64
@@ -169,6 +195,9 @@ func (h History) ReadColumnsOnce(ctx context.Context, q mysql.Conn, page int64, 
 	}
 	if page >= high {
 		return rows, nil
+	}
+	if h.Archive == nil {
+		return nil, noArchive(page, high)
 	}
 	held, have := pageObject{}, false
 	if objs != nil {

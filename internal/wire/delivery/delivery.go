@@ -64,7 +64,7 @@ func SweeperConfig(ctx context.Context, c config.Config, log *slog.Logger) (swee
 	if sc.Engine.Tasks, err = Tasks(ctx, c, log); err != nil {
 		return sc, err
 	}
-	if sc.Counters, err = wire.CounterSweep(log); err != nil {
+	if sc.Counters, err = wire.CounterSweep(c.Counter, log); err != nil {
 		return sc, err
 	}
 	return sc, nil
