@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -64,6 +65,7 @@ type Bucket struct {
 	client func() (*s3.Client, error)
 	name   string
 	cache  *cache
+	held   atomic.Int64 // when a listing last found a page object here (unix ns; HoldsPages)
 }
 
 // New returns the archive in bucket name, caching up to cacheBytes of pages (0: DefaultCacheBytes;
@@ -136,6 +138,37 @@ func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, b
 	obj := buf.Bytes()
 	b.cache.put(page, obj)
 	return obj, true, nil
+}
+
+// heldFor is how long HoldsPages trusts a listing that found a page object: a reader of a bucket that
+// holds pages asks S3 at most once a minute, however many reads miss an object.
+const heldFor = time.Minute
+
+// HoldsPages says whether the bucket holds any page object at all: one listing of at most one key
+// (s3:ListBucket, which every reader of the bucket has), whose positive answer is trusted for
+// heldFor. A reader that misses the object of a page the move passed, in a history whose move has
+// archived events, asks it: with no page object at all, the bucket is not the one the sweeper moved
+// the pages to (another S3 endpoint or directory, another bucket name, a bucket emptied), and the
+// miss is no proof that the event does not exist.
+func (b *Bucket) HoldsPages(ctx context.Context) (bool, error) {
+	if t := b.held.Load(); t != 0 && time.Since(time.Unix(0, t)) < heldFor {
+		return true, nil
+	}
+	client, err := b.s3()
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	out, err := client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(b.name), Prefix: aws.String("pages/"), MaxKeys: aws.Int32(1)})
+	if err != nil {
+		return false, unavailable(fmt.Errorf("archive: list pages: %w", err))
+	}
+	if len(out.Contents) == 0 {
+		return false, nil
+	}
+	b.held.Store(time.Now().UnixNano())
+	return true, nil
 }
 
 // ReadPage returns page's object as the bucket holds it now (never the cache) with its version

@@ -182,3 +182,22 @@ func TestTheClientIsBuiltAtTheFirstCallToS3(t *testing.T) {
 	require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(bad.PutPage(ctx, 8, []byte("x"), "")))
 	require.Equal(t, int32(1), failed.Load(), "tried once")
 }
+
+// HoldsPages tells an empty bucket from one with a page object, by a listing the readers' grants
+// allow; a bucket that does not exist is an unavailable archive, not an empty one.
+func TestHoldsPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := locals3.Client(t)
+	b := archive.New(client, locals3.Bucket(t, client), -1)
+	holds, err := b.HoldsPages(ctx)
+	require.NoError(t, err)
+	require.False(t, holds, "an empty bucket")
+	require.NoError(t, b.PutPage(ctx, 7, []byte("page 7"), ""))
+	holds, err = b.HoldsPages(ctx)
+	require.NoError(t, err)
+	require.True(t, holds, "a page object")
+
+	_, err = archive.New(client, "no-such-bucket-i31", -1).HoldsPages(ctx)
+	require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(err), "%v", err)
+}

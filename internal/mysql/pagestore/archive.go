@@ -42,6 +42,10 @@ type Archive interface {
 	PutPage(ctx context.Context, page int64, obj []byte, version string) error
 	// Changed says whether err is PutPage's for a page whose object changed since it was read.
 	Changed(err error) bool
+	// HoldsPages says whether the bucket holds any page object at all.
+	HoldsPages(ctx context.Context) (bool, error)
+	// Name is the bucket's name.
+	Name() string
 }
 
 // WithArchive returns a Store like s whose pages older than the retention window move to a (nil:
@@ -97,6 +101,9 @@ func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bo
 	}
 	for _, fresh := range []bool{false, true} {
 		obj, found, err := h.Archive.GetPage(ctx, pages.PageOf(id), fresh)
+		if err == nil && !found {
+			err = h.noObject(ctx, q, pages.PageOf(id))
+		}
 		if err != nil || !found {
 			return pages.Row{}, false, err
 		}
@@ -123,6 +130,50 @@ func (e *noArchiveError) Error() string {
 }
 
 func (e *noArchiveError) Unwrap() error {
+	return exactlyonce.Errorf(exactlyonce.EUNAVAILABLE, "the history's archive is unavailable; try again")
+}
+
+// noObject is a read's check, when the bucket has no object of a page the move passed: a page the
+// move passed without events has none, but so has every page in a bucket that is not the one the
+// sweeper moved the pages to. If the move has archived events (archived_events > 0), the bucket
+// must hold page objects (bucketHoldsPages); a read that does not know that cannot answer that an
+// event does not exist.
+func (h History) noObject(ctx context.Context, q mysql.Conn, page int64) error {
+	var high, archived int64
+	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveVersion).Scan(&high, &archived); err != nil {
+		return err
+	}
+	if archived == 0 {
+		return nil
+	}
+	return h.bucketHoldsPages(ctx, page)
+}
+
+// bucketHoldsPages is nil if the bucket holds page objects, and an unavailable archive naming the
+// bucket if it holds none although the move archived events: a 503, never a 404 for an event that
+// is in another bucket (a second make run with its own S3LOCAL_DIR on a database another run
+// archived; HISTORY_BUCKET naming another bucket).
+func (h History) bucketHoldsPages(ctx context.Context, page int64) error {
+	holds, err := h.Archive.HoldsPages(ctx)
+	if err != nil || holds {
+		return err
+	}
+	return &foreignBucketError{page: page, bucket: h.Archive.Name()}
+}
+
+// foreignBucketError is a read of a page the move passed, in a bucket that holds no page object at
+// all although the move archived events: not the bucket the sweeper moved them to.
+type foreignBucketError struct {
+	page   int64
+	bucket string
+}
+
+func (e *foreignBucketError) Error() string {
+	return fmt.Sprintf("page %d of the history was moved to the archive, and bucket %q holds no page object: "+
+		"this process reads another bucket than the one the sweeper moves pages to (check HISTORY_BUCKET and AWS_ENDPOINT_URL_S3)", e.page, e.bucket)
+}
+
+func (e *foreignBucketError) Unwrap() error {
 	return exactlyonce.Errorf(exactlyonce.EUNAVAILABLE, "the history's archive is unavailable; try again")
 }
 
@@ -217,6 +268,11 @@ func (h History) ReadColumnsOnce(ctx context.Context, q mysql.Conn, page int64, 
 		}
 	}
 	obj, ok := held.obj, held.ok
+	if !ok && version > 0 {
+		if err := h.bucketHoldsPages(ctx, page); err != nil {
+			return nil, err
+		}
+	}
 	if !ok {
 		return rows, nil
 	}
