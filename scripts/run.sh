@@ -2,7 +2,7 @@
 # `make run`: the whole system on this machine, in the foreground. Ctrl-C stops everything it started.
 #
 # - MariaDB: started (and installed) unless DB_DSN points at another server; stopped again on exit
-#   if this script started it (KEEP_DB=1 leaves it running).
+#   if this script started it (KEEP_DB=true leaves it running).
 # - SQS: a local goaws (bin/sqslocal) on 127.0.0.1:${SQSLOCAL_PORT:-4100}, unless AWS_ENDPOINT_URL_SQS or
 #   AWS_ENDPOINT_URL already points somewhere (LocalStack, AWS). If that port is taken (another
 #   `make run`), it refuses to start: two runners on one queue would take each other's messages.
@@ -22,6 +22,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# KEEP_DB is a true/false as every other (docs/configuration.md): unset, false or 0 stop the MariaDB
+# this script started; true or 1 leave it running; anything else, empty included, stops the run
+# before it starts anything (KEEP_DB=0 used to keep it: set was enough).
+keep_db=""
+if [ -n "${KEEP_DB+set}" ]; then
+  case "$KEEP_DB" in
+    true|1) keep_db=1 ;;
+    false|0) ;;
+    *) echo "run: KEEP_DB must be true or false (or 1 or 0), got \"$KEEP_DB\"" >&2; exit 2 ;;
+  esac
+fi
+
 pids=()          # every process this script started, stopped on exit
 local_pid=""     # bin/local's
 started_db=""
@@ -30,7 +42,7 @@ cleanup() {
   trap - EXIT INT TERM
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ -n "$started_db" ] && [ -z "${KEEP_DB:-}" ]; then scripts/mariadb.sh stop || true; fi
+  if [ -n "$started_db" ] && [ -z "$keep_db" ]; then scripts/mariadb.sh stop || true; fi
   echo "run: stopped" >&2
   exit "$rc"
 }

@@ -47,3 +47,29 @@ func TestRunShAllowsLoopbackOnlyWhenUnset(t *testing.T) {
 		require.Equal(t, tc.want, value, "set %t to %q", tc.set, tc.value)
 	}
 }
+
+// KEEP_DB is read as every true/false is: true/1 keep the MariaDB make run started, false/0 (or
+// unset) stop it, and anything else stops the run before it starts anything, naming the variable.
+// Before, any value kept it: KEEP_DB=0 and KEEP_DB=false left the server running.
+func TestRunShReadsKeepDBAsATrueOrFalse(t *testing.T) {
+	t.Parallel()
+	for value, ok := range map[string]bool{"true": true, "1": true, "false": true, "0": true, "": false, "yes": false, "no": false} {
+		dir := t.TempDir()
+		runner := filepath.Join(dir, "runner.sh")
+		require.NoError(t, os.WriteFile(runner, []byte("#!/bin/sh\ntouch "+filepath.Join(dir, "ran")+"\n"), 0o755))
+		cmd := exec.Command("bash", filepath.Join(repo.Root(), "scripts", "run.sh"))
+		cmd.Env = []string{"LOCAL_BIN=" + runner, "DB_DSN=u:p@tcp(127.0.0.1:1)/nowhere", "AWS_ENDPOINT_URL_SQS=http://127.0.0.1:1",
+			"AWS_ENDPOINT_URL_S3=http://127.0.0.1:1", "WEBHOOK_SECRET=whsec_x", "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+			"KEEP_DB=" + value}
+		out, err := cmd.CombinedOutput()
+		_, ranErr := os.Stat(filepath.Join(dir, "ran"))
+		if ok {
+			require.NoError(t, err, "KEEP_DB=%q: %s", value, out)
+			require.NoError(t, ranErr, "KEEP_DB=%q: the runner ran", value)
+			continue
+		}
+		require.Error(t, err, "KEEP_DB=%q: %s", value, out)
+		require.Contains(t, string(out), "KEEP_DB must be true or false", "KEEP_DB=%q", value)
+		require.True(t, os.IsNotExist(ranErr), "KEEP_DB=%q: nothing started", value)
+	}
+}
