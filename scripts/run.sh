@@ -23,13 +23,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # KEEP_DB is a true/false as every other (docs/configuration.md): unset, false or 0 stop the MariaDB
-# this script started; true or 1 leave it running; anything else, empty included, stops the run
+# this script started; true or 1 leave it running (the spellings Go's strconv.ParseBool reads, as
+# the Go settings do); anything else, empty included, stops the run
 # before it starts anything (KEEP_DB=0 used to keep it: set was enough).
 keep_db=""
 if [ -n "${KEEP_DB+set}" ]; then
   case "$KEEP_DB" in
-    true|1) keep_db=1 ;;
-    false|0) ;;
+    1|t|T|true|TRUE|True) keep_db=1 ;;
+    0|f|F|false|FALSE|False) ;;
     *) echo "run: KEEP_DB must be true or false (or 1 or 0), got \"$KEEP_DB\"" >&2; exit 2 ;;
   esac
 fi
