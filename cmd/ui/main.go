@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -47,14 +48,27 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(ctx, os.LookupEnv, log); err != nil {
+	if err := run(ctx, os.LookupEnv, os.Environ(), log); err != nil {
 		fmt.Fprintln(os.Stderr, "ui:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, lookup func(string) (string, bool), log *slog.Logger) error {
+// uiVariables are the console's own settings (docs/console.md): any other UI_ variable in its
+// environment is a typo, refused at start naming them (UI_ALLOW_REMOT=true was ignored, and the
+// console listened on loopback only without a word).
+var uiVariables = []string{"UI_ADDR", "UI_ALLOW_REMOTE", "UI_HOSTS"}
+
+// run starts the console from the environment lookup reads; environ (os.Environ's form, nil: not
+// checked) is searched for UI_ variables it does not read.
+func run(ctx context.Context, lookup func(string) (string, bool), environ []string, log *slog.Logger) error {
 	getenv := func(k string) string { v, _ := lookup(k); return v }
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "UI_") && !slices.Contains(uiVariables, name) {
+			return fmt.Errorf("%s is not a setting of the console: its settings are %s", name, strings.Join(uiVariables, ", "))
+		}
+	}
 	apiURL := getenv("API_URL")
 	if apiURL == "" {
 		return errors.New("API_URL is required: the stack's ApiUrl output, such as make ui API_URL=https://<id>.execute-api.<region>.amazonaws.com/v1/")

@@ -46,9 +46,23 @@ func TestRunRefusals(t *testing.T) {
 	env := func(m map[string]string) func(string) (string, bool) {
 		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 	}
-	require.ErrorContains(t, run(context.Background(), env(nil), log), "API_URL is required")
+	require.ErrorContains(t, run(context.Background(), env(nil), nil, log), "API_URL is required")
 	require.ErrorContains(t, run(context.Background(), env(map[string]string{"API_URL": "https://a.execute-api.eu-west-1.amazonaws.com/prod/",
-		"UI_ADDR": "0.0.0.0:0"}), log), "not a loopback address")
+		"UI_ADDR": "0.0.0.0:0"}), nil, log), "not a loopback address")
+}
+
+// A UI_ variable the console does not read is a typo, named at start, before credentials are looked
+// for (before: ignored, and UI_ALLOW_REMOT=true left the console on loopback without a word). The
+// metadata service is turned off, so that a regression stays on this machine.
+func TestAnUnknownUIVariableIsRefused(t *testing.T) {
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	lookup := func(k string) (string, bool) {
+		v, ok := map[string]string{"API_URL": "https://a.execute-api.eu-west-1.amazonaws.com/v1/"}[k]
+		return v, ok
+	}
+	require.ErrorContains(t, run(context.Background(), lookup, []string{"PATH=/bin", "UI_ADDR=127.0.0.1:0", "UI_ALLOW_REMOT=true"}, log),
+		"UI_ALLOW_REMOT is not a setting of the console")
 }
 
 // A plain-http or malformed API_URL is refused before credentials are looked for: the SDK's chain
@@ -61,9 +75,9 @@ func TestABadAPIURLIsRefusedFirst(t *testing.T) {
 	env := func(m map[string]string) func(string) (string, bool) {
 		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 	}
-	require.ErrorContains(t, run(context.Background(), env(map[string]string{"API_URL": "http://example.com/prod/"}), log),
+	require.ErrorContains(t, run(context.Background(), env(map[string]string{"API_URL": "http://example.com/prod/"}), nil, log),
 		"https is required")
-	require.ErrorContains(t, run(context.Background(), env(map[string]string{"API_URL": "https://user@a.example/prod/?x=1"}), log),
+	require.ErrorContains(t, run(context.Background(), env(map[string]string{"API_URL": "https://user@a.example/prod/?x=1"}), nil, log),
 		"nothing else")
 }
 
@@ -102,7 +116,7 @@ func TestFunctions(t *testing.T) {
 	err = run(context.Background(), func(k string) (string, bool) {
 		v, ok := map[string]string{"API_URL": "https://a.execute-api.eu-west-1.amazonaws.com/prod/", "FUNCTIONS": "worker=W"}[k]
 		return v, ok
-	}, log)
+	}, nil, log)
 	require.ErrorContains(t, err, `FUNCTIONS: unknown path "worker"`)
 }
 
@@ -118,7 +132,7 @@ func TestTheExampleAPIURLHasTheStacksStage(t *testing.T) {
 	require.NotNil(t, m, "infra/api.go declares APIStageName")
 	want := "amazonaws.com/" + string(m[1]) + "/"
 
-	err = run(context.Background(), func(string) (string, bool) { return "", false }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	err = run(context.Background(), func(string) (string, bool) { return "", false }, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.ErrorContains(t, err, want)
 	for _, f := range []string{"main.go", "../../docs/console.md"} {
 		b, err := os.ReadFile(f)
