@@ -22,6 +22,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -148,17 +149,51 @@ func (e *Engine) reportSettled(claimID string, ids []int64) {
 // error is for the claim as a whole: the claim's transaction failed, and nothing was settled or
 // leased by it (unless the commit's answer was lost; then its events are settled or leased, and
 // their messages come back and find them so).
+//
+// One claim holds at most eventstore.MaxClaimTasks tasks (their payloads are in memory together):
+// the tasks of ids beyond them are left out of it, and taken by the next claim, one after the
+// other, while ctx's deadline leaves the time for a delivery. A task still left out then is
+// deferred: pending, for the next claim that names it or a claim of due events. Its message is not
+// failed for it, which would bring it back after the visibility timeout and count it towards the
+// DLQ.
 func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactlyonce.Outcome, error) {
+	out, left, err := e.processClaim(ctx, ids)
+	for err == nil && len(left) > 0 && e.timeForAnotherClaim(ctx) {
+		more, rest, err := e.processClaim(ctx, left)
+		if err != nil {
+			// The claims before committed; the tasks left out stay deferred, pending.
+			e.logger().Warn(e.By+": could not claim the tasks one claim left out; they stay pending", "events", len(left), "err", err)
+			break
+		}
+		maps.Copy(out, more)
+		left = rest
+	}
+	return out, err
+}
+
+// timeForAnotherClaim tells whether ctx leaves the time for another claim of tasks: it is not done,
+// and its deadline, if any, is further than one delivery.
+func (e *Engine) timeForAnotherClaim(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	return !ok || time.Until(d) > e.TimeForTask()
+}
+
+// processClaim is one claim of ProcessIDs: the outcome of every id, and the tasks the claim left
+// out (deferred in out).
+func (e *Engine) processClaim(ctx context.Context, ids []int64) (map[int64]exactlyonce.Outcome, []int64, error) {
 	out := make(map[int64]exactlyonce.Outcome, len(ids))
 	if len(ids) == 0 {
-		return out, nil
+		return out, nil, nil
 	}
 	c := e.claim()
 	claimed, err := e.claimDrafting(c, func(cl exactlyonce.Claim) (exactlyonce.Claimed, error) {
 		return e.Store.ClaimIDs(ctx, cl, ids, c.decide)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	e.reportSettled(c.ID, claimed.Settled)
 	e.reportSettled(c.ID, claimed.GaveUp)
@@ -183,8 +218,7 @@ func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactly
 		out[id] = exactlyonce.OutcomeDeferred
 	}
 	// A task the claim left out (it held as many tasks as one claim may) is pending: the next claim
-	// that names it, or a claim of due events, takes it. Its message is not failed for it, which
-	// would bring it back after the visibility timeout and count it towards the DLQ.
+	// takes it (ProcessIDs).
 	for _, id := range claimed.LeftOut {
 		out[id] = exactlyonce.OutcomeDeferred
 	}
@@ -212,7 +246,7 @@ func (e *Engine) ProcessIDs(ctx context.Context, ids []int64) (map[int64]exactly
 		}
 	}
 	recordClaim(ctx, claimed.Count(), len(claimed.Settled)+len(done.settled), out)
-	return out, nil
+	return out, claimed.LeftOut, nil
 }
 
 // recordClaim records one claim's metrics on the Recorder ctx carries: its size, the events it
