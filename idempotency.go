@@ -1,6 +1,7 @@
 package exactlyonce
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"time"
@@ -66,4 +67,21 @@ const MaxKeyedGroup = 100
 type KeyOptions struct {
 	TTL  time.Duration // how long a stored key answers repeats
 	Wait time.Duration // how long to wait for a key another create holds
+}
+
+// KeyWaitMargin is what a wait for a key another create holds leaves of its request's deadline, to
+// answer its 409 before the request's time runs out.
+const KeyWaitMargin = time.Second
+
+// KeyWaitUntil is when a create that waits for a key another create holds gives up (a 409): wait
+// from now, and no later than ctx's deadline less KeyWaitMargin. On Lambda the request's deadline is
+// the API function's timeout (10 s, as IDEMPOTENCY_WAIT's default): a wait of its full length was
+// cut by the timeout, a 502 from API Gateway with no Retry-After, where the caller is owed the 409
+// that says the key is still in progress.
+func KeyWaitUntil(ctx context.Context, wait time.Duration) time.Time {
+	until := time.Now().Add(wait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-KeyWaitMargin).Before(until) {
+		until = d.Add(-KeyWaitMargin)
+	}
+	return until
 }

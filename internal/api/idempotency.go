@@ -290,7 +290,7 @@ type flight struct {
 }
 
 func (g *keyGroups) create(ctx context.Context, c exactlyonce.KeyedCreate) (exactlyonce.KeyedResult, error) {
-	wait := time.NewTimer(g.opt.Wait)
+	wait := time.NewTimer(time.Until(exactlyonce.KeyWaitUntil(ctx, g.opt.Wait)))
 	defer wait.Stop()
 	for {
 		g.mu.Lock()

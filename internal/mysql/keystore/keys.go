@@ -110,7 +110,7 @@ func (s *Store) CreateKeyed(ctx context.Context, opt exactlyonce.KeyOptions, cre
 			return nil, mysql.Interpret("create keyed", err)
 		}
 	}
-	waitUntil := time.Now().Add(opt.Wait)
+	waitUntil := exactlyonce.KeyWaitUntil(ctx, opt.Wait)
 	var results []exactlyonce.KeyedResult
 	// On a connection whose session has autocommit off: the first statement opens the
 	// transaction, one round trip fewer than START TRANSACTION and it (mysql.DB.InManualTx).

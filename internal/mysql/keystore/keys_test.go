@@ -156,6 +156,24 @@ func TestKeyedCreateWaitsForTheKeyHolderThenConflicts(t *testing.T) {
 	require.True(t, res[0].Created, "nothing was written by the one that gave up")
 }
 
+// A create waiting for a key another transaction holds gives up KeyWaitMargin before its request's
+// deadline when that comes before Wait: on Lambda the API function's timeout (10 s, as the default
+// Wait) cut the wait and the caller got a timeout where the 409 was owed.
+func TestAKeyWaitEndsBeforeItsRequestsDeadline(t *testing.T) {
+	t.Parallel()
+	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
+	tx, err := store.DB.Pool().BeginTx(context.Background(), nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.Exec("SELECT bucket FROM idempotency_buckets FOR UPDATE")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), exactlyonce.KeyWaitMargin+500*time.Millisecond)
+	defer cancel()
+	_, err = store.Keys.CreateKeyed(ctx, exactlyonce.KeyOptions{TTL: time.Hour, Wait: time.Minute}, []exactlyonce.KeyedCreate{keyed("", "late", false, "x")})
+	require.Equal(t, exactlyonce.ECONFLICT, exactlyonce.ErrorCode(err), "%v", err)
+	require.NoError(t, ctx.Err(), "answered before the request's deadline")
+}
+
 // Invariant: the keys LoadKeys stores (for the benchmark) are found as the store's own are: their
 // directory entries agree with what the store writes.
 func TestLoadedKeysAreFound(t *testing.T) {
