@@ -281,17 +281,7 @@ func TestAClaimHoldsAtMostMaxClaimTasksTasks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
-	const tasks = eventstore.MaxClaimTasks + 40
-	batch := make([]exactlyonce.NewTask, tasks)
-	for i := range batch {
-		batch[i] = exactlyonce.NewTask{URL: "https://example.com/hook", Payload: []byte(`{"n":1}`), MaxRetries: 3}
-	}
-	for len(batch) > 0 {
-		n := min(len(batch), 100)
-		_, err := store.Tasks.CreateTasks(ctx, batch[:n])
-		require.NoError(t, err)
-		batch = batch[n:]
-	}
+	createTasks(ctx, t, store, eventstore.MaxClaimTasks+40)
 	_, err := store.Events.CreatePendingBatch(ctx, 30)
 	require.NoError(t, err)
 
@@ -328,21 +318,7 @@ func TestAClaimOfNamedEventsHoldsAtMostMaxClaimTasksTasks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	store := wire.NewStores(testdb.Core(t, mysql.Config{}, 4))
-	const tasks = eventstore.MaxClaimTasks + 40
-	batch := make([]exactlyonce.NewTask, tasks)
-	for i := range batch {
-		batch[i] = exactlyonce.NewTask{URL: "https://example.com/hook", Payload: []byte(`{"n":1}`), MaxRetries: 3}
-	}
-	var ids []int64
-	for len(batch) > 0 {
-		n := min(len(batch), 100)
-		created, err := store.Tasks.CreateTasks(ctx, batch[:n])
-		require.NoError(t, err)
-		for _, c := range created {
-			ids = append(ids, c.ID)
-		}
-		batch = batch[n:]
-	}
+	ids := createTasks(ctx, t, store, eventstore.MaxClaimTasks+40)
 	plain, err := store.Events.CreatePendingBatch(ctx, 30)
 	require.NoError(t, err)
 	ids = append(ids, plain...)
@@ -369,4 +345,22 @@ func TestAClaimOfNamedEventsHoldsAtMostMaxClaimTasksTasks(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, next.Leased, 40, "the next claim takes the tasks the first left out")
 	require.Empty(t, next.LeftOut)
+}
+
+// createTasks creates n tasks without a reference, 100 a call, and returns their ids.
+func createTasks(ctx context.Context, t *testing.T, store *wire.Stores, n int) []int64 {
+	t.Helper()
+	var ids []int64
+	for len(ids) < n {
+		batch := make([]exactlyonce.NewTask, min(100, n-len(ids)))
+		for i := range batch {
+			batch[i] = exactlyonce.NewTask{URL: "https://example.com/hook", Payload: []byte(`{"n":1}`), MaxRetries: 3}
+		}
+		created, err := store.Tasks.CreateTasks(ctx, batch)
+		require.NoError(t, err)
+		for _, c := range created {
+			ids = append(ids, c.ID)
+		}
+	}
+	return ids
 }
