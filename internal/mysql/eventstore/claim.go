@@ -239,6 +239,24 @@ func writeLeasedDraft(ctx context.Context, tx *sql.Tx, c exactlyonce.Claim, a ex
 	return nil
 }
 
+// recordFailure records, in the claim's transaction, the failure f of the claimed event id: the
+// event waits, or is failed for good.
+func recordFailure(ctx context.Context, tx *sql.Tx, out *exactlyonce.Claimed, c exactlyonce.Claim, id int64, f exactlyonce.Failure) error {
+	state, wait, text := failed(f)
+	if _, err := tx.ExecContext(ctx, queries.FailClaimed, state, text, wait.Microseconds(), state, state, c.By,
+		c.ID, id); err != nil {
+		return err
+	}
+	if out.Failed == nil {
+		out.Failed = map[int64]error{}
+	}
+	out.Failed[id] = f.Err
+	if state == exactlyonce.Failed {
+		out.GaveUp = append(out.GaveUp, id)
+	}
+	return nil
+}
+
 // Outcomes tells, for ids a claim did not take, what each is: open but held by another claim (its
 // row lock or its lease, or waiting its backoff), a task the database brings back by itself (queued
 // behind its reference, or waiting its backoff: deferred), settled already, or missing. It reads only the

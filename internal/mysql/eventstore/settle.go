@@ -37,24 +37,6 @@ func failed(f exactlyonce.Failure) (state exactlyonce.State, wait time.Duration,
 	return exactlyonce.Pending, f.Wait, text
 }
 
-// recordFailure records, in the claim's transaction, the failure f of the claimed event id: the
-// event waits, or is failed for good.
-func recordFailure(ctx context.Context, tx *sql.Tx, out *exactlyonce.Claimed, c exactlyonce.Claim, id int64, f exactlyonce.Failure) error {
-	state, wait, text := failed(f)
-	if _, err := tx.ExecContext(ctx, queries.FailClaimed, state, text, wait.Microseconds(), state, state, c.By,
-		c.ID, id); err != nil {
-		return err
-	}
-	if out.Failed == nil {
-		out.Failed = map[int64]error{}
-	}
-	out.Failed[id] = f.Err
-	if state == exactlyonce.Failed {
-		out.GaveUp = append(out.GaveUp, id)
-	}
-	return nil
-}
-
 // Fail records that the work of events leased to claim c failed, each as the engine decided
 // (Failure), in one short transaction: each waits (pending again) or is failed for good. It returns
 // those failed for good. An event whose lease was taken over is not touched.
