@@ -226,6 +226,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	r.mu.Unlock()
+	// The keyed creates the end of the run cut off, sent again with their keys, as their clients
+	// would: every process is up now.
+	r.finishKeyed(ctx, collected)
 	r.logf("creates done (%d answers); settling", len(collected))
 	settled := r.settle(ctx, db)
 	// The check reads GET /events through an API, so the APIs stop last.

@@ -81,6 +81,11 @@ func TestChaosCheckerReportsEveryViolation(t *testing.T) {
 				"DELETE FROM events WHERE processed_by = 'api' LIMIT 1",
 				// an id stored twice (and GET /events back to the acknowledged number)
 				"INSERT INTO events SELECT * FROM events WHERE processed_by = 'api' LIMIT 1",
+				// a key stored twice, as a create sent again that missed its first attempt's commit
+				// would leave it (with a second event: here the same one)
+				"INSERT INTO idempotency_keys SELECT * FROM idempotency_keys LIMIT 1",
+				// a stored key naming an event no client was told
+				"UPDATE idempotency_keys SET event_id = 0 LIMIT 1",
 			} {
 				if _, err := db.ExecContext(ctx, stmt); err != nil {
 					return err
@@ -107,13 +112,14 @@ func TestChaosCheckerReportsEveryViolation(t *testing.T) {
 	require.Equal(t, 1, rep.Duplicates)
 	require.Equal(t, 1, rep.Lost)
 	require.Equal(t, 1, rep.DuplicateIDs)
-	want := []string{"settled more than once", "does not exist", "is stored twice", "the DLQ holds"}
+	want := []string{"settled more than once", "does not exist", "is stored twice", "the DLQ holds", "is stored 2 times", "which no client was told"}
 	require.Len(t, rep.Violations, len(want), "only the violations made on purpose: %q", rep.Violations)
 	for i, w := range want {
 		require.True(t, strings.Contains(strings.Join(rep.Violations, "\n"), w), "violation %d %q reported in %q", i, w, rep.Violations)
 	}
 	require.Positive(t, rep.DBStops+rep.DBKills, "the database was restarted")
 	require.Positive(t, rep.AsyncCreates)
+	require.Positive(t, rep.KeyedCreates)
 }
 
 // The short chaos run, in a Go test (under the race detector): `make chaos-short` runs the same
@@ -143,5 +149,6 @@ func TestChaosShort(t *testing.T) {
 	require.Positive(t, rep.DBStops+rep.DBKills, "the database was restarted")
 	require.Positive(t, rep.AsyncCreates)
 	require.Positive(t, rep.SyncCreates)
+	require.Positive(t, rep.KeyedCreates, "creates were sent with an Idempotency-Key")
 	require.Equal(t, rep.PoisonInjected, rep.PoisonInDLQ)
 }

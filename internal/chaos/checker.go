@@ -31,6 +31,9 @@ func (r *run) check(ctx context.Context, collected []created, settled bool) {
 	acked := map[int64]bool{} // id -> async
 	for _, c := range collected {
 		switch {
+		case c.key != "" && (c.err != nil || c.unfinished || (c.status != http.StatusCreated && c.status != http.StatusAccepted) || c.id <= 0):
+			// A keyed create is sent again until acknowledged: any other end is a violation
+			// (checkKeys), not a failed create whose event may exist.
 		case c.err == nil && (c.status == http.StatusCreated || c.status == http.StatusAccepted) && c.id > 0:
 			if _, dup := acked[c.id]; dup {
 				rep.DuplicateIDs++
@@ -117,6 +120,8 @@ func (r *run) check(ctx context.Context, collected []created, settled bool) {
 			rep.Orphans++
 		}
 	}
+
+	r.checkKeys(ctx, collected, acked, violate)
 
 	// Tasks: each one acknowledged is completed and was delivered; none was attempted out of its
 	// reference's order.

@@ -86,6 +86,11 @@ type Config struct {
 	// TaskEvery makes every TaskEvery-th async create of a client a task, an event with a webhook,
 	// delivered to a receiver in this process (tasks.go). Default 3; negative: no tasks.
 	TaskEvery int
+	// KeyEvery makes every KeyEvery-th create of a client carry an Idempotency-Key, sent again with
+	// it after a connection error, a 5xx or a 409 until an API acknowledges it: the checker then
+	// wants one event for the key, one stored key, and the same answer on a replay. Default 4;
+	// negative: none.
+	KeyEvery int
 	// BeforeCheck, when set, runs after the system settled and before the checker: the checker's
 	// own test uses it to break the invariants on purpose and see each violation reported. reports
 	// is the directory of the processes' report files (internal/verify).
@@ -114,6 +119,7 @@ func (c *Config) defaults() {
 	c.SweepGrace = cmp.Or(c.SweepGrace, 3*time.Second)
 	c.Settle = cmp.Or(c.Settle, 120*time.Second)
 	c.TaskEvery = max(cmp.Or(c.TaskEvery, 3), 0)
+	c.KeyEvery = max(cmp.Or(c.KeyEvery, 4), 0)
 	c.Self = cmp.Or(c.Self, os.Args[0])
 	if c.Log == nil {
 		c.Log = io.Discard
@@ -175,6 +181,10 @@ type Report struct {
 	// Packed is how many events the sweepers and packers packed into pages (internal/mysql/pagestore/pages.sql) during
 	// the run, under the kills and restarts: the checks above read them there.
 	Packed int64
+	// KeyedCreates counts the creates sent with an Idempotency-Key, each acknowledged once;
+	// KeyedResends the times they were sent again (after a kill, a 5xx, a 409); KeyReplays the
+	// acknowledged keys sent once more at the end, each answered as the first time.
+	KeyedCreates, KeyedResends, KeyReplays int
 	// LateCreates counts the events created with ids taken long before (late.go), acknowledged.
 	LateCreates int
 	Violations  []string
@@ -196,6 +206,8 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "chaos run (seed %d, %s): %s\n", r.Seed, r.Duration.Round(time.Second), verdict)
 	fmt.Fprintf(&b, "  creates acknowledged   %d (sync %d, async %d); refused (503): %d; no answer (API killed): %d; connection refused: %d; other answers: %v\n",
 		r.SyncCreates+r.AsyncCreates, r.SyncCreates, r.AsyncCreates, r.Refused, r.NoAnswer, r.Unreachable, r.OtherStatuses)
+	fmt.Fprintf(&b, "  keyed creates          %d acknowledged, each once (sent again %d times after kills, 5xx, 409); %d replays answered as the first time\n",
+		r.KeyedCreates, r.KeyedResends, r.KeyReplays)
 	fmt.Fprintf(&b, "  committed unanswered   %d (stored, processed once; the client saw its create fail)\n", r.Orphans)
 	fmt.Fprintf(&b, "  GET /events            %d\n", r.CountReported)
 	fmt.Fprintf(&b, "  packed into pages      %d (read from there by every check)\n", r.Packed)
