@@ -14,8 +14,8 @@
 -- consistent read, no lock: the listing reads what was committed (the log part runs first, so an
 -- entry the compaction moves meanwhile is read twice, never missed; readers count a task once); a
 -- retry and the backfill hold the slot's task bucket, so no one can log, compact or append
--- meanwhile. `slot = ?` prunes each part to the slot's partition: the log's rows of the slot since
--- its last compaction, and the slot's one row, of which one column is copied (/*column*/, dN,
+-- meanwhile. `slot = ?` prunes each part to the slot's partition: the log's rows of 8 slots since
+-- their last compactions (32 partitions, migrations/0036), and the slot's one row, of which one column is copied (/*column*/, dN,
 -- written by the store from a hash, never caller text).
 SELECT 0, entries FROM reference_directory_log WHERE slot = ? AND col = ?
 UNION ALL

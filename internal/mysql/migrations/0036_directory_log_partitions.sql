@@ -1,0 +1,14 @@
+-- reference_directory_log in 32 partitions, where 0018 gave it 256 (one a slot).
+--
+-- On MariaDB 10.11 an INSERT into a partitioned table costs more the more partitions the table
+-- has, whichever partition its rows go to: 5,000 one-row inserts took 0.90-0.99 s with 16 or 32
+-- partitions, 1.52-1.72 s with 256 and 2.6-3.0 s with 1,024 (measured on 2026-11-28 on the machine
+-- of docs/performance.md; naming the partition in the INSERT made it slower still). Every group of
+-- ordered task creates inserts its directory entries here, so each paid about 120 us for 256
+-- partitions. Reads of a slot's log and the compaction's delete prune to one partition, as before,
+-- which now holds the log of 8 slots: at most 8 x 256 tasks' entries between two compactions.
+--
+-- The table holds only what was logged since the last compaction (a few thousand rows at most), so
+-- the copy this statement makes is short; creates of ordered tasks wait for it. Run again, it
+-- leaves the same 32 partitions.
+ALTER TABLE reference_directory_log PARTITION BY HASH (slot) PARTITIONS 32;
