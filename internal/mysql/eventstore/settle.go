@@ -82,13 +82,25 @@ func FailLeased(ctx context.Context, tx mysql.Conn, c exactlyonce.Claim, id int6
 // then the read of what it locked (LeasedIDs).
 func LockLeased(ctx context.Context, tx mysql.Conn, claimID string, ids []int64) ([]int64, error) {
 	ids = mysql.Unique(ids)
+	args, err := LockLeasedOnly(ctx, tx, claimID, ids)
+	if err != nil {
+		return nil, err
+	}
+	q, _ := mysql.ExpandIDs(queries.LeasedIDs, ids)
+	return mysql.ScanIDs(tx.QueryContext(ctx, q, args...))
+}
+
+// LockLeasedOnly is LockLeased's first statement, for ids without duplicates: it locks which of
+// them are still leased to claimID, and returns its arguments, which are LeasedIDs' too, for a
+// caller that reads what it locked itself, joined to a read of its own in one round trip
+// (taskstore's settlement, whose LeasedAndQueued begins as LeasedIDs).
+func LockLeasedOnly(ctx context.Context, tx mysql.Conn, claimID string, ids []int64) ([]any, error) {
 	q, args := mysql.ExpandIDs(queries.LockLeased, ids)
 	args = append(append([]any{claimID}, args...), len(ids))
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return nil, err
 	}
-	q, _ = mysql.ExpandIDs(queries.LeasedIDs, ids)
-	return mysql.ScanIDs(tx.QueryContext(ctx, q, args...))
+	return args, nil
 }
 
 // Settle settles events leased to claim claimID with their results, in one short transaction, and

@@ -31,7 +31,7 @@ import (
 
 // queryTexts are the statements of tasks.sql.
 type queryTexts struct {
-	LockTaskBuckets, AdvanceTaskBuckets, BucketsAndHeads, OpenHeads, LockHeads, InsertTaskRows, QueuedOfReferences, PromoteQueued, PromoteQueuedLeased, LeasedTasks, SettleLeasedTasks, InsertAttempts, Attempts, AttemptsAfter, ReferencePosition, ReferenceTasks, LockFailedTask, TaskOf, LaterTaskStarted, ReferenceHead, RequeueTask, RetryTask, UncountRetried, LockFailedTasks string
+	LockTaskBuckets, AdvanceTaskBuckets, BucketsAndHeads, OpenHeads, LockHeads, InsertTaskRows, QueuedOfReferences, LeasedAndQueued, PromoteQueued, PromoteQueuedLeased, LeasedTasks, SettleLeasedTasks, InsertAttempts, Attempts, AttemptsAfter, ReferencePosition, ReferenceTasks, LockFailedTask, TaskOf, LaterTaskStarted, ReferenceHead, RequeueTask, RetryTask, UncountRetried, LockFailedTasks string
 }
 
 //go:generate go run github.com/exactlyonce/exactlyonce/internal/mysql/querygen queries=queryTexts:tasks.sql retryQueries=retryTexts:retry.sql dirQueries=directoryTexts:directory.sql

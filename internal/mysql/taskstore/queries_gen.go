@@ -18,6 +18,10 @@ WHERE state < 2 AND kind = 'task' AND routing_hash IN (/*hashes*/) AND CAST(refe
 VALUES /*rows*/`,
 	QueuedOfReferences: `SELECT id, reference_id, position, COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
 WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/)`,
+	LeasedAndQueued: `(SELECT 0, id, NULL, 0, 0 FROM events WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?)
+UNION ALL
+SELECT 1, id, reference_id, position, COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
+WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/)`,
 	PromoteQueued: `UPDATE events SET state = 0, worker_id = /*worker*/,
   next_attempt_at = IF(COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0), next_attempt_at, NOW(6))
 WHERE state = 2 AND id IN (/*ids*/) LIMIT ?`,

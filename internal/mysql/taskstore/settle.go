@@ -43,15 +43,34 @@ func (s *Store) SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, ou
 		return out, nil
 	}
 	ids := make([]int64, len(outcomes))
+	outcomeRefs := map[string]uint32{}
 	for i, o := range outcomes {
 		ids[i] = o.Event.ID
+		if t := o.Event.Task; t != nil && t.ReferenceID != "" {
+			outcomeRefs[t.ReferenceID] = t.Hash
+		}
 	}
 	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
 		out = exactlyonce.TaskSettlement{}
 		// The tasks still leased to c, locked: a create queueing behind one of them holds it until
 		// it commits (LockHeads), so the promotion below sees its task.
 		held := map[int64]bool{}
-		for rest := ids; len(rest) > 0; {
+		// One chunk with references (every settlement of the tasks benchmark): the read of what
+		// LockLeased locked carries the read of the references' queues (LeasedAndQueued), one round
+		// trip fewer; queued holds its answer, filtered below to the references handed on.
+		var queued []queuedRow
+		joined := len(ids) <= eventstore.MarkChunk && len(outcomeRefs) > 0
+		if joined {
+			got, q, err := lockLeasedAndQueued(ctx, tx, c.ID, ids, outcomeRefs)
+			if err != nil {
+				return err
+			}
+			for _, id := range got {
+				held[id] = true
+			}
+			queued = q
+		}
+		for rest := ids; len(rest) > 0 && !joined; {
 			chunk := rest[:min(len(rest), eventstore.MarkChunk)]
 			rest = rest[len(chunk):]
 			got, err := eventstore.LockLeased(ctx, tx, c.ID, chunk)
@@ -106,9 +125,12 @@ func (s *Store) SettleTasksDrafting(ctx context.Context, c exactlyonce.Claim, ou
 			return err
 		}
 		// The next task of each reference settled, read with its head locked (LockLeased above).
-		first, err := queuedFirst(ctx, tx, settledRefs)
-		if err != nil {
-			return err
+		first := firstOf(queued, settledRefs)
+		if !joined {
+			var err error
+			if first, err = queuedFirst(ctx, tx, settledRefs); err != nil {
+				return err
+			}
 		}
 		// Which of the heads' workers have room for the tasks promoted behind them is decided on
 		// their rows under SettleWorkers' lock. A worker the settling EventService knows to be full
@@ -329,6 +351,60 @@ func queuedFirst(ctx context.Context, tx *sql.Tx, refs map[string]uint32) (map[s
 		}
 	}
 	return first, rows.Err()
+}
+
+// queuedRow is a queued task of a reference, as QueuedOfReferences reads it.
+type queuedRow struct {
+	ref  string
+	task queuedTask
+}
+
+// lockLeasedAndQueued locks those of ids (at most MarkChunk) still leased to claim claimID
+// (eventstore.LockLeasedOnly) and returns them with the queued tasks of refs, read in one statement
+// after the lock (LeasedAndQueued).
+func lockLeasedAndQueued(ctx context.Context, tx *sql.Tx, claimID string, ids []int64, refs map[string]uint32) ([]int64, []queuedRow, error) {
+	ids = mysql.Unique(ids)
+	args, err := eventstore.LockLeasedOnly(ctx, tx, claimID, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	q, refArgs := refArgs(strings.Replace(queries.LeasedAndQueued, "/*ids*/", mysql.Placeholders(len(ids)), 1), refs)
+	rows, err := tx.QueryContext(ctx, q, append(args, refArgs...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var held []int64
+	var queued []queuedRow
+	for rows.Next() {
+		var part int
+		var r queuedRow
+		var ref sql.NullString
+		if err := rows.Scan(&part, &r.task.id, &ref, &r.task.pos, &r.task.held); err != nil {
+			return nil, nil, err
+		}
+		if part == 0 {
+			held = append(held, r.task.id)
+			continue
+		}
+		r.ref = ref.String
+		queued = append(queued, r)
+	}
+	return held, queued, rows.Err()
+}
+
+// firstOf is queuedFirst's answer from rows read before: the first queued task of each of refs.
+func firstOf(rows []queuedRow, refs map[string]uint32) map[string]queuedTask {
+	first := map[string]queuedTask{}
+	for _, r := range rows {
+		if _, ok := refs[r.ref]; !ok {
+			continue
+		}
+		if cur, ok := first[r.ref]; !ok || r.task.pos < cur.pos {
+			first[r.ref] = r.task
+		}
+	}
+	return first
 }
 
 // promote hands each reference on to its first queued task (first): pending, or, with chain,

@@ -89,6 +89,22 @@ VALUES /*rows*/;
 SELECT id, reference_id, position, COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
 WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/);
 
+-- name: LeasedAndQueued
+-- A settlement of at most MarkChunk tasks in one round trip after its LockLeased: which of the
+-- named tasks LockLeased has just locked (events.sql's LeasedIDs, the first part, tagged 0) and the
+-- queued tasks of the references of all of them (QueuedOfReferences, tagged 1), as the settlement
+-- would read them next. The same reads at the same point: each is a consistent read, and with the
+-- heads locked nothing that queues a task behind one of them, or changes one queued there, can
+-- commit before this transaction ends (a create and a retry's part lock the head first), so the
+-- queue reads here as after the outcomes are written. The queues of references whose head the
+-- settlement did not lock, or does not hand on, are read and dropped. In the tasks benchmark the
+-- queue read finds nothing nearly every time (a client creates a reference's next task after its
+-- last one was delivered): as its own statement it was a round trip in every settlement.
+(SELECT 0, id, NULL, 0, 0 FROM events WHERE state = 1 AND claim_id = ? AND id IN (/*ids*/) LIMIT ?)
+UNION ALL
+SELECT 1, id, reference_id, position, COALESCE(next_attempt_at > NOW(6) AND retry_base = attempts AND last_error IS NULL, 0) FROM events
+WHERE state = 2 AND routing_hash IN (/*hashes*/) AND CAST(reference_id AS BINARY) IN (/*refs*/);
+
 -- name: PromoteQueued
 -- Makes queued tasks pending: each heads its reference now, due at once (next_attempt_at now, so
 -- that the sweeper's grace, meant for events the queue path has not had yet, does not hold them
