@@ -8,7 +8,7 @@ FN ?= api
 EVENT ?=
 FUZZTIME ?= 60s
 
-.PHONY: chaos chaos-short invoke test-localstack fuzz-api
+.PHONY: chaos chaos-short chaos-local invoke test-localstack fuzz-api
 
 chaos: db sqslocal ## the long chaos run (CHAOS_DURATION=3m): kills (APIs too), lock contention, database restarts, poison, packers racing late creates of old ids; checks the invariants, prints the figures
 	$(GO) build -o bin/chaos ./cmd/chaos
@@ -17,6 +17,9 @@ chaos: db sqslocal ## the long chaos run (CHAOS_DURATION=3m): kills (APIs too), 
 chaos-short: db sqslocal ## the short chaos run (30 s of creates); `make test` runs the same as TestChaosShort
 	$(GO) build -o bin/chaos ./cmd/chaos
 	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal bin/chaos -duration 30s -clients 6 -processors 2 -sweepers 2 -kill-every 1s -poison 4 -visibility 2 -max-receive 8 -require-retries $(CHAOS_FLAGS)
+
+chaos-local: test-db sqslocal ## the local runner (`make run`'s bin/local, one process) SIGKILLed 10 times while clients create events and tasks, keyed or not; about 2.5 min (its tasks' 2-minute leases run out)
+	CHAOS_LOCAL=1 SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal $(GO) test -count=1 -timeout 10m -v -run '^TestLocalRunnerKilledWhileCreating$$' ./internal/local/
 
 invoke: db sqslocal rie ## run a function's real bootstrap under the Lambda Runtime Interface Emulator on its samples: make invoke FN=api [EVENT=events/api-post-task.json]
 	SQSLOCAL_BIN=$(CURDIR)/bin/sqslocal RIE_BIN=$(CURDIR)/bin/aws-lambda-rie $(GO) run ./cmd/invoke -fn $(FN) $(if $(EVENT),-event $(EVENT))
