@@ -48,12 +48,8 @@ func (r *run) client_(ctx context.Context, index int, out chan<- created) {
 	seqs := make([]int, taskRefs)
 	asyncs, creates := 0, 0
 	for ctx.Err() == nil {
-		apiURL, started := r.apiURL()
+		apiURL := r.liveAPI(ctx)
 		if apiURL == "" {
-			select {
-			case <-started:
-			case <-ctx.Done():
-			}
 			continue
 		}
 		c := created{async: r.intn(2) == 0}
@@ -118,12 +114,8 @@ func (r *run) client_(ctx context.Context, index int, out chan<- created) {
 // ends first, c is left unfinished, for finishKeyed.
 func (r *run) keyedCreate(ctx context.Context, hc *http.Client, c *created) {
 	for ctx.Err() == nil {
-		apiURL, started := r.apiURL()
+		apiURL := r.liveAPI(ctx)
 		if apiURL == "" {
-			select {
-			case <-started:
-			case <-ctx.Done():
-			}
 			continue
 		}
 		c.attempts++
@@ -179,4 +171,20 @@ func (r *run) finishKeyed(ctx context.Context, collected []created) {
 			r.keyedCreate(ctx, hc, c)
 		}
 	}
+}
+
+// liveAPI returns the URL of a live API process taken at random, waiting for one while none is
+// live (the only one was killed); "" once ctx ends.
+func (r *run) liveAPI(ctx context.Context) string {
+	for ctx.Err() == nil {
+		apiURL, started := r.apiURL()
+		if apiURL != "" {
+			return apiURL
+		}
+		select {
+		case <-started:
+		case <-ctx.Done():
+		}
+	}
+	return ""
 }
