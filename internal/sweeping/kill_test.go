@@ -17,6 +17,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/counters"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
 	"github.com/exactlyonce/exactlyonce/internal/sweeping"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
@@ -25,8 +26,9 @@ import (
 )
 
 // TestMain runs the tests, or, started again by a test in a child role: "maintainer", a process
-// that runs the sweeper's maintenance once and stops for good at the directory's step KILL_AT of
-// its KILL_TX-th transaction (counted by their first step, KILL_FIRST); "counter-sweeper", a
+// that runs the sweeper's maintenance once (packing the history if PACK is set) and stops for good
+// at the directory's or the pack's step KILL_AT of its KILL_TX-th transaction (counted by their
+// first step, KILL_FIRST); "counter-sweeper", a
 // process that runs the counter service's sweep and stops for good once its publish has returned,
 // before it marks what it published.
 func TestMain(m *testing.M) {
@@ -52,7 +54,7 @@ func runChild(role string) int {
 			return 2
 		}
 		txs := 0
-		ctx := taskstore.WithDirectorySteps(context.Background(), func(tx mysql.Conn, step string) {
+		at := func(tx mysql.Conn, step string) {
 			if step == first {
 				txs++
 			}
@@ -66,8 +68,10 @@ func runChild(role string) int {
 			}
 			fmt.Printf("at %s conn %d\n", step, conn)
 			select {} // until killed
-		})
-		s := sweeping.New(store.Sweeping(), sweeping.Config{KeepHistory: true, PackBudget: time.Minute, Logger: logger})
+		}
+		ctx := taskstore.WithDirectorySteps(context.Background(), at)
+		ctx = pagestore.WithPackSteps(ctx, func(tx *sql.Tx, step string) { at(tx, step) })
+		s := sweeping.New(store.Sweeping(), sweeping.Config{KeepHistory: os.Getenv("PACK") == "", PackBudget: time.Minute, Logger: logger})
 		if _, err := s.Maintain(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -143,8 +147,12 @@ func refIDs(ctx context.Context, t *testing.T, store *wire.Stores, ref string) [
 }
 
 // Invariant: two agents run the sweeper's maintenance at once and one of them is SIGKILLed inside
-// a transaction of the directory's upkeep, holding what it takes: the other is never jammed and
-// nothing is lost or written twice. Killed in the backfill (its progress row taken, the first
+// a transaction of the pack or of the directory's upkeep, holding what it takes: the other is
+// never jammed and nothing is lost or written twice. Killed in the pack (its fold committed, the
+// pack's turn and its units' events held, their pages written, before its delete of the events),
+// the other's pack passes the taken turn by and its maintenance returns, nothing packed; once
+// the killed one's connection is gone, the other's next maintenance packs every event, each once
+// in one tier, the count exact. Killed in the backfill (its progress row taken, the first
 // unit's buckets held, before its commit), the other's backfill passes the taken row by and its
 // maintenance returns (the directory not complete yet); once the killed one's connection is gone,
 // the other's next maintenance finishes the backfill, each task's entry once. Killed in the
@@ -205,6 +213,53 @@ func TestTwoMaintainersOneKilledLoseNothing(t *testing.T) {
 		for _, ref := range refs {
 			require.Len(t, refIDs(ctx, t, after, ref), 3, ref)
 		}
+	})
+	t.Run("pack", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		db, dsn := testdb.DB(t, 8)
+		store, err := wire.StoresOn(db, mysql.Config{})
+		require.NoError(t, err)
+		const events = 3000
+		_, err = mysqltest.LoadProcessed(ctx, db, events, nil)
+		require.NoError(t, err)
+		// Ids handed out past the history's pages, so that every unit of it can be packed.
+		_, err = db.ExecContext(ctx, "UPDATE status SET id = id + 30000")
+		require.NoError(t, err)
+		tiers := func() (inEvents, packed int64) {
+			t.Helper()
+			require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM events").Scan(&inEvents))
+			_, packed, err := mysqltest.PageRowCounts(ctx, db)
+			require.NoError(t, err)
+			return inEvents, packed
+		}
+
+		// Killed inside its first pack (the turn and the first units' events held, their pages
+		// written), after its fold committed.
+		killed, line := startKilled(t, "maintainer", "at DeletePacked ", "DB_DSN="+dsn, "PACK=1", "KILL_FIRST=TakePackTurn", "KILL_AT=DeletePacked", "KILL_TX=1")
+		var conn int64
+		_, err = fmt.Sscanf(line, "at DeletePacked conn %d", &conn)
+		require.NoError(t, err, line)
+		var logs logged
+		s := sweeping.New(store.Sweeping(), sweeping.Config{PackBudget: time.Minute, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		_, err = s.Maintain(ctx)
+		require.NoError(t, err)
+		require.Empty(t, logs.levels(t, "sweeper: packing the history failed; it is tried again later"),
+			"the other's pack passed the taken turn by, without waiting for it")
+		inEvents, packed := tiers()
+		require.EqualValues(t, events, inEvents, "nothing packed while the killed one held the turn")
+		require.Zero(t, packed)
+
+		killAndAwait(ctx, t, killed, db, conn)
+		_, err = s.Maintain(ctx)
+		require.NoError(t, err)
+		inEvents, packed = tiers()
+		require.Zero(t, inEvents, "the other's next maintenance packed every event")
+		require.EqualValues(t, events, packed, "each once")
+		n, err := store.Events.Count(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, events, n)
 	})
 	t.Run("compaction", func(t *testing.T) {
 		t.Parallel()
