@@ -37,6 +37,9 @@ func (s *Store) BackfillDirectory(ctx context.Context, maxUnits int) (units int,
 		err := s.core.InTx(ctx, func(tx *sql.Tx) error {
 			var err error
 			complete, err = s.backfillUnit(ctx, tx)
+			if err == nil {
+				directoryStep(ctx, tx, "Commit")
+			}
 			return err
 		})
 		if errors.Is(err, errBackfillTaken) {
@@ -59,6 +62,7 @@ func (s *Store) backfillUnit(ctx context.Context, tx *sql.Tx) (bool, error) {
 	var next int64
 	var until sql.NullInt64
 	var may bool
+	directoryStep(ctx, tx, "TakeBackfill")
 	err := tx.QueryRowContext(ctx, dirQueries.TakeBackfill).Scan(&next, &until, &may)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, errBackfillTaken
@@ -76,6 +80,7 @@ func (s *Store) backfillUnit(ctx context.Context, tx *sql.Tx) (bool, error) {
 			return false, err
 		}
 		until = sql.NullInt64{Int64: counter + 1, Valid: true}
+		directoryStep(ctx, tx, "SetBackfill")
 		if _, err := tx.ExecContext(ctx, dirQueries.SetBackfill, next, until.Int64); err != nil {
 			return false, err
 		}
@@ -93,6 +98,7 @@ func (s *Store) backfillUnit(ctx context.Context, tx *sql.Tx) (bool, error) {
 			return false, err
 		}
 	}
+	directoryStep(ctx, tx, "SetBackfill")
 	_, err = tx.ExecContext(ctx, dirQueries.SetBackfill, hi, until.Int64)
 	return hi >= until.Int64, err
 }
@@ -103,6 +109,7 @@ func (s *Store) backfillUnit(ctx context.Context, tx *sql.Tx) (bool, error) {
 // a task missed by one read is in the next), each once. An archived page's object is read once per
 // unit (h.ReadColumns, one GET for the unit's columns): no lock a writer needs is held yet.
 func backfillTasks(ctx context.Context, h pagestore.History, tx *sql.Tx, lo, hi int64) ([]refEntry, error) {
+	directoryStep(ctx, tx, "BackfillTasks")
 	rows, err := tx.QueryContext(ctx, dirQueries.BackfillTasks, lo, hi)
 	if err != nil {
 		return nil, err
@@ -169,6 +176,7 @@ func appendMissing(ctx context.Context, tx *sql.Tx, found []refEntry) error {
 	for _, e := range found {
 		buckets = append(buckets, taskBucket(ReferenceHash(e.ref)))
 	}
+	directoryStep(ctx, tx, "LockTaskBuckets")
 	if err := lockTaskBucketsOnly(ctx, tx, buckets); err != nil {
 		return err
 	}

@@ -59,6 +59,23 @@ const (
 	maxStartedIDs = 500
 )
 
+// directoryStepKey is the context key of WithDirectorySteps' function.
+type directoryStepKey struct{}
+
+// WithDirectorySteps returns ctx carrying f: the directory's upkeep run under it (BackfillDirectory,
+// CompactDirectory) calls f with its transaction before each of its statements, named as in
+// directory.sql (and LockTaskBuckets, tasks.sql's), and before it commits ("Commit"). Only the
+// tests, which kill a process at the step of their choice, set one.
+func WithDirectorySteps(ctx context.Context, f func(tx mysql.Conn, step string)) context.Context {
+	return context.WithValue(ctx, directoryStepKey{}, f)
+}
+
+func directoryStep(ctx context.Context, tx mysql.Conn, step string) {
+	if f, ok := ctx.Value(directoryStepKey{}).(func(mysql.Conn, string)); ok {
+		f(tx, step)
+	}
+}
+
 // cell is where a reference's entries are: a column of a slot's row, and the tag that marks them.
 type cell struct {
 	slot int64
@@ -220,6 +237,7 @@ func writeCells(ctx context.Context, tx mysql.Conn, cb *cellBytes) error {
 		slots = mysql.Unique(slots)
 		slices.Sort(slots)
 		q, ids := mysql.ExpandIDs(strings.Replace(dirQueries.AppendDirectory, "/*sets*/", strings.Join(sets, ", "), 1), slots)
+		directoryStep(ctx, tx, "AppendDirectory")
 		res, err := tx.ExecContext(ctx, q, append(args, ids...)...)
 		if err != nil {
 			return err
@@ -266,6 +284,7 @@ func compactSlots(ctx context.Context, tx mysql.Conn, slots []int64) (int, error
 		read = mysql.Unique(read)
 		q := strings.Replace(dirQueries.DeleteSlotLog, "/*slots*/", mysql.Placeholders(len(read)), 1)
 		q, args := mysql.ExpandIDs(q, firsts)
+		directoryStep(ctx, tx, "DeleteSlotLog")
 		res, err := tx.ExecContext(ctx, q, append(mysql.IDArgs(read), args...)...)
 		if err != nil {
 			return moved, err
@@ -287,6 +306,7 @@ func compactSlots(ctx context.Context, tx mysql.Conn, slots []int64) (int, error
 // order logged, and their first ids.
 func readSlotLog(ctx context.Context, tx mysql.Conn, slots []int64) (*cellBytes, []int64, error) {
 	q := strings.Replace(dirQueries.SlotLog, "/*slots*/", mysql.Placeholders(len(slots)), 1)
+	directoryStep(ctx, tx, "SlotLog")
 	rows, err := tx.QueryContext(ctx, q, append(mysql.IDArgs(slots), compactRows)...)
 	if err != nil {
 		return nil, nil, err
@@ -341,10 +361,14 @@ func (s *Store) CompactDirectory(ctx context.Context, until time.Time) (int, err
 			break
 		}
 		err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+			directoryStep(ctx, tx, "LockTaskBuckets")
 			if err := lockTaskBucketsOnly(ctx, tx, []int64{b}); err != nil {
 				return err
 			}
 			n, err := compactSlots(ctx, tx, byBucket[b])
+			if err == nil {
+				directoryStep(ctx, tx, "Commit")
+			}
 			moved += n
 			return err
 		})
@@ -359,6 +383,7 @@ func (s *Store) CompactDirectory(ctx context.Context, until time.Time) (int, err
 // then the cell's.
 func readEntryBytes(ctx context.Context, q mysql.Conn, c cell) ([]byte, error) {
 	text := strings.Replace(dirQueries.ReadDirectoryEntries, "/*column*/", fmt.Sprintf("d%d", c.col), 1)
+	directoryStep(ctx, q, "ReadDirectoryEntries")
 	rows, err := q.QueryContext(ctx, text, c.slot, c.col, c.slot)
 	if err != nil {
 		return nil, err

@@ -19,7 +19,10 @@ import (
 
 // TestMain runs the tests, or, started again by a test in the child role "retrier", a process that
 // retries reference RETRY_REFERENCE in parts of 5 and, before its second part, says so and waits to
-// be killed ("retrier-inside": inside its first part, its writes done, before its commit).
+// be killed ("retrier-inside": inside its first part, its writes done, before its commit); or in
+// the roles "backfiller" and "compactor", a process that backfills or compacts the reference
+// directory as the sweeper's maintenance does and stops for good at the step KILL_AT of its second
+// transaction (directoryKilledAt).
 func TestMain(m *testing.M) {
 	if role := os.Getenv(child.RoleEnv); role != "" {
 		os.Exit(runChild(role))
@@ -53,6 +56,9 @@ func retrierKilledAt(ctx context.Context, t *testing.T, ref, role, line string, 
 }
 
 func runChild(role string) int {
+	if role == "backfiller" || role == "compactor" {
+		return runDirectoryChild(role)
+	}
 	if role != "retrier" && role != "retrier-inside" {
 		fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 		return 2
