@@ -177,6 +177,9 @@ type run struct {
 	report *Report
 	mu     sync.Mutex
 	start  time.Time
+	// tpl is the run's migrated template database, made at the first migrated scratch database
+	// (scratch.go).
+	tpl template
 }
 
 // Run runs the configured groups, one after another, and returns the report. A group that fails is
@@ -232,6 +235,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		r.progress(g, "done in %s", time.Since(t0).Round(100*time.Millisecond))
 	}
+	r.dropTemplate()
 	r.report.Finished = time.Now().UTC()
 	r.report.Seconds = math.Round(time.Since(r.start).Seconds()*10) / 10
 	if err := ctx.Err(); err != nil {
