@@ -166,6 +166,12 @@ func (c *console) proxy(w http.ResponseWriter, r *http.Request, rest string) {
 	}
 	if err != nil {
 		c.log.Error("console: the API call failed", "method", r.Method, "path", upstream, "err", err)
+		if r.Method == http.MethodPost {
+			// The request may have reached the API and been applied, its answer lost: said, so that
+			// the page does not invite a second retry as if the first had been refused.
+			writeError(w, http.StatusBadGateway, "the API did not answer the retry"+unknownOutcome+"; the console's log says why")
+			return
+		}
 		writeError(w, http.StatusBadGateway, "the API did not answer; the console's log says why")
 		return
 	}
@@ -174,15 +180,21 @@ func (c *console) proxy(w http.ResponseWriter, r *http.Request, rest string) {
 		// down, a key in flight), passed on to the pages and to any caller of /ui/api.
 		w.Header().Set("Retry-After", retryAfter)
 	}
-	writeRaw(w, status, gatewayRefusal(status, answer))
+	writeRaw(w, status, gatewayRefusal(status, answer, r.Method == http.MethodPost))
 }
+
+// unknownOutcome ends the message of a retry whose answer was lost: the API may have applied it (a
+// retry is not keyed, so sending it again may retry the task again once it has failed again).
+const unknownOutcome = ": it may have been applied; read the task (or its reference) before retrying again"
 
 // gatewayRefusal returns the answer to pass on for an API answer of status. API Gateway answers
 // the calls it refuses itself (IAM authorisation, throttling, an integration that timed out) in its
 // own shape, {"message": "..."} ({"Message": "..."} for an explicit deny), where the API answers
 // {"error": "..."}, the field the pages show: such a refusal is passed on as {"error"} saying it
-// (for a 403, with what the identity needs). Anything else is passed on as it is.
-func gatewayRefusal(status int, answer []byte) []byte {
+// (for a 403, with what the identity needs; for a 502 or 504 of a retry, post, that it may have been
+// applied: the integration failed or timed out, maybe after the API's commit). Anything else is
+// passed on as it is.
+func gatewayRefusal(status int, answer []byte, post bool) []byte {
 	if status < 400 {
 		return answer
 	}
@@ -208,6 +220,9 @@ func gatewayRefusal(status int, answer []byte) []byte {
 	text := fmt.Sprintf("API Gateway refused the call (%d): %s", status, msg)
 	if status == http.StatusForbidden {
 		text += " (the console signs with your AWS identity, which needs execute-api:Invoke on the API, and credentials that have not expired)"
+	}
+	if post && (status == http.StatusBadGateway || status == http.StatusGatewayTimeout) {
+		text += unknownOutcome
 	}
 	b, err := json.Marshal(map[string]string{"error": text})
 	if err != nil {
