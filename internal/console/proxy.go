@@ -100,6 +100,45 @@ func match(escaped string) (upstream string, matched []route) {
 	return upstream, matched
 }
 
+// shapeHint says, for a path that has the shape of a listed route (its literal segments, as many
+// segments) but a parameter no route takes, what the parameter must be: an odd id (-1, 1e3, 20
+// digits) or name (a tab, "..", 300 characters) was answered "no such console API route" and
+// nothing else.
+func shapeHint(escaped string) string {
+	segs := strings.Split(escaped, "/")
+	for _, rt := range routes {
+		pat := strings.Split(rt.path, "/")
+		if len(pat) != len(segs) || !literalsMatch(pat, segs) {
+			continue
+		}
+		for i, p := range pat {
+			if p == "{id}" && !digits(segs[i]) {
+				return " (an event id is 1 to 19 digits)"
+			}
+		}
+		for i, p := range pat {
+			if !strings.HasPrefix(p, "{") || p == "{id}" {
+				continue
+			}
+			if v, err := url.PathUnescape(segs[i]); err != nil || v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\\") ||
+				exactlyonce.HasControl(v) || utf8.RuneCountInString(v) > exactlyonce.MaxNameLength {
+				return fmt.Sprintf(" (a name is at most %d characters, not . or .., with no control character, slash or backslash)", exactlyonce.MaxNameLength)
+			}
+		}
+	}
+	return ""
+}
+
+// literalsMatch says whether segs has pat's literal segments where pat has them.
+func literalsMatch(pat, segs []string) bool {
+	for i, p := range pat {
+		if !strings.HasPrefix(p, "{") && segs[i] != p {
+			return false
+		}
+	}
+	return true
+}
+
 func digits(s string) bool {
 	if len(s) == 0 || len(s) > 19 {
 		return false
@@ -127,7 +166,7 @@ func (c *console) proxy(w http.ResponseWriter, r *http.Request, rest string) {
 		}
 	}
 	if len(matched) == 0 {
-		writeError(w, http.StatusNotFound, "no such console API route: /ui/api/"+rest)
+		writeError(w, http.StatusNotFound, "no such console API route: /ui/api/"+rest+shapeHint(rest))
 		return
 	}
 	if rt == nil {

@@ -115,13 +115,13 @@ func TestOddRetriesAreRefusedWithoutAWrite(t *testing.T) {
 	}{
 		{"/events/0/retry", "", 400, "positive integer"},
 		{"/events/0001/retry", "", 400, "positive integer"},
-		{"/events/-1/retry", "", 404, "no such console API route"},
-		{"/events/1e3/retry", "", 404, "no such console API route"},
-		{"/events/1%20/retry", "", 404, "no such console API route"},
-		{"/events/%2e%2e/retry", "", 404, "no such console API route"},
-		{"/events/%C3%A9/retry", "", 404, "no such console API route"},
-		{"/events/" + strings.Repeat("9", 500) + "/retry", "", 404, "no such console API route"},
-		{"/events/00000000000000000001/retry", "", 404, "no such console API route"},
+		{"/events/-1/retry", "", 404, "an event id is 1 to 19 digits"},
+		{"/events/1e3/retry", "", 404, "an event id is 1 to 19 digits"},
+		{"/events/1%20/retry", "", 404, "an event id is 1 to 19 digits"},
+		{"/events/%2e%2e/retry", "", 404, "an event id is 1 to 19 digits"},
+		{"/events/%C3%A9/retry", "", 404, "an event id is 1 to 19 digits"},
+		{"/events/" + strings.Repeat("9", 500) + "/retry", "", 404, "an event id is 1 to 19 digits"},
+		{"/events/00000000000000000001/retry", "", 404, "an event id is 1 to 19 digits"},
 		{"/events/9223372036854775808/retry", "", 400, "out of range"},
 		{"/events/9223372036854775807/retry", "", 404, "not found"},
 		{"/events/99999999/retry", "", 404, "not found"}, // above the id counter
@@ -135,9 +135,9 @@ func TestOddRetriesAreRefusedWithoutAWrite(t *testing.T) {
 		{"/references/a%20/retry", "", 400, "must not end with a space"},
 		{"/references/%FF/retry", "", 400, "valid UTF-8"},
 		{"/references/%ED%A0%80/retry", "", 400, "valid UTF-8"},
-		{"/references/a%09b/retry", "", 404, "no such console API route"},
-		{"/references/%2e/retry", "", 404, "no such console API route"},
-		{"/references/" + strings.Repeat("x", exactlyonce.MaxNameLength+1) + "/retry", "", 404, "no such console API route"},
+		{"/references/a%09b/retry", "", 404, "a name is at most 255 characters"},
+		{"/references/%2e/retry", "", 404, "a name is at most 255 characters"},
+		{"/references/" + strings.Repeat("x", exactlyonce.MaxNameLength+1) + "/retry", "", 404, "a name is at most 255 characters"},
 		{"/references/odd/retry", `{"dryRun": false}`, 400, "unknown field"},
 	} {
 		st, got := b.post(t, c.path, c.body, nil)
