@@ -100,6 +100,45 @@ func match(escaped string) (upstream string, matched []route) {
 	return upstream, matched
 }
 
+// shapeHint says, for a path that has the shape of a listed route (its literal segments, as many
+// segments) but a parameter no route takes, what the parameter must be: an odd id (-1, 1e3, 20
+// digits) or name (a tab, "..", 300 characters) was answered "no such console API route" and
+// nothing else.
+func shapeHint(escaped string) string {
+	segs := strings.Split(escaped, "/")
+	for _, rt := range routes {
+		pat := strings.Split(rt.path, "/")
+		if len(pat) != len(segs) || !literalsMatch(pat, segs) {
+			continue
+		}
+		for i, p := range pat {
+			if p == "{id}" && !digits(segs[i]) {
+				return " (an event id is 1 to 19 digits)"
+			}
+		}
+		for i, p := range pat {
+			if !strings.HasPrefix(p, "{") || p == "{id}" {
+				continue
+			}
+			if v, err := url.PathUnescape(segs[i]); err != nil || v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\\") ||
+				exactlyonce.HasControl(v) || utf8.RuneCountInString(v) > exactlyonce.MaxNameLength {
+				return fmt.Sprintf(" (a name is at most %d characters, not . or .., with no control character, slash or backslash)", exactlyonce.MaxNameLength)
+			}
+		}
+	}
+	return ""
+}
+
+// literalsMatch says whether segs has pat's literal segments where pat has them.
+func literalsMatch(pat, segs []string) bool {
+	for i, p := range pat {
+		if !strings.HasPrefix(p, "{") && segs[i] != p {
+			return false
+		}
+	}
+	return true
+}
+
 func digits(s string) bool {
 	if len(s) == 0 || len(s) > 19 {
 		return false
@@ -127,7 +166,7 @@ func (c *console) proxy(w http.ResponseWriter, r *http.Request, rest string) {
 		}
 	}
 	if len(matched) == 0 {
-		writeError(w, http.StatusNotFound, "no such console API route: /ui/api/"+rest)
+		writeError(w, http.StatusNotFound, "no such console API route: /ui/api/"+rest+shapeHint(rest))
 		return
 	}
 	if rt == nil {
@@ -166,6 +205,12 @@ func (c *console) proxy(w http.ResponseWriter, r *http.Request, rest string) {
 	}
 	if err != nil {
 		c.log.Error("console: the API call failed", "method", r.Method, "path", upstream, "err", err)
+		if r.Method == http.MethodPost {
+			// The request may have reached the API and been applied, its answer lost: said, so that
+			// the page does not invite a second retry as if the first had been refused.
+			writeError(w, http.StatusBadGateway, "the API did not answer the retry"+unknownOutcome+"; the console's log says why")
+			return
+		}
 		writeError(w, http.StatusBadGateway, "the API did not answer; the console's log says why")
 		return
 	}
@@ -174,15 +219,21 @@ func (c *console) proxy(w http.ResponseWriter, r *http.Request, rest string) {
 		// down, a key in flight), passed on to the pages and to any caller of /ui/api.
 		w.Header().Set("Retry-After", retryAfter)
 	}
-	writeRaw(w, status, gatewayRefusal(status, answer))
+	writeRaw(w, status, gatewayRefusal(status, answer, r.Method == http.MethodPost))
 }
+
+// unknownOutcome ends the message of a retry whose answer was lost: the API may have applied it (a
+// retry is not keyed, so sending it again may retry the task again once it has failed again).
+const unknownOutcome = ": it may have been applied; read the task (or its reference) before retrying again"
 
 // gatewayRefusal returns the answer to pass on for an API answer of status. API Gateway answers
 // the calls it refuses itself (IAM authorisation, throttling, an integration that timed out) in its
 // own shape, {"message": "..."} ({"Message": "..."} for an explicit deny), where the API answers
 // {"error": "..."}, the field the pages show: such a refusal is passed on as {"error"} saying it
-// (for a 403, with what the identity needs). Anything else is passed on as it is.
-func gatewayRefusal(status int, answer []byte) []byte {
+// (for a 403, with what the identity needs; for a 502 or 504 of a retry, post, that it may have been
+// applied: the integration failed or timed out, maybe after the API's commit). Anything else is
+// passed on as it is.
+func gatewayRefusal(status int, answer []byte, post bool) []byte {
 	if status < 400 {
 		return answer
 	}
@@ -208,6 +259,9 @@ func gatewayRefusal(status int, answer []byte) []byte {
 	text := fmt.Sprintf("API Gateway refused the call (%d): %s", status, msg)
 	if status == http.StatusForbidden {
 		text += " (the console signs with your AWS identity, which needs execute-api:Invoke on the API, and credentials that have not expired)"
+	}
+	if post && (status == http.StatusBadGateway || status == http.StatusGatewayTimeout) {
+		text += unknownOutcome
 	}
 	b, err := json.Marshal(map[string]string{"error": text})
 	if err != nil {

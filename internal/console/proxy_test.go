@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -329,4 +330,53 @@ func TestAPIGatewayRefusalsAreShown(t *testing.T) {
 	require.Equal(t, http.StatusBadGateway, status)
 	require.JSONEq(t, `{"error":"the console could not sign the call: your AWS credentials could not be read (expired?); the console's log says why"}`, body)
 	require.Len(t, fake.received(), before, "nothing reached the API")
+}
+
+// A retry whose answer is lost (the API took the request and the connection closed, or API Gateway
+// answered 504 because the integration timed out) may have been applied: the 502 or 504 says so,
+// and to read the task before retrying again, rather than that the API did not answer, which the
+// page showed as "Retry of 7 refused" and invited a second retry. The console sends it once. A read
+// keeps its message.
+func TestALostRetryAnswerSaysTheOutcomeIsUnknown(t *testing.T) {
+	t.Parallel()
+	creds := credentials.NewStaticCredentialsProvider("k", "s", "")
+	var mu sync.Mutex
+	var got []string
+	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close() // taken, never answered
+		}
+	}))
+	t.Cleanup(cut.Close)
+	base := serve(t, Options{APIURL: cut.URL + "/prod/", Credentials: creds, Region: "eu-west-1"})
+	token := session(t, base)["csrfToken"]
+	for _, p := range []string{"/events/7/retry", "/references/order-7/retry"} {
+		status, _, body := do(t, "POST", base+"/ui/api"+p, "", map[string]string{"X-CSRF-Token": token})
+		require.Equal(t, http.StatusBadGateway, status, body)
+		require.Contains(t, body, "may have been applied", p)
+		require.Contains(t, body, "before retrying again", p)
+	}
+	status, _, body := do(t, "GET", base+"/ui/api/agents", "", nil)
+	require.Equal(t, http.StatusBadGateway, status)
+	require.JSONEq(t, `{"error":"the API did not answer; the console's log says why"}`, body)
+	mu.Lock()
+	require.Equal(t, []string{"POST /prod/events/7/retry", "POST /prod/references/order-7/retry", "GET /prod/agents"}, got, "each sent once")
+	mu.Unlock()
+
+	timedOut := &fakeAPI{status: http.StatusGatewayTimeout, body: `{"message": "Endpoint request timed out"}`}
+	gw := httptest.NewServer(timedOut)
+	t.Cleanup(gw.Close)
+	base = serve(t, Options{APIURL: gw.URL + "/prod/", Credentials: creds, Region: "eu-west-1"})
+	token = session(t, base)["csrfToken"]
+	status, _, body = do(t, "POST", base+"/ui/api/events/7/retry", "", map[string]string{"X-CSRF-Token": token})
+	require.Equal(t, http.StatusGatewayTimeout, status, body)
+	require.Contains(t, body, "Endpoint request timed out")
+	require.Contains(t, body, "may have been applied")
+	status, _, body = do(t, "GET", base+"/ui/api/agents", "", nil)
+	require.Equal(t, http.StatusGatewayTimeout, status, body)
+	require.NotContains(t, body, "applied")
 }

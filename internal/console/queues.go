@@ -34,8 +34,9 @@ type queues struct {
 // sampleSize is how many bodies a dry run shows; dryRunLimit is the most messages it lists (and
 // holds invisible while it lists them): past it, the count is the DLQ's approximate one.
 const (
-	sampleSize  = 10
-	dryRunLimit = 100
+	maxRedriveBody = 1024
+	sampleSize     = 10
+	dryRunLimit    = 100
 )
 
 // DefaultAWSTimeout is Options.AWSTimeout's default: reading the depths of a few queues, listing at
@@ -131,7 +132,13 @@ func (c *console) serveQueues(w http.ResponseWriter, r *http.Request, rest strin
 	if !c.checkPost(w, r) {
 		return
 	}
-	dryRun, err := redriveBody(http.MaxBytesReader(w, r.Body, 1024))
+	dryRun, err := redriveBody(http.MaxBytesReader(w, r.Body, maxRedriveBody))
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		// Said as what it is: a {"dryRun": false} padded past the limit was a 400 saying the body
+		// must be {"dryRun": false}.
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(`the body is over %d bytes: a redrive's is {"dryRun": true} or {"dryRun": false}`, maxRedriveBody))
+		return
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -282,6 +289,9 @@ func counts(ctx context.Context, c *sqs.Client, url string, names ...types.Queue
 func redriveBody(body io.Reader) (dryRun bool, err error) {
 	bad := errors.New(`the body must be {"dryRun": true} or {"dryRun": false}`)
 	b, err := io.ReadAll(body)
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		return false, err
+	}
 	if err != nil {
 		return false, bad
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -295,3 +296,80 @@ func TestRedriveDeniedByIAMIsA403(t *testing.T) {
 		requireDepth(t, client, a.DLQURL, 1)
 	}
 }
+
+// A redrive's body over its limit (1 KiB) is a 413 that says so, even when it is a valid
+// {"dryRun": false} padded with spaces: before, it was a 400 saying the body must be
+// {"dryRun": ...}, which it was. Nothing moves.
+func TestRedriveBodyOverTheLimitIsA413(t *testing.T) {
+	t.Parallel()
+	client := localsqs.Client(t)
+	a := localsqs.Queues(t, client, 30, 5)
+	send(t, client, a.DLQURL, `{"id":2}`)
+	base := serve(t, Options{API: &fakeAPI{}, SQS: client, Queues: []string{a.URL}})
+	token := session(t, base)["csrfToken"]
+	for _, body := range []string{`{"dryRun": false}` + strings.Repeat(" ", 2000), `{"dryRun": "` + strings.Repeat("x", 1<<20) + `"}`} {
+		status, _, answer := do(t, "POST", base+"/ui/api/queues/"+nameOf(a.URL)+"/redrive", body, map[string]string{"X-CSRF-Token": token})
+		require.Equal(t, http.StatusRequestEntityTooLarge, status, answer)
+		require.JSONEq(t, `{"error":"the body is over 1024 bytes: a redrive's is {\"dryRun\": true} or {\"dryRun\": false}"}`, answer)
+	}
+	requireDepth(t, client, a.DLQURL, 1)
+	requireDepth(t, client, a.URL, 0)
+}
+
+// Two redrives of a queue at once (a double click, two operators): the second is a 409 saying one
+// is running, while the first is held inside its calls to SQS; the first moves each message once.
+func TestConcurrentRedrivesRunOnce(t *testing.T) {
+	t.Parallel()
+	srv, err := localsqs.Start("")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	a := localsqs.Queues(t, localsqs.NewClient(srv.URL), 30, 5)
+	send(t, localsqs.NewClient(srv.URL), a.DLQURL, `{"id":1}`, `{"id":2}`)
+	target, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	forward := httputil.NewSingleHostReverseProxy(target)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once atomicOnce
+	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if once.first() {
+			close(entered)
+			<-release
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(gate.Close)
+	client := localsqs.NewClient(gate.URL)
+	base := serve(t, Options{API: &fakeAPI{}, SQS: client, Queues: []string{a.URL}, AWSTimeout: time.Minute})
+	token := session(t, base)["csrfToken"]
+	path := base + "/ui/api/queues/" + nameOf(a.URL) + "/redrive"
+	first := make(chan [2]string, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", path, strings.NewReader(`{"dryRun": false}`))
+		req.Header.Set("X-CSRF-Token", token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- [2]string{"0", err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		first <- [2]string{resp.Status, string(b)}
+	}()
+	<-entered
+	for _, body := range []string{`{"dryRun": false}`, `{"dryRun": true}`} {
+		status, _, answer := do(t, "POST", path, body, map[string]string{"X-CSRF-Token": token})
+		require.Equal(t, http.StatusConflict, status, answer)
+		require.Contains(t, answer, "is already running")
+	}
+	close(release)
+	got := <-first
+	require.Equal(t, "200 OK", got[0], got[1])
+	require.JSONEq(t, `{"dryRun": false, "moved": 2}`, got[1])
+	requireDepth(t, localsqs.NewClient(srv.URL), a.URL, 2)
+	requireDepth(t, localsqs.NewClient(srv.URL), a.DLQURL, 0)
+}
+
+// atomicOnce says true to the first caller of first only.
+type atomicOnce struct{ done atomic.Bool }
+
+func (o *atomicOnce) first() bool { return o.done.CompareAndSwap(false, true) }

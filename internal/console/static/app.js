@@ -426,6 +426,10 @@ function focusHeading() {
   if (h) { h.setAttribute('tabindex', '-1'); h.focus(); }
 }
 
+// lost says whether a retry's error is its answer lost (502, 504: the API may have applied it, as
+// the message says), not a refusal.
+function lost(e) { return e.status === 502 || e.status === 504; }
+
 function retryButton(id, after) {
   return el('button', { type: 'button', class: 'primary', 'data-retry': id, onclick: async (ev) => {
     const button = ev.currentTarget; // null once the handler has awaited
@@ -439,7 +443,7 @@ function retryButton(id, after) {
       focusHeading();
     } catch (e) {
       button.disabled = false;
-      status('Retry of ' + id + ' refused: ' + e.message, true);
+      status('Retry of ' + id + (lost(e) ? ' unanswered: ' : ' refused: ') + e.message, true);
     }
   } }, 'Retry ' + id);
 }
@@ -464,7 +468,7 @@ function retryReferenceButton(ref, after) {
         (placement === 'end' ? ', at the end of the reference (later tasks had started).' : ', in place.')]);
       focusHeading();
     } catch (e) {
-      status(['Retry of ', nameNode(ref), ' refused' + (count ? ' after ' + count + ' task(s) (retry again to go on)' : '') + ': ' + e.message], true);
+      status(['Retry of ', nameNode(ref), (lost(e) ? ' unanswered' : ' refused') + (count ? ' after ' + count + ' task(s) (retry again to go on)' : '') + ': ' + e.message], true);
     }
   } }, 'Retry all failed of ', nameNode(ref));
 }

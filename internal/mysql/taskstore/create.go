@@ -60,6 +60,10 @@ type Store struct {
 	// onFailedSetRead, if set, runs each time a bulk retry reads the reference's failed set
 	// (RetryStateOfReference): tests count them. Nil in the product.
 	onFailedSetRead func()
+	// onRetryMissed, if set, runs when a task's retry found its task not failed under the lock
+	// (LockFailedTask), before it reads the task's state again: tests change the task there.
+	// Nil in the product.
+	onRetryMissed func()
 	// onStartedAsked, if set, is told how many later tasks a bulk retry in place first asks
 	// "has it started?" about (retryInPlaceFirst): tests count them. Nil in the product.
 	onStartedAsked func(n int)

@@ -161,3 +161,7 @@ func CountStartedAsked(s *Store) func() int64 {
 // AfterFailedSetRead makes s's bulk retries call f right after they read the reference's failed
 // set, before they lock anything. Call it before the first RetryReference.
 func AfterFailedSetRead(s *Store, f func()) { s.afterFailedSetRead = f }
+
+// OnRetryMissed makes s call f when a task's retry finds its task not failed under the lock, before
+// it reads the task's state again. Call it before the first RetryTask.
+func OnRetryMissed(s *Store, f func()) { s.onRetryMissed = f }

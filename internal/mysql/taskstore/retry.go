@@ -246,17 +246,39 @@ func (s *Store) referenceTasksScan(ctx context.Context, ref string, after int64,
 // as RetryReference does (retryInPlaceFirst); a check that fails runs the retry again with the
 // bucket taken before it decides.
 func (s *Store) RetryTask(ctx context.Context, id int64) (exactlyonce.RetryPlacement, bool, error) {
-	placement, head, err := s.retryTask(ctx, id, true)
-	if errors.Is(err, errReferenceMoved) {
-		// Only the retry in place before the bucket gives up so; with the bucket taken first, it
-		// cannot.
-		placement, head, err = s.retryTask(ctx, id, false)
+	optimistic := true
+	var placement exactlyonce.RetryPlacement
+	var head bool
+	var err error
+	for again := 0; ; again++ {
+		placement, head, err = s.retryTask(ctx, id, optimistic)
+		if errors.Is(err, errReferenceMoved) {
+			// Only the retry in place before the bucket gives up so; with the bucket taken first,
+			// it cannot.
+			optimistic = false
+			placement, head, err = s.retryTask(ctx, id, false)
+		}
+		// A task that failed again between the lock that missed it and the read of its state
+		// (retried by another caller and delivered meanwhile) is retried again, as a retry that
+		// came a moment later would be; a task that keeps slipping past is refused as it is.
+		if !errors.Is(err, errFailedAgain) || again == maxFailedAgain {
+			break
+		}
+	}
+	if errors.Is(err, errFailedAgain) {
+		err = exactlyonce.Errorf(exactlyonce.ESTATE, "task %d was retried and failed again %d times while this retry ran: read it, and retry it again if it should be", id, maxFailedAgain+1)
 	}
 	if err != nil {
 		return "", false, mysql.Interpret("retry task", err)
 	}
 	return placement, head, nil
 }
+
+// errFailedAgain is retryTask's error when the task was not failed under its lock but is failed
+// when read again: RetryTask runs the retry again, at most maxFailedAgain times more.
+var errFailedAgain = errors.New("the task failed again meanwhile")
+
+const maxFailedAgain = 3
 
 // retryTask is one transaction of RetryTask; optimistic lets a retry in place of a reference with
 // no open task go before the bucket (retryInPlaceFirst).
@@ -303,11 +325,20 @@ func (s *Store) retryTask(ctx context.Context, id int64, optimistic bool) (exact
 			// it, or another caller's retry). The answer names its state now, read again (READ
 			// COMMITTED), not TaskOf's, which said "task 30 is failed, not failed"
 			// (TestARetryOfATaskWaitsForABulkRetryOfItsReferenceWithoutADeadlock).
+			if s.onRetryMissed != nil {
+				s.onRetryMissed()
+			}
 			if err := tx.QueryRowContext(ctx, queries.TaskOf, id).Scan(&kind, &state, &ref, &hash); err != nil {
 				if !errors.Is(err, sql.ErrNoRows) {
 					return err
 				}
 				state = exactlyonce.Processed // packed since: delivered
+			}
+			if eventstore.StoredState(state) == exactlyonce.Failed {
+				// Failed again since the lock missed it (retried and delivered meanwhile): it is a
+				// failed task now, so the retry runs again rather than answer "task 1 is failed, not
+				// failed" (RetryTask).
+				return errFailedAgain
 			}
 			return exactlyonce.Errorf(exactlyonce.ESTATE, "task %d is %s, not failed: only a failed task can be retried",
 				id, exactlyonce.TaskState(eventstore.StoredState(state)))

@@ -309,3 +309,36 @@ func TestARetryOfATaskInPlaceHoldsItsBucketOnlyToCheckAndCommit(t *testing.T) {
 		"one head, the retried task; the new task behind it")
 	require.Equal(t, truth(ctx, t, db, ref), listed(ctx, t, store, ref))
 }
+
+// A task's retry that finds its task not failed under the lock (another retry put it back, and
+// its delivery was under way) while it fails again before the retry reads its state again: the
+// task is failed when the retry answers, so the retry applies to it. Before, it answered a 409
+// that said "task 1 is failed, not failed", refusing the retry of a failed task (seen through the
+// console: two operators' retries of a task racing its delivery).
+func TestARetryOfATaskThatFailedAgainMeanwhileApplies(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, store, ids := failedReference(ctx, t, "again", 1)
+	_, _, err := store.Tasks.RetryTask(ctx, ids[0])
+	require.NoError(t, err)
+	missed := 0
+	taskstore.OnRetryMissed(store.Tasks, func() {
+		missed++
+		if missed == 1 {
+			// Its delivery fails, committed between the retry's lock and its second read.
+			_, err := db.ExecContext(ctx, "UPDATE events SET state = 20, attempts = attempts + 1, processed_at = NOW(6) WHERE id = ?", ids[0])
+			require.NoError(t, err)
+		}
+	})
+	_, head, err := store.Tasks.RetryTask(ctx, ids[0])
+	require.NoError(t, err, "the task is failed: its retry applies")
+	require.True(t, head)
+	require.Equal(t, 1, missed)
+	require.Equal(t, [][2]int64{{ids[0], pending}}, statesOf(ctx, t, db, "again"))
+
+	// A task that is not failed when the retry reads it again is still refused, with its state now.
+	_, _, err = store.Tasks.RetryTask(ctx, ids[0])
+	require.Equal(t, exactlyonce.ESTATE, exactlyonce.ErrorCode(err), "%v", err)
+	require.Contains(t, err.Error(), fmt.Sprintf("task %d is pending, not failed", ids[0]))
+}
