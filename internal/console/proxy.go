@@ -64,9 +64,8 @@ func match(escaped string) (upstream string, matched []route) {
 	segs := strings.Split(escaped, "/")
 	values := make([]string, len(segs))
 	for i, s := range segs {
-		v, err := url.PathUnescape(s)
-		if err != nil || v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\\") || exactlyonce.HasControl(v) ||
-			utf8.RuneCountInString(v) > exactlyonce.MaxNameLength {
+		v, ok := segment(s)
+		if !ok {
 			return "", nil
 		}
 		values[i] = v
@@ -120,13 +119,24 @@ func shapeHint(escaped string) string {
 			if !strings.HasPrefix(p, "{") || p == "{id}" {
 				continue
 			}
-			if v, err := url.PathUnescape(segs[i]); err != nil || v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\\") ||
-				exactlyonce.HasControl(v) || utf8.RuneCountInString(v) > exactlyonce.MaxNameLength {
+			if _, ok := segment(segs[i]); !ok {
 				return fmt.Sprintf(" (a name is at most %d characters, not . or .., with no control character, slash or backslash)", exactlyonce.MaxNameLength)
 			}
 		}
 	}
 	return ""
+}
+
+// segment returns an escaped path segment's value, and whether a route may take it: not empty, not a
+// dot segment, no longer than a name may be (exactlyonce.MaxNameLength characters), and holding no
+// slash, backslash or control character once decoded (exactlyonce.CheckPathName's rules).
+func segment(escaped string) (string, bool) {
+	v, err := url.PathUnescape(escaped)
+	if err != nil || v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\\") || exactlyonce.HasControl(v) ||
+		utf8.RuneCountInString(v) > exactlyonce.MaxNameLength {
+		return "", false
+	}
+	return v, true
 }
 
 // literalsMatch says whether segs has pat's literal segments where pat has them.
