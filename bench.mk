@@ -1,7 +1,7 @@
 # Benchmarks (docs/performance.md). Included by the root Makefile (`-include bench.mk`).
 #
 #   make bench                 the full run: minutes; prints a table, writes $(BENCH_OUT)
-#   make bench BENCH=smoke     minutes (every group at toy sizes: 356 s at a load of 9); targets not judged (CI runs it)
+#   make bench BENCH=smoke     minutes (every group at toy sizes: 102 s on the tests' server, quiet machine); targets not judged (CI runs it)
 #   make bench-smoke           the same as BENCH=smoke
 #
 # BENCH_OUT names the JSON file (default bench-results.json, git-ignored); BENCH_GROUPS=alloc,claim
