@@ -115,9 +115,9 @@ func killAndAwait(ctx context.Context, t *testing.T, c *child.Process, db *sql.D
 	t.Helper()
 	c.Kill()
 	require.Eventually(t, func() bool {
-		var alive int
-		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", conn).Scan(&alive))
-		return alive == 0
+		gone, err := mysqltest.ConnectionGone(ctx, db, conn)
+		require.NoError(t, err)
+		return gone
 	}, 60*time.Second, 10*time.Millisecond, "the killed child's connection is closed")
 }
 

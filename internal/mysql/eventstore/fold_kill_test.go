@@ -96,9 +96,9 @@ func TestAFoldKilledBeforeItsCommitMovesNothing(t *testing.T) {
 	// The server notices the client is gone when the addition's wait times out and its error
 	// cannot be sent; it then rolls the fold's transaction back.
 	require.Eventually(t, func() bool {
-		var alive int
-		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", conn).Scan(&alive))
-		return alive == 0
+		gone, err := mysqltest.ConnectionGone(context.Background(), db, conn)
+		require.NoError(t, err)
+		return gone
 	}, 60*time.Second, 10*time.Millisecond, "the killed folder's connection is closed")
 	require.NoError(t, hold.Rollback())
 

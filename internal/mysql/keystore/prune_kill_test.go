@@ -104,9 +104,9 @@ func TestKillingAKeyPrunerLosesNoLiveKey(t *testing.T) {
 	}, 60*time.Second, 10*time.Millisecond, "the pruner waits for the held key; its output: %q", pruner.Output())
 	pruner.Kill()
 	require.Eventually(t, func() bool {
-		var alive int
-		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", conn).Scan(&alive))
-		return alive == 0
+		gone, err := mysqltest.ConnectionGone(ctx, db, conn)
+		require.NoError(t, err)
+		return gone
 	}, 60*time.Second, 10*time.Millisecond, "the killed pruner's connection is closed")
 	require.NoError(t, hold.Rollback())
 

@@ -51,3 +51,14 @@ func statusShowsLockWait(status string, id int64) bool {
 	}
 	return false
 }
+
+// ConnectionGone tells whether the server has let connection id (CONNECTION_ID()) go: after a test
+// SIGKILLs the process that held it, the server rolls its transaction back and releases its locks
+// once it notices, and not before.
+func ConnectionGone(ctx context.Context, db *sql.DB, id int64) (bool, error) {
+	var alive int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&alive); err != nil {
+		return false, err
+	}
+	return alive == 0, nil
+}

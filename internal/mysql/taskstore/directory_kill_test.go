@@ -75,9 +75,9 @@ func directoryKilledAt(ctx context.Context, t *testing.T, db *sql.DB, dsn, role,
 	require.NoError(t, err, line)
 	c.Kill()
 	require.Eventually(t, func() bool {
-		var alive int
-		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", conn).Scan(&alive))
-		return alive == 0
+		gone, err := mysqltest.ConnectionGone(ctx, db, conn)
+		require.NoError(t, err)
+		return gone
 	}, 60*time.Second, 10*time.Millisecond, "the killed %s's connection is closed", role)
 }
 
