@@ -2,6 +2,7 @@ package pagestore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -152,14 +153,14 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, u
 	if err := s.db.QueryRowContext(ctx, archiveQueries.PageSize, page).Scan(&rowCount, &size); err != nil {
 		return false, err
 	}
-	if size > archiveMaxPageBytes {
+	if size > cmp.Or(s.maxPageBytes, archiveMaxPageBytes) {
 		res.Skipped++
 		if unmarked { // its events stay in its rows, where every read looks first
 			if err := s.mark(ctx, page, res); err != nil {
 				return false, err
 			}
 		}
-		return true, s.advance(ctx, page, false, 0, nil)
+		return true, s.passLarge(ctx, page)
 	}
 	var rows [][pages.Columns][]byte
 	if rowCount > 0 {
@@ -385,6 +386,20 @@ func (s *Store) advance(ctx context.Context, page int64, created bool, events in
 			archiveStep(ctx, page, "Pass")
 		}
 		return nil
+	})
+}
+
+// passLarge moves next_page past page, too large to move, whose rows stay in the database, and
+// marked_next (its marker is in the bucket): under the packs' turn, as advance. (advance passes a
+// page only without rows: it took this one's for a race, and the move stopped here for good.)
+// high_page is not raised for it: the rows are there.
+func (s *Store) passLarge(ctx context.Context, page int64) error {
+	return s.core.InTx(ctx, func(tx *sql.Tx) error {
+		if err := takePackTurn(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, archiveQueries.AdvanceArchive, false, false, page, 0, page, page+1, false, page+1, page, page+1)
+		return err
 	})
 }
 

@@ -372,3 +372,39 @@ func TestKillingTheMoverAroundAMarkerLosesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A page too large to move (over archiveMaxPageBytes of columns: ten thousand large tasks) stays in
+// the database, where every read finds it, with a marker in the bucket, and the move goes on past
+// it to the pages after it. Before, the move counted it skipped and then stopped there for good: its
+// pass took the page's rows for a race (it passes a page only without rows), so no page after it
+// ever moved.
+func TestAPageTooLargeToMoveIsPassed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newSpread(t, false)
+	s.store.Pages = s.store.Pages.WithMaxPageBytes(8 << 10) // page 0's 300 events are over it, page 3's 20 under
+	ids := listAll(t, s.store, "", 100)
+	res, err := s.store.Pages.ArchivePages(ctx, 0, time.Minute)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Skipped, "page 0 is too large")
+	require.EqualValues(t, 1, res.Pages, "page 3 moved")
+	require.Equal(t, place{next: 5, high: 4, markedFrom: 0, markedNext: 5}, readPlace(t, s.archived))
+	require.Positive(t, pageRows(t, s.db, 0), "page 0 stays in the database")
+	require.Zero(t, pageRows(t, s.db, 3))
+	requireMarker(t, s.archived, 0)
+
+	r, ca := reader(t, s.archived)
+	for _, id := range ids {
+		e, err := r.Events.Get(ctx, id)
+		require.NoError(t, err, id)
+		require.Equal(t, id, e.ID)
+	}
+	_, err = r.Events.Get(ctx, 9_999)
+	require.Equal(t, exactlyonce.ENOTFOUND, exactlyonce.ErrorCode(err), "%v", err)
+	require.Equal(t, ids, listAll(t, r, "", 100))
+	require.Zero(t, ca.lists)
+	audit, err := mysqltest.AuditArchived(ctx, s.db, s.client)
+	require.NoError(t, err)
+	require.Len(t, audit, len(ids))
+	requireTiersAddUp(t, s.store)
+}
