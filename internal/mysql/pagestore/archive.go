@@ -104,7 +104,8 @@ var errArchiveRace = errors.New("archive: the page's rows changed while it moved
 // ArchivePages moves pages whose newest event is older than retention from event_pages to the
 // archive, from where the last move stopped (history_archive's next_page) upwards, until a page is
 // too young, a page of the id counter's, more than archiveRoundBytes were moved, or budget has
-// passed (it always moves one page, if one is due). Safe to run from many processes at once, and to
+// passed (it always moves one page, if one is due, or passes one page it calls S3 for: a page at
+// or past marked_next, which gets its marker or is found to have an object). Safe to run from many processes at once, and to
 // kill at any step: a page's rows are deleted only after its object holds them, and only if they
 // are still the rows it wrote (under the packs' turn); a move killed after its PUT leaves the page
 // in both tiers, which the next move writes again, merged, each event once.
@@ -128,7 +129,10 @@ func (s *Store) ArchivePages(ctx context.Context, retention, budget time.Duratio
 	}
 	last := pages.PageOf(counter) - archiveLagPages // pages from here on are not moved
 	for page := next; page < last && ctx.Err() == nil; page++ {
-		if res.Pages+res.Skipped+res.Markers > 0 && (!time.Now().Before(stop) || res.Bytes >= archiveRoundBytes) {
+		// page > marked: this move has passed a page it called S3 for (the walk is contiguous from
+		// next <= marked), whether it wrote a marker or found an object there.
+		spent := res.Pages+res.Skipped+res.Markers > 0 || page > marked
+		if spent && (!time.Now().Before(stop) || res.Bytes >= archiveRoundBytes) {
 			break
 		}
 		more, err := s.archivePage(ctx, page, cutoff, page >= marked, &res)

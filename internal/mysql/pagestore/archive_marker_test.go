@@ -408,3 +408,23 @@ func TestAPageTooLargeToMoveIsPassed(t *testing.T) {
 	require.Len(t, audit, len(ids))
 	requireTiersAddUp(t, s.store)
 }
+
+// A move whose marked_next is behind pages that have their objects already (code rolled back to
+// before migration 0037 for a while, then forward again) passes them again with a conditional PUT
+// each, which the bucket refuses; the budget bounds those calls as it bounds the move's other
+// calls to S3: with no budget left, one page a move. Before, a refused PUT did not count, and one
+// move passed every such page whatever its budget.
+func TestTheMovesBudgetBoundsItsMarkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newSpread(t, false)
+	moveAll(t, ctx, s.store, 0)
+	_, err := s.db.Exec("UPDATE history_archive SET marked_next = 1")
+	require.NoError(t, err)
+	for want := int64(2); want <= 5; want++ {
+		res, err := s.store.Pages.ArchivePages(ctx, 0, 0)
+		require.NoError(t, err)
+		require.Zero(t, res.Markers+res.Pages, "every page has its object already")
+		require.Equal(t, place{next: 5, high: 4, markedFrom: 0, markedNext: want}, readPlace(t, s.archived))
+	}
+}
