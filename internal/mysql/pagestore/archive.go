@@ -290,8 +290,9 @@ func isMarker(cols *[pages.Columns][]byte) (bool, error) {
 // database would then read and list the other's events whose ids it never had, and the other's
 // events whose ids it has would be replaced in the object by its own. An object of a page this
 // database's move has passed (page < high_page) is its own. One of a page it never passed can only
-// be its own if a move of it was killed after its PUT, and then every event of the object is in the
-// page's rows as the object holds it: the rows only gain events (a settled event's record does not
+// be its own if a move of it was killed after its PUT, or a marker (no event) of a page a move
+// passed without rows, and then every event of the object is in the page's rows as the object
+// holds it: the rows only gain events (a settled event's record does not
 // change) until a move deletes them, which raises high_page in the same transaction. So the rows
 // are read again after the object, and high_page after them: an event of the object that the rows
 // lack or hold otherwise makes it another database's, and the page stays in the database, with the
