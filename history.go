@@ -8,4 +8,7 @@ type ArchiveResult struct {
 	Bytes  int64 // the bytes of the objects written
 	// Skipped counts pages left in the database for their size.
 	Skipped int64
+	// Markers counts pages passed without events whose marker (an object of no events) this move
+	// wrote, so that a read that misses a passed page's object knows the page is missing.
+	Markers int64
 }

@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/exactlyonce/exactlyonce/internal/api"
 	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/locals3"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/openapitest"
+	"github.com/exactlyonce/exactlyonce/internal/pages"
 	"github.com/exactlyonce/exactlyonce/internal/testdb"
 	"github.com/exactlyonce/exactlyonce/internal/testutil"
 	"github.com/exactlyonce/exactlyonce/internal/wire"
@@ -182,4 +185,43 @@ func TestAnUnknownIDOfTheWindowIsNotFoundWhileS3IsDown(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, status, "the archived event's page is in the bucket only")
 	status, _, _ = b.do(t, "GET", "/events/"+jsonID(archivedID+1), "")
 	require.Equal(t, http.StatusServiceUnavailable, status, "an id of an archived page may be in its object")
+}
+
+// An archived event whose page's object was deleted by hand (the bucket holding other pages) is a
+// 503 with Retry-After and the archive's usual message, not a 404, and the failed read is logged
+// once at ERROR naming the page and the bucket, for a person to restore the object; the processed
+// listing that reaches the page is a 503 too, not a page without its events. Before, both answered
+// as for a page without events (a 404, an empty listing).
+func TestAnArchivedEventWhoseObjectWasDeletedIsA503(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logs testutil.Buffer
+	b, s3srv, id, _ := archivedEvent(t, slog.New(slog.NewTextHandler(&logs, nil)))
+	client := locals3.NewClient(s3srv.URL)
+	bucket := archive.New(client, "history", -1)
+	// The bucket holds another page's object: this one's is not missing for want of any.
+	require.NoError(t, bucket.PutPage(ctx, 7, pages.EncodeObject(7, &[pages.Columns][]byte{}), ""))
+	_, err := client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("history"), Key: aws.String(archive.Key(0))})
+	require.NoError(t, err)
+
+	status, body, hdr := b.do(t, "GET", "/events/"+id, "")
+	require.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
+	require.Equal(t, "the history's archive is unavailable; try again", body["error"])
+	require.Equal(t, "1", hdr.Get("Retry-After"))
+	var failed []string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			failed = append(failed, line)
+		}
+	}
+	require.Len(t, failed, 1, "one ERROR for the failed read: %s", logs.String())
+	require.Contains(t, failed[0], "path=/events/"+id)
+	require.Contains(t, failed[0], "page 0 of the history")
+	require.Contains(t, failed[0], `bucket \"history\"`)
+
+	archived, err := strconv.ParseInt(id, 10, 64)
+	require.NoError(t, err)
+	status, body, hdr = b.do(t, "GET", "/events?state=processed&before="+jsonID(archived+1), "")
+	require.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
+	require.Equal(t, "1", hdr.Get("Retry-After"))
 }

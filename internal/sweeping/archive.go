@@ -38,8 +38,9 @@ func (s *Sweeper) archive(ctx context.Context) {
 	switch {
 	case err != nil && ctx.Err() == nil:
 		s.cfg.Logger.Warn("sweeper: moving pages to the archive failed; it is tried again later", "pages", res.Pages, "err", err)
-	case res.Pages > 0:
-		s.cfg.Logger.Info("sweeper: moved pages to the archive", "pages", res.Pages, "events", res.Events, "bytes", res.Bytes)
+	case res.Pages+res.Markers > 0:
+		s.cfg.Logger.Info("sweeper: moved pages to the archive", "pages", res.Pages, "events", res.Events, "bytes", res.Bytes,
+			"markers", res.Markers)
 	}
 	if res.Skipped > 0 {
 		s.cfg.Logger.Warn("sweeper: pages too large to archive stay in the database", "pages", res.Skipped)

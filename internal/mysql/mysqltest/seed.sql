@@ -9,9 +9,12 @@ INSERT INTO event_pages (page, events, /*columns*/) VALUES /*rows*/;
 
 -- name: LoadArchive
 -- pagestore's AdvanceArchive (pagestore/archive.sql), for a history written straight to the archive
--- as page objects (LoadArchivedHistory): the move's start past its pages, and its counts.
+-- as page objects (LoadArchivedHistory): the move's start past its pages, and its counts; and
+-- marked_next past them when it reaches their first page (an object written for each page from
+-- there), so that the next move does not pass them again (migrations/0037).
 UPDATE history_archive SET archived_pages = archived_pages + ?, archived_events = archived_events + ?,
-  next_page = GREATEST(next_page, ?), high_page = GREATEST(high_page, ?);
+  next_page = GREATEST(next_page, ?), high_page = GREATEST(high_page, ?),
+  marked_next = IF(marked_next >= ?, GREATEST(marked_next, ?), marked_next);
 
 -- name: LoadCounterFacts
 -- counterstore's InsertCounterFacts (counterstore/counters.sql): /*rows*/ is one

@@ -154,7 +154,7 @@ feed:
 		return 0, err
 	}
 	err = core.InTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, queries.LoadArchive, lastPage-firstPage+1, n, lastPage+1, lastPage+1); err != nil {
+		if _, err := tx.ExecContext(ctx, queries.LoadArchive, lastPage-firstPage+1, n, lastPage+1, lastPage+1, firstPage, lastPage+1); err != nil {
 			return err
 		}
 		_, err := eventstore.AddSettled(ctx, tx, n)

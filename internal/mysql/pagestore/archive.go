@@ -2,6 +2,7 @@ package pagestore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -23,8 +24,11 @@ import (
 // (ArchivePages) writes a page's object, reads it back, and only then deletes the page's rows, so
 // a page is in the database, in the bucket, or in both while it moves, never in neither; and it
 // deletes them only if they are still what it wrote (a pack may merge a late unit into them
-// meanwhile), so nothing is lost to a race either. See archive.sql and
-// migrations/0017_history_archive.sql.
+// meanwhile), so nothing is lost to a race either. A page it passes without rows gets a marker, an
+// object of no events (unless the bucket holds an object of it already), before the move's place
+// moves past it: so every page it has passed since migration 0037 has an object, and a read that
+// misses one knows the page is missing rather than without events (archive_read.go). See
+// archive.sql, migrations/0017_history_archive.sql and migrations/0037_history_archive_marked.sql.
 
 type archiveTexts struct {
 	ArchiveCursor, ArchiveHighPage, ArchiveVersion, PageSize, PageRows, LockPageRows, DeletePage, AdvanceArchive, LowerArchiveCursor string
@@ -81,8 +85,10 @@ type archiveStepKey struct{}
 
 // WithArchiveSteps returns ctx carrying f: a move run under it (ArchivePages) calls f with the
 // page before each of its steps: "Read" (the page's rows), "Put" (the object), "Verify" (reading
-// it back), "Delete" (the transaction that deletes the rows), "Commit". Only tests set one: they
-// hold a move between its steps, or kill the process that runs it there.
+// it back), "Delete" (the transaction that deletes the rows), "Commit"; for a page without rows,
+// "Mark" (the marker's PUT) and "Pass" (inside the transaction that moves the move's place past
+// the page, before its commit). Only tests set one: they hold a move between its steps, or kill
+// the process that runs it there.
 func WithArchiveSteps(ctx context.Context, f func(page int64, step string)) context.Context {
 	return context.WithValue(ctx, archiveStepKey{}, f)
 }
@@ -98,7 +104,8 @@ var errArchiveRace = errors.New("archive: the page's rows changed while it moved
 // ArchivePages moves pages whose newest event is older than retention from event_pages to the
 // archive, from where the last move stopped (history_archive's next_page) upwards, until a page is
 // too young, a page of the id counter's, more than archiveRoundBytes were moved, or budget has
-// passed (it always moves one page, if one is due). Safe to run from many processes at once, and to
+// passed (it always moves one page, if one is due, or passes one page it calls S3 for: a page at
+// or past marked_next, which gets its marker or is found to have an object). Safe to run from many processes at once, and to
 // kill at any step: a page's rows are deleted only after its object holds them, and only if they
 // are still the rows it wrote (under the packs' turn); a move killed after its PUT leaves the page
 // in both tiers, which the next move writes again, merged, each event once.
@@ -109,20 +116,26 @@ func (s *Store) ArchivePages(ctx context.Context, retention, budget time.Duratio
 	}
 	stop := time.Now().Add(budget)
 	cutoff := time.Now().Add(-retention)
-	var next, pagesHeld, eventsHeld int64
-	if err := s.db.QueryRowContext(ctx, archiveQueries.ArchiveCursor).Scan(&next, &pagesHeld, &eventsHeld); err != nil {
-		return res, mysql.Interpret("archive pages", fmt.Errorf("history_archive (migration 0017): %w", err))
+	var next, pagesHeld, eventsHeld, marked int64
+	if err := s.db.QueryRowContext(ctx, archiveQueries.ArchiveCursor).Scan(&next, &pagesHeld, &eventsHeld, &marked); err != nil {
+		return res, mysql.Interpret("archive pages", fmt.Errorf("history_archive (migrations 0017, 0037): %w", err))
 	}
+	// Pages from marked on may have been passed without a marker (by a move of the code before
+	// migration 0037, during its deploy): the move passes them again, and writes the markers.
+	next = min(next, marked)
 	counter, err := s.core.ReadIDCounter(ctx)
 	if err != nil {
 		return res, mysql.Interpret("archive pages", err)
 	}
 	last := pages.PageOf(counter) - archiveLagPages // pages from here on are not moved
 	for page := next; page < last && ctx.Err() == nil; page++ {
-		if res.Pages+res.Skipped > 0 && (!time.Now().Before(stop) || res.Bytes >= archiveRoundBytes) {
+		// page > marked: this move has passed a page it called S3 for (the walk is contiguous from
+		// next <= marked), whether it wrote a marker or found an object there.
+		spent := res.Pages+res.Skipped+res.Markers > 0 || page > marked
+		if spent && (!time.Now().Before(stop) || res.Bytes >= archiveRoundBytes) {
 			break
 		}
-		more, err := s.archivePage(ctx, page, cutoff, &res)
+		more, err := s.archivePage(ctx, page, cutoff, page >= marked, &res)
 		if errors.Is(err, errPackBusy) || errors.Is(err, errArchiveRace) {
 			return res, nil // a pack holds the turn, or wrote the page: the next maintenance moves it
 		}
@@ -137,15 +150,21 @@ func (s *Store) ArchivePages(ctx context.Context, retention, budget time.Duratio
 }
 
 // archivePage moves page if it is due. more is false when the walk should stop here (the page is
-// too young).
-func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, res *ArchiveResult) (more bool, err error) {
+// too young). unmarked says the page may have no object yet (it is not below marked_next, as read
+// when the move began): a page passed without rows gets its marker.
+func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, unmarked bool, res *ArchiveResult) (more bool, err error) {
 	var rowCount, size int64
 	if err := s.db.QueryRowContext(ctx, archiveQueries.PageSize, page).Scan(&rowCount, &size); err != nil {
 		return false, err
 	}
-	if size > archiveMaxPageBytes {
+	if size > cmp.Or(s.maxPageBytes, archiveMaxPageBytes) {
 		res.Skipped++
-		return true, s.advance(ctx, page, false, 0, nil)
+		if unmarked { // its events stay in its rows, where every read looks first
+			if err := s.mark(ctx, page, res); err != nil {
+				return false, err
+			}
+		}
+		return true, s.passLarge(ctx, page)
 	}
 	var rows [][pages.Columns][]byte
 	if rowCount > 0 {
@@ -160,7 +179,13 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 	}
 	if len(rows) == 0 {
 		// No row: moved already, or never any (a gap of ids), or not packed yet, in which case the
-		// pack lowers next_page when it writes the page. Past it, under the turn.
+		// pack lowers next_page when it writes the page. Its marker first, then past it, under the
+		// turn.
+		if unmarked {
+			if err := s.mark(ctx, page, res); err != nil {
+				return false, err
+			}
+		}
 		return true, s.advance(ctx, page, false, 0, nil)
 	}
 	// The page's object: what the bucket holds of it already (a late event's page, or a move killed
@@ -170,11 +195,15 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 		return false, err
 	}
 	var oldCols [pages.Columns][]byte
+	created := !hadObject // the page's first object of events: none before, or a marker
 	if hadObject {
 		if oldCols, err = pages.ObjectColumns(old, page); err != nil {
 			return false, err
 		}
 		if err := s.checkOwnObject(ctx, page, &oldCols); err != nil {
+			return false, err
+		}
+		if created, err = isMarker(&oldCols); err != nil {
 			return false, err
 		}
 	}
@@ -215,12 +244,42 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 		return false, errArchiveRace
 	}
 	archiveStep(ctx, page, "Delete")
-	if err := s.advance(ctx, page, !hadObject, events, rows); err != nil {
+	if err := s.advance(ctx, page, created, events, rows); err != nil {
 		return false, err
 	}
 	res.Pages++
 	res.Events += events
 	res.Bytes += int64(len(obj))
+	return true, nil
+}
+
+// mark writes page's marker, an object of no events, for a page the move passes without rows,
+// unless the bucket holds an object of the page already (the PUT is conditional on there being
+// none: an object of events, a marker of an earlier move, one a killed move left, are kept as they
+// are). The move writes it before it moves its place past the page, so that a page it has passed
+// has an object, and a read that misses one reads the page as missing (History.Get).
+func (s *Store) mark(ctx context.Context, page int64, res *ArchiveResult) error {
+	obj := pages.EncodeObject(page, &[pages.Columns][]byte{})
+	archiveStep(ctx, page, "Mark")
+	err := s.archive.PutPage(ctx, page, obj, "")
+	if s.archive.Changed(err) {
+		return nil // an object of the page is there already
+	}
+	if err != nil {
+		return err
+	}
+	res.Markers++
+	res.Bytes += int64(len(obj))
+	return nil
+}
+
+// isMarker says whether cols, an object's columns, hold no event: a marker.
+func isMarker(cols *[pages.Columns][]byte) (bool, error) {
+	for _, c := range cols {
+		if n, err := pages.Count(c); err != nil || n > 0 {
+			return false, err
+		}
+	}
 	return true, nil
 }
 
@@ -231,8 +290,9 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, r
 // database would then read and list the other's events whose ids it never had, and the other's
 // events whose ids it has would be replaced in the object by its own. An object of a page this
 // database's move has passed (page < high_page) is its own. One of a page it never passed can only
-// be its own if a move of it was killed after its PUT, and then every event of the object is in the
-// page's rows as the object holds it: the rows only gain events (a settled event's record does not
+// be its own if a move of it was killed after its PUT, or a marker (no event) of a page a move
+// passed without rows, and then every event of the object is in the page's rows as the object
+// holds it: the rows only gain events (a settled event's record does not
 // change) until a move deletes them, which raises high_page in the same transaction. So the rows
 // are read again after the object, and high_page after them: an event of the object that the rows
 // lack or hold otherwise makes it another database's, and the page stays in the database, with the
@@ -293,9 +353,10 @@ func (s *Store) checkOwnObject(ctx context.Context, page int64, obj *[pages.Colu
 }
 
 // advance deletes page's rows, which must be rows (none: the page must still have none), counts
-// the page (created: this move created its object) and its events as moved, and moves next_page
-// past page if the move started there: one transaction under the packs' turn, so that no pack
-// writes the page or lowers next_page meanwhile.
+// the page (created: this move created its object of events) and its events as moved, and moves
+// next_page past page if the move started there, and marked_next if it names the page (the
+// caller has the page's object in the bucket: its events, or a marker): one transaction under the
+// packs' turn, so that no pack writes the page or lowers next_page meanwhile.
 func (s *Store) advance(ctx context.Context, page int64, created bool, events int64, rows [][pages.Columns][]byte) error {
 	return s.core.InTx(ctx, func(tx *sql.Tx) error {
 		if err := takePackTurn(ctx, tx); err != nil {
@@ -320,13 +381,30 @@ func (s *Store) advance(ctx context.Context, page int64, created bool, events in
 			}
 		}
 		hasRows := len(now) > 0
-		if _, err := tx.ExecContext(ctx, archiveQueries.AdvanceArchive, created, hasRows, page, events, page, page+1, hasRows, page+1); err != nil {
+		if _, err := tx.ExecContext(ctx, archiveQueries.AdvanceArchive, created, hasRows, page, events, page, page+1, hasRows, page+1,
+			page, page+1); err != nil {
 			return err
 		}
 		if len(now) > 0 {
 			archiveStep(ctx, page, "Commit")
+		} else {
+			archiveStep(ctx, page, "Pass")
 		}
 		return nil
+	})
+}
+
+// passLarge moves next_page past page, too large to move, whose rows stay in the database, and
+// marked_next (its marker is in the bucket): under the packs' turn, as advance. (advance passes a
+// page only without rows: it took this one's for a race, and the move stopped here for good.)
+// high_page is not raised for it: the rows are there.
+func (s *Store) passLarge(ctx context.Context, page int64) error {
+	return s.core.InTx(ctx, func(tx *sql.Tx) error {
+		if err := takePackTurn(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, archiveQueries.AdvanceArchive, false, false, page, 0, page, page+1, false, page+1, page, page+1)
+		return err
 	})
 }
 

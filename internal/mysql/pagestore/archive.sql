@@ -2,18 +2,19 @@
 -- internal/pages' object format). The move takes a page of event_pages whose newest event is older
 -- than the retention window, writes it (merged with what the bucket holds of the page already) as
 -- one object, reads it back, and then, under the packs' turn, deletes the page's rows if they are
--- still those it wrote. Every read here is of one page (`page = ?`: one partition of 1,024) or of
+-- still those it wrote; a page without rows gets a marker, an object of no events, unless the bucket
+-- holds one of it already. Every read here is of one page (`page = ?`: one partition of 1,024) or of
 -- history_archive's one row; only the delete locks page rows, and only under the turn.
 
 -- name: ArchiveCursor
--- The move, first read: where it starts (next_page) and how much the bucket holds. A consistent
--- read.
-SELECT next_page, archived_pages, archived_events FROM history_archive;
+-- The move, first read: where it starts (next_page, or marked_next when that is lower: pages a move
+-- passed without writing their markers, migrations/0037_history_archive_marked.sql) and how much
+-- the bucket holds. A consistent read.
+SELECT next_page, archived_pages, archived_events, marked_next FROM history_archive;
 
 -- name: ArchiveHighPage
--- The processed listing (History.ReadColumns) and a read by id that missed the page rows
--- (History.Get), after their read of a page's rows; and the processed listing before it reads a
--- page's rows, when it may stop before the page instead (History.Passed): whether the move has
+-- A reader of many events by id (History.HighPage: a reference's listing); and the processed
+-- listing before it reads a page's rows, when it may stop before the page instead (History.Passed): whether the move has
 -- ever passed the page
 -- (page < high_page; next_page may be lowered again by a late event), so that they read the page's
 -- object only then. Read after the rows: the move deletes a page's rows and
@@ -22,12 +23,15 @@ SELECT next_page, archived_pages, archived_events FROM history_archive;
 SELECT high_page FROM history_archive;
 
 -- name: ArchiveVersion
--- The processed listing (History.ReadColumnsOnce), after its read of a span's rows: high_page, as
--- ArchiveHighPage, and archived_events, which every move that deletes page rows raises (by their
--- events, at least one): while it is unchanged, no row was deleted since, so an object of a page
--- read under it still holds every event that is in neither the rows nor `events`, and the listing
--- reads the object once, not once a span. A consistent read of one row.
-SELECT high_page, archived_events FROM history_archive;
+-- The processed listing (History.ReadColumnsOnce), after its read of a span's rows, and a read by
+-- id that missed the page rows (History.Get), after them: high_page, as ArchiveHighPage, and
+-- archived_events, which every move that deletes page rows raises (by their events, at least one):
+-- while it is unchanged, no row was deleted since, so an object of a page read under it still holds
+-- every event that is in neither the rows nor `events`, and the listing reads the object once, not
+-- once a span. And the pages whose object the bucket must hold (marked_from to marked_next, 0037),
+-- read before the GET: a page there whose object is missing is a missing page, not one without
+-- events. A consistent read of one row.
+SELECT high_page, archived_events, marked_from, marked_next FROM history_archive;
 
 -- name: PageSize
 -- The move: how many rows a page has and the bytes of their columns, so that it moves a page only
@@ -57,14 +61,17 @@ DELETE FROM event_pages WHERE page = ?;
 -- the page if it is where the move started (a pack may have lowered it to a late page below, which
 -- the next move looks at first), and high_page past it. Under the turn, so no pack lowers
 -- next_page at the same time.
--- The parameters: created (1: this move's PUT created the page's object), rows (1: it deleted rows),
--- the page, the events deleted, the page and the page after it (next_page), rows and the page after
--- it (high_page). A page counts as a new object when this move created it, or when the move had
--- never deleted rows of it (high_page <= page: a move killed after creating it). The assignments
--- run left to right: archived_pages reads high_page before it is raised.
+-- The parameters: created (1: this move's PUT created the page's object of events, where the
+-- bucket held none or a marker), rows (1: it deleted rows), the page, the events deleted, the page
+-- and the page after it (next_page), rows and the page after it (high_page), the page and the page
+-- after it (marked_next). A page counts as a new object when this move created it, or when the move
+-- had never deleted rows of it (high_page <= page: a move killed after creating it). The
+-- assignments run left to right: archived_pages reads high_page before it is raised. Every caller
+-- has the page's object in the bucket by then (its events, or a marker: migrations/0037), so
+-- marked_next moves past the page when it names it.
 UPDATE history_archive SET archived_pages = archived_pages + IF(? = 1 OR (? = 1 AND high_page <= ?), 1, 0),
   archived_events = archived_events + ?, next_page = IF(next_page = ?, ?, next_page),
-  high_page = IF(? = 1, GREATEST(high_page, ?), high_page);
+  high_page = IF(? = 1, GREATEST(high_page, ?), high_page), marked_next = IF(marked_next = ?, ?, marked_next);
 
 -- name: LowerArchiveCursor
 -- The pack, under its turn, when it wrote a unit into a page below next_page (a late event of a

@@ -21,13 +21,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// countingArchive counts the GETs of page objects and calls afterFirst once, after the first one
-// returned.
+// countingArchive counts the GETs of page objects and the listings of the bucket (HoldsPages), and
+// calls afterFirst once, after the first GET returned.
 type countingArchive struct {
 	pagestore.Archive
 	mu         sync.Mutex
 	gets       int
+	lists      int
 	afterFirst func()
+}
+
+func (c *countingArchive) HoldsPages(ctx context.Context) (bool, error) {
+	c.mu.Lock()
+	c.lists++
+	c.mu.Unlock()
+	return c.Archive.HoldsPages(ctx)
 }
 
 func (c *countingArchive) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, bool, error) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/exactlyonce/exactlyonce"
+	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/pages"
 )
@@ -36,26 +37,28 @@ type History struct {
 //
 // Without an archive (no HISTORY_BUCKET), an id of a page the move has passed is not known to be
 // unknown: its event, if any, is in a bucket this process cannot read, and the read fails
-// (noArchive) rather than answer that the event does not exist.
+// (noArchive) rather than answer that the event does not exist. Nor is it when the bucket has no
+// object of the page (noObject): a page the move passed since migration 0037 has one (a marker if
+// it had no events), so its object is missing.
 func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bool, error) {
 	r, ok, err := GetPacked(ctx, q, id)
 	if err != nil || ok {
 		return r, ok, err
 	}
-	var high int64
-	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveHighPage).Scan(&high); err != nil {
+	st, err := readArchiveState(ctx, q)
+	if err != nil {
 		return pages.Row{}, false, err
 	}
-	if pages.PageOf(id) >= high {
+	if pages.PageOf(id) >= st.high {
 		return pages.Row{}, false, nil
 	}
 	if h.Archive == nil {
-		return pages.Row{}, false, noArchive(pages.PageOf(id), high)
+		return pages.Row{}, false, noArchive(pages.PageOf(id), st.high)
 	}
 	for _, fresh := range []bool{false, true} {
 		obj, found, err := h.Archive.GetPage(ctx, pages.PageOf(id), fresh)
 		if err == nil && !found {
-			err = h.noObject(ctx, q, pages.PageOf(id))
+			err = h.noObject(ctx, pages.PageOf(id), st)
 		}
 		if err != nil || !found {
 			return pages.Row{}, false, err
@@ -86,20 +89,62 @@ func (e *noArchiveError) Unwrap() error {
 	return exactlyonce.Errorf(exactlyonce.EUNAVAILABLE, "the history's archive is unavailable; try again")
 }
 
-// noObject is a read's check, when the bucket has no object of a page the move passed: a page the
+// archiveState is history_archive's row as a read sees it (ArchiveVersion), read after the page's
+// rows and before the page's object.
+type archiveState struct {
+	high, archived         int64
+	markedFrom, markedNext int64
+}
+
+func readArchiveState(ctx context.Context, q mysql.Conn) (archiveState, error) {
+	var st archiveState
+	err := q.QueryRowContext(ctx, archiveQueries.ArchiveVersion).Scan(&st.high, &st.archived, &st.markedFrom, &st.markedNext)
+	return st, err
+}
+
+// marked says whether the bucket must hold page's object: the move wrote it (its events, or a
+// marker) before it moved marked_next past the page (migration 0037), and st was read after that.
+func (st archiveState) marked(page int64) bool {
+	return page >= st.markedFrom && page < st.markedNext
+}
+
+// noObject is a read's check, when the bucket has no object of a page the move passed. A page the
+// move passed since migration 0037 (marked) has an object, a marker if it had no events: one that
+// is missing is a missing page (missingPage), never a page without events, and the bucket is not
+// asked anything more. Below marked_from (an archive written before the migration), a page the
 // move passed without events has none, but so has every page in a bucket that is not the one the
-// sweeper moved the pages to. If the move has archived events (archived_events > 0), the bucket
+// sweeper moved the pages to: if the move has archived events (archived_events > 0), the bucket
 // must hold page objects (bucketHoldsPages); a read that does not know that cannot answer that an
 // event does not exist.
-func (h History) noObject(ctx context.Context, q mysql.Conn, page int64) error {
-	var high, archived int64
-	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveVersion).Scan(&high, &archived); err != nil {
-		return err
+func (h History) noObject(ctx context.Context, page int64, st archiveState) error {
+	if st.marked(page) {
+		return &missingPageError{page: page, bucket: h.Archive.Name()}
 	}
-	if archived == 0 {
+	if st.archived == 0 {
 		return nil
 	}
 	return h.bucketHoldsPages(ctx, page)
+}
+
+// missingPageError is a read of a page the move passed and wrote an object of (its events, or a
+// marker), which the bucket does not hold: deleted by hand, by a lifecycle rule, or the bucket is
+// another database's. The page's events, if it had any, are not readable: the read is the
+// archive's unavailability (a 503 for the API, logged as an error naming the page and the bucket,
+// for a person to restore the object or point HISTORY_BUCKET at the right bucket), never a 404 or
+// a listing without them.
+type missingPageError struct {
+	page   int64
+	bucket string
+}
+
+func (e *missingPageError) Error() string {
+	return fmt.Sprintf("page %d of the history was moved to the archive, and bucket %q has no object of it (%s): the object "+
+		"was deleted, or this process reads another bucket than the one the sweeper moves pages to; restore the object "+
+		"(an earlier version, where the bucket keeps them) or check HISTORY_BUCKET and AWS_ENDPOINT_URL_S3", e.page, e.bucket, archive.Key(e.page))
+}
+
+func (e *missingPageError) Unwrap() error {
+	return exactlyonce.Errorf(exactlyonce.EUNAVAILABLE, "the history's archive is unavailable; try again")
 }
 
 // bucketHoldsPages is nil if the bucket holds page objects, and an unavailable archive naming the
@@ -174,11 +219,13 @@ func (objs *PageObjects) Holds(page int64) bool {
 	return ok
 }
 
-// pageObject is a page's object and the archive's version (archived_events) read before it.
+// pageObject is a page's object and the archive's version (archived_events) read before it, with
+// the rest of the archive's row as read then (whether the page must have an object).
 type pageObject struct {
 	obj     []byte
 	ok      bool
 	version int64
+	st      archiveState
 }
 
 // ReadColumnsOnce is ReadColumns reading each page's object at most once for objs (nil: every
@@ -193,10 +240,11 @@ func (h History) ReadColumnsOnce(ctx context.Context, q mysql.Conn, page int64, 
 	if err != nil {
 		return rows, err
 	}
-	var high, version int64
-	if err := q.QueryRowContext(ctx, archiveQueries.ArchiveVersion).Scan(&high, &version); err != nil {
+	st, err := readArchiveState(ctx, q)
+	if err != nil {
 		return nil, err
 	}
+	high, version := st.high, st.archived
 	if page >= high {
 		return rows, nil
 	}
@@ -212,7 +260,7 @@ func (h History) ReadColumnsOnce(ctx context.Context, q mysql.Conn, page int64, 
 		if err != nil {
 			return nil, err
 		}
-		held = pageObject{obj: obj, ok: ok, version: version}
+		held = pageObject{obj: obj, ok: ok, version: version, st: st}
 		if objs != nil {
 			if objs.objs == nil {
 				objs.objs = map[int64]pageObject{}
@@ -221,8 +269,8 @@ func (h History) ReadColumnsOnce(ctx context.Context, q mysql.Conn, page int64, 
 		}
 	}
 	obj, ok := held.obj, held.ok
-	if !ok && version > 0 {
-		if err := h.bucketHoldsPages(ctx, page); err != nil {
+	if !ok {
+		if err := h.noObject(ctx, page, held.st); err != nil {
 			return nil, err
 		}
 	}

@@ -32,3 +32,11 @@ func QueryNames() []string {
 
 // ArchiveQueries exposes the move's statements (archive.sql) to the external tests.
 var ArchiveQueries = archiveQueries
+
+// WithMaxPageBytes returns a Store like s whose move leaves a page of more than n bytes of columns
+// in the database (archiveMaxPageBytes, 32 MiB, in the product).
+func (s *Store) WithMaxPageBytes(n int64) *Store {
+	c := *s
+	c.maxPageBytes = n
+	return &c
+}

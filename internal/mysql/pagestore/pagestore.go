@@ -38,6 +38,9 @@ type Store struct {
 	core    *mysql.DB
 	db      *sql.DB
 	archive Archive // nil: no archive (WithArchive)
+	// maxPageBytes is the most bytes of columns a page may have to be moved (0: archiveMaxPageBytes;
+	// tests set less).
+	maxPageBytes int64
 }
 
 // New returns the Store on db.

@@ -30,15 +30,15 @@ FROM events WHERE state = 30 AND id BETWEEN ? AND ? AND id DIV 1000 IN (/*units*
 
 // archiveQueries holds the statements of archive.sql.
 var archiveQueries = archiveTexts{
-	ArchiveCursor:   `SELECT next_page, archived_pages, archived_events FROM history_archive`,
+	ArchiveCursor:   `SELECT next_page, archived_pages, archived_events, marked_next FROM history_archive`,
 	ArchiveHighPage: `SELECT high_page FROM history_archive`,
-	ArchiveVersion:  `SELECT high_page, archived_events FROM history_archive`,
+	ArchiveVersion:  `SELECT high_page, archived_events, marked_from, marked_next FROM history_archive`,
 	PageSize:        `SELECT COUNT(*), COALESCE(SUM(LENGTH(c0) + LENGTH(c1) + LENGTH(c2) + LENGTH(c3) + LENGTH(c4) + LENGTH(c5) + LENGTH(c6) + LENGTH(c7) + LENGTH(c8) + LENGTH(c9) + LENGTH(c10) + LENGTH(c11) + LENGTH(c12) + LENGTH(c13) + LENGTH(c14) + LENGTH(c15) + LENGTH(c16) + LENGTH(c17) + LENGTH(c18) + LENGTH(c19) + LENGTH(c20) + LENGTH(c21) + LENGTH(c22) + LENGTH(c23) + LENGTH(c24) + LENGTH(c25) + LENGTH(c26) + LENGTH(c27) + LENGTH(c28) + LENGTH(c29) + LENGTH(c30) + LENGTH(c31) + LENGTH(c32) + LENGTH(c33) + LENGTH(c34) + LENGTH(c35) + LENGTH(c36) + LENGTH(c37) + LENGTH(c38) + LENGTH(c39) + LENGTH(c40) + LENGTH(c41) + LENGTH(c42) + LENGTH(c43) + LENGTH(c44) + LENGTH(c45) + LENGTH(c46) + LENGTH(c47) + LENGTH(c48) + LENGTH(c49) + LENGTH(c50) + LENGTH(c51) + LENGTH(c52) + LENGTH(c53) + LENGTH(c54) + LENGTH(c55) + LENGTH(c56) + LENGTH(c57) + LENGTH(c58) + LENGTH(c59) + LENGTH(c60) + LENGTH(c61) + LENGTH(c62) + LENGTH(c63) + LENGTH(c64) + LENGTH(c65) + LENGTH(c66) + LENGTH(c67) + LENGTH(c68) + LENGTH(c69) + LENGTH(c70) + LENGTH(c71) + LENGTH(c72) + LENGTH(c73) + LENGTH(c74) + LENGTH(c75) + LENGTH(c76) + LENGTH(c77) + LENGTH(c78) + LENGTH(c79) + LENGTH(c80) + LENGTH(c81) + LENGTH(c82) + LENGTH(c83) + LENGTH(c84) + LENGTH(c85) + LENGTH(c86) + LENGTH(c87) + LENGTH(c88) + LENGTH(c89) + LENGTH(c90) + LENGTH(c91) + LENGTH(c92) + LENGTH(c93) + LENGTH(c94) + LENGTH(c95) + LENGTH(c96) + LENGTH(c97) + LENGTH(c98) + LENGTH(c99)), 0) FROM event_pages WHERE page = ?`,
 	PageRows:        `SELECT c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27, c28, c29, c30, c31, c32, c33, c34, c35, c36, c37, c38, c39, c40, c41, c42, c43, c44, c45, c46, c47, c48, c49, c50, c51, c52, c53, c54, c55, c56, c57, c58, c59, c60, c61, c62, c63, c64, c65, c66, c67, c68, c69, c70, c71, c72, c73, c74, c75, c76, c77, c78, c79, c80, c81, c82, c83, c84, c85, c86, c87, c88, c89, c90, c91, c92, c93, c94, c95, c96, c97, c98, c99 FROM event_pages WHERE page = ?`,
 	LockPageRows:    `SELECT c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27, c28, c29, c30, c31, c32, c33, c34, c35, c36, c37, c38, c39, c40, c41, c42, c43, c44, c45, c46, c47, c48, c49, c50, c51, c52, c53, c54, c55, c56, c57, c58, c59, c60, c61, c62, c63, c64, c65, c66, c67, c68, c69, c70, c71, c72, c73, c74, c75, c76, c77, c78, c79, c80, c81, c82, c83, c84, c85, c86, c87, c88, c89, c90, c91, c92, c93, c94, c95, c96, c97, c98, c99 FROM event_pages WHERE page = ? FOR UPDATE`,
 	DeletePage:      `DELETE FROM event_pages WHERE page = ?`,
 	AdvanceArchive: `UPDATE history_archive SET archived_pages = archived_pages + IF(? = 1 OR (? = 1 AND high_page <= ?), 1, 0),
   archived_events = archived_events + ?, next_page = IF(next_page = ?, ?, next_page),
-  high_page = IF(? = 1, GREATEST(high_page, ?), high_page)`,
+  high_page = IF(? = 1, GREATEST(high_page, ?), high_page), marked_next = IF(marked_next = ?, ?, marked_next)`,
 	LowerArchiveCursor: `UPDATE history_archive SET next_page = ? WHERE next_page > ?`,
 }
