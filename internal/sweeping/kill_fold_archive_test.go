@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,6 +328,8 @@ func TestTwoMaintainersAtOnceLoseNothing(t *testing.T) {
 		require.NoError(t, err)
 
 		arrived, release := make(chan int64), make(chan struct{})
+		releaseOnce := sync.OnceFunc(func() { close(release) })
+		defer releaseOnce() // on a failure too: the held fold ends before the test's database goes
 		first := 0
 		held := eventstore.WithFoldSteps(ctx, func(tx *sql.Tx, step string) {
 			if step == "FoldSettled" {
@@ -361,7 +364,7 @@ func TestTwoMaintainersAtOnceLoseNothing(t *testing.T) {
 			b <- result{n, err}
 		}()
 		awaitWaitingFold(ctx, t, db.Pool(), conn)
-		close(release)
+		releaseOnce()
 		ra, rb := <-a, <-b
 		require.NoError(t, ra.err)
 		require.NoError(t, rb.err)
@@ -382,6 +385,8 @@ func TestTwoMaintainersAtOnceLoseNothing(t *testing.T) {
 			const events = 1000
 			h := newArchivedHistory(ctx, t, events)
 			arrived, release := make(chan struct{}), make(chan struct{})
+			releaseOnce := sync.OnceFunc(func() { close(release) })
+			defer releaseOnce() // on a failure too
 			held := pagestore.WithArchiveSteps(ctx, func(page int64, at string) {
 				if at == step && page == 0 {
 					close(arrived)
@@ -408,7 +413,7 @@ func TestTwoMaintainersAtOnceLoseNothing(t *testing.T) {
 				require.Zero(t, paged, "the other moved the page")
 				require.Equal(t, exactlyonce.ArchiveTier{Pages: 1, Events: events}, arch)
 			}
-			close(release)
+			releaseOnce()
 			require.NoError(t, <-a)
 			require.Empty(t, logsA.problems(t), "the held one's maintenance")
 			arch, paged = h.tiers(ctx, t)
