@@ -254,17 +254,18 @@ func awaitTurnFree(ctx context.Context, t *testing.T, db *sql.DB) {
 }
 
 // Killed in the archive's move: a real maintainer process moving page 0 (1,000 events) is
-// SIGKILLed after its PUT, before it reads the object back ("Verify": the page in both tiers, no
-// lock held), or inside the transaction that deletes the page's rows ("Commit": the packs' turn,
-// the page's rows and history_archive's row held). The other maintainer's maintenance returns
-// without a warning either way (30 s at most, or the test fails as jammed): killed at Verify, it
-// moves the page whole at once; killed at Commit, its pack and its move pass the taken turn by and
-// leave the page (written again, merged, in the bucket), and its next maintenance after the kill
-// moves it. Then page 0 has no rows, the archive counts the page once and its events once, every
+// SIGKILLed at each of the move's steps: before it reads the page's rows ("Read"), before its PUT
+// ("Put"), after it, before it reads the object back ("Verify": the page in both tiers), before its
+// delete ("Delete"), none of which holds a lock, or inside the transaction that deletes the page's
+// rows ("Commit": the packs' turn, the page's rows and history_archive's row held). The other
+// maintainer's maintenance returns without a warning (30 s at most, or the test fails as jammed):
+// killed before Commit, it moves the page whole at once (over the killed one's object if it wrote
+// one); killed at Commit, its pack and its move pass the taken turn by and leave the page (written
+// again, merged, in the bucket), and its next maintenance after the kill moves it. Then page 0 has no rows, the archive counts the page once and its events once, every
 // event reads by id as before and is once across the tiers, and the count is exact.
 func twoMaintainersOneKilledInTheArchive(t *testing.T) {
 	t.Parallel()
-	for _, step := range []string{"Verify", "Commit"} {
+	for _, step := range []string{"Read", "Put", "Verify", "Delete", "Commit"} {
 		t.Run(step, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
