@@ -16,6 +16,7 @@ import (
 	"github.com/exactlyonce/exactlyonce/internal/child"
 	"github.com/exactlyonce/exactlyonce/internal/counters"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
+	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/mysqltest"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/taskstore"
@@ -26,9 +27,11 @@ import (
 )
 
 // TestMain runs the tests, or, started again by a test in a child role: "maintainer", a process
-// that runs the sweeper's maintenance once (packing the history if PACK is set) and stops for good
-// at the directory's or the pack's step KILL_AT of its KILL_TX-th transaction (counted by their
-// first step, KILL_FIRST); "counter-sweeper", a
+// that runs the sweeper's maintenance once (packing the history, and moving it to the archive
+// (HISTORY_BUCKET) older than RETENTION, if PACK is set; folding FOLD_BATCH events a transaction)
+// and stops for good at the directory's, the pack's or the fold's step KILL_AT of its KILL_TX-th
+// transaction (counted by their first step, KILL_FIRST), or at the archive's step ARCHIVE_KILL_AT;
+// "counter-sweeper", a
 // process that runs the counter service's sweep and stops for good once its publish has returned,
 // before it marks what it published.
 func TestMain(m *testing.M) {
@@ -71,7 +74,31 @@ func runChild(role string) int {
 		}
 		ctx := taskstore.WithDirectorySteps(context.Background(), at)
 		ctx = pagestore.WithPackSteps(ctx, func(tx *sql.Tx, step string) { at(tx, step) })
-		s := sweeping.New(store.Sweeping(), sweeping.Config{KeepHistory: os.Getenv("PACK") == "", PackBudget: time.Minute, Logger: logger})
+		ctx = eventstore.WithFoldSteps(ctx, func(tx *sql.Tx, step string) { at(tx, step) })
+		if archiveAt := os.Getenv("ARCHIVE_KILL_AT"); archiveAt != "" {
+			ctx = pagestore.WithArchiveSteps(ctx, func(page int64, step string) {
+				if step == archiveAt {
+					fmt.Printf("at %s of page %d\n", step, page)
+					select {} // until killed
+				}
+			})
+		}
+		cfg := sweeping.Config{KeepHistory: os.Getenv("PACK") == "", PackBudget: time.Minute, Logger: logger}
+		if v := os.Getenv("FOLD_BATCH"); v != "" {
+			if cfg.FoldBatch, err = strconv.Atoi(v); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+		}
+		if v := os.Getenv("RETENTION"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+			cfg.Retention = &d
+		}
+		s := sweeping.New(store.Sweeping(), cfg)
 		if _, err := s.Maintain(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -147,7 +174,8 @@ func refIDs(ctx context.Context, t *testing.T, store *wire.Stores, ref string) [
 }
 
 // Invariant: two agents run the sweeper's maintenance at once and one of them is SIGKILLed inside
-// a transaction of the pack or of the directory's upkeep, holding what it takes: the other is
+// a transaction of the fold, the pack, the archive's move or the directory's upkeep, holding what
+// it takes (or, in the move, between its PUT and its delete): the other is
 // never jammed and nothing is lost or written twice. Killed in the pack (its fold committed, the
 // pack's turn and its units' events held, their pages written, before its delete of the events),
 // the other's pack passes the taken turn by and its maintenance returns, nothing packed; once
@@ -159,9 +187,12 @@ func refIDs(ctx context.Context, t *testing.T, store *wire.Stores, ref string) [
 // compaction (a bucket held, its log moved into the cells and deleted, before its commit), the
 // other's compaction waits for that bucket (seen waiting), and, the kill rolling the bucket back,
 // moves it and every other bucket in the same maintenance: the log is empty, each entry once in
-// its cell, every listing as before.
+// its cell, every listing as before. Killed in the fold or in the archive's move: see
+// twoMaintainersOneKilledInTheFold and twoMaintainersOneKilledInTheArchive.
 func TestTwoMaintainersOneKilledLoseNothing(t *testing.T) {
 	t.Parallel()
+	t.Run("fold", twoMaintainersOneKilledInTheFold)
+	t.Run("archive", twoMaintainersOneKilledInTheArchive)
 	t.Run("backfill", func(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

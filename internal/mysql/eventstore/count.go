@@ -76,6 +76,7 @@ func (s *Store) FoldSettled(ctx context.Context, limit int) (int64, error) {
 	}
 	var moved int64
 	err := s.core.InTx(ctx, func(tx *sql.Tx) error {
+		foldStep(ctx, tx, "FoldSettled")
 		res, err := tx.ExecContext(ctx, queries.FoldSettled, limit)
 		if err != nil {
 			return err
@@ -83,6 +84,7 @@ func (s *Store) FoldSettled(ctx context.Context, limit int) (int64, error) {
 		if moved, err = res.RowsAffected(); err != nil || moved == 0 {
 			return err
 		}
+		foldStep(ctx, tx, "AddSettled")
 		res, err = AddSettled(ctx, tx, moved)
 		if err != nil {
 			return err
@@ -92,10 +94,28 @@ func (s *Store) FoldSettled(ctx context.Context, limit int) (int64, error) {
 		} else if n != 1 {
 			return fmt.Errorf("settled_count has %d rows; it must have exactly one (migrate re-creates a lost one)", n)
 		}
+		foldStep(ctx, tx, "Commit")
 		return nil
 	})
 	if err != nil {
 		return 0, mysql.Interpret("fold settled events", err)
 	}
 	return moved, nil
+}
+
+// foldStepKey is the context key of WithFoldSteps' function.
+type foldStepKey struct{}
+
+// WithFoldSteps returns ctx carrying f: a fold run under it (FoldSettled) calls f with its
+// transaction before each of its statements, named as in count.sql ("FoldSettled", "AddSettled"),
+// and before it commits ("Commit"); a fold that moved nothing stops after its first. Only tests set
+// one: they kill the process that folds between two steps, or hold a fold there while another runs.
+func WithFoldSteps(ctx context.Context, f func(tx *sql.Tx, step string)) context.Context {
+	return context.WithValue(ctx, foldStepKey{}, f)
+}
+
+func foldStep(ctx context.Context, tx *sql.Tx, step string) {
+	if f, ok := ctx.Value(foldStepKey{}).(func(*sql.Tx, string)); ok {
+		f(tx, step)
+	}
 }
