@@ -169,3 +169,19 @@ func TestAMoveStopsAtAnotherDatabasesObject(t *testing.T) {
 		})
 	}
 }
+
+// Migration 0038 run again (a deploy that retries it) keeps the archive's identity: its ALTER is
+// found applied, and its UPDATE sets only a NULL identity, so the objects written under it stay
+// this database's.
+func TestTheIdentityOutlivesARerunOfItsMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h, ids := movedPageZero(t)
+	id := archiveID(t, h)
+	_, err := h.db.Exec("DELETE FROM schema_migrations WHERE version = 38")
+	require.NoError(t, err)
+	require.NoError(t, mysql.Migrate(ctx, h.db))
+	require.Equal(t, id, archiveID(t, h))
+	_, err = h.store.Events.Get(ctx, ids[7])
+	require.NoError(t, err, "the page's object is still this database's")
+}
