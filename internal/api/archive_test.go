@@ -225,3 +225,44 @@ func TestAnArchivedEventWhoseObjectWasDeletedIsA503(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
 	require.Equal(t, "1", hdr.Get("Retry-After"))
 }
+
+// A page's object written by another database's archive (one bucket shared by two databases: its
+// x-amz-meta-archive-id names another identity than this database's archive_id, migration 0038):
+// a read of an event of the page is a 503 with Retry-After, and the process logs one ERROR naming
+// the page, the bucket and both identities; never the other database's event as this one's.
+func TestAnotherDatabasesObjectIsA503(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logs testutil.Buffer
+	b, s3srv, id, _ := archivedEvent(t, slog.New(slog.NewTextHandler(&logs, nil)))
+	var mine string
+	require.NoError(t, b.store.DB.Pool().QueryRowContext(ctx, "SELECT archive_id FROM history_archive").Scan(&mine))
+	bucket := archive.New(locals3.NewClient(s3srv.URL), "history", -1)
+	obj, version, ok, err := bucket.ReadObject(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, mine, obj.Owner, "the move wrote this database's identity")
+	// The other database's object of page 0, in its place (events of the same ids, as a second
+	// database's are).
+	require.NoError(t, bucket.PutObject(ctx, 0, archive.Object{Bytes: obj.Bytes, Owner: "0b5e0c1a-other-database"}, version))
+
+	status, body, hdr := b.do(t, "GET", "/events/"+id, "")
+	require.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
+	require.Equal(t, "the history's archive is unavailable; try again", body["error"])
+	require.Equal(t, "1", hdr.Get("Retry-After"))
+	var failed []string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			failed = append(failed, line)
+		}
+	}
+	require.Len(t, failed, 1, "one ERROR for the failed read: %s", logs.String())
+	for _, want := range []string{"path=/events/" + id, "page 0 ", `bucket \"history\"`, "0b5e0c1a-other-database", mine} {
+		require.Contains(t, failed[0], want)
+	}
+	archived, err := strconv.ParseInt(id, 10, 64)
+	require.NoError(t, err)
+	status, body, hdr = b.do(t, "GET", "/events?state=processed&before="+jsonID(archived+1), "")
+	require.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
+	require.Equal(t, "1", hdr.Get("Retry-After"))
+}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,44 +101,81 @@ func (b *Bucket) Name() string { return b.name }
 // Key is the key of page's object: pages/<page>.
 func Key(page int64) string { return fmt.Sprintf("pages/%d", page) }
 
-// GetPage returns page's object, ok false when the bucket holds none. fresh reads the bucket even
+// OwnerMeta is the S3 user metadata (x-amz-meta-archive-id) that names the archive an object was
+// written by: the identity of the database whose move wrote it (history_archive.archive_id,
+// migration 0038), so that a reader of a bucket another database shares tells that database's
+// objects from its own (pagestore). An object without it was written before, and is read as it was.
+const OwnerMeta = "archive-id"
+
+// Object is a page's object and the identity of the archive that wrote it (OwnerMeta; "" for an
+// object written without one).
+type Object struct {
+	Bytes []byte
+	Owner string
+}
+
+// GetPage is GetObject without the object's owner (for checkers and tests).
+func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, bool, error) {
+	obj, ok, err := b.GetObject(ctx, page, fresh)
+	return obj.Bytes, ok, err
+}
+
+// GetObject returns page's object, ok false when the bucket holds none. fresh reads the bucket even
 // when the cache holds the page (a page's object gains the late events of its page when it is
 // archived again, so a reader that misses an event in a cached page asks again); either way the
-// object read is cached.
-func (b *Bucket) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, bool, error) {
+// object read is cached, with its owner.
+func (b *Bucket) GetObject(ctx context.Context, page int64, fresh bool) (Object, bool, error) {
 	if !fresh {
 		if obj, ok := b.cache.get(page); ok {
 			return obj, true, nil
 		}
 	}
+	obj, _, ok, err := b.get(ctx, page, true)
+	if err != nil || !ok {
+		return Object{}, false, err
+	}
+	b.cache.put(page, obj)
+	return obj, true, nil
+}
+
+// get reads page's object from the bucket, with its owner and its version (ETag).
+func (b *Bucket) get(ctx context.Context, page int64, grow bool) (Object, string, bool, error) {
 	client, err := b.s3()
 	if err != nil {
-		return nil, false, err
+		return Object{}, "", false, err
 	}
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
 	if isNotFound(err) {
-		return nil, false, nil
+		return Object{}, "", false, nil
 	}
 	if err != nil {
-		return nil, false, unavailable(fmt.Errorf("archive: get page %d: %w", page, err))
+		return Object{}, "", false, unavailable(fmt.Errorf("archive: get page %d: %w", page, err))
 	}
 	defer out.Body.Close()
 	var buf bytes.Buffer
-	if out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength <= MaxObjectBytes {
+	if grow && out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength <= MaxObjectBytes {
 		buf.Grow(int(*out.ContentLength))
 	}
 	n, err := io.Copy(&buf, io.LimitReader(out.Body, MaxObjectBytes+1))
 	if err != nil {
-		return nil, false, unavailable(fmt.Errorf("archive: read page %d: %w", page, err))
+		return Object{}, "", false, unavailable(fmt.Errorf("archive: read page %d: %w", page, err))
 	}
 	if n > MaxObjectBytes {
-		return nil, false, fmt.Errorf("archive: page %d's object is over %d bytes", page, MaxObjectBytes)
+		return Object{}, "", false, fmt.Errorf("archive: page %d's object is over %d bytes", page, MaxObjectBytes)
 	}
-	obj := buf.Bytes()
-	b.cache.put(page, obj)
-	return obj, true, nil
+	return Object{Bytes: buf.Bytes(), Owner: owner(out.Metadata)}, aws.ToString(out.ETag), true, nil
+}
+
+// owner is the OwnerMeta of an object's metadata, whose keys S3 and the SDK may spell in any case.
+func owner(meta map[string]string) string {
+	for k, v := range meta {
+		if strings.EqualFold(k, OwnerMeta) {
+			return v
+		}
+	}
+	return ""
 }
 
 // heldFor is how long HoldsPages trusts a listing that found a page object: a reader of a bucket that
@@ -171,32 +209,17 @@ func (b *Bucket) HoldsPages(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// ReadPage returns page's object as the bucket holds it now (never the cache) with its version
-// (its ETag), for a writer that replaces it (PutPage); ok is false when there is none.
+// ReadPage is ReadObject without the object's owner (for tests).
 func (b *Bucket) ReadPage(ctx context.Context, page int64) (obj []byte, version string, ok bool, err error) {
-	client, err := b.s3()
-	if err != nil {
-		return nil, "", false, err
-	}
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page))})
-	if isNotFound(err) {
-		return nil, "", false, nil
-	}
-	if err != nil {
-		return nil, "", false, unavailable(fmt.Errorf("archive: get page %d: %w", page, err))
-	}
-	defer out.Body.Close()
-	var buf bytes.Buffer
-	n, err := io.Copy(&buf, io.LimitReader(out.Body, MaxObjectBytes+1))
-	if err != nil {
-		return nil, "", false, unavailable(fmt.Errorf("archive: read page %d: %w", page, err))
-	}
-	if n > MaxObjectBytes {
-		return nil, "", false, fmt.Errorf("archive: page %d's object is over %d bytes", page, MaxObjectBytes)
-	}
-	return buf.Bytes(), aws.ToString(out.ETag), true, nil
+	o, version, ok, err := b.ReadObject(ctx, page)
+	return o.Bytes, version, ok, err
+}
+
+// ReadObject returns page's object as the bucket holds it now (never the cache), with its owner,
+// and its version (its ETag), for a writer that replaces it (PutObject); ok is false when there is
+// none.
+func (b *Bucket) ReadObject(ctx context.Context, page int64) (obj Object, version string, ok bool, err error) {
+	return b.get(ctx, page, false)
 }
 
 // ErrPageChanged is PutPage's error when the bucket no longer holds the version of the page it was
@@ -209,10 +232,20 @@ var ErrPageChanged = errors.New("archive: the page's object changed since it was
 // carries its SHA-256, which S3 checks against the bytes it receives. The caller reads it back
 // before it lets go of the page's rows (pagestore's move).
 func (b *Bucket) PutPage(ctx context.Context, page int64, obj []byte, version string) error {
+	return b.PutObject(ctx, page, Object{Bytes: obj}, version)
+}
+
+// PutObject is PutPage of an object with its owner, which it writes as the object's user metadata
+// (OwnerMeta) when it is not "".
+func (b *Bucket) PutObject(ctx context.Context, page int64, o Object, version string) error {
+	obj := o.Bytes
 	sum := sha256.Sum256(obj)
 	in := &s3.PutObjectInput{Bucket: aws.String(b.name), Key: aws.String(Key(page)),
 		Body: bytes.NewReader(obj), ContentLength: aws.Int64(int64(len(obj))), ContentType: aws.String("application/octet-stream"),
 		ChecksumAlgorithm: types.ChecksumAlgorithmSha256, ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(sum[:]))}
+	if o.Owner != "" {
+		in.Metadata = map[string]string{OwnerMeta: o.Owner}
+	}
 	if version == "" {
 		in.IfNoneMatch = aws.String("*")
 	} else {

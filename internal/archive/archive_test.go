@@ -201,3 +201,50 @@ func TestHoldsPages(t *testing.T) {
 	_, err = archive.New(client, "no-such-bucket-i31", -1).HoldsPages(ctx)
 	require.Equal(t, exactlyonce.EUNAVAILABLE, exactlyonce.ErrorCode(err), "%v", err)
 }
+
+// An object keeps the identity of the archive that wrote it (OwnerMeta, S3 user metadata): the
+// local S3 (tools/s3local, gofakes3) stores it with the object, in memory and in a directory across
+// a restart, and returns it on every read; the cache keeps it with the object, so that a read from
+// the cache is judged as one from the bucket (pagestore: another database's object is never read
+// as this one's). An object written without one reads with none.
+func TestAnObjectKeepsItsOwner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	check := func(t *testing.T, b *archive.Bucket, page int64, owner string) {
+		t.Helper()
+		for _, fresh := range []bool{true, false} { // the bucket, then the cache
+			got, ok, err := b.GetObject(ctx, page, fresh)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, owner, got.Owner, "fresh %v", fresh)
+			require.Equal(t, []byte("page"), got.Bytes)
+		}
+		got, version, ok, err := b.ReadObject(ctx, page)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NotEmpty(t, version)
+		require.Equal(t, archive.Object{Bytes: []byte("page"), Owner: owner}, got)
+	}
+	client := locals3.Client(t)
+	b := archive.New(client, locals3.Bucket(t, client), 0)
+	require.NoError(t, b.PutObject(ctx, 1, archive.Object{Bytes: []byte("page"), Owner: "2f1c0a9e-ad3b-11f0-9d4e-0242ac120002"}, ""))
+	require.NoError(t, b.PutPage(ctx, 2, []byte("page"), ""))
+	check(t, b, 1, "2f1c0a9e-ad3b-11f0-9d4e-0242ac120002")
+	check(t, b, 2, "")
+	_, version, _, err := b.ReadObject(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, b.PutObject(ctx, 1, archive.Object{Bytes: []byte("page"), Owner: "other"}, version), "a replaced object has its writer's")
+	check(t, b, 1, "other")
+
+	t.Run("in a directory, across a restart", func(t *testing.T) {
+		dir := t.TempDir()
+		srv, err := locals3.Start("", dir, "history")
+		require.NoError(t, err)
+		require.NoError(t, archive.New(locals3.NewClient(srv.URL), "history", 0).PutObject(ctx, 3, archive.Object{Bytes: []byte("page"), Owner: "mine"}, ""))
+		srv.Stop()
+		srv, err = locals3.Start("", dir, "history")
+		require.NoError(t, err)
+		defer srv.Stop()
+		check(t, archive.New(locals3.NewClient(srv.URL), "history", 0), 3, "mine")
+	})
+}

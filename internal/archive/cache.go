@@ -17,26 +17,26 @@ type cache struct {
 
 type entry struct {
 	page int64
-	obj  []byte
+	obj  Object // with its owner: a page read from the cache is judged as one read from the bucket
 }
 
 func newCache(limit int64) *cache {
 	return &cache{limit: limit, order: list.New(), pages: map[int64]*list.Element{}}
 }
 
-func (c *cache) get(page int64) ([]byte, bool) {
+func (c *cache) get(page int64) (Object, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.pages[page]
 	if !ok {
-		return nil, false
+		return Object{}, false
 	}
 	c.order.MoveToFront(e)
 	return e.Value.(*entry).obj, true
 }
 
-func (c *cache) put(page int64, obj []byte) {
-	n := int64(len(obj))
+func (c *cache) put(page int64, obj Object) {
+	n := int64(len(obj.Bytes) + len(obj.Owner))
 	if n > c.limit/4 {
 		c.drop(page)
 		return
@@ -44,7 +44,7 @@ func (c *cache) put(page int64, obj []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.pages[page]; ok {
-		c.bytes -= int64(len(e.Value.(*entry).obj))
+		c.bytes -= e.Value.(*entry).size()
 		c.order.Remove(e)
 	}
 	c.pages[page] = c.order.PushFront(&entry{page, obj})
@@ -54,7 +54,7 @@ func (c *cache) put(page int64, obj []byte) {
 		old := last.Value.(*entry)
 		c.order.Remove(last)
 		delete(c.pages, old.page)
-		c.bytes -= int64(len(old.obj))
+		c.bytes -= old.size()
 	}
 }
 
@@ -62,7 +62,7 @@ func (c *cache) drop(page int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.pages[page]; ok {
-		c.bytes -= int64(len(e.Value.(*entry).obj))
+		c.bytes -= e.Value.(*entry).size()
 		c.order.Remove(e)
 		delete(c.pages, page)
 	}
@@ -73,3 +73,5 @@ func (c *cache) size() int64 {
 	defer c.mu.Unlock()
 	return c.bytes
 }
+
+func (e *entry) size() int64 { return int64(len(e.obj.Bytes) + len(e.obj.Owner)) }

@@ -26,14 +26,14 @@ func ArchivedRows(ctx context.Context, db *sql.DB, a pagestore.Archive) ([]pages
 	}
 	var out []pages.Row
 	for page := int64(0); page < high; page++ {
-		obj, ok, err := a.GetPage(ctx, page, true)
+		obj, ok, err := a.GetObject(ctx, page, true)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
 			continue
 		}
-		cols, err := pages.ObjectColumns(obj, page)
+		cols, err := pages.ObjectColumns(obj.Bytes, page)
 		if err != nil {
 			return nil, fmt.Errorf("archived page %d: %w", page, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/exactlyonce/exactlyonce/internal/archive"
 	"github.com/exactlyonce/exactlyonce/internal/mysql"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/eventstore"
 	"github.com/exactlyonce/exactlyonce/internal/mysql/pagestore"
@@ -120,7 +121,7 @@ func LoadArchivedHistory(ctx context.Context, db *sql.DB, a pagestore.Archive, n
 					errs <- err
 					return
 				}
-				if err := a.PutPage(ctx, page, obj, ""); err != nil {
+				if err := a.PutObject(ctx, page, archive.Object{Bytes: obj}, ""); err != nil {
 					errs <- err
 					return
 				}

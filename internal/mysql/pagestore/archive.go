@@ -36,14 +36,15 @@ type archiveTexts struct {
 
 // Archive is the bucket of archived pages (internal/archive's Bucket).
 type Archive interface {
-	// GetPage returns page's object; ok is false when there is none. fresh skips any cache.
-	GetPage(ctx context.Context, page int64, fresh bool) (obj []byte, ok bool, err error)
-	// ReadPage returns page's object as the bucket holds it now, and its version; ok is false when
-	// there is none.
-	ReadPage(ctx context.Context, page int64) (obj []byte, version string, ok bool, err error)
-	// PutPage writes page's object only if the bucket still holds the version read ("": none),
-	// else an error wrapping ErrPageChanged (internal/archive's).
-	PutPage(ctx context.Context, page int64, obj []byte, version string) error
+	// GetObject returns page's object with its owner (the archive that wrote it, "" for none); ok
+	// is false when there is none. fresh skips any cache.
+	GetObject(ctx context.Context, page int64, fresh bool) (obj archive.Object, ok bool, err error)
+	// ReadObject returns page's object as the bucket holds it now, with its owner, and its
+	// version; ok is false when there is none.
+	ReadObject(ctx context.Context, page int64) (obj archive.Object, version string, ok bool, err error)
+	// PutObject writes page's object, with its owner, only if the bucket still holds the version
+	// read ("": none), else an error wrapping ErrPageChanged (internal/archive's).
+	PutObject(ctx context.Context, page int64, obj archive.Object, version string) error
 	// Changed says whether err is PutPage's for a page whose object changed since it was read.
 	Changed(err error) bool
 	// HoldsPages says whether the bucket holds any page object at all.
@@ -117,8 +118,9 @@ func (s *Store) ArchivePages(ctx context.Context, retention, budget time.Duratio
 	stop := time.Now().Add(budget)
 	cutoff := time.Now().Add(-retention)
 	var next, pagesHeld, eventsHeld, marked int64
-	if err := s.db.QueryRowContext(ctx, archiveQueries.ArchiveCursor).Scan(&next, &pagesHeld, &eventsHeld, &marked); err != nil {
-		return res, mysql.Interpret("archive pages", fmt.Errorf("history_archive (migrations 0017, 0037): %w", err))
+	var id sql.NullString // the archive's identity, written on every object (migration 0038)
+	if err := s.db.QueryRowContext(ctx, archiveQueries.ArchiveCursor).Scan(&next, &pagesHeld, &eventsHeld, &marked, &id); err != nil {
+		return res, mysql.Interpret("archive pages", fmt.Errorf("history_archive (migrations 0017, 0037, 0038): %w", err))
 	}
 	// Pages from marked on may have been passed without a marker (by a move of the code before
 	// migration 0037, during its deploy): the move passes them again, and writes the markers.
@@ -135,7 +137,7 @@ func (s *Store) ArchivePages(ctx context.Context, retention, budget time.Duratio
 		if spent && (!time.Now().Before(stop) || res.Bytes >= archiveRoundBytes) {
 			break
 		}
-		more, err := s.archivePage(ctx, page, cutoff, page >= marked, &res)
+		more, err := s.archivePage(ctx, page, id.String, cutoff, page >= marked, &res)
 		if errors.Is(err, errPackBusy) || errors.Is(err, errArchiveRace) {
 			return res, nil // a pack holds the turn, or wrote the page: the next maintenance moves it
 		}
@@ -151,8 +153,9 @@ func (s *Store) ArchivePages(ctx context.Context, retention, budget time.Duratio
 
 // archivePage moves page if it is due. more is false when the walk should stop here (the page is
 // too young). unmarked says the page may have no object yet (it is not below marked_next, as read
-// when the move began): a page passed without rows gets its marker.
-func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, unmarked bool, res *ArchiveResult) (more bool, err error) {
+// when the move began): a page passed without rows gets its marker. id is the archive's identity,
+// which every object it writes carries (migration 0038).
+func (s *Store) archivePage(ctx context.Context, page int64, id string, cutoff time.Time, unmarked bool, res *ArchiveResult) (more bool, err error) {
 	var rowCount, size int64
 	if err := s.db.QueryRowContext(ctx, archiveQueries.PageSize, page).Scan(&rowCount, &size); err != nil {
 		return false, err
@@ -160,7 +163,7 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, u
 	if size > cmp.Or(s.maxPageBytes, archiveMaxPageBytes) {
 		res.Skipped++
 		if unmarked { // its events stay in its rows, where every read looks first
-			if err := s.mark(ctx, page, res); err != nil {
+			if err := s.mark(ctx, page, id, res); err != nil {
 				return false, err
 			}
 		}
@@ -182,7 +185,7 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, u
 		// pack lowers next_page when it writes the page. Its marker first, then past it, under the
 		// turn.
 		if unmarked {
-			if err := s.mark(ctx, page, res); err != nil {
+			if err := s.mark(ctx, page, id, res); err != nil {
 				return false, err
 			}
 		}
@@ -190,17 +193,17 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, u
 	}
 	// The page's object: what the bucket holds of it already (a late event's page, or a move killed
 	// after its PUT) merged with its rows, the rows' copy of an event winning, each event once.
-	old, version, hadObject, err := s.archive.ReadPage(ctx, page)
+	old, version, hadObject, err := s.archive.ReadObject(ctx, page)
 	if err != nil {
 		return false, err
 	}
 	var oldCols [pages.Columns][]byte
 	created := !hadObject // the page's first object of events: none before, or a marker
 	if hadObject {
-		if oldCols, err = pages.ObjectColumns(old, page); err != nil {
+		if oldCols, err = pages.ObjectColumns(old.Bytes, page); err != nil {
 			return false, err
 		}
-		if err := s.checkOwnObject(ctx, page, &oldCols); err != nil {
+		if err := s.checkOwner(ctx, page, id, old, &oldCols); err != nil {
 			return false, err
 		}
 		if created, err = isMarker(&oldCols); err != nil {
@@ -225,7 +228,7 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, u
 	}
 	obj := pages.EncodeObject(page, &merged)
 	archiveStep(ctx, page, "Put")
-	if err := s.archive.PutPage(ctx, page, obj, version); s.archive.Changed(err) {
+	if err := s.archive.PutObject(ctx, page, archive.Object{Bytes: obj, Owner: id}, version); s.archive.Changed(err) {
 		// Another move wrote the page since this one read it: it left the page as it found it; the
 		// next move reads the page again.
 		return false, errArchiveRace
@@ -233,11 +236,11 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, u
 		return false, err
 	}
 	archiveStep(ctx, page, "Verify")
-	back, _, ok, err := s.archive.ReadPage(ctx, page)
+	back, _, ok, err := s.archive.ReadObject(ctx, page)
 	if err != nil {
 		return false, err
 	}
-	if !ok || !bytes.Equal(back, obj) {
+	if !ok || !bytes.Equal(back.Bytes, obj) || back.Owner != id {
 		// Not what it wrote: another move wrote the page since (each write is conditional on the
 		// version its writer read, so that one holds whatever this one held, and more). The rows
 		// stay; the next move reads the page again.
@@ -257,13 +260,27 @@ func (s *Store) archivePage(ctx context.Context, page int64, cutoff time.Time, u
 // unless the bucket holds an object of the page already (the PUT is conditional on there being
 // none: an object of events, a marker of an earlier move, one a killed move left, are kept as they
 // are). The move writes it before it moves its place past the page, so that a page it has passed
-// has an object, and a read that misses one reads the page as missing (History.Get).
-func (s *Store) mark(ctx context.Context, page int64, res *ArchiveResult) error {
+// has an object, and a read that misses one reads the page as missing (History.Get). The marker
+// carries the archive's identity, id. An object found there is checked as the move checks one it
+// would merge (checkOwner): another database's (another identity, or, without one, events this
+// database never had) stops the move at the page, which is not passed as marked.
+func (s *Store) mark(ctx context.Context, page int64, id string, res *ArchiveResult) error {
 	obj := pages.EncodeObject(page, &[pages.Columns][]byte{})
 	archiveStep(ctx, page, "Mark")
-	err := s.archive.PutPage(ctx, page, obj, "")
-	if s.archive.Changed(err) {
-		return nil // an object of the page is there already
+	err := s.archive.PutObject(ctx, page, archive.Object{Bytes: obj, Owner: id}, "")
+	if s.archive.Changed(err) { // an object of the page is there already: whose?
+		found, _, ok, err := s.archive.ReadObject(ctx, page)
+		if err != nil || !ok {
+			if err == nil {
+				err = errArchiveRace // gone since (deleted by hand): the next move marks the page
+			}
+			return err
+		}
+		cols, err := pages.ObjectColumns(found.Bytes, page)
+		if err != nil {
+			return err
+		}
+		return s.checkOwner(ctx, page, id, found, &cols)
 	}
 	if err != nil {
 		return err
@@ -271,6 +288,20 @@ func (s *Store) mark(ctx context.Context, page int64, res *ArchiveResult) error 
 	res.Markers++
 	res.Bytes += int64(len(obj))
 	return nil
+}
+
+// checkOwner fails when obj, page's object found in the bucket by a move (cols, its columns), is
+// not this database's: it names another archive than id (migration 0038: foreignObjectError, naming
+// the bucket and both identities), or, written without an identity (before 0038), it fails
+// checkOwnObject. An object naming id is this database's own.
+func (s *Store) checkOwner(ctx context.Context, page int64, id string, obj archive.Object, cols *[pages.Columns][]byte) error {
+	if obj.Owner != "" {
+		if obj.Owner != id {
+			return &foreignObjectError{page: page, bucket: s.archive.Name(), mine: id, theirs: obj.Owner}
+		}
+		return nil
+	}
+	return s.checkOwnObject(ctx, page, cols)
 }
 
 // isMarker says whether cols, an object's columns, hold no event: a marker.
@@ -343,9 +374,9 @@ func (s *Store) checkOwnObject(ctx context.Context, page int64, obj *[pages.Colu
 				if ok {
 					how = "as this database does not hold it"
 				}
-				return fmt.Errorf("archive: the bucket's object of page %d (%s) holds event %d %s: the object is another "+
+				return fmt.Errorf("archive: bucket %q's object of page %d (%s) holds event %d %s: the object is another "+
 					"database's (HISTORY_BUCKET shared with another database, or this database restored from a backup older "+
-					"than the bucket); the page stays in the database until the object is moved away", page, archive.Key(page), e.ID, how)
+					"than the bucket); the page stays in the database until the object is moved away", s.archive.Name(), page, archive.Key(page), e.ID, how)
 			}
 		}
 	}

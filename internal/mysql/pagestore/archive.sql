@@ -9,8 +9,9 @@
 -- name: ArchiveCursor
 -- The move, first read: where it starts (next_page, or marked_next when that is lower: pages a move
 -- passed without writing their markers, migrations/0037_history_archive_marked.sql) and how much
--- the bucket holds. A consistent read.
-SELECT next_page, archived_pages, archived_events, marked_next FROM history_archive;
+-- the bucket holds; and the archive's identity, which it writes on every object and compares with
+-- the one of an object it finds (migrations/0038_history_archive_id.sql). A consistent read.
+SELECT next_page, archived_pages, archived_events, marked_next, archive_id FROM history_archive;
 
 -- name: ArchiveHighPage
 -- A reader of many events by id (History.HighPage: a reference's listing); and the processed
@@ -30,8 +31,9 @@ SELECT high_page FROM history_archive;
 -- every event that is in neither the rows nor `events`, and the listing reads the object once, not
 -- once a span. And the pages whose object the bucket must hold (marked_from to marked_next, 0037),
 -- read before the GET: a page there whose object is missing is a missing page, not one without
--- events. A consistent read of one row.
-SELECT high_page, archived_events, marked_from, marked_next FROM history_archive;
+-- events. And the archive's identity (0038): an object naming another one is another database's,
+-- never read as this one's. A consistent read of one row.
+SELECT high_page, archived_events, marked_from, marked_next, archive_id FROM history_archive;
 
 -- name: PageSize
 -- The move: how many rows a page has and the bytes of their columns, so that it moves a page only

@@ -38,8 +38,8 @@ func (c *countingArchive) HoldsPages(ctx context.Context) (bool, error) {
 	return c.Archive.HoldsPages(ctx)
 }
 
-func (c *countingArchive) GetPage(ctx context.Context, page int64, fresh bool) ([]byte, bool, error) {
-	obj, ok, err := c.Archive.GetPage(ctx, page, fresh)
+func (c *countingArchive) GetObject(ctx context.Context, page int64, fresh bool) (archive.Object, bool, error) {
+	obj, ok, err := c.Archive.GetObject(ctx, page, fresh)
 	c.mu.Lock()
 	c.gets++
 	hook := c.afterFirst

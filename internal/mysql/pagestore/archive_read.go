@@ -5,6 +5,7 @@ package pagestore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/exactlyonce/exactlyonce"
@@ -39,7 +40,8 @@ type History struct {
 // unknown: its event, if any, is in a bucket this process cannot read, and the read fails
 // (noArchive) rather than answer that the event does not exist. Nor is it when the bucket has no
 // object of the page (noObject): a page the move passed since migration 0037 has one (a marker if
-// it had no events), so its object is missing.
+// it had no events), so its object is missing. Nor, whatever it holds, is an object that names
+// another archive than this database's (own): another database's object under this page's key.
 func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bool, error) {
 	r, ok, err := GetPacked(ctx, q, id)
 	if err != nil || ok {
@@ -56,14 +58,17 @@ func (h History) Get(ctx context.Context, q mysql.Conn, id int64) (pages.Row, bo
 		return pages.Row{}, false, noArchive(pages.PageOf(id), st.high)
 	}
 	for _, fresh := range []bool{false, true} {
-		obj, found, err := h.Archive.GetPage(ctx, pages.PageOf(id), fresh)
+		obj, found, err := h.Archive.GetObject(ctx, pages.PageOf(id), fresh)
 		if err == nil && !found {
 			err = h.noObject(ctx, pages.PageOf(id), st)
+		}
+		if err == nil && found {
+			err = h.own(pages.PageOf(id), st.id, obj)
 		}
 		if err != nil || !found {
 			return pages.Row{}, false, err
 		}
-		if r, ok, err := pages.FindInObject(obj, id); err != nil || ok {
+		if r, ok, err := pages.FindInObject(obj.Bytes, id); err != nil || ok {
 			return r, ok, err
 		}
 	}
@@ -94,12 +99,49 @@ func (e *noArchiveError) Unwrap() error {
 type archiveState struct {
 	high, archived         int64
 	markedFrom, markedNext int64
+	id                     string // the archive's identity (archive_id, migration 0038)
 }
 
 func readArchiveState(ctx context.Context, q mysql.Conn) (archiveState, error) {
 	var st archiveState
-	err := q.QueryRowContext(ctx, archiveQueries.ArchiveVersion).Scan(&st.high, &st.archived, &st.markedFrom, &st.markedNext)
+	var id sql.NullString
+	err := q.QueryRowContext(ctx, archiveQueries.ArchiveVersion).Scan(&st.high, &st.archived, &st.markedFrom, &st.markedNext, &id)
+	st.id = id.String
 	return st, err
+}
+
+// own is nil unless obj, page's object as read from the bucket (or the cache, which keeps the
+// object's owner with it), names another archive than id, this database's (migration 0038): then
+// it is another database's object under this page's key (a bucket shared by two databases), and a
+// read answers the archive's unavailability (foreignObjectError: a 503 for the API, logged as an
+// error naming the page, the bucket and both identities), never that database's events as this
+// one's. An object that names none was written before 0038 (or by a seed), and is read as before.
+func (h History) own(page int64, id string, obj archive.Object) error {
+	if obj.Owner == "" || obj.Owner == id {
+		return nil
+	}
+	return &foreignObjectError{page: page, bucket: h.Archive.Name(), mine: id, theirs: obj.Owner}
+}
+
+// foreignObjectError is an object of a page, in the bucket, that another database's archive wrote
+// (its OwnerMeta is not this database's archive_id): a read of it is the archive's unavailability,
+// never its events; the move stops at it (archive.go), as at a foreign object without identity
+// (checkOwnObject).
+type foreignObjectError struct {
+	page         int64
+	bucket       string
+	mine, theirs string
+}
+
+func (e *foreignObjectError) Error() string {
+	return fmt.Sprintf("archive: bucket %q's object of page %d (%s) was written by another database's archive (archive_id %s; "+
+		"this database's is %s): the bucket is shared with another database (HISTORY_BUCKET set alike on two stacks, or "+
+		"another DB_NAME with the same S3LOCAL_DIR); the page's events are not read from it, and the move stops there, "+
+		"until HISTORY_BUCKET names this database's own bucket or the object is moved away", e.bucket, e.page, archive.Key(e.page), e.theirs, e.mine)
+}
+
+func (e *foreignObjectError) Unwrap() error {
+	return exactlyonce.Errorf(exactlyonce.EUNAVAILABLE, "the history's archive is unavailable; try again")
 }
 
 // marked says whether the bucket must hold page's object: the move wrote it (its events, or a
@@ -222,7 +264,7 @@ func (objs *PageObjects) Holds(page int64) bool {
 // pageObject is a page's object and the archive's version (archived_events) read before it, with
 // the rest of the archive's row as read then (whether the page must have an object).
 type pageObject struct {
-	obj     []byte
+	obj     archive.Object
 	ok      bool
 	version int64
 	st      archiveState
@@ -256,7 +298,7 @@ func (h History) ReadColumnsOnce(ctx context.Context, q mysql.Conn, page int64, 
 		held, have = objs.objs[page]
 	}
 	if !have || held.version != version {
-		obj, ok, err := h.Archive.GetPage(ctx, page, true)
+		obj, ok, err := h.Archive.GetObject(ctx, page, true)
 		if err != nil {
 			return nil, err
 		}
@@ -277,7 +319,10 @@ func (h History) ReadColumnsOnce(ctx context.Context, q mysql.Conn, page int64, 
 	if !ok {
 		return rows, nil
 	}
-	cols, err := pages.ObjectColumns(obj, page)
+	if err := h.own(page, held.st.id, obj); err != nil {
+		return nil, err
+	}
+	cols, err := pages.ObjectColumns(obj.Bytes, page)
 	if err != nil {
 		return nil, err
 	}

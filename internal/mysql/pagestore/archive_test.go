@@ -38,10 +38,15 @@ type archived struct {
 	bucket string
 }
 
-// newArchived returns stores on a fresh database that archive to a fresh bucket.
+// newArchived returns stores on a fresh database, with an archive identity of its own, that archive
+// to a fresh bucket.
 func newArchived(t *testing.T) archived {
 	t.Helper()
 	db, dsn := testdb.DB(t, 8)
+	// Its own archive identity, as migration 0038 draws one per database: the test pool's databases
+	// are copies of one migrated template, rows included.
+	_, err := db.Exec("UPDATE history_archive SET archive_id = UUID()")
+	require.NoError(t, err)
 	store, err := wire.StoresOn(db, mysql.Config{})
 	require.NoError(t, err)
 	client := locals3.Client(t)
