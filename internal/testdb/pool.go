@@ -214,7 +214,7 @@ func (p *pool) lease(ctx context.Context) (*lease, error) {
 			}
 			continue
 		}
-		if err := p.reset(ctx, conn, m); err != nil {
+		if err := p.resetOwn(ctx, conn, m); err != nil {
 			// Not the template's schema any more (a test changed it), grown, or gone: drop it, try
 			// the next.
 			if _, derr := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS "+m); derr != nil {
@@ -234,6 +234,14 @@ func (p *pool) lease(ctx context.Context) (*lease, error) {
 func (l *lease) release(ctx context.Context) error {
 	defer l.conn.Close()
 	return killConnections(ctx, l.conn, l.name)
+}
+
+// resetOwn is reset, then the member's own archive identity (ownArchiveID): what a lease hands out.
+func (p *pool) resetOwn(ctx context.Context, conn *sql.Conn, db string) error {
+	if err := p.reset(ctx, conn, db); err != nil {
+		return err
+	}
+	return p.ownArchiveID(ctx, conn, db)
 }
 
 // newMember makes a member from the template. The member exists before the template's lock is
@@ -267,7 +275,7 @@ func (p *pool) newMember(ctx context.Context) (*lease, error) {
 			return fail(err)
 		}
 	}
-	if err := p.reset(ctx, conn, name); err != nil {
+	if err := p.resetOwn(ctx, conn, name); err != nil {
 		return fail(err)
 	}
 	return &lease{name: name, conn: conn, how: "made from the template"}, nil

@@ -180,6 +180,24 @@ func (p *pool) reset(ctx context.Context, conn *sql.Conn, db string) error {
 	return nil
 }
 
+// ownArchiveID gives a leased member db (reset to the template's rows) an archive identity of its own (history_archive.archive_id,
+// migration 0038), as every database made by migrating has: a copy of the template's rows would
+// share the template's with every other member, and two test databases writing one bucket would
+// take each other's objects for their own.
+func (p *pool) ownArchiveID(ctx context.Context, conn *sql.Conn, db string) error {
+	want, err := p.templateShape(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range want.tables {
+		if t.name == "history_archive" && strings.Contains(t.create, "`archive_id`") {
+			_, err := conn.ExecContext(ctx, fmt.Sprintf("UPDATE %s.`history_archive` SET archive_id = UUID()", db))
+			return err
+		}
+	}
+	return nil
+}
+
 // sumRows reads a table's row count and CHECKSUM TABLE (a sum of a checksum of each row, so the
 // rows' order is not compared: the tables have no key, and no statement may rely on an order
 // without ORDER BY).

@@ -35,6 +35,11 @@ func TestLeasedDatabaseIsAFreshMigration(t *testing.T) {
 		require.Equal(t, want.rows[name], got.rows[name], "the rows of %s", name)
 	}
 	require.Equal(t, want.other, got.other)
+	require.Len(t, want.archiveID, 36, "a fresh migration's archive identity")
+	require.Len(t, got.archiveID, 36, "a leased database's archive identity")
+	other, _ := testdb.DB(t, 2)
+	require.NotEqual(t, got.archiveID, column(t, other, "SELECT archive_id FROM history_archive"),
+		"two leased databases have archive identities of their own, as two fresh migrations have")
 
 	violations, err := mysql.CheckRules(ctx, leased)
 	require.NoError(t, err)
@@ -48,6 +53,8 @@ type description struct {
 	create   map[string]string
 	rows     map[string]string
 	other    []string
+	// archiveID is history_archive.archive_id, each database's own.
+	archiveID string
 }
 
 // describe reads a database's options, tables, their definitions, their rows (as a checksum and a
@@ -69,6 +76,14 @@ func describe(t *testing.T, db *sql.DB) description {
 		d.create[tb] = c
 		if tb == "schema_migrations" {
 			d.rows[tb] = column(t, db, "SELECT version FROM schema_migrations ORDER BY version")
+			continue
+		}
+		if tb == "history_archive" {
+			// Its archive_id is each database's own (a UUID): compared apart, the rest as rows.
+			d.archiveID = column(t, db, "SELECT archive_id FROM history_archive")
+			cols := column(t, db, "SELECT GROUP_CONCAT(CONCAT('`', COLUMN_NAME, '`') ORDER BY ORDINAL_POSITION) FROM information_schema.COLUMNS "+
+				"WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'history_archive' AND COLUMN_NAME <> 'archive_id'")
+			d.rows[tb] = column(t, db, "SELECT CONCAT_WS('|', "+cols+") FROM history_archive")
 			continue
 		}
 		var sum sql.NullInt64
