@@ -89,13 +89,7 @@ func readFoldState(ctx context.Context, t *testing.T, db *sql.DB) foldState {
 func awaitWaitingFold(ctx context.Context, t *testing.T, db *sql.DB, not int64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		var waiter int64
-		err := db.QueryRowContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> ? "+
-			"AND INFO LIKE 'UPDATE events SET state = state + 20 WHERE%'", not).Scan(&waiter)
-		if err != nil {
-			return false
-		}
-		waits, err := mysqltest.WaitsForALock(ctx, db, waiter)
+		waits, err := mysqltest.StatementWaitsForALock(ctx, db, not, "UPDATE events SET state = state + 20 WHERE")
 		require.NoError(t, err)
 		return waits
 	}, 60*time.Second, 10*time.Millisecond, "the other maintainer's fold waits for the events the first one holds")

@@ -328,12 +328,7 @@ func TestTwoMaintainersOneKilledLoseNothing(t *testing.T) {
 		}()
 		// The other's compaction waits for the bucket the killed one holds.
 		require.Eventually(t, func() bool {
-			var waiter int64
-			err := db.QueryRowContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> ? AND INFO LIKE 'UPDATE task_buckets SET position = position WHERE%'", conn).Scan(&waiter)
-			if err != nil {
-				return false
-			}
-			waits, err := mysqltest.WaitsForALock(ctx, db, waiter)
+			waits, err := mysqltest.StatementWaitsForALock(ctx, db, conn, "UPDATE task_buckets SET position = position WHERE")
 			require.NoError(t, err)
 			return waits
 		}, 60*time.Second, 10*time.Millisecond, "the other maintainer waits for the held bucket")

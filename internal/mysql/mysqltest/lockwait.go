@@ -3,6 +3,7 @@ package mysqltest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -27,6 +28,23 @@ func WaitsForALock(ctx context.Context, db *sql.DB, id int64) (bool, error) {
 		return false, fmt.Errorf("SHOW ENGINE INNODB STATUS: %w", err)
 	}
 	return statusShowsLockWait(status, id), nil
+}
+
+// StatementWaitsForALock tells whether a connection of db's database other than not, running a
+// statement whose text begins with prefix, waits for a row lock now (WaitsForALock): how a test
+// knows another process's statement has reached the lock a third one holds. False when no such
+// statement runs.
+func StatementWaitsForALock(ctx context.Context, db *sql.DB, not int64, prefix string) (bool, error) {
+	var waiter int64
+	err := db.QueryRowContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> ? "+
+		"AND INFO LIKE CONCAT(?, '%') LIMIT 1", not, prefix).Scan(&waiter)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return WaitsForALock(ctx, db, waiter)
 }
 
 // threadID finds the line naming a transaction's connection ("MariaDB thread id 12, ...", "MySQL
