@@ -208,12 +208,7 @@ func TestAnArchivedEventWhoseObjectWasDeletedIsA503(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
 	require.Equal(t, "the history's archive is unavailable; try again", body["error"])
 	require.Equal(t, "1", hdr.Get("Retry-After"))
-	var failed []string
-	for _, line := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(line, "level=ERROR") {
-			failed = append(failed, line)
-		}
-	}
+	failed := errorLines(logs.String())
 	require.Len(t, failed, 1, "one ERROR for the failed read: %s", logs.String())
 	require.Contains(t, failed[0], "path=/events/"+id)
 	require.Contains(t, failed[0], "page 0 of the history")
@@ -250,12 +245,7 @@ func TestAnotherDatabasesObjectIsA503(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
 	require.Equal(t, "the history's archive is unavailable; try again", body["error"])
 	require.Equal(t, "1", hdr.Get("Retry-After"))
-	var failed []string
-	for _, line := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(line, "level=ERROR") {
-			failed = append(failed, line)
-		}
-	}
+	failed := errorLines(logs.String())
 	require.Len(t, failed, 1, "one ERROR for the failed read: %s", logs.String())
 	for _, want := range []string{"path=/events/" + id, "page 0 ", `bucket \"history\"`, "0b5e0c1a-other-database", mine} {
 		require.Contains(t, failed[0], want)
@@ -265,4 +255,15 @@ func TestAnotherDatabasesObjectIsA503(t *testing.T) {
 	status, body, hdr = b.do(t, "GET", "/events?state=processed&before="+jsonID(archived+1), "")
 	require.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
 	require.Equal(t, "1", hdr.Get("Retry-After"))
+}
+
+// errorLines is the ERROR lines of a text log.
+func errorLines(log string) []string {
+	var failed []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			failed = append(failed, line)
+		}
+	}
+	return failed
 }
