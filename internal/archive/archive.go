@@ -130,7 +130,7 @@ func (b *Bucket) GetObject(ctx context.Context, page int64, fresh bool) (Object,
 			return obj, true, nil
 		}
 	}
-	obj, _, ok, err := b.get(ctx, page, true)
+	obj, _, ok, err := b.get(ctx, page)
 	if err != nil || !ok {
 		return Object{}, false, err
 	}
@@ -139,7 +139,7 @@ func (b *Bucket) GetObject(ctx context.Context, page int64, fresh bool) (Object,
 }
 
 // get reads page's object from the bucket, with its owner and its version (ETag).
-func (b *Bucket) get(ctx context.Context, page int64, grow bool) (Object, string, bool, error) {
+func (b *Bucket) get(ctx context.Context, page int64) (Object, string, bool, error) {
 	client, err := b.s3()
 	if err != nil {
 		return Object{}, "", false, err
@@ -155,7 +155,7 @@ func (b *Bucket) get(ctx context.Context, page int64, grow bool) (Object, string
 	}
 	defer out.Body.Close()
 	var buf bytes.Buffer
-	if grow && out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength <= MaxObjectBytes {
+	if out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength <= MaxObjectBytes {
 		buf.Grow(int(*out.ContentLength))
 	}
 	n, err := io.Copy(&buf, io.LimitReader(out.Body, MaxObjectBytes+1))
@@ -219,7 +219,7 @@ func (b *Bucket) ReadPage(ctx context.Context, page int64) (obj []byte, version 
 // and its version (its ETag), for a writer that replaces it (PutObject); ok is false when there is
 // none.
 func (b *Bucket) ReadObject(ctx context.Context, page int64) (obj Object, version string, ok bool, err error) {
-	return b.get(ctx, page, false)
+	return b.get(ctx, page)
 }
 
 // ErrPageChanged is PutPage's error when the bucket no longer holds the version of the page it was
